@@ -1,0 +1,98 @@
+#include "pmd/eal.h"
+
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+namespace uroce::pmd {
+namespace {
+
+enum class EalState { kNotStarted, kRunning, kStopped };
+EalState g_state = EalState::kNotStarted;
+std::string g_file_prefix;
+
+}  // namespace
+
+std::string UniqueFilePrefix() {
+  static std::atomic<unsigned> counter{0};
+  return "uroce-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+std::vector<std::string> EalArguments(const EalConfig& config) {
+  std::vector<std::string> args = {config.program_name, "-l", config.lcores};
+  if (!config.hugepages) {
+    // --no-shconf: no shared config file, so no secondary processes; EAL
+    // refuses --in-memory together with --no-huge, this is the combination
+    // that works without hugepages.
+    args.insert(args.end(), {"--no-huge", "--no-shconf"});
+  }
+  if (!config.pci) args.push_back("--no-pci");
+  args.insert(args.end(), {"-m", std::to_string(config.memory_mb)});
+  args.insert(args.end(), {"--file-prefix", config.file_prefix});
+  for (const std::string& vdev : config.vdevs) {
+    args.insert(args.end(), {"--vdev", vdev});
+  }
+  if (!config.log_level.empty()) {
+    args.insert(args.end(), {"--log-level", config.log_level});
+  }
+  args.insert(args.end(), config.extra_args.begin(), config.extra_args.end());
+  return args;
+}
+
+Status StartEal(const EalConfig& config) {
+  if (g_state == EalState::kRunning) {
+    return FailedPrecondition("DPDK EAL is already running in this process");
+  }
+  if (g_state == EalState::kStopped) {
+    return FailedPrecondition("DPDK EAL cannot be started twice in one process");
+  }
+  EalConfig resolved = config;
+  if (resolved.file_prefix.empty()) resolved.file_prefix = UniqueFilePrefix();
+  std::vector<std::string> args = EalArguments(resolved);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  // rte_eal_init may permute argv; the strings live in `args` meanwhile.
+  int ret = rte_eal_init(static_cast<int>(argv.size() - 1), argv.data());
+  if (ret < 0) {
+    int err = rte_errno;
+    std::string line;
+    for (size_t i = 0; i + 1 < argv.size(); ++i) {
+      line += (i ? " " : "");
+      line += args[i];
+    }
+    return Status(err == EALREADY ? StatusCode::kFailedPrecondition : StatusCode::kIoError,
+                  std::string("rte_eal_init failed: ") + rte_strerror(err) + " (args: " + line + ")");
+  }
+  g_state = EalState::kRunning;
+  g_file_prefix = resolved.file_prefix;
+  return Status::Ok();
+}
+
+bool EalRunning() { return g_state == EalState::kRunning; }
+
+const std::string& EalFilePrefix() { return g_file_prefix; }
+
+Status StopEal() {
+  if (g_state != EalState::kRunning) return FailedPrecondition("DPDK EAL is not running");
+  int ret = rte_eal_cleanup();
+  g_state = EalState::kStopped;
+  // EAL leaves /var/run/dpdk/<prefix> (or $XDG_RUNTIME_DIR/dpdk/<prefix>)
+  // behind; remove it so that test runs do not accumulate directories.
+  std::error_code ignored;
+  std::filesystem::remove_all(std::filesystem::path("/var/run/dpdk") / g_file_prefix, ignored);
+  if (const char* xdg = getenv("XDG_RUNTIME_DIR"); xdg != nullptr && getuid() != 0) {
+    std::filesystem::remove_all(std::filesystem::path(xdg) / "dpdk" / g_file_prefix, ignored);
+  }
+  if (ret < 0) return IoError(std::string("rte_eal_cleanup failed: ") + rte_strerror(-ret));
+  return Status::Ok();
+}
+
+}  // namespace uroce::pmd

@@ -1,0 +1,47 @@
+// DPDK start-up for uroce processes and tests (control path only).
+//
+// EAL can be initialised once per process. Tests and the demo run it without
+// hugepages and without PCI (--no-huge --no-pci --no-shconf), each process
+// with its own --file-prefix so that several can run side by side.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace uroce::pmd {
+
+struct EalConfig {
+  std::string program_name = "uroce";
+  std::string lcores = "0";        // EAL -l: the cores EAL may use.
+  bool hugepages = false;          // false: --no-huge (anonymous memory).
+  bool pci = false;                // false: --no-pci (virtual devices only).
+  unsigned memory_mb = 256;        // -m: memory EAL reserves.
+  std::string file_prefix;         // empty: UniqueFilePrefix().
+  std::vector<std::string> vdevs;  // each becomes --vdev ARG.
+  std::string log_level;           // --log-level, e.g. "*:warning"; empty: EAL's.
+  std::vector<std::string> extra_args;  // passed to EAL as they are.
+};
+
+// "uroce-<pid>-<n>": unique per process and per call.
+std::string UniqueFilePrefix();
+
+// The argv EAL gets for `config` (without resolving an empty file prefix).
+std::vector<std::string> EalArguments(const EalConfig& config);
+
+// Starts EAL. Fails with kFailedPrecondition if it already runs in this
+// process, and with the rte_errno text if EAL refuses.
+Status StartEal(const EalConfig& config);
+
+// True between a successful StartEal and StopEal.
+bool EalRunning();
+
+// The file prefix the running EAL uses.
+const std::string& EalFilePrefix();
+
+// Releases EAL's resources and removes its runtime directory. EAL cannot be
+// started again in the same process afterwards (a DPDK limitation).
+Status StopEal();
+
+}  // namespace uroce::pmd

@@ -1,0 +1,80 @@
+#include "pmd/port.h"
+
+#include <rte_errno.h>
+
+#include <cstring>
+
+namespace uroce::pmd {
+namespace {
+
+Status EthError(const char* what, uint16_t port_id, int ret) {
+  return IoError(std::string(what) + " on port " + std::to_string(port_id) + ": " + rte_strerror(-ret));
+}
+
+}  // namespace
+
+Status StartPort(uint16_t port_id, const PortConfig& config) {
+  if (!rte_eth_dev_is_valid_port(port_id)) return NotFound("no DPDK port " + std::to_string(port_id));
+  if (config.rx_pool == nullptr) return InvalidArgument("port " + std::to_string(port_id) + " needs an rx_pool");
+  if (config.rx_queues == 0 || config.tx_queues == 0) return InvalidArgument("a port needs rx and tx queues");
+
+  rte_eth_dev_info info;
+  int ret = rte_eth_dev_info_get(port_id, &info);
+  if (ret != 0) return EthError("rte_eth_dev_info_get", port_id, ret);
+  if (config.rx_queues > info.max_rx_queues || config.tx_queues > info.max_tx_queues) {
+    return InvalidArgument("port " + std::to_string(port_id) + " (" + info.driver_name + ") offers " +
+                           std::to_string(info.max_rx_queues) + " rx / " + std::to_string(info.max_tx_queues) +
+                           " tx queues");
+  }
+
+  rte_eth_conf conf;
+  std::memset(&conf, 0, sizeof(conf));
+  ret = rte_eth_dev_configure(port_id, config.rx_queues, config.tx_queues, &conf);
+  if (ret != 0) return EthError("rte_eth_dev_configure", port_id, ret);
+
+  uint16_t rx_desc = config.rx_descriptors;
+  uint16_t tx_desc = config.tx_descriptors;
+  ret = rte_eth_dev_adjust_nb_rx_tx_desc(port_id, &rx_desc, &tx_desc);
+  if (ret != 0) return EthError("rte_eth_dev_adjust_nb_rx_tx_desc", port_id, ret);
+
+  const int socket = rte_eth_dev_socket_id(port_id);
+  const unsigned queue_socket = socket < 0 ? SOCKET_ID_ANY : static_cast<unsigned>(socket);
+  for (uint16_t q = 0; q < config.rx_queues; ++q) {
+    ret = rte_eth_rx_queue_setup(port_id, q, rx_desc, queue_socket, nullptr, config.rx_pool);
+    if (ret != 0) return EthError("rte_eth_rx_queue_setup", port_id, ret);
+  }
+  for (uint16_t q = 0; q < config.tx_queues; ++q) {
+    ret = rte_eth_tx_queue_setup(port_id, q, tx_desc, queue_socket, nullptr);
+    if (ret != 0) return EthError("rte_eth_tx_queue_setup", port_id, ret);
+  }
+  if (config.mtu != 0) {
+    ret = rte_eth_dev_set_mtu(port_id, config.mtu);
+    if (ret != 0 && ret != -ENOTSUP) return EthError("rte_eth_dev_set_mtu", port_id, ret);
+  }
+  ret = rte_eth_dev_start(port_id);
+  if (ret != 0) return EthError("rte_eth_dev_start", port_id, ret);
+  if (config.promiscuous) {
+    ret = rte_eth_promiscuous_enable(port_id);
+    if (ret != 0 && ret != -ENOTSUP) return EthError("rte_eth_promiscuous_enable", port_id, ret);
+  }
+  return Status::Ok();
+}
+
+Status ClosePort(uint16_t port_id) {
+  if (!rte_eth_dev_is_valid_port(port_id)) return NotFound("no DPDK port " + std::to_string(port_id));
+  int ret = rte_eth_dev_stop(port_id);
+  if (ret != 0) return EthError("rte_eth_dev_stop", port_id, ret);
+  ret = rte_eth_dev_close(port_id);
+  if (ret != 0) return EthError("rte_eth_dev_close", port_id, ret);
+  return Status::Ok();
+}
+
+StatusOr<uint16_t> PortByName(const std::string& name) {
+  uint16_t port_id = 0;
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &port_id) != 0) {
+    return NotFound("no DPDK port named '" + name + "'");
+  }
+  return port_id;
+}
+
+}  // namespace uroce::pmd
