@@ -1,0 +1,10 @@
+// The subcommands of the `uroce` tool. Each lives in its own file and is
+// listed once in uroce_main.cc.
+#pragma once
+
+namespace uroce::tools {
+
+// Each returns the process exit code. argv[0] is the subcommand's name.
+int DemoCommand(int argc, char** argv);
+
+}  // namespace uroce::tools
