@@ -1,0 +1,55 @@
+// A completion queue of struct ibv_wc with ibv_poll_cq(3) semantics: the
+// engine pushes, application threads poll, oldest first. Lock-free (an
+// MpmcRing); no allocation after creation.
+//
+// Overrun (IBTA 11.4.2.1, "CQ overrun"): when the engine finds the queue full
+// the completion is not written, the queue is marked overrun (a fatal CQ
+// error, IBV_EVENT_CQ_ERR in verbs terms) and the overrun counter grows.
+// Entries already in the queue can still be polled.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "transport/mpmc_ring.h"
+
+namespace uroce::transport {
+
+class CompletionQueue {
+ public:
+  // Holds at least `min_entries` completions.
+  explicit CompletionQueue(uint32_t min_entries) : ring_(min_entries) {}
+
+  // Engine thread. False (and the queue marked overrun) when full.
+  bool Push(const ibv_wc& wc) {
+    if (ring_.TryPush(wc)) {
+      pushed_.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    overruns_.fetch_add(1, std::memory_order_relaxed);
+    overrun_.store(true, std::memory_order_release);
+    return false;
+  }
+
+  // Any thread: up to `n` completions into `out`, the number returned.
+  int Poll(int n, ibv_wc* out) {
+    if (n <= 0) return 0;
+    return static_cast<int>(ring_.PopBurst(out, static_cast<size_t>(n)));
+  }
+
+  uint32_t capacity() const { return static_cast<uint32_t>(ring_.capacity()); }
+  bool overrun() const { return overrun_.load(std::memory_order_acquire); }
+  uint64_t overruns() const { return overruns_.load(std::memory_order_relaxed); }
+  uint64_t pushed() const { return pushed_.load(std::memory_order_relaxed); }
+  size_t ApproxDepth() const { return ring_.ApproxSize(); }
+
+ private:
+  MpmcRing<ibv_wc> ring_;
+  std::atomic<bool> overrun_{false};
+  std::atomic<uint64_t> overruns_{0};
+  std::atomic<uint64_t> pushed_{0};
+};
+
+}  // namespace uroce::transport
