@@ -77,4 +77,9 @@ class IcrcAccumulator {
 // `covered_bytes` long. Reads only those bytes.
 uint32_t ComputeIcrc(const uint8_t* ip_header, size_t ip_header_bytes, IpVersion version, size_t covered_bytes);
 
+// ComputeIcrc on the portable table implementation, whatever the CPU has
+// (for tests and benchmarks).
+uint32_t ComputeIcrcTable(const uint8_t* ip_header, size_t ip_header_bytes, IpVersion version,
+                          size_t covered_bytes);
+
 }  // namespace uroce::transport
