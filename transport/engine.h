@@ -28,6 +28,7 @@
 #include "transport/completion_queue.h"
 #include "transport/headers.h"
 #include "transport/memory_region.h"
+#include "transport/packet_fields.h"
 #include "transport/packet_io.h"
 #include "transport/qp_state.h"
 #include "transport/queue_pair.h"
@@ -92,6 +93,11 @@ struct AddressHandle {
   bool valid = false;
 };
 
+// 4.096 us * 2^timeout (IBTA 9.7.6.1.3); 0 for timeout 0 ("infinite").
+uint64_t LocalAckTimeoutNs(uint8_t timeout);
+// The RNR NAK timer field in nanoseconds (IBTA table 45).
+uint64_t RnrTimerNs(uint8_t timer_field);
+
 class Engine {
  public:
   explicit Engine(const EngineConfig& config);
@@ -152,10 +158,44 @@ class Engine {
   void FlushTx();
 
   void ReceiveBurst();
-  void HandleFrame(rte_mbuf* m);
   void RunQp(QueuePair* qp);
+
+  // Frame layer (engine_frames.cc).
+  rte_mbuf* StartPacket(const PathInfo& path, const PacketFields& fields, uint32_t payload_length,
+                        uint8_t** payload);
+  void FinishPacket(rte_mbuf* m);
+  bool DecodeFrame(const uint8_t* frame, uint32_t length, RxPacket* packet);
+  void HandleFrame(rte_mbuf* m);
+
+  // Requester (requester.cc).
+  void RunRequester(QueuePair* qp);
+  bool StartSendWqe(QueuePair* qp, SendSlot& slot);
+  bool EmitRequestPacket(QueuePair* qp, SendSlot& slot);
+  void RestartFrom(QueuePair* qp, Psn psn);
+  static void CopyFromWqe(const SendWqe& wqe, uint64_t offset, uint8_t* dest, uint32_t length);
+
+  // Completer (completer.cc).
+  void HandleAcknowledge(QueuePair* qp, const RxPacket& packet);
+  void HandleResponse(QueuePair* qp, const RxPacket& packet);
+  void RunCompleterTimers(QueuePair* qp);
+  bool RetireThrough(QueuePair* qp, Psn psn);
+  void AcknowledgeThrough(QueuePair* qp, Psn psn);
+  bool AckPsnValid(const QueuePair* qp, Psn psn) const;
+  void FailOldest(QueuePair* qp, ibv_wc_status status);
+  static void ScatterToWqe(const SendWqe& wqe, uint64_t offset, const uint8_t* data, uint32_t length);
+
+  // Responder (responder.cc).
+  void HandleRequest(QueuePair* qp, const RxPacket& packet);
+  void HandleDuplicate(QueuePair* qp, const RxPacket& packet);
+  void HandleUdReceive(QueuePair* qp, const RxPacket& packet);
+  bool PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, uint32_t length, ibv_wc_status* error);
+  bool EnqueueResponse(QueuePair* qp, const ReadResponseJob& job);
+  void RunReadResponses(QueuePair* qp);
+  void QueueAck(QueuePair* qp, Psn psn);
+  void SendAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome);
+  void SendNak(QueuePair* qp, Psn psn, NakCode code);
+  void ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_status recv_status);
   void SendPendingAcks();
-  void ApplyPendingFlush(QueuePair* qp);
 
   // Completions (engine thread).
   void CompleteSend(QueuePair* qp, const SendSlot& slot, ibv_wc_status status);

@@ -81,9 +81,11 @@ struct RequesterState {
 struct ReadResponseJob {
   Psn next_psn;
   Psn first_psn;
-  uint8_t* source = nullptr;  // checked at request time
+  const uint8_t* source = nullptr;  // checked at request time
   uint64_t offset = 0;
   uint64_t length = 0;
+  bool atomic = false;    // an atomic acknowledgement, not READ data
+  uint64_t original = 0;  // atomics: the value before the operation
 };
 
 struct AtomicReplay {
@@ -98,6 +100,7 @@ struct ResponderState {
   bool nak_sent = false;  // one PSN-sequence NAK per gap (IBTA 9.7.5.1.2)
   // SEND in progress.
   bool have_recv = false;
+  bool recv_offset_valid = false;  // the receive belongs to a SEND in progress
   RecvWqe recv;
   uint64_t recv_offset = 0;
   // RDMA WRITE in progress (from the RETH of the first packet).

@@ -51,7 +51,6 @@ uint8_t SegmentOpcode(ibv_wr_opcode op, bool first, bool last, bool rc) {
 
 }  // namespace
 
-// 4.096 us * 2^timeout (IBTA 9.7.6.1.3); 0 means "no timeout".
 uint64_t LocalAckTimeoutNs(uint8_t timeout) {
   if (timeout == 0) return 0;
   return (4096ull << std::min<uint8_t>(timeout, 31)) / 1000;
