@@ -14,6 +14,7 @@ struct Subcommand {
 
 constexpr Subcommand kSubcommands[] = {
     {"demo", uroce::tools::DemoCommand, "two endpoints exchange traffic over DPDK virtual devices"},
+    {"soak", uroce::tools::SoakCommand, "randomized RDMA workload over a lossy in-memory link, all checked"},
 };
 
 int Usage(FILE* out) {

@@ -44,8 +44,20 @@ bool Engine::RetireThrough(QueuePair* qp, Psn psn) {
 
 void Engine::AcknowledgeThrough(QueuePair* qp, Psn psn) {
   RequesterState& r = qp->req;
-  if ((psn + 1).DistanceFrom(r.unacked) > 0) {
-    r.unacked = psn + 1;
+  Psn next = psn + 1;
+  // Never past a READ or atomic still waiting for its response: an ACK or NAK
+  // for a later PSN says the responder executed it, not that its response
+  // arrived; the retransmission timer must still cover it.
+  if (r.head != r.tail) {
+    const SendSlot& oldest = r.window[r.head & r.window_mask];
+    if (oldest.started && oldest.read_or_atomic) {
+      const Psn waiting = oldest.first_psn + static_cast<uint32_t>(oldest.bytes_done / qp->mtu_bytes);
+      if (next.DistanceFrom(waiting) > 0) next = waiting;
+    }
+  }
+  if (next.DistanceFrom(r.unacked) > 0) {
+    r.unacked = next;
+    r.gap_restart_armed = false;
     // Progress: the retry budget is whole again (IBTA 9.7.6.1.3).
     r.retries_left = qp->attr.retry_cnt;
   }
@@ -64,6 +76,17 @@ void Engine::AcknowledgeThrough(QueuePair* qp, Psn psn) {
 bool Engine::AckPsnValid(const QueuePair* qp, Psn psn) const {
   const RequesterState& r = qp->req;
   return psn.DistanceFrom(r.unacked - 1) >= 0 && (r.sent_limit - 1).DistanceFrom(psn) >= 0;
+}
+
+// A gap seen in responses (or an ACK that passes an unanswered READ) asks
+// for a retransmission once; more evidence of the same gap is ignored until
+// something new is acknowledged or the timer fires (like one NAK per gap).
+void Engine::RestartOnce(QueuePair* qp, Psn psn) {
+  RequesterState& r = qp->req;
+  if (r.gap_restart_armed && r.gap_restart_psn.value() == psn.value()) return;
+  r.gap_restart_armed = true;
+  r.gap_restart_psn = psn;
+  RestartFrom(qp, psn);
 }
 
 void Engine::FailOldest(QueuePair* qp, ibv_wc_status status) {
@@ -89,7 +112,8 @@ void Engine::HandleAcknowledge(QueuePair* qp, const RxPacket& p) {
       if (!RetireThrough(qp, psn)) {
         // A later PSN was ACKed while a READ/atomic before it got no
         // response: the response was lost; ask again.
-        RestartFrom(qp, r.window[r.head & r.window_mask].first_psn);
+        const SendSlot& oldest = r.window[r.head & r.window_mask];
+        RestartOnce(qp, oldest.first_psn + static_cast<uint32_t>(oldest.bytes_done / qp->mtu_bytes));
       }
       AcknowledgeThrough(qp, psn);
       return;
@@ -118,7 +142,8 @@ void Engine::HandleAcknowledge(QueuePair* qp, const RxPacket& p) {
       if (code == NakCode::kPsnSequenceError) {
         // Everything before `psn` arrived; resend from it (IBTA 9.7.5.2.4).
         if (!RetireThrough(qp, psn - 1)) {
-          RestartFrom(qp, r.window[r.head & r.window_mask].first_psn);
+          const SendSlot& oldest = r.window[r.head & r.window_mask];
+          RestartOnce(qp, oldest.first_psn + static_cast<uint32_t>(oldest.bytes_done / qp->mtu_bytes));
         } else {
           RestartFrom(qp, psn);
         }
@@ -149,7 +174,7 @@ void Engine::HandleResponse(QueuePair* qp, const RxPacket& p) {
   if (!RetireThrough(qp, psn - 1)) {
     SendSlot& pending = r.window[r.head & r.window_mask];
     if (pending.last_psn.DistanceFrom(psn) < 0) {
-      RestartFrom(qp, pending.first_psn + static_cast<uint32_t>(pending.bytes_done / qp->mtu_bytes));
+      RestartOnce(qp, pending.first_psn + static_cast<uint32_t>(pending.bytes_done / qp->mtu_bytes));
       return;
     }
   }
@@ -173,7 +198,7 @@ void Engine::HandleResponse(QueuePair* qp, const RxPacket& p) {
       // A response packet was lost: ask for the rest again (go-back-N).
       qp->counters.out_of_sequence++;
       counters_.out_of_sequence++;
-      RestartFrom(qp, expected);
+      RestartOnce(qp, expected);
       return;
     }
     const uint64_t remaining = slot.wqe.total_length - slot.bytes_done;
@@ -186,10 +211,13 @@ void Engine::HandleResponse(QueuePair* qp, const RxPacket& p) {
     }
     ScatterToWqe(slot.wqe, slot.bytes_done, p.payload, len);
     slot.bytes_done += len;
-    AcknowledgeThrough(qp, psn);
-    if (!last) return;
+    if (!last) {
+      AcknowledgeThrough(qp, psn);
+      return;
+    }
   }
-  AcknowledgeThrough(qp, psn);
+  // The request is complete: retire it first, so that the acknowledgement
+  // moves past it.
   --r.reads_in_flight;
   CompleteSend(qp, slot, IBV_WC_SUCCESS);
   ++r.head;
@@ -197,6 +225,7 @@ void Engine::HandleResponse(QueuePair* qp, const RxPacket& p) {
     r.next_send = r.head;  // it was being (re)sent; move on
     r.send_offset = 0;
   }
+  AcknowledgeThrough(qp, psn);
 }
 
 void Engine::ScatterToWqe(const SendWqe& w, uint64_t offset, const uint8_t* data, uint32_t length) {
@@ -229,6 +258,7 @@ void Engine::RunCompleterTimers(QueuePair* qp) {
     return;
   }
   --r.retries_left;
+  r.gap_restart_armed = false;
   RestartFrom(qp, r.unacked);
   r.timer_deadline_ns = Now() + LocalAckTimeoutNs(qp->attr.timeout);
 }

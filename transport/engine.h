@@ -172,6 +172,7 @@ class Engine {
   bool StartSendWqe(QueuePair* qp, SendSlot& slot);
   bool EmitRequestPacket(QueuePair* qp, SendSlot& slot);
   void RestartFrom(QueuePair* qp, Psn psn);
+  void RestartOnce(QueuePair* qp, Psn psn);
   static void CopyFromWqe(const SendWqe& wqe, uint64_t offset, uint8_t* dest, uint32_t length);
 
   // Completer (completer.cc).

@@ -54,6 +54,13 @@ EnginePair::~EnginePair() {
   link_.reset();
 }
 
+bool EnginePair::ShutDownAndCheckMbufs() {
+  a_.engine.reset();
+  b_.engine.reset();
+  link_.reset();
+  return pmd::AvailableMbufs(pool_.get()) == pool_size_;
+}
+
 StatusOr<std::pair<QueuePair*, QueuePair*>> EnginePair::ConnectQps(const RcConnectOptions& o) {
   QueuePair* qps[2] = {nullptr, nullptr};
   Endpoint* sides[2] = {&a_, &b_};

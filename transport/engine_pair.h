@@ -74,9 +74,11 @@ class EnginePair {
   // Polls `cq` (driving the engines) until it yields `count` completions.
   std::vector<ibv_wc> WaitCompletions(CompletionQueue* cq, size_t count, uint64_t max_polls = 2'000'000);
 
-  // True when every mbuf is back in the pool (nothing staged or on the wire).
   unsigned AvailableMbufs() const { return pmd::AvailableMbufs(pool_.get()); }
   unsigned PoolSize() const { return pool_size_; }
+  // Destroys both engines and the link (what they hold goes back to the pool)
+  // and returns true when the pool is full again: no buffer leaked.
+  bool ShutDownAndCheckMbufs();
 
  private:
   EnginePair() = default;

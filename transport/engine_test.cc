@@ -34,11 +34,7 @@ class EngineTest : public ::testing::Test {
     if (!pair_) return;
     // Drain: whatever is still on the wire or staged goes back to the pool.
     for (int i = 0; i < 100; ++i) pair_->PollOnce();
-    const unsigned size = pair_->PoolSize();
-    pair_->a().engine.reset();
-    pair_->b().engine.reset();
-    pair_->link().set_impairments({});
-    EXPECT_EQ(pair_->AvailableMbufs() + pair_->link().in_flight(), size) << "packet buffers leaked";
+    EXPECT_TRUE(pair_->ShutDownAndCheckMbufs()) << "packet buffers leaked";
     pair_.reset();
   }
 
@@ -482,6 +478,98 @@ TEST_F(EngineTest, SendQueueFullIsEnomem) {
   Buffer src = Register(pair_->a(), 8, 0);
   for (int i = 0; i < 4; ++i) ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 8, i), 0);
   EXPECT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 8, 9), ENOMEM);
+}
+
+}  // namespace
+}  // namespace uroce::transport
+
+namespace uroce::transport {
+namespace {
+
+// The BTH opcode of a frame built by the engine (IPv4, no VLAN).
+uint8_t FrameOpcode(const rte_mbuf* m) { return rte_pktmbuf_mtod(m, const uint8_t*)[14 + 20 + 8]; }
+
+TEST_F(EngineTest, LostReadResponseIsRecovered) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer local = Register(pair_->a(), 4096, 0);
+  Buffer remote = Register(pair_->b(), 4096, 0);
+  Pattern(remote, 12);
+  for (uint8_t victim : {uint8_t(0x0D), uint8_t(0x0E), uint8_t(0x0F), uint8_t(0x0C)}) {
+    int dropped = 0;
+    pair_->link().set_drop_filter([&](const rte_mbuf* m) {
+      if (dropped == 0 && FrameOpcode(m) == victim) return ++dropped, true;
+      return false;
+    });
+    std::fill(local.bytes.begin(), local.bytes.end(), 0);
+    ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_READ, local, 4096, victim, remote.addr(), remote.keys.rkey), 0);
+    auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+    ASSERT_EQ(wc.size(), 1u) << int(victim);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS) << int(victim);
+    EXPECT_EQ(dropped, 1);
+    EXPECT_EQ(local.bytes, remote.bytes) << int(victim);
+  }
+}
+
+TEST_F(EngineTest, LostAtomicRequestOrResponseIsRecovered) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer result = Register(pair_->a(), 8, 0);
+  Buffer target = Register(pair_->b(), 8, 0);
+  uint64_t expected = 0;
+  for (uint8_t victim : {uint8_t(0x14), uint8_t(0x12)}) {
+    int dropped = 0;
+    pair_->link().set_drop_filter([&](const rte_mbuf* m) {
+      if (dropped == 0 && FrameOpcode(m) == victim) return ++dropped, true;
+      return false;
+    });
+    ibv_sge sge{result.addr(), 8, result.keys.lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = victim;
+    wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.atomic.remote_addr = target.addr();
+    wr.wr.atomic.rkey = target.keys.rkey;
+    wr.wr.atomic.compare_add = 1;
+    const ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);
+    auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS) << int(victim);
+    uint64_t original, now;
+    std::memcpy(&original, result.bytes.data(), 8);
+    std::memcpy(&now, target.bytes.data(), 8);
+    EXPECT_EQ(original, expected) << "a replayed atomic returns the first result";
+    EXPECT_EQ(now, expected + 1) << "and is not executed twice";
+    expected = now;
+  }
+}
+
+}  // namespace
+}  // namespace uroce::transport
+
+namespace uroce::transport {
+namespace {
+
+TEST(TimerTableTest, LocalAckTimeoutFollowsIbta) {
+  EXPECT_EQ(LocalAckTimeoutNs(0), 0u);  // "infinite"
+  EXPECT_EQ(LocalAckTimeoutNs(1), 8192u);
+  EXPECT_EQ(LocalAckTimeoutNs(14), 67108864u);  // 4.096 us * 2^14 = 67.1 ms
+}
+
+TEST(TimerTableTest, RnrTimerFollowsIbtaTable45) {
+  EXPECT_EQ(RnrTimerNs(0), 655360000u);  // 655.36 ms
+  EXPECT_EQ(RnrTimerNs(1), 10000u);      // 0.01 ms
+  EXPECT_EQ(RnrTimerNs(14), 1280000u);   // 1.28 ms
+  EXPECT_EQ(RnrTimerNs(31), 491520000u); // 491.52 ms
 }
 
 }  // namespace

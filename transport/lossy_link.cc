@@ -49,7 +49,7 @@ uint16_t LossyLink::Send(Direction* dir, rte_mbuf** pkts, uint16_t n) {
   for (uint16_t i = 0; i < n; ++i) {
     rte_mbuf* m = pkts[i];
     ++counters_.sent;
-    if (Chance(impairments_.loss)) {
+    if (Chance(impairments_.loss) || (drop_filter_ && drop_filter_(m))) {
       ++counters_.dropped;
       rte_pktmbuf_free(m);
       continue;

@@ -14,6 +14,7 @@
 #include <rte_mempool.h>
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -48,6 +49,9 @@ class LossyLink {
   PacketIo& b() { return end_b_; }
 
   void set_impairments(const LinkImpairments& impairments) { impairments_ = impairments; }
+  // For targeted tests: frames for which `drop` returns true are lost (on top
+  // of the random impairments). Empty: none.
+  void set_drop_filter(std::function<bool(const rte_mbuf*)> drop) { drop_filter_ = std::move(drop); }
   const LinkCounters& counters() const { return counters_; }
   // Frames still on the wire, both directions.
   size_t in_flight() const { return a_to_b_.frames.size() + b_to_a_.frames.size(); }
@@ -83,6 +87,7 @@ class LossyLink {
   rte_mempool* copy_pool_;
   std::mt19937_64 random_;
   LinkImpairments impairments_;
+  std::function<bool(const rte_mbuf*)> drop_filter_;
   const uint32_t capacity_;
   LinkCounters counters_;
   Direction a_to_b_, b_to_a_;

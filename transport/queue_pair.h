@@ -74,7 +74,8 @@ struct RequesterState {
   uint8_t rnr_retries_left = 7;
   uint64_t timer_deadline_ns = 0;  // 0: no timer armed
   uint64_t rnr_resume_ns = 0;      // after an RNR NAK, wait until then
-  bool fence_wait = false;
+  bool gap_restart_armed = false;  // see Engine::RestartOnce
+  Psn gap_restart_psn;
 };
 
 // A READ the responder answers, or a duplicate one it answers again.

@@ -151,6 +151,21 @@ void Engine::HandleDuplicate(QueuePair* qp, const RxPacket& p) {
   qp->counters.duplicates++;
   counters_.duplicates++;
   const Operation op = p.info->operation;
+  if (op == Operation::kRdmaReadRequest || op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
+    // Already answering this very request: the copy adds nothing.
+    for (uint32_t i = 0; i < s.reads_count; ++i) {
+      if (s.reads[(s.reads_head + i) % s.reads.size()].first_psn.value() == p.bth.psn.value()) return;
+    }
+    // The requester went back to this PSN (go-back-N) and sends every later
+    // request again: queued responses for later PSNs are dropped, so that
+    // copies never take the room new READs are owed (IBTA o9-20.2).
+    for (uint32_t i = 0; i < s.reads_count; ++i) {
+      if (s.reads[(s.reads_head + i) % s.reads.size()].first_psn.DistanceFrom(p.bth.psn) > 0) {
+        s.reads_count = i;
+        break;
+      }
+    }
+  }
   if (op == Operation::kRdmaReadRequest) {
     // Answer again from memory, after checking again (the region may be gone).
     uint8_t* host = nullptr;
