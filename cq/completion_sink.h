@@ -33,7 +33,8 @@ namespace uroce::cq {
 // value of 0 may be used to drive progress on associated endpoints when
 // manual progress is enabled"). For the provider's inline (manual progress)
 // mode: it may push completions from the reader's thread, and must itself
-// make sure that only one thread at a time runs the engine.
+// make sure that only one thread at a time runs the engine. Set it before
+// the object is shared with other threads.
 using ProgressHook = void (*)(void* arg);
 
 // The number of endpoints bound to a CQ, counter or EQ. Any thread.

@@ -140,7 +140,9 @@ class WaitObject {
   // FI_GETWAIT: an int fd for FI_WAIT_FD, the struct fi_mutex_cond for
   // FI_WAIT_MUTEX_COND and FI_WAIT_UNSPEC; -FI_ENODATA for FI_WAIT_YIELD.
   // The condition variable uses the default clock (CLOCK_REALTIME) so that an
-  // application can pthread_cond_timedwait on it as usual.
+  // application can pthread_cond_timedwait on it as usual. The mutex is the
+  // one blocking calls sleep under: an application must not hold it while it
+  // calls fi_cq_sread, fi_cntr_wait or fi_eq_sread (it is not recursive).
   int GetWait(void* arg);
 
  private:
