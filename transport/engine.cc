@@ -120,6 +120,16 @@ StatusOr<CompletionQueue*> Engine::CreateCq(uint32_t min_entries) {
   return cqs_.back().get();
 }
 
+Status Engine::AttachCompletionSinks(CompletionQueue* cq, cq::CompletionSink* cq_sink,
+                                     cq::CompletionSink* counter_sink) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  ProgressToken token(this);
+  cq->AttachSinks(cq_sink, counter_sink);
+  forwarding_cqs_.erase(std::remove(forwarding_cqs_.begin(), forwarding_cqs_.end(), cq), forwarding_cqs_.end());
+  if (cq->has_sinks()) forwarding_cqs_.push_back(cq);
+  return Status::Ok();
+}
+
 Status Engine::DestroyCq(CompletionQueue* cq) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   for (const auto& qp : qp_storage_) {
@@ -129,6 +139,10 @@ Status Engine::DestroyCq(CompletionQueue* cq) {
   }
   auto it = std::find_if(cqs_.begin(), cqs_.end(), [cq](const auto& p) { return p.get() == cq; });
   if (it == cqs_.end()) return InvalidArgument("no such CQ");
+  {
+    ProgressToken token(this);
+    forwarding_cqs_.erase(std::remove(forwarding_cqs_.begin(), forwarding_cqs_.end(), cq), forwarding_cqs_.end());
+  }
   cqs_.erase(it);
   return Status::Ok();
 }
@@ -680,6 +694,7 @@ unsigned Engine::Poll() {
   for (QueuePair* qp : active_qps_) RunQp(qp);
   SendPendingAcks();
   FlushTx();
+  for (CompletionQueue* cq : forwarding_cqs_) cq->ForwardToSinks();
 
   const unsigned moved = static_cast<unsigned>(counters_.rx_frames + counters_.tx_frames - before);
   progress_busy_.store(false, std::memory_order_release);

@@ -112,6 +112,9 @@ class Engine {
   Status DeregMr(uint32_t lkey);
   StatusOr<CompletionQueue*> CreateCq(uint32_t min_entries);
   Status DestroyCq(CompletionQueue* cq);
+  // Sends `cq`'s completions on to a libfabric CQ and/or counter (cq layer);
+  // either may be null. The sinks must outlive the attachment.
+  Status AttachCompletionSinks(CompletionQueue* cq, cq::CompletionSink* cq_sink, cq::CompletionSink* counter_sink);
   StatusOr<SharedReceiveQueue*> CreateSrq(PdHandle pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit);
   Status DestroySrq(SharedReceiveQueue* srq);
   StatusOr<QueuePair*> CreateQp(const QpInitAttr& init);
@@ -232,6 +235,7 @@ class Engine {
   std::vector<QueuePair*> qp_table_;  // indexed by qpn % max_qps
   std::vector<QueuePair*> active_qps_;
   std::vector<QueuePair*> ack_list_;
+  std::vector<CompletionQueue*> forwarding_cqs_;
 
   rte_mbuf* tx_stage_[kTxStage];
   uint32_t tx_count_ = 0;
