@@ -30,8 +30,9 @@ ParseError ParseEthernet(const uint8_t* frame, size_t length, PacketView* view, 
 }
 
 // IPv4 (RFC 791). Sets *ip_end, the offset just past the IP packet.
-ParseError ParseIpv4(const uint8_t* frame, size_t length, size_t l3, const ParseOptions& options, PacketView* view,
-                     size_t* ip_end) {
+// The header checksum is left for the caller to check once the frame is
+// known to be RoCE, so that a damaged RoCE frame is counted as one.
+ParseError ParseIpv4(const uint8_t* frame, size_t length, size_t l3, PacketView* view, size_t* ip_end) {
   if (length < l3 + sizeof(Ipv4Header)) return ParseError::kTruncated;
   const auto ip = ReadHeader<Ipv4Header>(frame + l3);
   if ((ip.version_ihl >> 4) != 4) return ParseError::kNotRoce;
@@ -55,9 +56,6 @@ ParseError ParseIpv4(const uint8_t* frame, size_t length, size_t l3, const Parse
   if (ip.protocol != kIpProtocolUdp) return ParseError::kNotRoce;
   // A fragment cannot be parsed on its own, and RoCEv2 never fragments.
   if (f.ipv4_flags_fragment & (kIpv4MoreFragments | kIpv4FragmentOffsetMask)) return ParseError::kNotRoce;
-  if (options.verify_ipv4_checksum && Ipv4HeaderChecksum(frame + l3, header_bytes) != 0) {
-    return ParseError::kBadIpChecksum;
-  }
   *ip_end = l3 + total;
   return ParseError::kOk;
 }
@@ -169,7 +167,7 @@ ParseError ParsePacket(const uint8_t* frame, size_t length, const ParseOptions& 
   IpVersion version = IpVersion::kIpv4;
   if (ether_type == kEtherTypeIpv4) {
     version = IpVersion::kIpv4;
-    e = ParseIpv4(frame, length, l3, options, view, &ip_end);
+    e = ParseIpv4(frame, length, l3, view, &ip_end);
   } else if (ether_type == kEtherTypeIpv6) {
     version = IpVersion::kIpv6;
     e = ParseIpv6(frame, length, l3, view, &ip_end);
@@ -188,6 +186,10 @@ ParseError ParsePacket(const uint8_t* frame, size_t length, const ParseOptions& 
   f.udp_checksum = udp_header.checksum.load();
   if (f.udp_dst_port != kRoceV2UdpPort) return ParseError::kNotRoce;
   view->is_roce = true;
+  if (version == IpVersion::kIpv4 && options.verify_ipv4_checksum &&
+      Ipv4HeaderChecksum(frame + l3, view->ip_header_bytes) != 0) {
+    return ParseError::kBadIpChecksum;
+  }
   const size_t udp_length = udp_header.length.load();
   if (udp_length != ip_end - udp) return ParseError::kBadUdpLength;
   if (udp_length < sizeof(UdpHeader) + sizeof(BthHeader) + kIcrcBytes) return ParseError::kBadUdpLength;
