@@ -4,6 +4,8 @@
 // fatal error; the local ACK timer retransmits and gives up after retry_cnt.
 //
 // Engine thread only.
+#include <arpa/inet.h>
+
 #include <cstring>
 
 #include "transport/engine.h"
@@ -100,14 +102,14 @@ void Engine::FailOldest(QueuePair* qp, ibv_wc_status status) {
   EnterError(qp);
 }
 
-void Engine::HandleAcknowledge(QueuePair* qp, const RxPacket& p) {
+void Engine::HandleAcknowledge(QueuePair* qp, const PacketView& p) {
   RequesterState& r = qp->req;
-  const Psn psn = p.bth.psn;
+  const Psn psn = p.fields.bth.psn;
   if (!AckPsnValid(qp, psn)) {
     qp->counters.duplicates++;
     return;
   }
-  switch (p.aeth.kind()) {
+  switch (p.fields.aeth.kind()) {
     case AethKind::kAck:
       if (!RetireThrough(qp, psn)) {
         // A later PSN was ACKed while a READ/atomic before it got no
@@ -131,14 +133,14 @@ void Engine::HandleAcknowledge(QueuePair* qp, const RxPacket& p) {
         --r.rnr_retries_left;
       }
       RestartFrom(qp, psn);
-      r.rnr_resume_ns = Now() + RnrTimerNs(p.aeth.value());
+      r.rnr_resume_ns = Now() + RnrTimerNs(p.fields.aeth.value());
       r.timer_deadline_ns = 0;
       return;
     }
     case AethKind::kNak: {
       qp->counters.naks_received++;
       counters_.naks_received++;
-      const auto code = static_cast<NakCode>(p.aeth.value());
+      const auto code = static_cast<NakCode>(p.fields.aeth.value());
       if (code == NakCode::kPsnSequenceError) {
         // Everything before `psn` arrived; resend from it (IBTA 9.7.5.2.4).
         if (!RetireThrough(qp, psn - 1)) {
@@ -163,9 +165,9 @@ void Engine::HandleAcknowledge(QueuePair* qp, const RxPacket& p) {
 }
 
 // READ response packets (IBTA 9.7.5.1.3) and atomic acknowledgements.
-void Engine::HandleResponse(QueuePair* qp, const RxPacket& p) {
+void Engine::HandleResponse(QueuePair* qp, const PacketView& p) {
   RequesterState& r = qp->req;
-  const Psn psn = p.bth.psn;
+  const Psn psn = p.fields.bth.psn;
   if (!AckPsnValid(qp, psn)) {
     qp->counters.duplicates++;
     return;
@@ -184,10 +186,10 @@ void Engine::HandleResponse(QueuePair* qp, const RxPacket& p) {
       slot.last_psn.DistanceFrom(psn) < 0) {
     return;  // not the response we wait for
   }
-  const Operation op = p.info->operation;
+  const Operation op = p.opcode->operation;
   if (op == Operation::kAtomicAcknowledge) {
     if (slot.wqe.opcode != IBV_WR_ATOMIC_CMP_AND_SWP && slot.wqe.opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) return;
-    const uint64_t original = p.atomic_ack_eth.original_remote_data;
+    const uint64_t original = p.fields.atomic_ack_eth.original_remote_data;
     std::memcpy(slot.local_result, &original, sizeof(original));
   } else {
     if (slot.wqe.opcode != IBV_WR_RDMA_READ) return;
@@ -202,8 +204,8 @@ void Engine::HandleResponse(QueuePair* qp, const RxPacket& p) {
       return;
     }
     const uint64_t remaining = slot.wqe.total_length - slot.bytes_done;
-    const bool last = p.info->ends_message();
-    const uint32_t len = p.payload_length;
+    const bool last = p.opcode->ends_message();
+    const uint32_t len = p.fields.payload_length;
     // Each response but the last carries exactly one MTU (IBTA 9.7.5.1.3).
     if (len > remaining || (!last && len != qp->mtu_bytes) || (last && len != remaining)) {
       FailOldest(qp, IBV_WC_BAD_RESP_ERR);

@@ -28,8 +28,10 @@
 #include "transport/completion_queue.h"
 #include "transport/headers.h"
 #include "transport/memory_region.h"
+#include "transport/packet_builder.h"
 #include "transport/packet_fields.h"
 #include "transport/packet_io.h"
+#include "transport/packet_parser.h"
 #include "transport/qp_state.h"
 #include "transport/queue_pair.h"
 #include "transport/shared_receive_queue.h"
@@ -63,7 +65,7 @@ struct EngineConfig {
 struct EngineCounters {
   uint64_t rx_frames = 0, tx_frames = 0, rx_bytes = 0, tx_bytes = 0;
   uint64_t rx_non_roce = 0, rx_parse_errors = 0, rx_icrc_errors = 0, rx_unknown_qp = 0, rx_dropped = 0;
-  uint64_t tx_alloc_failures = 0, tx_queue_full_polls = 0;
+  uint64_t tx_alloc_failures = 0, tx_build_errors = 0, tx_queue_full_polls = 0;
   uint64_t retransmits = 0, timeouts = 0, naks_sent = 0, naks_received = 0;
   uint64_t rnr_naks_sent = 0, rnr_naks_received = 0, out_of_sequence = 0, duplicates = 0;
 };
@@ -164,10 +166,11 @@ class Engine {
   void RunQp(QueuePair* qp);
 
   // Frame layer (engine_frames.cc).
-  rte_mbuf* StartPacket(const PathInfo& path, const PacketFields& fields, uint32_t payload_length,
-                        uint8_t** payload);
+  // Writes the headers of `fields` (addresses from `path`) into a new mbuf;
+  // the caller copies fields.payload_length bytes to *payload, then calls
+  // FinishPacket. Null when no buffer is free (the caller retries later).
+  rte_mbuf* StartPacket(const PathInfo& path, PacketFields& fields, uint8_t** payload);
   void FinishPacket(rte_mbuf* m);
-  bool DecodeFrame(const uint8_t* frame, uint32_t length, RxPacket* packet);
   void HandleFrame(rte_mbuf* m);
 
   // Requester (requester.cc).
@@ -179,8 +182,8 @@ class Engine {
   static void CopyFromWqe(const SendWqe& wqe, uint64_t offset, uint8_t* dest, uint32_t length);
 
   // Completer (completer.cc).
-  void HandleAcknowledge(QueuePair* qp, const RxPacket& packet);
-  void HandleResponse(QueuePair* qp, const RxPacket& packet);
+  void HandleAcknowledge(QueuePair* qp, const PacketView& packet);
+  void HandleResponse(QueuePair* qp, const PacketView& packet);
   void RunCompleterTimers(QueuePair* qp);
   bool RetireThrough(QueuePair* qp, Psn psn);
   void AcknowledgeThrough(QueuePair* qp, Psn psn);
@@ -189,9 +192,9 @@ class Engine {
   static void ScatterToWqe(const SendWqe& wqe, uint64_t offset, const uint8_t* data, uint32_t length);
 
   // Responder (responder.cc).
-  void HandleRequest(QueuePair* qp, const RxPacket& packet);
-  void HandleDuplicate(QueuePair* qp, const RxPacket& packet);
-  void HandleUdReceive(QueuePair* qp, const RxPacket& packet);
+  void HandleRequest(QueuePair* qp, const PacketView& packet);
+  void HandleDuplicate(QueuePair* qp, const PacketView& packet);
+  void HandleUdReceive(QueuePair* qp, const PacketView& packet);
   bool PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, uint32_t length, ibv_wc_status* error);
   bool EnqueueResponse(QueuePair* qp, const ReadResponseJob& job);
   void RunReadResponses(QueuePair* qp);
@@ -237,6 +240,7 @@ class Engine {
   std::vector<QueuePair*> ack_list_;
   std::vector<CompletionQueue*> forwarding_cqs_;
 
+  PendingPacket pending_tx_;  // between StartPacket and FinishPacket
   rte_mbuf* tx_stage_[kTxStage];
   uint32_t tx_count_ = 0;
   std::vector<rte_mbuf*> rx_burst_;

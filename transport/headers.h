@@ -36,6 +36,8 @@ constexpr uint16_t kIpv4DontFragment = 0x4000;
 constexpr uint16_t kIpv4MoreFragments = 0x2000;
 constexpr uint16_t kIpv4FragmentOffsetMask = 0x1FFF;
 
+enum class IpVersion : uint8_t { kIpv4 = 4, kIpv6 = 6 };
+
 using MacAddress = std::array<uint8_t, 6>;
 // A RoCEv2 GID is an IPv6 address; an IPv4 endpoint's GID is the IPv4-mapped
 // address ::ffff:a.b.c.d (RFC 4291 2.5.5.2, IBTA A17.4.5.1).
@@ -183,6 +185,17 @@ static_assert(sizeof(DethHeader) == 8 && alignof(DethHeader) == 1);
 
 // The invariant CRC that ends every RoCEv2 packet (IBTA 7.8.1, A17.3.3).
 constexpr size_t kIcrcBytes = 4;
+
+// The RFC 791 header checksum: the one's complement of the one's complement
+// sum of the header's 16-bit words, taken with the checksum field as zero.
+// A received header is intact when this returns 0 over all of it (the field
+// included).
+inline uint16_t Ipv4HeaderChecksum(const uint8_t* header, size_t bytes) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i + 1 < bytes; i += 2) sum += LoadBe16(header + i);
+  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
 
 template <typename Header>
 inline Header ReadHeader(const uint8_t* p) {

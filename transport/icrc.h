@@ -24,6 +24,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "transport/headers.h"  // IpVersion
+
 namespace uroce::transport {
 
 // --- CRC-32 engine -----------------------------------------------------------
@@ -44,8 +46,6 @@ const char* Crc32ImplementationName();
 // The CRC register after eight bytes of 0xFF from the usual all-ones start
 // (A17.3.3's stand-in for the LRH). icrc.cc checks this value as it compiles.
 constexpr uint32_t kIcrcSeed = 0xDEBB20E3;
-
-enum class IpVersion : uint8_t { kIpv4 = 4, kIpv6 = 6 };
 
 // The most bytes AddMaskedHeaders reads: an IPv4 header with the largest
 // options (60 bytes), UDP (8) and BTH (12).

@@ -6,6 +6,8 @@
 // soon as their last packet is handed to the wire, as on a RoCE NIC.
 //
 // Engine thread only.
+#include <arpa/inet.h>
+
 #include <cstring>
 
 #include "transport/engine.h"
@@ -194,7 +196,6 @@ bool Engine::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
       f.reth.virtual_address = w.remote_addr + done;
       f.reth.rkey = w.rkey;
       f.reth.dma_length = static_cast<uint32_t>(w.total_length - done);
-      f.has_reth = true;
       f.bth.ack_request = true;
       r.psn = slot.last_psn + 1;
       break;
@@ -209,7 +210,6 @@ bool Engine::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
       // CmpSwap: swap data, compare data. FetchAdd: add data in the first field.
       f.atomic_eth.swap_or_add_data = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.swap : w.compare_add;
       f.atomic_eth.compare_data = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.compare_add : 0;
-      f.has_atomic_eth = true;
       f.bth.ack_request = true;
       r.psn = slot.last_psn + 1;
       break;
@@ -225,7 +225,6 @@ bool Engine::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
         // "use the QP's own Q_Key".
         f.deth.qkey = (w.remote_qkey & 0x80000000u) ? qp->attr.qkey : w.remote_qkey;
         f.deth.src_qp = qp->qpn;
-        f.has_deth = true;
         if (w.ah_handle < ahs_.size() && ahs_[w.ah_handle].valid) path = &ahs_[w.ah_handle].path;
         f.bth.psn = r.psn;
         r.psn += 1;
@@ -237,16 +236,13 @@ bool Engine::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
           f.reth.virtual_address = w.remote_addr;
           f.reth.rkey = w.rkey;
           f.reth.dma_length = static_cast<uint32_t>(w.total_length);
-          f.has_reth = true;
         }
       }
       if (last && (w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) {
-        f.immediate_be = w.imm_data_be;
-        f.has_immediate = true;
+        f.immediate_data = ntohl(w.imm_data_be);
       }
       if (last && w.opcode == IBV_WR_SEND_WITH_INV) {
-        f.ieth_rkey = w.invalidate_rkey;
-        f.has_ieth = true;
+        f.invalidate_rkey = w.invalidate_rkey;
       }
       if (rc) {
         ++r.packets_since_ack_request;
@@ -259,7 +255,8 @@ bool Engine::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
   if (f.bth.ack_request) r.packets_since_ack_request = 0;
 
   uint8_t* dest = nullptr;
-  rte_mbuf* m = StartPacket(*path, f, payload, &dest);
+  f.payload_length = payload;
+  rte_mbuf* m = StartPacket(*path, f, &dest);
   if (m == nullptr) {
     // No buffer: undo this packet's PSN step and retry on the next poll.
     if (w.opcode != IBV_WR_RDMA_READ && !slot.read_or_atomic && qp->type != IBV_QPT_UD) {

@@ -6,6 +6,8 @@
 // 40-byte GRH in front of the data (IBTA 11.4.1.1, RoCEv2 A17.4.5.2).
 //
 // Engine thread only.
+#include <arpa/inet.h>
+
 #include <cstring>
 
 #include "transport/engine.h"
@@ -39,9 +41,8 @@ void Engine::SendAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
   f.bth.psn = psn;
   f.aeth.syndrome = syndrome;
   f.aeth.msn = qp->resp.msn;
-  f.has_aeth = true;
   uint8_t* unused = nullptr;
-  rte_mbuf* m = StartPacket(qp->path, f, 0, &unused);
+  rte_mbuf* m = StartPacket(qp->path, f, &unused);
   if (m == nullptr) return;  // the requester's timer recovers
   FinishPacket(m);
 }
@@ -110,9 +111,9 @@ bool Engine::PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, ui
   return true;
 }
 
-void Engine::HandleUdReceive(QueuePair* qp, const RxPacket& p) {
+void Engine::HandleUdReceive(QueuePair* qp, const PacketView& p) {
   // Q_Key check (IBTA 10.2.5): a mismatch drops the datagram silently.
-  if (p.deth.qkey != qp->attr.qkey) {
+  if (p.fields.deth.qkey != qp->attr.qkey) {
     counters_.rx_dropped++;
     return;
   }
@@ -126,41 +127,41 @@ void Engine::HandleUdReceive(QueuePair* qp, const RxPacket& p) {
   // The GRH: an IPv6 header as it arrived, or for IPv4 twenty zero bytes then
   // the IPv4 header (RoCEv2, IBTA A17.4.5.2).
   uint8_t grh[kGrhBytes] = {};
-  if (p.ipv6) {
-    std::memcpy(grh, p.ip_header, kGrhBytes);
+  if ((p.fields.ip_version == IpVersion::kIpv6)) {
+    std::memcpy(grh, (p.frame + p.l3_offset), kGrhBytes);
   } else {
-    std::memcpy(grh + 20, p.ip_header, 20);
+    std::memcpy(grh + 20, (p.frame + p.l3_offset), 20);
   }
   ibv_wc_status error = IBV_WC_SUCCESS;
   const bool ok = PlaceInRecv(qp, 0, grh, kGrhBytes, &error) &&
-                  PlaceInRecv(qp, kGrhBytes, p.payload, p.payload_length, &error);
+                  PlaceInRecv(qp, kGrhBytes, p.payload, p.fields.payload_length, &error);
   qp->resp.have_recv = false;
   unsigned flags = IBV_WC_GRH;
   uint32_t imm = 0;
-  if (p.info->has(kImmDt)) {
+  if (p.opcode->has(kImmDt)) {
     flags |= IBV_WC_WITH_IMM;
-    imm = p.immediate_be;
+    imm = htonl(p.fields.immediate_data);
   }
-  CompleteRecv(qp, wqe, ok ? IBV_WC_SUCCESS : error, ok ? kGrhBytes + p.payload_length : 0, IBV_WC_RECV,
-               flags, imm, p.deth.src_qp);
+  CompleteRecv(qp, wqe, ok ? IBV_WC_SUCCESS : error, ok ? kGrhBytes + p.fields.payload_length : 0, IBV_WC_RECV,
+               flags, imm, p.fields.deth.src_qp);
 }
 
 // A request whose PSN is behind the expected one (IBTA 9.7.5.1.1).
-void Engine::HandleDuplicate(QueuePair* qp, const RxPacket& p) {
+void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
   ResponderState& s = qp->resp;
   qp->counters.duplicates++;
   counters_.duplicates++;
-  const Operation op = p.info->operation;
+  const Operation op = p.opcode->operation;
   if (op == Operation::kRdmaReadRequest || op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
     // Already answering this very request: the copy adds nothing.
     for (uint32_t i = 0; i < s.reads_count; ++i) {
-      if (s.reads[(s.reads_head + i) % s.reads.size()].first_psn.value() == p.bth.psn.value()) return;
+      if (s.reads[(s.reads_head + i) % s.reads.size()].first_psn.value() == p.fields.bth.psn.value()) return;
     }
     // The requester went back to this PSN (go-back-N) and sends every later
     // request again: queued responses for later PSNs are dropped, so that
     // copies never take the room new READs are owed (IBTA o9-20.2).
     for (uint32_t i = 0; i < s.reads_count; ++i) {
-      if (s.reads[(s.reads_head + i) % s.reads.size()].first_psn.DistanceFrom(p.bth.psn) > 0) {
+      if (s.reads[(s.reads_head + i) % s.reads.size()].first_psn.DistanceFrom(p.fields.bth.psn) > 0) {
         s.reads_count = i;
         break;
       }
@@ -169,18 +170,18 @@ void Engine::HandleDuplicate(QueuePair* qp, const RxPacket& p) {
   if (op == Operation::kRdmaReadRequest) {
     // Answer again from memory, after checking again (the region may be gone).
     uint8_t* host = nullptr;
-    if (p.reth.dma_length > 0 &&
-        mrs_.CheckRemote(p.reth.rkey, qp->pd, p.reth.virtual_address, p.reth.dma_length,
+    if (p.fields.reth.dma_length > 0 &&
+        mrs_.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
                          IBV_ACCESS_REMOTE_READ, &host) != MrCheck::kOk) {
       return;
     }
-    EnqueueResponse(qp, ReadResponseJob{p.bth.psn, p.bth.psn, host, 0, p.reth.dma_length, false, 0});
+    EnqueueResponse(qp, ReadResponseJob{p.fields.bth.psn, p.fields.bth.psn, host, 0, p.fields.reth.dma_length, false, 0});
     return;
   }
   if (op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
     for (const AtomicReplay& a : s.atomics) {
-      if (a.valid && a.psn.value() == p.bth.psn.value()) {
-        EnqueueResponse(qp, ReadResponseJob{p.bth.psn, p.bth.psn, nullptr, 0, 0, true, a.original});
+      if (a.valid && a.psn.value() == p.fields.bth.psn.value()) {
+        EnqueueResponse(qp, ReadResponseJob{p.fields.bth.psn, p.fields.bth.psn, nullptr, 0, 0, true, a.original});
         return;
       }
     }
@@ -199,7 +200,7 @@ bool Engine::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
   return true;
 }
 
-void Engine::HandleRequest(QueuePair* qp, const RxPacket& p) {
+void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
   if (state != IBV_QPS_RTR && state != IBV_QPS_RTS && state != IBV_QPS_SQD) {
     counters_.rx_dropped++;
@@ -211,8 +212,8 @@ void Engine::HandleRequest(QueuePair* qp, const RxPacket& p) {
   }
   ResponderState& s = qp->resp;
   const bool rc = qp->type == IBV_QPT_RC;
-  const Psn psn = p.bth.psn;
-  const OpcodeInfo& info = *p.info;
+  const Psn psn = p.fields.bth.psn;
+  const OpcodeInfo& info = *p.opcode;
   const int32_t distance = psn.DistanceFrom(s.expected_psn);
   if (distance < 0) {
     if (rc) HandleDuplicate(qp, p);
@@ -259,8 +260,8 @@ void Engine::HandleRequest(QueuePair* qp, const RxPacket& p) {
     return;
   }
   // Payload length rules that depend on the path MTU (IBTA 9.7.5.1.3).
-  if (p.payload_length > qp->mtu_bytes ||
-      (info.payload == PayloadRule::kFullMtu && p.payload_length != qp->mtu_bytes)) {
+  if (p.fields.payload_length > qp->mtu_bytes ||
+      (info.payload == PayloadRule::kFullMtu && p.fields.payload_length != qp->mtu_bytes)) {
     if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
     return;
   }
@@ -287,7 +288,7 @@ void Engine::HandleRequest(QueuePair* qp, const RxPacket& p) {
         s.recv_offset_valid = true;
       }
       ibv_wc_status error = IBV_WC_SUCCESS;
-      if (!PlaceInRecv(qp, s.recv_offset, p.payload, p.payload_length, &error)) {
+      if (!PlaceInRecv(qp, s.recv_offset, p.payload, p.fields.payload_length, &error)) {
         // Too long for the receive buffers (IBTA 9.7.5.1.6, C9-115) or a bad
         // local key: the receive fails, the requester gets a NAK.
         if (rc) {
@@ -301,16 +302,16 @@ void Engine::HandleRequest(QueuePair* qp, const RxPacket& p) {
         }
         return;
       }
-      s.recv_offset += p.payload_length;
+      s.recv_offset += p.fields.payload_length;
       if (info.ends_message()) {
         unsigned flags = 0;
         uint32_t extra = 0;
         if (info.has(kImmDt)) {
           flags = IBV_WC_WITH_IMM;
-          extra = p.immediate_be;
+          extra = htonl(p.fields.immediate_data);
         } else if (info.has(kIeth)) {
           flags = IBV_WC_WITH_INV;
-          extra = p.ieth_rkey;
+          extra = p.fields.invalidate_rkey;
         }
         CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.recv_offset), IBV_WC_RECV, flags, extra,
                      0);
@@ -324,19 +325,19 @@ void Engine::HandleRequest(QueuePair* qp, const RxPacket& p) {
       if (info.starts_message()) {
         uint8_t* host = nullptr;
         const bool allowed = (access & IBV_ACCESS_REMOTE_WRITE) != 0;
-        if (!allowed || (p.reth.dma_length > 0 &&
-                         mrs_.CheckRemote(p.reth.rkey, qp->pd, p.reth.virtual_address, p.reth.dma_length,
+        if (!allowed || (p.fields.reth.dma_length > 0 &&
+                         mrs_.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
                                           IBV_ACCESS_REMOTE_WRITE, &host) != MrCheck::kOk)) {
           if (rc) ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
           return;
         }
         s.write_dest = host;
-        s.write_remaining = p.reth.dma_length;
-        s.write_length = p.reth.dma_length;
+        s.write_remaining = p.fields.reth.dma_length;
+        s.write_length = p.fields.reth.dma_length;
         s.write_in_progress = true;
       }
-      if (p.payload_length > s.write_remaining ||
-          (info.ends_message() && p.payload_length != s.write_remaining)) {
+      if (p.fields.payload_length > s.write_remaining ||
+          (info.ends_message() && p.fields.payload_length != s.write_remaining)) {
         // The packets do not add up to the RETH's DMA length (C9-116).
         if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         s.write_in_progress = false;
@@ -361,15 +362,15 @@ void Engine::HandleRequest(QueuePair* qp, const RxPacket& p) {
           s.recv_offset_valid = false;
         }
       }
-      if (p.payload_length > 0) std::memcpy(s.write_dest, p.payload, p.payload_length);
-      s.write_dest += p.payload_length;
-      s.write_remaining -= p.payload_length;
+      if (p.fields.payload_length > 0) std::memcpy(s.write_dest, p.payload, p.fields.payload_length);
+      s.write_dest += p.fields.payload_length;
+      s.write_remaining -= p.fields.payload_length;
       if (info.ends_message()) {
         s.write_in_progress = false;
         ++s.msn;
         if (with_imm) {
           CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.write_length),
-                       IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_WITH_IMM, p.immediate_be, 0);
+                       IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_WITH_IMM, htonl(p.fields.immediate_data), 0);
           s.have_recv = false;
         }
       }
@@ -378,19 +379,19 @@ void Engine::HandleRequest(QueuePair* qp, const RxPacket& p) {
     case Operation::kRdmaReadRequest: {
       uint8_t* host = nullptr;
       const bool allowed = (access & IBV_ACCESS_REMOTE_READ) != 0;
-      if (!allowed || (p.reth.dma_length > 0 &&
-                       mrs_.CheckRemote(p.reth.rkey, qp->pd, p.reth.virtual_address, p.reth.dma_length,
+      if (!allowed || (p.fields.reth.dma_length > 0 &&
+                       mrs_.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
                                         IBV_ACCESS_REMOTE_READ, &host) != MrCheck::kOk)) {
         ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
       }
-      if (!EnqueueResponse(qp, ReadResponseJob{psn, psn, host, 0, p.reth.dma_length, false, 0})) {
+      if (!EnqueueResponse(qp, ReadResponseJob{psn, psn, host, 0, p.fields.reth.dma_length, false, 0})) {
         // More READs/atomics outstanding than max_dest_rd_atomic allows.
         ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
       const uint32_t packets =
-          p.reth.dma_length == 0 ? 1 : (p.reth.dma_length + qp->mtu_bytes - 1) / qp->mtu_bytes;
+          p.fields.reth.dma_length == 0 ? 1 : (p.fields.reth.dma_length + qp->mtu_bytes - 1) / qp->mtu_bytes;
       ++s.msn;
       s.expected_psn = psn + packets;
       return;  // the responses acknowledge it
@@ -399,7 +400,7 @@ void Engine::HandleRequest(QueuePair* qp, const RxPacket& p) {
     case Operation::kFetchAdd: {
       uint8_t* host = nullptr;
       const bool allowed = (access & IBV_ACCESS_REMOTE_ATOMIC) != 0;
-      const AtomicEthFields& a = p.atomic_eth;
+      const AtomicEthFields& a = p.fields.atomic_eth;
       if ((a.virtual_address & 7) != 0) {  // IBTA 9.4.5: naturally aligned
         ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
@@ -438,7 +439,7 @@ void Engine::HandleRequest(QueuePair* qp, const RxPacket& p) {
       return;
   }
   s.expected_psn = psn + 1;
-  if (rc && p.bth.ack_request) QueueAck(qp, psn);
+  if (rc && p.fields.bth.ack_request) QueueAck(qp, psn);
 }
 
 // Sends queued READ responses and atomic acknowledgements, in order, within
@@ -458,9 +459,7 @@ void Engine::RunReadResponses(QueuePair* qp) {
     bool last = true;
     if (job.atomic) {
       f.bth.opcode = static_cast<uint8_t>(Opcode::kRcAtomicAcknowledge);
-      f.has_aeth = true;
       f.atomic_ack_eth.original_remote_data = job.original;
-      f.has_atomic_ack_eth = true;
     } else {
       const bool first = job.offset == 0;
       payload = static_cast<uint32_t>(std::min<uint64_t>(mtu, job.length - job.offset));
@@ -470,10 +469,10 @@ void Engine::RunReadResponses(QueuePair* qp) {
       else if (first) f.bth.opcode = static_cast<uint8_t>(Opcode::kRcRdmaReadResponseFirst);
       else if (last) f.bth.opcode = static_cast<uint8_t>(Opcode::kRcRdmaReadResponseLast);
       else f.bth.opcode = static_cast<uint8_t>(Opcode::kRcRdmaReadResponseMiddle);
-      f.has_aeth = first || last;
     }
     uint8_t* dest = nullptr;
-    rte_mbuf* m = StartPacket(qp->path, f, payload, &dest);
+    f.payload_length = payload;
+    rte_mbuf* m = StartPacket(qp->path, f, &dest);
     if (m == nullptr) return;  // no buffer now; next poll
     if (payload > 0) std::memcpy(dest, job.source + job.offset, payload);
     FinishPacket(m);
