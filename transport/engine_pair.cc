@@ -62,8 +62,12 @@ bool EnginePair::ShutDownAndCheckMbufs() {
 }
 
 StatusOr<std::pair<QueuePair*, QueuePair*>> EnginePair::ConnectQps(const RcConnectOptions& o) {
+  return ConnectQueuePairs(a_, b_, o);
+}
+
+StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(Endpoint& a, Endpoint& b, const RcConnectOptions& o) {
   QueuePair* qps[2] = {nullptr, nullptr};
-  Endpoint* sides[2] = {&a_, &b_};
+  Endpoint* sides[2] = {&a, &b};
   for (int i = 0; i < 2; ++i) {
     QpInitAttr init;
     init.type = o.type;

@@ -51,6 +51,11 @@ struct RcConnectOptions {
   SharedReceiveQueue* srq_b = nullptr;
 };
 
+// Creates an RC (or UC) QP on each endpoint and moves both to RTS, each
+// aimed at the other. Works for any two engines that can reach each other.
+StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(Endpoint& a, Endpoint& b,
+                                                              const RcConnectOptions& options);
+
 class EnginePair {
  public:
   static StatusOr<std::unique_ptr<EnginePair>> Create(const EnginePairOptions& options);
