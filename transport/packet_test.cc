@@ -379,6 +379,31 @@ TEST(PacketParserTest, EthernetPaddingAfterThePacketIsIgnored) {
   EXPECT_EQ(view.frame_length, packet + 10);
 }
 
+// uroce never sends IPv4 options, but a peer may: the ICRC covers them.
+TEST(PacketParserTest, Ipv4OptionsAreAcceptedAndCovered) {
+  Sample s = SampleFrame(Opcode::kRcRdmaWriteOnly, 64);
+  const std::vector<uint8_t> nops = {1, 1, 1, 1};  // four NOP options (RFC 791)
+  s.frame.insert(s.frame.begin() + s.udp, nops.begin(), nops.end());
+  uint8_t* ip = s.frame.data() + s.l3;
+  ip[0] = 0x46;
+  StoreBe16(ip + 2, static_cast<uint16_t>(LoadBe16(ip + 2) + 4));
+  StoreBe16(ip + 10, 0);
+  StoreBe16(ip + 10, Ipv4HeaderChecksum(ip, 24));
+  const size_t icrc_at = s.frame.size() - 4;
+  StoreLe32(s.frame.data() + icrc_at, ComputeIcrc(ip, 24, IpVersion::kIpv4, icrc_at - s.l3));
+
+  PacketView view;
+  ASSERT_EQ(ParsePacket(s.frame.data(), s.frame.size(), ParseOptions{}, &view), ParseError::kOk);
+  EXPECT_EQ(view.ip_header_bytes, 24);
+  EXPECT_EQ(view.bth_offset, s.bth + 4);
+  EXPECT_EQ(view.fields.reth.dma_length, 8192u);
+  EXPECT_EQ(view.fields.payload_length, 64u);
+  s.frame[s.udp + 2] ^= 0x10;  // an option byte is covered
+  StoreBe16(ip + 10, 0);
+  StoreBe16(ip + 10, Ipv4HeaderChecksum(ip, 24));
+  EXPECT_EQ(ParsePacket(s.frame.data(), s.frame.size(), ParseOptions{}, &view), ParseError::kBadIcrc);
+}
+
 TEST(PacketParserTest, NotRoce) {
   Sample s = SampleFrame(Opcode::kRcSendOnly, 64);
   s.frame[12] = 0x08, s.frame[13] = 0x06;  // ARP
