@@ -6,6 +6,7 @@ namespace uroce::tools {
 
 // Each returns the process exit code. argv[0] is the subcommand's name.
 int DemoCommand(int argc, char** argv);
+int SoakCommand(int argc, char** argv);
 int DumpCommand(int argc, char** argv);  // tools/dump.cc
 
 }  // namespace uroce::tools

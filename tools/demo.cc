@@ -1,104 +1,302 @@
-// `uroce demo`: the README's first command.
+// `uroce demo`: the README's first command. Two uroce endpoints, each an
+// engine on its own DPDK port, joined by a net_ring pair (no hugepages, no
+// NIC, no setup): RC SEND, RDMA WRITE, RDMA READ and an atomic, every byte
+// verified, with a short table of latency and bandwidth.
 //
-// Until the transport engine exists (issues 4 and 5), the demo runs the best
-// end-to-end path there is: DPDK's EAL without hugepages, two ports joined by a
-// net_ring pair, bursts of frames across in both directions with their
-// contents checked, and every mbuf back in its pool at the end.
+// Progress is inline (one thread polls both engines), so the figures are the
+// engines' own cost on one core; pinned engine lcores and other port types
+// come with the poll-mode driver issue.
+#include <arpa/inet.h>
 #include <rte_cycles.h>
-#include <rte_ethdev.h>
-#include <rte_mbuf.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "cq/wc_mapping.h"
 #include "pmd/eal.h"
+#include "pmd/eth_port_io.h"
 #include "pmd/mempool.h"
 #include "pmd/port.h"
 #include "pmd/ring_pair.h"
 #include "tools/command.h"
+#include "transport/engine_pair.h"
 
 namespace uroce::tools {
 namespace {
 
-constexpr uint16_t kBurst = 32;
-constexpr unsigned kRounds = 1000;
-constexpr uint16_t kFrameBytes = 1024;
+using transport::CompletionQueue;
+using transport::Endpoint;
+using transport::Engine;
+using transport::QueuePair;
 
-// Sends kRounds bursts from `from` to `to` and checks each frame's contents.
-// Returns the frames that arrived intact.
-unsigned Exchange(rte_mempool* pool, uint16_t from, uint16_t to, uint8_t tag) {
-  unsigned intact = 0;
-  rte_mbuf* burst[kBurst];
-  for (unsigned round = 0; round < kRounds; ++round) {
-    if (rte_pktmbuf_alloc_bulk(pool, burst, kBurst) != 0) return intact;
-    for (uint16_t i = 0; i < kBurst; ++i) {
-      char* data = rte_pktmbuf_append(burst[i], kFrameBytes);
-      std::memset(data, tag ^ static_cast<uint8_t>(i + round), kFrameBytes);
+constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                        IBV_ACCESS_REMOTE_ATOMIC;
+
+struct Region {
+  std::vector<uint8_t> bytes;
+  transport::MrKeys keys;
+  uint64_t addr() const { return reinterpret_cast<uint64_t>(bytes.data()); }
+};
+
+double Seconds(uint64_t cycles) { return double(cycles) / double(rte_get_tsc_hz()); }
+
+class Demo {
+ public:
+  Demo(Endpoint& a, Endpoint& b, QueuePair* qa, QueuePair* qb) : a_(a), b_(b), qa_(qa), qb_(qb) {}
+
+  bool Register(Endpoint& side, Region& r, size_t size) {
+    r.bytes.assign(size, 0);
+    auto keys = side.engine->RegMr(side.pd, r.bytes.data(), size, r.addr(), kAccess);
+    if (!keys.ok()) {
+      std::fprintf(stderr, "uroce demo: %s\n", keys.status().ToString().c_str());
+      return false;
     }
-    uint16_t sent = rte_eth_tx_burst(from, 0, burst, kBurst);
-    if (sent < kBurst) rte_pktmbuf_free_bulk(burst + sent, kBurst - sent);
-    uint16_t got = rte_eth_rx_burst(to, 0, burst, kBurst);
-    for (uint16_t i = 0; i < got; ++i) {
-      const uint8_t* data = rte_pktmbuf_mtod(burst[i], const uint8_t*);
-      const uint8_t want = tag ^ static_cast<uint8_t>(i + round);
-      if (rte_pktmbuf_pkt_len(burst[i]) == kFrameBytes && data[0] == want && data[kFrameBytes - 1] == want) ++intact;
-    }
-    rte_pktmbuf_free_bulk(burst, got);
+    r.keys = *keys;
+    return true;
   }
-  return intact;
+
+  void Poll() {
+    a_.engine->Poll();
+    b_.engine->Poll();
+  }
+
+  // Waits for one completion on `cq`; false on timeout or error status.
+  bool Wait(CompletionQueue* cq, ibv_wc* wc) {
+    const uint64_t deadline = rte_get_tsc_cycles() + 10 * rte_get_tsc_hz();
+    while (cq->Poll(1, wc) == 0) {
+      Poll();
+      if (rte_get_tsc_cycles() > deadline) {
+        std::fprintf(stderr, "uroce demo: timed out waiting for a completion\n");
+        return false;
+      }
+    }
+    if (wc->status != IBV_WC_SUCCESS) {
+      std::fprintf(stderr, "uroce demo: completion failed: %s\n", cq::CompletionStatusText(wc->status));
+      return false;
+    }
+    return true;
+  }
+
+  static bool PostRecv(Endpoint& side, QueuePair* qp, Region& r, uint32_t length) {
+    ibv_sge sge{r.addr(), length, r.keys.lkey};
+    ibv_recv_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    const ibv_recv_wr* bad = nullptr;
+    return side.engine->PostRecv(qp, &wr, &bad) == 0;
+  }
+
+  static bool Post(Endpoint& side, QueuePair* qp, ibv_wr_opcode op, Region& local, uint32_t offset,
+                   uint32_t length, uint64_t remote_addr, uint32_t rkey, uint64_t wr_id) {
+    ibv_sge sge{local.addr() + offset, length, local.keys.lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = rkey;
+    const ibv_send_wr* bad = nullptr;
+    return side.engine->PostSend(qp, &wr, &bad) == 0;
+  }
+
+  // SEND ping-pong: A sends, B answers; half a round trip per message.
+  bool SendPingPong(int iterations, uint32_t size, double* half_rtt_us) {
+    Region a_buf, b_buf;
+    if (!Register(a_, a_buf, size) || !Register(b_, b_buf, size)) return false;
+    ibv_wc wc;
+    const uint64_t start = rte_get_tsc_cycles();
+    for (int i = 0; i < iterations; ++i) {
+      std::memset(a_buf.bytes.data(), i & 0xFF, size);
+      if (!PostRecv(b_, qb_, b_buf, size) || !PostRecv(a_, qa_, a_buf, size)) return false;
+      if (!Post(a_, qa_, IBV_WR_SEND, a_buf, 0, size, 0, 0, i)) return false;
+      if (!Wait(b_.cq, &wc) || wc.opcode != IBV_WC_RECV || wc.byte_len != size) return false;
+      if (b_buf.bytes[0] != (i & 0xFF) || b_buf.bytes[size - 1] != (i & 0xFF)) return false;
+      b_buf.bytes[0] ^= 0xFF;  // the answer differs from the question
+      if (!Post(b_, qb_, IBV_WR_SEND, b_buf, 0, size, 0, 0, i)) return false;
+      // A sees its send completion and the answer, in either order; B its send.
+      for (int k = 0; k < 2; ++k) {
+        if (!Wait(a_.cq, &wc)) return false;
+      }
+      if (!Wait(b_.cq, &wc)) return false;
+      if (a_buf.bytes[0] != ((i & 0xFF) ^ 0xFF)) return false;
+    }
+    *half_rtt_us = Seconds(rte_get_tsc_cycles() - start) * 1e6 / iterations / 2;
+    return true;
+  }
+
+  // RDMA WRITE or READ streaming, `outstanding` at a time; checks every byte.
+  bool Stream(ibv_wr_opcode op, int messages, uint32_t size, int outstanding, double* gbps) {
+    Region local, remote;
+    const size_t span = size_t(size) * outstanding;
+    if (!Register(a_, local, span) || !Register(b_, remote, span)) return false;
+    Region& source = op == IBV_WR_RDMA_WRITE ? local : remote;
+    for (size_t i = 0; i < span; ++i) source.bytes[i] = static_cast<uint8_t>(i * 31 + op);
+    int posted = 0, done = 0;
+    ibv_wc wc;
+    const uint64_t start = rte_get_tsc_cycles();
+    while (done < messages) {
+      while (posted < messages && posted - done < outstanding) {
+        const uint32_t slot = static_cast<uint32_t>(posted % outstanding) * size;
+        if (!Post(a_, qa_, op, local, slot, size, remote.addr() + slot, remote.keys.rkey, posted)) return false;
+        ++posted;
+      }
+      if (!Wait(a_.cq, &wc)) return false;
+      ++done;
+    }
+    *gbps = double(messages) * size / Seconds(rte_get_tsc_cycles() - start) / 1e9;
+    return local.bytes == remote.bytes;
+  }
+
+  // Fetch-and-add round trips; the target must hold the sum at the end.
+  bool FetchAdd(int iterations, double* latency_us) {
+    Region result, target;
+    if (!Register(a_, result, 8) || !Register(b_, target, 8)) return false;
+    ibv_wc wc;
+    uint64_t expected = 0;
+    const uint64_t start = rte_get_tsc_cycles();
+    for (int i = 0; i < iterations; ++i) {
+      ibv_sge sge{result.addr(), 8, result.keys.lkey};
+      ibv_send_wr wr{};
+      wr.wr_id = i;
+      wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.wr.atomic.remote_addr = target.addr();
+      wr.wr.atomic.rkey = target.keys.rkey;
+      wr.wr.atomic.compare_add = i + 1;
+      const ibv_send_wr* bad = nullptr;
+      if (a_.engine->PostSend(qa_, &wr, &bad) != 0 || !Wait(a_.cq, &wc)) return false;
+      uint64_t original;
+      std::memcpy(&original, result.bytes.data(), 8);
+      if (original != expected) return false;
+      expected += i + 1;
+    }
+    *latency_us = Seconds(rte_get_tsc_cycles() - start) * 1e6 / iterations;
+    uint64_t final_value;
+    std::memcpy(&final_value, target.bytes.data(), 8);
+    return final_value == expected;
+  }
+
+ private:
+  Endpoint& a_;
+  Endpoint& b_;
+  QueuePair* qa_;
+  QueuePair* qb_;
+};
+
+int Fail(const std::string& what) {
+  std::fprintf(stderr, "uroce demo: %s\n", what.c_str());
+  std::printf("uroce demo: FAILED\n");
+  return 1;
 }
 
 }  // namespace
 
 int DemoCommand(int argc, char** argv) {
+  int iterations = 2000;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--iterations") && i + 1 < argc) {
+      iterations = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: uroce demo [--iterations N]\n");
+      return 2;
+    }
+  }
+  if (iterations < 1) return Fail("--iterations must be positive");
+
   pmd::EalConfig eal;
   eal.program_name = "uroce-demo";
   eal.log_level = "*:warning";
+  eal.memory_mb = 512;
   Status s = pmd::StartEal(eal);
-  if (!s.ok()) {
-    std::fprintf(stderr, "uroce demo: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  constexpr unsigned kPoolSize = 4095;
-  auto pool = pmd::CreatePktPool({.name = "demo_pool", .mbufs = kPoolSize, .per_core_cache = 0});
-  auto pair = pool.ok() ? pmd::CreateRingPair("demo") : StatusOr<pmd::RingPair>(pool.status());
-  if (!pair.ok()) {
-    std::fprintf(stderr, "uroce demo: %s\n", pair.status().ToString().c_str());
-    return 1;
-  }
-  pmd::PortConfig port;
-  port.rx_pool = pool->get();
-  for (uint16_t id : {pair->port_a, pair->port_b}) {
-    s = pmd::StartPort(id, port);
-    if (!s.ok()) {
-      std::fprintf(stderr, "uroce demo: %s\n", s.ToString().c_str());
-      return 1;
+  if (!s.ok()) return Fail(s.ToString());
+  constexpr unsigned kPoolSize = 8191;
+  int rc = 0;
+  {
+    auto pool = pmd::CreatePktPool({.name = "demo_pool",
+                                    .mbufs = kPoolSize,
+                                    .per_core_cache = 0,
+                                    .data_room = RTE_PKTMBUF_HEADROOM + 4096 + 256});
+    if (!pool.ok()) return Fail(pool.status().ToString());
+    auto pair = pmd::CreateRingPair("demo");
+    if (!pair.ok()) return Fail(pair.status().ToString());
+    pmd::PortConfig port;
+    port.rx_pool = pool->get();
+    for (uint16_t id : {pair->port_a, pair->port_b}) {
+      s = pmd::StartPort(id, port);
+      if (!s.ok()) return Fail(s.ToString());
     }
+    pmd::EthPortIo io_a(pair->port_a, 0), io_b(pair->port_b, 0);
+    Endpoint a, b;
+    for (int side = 0; side < 2; ++side) {
+      Endpoint& e = side == 0 ? a : b;
+      const uint8_t host = static_cast<uint8_t>(side + 1);
+      e.mac = {0x02, 0x75, 0x72, 0x6f, 0x63, host};  // locally administered
+      const uint8_t ip[4] = {10, 99, 0, host};
+      e.gid = transport::Ipv4MappedGid(ip);
+      transport::EngineConfig config;
+      config.mac = e.mac;
+      config.gids = {e.gid};
+      config.port_mtu = 9000;  // a virtual wire: jumbo frames, path MTU 4096
+      config.tx_pool = pool->get();
+      config.io = side == 0 ? static_cast<transport::PacketIo*>(&io_a) : &io_b;
+      e.engine = std::make_unique<Engine>(config);
+      e.pd = *e.engine->AllocPd();
+      e.cq = *e.engine->CreateCq(1024);
+    }
+    a.engine->AddNeighbor(b.gid, b.mac);
+    b.engine->AddNeighbor(a.gid, a.mac);
+    transport::RcConnectOptions connect;
+    connect.mtu = IBV_MTU_4096;
+    connect.timeout = 14;
+    auto qps = transport::ConnectQueuePairs(a, b, connect);
+    if (!qps.ok()) return Fail(qps.status().ToString());
+
+    std::printf("uroce demo: two RoCEv2 endpoints over a DPDK net_ring pair (ports %u <-> %u), no hugepages\n",
+                pair->port_a, pair->port_b);
+    std::printf("  A 10.99.0.1 QPN 0x%x  <->  B 10.99.0.2 QPN 0x%x, RC, path MTU 4096, inline progress\n",
+                qps->first->qpn, qps->second->qpn);
+    Demo demo(a, b, qps->first, qps->second);
+    double send_us = 0, write_gbps = 0, read_gbps = 0, atomic_us = 0;
+    const int stream_messages = std::max(64, iterations / 4);
+    const bool send_ok = demo.SendPingPong(iterations, 64, &send_us);
+    const bool write_ok = send_ok && demo.Stream(IBV_WR_RDMA_WRITE, stream_messages, 65536, 16, &write_gbps);
+    const bool read_ok = write_ok && demo.Stream(IBV_WR_RDMA_READ, stream_messages, 65536, 16, &read_gbps);
+    const bool atomic_ok = read_ok && demo.FetchAdd(iterations, &atomic_us);
+    std::printf("  %-16s %8s %10s %12s %12s  %s\n", "operation", "size", "messages", "latency", "bandwidth",
+                "verified");
+    std::printf("  %-16s %8s %10d %9.2f us %12s  %s\n", "SEND ping-pong", "64 B", iterations, send_us, "-",
+                send_ok ? "yes" : "NO");
+    std::printf("  %-16s %8s %10d %12s %7.2f GB/s  %s\n", "RDMA WRITE", "64 KiB", stream_messages, "-", write_gbps,
+                write_ok ? "yes" : "NO");
+    std::printf("  %-16s %8s %10d %12s %7.2f GB/s  %s\n", "RDMA READ", "64 KiB", stream_messages, "-", read_gbps,
+                read_ok ? "yes" : "NO");
+    std::printf("  %-16s %8s %10d %9.2f us %12s  %s\n", "FETCH_AND_ADD", "8 B", iterations, atomic_us, "-",
+                atomic_ok ? "yes" : "NO");
+    const transport::EngineCounters ca = a.engine->counters();
+    std::printf("  A sent %llu frames, received %llu; retransmits %llu, ICRC drops %llu\n",
+                (unsigned long long)ca.tx_frames, (unsigned long long)ca.rx_frames,
+                (unsigned long long)ca.retransmits, (unsigned long long)ca.rx_icrc_errors);
+    if (!(send_ok && write_ok && read_ok && atomic_ok)) rc = 1;
+    a.engine.reset();
+    b.engine.reset();
+    s = pmd::DestroyRingPair(*pair);
+    if (!s.ok()) rc = 1;
+    const unsigned available = pmd::AvailableMbufs(pool->get());
+    std::printf("  mbufs back in the pool: %u of %u\n", available, kPoolSize);
+    if (available != kPoolSize) rc = 1;
   }
-
-  std::printf("uroce demo: DPDK EAL up (no hugepages, file prefix %s), net_ring pair ports %u <-> %u\n",
-              pmd::EalFilePrefix().c_str(), pair->port_a, pair->port_b);
-  const uint64_t start = rte_get_tsc_cycles();
-  unsigned ab = Exchange(pool->get(), pair->port_a, pair->port_b, 0xa5);
-  unsigned ba = Exchange(pool->get(), pair->port_b, pair->port_a, 0x5a);
-  const double seconds = double(rte_get_tsc_cycles() - start) / double(rte_get_tsc_hz());
-  const unsigned expected = kRounds * kBurst;
-  std::printf("  %-8s %10s %10s\n", "path", "frames", "intact");
-  std::printf("  %-8s %10u %10u\n", "A -> B", expected, ab);
-  std::printf("  %-8s %10u %10u\n", "B -> A", expected, ba);
-  std::printf("  %.2f Mframes/s, %.2f GB/s of %u-byte frames (raw DPDK path, no RoCE yet)\n",
-              2.0 * expected / seconds / 1e6, 2.0 * expected * kFrameBytes / seconds / 1e9, kFrameBytes);
-
-  s = pmd::DestroyRingPair(*pair);
-  const unsigned available = pmd::AvailableMbufs(pool->get());
-  std::printf("  mbufs back in the pool: %u of %u\n", available, kPoolSize);
-  pool->reset();
-  Status stop = pmd::StopEal();
-  const bool ok = s.ok() && stop.ok() && ab == expected && ba == expected && available == kPoolSize;
-  std::printf("uroce demo: %s\n", ok ? "OK" : "FAILED");
-  std::printf("(RoCEv2 endpoints, RDMA WRITE/READ/atomics arrive with the transport engine; see README)\n");
-  return ok ? 0 : 1;
+  if (!pmd::StopEal().ok()) rc = 1;
+  std::printf("uroce demo: %s\n", rc == 0 ? "OK" : "FAILED");
+  std::printf("(latency: one core polling both engines; compare with `fi_pingpong` in the README)\n");
+  return rc;
 }
 
 }  // namespace uroce::tools

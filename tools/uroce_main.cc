@@ -14,6 +14,7 @@ struct Subcommand {
 
 constexpr Subcommand kSubcommands[] = {
     {"demo", uroce::tools::DemoCommand, "two endpoints exchange traffic over DPDK virtual devices"},
+    {"soak", uroce::tools::SoakCommand, "randomized RDMA workload over a lossy in-memory link, all checked"},
     {"dump", uroce::tools::DumpCommand, "decode the RoCEv2 frames of a pcap file and check their ICRC"},
 };
 

@@ -1,0 +1,399 @@
+#include "cq/completion_queue.h"
+
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "cq/wc_mapping.h"
+
+namespace uroce::cq {
+namespace {
+
+CompletionQueue* Owner(fid_cq* cq) { return CompletionQueue::FromFid(cq); }
+CompletionQueue* Owner(struct fid* fid) { return CompletionQueue::FromFid(fid); }
+
+// fi_ops: what every fid has.
+int CqClose(struct fid* fid) {
+  CompletionQueue* cq = Owner(fid);
+  if (cq == nullptr) return -FI_EINVAL;
+  const int rc = cq->CheckClosable();
+  if (rc != 0) return rc;
+  delete cq;
+  return 0;
+}
+int CqBind(struct fid*, struct fid*, uint64_t) { return -FI_ENOSYS; }
+int CqControl(struct fid* fid, int command, void* arg) {
+  CompletionQueue* self = Owner(fid);
+  if (self == nullptr) return -FI_EINVAL;
+  return self->Control(command, arg);
+}
+int CqOpsOpen(struct fid*, const char*, uint64_t, void**, void*) {
+  return -FI_ENOSYS;
+}
+int CqToStr(const struct fid*, char*, size_t) { return -FI_ENOSYS; }
+int CqOpsSet(struct fid*, const char*, uint64_t, void*, void*) {
+  return -FI_ENOSYS;
+}
+
+fi_ops kCqFiOps = {
+    sizeof(fi_ops), CqClose, CqBind, CqControl, CqOpsOpen, CqToStr, CqOpsSet,
+};
+
+// fi_ops_cq.
+ssize_t CqRead(fid_cq* cq, void* buf, size_t count) {
+  CompletionQueue* self = Owner(cq);
+  if (self == nullptr) return -FI_EINVAL;
+  return self->ReadFrom(buf, count, nullptr);
+}
+ssize_t CqReadFrom(fid_cq* cq, void* buf, size_t count, fi_addr_t* src_addr) {
+  CompletionQueue* self = Owner(cq);
+  if (self == nullptr) return -FI_EINVAL;
+  return self->ReadFrom(buf, count, src_addr);
+}
+ssize_t CqReadErr(fid_cq* cq, fi_cq_err_entry* entry, uint64_t flags) {
+  CompletionQueue* self = Owner(cq);
+  if (self == nullptr) return -FI_EINVAL;
+  return self->ReadErr(entry, flags);
+}
+ssize_t CqSRead(fid_cq* cq, void* buf, size_t count, const void* cond,
+                int timeout) {
+  CompletionQueue* self = Owner(cq);
+  if (self == nullptr) return -FI_EINVAL;
+  return self->SReadFrom(buf, count, nullptr, cond, timeout);
+}
+ssize_t CqSReadFrom(fid_cq* cq, void* buf, size_t count, fi_addr_t* src_addr,
+                    const void* cond, int timeout) {
+  CompletionQueue* self = Owner(cq);
+  if (self == nullptr) return -FI_EINVAL;
+  return self->SReadFrom(buf, count, src_addr, cond, timeout);
+}
+int CqSignal(fid_cq* cq) {
+  CompletionQueue* self = Owner(cq);
+  if (self == nullptr) return -FI_EINVAL;
+  return self->Signal();
+}
+const char* CqStrError(fid_cq* cq, int prov_errno, const void* err_data,
+                       char* buf, size_t len) {
+  CompletionQueue* self = Owner(cq);
+  if (self == nullptr) return "not a uroce completion queue";
+  return self->StrError(prov_errno, err_data, buf, len);
+}
+
+fi_ops_cq kCqOps = {
+    sizeof(fi_ops_cq), CqRead,   CqReadFrom, CqReadErr, CqSRead,
+    CqSReadFrom,       CqSignal, CqStrError,
+};
+
+size_t RoundUpToPowerOfTwo(size_t n) {
+  size_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CompletionQueue>> CompletionQueue::Open(
+    const fi_cq_attr& attr, void* context) {
+  // fi_cq(3) "flags": FI_AFFINITY is the only one; signaling_vector is a hint
+  // that a software CQ has no interrupt to apply to.
+  if ((attr.flags & ~static_cast<uint64_t>(FI_AFFINITY)) != 0) {
+    return InvalidArgument("unsupported fi_cq_attr.flags");
+  }
+  fi_cq_format format = attr.format;
+  if (format == FI_CQ_FORMAT_UNSPEC) format = FI_CQ_FORMAT_CONTEXT;
+  if (CqEntrySize(format) == 0) {
+    return InvalidArgument("unknown CQ format " + std::to_string(attr.format));
+  }
+  if (attr.size > kMaxCqSize) {
+    return InvalidArgument("CQ size " + std::to_string(attr.size) +
+                           " is above the maximum " +
+                           std::to_string(kMaxCqSize));
+  }
+  // "This field is ignored if wait_obj is set to FI_WAIT_NONE."
+  fi_cq_wait_cond wait_cond = FI_CQ_COND_NONE;
+  if (attr.wait_obj != FI_WAIT_NONE) {
+    if (attr.wait_cond != FI_CQ_COND_NONE &&
+        attr.wait_cond != FI_CQ_COND_THRESHOLD) {
+      return InvalidArgument("unknown wait_cond");
+    }
+    wait_cond = attr.wait_cond;
+  }
+  StatusOr<std::unique_ptr<WaitObject>> wait =
+      WaitObject::Create(attr.wait_obj, attr.wait_set);
+  if (!wait.ok()) return wait.status();
+
+  const size_t capacity =
+      RoundUpToPowerOfTwo(attr.size == 0 ? kDefaultCqSize : attr.size);
+  std::unique_ptr<CompletionRecord[]> ring(new (std::nothrow)
+                                               CompletionRecord[capacity]);
+  if (!ring) return ResourceExhausted("no memory for the CQ ring");
+  fi_cq_attr resolved = attr;
+  resolved.wait_cond = wait_cond;
+  return std::unique_ptr<CompletionQueue>(
+      new CompletionQueue(resolved, format, capacity, std::move(ring),
+                          std::move(*wait), context));
+}
+
+CompletionQueue::CompletionQueue(const fi_cq_attr& attr, fi_cq_format format,
+                                 size_t capacity,
+                                 std::unique_ptr<CompletionRecord[]> ring,
+                                 std::unique_ptr<WaitObject> wait,
+                                 void* context)
+    : format_(format),
+      entry_size_(CqEntrySize(format)),
+      wait_cond_(attr.wait_cond),
+      mask_(capacity - 1),
+      ring_(std::move(ring)),
+      wait_(std::move(wait)) {
+  std::memset(&fid_, 0, sizeof(fid_));
+  fid_.cq.fid.fclass = FI_CLASS_CQ;
+  fid_.cq.fid.context = context;
+  fid_.cq.fid.ops = &kCqFiOps;
+  fid_.cq.ops = &kCqOps;
+  fid_.owner = this;
+}
+
+CompletionQueue::~CompletionQueue() = default;
+
+CompletionQueue* CompletionQueue::FromFid(fid_cq* cq) {
+  if (cq == nullptr) return nullptr;
+  return FromFid(&cq->fid);
+}
+
+CompletionQueue* CompletionQueue::FromFid(struct fid* fid) {
+  if (fid == nullptr || fid->fclass != FI_CLASS_CQ || fid->ops != &kCqFiOps) {
+    return nullptr;
+  }
+  return reinterpret_cast<CqFid*>(fid)->owner;
+}
+
+size_t CompletionQueue::PushCompletions(const ibv_wc* wcs, size_t count) {
+  return PushCompletionsFrom(wcs, nullptr, count);
+}
+
+size_t CompletionQueue::PushCompletionsFrom(const ibv_wc* wcs,
+                                            const fi_addr_t* sources,
+                                            size_t count) {
+  const uint64_t tail = producer_.tail.load(std::memory_order_relaxed);
+  const size_t capacity = mask_ + 1;
+  size_t space = capacity - static_cast<size_t>(tail - producer_.cached_head);
+  if (space < count) {
+    // Pairs with the readers' release store of head: their copies of the
+    // slots we are about to reuse are finished.
+    producer_.cached_head = consumer_.head.load(std::memory_order_acquire);
+    space = capacity - static_cast<size_t>(tail - producer_.cached_head);
+  }
+  const size_t taken = std::min(count, space);
+  if (taken == 0) return 0;
+  for (size_t i = 0; i < taken; ++i) {
+    CompletionRecord& record = ring_[(tail + i) & mask_];
+    record.wc = wcs[i];
+    record.source = sources != nullptr ? sources[i] : FI_ADDR_NOTAVAIL;
+  }
+  if (wait_ == nullptr) {
+    producer_.tail.store(tail + taken, std::memory_order_release);
+  } else {
+    // seq_cst: step P1 of the protocol in wait_object.h.
+    producer_.tail.store(tail + taken, std::memory_order_seq_cst);
+    wait_->NotifyAfterPublish();
+  }
+  return taken;
+}
+
+template <typename Entry>
+size_t CompletionQueue::CopyOut(uint64_t head, size_t limit, void* buf,
+                                fi_addr_t* src_addr) {
+  Entry* out = static_cast<Entry*>(buf);
+  size_t n = 0;
+  for (; n < limit; ++n) {
+    const CompletionRecord& record = ring_[(head + n) & mask_];
+    if (record.wc.status != IBV_WC_SUCCESS) break;  // stays topmost
+    ToCqEntry(record.wc, &out[n]);
+    if (src_addr != nullptr) src_addr[n] = record.source;
+  }
+  return n;
+}
+
+bool CompletionQueue::TopmostFailedLocked() const {
+  const uint64_t head = consumer_.head.load(std::memory_order_relaxed);
+  const uint64_t tail = producer_.tail.load(std::memory_order_acquire);
+  return head != tail && ring_[head & mask_].wc.status != IBV_WC_SUCCESS;
+}
+
+ssize_t CompletionQueue::ReadFrom(void* buf, size_t count,
+                                  fi_addr_t* src_addr) {
+  RunProgressHook();
+  if (count > 0 && buf == nullptr) return -FI_EINVAL;
+  std::lock_guard<std::mutex> lock(consumer_.mutex);
+  const uint64_t head = consumer_.head.load(std::memory_order_relaxed);
+  // Pairs with the producer's release (or seq_cst) store of tail: the
+  // records up to tail are complete.
+  const uint64_t tail = producer_.tail.load(std::memory_order_acquire);
+  if (head == tail) return -FI_EAGAIN;
+  const size_t limit = std::min(count, static_cast<size_t>(tail - head));
+  size_t n = 0;
+  switch (format_) {
+    case FI_CQ_FORMAT_CONTEXT:
+      n = CopyOut<fi_cq_entry>(head, limit, buf, src_addr);
+      break;
+    case FI_CQ_FORMAT_MSG:
+      n = CopyOut<fi_cq_msg_entry>(head, limit, buf, src_addr);
+      break;
+    case FI_CQ_FORMAT_DATA:
+      n = CopyOut<fi_cq_data_entry>(head, limit, buf, src_addr);
+      break;
+    case FI_CQ_FORMAT_TAGGED:
+      n = CopyOut<fi_cq_tagged_entry>(head, limit, buf, src_addr);
+      break;
+    case FI_CQ_FORMAT_UNSPEC:
+      break;  // resolved at open
+  }
+  if (n == 0) {
+    // Nothing copied although something is queued: either count was 0 (a
+    // progress call; report what a read would find) or the topmost
+    // completion failed.
+    if (ring_[head & mask_].wc.status != IBV_WC_SUCCESS) return -FI_EAVAIL;
+    return 0;
+  }
+  // Release: the producer may reuse these slots once it sees the new head.
+  consumer_.head.store(head + n, std::memory_order_release);
+  return static_cast<ssize_t>(n);
+}
+
+ssize_t CompletionQueue::ReadErr(fi_cq_err_entry* entry, uint64_t flags) {
+  RunProgressHook();
+  if (entry == nullptr) return -FI_EINVAL;
+  if (flags != 0) return -FI_EBADFLAGS;
+  std::lock_guard<std::mutex> lock(consumer_.mutex);
+  if (!TopmostFailedLocked()) return -FI_EAGAIN;
+  const uint64_t head = consumer_.head.load(std::memory_order_relaxed);
+  const ibv_wc& wc = ring_[head & mask_].wc;
+
+  // err_data (fi_cq(3) COMPLETION FIELDS): the failed ibv_wc itself, which
+  // says everything uroce knows (QP, vendor_err, opcode). With err_data_size
+  // 0 on input the application gets our buffer, valid until the next
+  // fi_cq_readerr ("until a subsequent read call against the CQ"); otherwise
+  // we copy as much as fits and say how much. A NULL err_data with a size is
+  // treated as no buffer rather than written through.
+  void* const user_err_data = entry->err_data;
+  const size_t user_err_data_size = entry->err_data_size;
+  FillCqErrEntry(wc, entry);
+  consumer_.err_data = wc;
+  if (user_err_data_size == 0 || user_err_data == nullptr) {
+    entry->err_data = &consumer_.err_data;
+    entry->err_data_size = sizeof(consumer_.err_data);
+  } else {
+    const size_t copied = std::min(user_err_data_size, sizeof(wc));
+    std::memcpy(user_err_data, &wc, copied);
+    entry->err_data = user_err_data;
+    entry->err_data_size = copied;
+  }
+  consumer_.head.store(head + 1, std::memory_order_release);
+  return 1;  // "the positive value 1 (number of error entries returned)"
+}
+
+bool CompletionQueue::ReadyForWaiter(size_t wanted) {
+  const size_t available = Available();
+  if (available == 0) return false;
+  if (available >= wanted) return true;
+  // A failed completion on top ends the wait too: the reader gets -FI_EAVAIL.
+  std::lock_guard<std::mutex> lock(consumer_.mutex);
+  return TopmostFailedLocked();
+}
+
+ssize_t CompletionQueue::SReadFrom(void* buf, size_t count,
+                                   fi_addr_t* src_addr, const void* cond,
+                                   int timeout_ms) {
+  if (wait_ == nullptr) return -FI_ENOSYS;
+  if (count > 0 && buf == nullptr) return -FI_EINVAL;
+  // FI_CQ_COND_THRESHOLD: "the cond field is interpreted as a size_t
+  // threshold value", i.e. the pointer's value, as libfabric's providers read
+  // it. No more than count can be returned, and the ring cannot hold more
+  // than its capacity, so the threshold is capped at both. The condition is
+  // an optimization, which the man page allows a provider to treat loosely;
+  // here sread returns once `threshold` entries were read, an error is on
+  // top, the time is up or the CQ was signalled.
+  size_t threshold = 1;
+  if (wait_cond_ == FI_CQ_COND_THRESHOLD) {
+    threshold = static_cast<size_t>(reinterpret_cast<uintptr_t>(cond));
+    threshold = std::max<size_t>(1, std::min({threshold, count, capacity()}));
+  }
+  const Deadline deadline = Deadline::AfterMilliseconds(timeout_ms);
+  size_t got = 0;
+  for (;;) {
+    const ssize_t n =
+        ReadFrom(static_cast<char*>(buf) + got * entry_size_, count - got,
+                 src_addr != nullptr ? src_addr + got : nullptr);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      if (got >= threshold) return static_cast<ssize_t>(got);
+      continue;
+    }
+    if (n != -FI_EAGAIN || count == 0) {
+      // An error on top: return what came before it first.
+      return got > 0 ? static_cast<ssize_t>(got) : n;
+    }
+    const size_t wanted = threshold - got;
+    const WaitOutcome outcome =
+        wait_->Wait([&] { return ReadyForWaiter(wanted); }, deadline);
+    if (outcome != WaitOutcome::kReady) {
+      // "If the timeout expires or the calling thread is signaled and no
+      // data is available ... returns -FI_EAGAIN." One last look first.
+      const ssize_t last =
+          ReadFrom(static_cast<char*>(buf) + got * entry_size_, count - got,
+                   src_addr != nullptr ? src_addr + got : nullptr);
+      if (last > 0) got += static_cast<size_t>(last);
+      if (got > 0) return static_cast<ssize_t>(got);
+      return last == -FI_EAVAIL ? -FI_EAVAIL : -FI_EAGAIN;
+    }
+  }
+}
+
+int CompletionQueue::Signal() {
+  // "only available if the CQ was configured with a wait object".
+  if (wait_ == nullptr) return -FI_ENOSYS;
+  wait_->Interrupt();
+  return 0;
+}
+
+const char* CompletionQueue::StrError(int prov_errno, const void* err_data,
+                                      char* buf, size_t len) const {
+  // err_data is not read: the application may pass a partial copy, and the
+  // status alone names the error.
+  const char* text = CompletionStatusText(prov_errno);
+  if (buf == nullptr || len == 0) return text;
+  std::snprintf(buf, len, "%s", text);
+  return buf;
+}
+
+int CompletionQueue::Control(int command, void* arg) {
+  switch (command) {
+    case FI_GETWAIT:
+      if (wait_ == nullptr) return -FI_ENODATA;
+      return wait_->GetWait(arg);
+    case FI_GETWAITOBJ:
+      if (arg == nullptr) return -FI_EINVAL;
+      *static_cast<fi_wait_obj*>(arg) =
+          wait_ == nullptr ? FI_WAIT_NONE : wait_->kind();
+      return 0;
+    default:
+      return -FI_ENOSYS;
+  }
+}
+
+int CompletionQueue::TryWait() {
+  if (wait_ == nullptr) return -FI_EINVAL;
+  return wait_->TryWait([&] { return Available() > 0; });
+}
+
+int CompletionQueue::CheckClosable() const {
+  // fi_cq(3) fi_close: "If resources are still associated with the CQ when
+  // attempting to close, the call will return -FI_EBUSY."
+  return bindings().count() != 0 ? -FI_EBUSY : 0;
+}
+
+}  // namespace uroce::cq

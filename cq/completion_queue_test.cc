@@ -1,0 +1,139 @@
+#include "cq/completion_queue.h"
+
+#include <rdma/fi_errno.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace uroce::cq {
+namespace {
+
+fi_cq_attr Attr(size_t size, fi_wait_obj wait_obj = FI_WAIT_NONE) {
+  fi_cq_attr attr;
+  std::memset(&attr, 0, sizeof(attr));
+  attr.size = size;
+  attr.format = FI_CQ_FORMAT_DATA;
+  attr.wait_obj = wait_obj;
+  return attr;
+}
+
+ibv_wc Wc(uint64_t wr_id, ibv_wc_status status = IBV_WC_SUCCESS) {
+  ibv_wc wc;
+  std::memset(&wc, 0, sizeof(wc));
+  wc.wr_id = wr_id;
+  wc.status = status;
+  wc.opcode = IBV_WC_RECV;
+  return wc;
+}
+
+std::unique_ptr<CompletionQueue> Open(const fi_cq_attr& attr) {
+  auto opened = CompletionQueue::Open(attr, nullptr);
+  EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+  return opened.ok() ? std::move(*opened) : nullptr;
+}
+
+TEST(CompletionQueue, CapacityIsRoundedUpToAPowerOfTwo) {
+  EXPECT_EQ(Open(Attr(5))->capacity(), 8u);
+  EXPECT_EQ(Open(Attr(8))->capacity(), 8u);
+  EXPECT_EQ(Open(Attr(0))->capacity(), kDefaultCqSize);
+  EXPECT_EQ(Open(Attr(1))->capacity(), 1u);
+}
+
+TEST(CompletionQueue, RingWrapsAroundManyTimesInOrder) {
+  auto cq = Open(Attr(4));
+  uint64_t pushed = 0, read = 0;
+  std::vector<ibv_wc> burst;
+  while (read < 1000) {
+    burst.clear();
+    for (uint64_t i = 0; i < 3; ++i) burst.push_back(Wc(pushed + i));
+    pushed += cq->PushCompletions(burst.data(), burst.size());
+    EXPECT_LE(cq->Available(), cq->capacity());
+    fi_cq_data_entry entries[3];
+    const ssize_t n = cq->ReadFrom(entries, 2, nullptr);
+    for (ssize_t i = 0; i < n; ++i) {
+      ASSERT_EQ(entries[i].op_context, reinterpret_cast<void*>(read++));
+    }
+  }
+}
+
+TEST(CompletionQueue, SourcesReachReadFrom) {
+  auto cq = Open(Attr(8));
+  ibv_wc wcs[2] = {Wc(1), Wc(2)};
+  fi_addr_t sources[2] = {17, 42};
+  ASSERT_EQ(cq->PushCompletionsFrom(wcs, sources, 2), 2u);
+  fi_cq_data_entry entries[2];
+  fi_addr_t read_sources[2] = {};
+  ASSERT_EQ(cq->ReadFrom(entries, 2, read_sources), 2);
+  EXPECT_EQ(read_sources[0], 17u);
+  EXPECT_EQ(read_sources[1], 42u);
+}
+
+int progress_calls = 0;
+void CountProgress(void* arg) { ++*static_cast<int*>(arg); }
+
+TEST(CompletionQueue, ProgressHookRunsOnEveryRead) {
+  auto cq = Open(Attr(8));
+  cq->SetProgressHook(CountProgress, &progress_calls);
+  fi_cq_data_entry entry;
+  EXPECT_EQ(fi_cq_read(cq->fid(), nullptr, 0), -FI_EAGAIN);
+  EXPECT_EQ(fi_cq_read(cq->fid(), &entry, 1), -FI_EAGAIN);
+  fi_cq_err_entry err = {};
+  EXPECT_EQ(fi_cq_readerr(cq->fid(), &err, 0), -FI_EAGAIN);
+  EXPECT_EQ(progress_calls, 3);
+}
+
+TEST(CompletionQueue, FromFidKnowsOnlyUroceCqs) {
+  auto cq = Open(Attr(8));
+  EXPECT_EQ(CompletionQueue::FromFid(cq->fid()), cq.get());
+  EXPECT_EQ(CompletionQueue::FromFid(static_cast<fid_cq*>(nullptr)), nullptr);
+  fid_cq foreign;
+  std::memset(&foreign, 0, sizeof(foreign));
+  foreign.fid.fclass = FI_CLASS_CQ;
+  EXPECT_EQ(CompletionQueue::FromFid(&foreign), nullptr);
+}
+
+TEST(CompletionQueue, BindingsBlockClose) {
+  auto cq = Open(Attr(8));
+  EXPECT_EQ(cq->CheckClosable(), 0);
+  cq->bindings().Add();
+  EXPECT_EQ(cq->CheckClosable(), -FI_EBUSY);
+  EXPECT_TRUE(cq->bindings().Remove());
+  EXPECT_FALSE(cq->bindings().Remove());
+  EXPECT_EQ(cq->CheckClosable(), 0);
+}
+
+// The engine-side interface the transport will use.
+TEST(CompletionQueue, IsACompletionSink) {
+  auto cq = Open(Attr(2, FI_WAIT_UNSPEC));
+  CompletionSink* sink = cq.get();
+  ibv_wc wcs[3] = {Wc(1), Wc(2, IBV_WC_WR_FLUSH_ERR), Wc(3)};
+  EXPECT_EQ(sink->PushCompletions(wcs, 3), 2u);  // back-pressure
+  EXPECT_EQ(cq->Available(), 2u);
+}
+
+TEST(CompletionQueue, ProducerThreadAgainstBlockedReader) {
+  auto cq = Open(Attr(16, FI_WAIT_FD));
+  constexpr uint64_t kTotal = 10000;
+  std::thread producer([&] {
+    for (uint64_t id = 0; id < kTotal;) {
+      ibv_wc wc = Wc(id);
+      id += cq->PushCompletions(&wc, 1);
+    }
+  });
+  uint64_t expected = 0;
+  while (expected < kTotal) {
+    fi_cq_data_entry entries[4];
+    const ssize_t n = cq->SReadFrom(entries, 4, nullptr, nullptr, 30000);
+    ASSERT_GT(n, 0);
+    for (ssize_t i = 0; i < n; ++i) {
+      ASSERT_EQ(entries[i].op_context, reinterpret_cast<void*>(expected++));
+    }
+  }
+  producer.join();
+}
+
+}  // namespace
+}  // namespace uroce::cq

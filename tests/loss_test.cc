@@ -1,0 +1,77 @@
+// The transport under a bad link: loss, reordering, duplication and
+// corruption, from fixed seeds so any failure replays (`uroce soak --seed S`
+// with the same flags runs the same thing).
+#include <gtest/gtest.h>
+
+#include "transport/soak.h"
+
+namespace uroce::transport {
+namespace {
+
+void ExpectClean(const StatusOr<SoakResult>& r) {
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->errors, 0u) << r->first_error;
+  EXPECT_EQ(r->verified, r->messages);
+  EXPECT_TRUE(r->mbufs_all_returned);
+}
+
+TEST(LossTest, OnePercentLossWithReorderAndDuplicatesOver100kMessages) {
+  SoakOptions o;
+  o.seed = 20261122;
+  o.messages = 100000;
+  o.qps = 4;
+  o.max_size = 2048;
+  o.impairments.loss = 0.01;
+  o.impairments.reorder = 0.01;
+  o.impairments.duplicate = 0.01;
+  auto r = RunSoak(o, {});
+  ExpectClean(r);
+  // The impairments really happened and were repaired.
+  EXPECT_GT(r->link_dropped, 100u);
+  EXPECT_GT(r->link_duplicated, 100u);
+  EXPECT_GT(r->retransmits, 0u);
+}
+
+TEST(LossTest, CorruptedFramesAreDroppedByIcrcAndRepaired) {
+  SoakOptions o;
+  o.seed = 7;
+  o.messages = 5000;
+  o.qps = 2;
+  o.max_size = 8192;
+  o.impairments.corrupt = 0.02;
+  auto r = RunSoak(o, {});
+  ExpectClean(r);
+  EXPECT_GT(r->link_corrupted, 10u);
+  EXPECT_GT(r->icrc_drops, 0u);
+}
+
+TEST(LossTest, LargeMessagesAtEveryPathMtu) {
+  for (uint32_t mtu : {256u, 1024u, 4096u}) {
+    SoakOptions o;
+    o.seed = mtu;
+    o.messages = 600;
+    o.qps = 2;
+    o.max_size = 256 * 1024;
+    o.path_mtu_bytes = mtu;
+    o.impairments.loss = 0.005;
+    o.impairments.reorder = 0.005;
+    auto r = RunSoak(o, {});
+    ExpectClean(r);
+  }
+}
+
+TEST(LossTest, SameSeedSameRun) {
+  SoakOptions o;
+  o.seed = 99;
+  o.messages = 2000;
+  o.impairments.loss = 0.02;
+  o.impairments.duplicate = 0.02;
+  auto first = RunSoak(o, {});
+  auto second = RunSoak(o, {});
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->retransmits, second->retransmits);
+  EXPECT_EQ(first->link_dropped, second->link_dropped);
+}
+
+}  // namespace
+}  // namespace uroce::transport

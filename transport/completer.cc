@@ -1,0 +1,268 @@
+// Completer (IBTA vol. 1, 9.7.5.2 "Requester side: acknowledgement
+// processing"): ACKs retire send requests in order; READ responses and atomic
+// acknowledgements carry data back; NAKs trigger go-back-N, the RNR wait, or a
+// fatal error; the local ACK timer retransmits and gives up after retry_cnt.
+//
+// Engine thread only.
+#include <arpa/inet.h>
+
+#include <cstring>
+
+#include "transport/engine.h"
+#include "transport/opcode.h"
+
+namespace uroce::transport {
+namespace {
+
+// RNR NAK timer field to nanoseconds (IBTA table 45, in microseconds ×100).
+constexpr uint32_t kRnrTimerCentiMicros[32] = {
+    65536, 1,    2,    3,    4,    6,    8,     12,    16,    24,    32,
+    48,    64,   96,   128,  192,  256,  384,   512,   768,   1024,  1536,
+    2048,  3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152};
+
+}  // namespace
+
+uint64_t RnrTimerNs(uint8_t timer_field) { return uint64_t(kRnrTimerCentiMicros[timer_field & 31]) * 10000; }
+
+// Retires, in order, every SEND/WRITE whose last PSN is at or before `psn`.
+// A READ or atomic covered by `psn` but not answered means its response was
+// lost: returns false and leaves the slot for a retransmission from it.
+bool Engine::RetireThrough(QueuePair* qp, Psn psn) {
+  RequesterState& r = qp->req;
+  while (r.head != r.tail) {
+    SendSlot& slot = r.window[r.head & r.window_mask];
+    if (!slot.started || slot.local_error) break;
+    if (slot.last_psn.DistanceFrom(psn) > 0) break;  // not yet acknowledged
+    if (slot.read_or_atomic) return false;           // its response is missing
+    CompleteSend(qp, slot, IBV_WC_SUCCESS);
+    ++r.head;
+    if (r.next_send < r.head) {
+      r.next_send = r.head;
+      r.send_offset = 0;
+    }
+  }
+  return true;
+}
+
+void Engine::AcknowledgeThrough(QueuePair* qp, Psn psn) {
+  RequesterState& r = qp->req;
+  Psn next = psn + 1;
+  // Never past a READ or atomic still waiting for its response: an ACK or NAK
+  // for a later PSN says the responder executed it, not that its response
+  // arrived; the retransmission timer must still cover it.
+  if (r.head != r.tail) {
+    const SendSlot& oldest = r.window[r.head & r.window_mask];
+    if (oldest.started && oldest.read_or_atomic) {
+      const Psn waiting = oldest.first_psn + static_cast<uint32_t>(oldest.bytes_done / qp->mtu_bytes);
+      if (next.DistanceFrom(waiting) > 0) next = waiting;
+    }
+  }
+  if (next.DistanceFrom(r.unacked) > 0) {
+    r.unacked = next;
+    r.gap_restart_armed = false;
+    // Progress: the retry budget is whole again (IBTA 9.7.6.1.3).
+    r.retries_left = qp->attr.retry_cnt;
+  }
+  const bool outstanding = r.unacked.DistanceFrom(r.sent_limit) < 0;
+  if (outstanding) {
+    const uint64_t t = LocalAckTimeoutNs(qp->attr.timeout);
+    r.timer_deadline_ns = t ? Now() + t : 0;
+  } else {
+    r.timer_deadline_ns = 0;
+  }
+}
+
+// A response or ACK PSN is valid only inside what was sent and not yet
+// acknowledged, [unacked - 1, psn - 1]; anything else is a stale or ghost
+// packet and is ignored (IBTA 9.7.5.2.2).
+bool Engine::AckPsnValid(const QueuePair* qp, Psn psn) const {
+  const RequesterState& r = qp->req;
+  return psn.DistanceFrom(r.unacked - 1) >= 0 && (r.sent_limit - 1).DistanceFrom(psn) >= 0;
+}
+
+// A gap seen in responses (or an ACK that passes an unanswered READ) asks
+// for a retransmission once; more evidence of the same gap is ignored until
+// something new is acknowledged or the timer fires (like one NAK per gap).
+void Engine::RestartOnce(QueuePair* qp, Psn psn) {
+  RequesterState& r = qp->req;
+  if (r.gap_restart_armed && r.gap_restart_psn.value() == psn.value()) return;
+  r.gap_restart_armed = true;
+  r.gap_restart_psn = psn;
+  RestartFrom(qp, psn);
+}
+
+void Engine::FailOldest(QueuePair* qp, ibv_wc_status status) {
+  RequesterState& r = qp->req;
+  if (r.head != r.tail) {
+    SendSlot& slot = r.window[r.head & r.window_mask];
+    slot.signaled = true;
+    CompleteSend(qp, slot, status);
+    ++r.head;
+  }
+  EnterError(qp);
+}
+
+void Engine::HandleAcknowledge(QueuePair* qp, const PacketView& p) {
+  RequesterState& r = qp->req;
+  const Psn psn = p.fields.bth.psn;
+  if (!AckPsnValid(qp, psn)) {
+    qp->counters.duplicates++;
+    return;
+  }
+  switch (p.fields.aeth.kind()) {
+    case AethKind::kAck:
+      if (!RetireThrough(qp, psn)) {
+        // A later PSN was ACKed while a READ/atomic before it got no
+        // response: the response was lost; ask again.
+        const SendSlot& oldest = r.window[r.head & r.window_mask];
+        RestartOnce(qp, oldest.first_psn + static_cast<uint32_t>(oldest.bytes_done / qp->mtu_bytes));
+      }
+      AcknowledgeThrough(qp, psn);
+      return;
+    case AethKind::kRnrNak: {
+      qp->counters.rnr_naks_received++;
+      counters_.rnr_naks_received++;
+      RetireThrough(qp, psn - 1);
+      AcknowledgeThrough(qp, psn - 1);
+      // rnr_retry 7 means "retry for ever" (IBTA 9.7.5.2.8, ibv_modify_qp(3)).
+      if (qp->attr.rnr_retry != 7) {
+        if (r.rnr_retries_left == 0) {
+          FailOldest(qp, IBV_WC_RNR_RETRY_EXC_ERR);
+          return;
+        }
+        --r.rnr_retries_left;
+      }
+      RestartFrom(qp, psn);
+      r.rnr_resume_ns = Now() + RnrTimerNs(p.fields.aeth.value());
+      r.timer_deadline_ns = 0;
+      return;
+    }
+    case AethKind::kNak: {
+      qp->counters.naks_received++;
+      counters_.naks_received++;
+      const auto code = static_cast<NakCode>(p.fields.aeth.value());
+      if (code == NakCode::kPsnSequenceError) {
+        // Everything before `psn` arrived; resend from it (IBTA 9.7.5.2.4).
+        if (!RetireThrough(qp, psn - 1)) {
+          const SendSlot& oldest = r.window[r.head & r.window_mask];
+          RestartOnce(qp, oldest.first_psn + static_cast<uint32_t>(oldest.bytes_done / qp->mtu_bytes));
+        } else {
+          RestartFrom(qp, psn);
+        }
+        AcknowledgeThrough(qp, psn - 1);
+        return;
+      }
+      RetireThrough(qp, psn - 1);
+      ibv_wc_status status = IBV_WC_REM_OP_ERR;
+      if (code == NakCode::kInvalidRequest || code == NakCode::kInvalidRdRequest) status = IBV_WC_REM_INV_REQ_ERR;
+      if (code == NakCode::kRemoteAccessError) status = IBV_WC_REM_ACCESS_ERR;
+      FailOldest(qp, status);
+      return;
+    }
+    default:
+      return;  // reserved syndrome: ignore
+  }
+}
+
+// READ response packets (IBTA 9.7.5.1.3) and atomic acknowledgements.
+void Engine::HandleResponse(QueuePair* qp, const PacketView& p) {
+  RequesterState& r = qp->req;
+  const Psn psn = p.fields.bth.psn;
+  if (!AckPsnValid(qp, psn)) {
+    qp->counters.duplicates++;
+    return;
+  }
+  // A response implicitly acknowledges every request before it.
+  if (!RetireThrough(qp, psn - 1)) {
+    SendSlot& pending = r.window[r.head & r.window_mask];
+    if (pending.last_psn.DistanceFrom(psn) < 0) {
+      RestartOnce(qp, pending.first_psn + static_cast<uint32_t>(pending.bytes_done / qp->mtu_bytes));
+      return;
+    }
+  }
+  if (r.head == r.tail) return;
+  SendSlot& slot = r.window[r.head & r.window_mask];
+  if (!slot.started || !slot.read_or_atomic || psn.DistanceFrom(slot.first_psn) < 0 ||
+      slot.last_psn.DistanceFrom(psn) < 0) {
+    return;  // not the response we wait for
+  }
+  const Operation op = p.opcode->operation;
+  if (op == Operation::kAtomicAcknowledge) {
+    if (slot.wqe.opcode != IBV_WR_ATOMIC_CMP_AND_SWP && slot.wqe.opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) return;
+    const uint64_t original = p.fields.atomic_ack_eth.original_remote_data;
+    std::memcpy(slot.local_result, &original, sizeof(original));
+  } else {
+    if (slot.wqe.opcode != IBV_WR_RDMA_READ) return;
+    const Psn expected = slot.first_psn + static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes);
+    const int32_t ahead = psn.DistanceFrom(expected);
+    if (ahead < 0) return;  // a duplicate response
+    if (ahead > 0) {
+      // A response packet was lost: ask for the rest again (go-back-N).
+      qp->counters.out_of_sequence++;
+      counters_.out_of_sequence++;
+      RestartOnce(qp, expected);
+      return;
+    }
+    const uint64_t remaining = slot.wqe.total_length - slot.bytes_done;
+    const bool last = p.opcode->ends_message();
+    const uint32_t len = p.fields.payload_length;
+    // Each response but the last carries exactly one MTU (IBTA 9.7.5.1.3).
+    if (len > remaining || (!last && len != qp->mtu_bytes) || (last && len != remaining)) {
+      FailOldest(qp, IBV_WC_BAD_RESP_ERR);
+      return;
+    }
+    ScatterToWqe(slot.wqe, slot.bytes_done, p.payload, len);
+    slot.bytes_done += len;
+    if (!last) {
+      AcknowledgeThrough(qp, psn);
+      return;
+    }
+  }
+  // The request is complete: retire it first, so that the acknowledgement
+  // moves past it.
+  --r.reads_in_flight;
+  CompleteSend(qp, slot, IBV_WC_SUCCESS);
+  ++r.head;
+  if (r.next_send < r.head) {
+    r.next_send = r.head;  // it was being (re)sent; move on
+    r.send_offset = 0;
+  }
+  AcknowledgeThrough(qp, psn);
+}
+
+void Engine::ScatterToWqe(const SendWqe& w, uint64_t offset, const uint8_t* data, uint32_t length) {
+  uint32_t i = 0;
+  while (i < w.num_sge && offset >= w.sge[i].length) offset -= w.sge[i++].length;
+  while (length > 0 && i < w.num_sge) {
+    const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, w.sge[i].length - offset));
+    std::memcpy(reinterpret_cast<uint8_t*>(w.sge[i].addr) + offset, data, chunk);
+    data += chunk;
+    length -= chunk;
+    offset = 0;
+    ++i;
+  }
+}
+
+// The local ACK timer (IBTA 9.7.6.1.3): nothing acknowledged in time means a
+// retransmission from the oldest unacknowledged PSN, up to retry_cnt times.
+void Engine::RunCompleterTimers(QueuePair* qp) {
+  RequesterState& r = qp->req;
+  if (qp->type != IBV_QPT_RC || r.timer_deadline_ns == 0) return;
+  if (Now() < r.timer_deadline_ns) return;
+  if (r.unacked.DistanceFrom(r.sent_limit) >= 0) {  // nothing outstanding
+    r.timer_deadline_ns = 0;
+    return;
+  }
+  qp->counters.timeouts++;
+  counters_.timeouts++;
+  if (r.retries_left == 0) {
+    FailOldest(qp, IBV_WC_RETRY_EXC_ERR);
+    return;
+  }
+  --r.retries_left;
+  r.gap_restart_armed = false;
+  RestartFrom(qp, r.unacked);
+  r.timer_deadline_ns = Now() + LocalAckTimeoutNs(qp->attr.timeout);
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,730 @@
+// Engine: control path, posting, completions, errors and the poll loop. The
+// pipeline stages live in requester.cc, responder.cc and completer.cc.
+#include "transport/engine.h"
+
+#include <rte_cycles.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "transport/opcode.h"
+
+namespace uroce::transport {
+
+// The progress token: whoever holds it may touch engine-thread state. Poll
+// takes it with one compare-exchange (never waits); a control call waits for
+// it, which is between two polls.
+class Engine::ProgressToken {
+ public:
+  // Control path: waits until the token is free.
+  explicit ProgressToken(const Engine* engine) : engine_(const_cast<Engine*>(engine)) {
+    bool expected = false;
+    while (!engine_->progress_busy_.compare_exchange_weak(expected, true, std::memory_order_acquire)) {
+      expected = false;
+      std::this_thread::yield();
+    }
+  }
+  ~ProgressToken() { engine_->progress_busy_.store(false, std::memory_order_release); }
+
+ private:
+  Engine* engine_;
+};
+
+namespace {
+
+uint64_t TscNanoseconds() {
+  static const double ns_per_cycle = 1e9 / double(rte_get_tsc_hz());
+  return static_cast<uint64_t>(double(rte_get_tsc_cycles()) * ns_per_cycle);
+}
+
+// The largest IB MTU that fits the Ethernet MTU after RoCEv2's headers (IPv6
+// 40 + UDP 8 + BTH 12 + up to 28 extension bytes + ICRC 4, rounded to 80 as
+// rxe does): 1024 on a 1500-byte port.
+ibv_mtu LargestIbMtu(uint32_t port_mtu) {
+  ibv_mtu best = IBV_MTU_256;
+  for (ibv_mtu m : {IBV_MTU_256, IBV_MTU_512, IBV_MTU_1024, IBV_MTU_2048, IBV_MTU_4096}) {
+    if (MtuBytes(m) + 80 <= port_mtu) best = m;
+  }
+  return best;
+}
+
+// UDP source port: a hash of the QPN in the dynamic range, so that NIC RSS
+// keeps a QP on one queue (IBTA A17.2.3 leaves the choice to the sender).
+uint16_t UdpSourcePort(uint32_t qpn) {
+  uint32_t h = qpn * 0x9E3779B1u;
+  return static_cast<uint16_t>(0xC000 | ((h >> 16) & 0x3FFF));
+}
+
+}  // namespace
+
+Engine::Engine(const EngineConfig& config)
+    : config_(config), mrs_(1u << 16), pd_in_use_(1), qp_table_(config.max_qps, nullptr) {
+  limits_.max_mtu = LargestIbMtu(config.port_mtu);
+  limits_.gid_table_size = static_cast<uint8_t>(std::min<size_t>(config.gids.size(), 255));
+  rx_burst_.resize(config.rx_burst);
+  active_qps_.reserve(config.max_qps);
+  ack_list_.reserve(config.max_qps);
+}
+
+Engine::~Engine() {
+  ProgressToken token(this);
+  rte_pktmbuf_free_bulk(tx_stage_, tx_count_);
+  tx_count_ = 0;
+}
+
+uint64_t Engine::Now() const { return config_.clock_ns ? config_.clock_ns() : TscNanoseconds(); }
+
+// ---------------------------------------------------------------- control path
+
+StatusOr<PdHandle> Engine::AllocPd() {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  for (PdHandle pd = 1; pd < pd_in_use_.size(); ++pd) {
+    if (!pd_in_use_[pd]) {
+      pd_in_use_[pd] = true;
+      return pd;
+    }
+  }
+  pd_in_use_.push_back(true);
+  return static_cast<PdHandle>(pd_in_use_.size() - 1);
+}
+
+Status Engine::DeallocPd(PdHandle pd) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  if (pd == 0 || pd >= pd_in_use_.size() || !pd_in_use_[pd]) return InvalidArgument("no such PD");
+  for (const auto& qp : qp_storage_) {
+    if (qp && qp->pd == pd) return Status(StatusCode::kFailedPrecondition, "PD still used by a QP");  // EBUSY
+  }
+  pd_in_use_[pd] = false;
+  return Status::Ok();
+}
+
+StatusOr<MrKeys> Engine::RegMr(PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access) {
+  {
+    std::lock_guard<std::mutex> lock(control_mutex_);
+    if (pd == 0 || pd >= pd_in_use_.size() || !pd_in_use_[pd]) return InvalidArgument("no such PD");
+  }
+  return mrs_.Register(pd, addr, length, iova, access);
+}
+
+Status Engine::DeregMr(uint32_t lkey) {
+  // Between polls, so no packet of the current burst still uses the region.
+  ProgressToken token(this);
+  return mrs_.Deregister(lkey);
+}
+
+StatusOr<CompletionQueue*> Engine::CreateCq(uint32_t min_entries) {
+  if (min_entries == 0 || min_entries > (1u << 22)) return InvalidArgument("CQ size out of range");
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  cqs_.push_back(std::make_unique<CompletionQueue>(min_entries));
+  return cqs_.back().get();
+}
+
+Status Engine::AttachCompletionSinks(CompletionQueue* cq, cq::CompletionSink* cq_sink,
+                                     cq::CompletionSink* counter_sink) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  ProgressToken token(this);
+  cq->AttachSinks(cq_sink, counter_sink);
+  forwarding_cqs_.erase(std::remove(forwarding_cqs_.begin(), forwarding_cqs_.end(), cq), forwarding_cqs_.end());
+  if (cq->has_sinks()) forwarding_cqs_.push_back(cq);
+  return Status::Ok();
+}
+
+Status Engine::DestroyCq(CompletionQueue* cq) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  for (const auto& qp : qp_storage_) {
+    if (qp && (qp->send_cq == cq || qp->recv_cq == cq)) {
+      return Status(StatusCode::kFailedPrecondition, "CQ still used by a QP");
+    }
+  }
+  auto it = std::find_if(cqs_.begin(), cqs_.end(), [cq](const auto& p) { return p.get() == cq; });
+  if (it == cqs_.end()) return InvalidArgument("no such CQ");
+  {
+    ProgressToken token(this);
+    forwarding_cqs_.erase(std::remove(forwarding_cqs_.begin(), forwarding_cqs_.end(), cq), forwarding_cqs_.end());
+  }
+  cqs_.erase(it);
+  return Status::Ok();
+}
+
+StatusOr<SharedReceiveQueue*> Engine::CreateSrq(PdHandle pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit) {
+  if (max_wr == 0 || max_wr > 16384) return InvalidArgument("SRQ max_wr out of range");
+  if (max_sge == 0 || max_sge > kMaxRecvSge) return InvalidArgument("SRQ max_sge out of range");
+  if (limit > max_wr) return InvalidArgument("SRQ limit above max_wr");
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  if (pd == 0 || pd >= pd_in_use_.size() || !pd_in_use_[pd]) return InvalidArgument("no such PD");
+  srqs_.push_back(std::make_unique<SharedReceiveQueue>(pd, max_wr, max_sge, limit));
+  return srqs_.back().get();
+}
+
+Status Engine::DestroySrq(SharedReceiveQueue* srq) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  for (const auto& qp : qp_storage_) {
+    if (qp && qp->srq == srq) return Status(StatusCode::kFailedPrecondition, "SRQ still used by a QP");
+  }
+  auto it = std::find_if(srqs_.begin(), srqs_.end(), [srq](const auto& p) { return p.get() == srq; });
+  if (it == srqs_.end()) return InvalidArgument("no such SRQ");
+  srqs_.erase(it);
+  return Status::Ok();
+}
+
+StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
+  if (init.type != IBV_QPT_RC && init.type != IBV_QPT_UC && init.type != IBV_QPT_UD) {
+    return Status(StatusCode::kNotSupported, "QP type not supported");
+  }
+  if (init.send_cq == nullptr || init.recv_cq == nullptr) return InvalidArgument("QP needs a send and a recv CQ");
+  const ibv_qp_cap& c = init.cap;
+  if (c.max_send_wr == 0 || c.max_send_wr > 16384) return InvalidArgument("max_send_wr out of range");
+  if (!init.srq && (c.max_recv_wr == 0 || c.max_recv_wr > 16384)) return InvalidArgument("max_recv_wr out of range");
+  if (c.max_send_sge > kMaxSendSge || c.max_recv_sge > kMaxRecvSge) return InvalidArgument("too many SGEs");
+  if (c.max_inline_data > kMaxInlineData) return InvalidArgument("max_inline_data above the device limit");
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  if (init.pd == 0 || init.pd >= pd_in_use_.size() || !pd_in_use_[init.pd]) return InvalidArgument("no such PD");
+
+  // Find a free slot; QPNs grow so that a destroyed QP's number is not reused
+  // at once (stale packets then find no QP).
+  uint32_t qpn = 0;
+  for (uint32_t tries = 0; tries < config_.max_qps; ++tries) {
+    const uint32_t candidate = next_qpn_;
+    next_qpn_ = (next_qpn_ + 1) & 0xFFFFFF;
+    if (next_qpn_ < 0x11) next_qpn_ = 0x11;
+    if (qp_table_[candidate % config_.max_qps] == nullptr) {
+      qpn = candidate;
+      break;
+    }
+  }
+  if (qpn == 0) return ResourceExhausted("no free QP");
+
+  QpCaps caps;
+  caps.max_send_wr = static_cast<uint32_t>(RoundUpPow2(c.max_send_wr));
+  caps.max_recv_wr = init.srq ? 0 : static_cast<uint32_t>(RoundUpPow2(c.max_recv_wr));
+  caps.max_send_sge = std::max<uint32_t>(c.max_send_sge, 1);
+  caps.max_recv_sge = std::max<uint32_t>(c.max_recv_sge, 1);
+  caps.max_inline_data = c.max_inline_data;
+  auto qp = std::make_unique<QueuePair>(qpn, init.type, init.pd, init.send_cq, init.recv_cq, init.srq,
+                                        init.sq_sig_all, caps);
+  qp->path.udp_source_port = UdpSourcePort(qpn);
+  qp->mtu_bytes = MtuBytes(limits_.max_mtu);
+  qp->resp.atomics.resize(config_.atomic_replay_entries);
+  QueuePair* raw = qp.get();
+  {
+    ProgressToken token(this);
+    qp_table_[qpn % config_.max_qps] = raw;
+    active_qps_.push_back(raw);
+  }
+  qp_storage_.push_back(std::move(qp));
+  return raw;
+}
+
+bool Engine::ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why) const {
+  if (!ah.is_global) {
+    *why = "RoCE addresses need a GRH (is_global = 1)";
+    return false;
+  }
+  if (ah.grh.sgid_index >= config_.gids.size()) {
+    *why = "sgid_index " + std::to_string(ah.grh.sgid_index) + " is not in the GID table";
+    return false;
+  }
+  Gid dgid;
+  std::memcpy(dgid.data(), ah.grh.dgid.raw, 16);
+  path->dgid = dgid;
+  path->sgid = config_.gids[ah.grh.sgid_index];
+  path->ipv6 = !IsIpv4MappedGid(path->sgid);
+  if (path->ipv6 == IsIpv4MappedGid(dgid)) {
+    *why = "source and destination GIDs are of different IP versions";
+    return false;
+  }
+  path->traffic_class = ah.grh.traffic_class;
+  path->hop_limit = ah.grh.hop_limit ? ah.grh.hop_limit : 64;
+  path->flow_label = ah.grh.flow_label & 0xFFFFF;
+  // The neighbour table gives the MAC (static entries, or ARP/ND in pmd/).
+  for (const auto& [ip, mac] : neighbors_) {
+    if (ip == dgid) {
+      path->dmac = mac;
+      return true;
+    }
+  }
+  *why = "no neighbour entry (MAC) for the destination GID";
+  return false;
+}
+
+void Engine::AddNeighbor(const Gid& ip, const MacAddress& mac) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  for (auto& entry : neighbors_) {
+    if (entry.first == ip) {
+      entry.second = mac;
+      return;
+    }
+  }
+  neighbors_.emplace_back(ip, mac);
+}
+
+Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  ProgressToken token(this);
+  const ibv_qp_state current = qp->state.load(std::memory_order_relaxed);
+  auto next = ValidateQpModify(qp->type, current, attr, mask, limits_);
+  if (!next.ok()) return next.status();
+
+  PathInfo path = qp->path;
+  if (mask & IBV_QP_AV) {
+    std::string why;
+    if (!ResolvePath(attr.ah_attr, &path, &why)) return InvalidArgument("ibv_modify_qp: " + why);
+  }
+  // Apply (IBTA 11.2.5.2): copy the given attributes.
+  ibv_qp_attr& a = qp->attr;
+  if (mask & IBV_QP_ACCESS_FLAGS) a.qp_access_flags = attr.qp_access_flags;
+  if (mask & IBV_QP_PKEY_INDEX) a.pkey_index = attr.pkey_index;
+  if (mask & IBV_QP_PORT) a.port_num = attr.port_num;
+  if (mask & IBV_QP_QKEY) a.qkey = attr.qkey;
+  if (mask & IBV_QP_AV) {
+    a.ah_attr = attr.ah_attr;
+    path.udp_source_port = qp->path.udp_source_port;
+    qp->path = path;
+  }
+  if (mask & IBV_QP_PATH_MTU) {
+    a.path_mtu = attr.path_mtu;
+    qp->mtu_bytes = MtuBytes(attr.path_mtu);
+  }
+  if (mask & IBV_QP_TIMEOUT) a.timeout = attr.timeout;
+  if (mask & IBV_QP_RETRY_CNT) {
+    a.retry_cnt = attr.retry_cnt;
+    qp->req.retries_left = attr.retry_cnt;
+  }
+  if (mask & IBV_QP_RNR_RETRY) {
+    a.rnr_retry = attr.rnr_retry;
+    qp->req.rnr_retries_left = attr.rnr_retry;
+  }
+  if (mask & IBV_QP_RQ_PSN) {
+    a.rq_psn = attr.rq_psn;
+    qp->resp.expected_psn = Psn(attr.rq_psn);
+    qp->resp.ack_psn = Psn(attr.rq_psn) - 1;
+  }
+  if (mask & IBV_QP_MIN_RNR_TIMER) a.min_rnr_timer = attr.min_rnr_timer;
+  if (mask & IBV_QP_SQ_PSN) {
+    a.sq_psn = attr.sq_psn;
+    qp->req.psn = Psn(attr.sq_psn);
+    qp->req.unacked = Psn(attr.sq_psn);
+    qp->req.sent_limit = Psn(attr.sq_psn);
+  }
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) a.max_rd_atomic = attr.max_rd_atomic;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
+    a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+  }
+  if (mask & IBV_QP_DEST_QPN) a.dest_qp_num = attr.dest_qp_num;
+  if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) a.en_sqd_async_notify = attr.en_sqd_async_notify;
+
+  const ibv_qp_state target = *next;
+  if (target == IBV_QPS_RTR && current == IBV_QPS_INIT) {
+    qp->resp.reads.assign(std::max<uint32_t>(a.max_dest_rd_atomic, 1) + 1, ReadResponseJob{});
+    qp->resp.reads_head = qp->resp.reads_count = 0;
+  }
+  if (target == IBV_QPS_RESET) {
+    // Back to a clean QP (IBTA 10.3.1.1): queues emptied without completions.
+    qp->req = RequesterState{};
+    qp->req.window.reset(new SendSlot[qp->caps.max_send_wr]);
+    qp->req.window_mask = qp->caps.max_send_wr - 1;
+    auto atomics = std::move(qp->resp.atomics);
+    qp->resp = ResponderState{};
+    qp->resp.atomics = std::move(atomics);
+    std::fill(qp->resp.atomics.begin(), qp->resp.atomics.end(), AtomicReplay{});
+    SendWqe s;
+    while (qp->send_ring.TryPop(&s)) {}
+    RecvWqe r;
+    while (qp->recv_ring.TryPop(&r)) {}
+    qp->send_credits_used.store(0, std::memory_order_release);
+    qp->recv_credits_used.store(0, std::memory_order_release);
+  }
+  qp->state.store(target, std::memory_order_release);
+  if (target == IBV_QPS_ERR && current != IBV_QPS_ERR) qp->flush_pending = true;
+  return Status::Ok();
+}
+
+Status Engine::QueryQp(QueuePair* qp, ibv_qp_attr* attr, ibv_qp_init_attr* init) const {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  ProgressToken token(this);
+  if (attr) {
+    *attr = qp->attr;
+    attr->qp_state = qp->state.load(std::memory_order_acquire);
+    attr->cur_qp_state = attr->qp_state;
+    attr->path_mtu = qp->attr.path_mtu;
+    attr->cap.max_send_wr = qp->caps.max_send_wr;
+    attr->cap.max_recv_wr = qp->caps.max_recv_wr;
+    attr->cap.max_send_sge = qp->caps.max_send_sge;
+    attr->cap.max_recv_sge = qp->caps.max_recv_sge;
+    attr->cap.max_inline_data = qp->caps.max_inline_data;
+    attr->sq_draining = 0;
+  }
+  if (init) {
+    std::memset(init, 0, sizeof(*init));
+    init->qp_type = qp->type;
+    init->sq_sig_all = qp->sq_sig_all;
+    init->cap = attr ? attr->cap : ibv_qp_cap{qp->caps.max_send_wr, qp->caps.max_recv_wr, qp->caps.max_send_sge,
+                                              qp->caps.max_recv_sge, qp->caps.max_inline_data};
+  }
+  return Status::Ok();
+}
+
+Status Engine::DestroyQp(QueuePair* qp) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  auto it = std::find_if(qp_storage_.begin(), qp_storage_.end(), [qp](const auto& p) { return p.get() == qp; });
+  if (it == qp_storage_.end()) return InvalidArgument("no such QP");
+  {
+    ProgressToken token(this);
+    qp_table_[qp->qpn % config_.max_qps] = nullptr;
+    active_qps_.erase(std::remove(active_qps_.begin(), active_qps_.end(), qp), active_qps_.end());
+    ack_list_.erase(std::remove(ack_list_.begin(), ack_list_.end(), qp), ack_list_.end());
+  }
+  qp_storage_.erase(it);
+  return Status::Ok();
+}
+
+StatusOr<uint32_t> Engine::CreateAh(PdHandle pd, const ibv_ah_attr& attr) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  if (pd == 0 || pd >= pd_in_use_.size() || !pd_in_use_[pd]) return InvalidArgument("no such PD");
+  AddressHandle ah;
+  ah.pd = pd;
+  std::string why;
+  if (!ResolvePath(attr, &ah.path, &why)) return InvalidArgument("ibv_create_ah: " + why);
+  ah.valid = true;
+  ProgressToken token(this);
+  for (uint32_t i = 1; i < ahs_.size(); ++i) {
+    if (!ahs_[i].valid) {
+      ahs_[i] = ah;
+      return i;
+    }
+  }
+  if (ahs_.empty()) ahs_.emplace_back();  // handle 0 is never valid
+  if (ahs_.size() == ahs_.capacity()) ahs_.reserve(std::max<size_t>(64, ahs_.size() * 2));
+  ahs_.push_back(ah);
+  return static_cast<uint32_t>(ahs_.size() - 1);
+}
+
+Status Engine::DestroyAh(uint32_t handle) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  ProgressToken token(this);
+  if (handle == 0 || handle >= ahs_.size() || !ahs_[handle].valid) return InvalidArgument("no such AH");
+  ahs_[handle].valid = false;
+  return Status::Ok();
+}
+
+EngineCounters Engine::counters() const {
+  ProgressToken token(this);
+  return counters_;
+}
+
+// ---------------------------------------------------------------- posting
+
+int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** bad_wr) {
+  for (; wr != nullptr; wr = wr->next) {
+    *bad_wr = wr;
+    const ibv_qp_state state = qp->state.load(std::memory_order_acquire);
+    // ibv_post_send(3): the QP must be able to send; in ERR the request is
+    // accepted and completes with IBV_WC_WR_FLUSH_ERR.
+    if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
+    const bool rc = qp->type == IBV_QPT_RC;
+    switch (wr->opcode) {
+      case IBV_WR_SEND:
+      case IBV_WR_SEND_WITH_IMM:
+        break;
+      case IBV_WR_RDMA_WRITE:
+      case IBV_WR_RDMA_WRITE_WITH_IMM:
+        if (qp->type == IBV_QPT_UD) return EINVAL;
+        break;
+      case IBV_WR_SEND_WITH_INV:
+      case IBV_WR_RDMA_READ:
+      case IBV_WR_ATOMIC_CMP_AND_SWP:
+      case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        if (!rc) return EINVAL;
+        break;
+      default:
+        return EINVAL;
+    }
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->caps.max_send_sge) return EINVAL;
+    if (wr->num_sge > 0 && wr->sg_list == nullptr) return EINVAL;
+    SendWqe wqe;
+    wqe.wr_id = wr->wr_id;
+    wqe.opcode = wr->opcode;
+    wqe.send_flags = wr->send_flags;
+    if (qp->sq_sig_all) wqe.send_flags |= IBV_SEND_SIGNALED;
+    uint64_t total = 0;
+    for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
+    if (total > (1ull << 31)) return EINVAL;  // max_msg_sz
+    wqe.total_length = total;
+    const bool is_atomic = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+    if (wr->send_flags & IBV_SEND_INLINE) {
+      if (is_atomic || wr->opcode == IBV_WR_RDMA_READ) return EINVAL;
+      if (total > qp->caps.max_inline_data) return EINVAL;
+      uint64_t off = 0;
+      for (int i = 0; i < wr->num_sge; ++i) {
+        std::memcpy(wqe.inline_data + off, reinterpret_cast<const void*>(wr->sg_list[i].addr),
+                    wr->sg_list[i].length);
+        off += wr->sg_list[i].length;
+      }
+      wqe.num_sge = 0;
+    } else {
+      wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
+      for (int i = 0; i < wr->num_sge; ++i) {
+        wqe.sge[i] = Sge{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+      }
+    }
+    if (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+      wqe.imm_data_be = wr->imm_data;
+    }
+    if (wr->opcode == IBV_WR_SEND_WITH_INV) wqe.invalidate_rkey = wr->invalidate_rkey;
+    if (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+        wr->opcode == IBV_WR_RDMA_READ) {
+      wqe.remote_addr = wr->wr.rdma.remote_addr;
+      wqe.rkey = wr->wr.rdma.rkey;
+    }
+    if (is_atomic) {
+      // IBTA 9.4.5: an atomic operates on 8 bytes; the local buffer takes the
+      // original value.
+      if (wr->num_sge != 1 || wr->sg_list[0].length != 8) return EINVAL;
+      wqe.remote_addr = wr->wr.atomic.remote_addr;
+      wqe.rkey = wr->wr.atomic.rkey;
+      wqe.compare_add = wr->wr.atomic.compare_add;
+      wqe.swap = wr->wr.atomic.swap;
+    }
+    if (qp->type == IBV_QPT_UD) {
+      if (wr->wr.ud.ah == nullptr) return EINVAL;
+      if (total > qp->mtu_bytes) return EINVAL;  // one packet per UD message
+      // The AH handle travels in the ibv_ah's handle field (set by the API).
+      wqe.ah_handle = wr->wr.ud.ah->handle;
+      wqe.remote_qpn = wr->wr.ud.remote_qpn & 0xFFFFFF;
+      wqe.remote_qkey = wr->wr.ud.remote_qkey;
+    }
+    // Take a credit; refuse when the send queue is full.
+    uint32_t used = qp->send_credits_used.load(std::memory_order_relaxed);
+    do {
+      if (used >= qp->caps.max_send_wr) return ENOMEM;
+    } while (!qp->send_credits_used.compare_exchange_weak(used, used + 1, std::memory_order_acquire));
+    if (!qp->send_ring.TryPush(wqe)) {
+      qp->send_credits_used.fetch_sub(1, std::memory_order_release);
+      return ENOMEM;
+    }
+  }
+  *bad_wr = nullptr;
+  return 0;
+}
+
+namespace {
+
+bool CopyRecv(const ibv_recv_wr* wr, uint32_t max_sge, RecvWqe* wqe) {
+  if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > max_sge) return false;
+  if (wr->num_sge > 0 && wr->sg_list == nullptr) return false;
+  wqe->wr_id = wr->wr_id;
+  wqe->num_sge = static_cast<uint32_t>(wr->num_sge);
+  wqe->total_length = 0;
+  for (int i = 0; i < wr->num_sge; ++i) {
+    wqe->sge[i] = Sge{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+    wqe->total_length += wr->sg_list[i].length;
+  }
+  return true;
+}
+
+}  // namespace
+
+int Engine::PostRecv(QueuePair* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad_wr) {
+  for (; wr != nullptr; wr = wr->next) {
+    *bad_wr = wr;
+    if (qp->srq != nullptr) return EINVAL;  // post to the SRQ instead
+    if (qp->state.load(std::memory_order_acquire) == IBV_QPS_RESET) return EINVAL;
+    RecvWqe wqe;
+    if (!CopyRecv(wr, qp->caps.max_recv_sge, &wqe)) return EINVAL;
+    uint32_t used = qp->recv_credits_used.load(std::memory_order_relaxed);
+    do {
+      if (used >= qp->caps.max_recv_wr) return ENOMEM;
+    } while (!qp->recv_credits_used.compare_exchange_weak(used, used + 1, std::memory_order_acquire));
+    if (!qp->recv_ring.TryPush(wqe)) {
+      qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
+      return ENOMEM;
+    }
+  }
+  *bad_wr = nullptr;
+  return 0;
+}
+
+int Engine::PostSrqRecv(SharedReceiveQueue* srq, const ibv_recv_wr* wr, const ibv_recv_wr** bad_wr) {
+  for (; wr != nullptr; wr = wr->next) {
+    *bad_wr = wr;
+    RecvWqe wqe;
+    if (!CopyRecv(wr, srq->max_sge, &wqe)) return EINVAL;
+    uint32_t posted = srq->posted.load(std::memory_order_relaxed);
+    do {
+      if (posted >= srq->max_wr) return ENOMEM;
+    } while (!srq->posted.compare_exchange_weak(posted, posted + 1, std::memory_order_acquire));
+    if (!srq->ring.TryPush(wqe)) {
+      srq->posted.fetch_sub(1, std::memory_order_release);
+      return ENOMEM;
+    }
+  }
+  *bad_wr = nullptr;
+  return 0;
+}
+
+bool Engine::TakeRecv(QueuePair* qp, RecvWqe* out) {
+  if (qp->srq == nullptr) {
+    if (!qp->recv_ring.TryPop(out)) return false;
+    qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
+    return true;
+  }
+  SharedReceiveQueue* srq = qp->srq;
+  if (!srq->ring.TryPop(out)) return false;
+  const uint32_t left = srq->posted.fetch_sub(1, std::memory_order_acq_rel) - 1;
+  const uint32_t limit = srq->limit.load(std::memory_order_relaxed);
+  // ibv_modify_srq(3): the event fires once when fewer than `limit` requests
+  // remain, and disarms the limit.
+  uint32_t armed = limit;
+  if (limit != 0 && left < limit && srq->limit.compare_exchange_strong(armed, 0)) {
+    srq->limit_events.fetch_add(1, std::memory_order_relaxed);
+    RaiseAsync(IBV_EVENT_SRQ_LIMIT_REACHED, 0, srq);
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- completions
+
+void Engine::RaiseAsync(ibv_event_type type, uint32_t qpn, const void* object) {
+  AsyncEvent e;
+  e.type = type;
+  e.qpn = qpn;
+  e.object = object;
+  async_events_.TryPush(e);  // a full event ring loses the newest event only
+}
+
+void Engine::CompleteSend(QueuePair* qp, const SendSlot& slot, ibv_wc_status status) {
+  ReturnSendCredit(qp);
+  // Unsignaled requests complete silently unless they failed (ibv_post_send(3)).
+  if (status == IBV_WC_SUCCESS && !slot.signaled) return;
+  ibv_wc wc{};
+  wc.wr_id = slot.wqe.wr_id;
+  wc.status = status;
+  wc.opcode = SendCompletionOpcode(slot.wqe.opcode);
+  wc.qp_num = qp->qpn;
+  wc.byte_len = status == IBV_WC_SUCCESS ? static_cast<uint32_t>(slot.wqe.total_length) : 0;
+  if (!qp->send_cq->Push(wc)) RaiseAsync(IBV_EVENT_CQ_ERR, qp->qpn, qp->send_cq);
+}
+
+void Engine::CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status status, uint32_t byte_len,
+                          ibv_wc_opcode opcode, unsigned wc_flags, uint32_t imm_or_rkey, uint32_t src_qp) {
+  ibv_wc wc{};
+  wc.wr_id = wqe.wr_id;
+  wc.status = status;
+  wc.opcode = opcode;
+  wc.byte_len = byte_len;
+  wc.imm_data = imm_or_rkey;
+  wc.qp_num = qp->qpn;
+  wc.src_qp = src_qp;
+  wc.wc_flags = wc_flags;
+  wc.pkey_index = 0;
+  if (!qp->recv_cq->Push(wc)) RaiseAsync(IBV_EVENT_CQ_ERR, qp->qpn, qp->recv_cq);
+}
+
+void Engine::EnterError(QueuePair* qp) {
+  if (qp->state.load(std::memory_order_relaxed) == IBV_QPS_ERR) return;
+  qp->state.store(IBV_QPS_ERR, std::memory_order_release);
+  RaiseAsync(IBV_EVENT_QP_FATAL, qp->qpn, qp);
+  FlushQueues(qp);
+}
+
+// IBTA 10.3.1.8 / o10-2.2: in the error state every outstanding and every
+// newly posted request completes with a flush error.
+void Engine::FlushQueues(QueuePair* qp) {
+  RequesterState& req = qp->req;
+  for (; req.head != req.tail; ++req.head) {
+    SendSlot& slot = req.window[req.head & req.window_mask];
+    slot.signaled = true;  // flushed requests always complete (verbs)
+    CompleteSend(qp, slot, IBV_WC_WR_FLUSH_ERR);
+  }
+  req.next_send = req.head;
+  req.reads_in_flight = 0;
+  req.timer_deadline_ns = 0;
+  SendWqe s;
+  while (qp->send_ring.TryPop(&s)) {
+    SendSlot slot;
+    slot.wqe = s;
+    slot.signaled = true;
+    CompleteSend(qp, slot, IBV_WC_WR_FLUSH_ERR);
+  }
+  ResponderState& resp = qp->resp;
+  if (resp.have_recv) {
+    CompleteRecv(qp, resp.recv, IBV_WC_WR_FLUSH_ERR, 0, IBV_WC_RECV, 0, 0, 0);
+    resp.have_recv = false;
+  }
+  resp.reads_count = 0;
+  resp.ack_pending = false;
+  if (qp->srq == nullptr) {
+    RecvWqe r;
+    while (qp->recv_ring.TryPop(&r)) {
+      qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
+      CompleteRecv(qp, r, IBV_WC_WR_FLUSH_ERR, 0, IBV_WC_RECV, 0, 0, 0);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- poll loop
+
+void Engine::Stage(rte_mbuf* m) {
+  tx_stage_[tx_count_++] = m;
+  counters_.tx_frames++;
+  counters_.tx_bytes += rte_pktmbuf_pkt_len(m);
+}
+
+void Engine::FlushTx() {
+  if (tx_count_ == 0) return;
+  const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(tx_count_, UINT16_MAX));
+  const uint16_t sent = config_.io->TxBurst(tx_stage_, want);
+  if (sent < tx_count_) {
+    // Keep the rest, in order, for the next poll: never spin, never drop.
+    std::memmove(tx_stage_, tx_stage_ + sent, (tx_count_ - sent) * sizeof(rte_mbuf*));
+    counters_.tx_queue_full_polls++;
+  }
+  tx_count_ -= sent;
+}
+
+unsigned Engine::Poll() {
+  bool expected = false;
+  if (!progress_busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) return 0;
+  const uint64_t before = counters_.rx_frames + counters_.tx_frames;
+
+  FlushTx();  // what a full queue left last time goes first
+  ReceiveBurst();
+  SendPendingAcks();
+  for (QueuePair* qp : active_qps_) RunQp(qp);
+  SendPendingAcks();
+  FlushTx();
+  for (CompletionQueue* cq : forwarding_cqs_) cq->ForwardToSinks();
+
+  const unsigned moved = static_cast<unsigned>(counters_.rx_frames + counters_.tx_frames - before);
+  progress_busy_.store(false, std::memory_order_release);
+  return moved;
+}
+
+void Engine::ReceiveBurst() {
+  const uint16_t n = config_.io->RxBurst(rx_burst_.data(), static_cast<uint16_t>(rx_burst_.size()));
+  for (uint16_t i = 0; i < n; ++i) {
+    counters_.rx_frames++;
+    counters_.rx_bytes += rte_pktmbuf_pkt_len(rx_burst_[i]);
+    HandleFrame(rx_burst_[i]);
+  }
+}
+
+void Engine::RunQp(QueuePair* qp) {
+  if (qp->flush_pending) {
+    qp->flush_pending = false;
+    RaiseAsync(IBV_EVENT_QP_FATAL, qp->qpn, qp);
+    FlushQueues(qp);
+  }
+  const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
+  if (state == IBV_QPS_ERR) {
+    FlushQueues(qp);  // requests posted in ERR complete as flushed
+    return;
+  }
+  if (state != IBV_QPS_RTS && state != IBV_QPS_SQD) return;
+  RunCompleterTimers(qp);
+  RunRequester(qp);
+  RunReadResponses(qp);
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,251 @@
+// The uroce engine: the software RDMA NIC. It owns every QP's transport state
+// and moves packets between the QPs and one wire (a PacketIo).
+//
+// Fast path (no allocation, no lock, no system call):
+//   PostSend / PostRecv / PollCq  - any application thread; they touch only
+//                                   the QP's work rings and the CQ ring.
+//   Poll                          - the engine thread (a pinned lcore), or,
+//                                   in inline mode, whichever thread polls a
+//                                   CQ: one burst of receive, transmit, timers.
+// Control path (any thread): PDs, MRs, CQs, QPs, AHs. A control call waits for
+// the end of the current Poll (the "progress token"), applies its change and
+// returns: it never races the data path.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/completion_queue.h"
+#include "transport/headers.h"
+#include "transport/memory_region.h"
+#include "transport/packet_builder.h"
+#include "transport/packet_fields.h"
+#include "transport/packet_io.h"
+#include "transport/packet_parser.h"
+#include "transport/qp_state.h"
+#include "transport/queue_pair.h"
+#include "transport/shared_receive_queue.h"
+
+namespace uroce::transport {
+
+struct EngineConfig {
+  MacAddress mac{};
+  // The GID table (ibv_query_gid): RoCEv2 GIDs, IPv4-mapped or IPv6.
+  std::vector<Gid> gids;
+  uint32_t port_mtu = 1500;      // Ethernet MTU of the port
+  rte_mempool* tx_pool = nullptr; // frames the engine builds come from here
+  PacketIo* io = nullptr;         // the wire
+  uint32_t max_qps = 1024;
+  // Reliability knobs (defaults follow Linux rxe): an ACK request at least
+  // every `ack_request_every` packets, at most `max_unacked_packets` packets
+  // outstanding per QP.
+  uint32_t ack_request_every = 64;
+  uint32_t max_unacked_packets = 128;
+  uint16_t rx_burst = 32;
+  uint32_t per_qp_packet_budget = 32;  // packets one QP may send per Poll
+  uint32_t atomic_replay_entries = 16; // atomics remembered for duplicates
+  // Clock in nanoseconds. Empty: the TSC. Tests give a virtual clock so that
+  // runs replay exactly.
+  std::function<uint64_t()> clock_ns;
+  // Frames that are not RoCEv2 (ARP, ND, ...) go here; the callee owns the
+  // mbuf. Empty: counted and freed.
+  std::function<void(rte_mbuf*)> non_roce_handler;
+};
+
+struct EngineCounters {
+  uint64_t rx_frames = 0, tx_frames = 0, rx_bytes = 0, tx_bytes = 0;
+  uint64_t rx_non_roce = 0, rx_parse_errors = 0, rx_icrc_errors = 0, rx_unknown_qp = 0, rx_dropped = 0;
+  uint64_t tx_alloc_failures = 0, tx_build_errors = 0, tx_queue_full_polls = 0;
+  uint64_t retransmits = 0, timeouts = 0, naks_sent = 0, naks_received = 0;
+  uint64_t rnr_naks_sent = 0, rnr_naks_received = 0, out_of_sequence = 0, duplicates = 0;
+};
+
+struct QpInitAttr {
+  ibv_qp_type type = IBV_QPT_RC;
+  PdHandle pd = 0;
+  CompletionQueue* send_cq = nullptr;
+  CompletionQueue* recv_cq = nullptr;
+  SharedReceiveQueue* srq = nullptr;
+  ibv_qp_cap cap{};
+  bool sq_sig_all = false;
+};
+
+// Asynchronous events (ibv_get_async_event(3)): QP fatal errors, SRQ limit,
+// CQ overrun.
+struct AsyncEvent {
+  ibv_event_type type = IBV_EVENT_QP_FATAL;
+  uint32_t qpn = 0;
+  const void* object = nullptr;  // the QueuePair, SharedReceiveQueue or CompletionQueue
+};
+
+// An address handle for UD sends.
+struct AddressHandle {
+  PdHandle pd = 0;
+  PathInfo path;
+  bool valid = false;
+};
+
+// 4.096 us * 2^timeout (IBTA 9.7.6.1.3); 0 for timeout 0 ("infinite").
+uint64_t LocalAckTimeoutNs(uint8_t timeout);
+// The RNR NAK timer field in nanoseconds (IBTA table 45).
+uint64_t RnrTimerNs(uint8_t timer_field);
+
+class Engine {
+ public:
+  explicit Engine(const EngineConfig& config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // ---- Control path (any thread) ----
+  StatusOr<PdHandle> AllocPd();
+  Status DeallocPd(PdHandle pd);
+  StatusOr<MrKeys> RegMr(PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access);
+  Status DeregMr(uint32_t lkey);
+  StatusOr<CompletionQueue*> CreateCq(uint32_t min_entries);
+  Status DestroyCq(CompletionQueue* cq);
+  // Sends `cq`'s completions on to a libfabric CQ and/or counter (cq layer);
+  // either may be null. The sinks must outlive the attachment.
+  Status AttachCompletionSinks(CompletionQueue* cq, cq::CompletionSink* cq_sink, cq::CompletionSink* counter_sink);
+  StatusOr<SharedReceiveQueue*> CreateSrq(PdHandle pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit);
+  Status DestroySrq(SharedReceiveQueue* srq);
+  StatusOr<QueuePair*> CreateQp(const QpInitAttr& init);
+  Status ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask);
+  Status QueryQp(QueuePair* qp, ibv_qp_attr* attr, ibv_qp_init_attr* init) const;
+  Status DestroyQp(QueuePair* qp);
+  StatusOr<uint32_t> CreateAh(PdHandle pd, const ibv_ah_attr& attr);
+  Status DestroyAh(uint32_t handle);
+  // Static neighbour entry (the pmd layer's ARP/ND fills these too).
+  void AddNeighbor(const Gid& ip, const MacAddress& mac);
+  const EngineConfig& config() const { return config_; }
+  QpLimits limits() const { return limits_; }
+
+  // ---- Fast path, any application thread ----
+  // Verbs conventions: 0, or a positive errno with *bad_wr at the first
+  // request not posted.
+  int PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** bad_wr);
+  int PostRecv(QueuePair* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad_wr);
+  int PostSrqRecv(SharedReceiveQueue* srq, const ibv_recv_wr* wr, const ibv_recv_wr** bad_wr);
+
+  // ---- Engine thread (or the inline poller) ----
+  // One round: receive a burst, run timers, let QPs send, transmit. Returns
+  // the packets it moved. If another thread is inside Poll, returns 0.
+  unsigned Poll();
+
+  // Counters: engine-wide and per QP (a snapshot; exact between polls).
+  EngineCounters counters() const;
+
+  // Any thread: the next asynchronous event, if there is one.
+  bool NextAsyncEvent(AsyncEvent* event) { return async_events_.TryPop(event); }
+
+ private:
+  // Held by Poll, and by a control call between two polls.
+  class ProgressToken;
+
+  QueuePair* LookupQp(uint32_t qpn) const;
+  uint64_t Now() const;
+  bool ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why) const;
+
+  // Transmit staging: frames built this poll wait here until tx_burst takes
+  // them; a full TX queue keeps them for the next poll.
+  bool TxRoom(uint32_t frames) const { return tx_count_ + frames <= kTxStage; }
+  void Stage(rte_mbuf* m);
+  void FlushTx();
+
+  void ReceiveBurst();
+  void RunQp(QueuePair* qp);
+
+  // Frame layer (engine_frames.cc).
+  // Writes the headers of `fields` (addresses from `path`) into a new mbuf;
+  // the caller copies fields.payload_length bytes to *payload, then calls
+  // FinishPacket. Null when no buffer is free (the caller retries later).
+  rte_mbuf* StartPacket(const PathInfo& path, PacketFields& fields, uint8_t** payload);
+  void FinishPacket(rte_mbuf* m);
+  void HandleFrame(rte_mbuf* m);
+
+  // Requester (requester.cc).
+  void RunRequester(QueuePair* qp);
+  bool StartSendWqe(QueuePair* qp, SendSlot& slot);
+  bool EmitRequestPacket(QueuePair* qp, SendSlot& slot);
+  void RestartFrom(QueuePair* qp, Psn psn);
+  void RestartOnce(QueuePair* qp, Psn psn);
+  static void CopyFromWqe(const SendWqe& wqe, uint64_t offset, uint8_t* dest, uint32_t length);
+
+  // Completer (completer.cc).
+  void HandleAcknowledge(QueuePair* qp, const PacketView& packet);
+  void HandleResponse(QueuePair* qp, const PacketView& packet);
+  void RunCompleterTimers(QueuePair* qp);
+  bool RetireThrough(QueuePair* qp, Psn psn);
+  void AcknowledgeThrough(QueuePair* qp, Psn psn);
+  bool AckPsnValid(const QueuePair* qp, Psn psn) const;
+  void FailOldest(QueuePair* qp, ibv_wc_status status);
+  static void ScatterToWqe(const SendWqe& wqe, uint64_t offset, const uint8_t* data, uint32_t length);
+
+  // Responder (responder.cc).
+  void HandleRequest(QueuePair* qp, const PacketView& packet);
+  void HandleDuplicate(QueuePair* qp, const PacketView& packet);
+  void HandleUdReceive(QueuePair* qp, const PacketView& packet);
+  bool PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, uint32_t length, ibv_wc_status* error);
+  bool EnqueueResponse(QueuePair* qp, const ReadResponseJob& job);
+  void RunReadResponses(QueuePair* qp);
+  void QueueAck(QueuePair* qp, Psn psn);
+  void SendAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome);
+  void SendNak(QueuePair* qp, Psn psn, NakCode code);
+  void ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_status recv_status);
+  void SendPendingAcks();
+
+  // Completions (engine thread).
+  void CompleteSend(QueuePair* qp, const SendSlot& slot, ibv_wc_status status);
+  void CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status status, uint32_t byte_len,
+                    ibv_wc_opcode opcode, unsigned wc_flags, uint32_t imm_or_rkey, uint32_t src_qp);
+  // Moves the QP to ERR and flushes everything outstanding (IBTA 10.3.1.8).
+  void EnterError(QueuePair* qp);
+  void FlushQueues(QueuePair* qp);
+  void RaiseAsync(ibv_event_type type, uint32_t qpn, const void* object);
+  // Takes the next receive request for `qp` (its RQ or its SRQ).
+  bool TakeRecv(QueuePair* qp, RecvWqe* out);
+  void ReturnSendCredit(QueuePair* qp) { qp->send_credits_used.fetch_sub(1, std::memory_order_release); }
+
+  static constexpr uint32_t kTxStage = 512;
+
+  EngineConfig config_;
+  QpLimits limits_;
+  MemoryRegionTable mrs_;
+  std::atomic<bool> progress_busy_{false};
+
+  mutable std::mutex control_mutex_;  // control path only
+  uint32_t next_pd_ = 1;
+  std::vector<bool> pd_in_use_;
+  std::vector<std::unique_ptr<CompletionQueue>> cqs_;
+  std::vector<std::unique_ptr<SharedReceiveQueue>> srqs_;
+  std::vector<std::unique_ptr<QueuePair>> qp_storage_;
+  std::vector<AddressHandle> ahs_;
+  std::vector<std::pair<Gid, MacAddress>> neighbors_;
+  uint32_t next_qpn_ = 0x11;  // QPN 0 and 1 are the special QPs
+
+  // Engine-thread view of the QPs (published with release by the control path
+  // under the progress token).
+  std::vector<QueuePair*> qp_table_;  // indexed by qpn % max_qps
+  std::vector<QueuePair*> active_qps_;
+  std::vector<QueuePair*> ack_list_;
+  std::vector<CompletionQueue*> forwarding_cqs_;
+
+  PendingPacket pending_tx_;  // between StartPacket and FinishPacket
+  rte_mbuf* tx_stage_[kTxStage];
+  uint32_t tx_count_ = 0;
+  std::vector<rte_mbuf*> rx_burst_;
+  EngineCounters counters_;
+  MpmcRing<AsyncEvent> async_events_{256};
+};
+
+}  // namespace uroce::transport

@@ -1,0 +1,100 @@
+// The engine's frame layer, on the shared packet builder and parser: headers
+// are written into an mbuf, the stage copies the payload straight from
+// registered memory, then the pad and ICRC finish the frame (IBTA A17).
+// Incoming frames are parsed and checked (ICRC included) before any stage
+// sees them; bad input from the wire is counted and dropped, never trusted.
+//
+// Engine thread only.
+#include <arpa/inet.h>
+
+#include "transport/engine.h"
+#include "transport/packet_builder.h"
+#include "transport/packet_parser.h"
+
+namespace uroce::transport {
+
+rte_mbuf* Engine::StartPacket(const PathInfo& path, PacketFields& f, uint8_t** payload) {
+  f.dst_mac = path.dmac;
+  f.src_mac = config_.mac;
+  f.ip_version = path.ipv6 ? IpVersion::kIpv6 : IpVersion::kIpv4;
+  f.src_gid = path.sgid;
+  f.dst_gid = path.dgid;
+  f.traffic_class = path.traffic_class;
+  f.hop_limit = path.hop_limit;
+  f.ipv6_flow_label = path.flow_label;
+  f.udp_src_port = path.udp_source_port;
+  rte_mbuf* m = rte_pktmbuf_alloc(config_.tx_pool);
+  if (m == nullptr) {
+    counters_.tx_alloc_failures++;
+    return nullptr;
+  }
+  PendingPacket pending;
+  if (BeginPacket(f, m, &pending) != BuildError::kOk) {
+    // A buffer too small for this MTU, or a bug of ours: never a bad frame.
+    rte_pktmbuf_free(m);
+    counters_.tx_build_errors++;
+    return nullptr;
+  }
+  *payload = pending.payload;
+  pending_tx_ = pending;
+  return m;
+}
+
+void Engine::FinishPacket(rte_mbuf* m) {
+  transport::FinishPacket(pending_tx_);
+  Stage(m);
+}
+
+void Engine::HandleFrame(rte_mbuf* m) {
+  PacketView view;
+  ParseOptions options;
+  options.verify_icrc = true;
+  const ParseError error = ParsePacket(m, options, &view);
+  if (error != ParseError::kOk) {
+    if (!view.is_roce && error != ParseError::kMultiSegmentMbuf) {
+      counters_.rx_non_roce++;
+      if (config_.non_roce_handler) {
+        config_.non_roce_handler(m);  // ARP, ND, ...: the handler owns the mbuf now
+        return;
+      }
+    } else if (error == ParseError::kBadIcrc) {
+      counters_.rx_icrc_errors++;
+    } else {
+      counters_.rx_parse_errors++;
+    }
+    rte_pktmbuf_free(m);
+    return;
+  }
+  QueuePair* qp = LookupQp(view.fields.bth.dest_qp);
+  if (qp == nullptr) {
+    counters_.rx_unknown_qp++;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  qp->counters.rx_packets++;
+  qp->counters.rx_bytes += view.fields.payload_length;
+  const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
+  // The packet's service must match the QP's (IBTA 9.6.1.1).
+  const TransportService want = qp->type == IBV_QPT_RC   ? TransportService::kRc
+                                : qp->type == IBV_QPT_UC ? TransportService::kUc
+                                                         : TransportService::kUd;
+  const OpcodeInfo& info = *view.opcode;
+  if (info.service != want || state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_ERR) {
+    counters_.rx_dropped++;
+  } else if (info.role == PacketRole::kRequest) {
+    HandleRequest(qp, view);
+  } else if (state == IBV_QPS_RTS || state == IBV_QPS_SQD) {
+    if (info.operation == Operation::kAcknowledge) HandleAcknowledge(qp, view);
+    else HandleResponse(qp, view);
+  } else {
+    counters_.rx_dropped++;
+  }
+  rte_pktmbuf_free(m);
+}
+
+QueuePair* Engine::LookupQp(uint32_t qpn) const {
+  QueuePair* qp = qp_table_[qpn % config_.max_qps];
+  return (qp != nullptr && qp->qpn == qpn) ? qp : nullptr;
+}
+
+}  // namespace uroce::transport

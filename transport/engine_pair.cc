@@ -1,0 +1,177 @@
+#include "transport/engine_pair.h"
+
+#include <atomic>
+#include <cstring>
+
+namespace uroce::transport {
+
+StatusOr<std::unique_ptr<EnginePair>> EnginePair::Create(const EnginePairOptions& options) {
+  static std::atomic<unsigned> counter{0};
+  std::unique_ptr<EnginePair> pair(new EnginePair());
+  pair->ns_per_poll_ = options.ns_per_poll;
+  // Buffers big enough for a 4096-byte path MTU plus every header.
+  auto pool = pmd::CreatePktPool({.name = "ep_pool" + std::to_string(counter++),
+                                  .mbufs = options.pool_mbufs,
+                                  .per_core_cache = 0,
+                                  .data_room = RTE_PKTMBUF_HEADROOM + 4096 + 256});
+  if (!pool.ok()) return pool.status();
+  pair->pool_ = std::move(*pool);
+  pair->pool_size_ = options.pool_mbufs;
+  pair->link_ = std::make_unique<LossyLink>(pair->pool_.get(), options.seed, options.impairments);
+  UROCE_RETURN_IF_ERROR(pair->SetUpEndpoint(pair->a_, pair->link_->a(), 1, options));
+  UROCE_RETURN_IF_ERROR(pair->SetUpEndpoint(pair->b_, pair->link_->b(), 2, options));
+  pair->a_.engine->AddNeighbor(pair->b_.gid, pair->b_.mac);
+  pair->b_.engine->AddNeighbor(pair->a_.gid, pair->a_.mac);
+  return pair;
+}
+
+Status EnginePair::SetUpEndpoint(Endpoint& e, PacketIo& io, uint8_t host, const EnginePairOptions& options) {
+  e.mac = {0x02, 0, 0, 0, 0, host};
+  const uint8_t ip[4] = {10, 0, 0, host};
+  e.gid = Ipv4MappedGid(ip);
+  EngineConfig config = options.engine_template;
+  config.mac = e.mac;
+  config.gids = {e.gid};
+  config.port_mtu = options.port_mtu;
+  config.tx_pool = pool_.get();
+  config.io = &io;
+  config.clock_ns = [this] { return now_ns_; };
+  e.engine = std::make_unique<Engine>(config);
+  auto pd = e.engine->AllocPd();
+  if (!pd.ok()) return pd.status();
+  e.pd = *pd;
+  auto cq = e.engine->CreateCq(4096);
+  if (!cq.ok()) return cq.status();
+  e.cq = *cq;
+  return Status::Ok();
+}
+
+EnginePair::~EnginePair() {
+  // Engines first (they free what they staged), then the link (what is on the
+  // wire), then the pool.
+  a_.engine.reset();
+  b_.engine.reset();
+  link_.reset();
+}
+
+bool EnginePair::ShutDownAndCheckMbufs() {
+  a_.engine.reset();
+  b_.engine.reset();
+  link_.reset();
+  return pmd::AvailableMbufs(pool_.get()) == pool_size_;
+}
+
+StatusOr<std::pair<QueuePair*, QueuePair*>> EnginePair::ConnectQps(const RcConnectOptions& o) {
+  return ConnectQueuePairs(a_, b_, o);
+}
+
+StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(Endpoint& a, Endpoint& b, const RcConnectOptions& o) {
+  QueuePair* qps[2] = {nullptr, nullptr};
+  Endpoint* sides[2] = {&a, &b};
+  for (int i = 0; i < 2; ++i) {
+    QpInitAttr init;
+    init.type = o.type;
+    init.pd = sides[i]->pd;
+    init.send_cq = sides[i]->cq;
+    init.recv_cq = sides[i]->cq;
+    init.srq = i == 0 ? o.srq_a : o.srq_b;
+    init.cap.max_send_wr = o.max_send_wr;
+    init.cap.max_recv_wr = o.max_recv_wr;
+    init.cap.max_send_sge = 4;
+    init.cap.max_recv_sge = 4;
+    init.cap.max_inline_data = 128;
+    auto qp = sides[i]->engine->CreateQp(init);
+    if (!qp.ok()) return qp.status();
+    qps[i] = *qp;
+  }
+  const bool rc = o.type == IBV_QPT_RC;
+  for (int i = 0; i < 2; ++i) {
+    Engine& e = *sides[i]->engine;
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    attr.qp_access_flags = o.access;
+    UROCE_RETURN_IF_ERROR(
+        e.ModifyQp(qps[i], attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
+    attr = {};
+    attr.qp_state = IBV_QPS_RTR;
+    attr.path_mtu = o.mtu;
+    attr.dest_qp_num = qps[1 - i]->qpn;
+    attr.rq_psn = i == 0 ? o.psn_b : o.psn_a;
+    attr.max_dest_rd_atomic = o.max_rd_atomic;
+    attr.min_rnr_timer = o.min_rnr_timer;
+    attr.ah_attr.is_global = 1;
+    attr.ah_attr.port_num = 1;
+    std::memcpy(attr.ah_attr.grh.dgid.raw, sides[1 - i]->gid.data(), 16);
+    attr.ah_attr.grh.hop_limit = 64;
+    int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+    if (rc) mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    UROCE_RETURN_IF_ERROR(e.ModifyQp(qps[i], attr, mask));
+    attr = {};
+    attr.qp_state = IBV_QPS_RTS;
+    attr.sq_psn = i == 0 ? o.psn_a : o.psn_b;
+    attr.timeout = o.timeout;
+    attr.retry_cnt = o.retry_cnt;
+    attr.rnr_retry = o.rnr_retry;
+    attr.max_rd_atomic = o.max_rd_atomic;
+    mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+    if (rc) mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    UROCE_RETURN_IF_ERROR(e.ModifyQp(qps[i], attr, mask));
+  }
+  return std::make_pair(qps[0], qps[1]);
+}
+
+StatusOr<QueuePair*> EnginePair::CreateUdQp(Endpoint& side, uint32_t qkey) {
+  QpInitAttr init;
+  init.type = IBV_QPT_UD;
+  init.pd = side.pd;
+  init.send_cq = side.cq;
+  init.recv_cq = side.cq;
+  init.cap.max_send_wr = 64;
+  init.cap.max_recv_wr = 64;
+  init.cap.max_send_sge = 2;
+  init.cap.max_recv_sge = 2;
+  auto qp = side.engine->CreateQp(init);
+  if (!qp.ok()) return qp.status();
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.qkey = qkey;
+  UROCE_RETURN_IF_ERROR(
+      side.engine->ModifyQp(*qp, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY));
+  attr = {};
+  attr.qp_state = IBV_QPS_RTR;
+  UROCE_RETURN_IF_ERROR(side.engine->ModifyQp(*qp, attr, IBV_QP_STATE));
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = 0;
+  UROCE_RETURN_IF_ERROR(side.engine->ModifyQp(*qp, attr, IBV_QP_STATE | IBV_QP_SQ_PSN));
+  return *qp;
+}
+
+unsigned EnginePair::PollOnce() {
+  now_ns_ += ns_per_poll_;
+  return a_.engine->Poll() + b_.engine->Poll();
+}
+
+bool EnginePair::RunUntil(const std::function<bool()>& done, uint64_t max_polls) {
+  for (uint64_t i = 0; i < max_polls; ++i) {
+    if (done()) return true;
+    PollOnce();
+  }
+  return done();
+}
+
+std::vector<ibv_wc> EnginePair::WaitCompletions(CompletionQueue* cq, size_t count, uint64_t max_polls) {
+  std::vector<ibv_wc> out;
+  RunUntil(
+      [&] {
+        ibv_wc wc[16];
+        int n = cq->Poll(16, wc);
+        out.insert(out.end(), wc, wc + n);
+        return out.size() >= count;
+      },
+      max_polls);
+  return out;
+}
+
+}  // namespace uroce::transport

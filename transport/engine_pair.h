@@ -1,0 +1,100 @@
+// Two engines joined by a LossyLink in one process, driven on one thread with
+// a virtual clock: the harness for the engine's tests and for `uroce soak`.
+// Every run replays exactly from its seed.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "pmd/mempool.h"
+#include "transport/engine.h"
+#include "transport/lossy_link.h"
+
+namespace uroce::transport {
+
+struct EnginePairOptions {
+  uint64_t seed = 1;
+  LinkImpairments impairments;
+  uint32_t port_mtu = 1500;
+  unsigned pool_mbufs = 16383;
+  uint64_t ns_per_poll = 1000;  // virtual time that passes per poll round
+  EngineConfig engine_template;  // tunables copied into both engines
+};
+
+// One side: an engine and the objects a test needs on it.
+struct Endpoint {
+  std::unique_ptr<Engine> engine;
+  PdHandle pd = 0;
+  CompletionQueue* cq = nullptr;
+  Gid gid{};
+  MacAddress mac{};
+};
+
+struct RcConnectOptions {
+  ibv_mtu mtu = IBV_MTU_1024;
+  uint32_t psn_a = 0x100, psn_b = 0x200;
+  uint8_t timeout = 10;  // ~4 ms of virtual time
+  uint8_t retry_cnt = 7;
+  uint8_t rnr_retry = 7;
+  uint8_t min_rnr_timer = 1;
+  uint8_t max_rd_atomic = 16;
+  unsigned access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                    IBV_ACCESS_REMOTE_ATOMIC;
+  uint32_t max_send_wr = 256, max_recv_wr = 256;
+  ibv_qp_type type = IBV_QPT_RC;
+  SharedReceiveQueue* srq_a = nullptr;
+  SharedReceiveQueue* srq_b = nullptr;
+};
+
+// Creates an RC (or UC) QP on each endpoint and moves both to RTS, each
+// aimed at the other. Works for any two engines that can reach each other.
+StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(Endpoint& a, Endpoint& b,
+                                                              const RcConnectOptions& options);
+
+class EnginePair {
+ public:
+  static StatusOr<std::unique_ptr<EnginePair>> Create(const EnginePairOptions& options);
+  ~EnginePair();
+
+  Endpoint& a() { return a_; }
+  Endpoint& b() { return b_; }
+  LossyLink& link() { return *link_; }
+  rte_mempool* pool() { return pool_.get(); }
+  uint64_t now_ns() const { return now_ns_; }
+
+  // Creates and connects an RC (or UC) QP on each side.
+  StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQps(const RcConnectOptions& options);
+  // A UD QP on `side`, in RTS, with Q_Key `qkey`.
+  StatusOr<QueuePair*> CreateUdQp(Endpoint& side, uint32_t qkey);
+
+  // One poll of each engine; virtual time moves on.
+  unsigned PollOnce();
+  // Polls until `done` or `max_polls`; true if `done` became true.
+  bool RunUntil(const std::function<bool()>& done, uint64_t max_polls = 2'000'000);
+  // Polls `cq` (driving the engines) until it yields `count` completions.
+  std::vector<ibv_wc> WaitCompletions(CompletionQueue* cq, size_t count, uint64_t max_polls = 2'000'000);
+
+  unsigned AvailableMbufs() const { return pmd::AvailableMbufs(pool_.get()); }
+  unsigned PoolSize() const { return pool_size_; }
+  // Destroys both engines and the link (what they hold goes back to the pool)
+  // and returns true when the pool is full again: no buffer leaked.
+  bool ShutDownAndCheckMbufs();
+
+ private:
+  EnginePair() = default;
+  Status SetUpEndpoint(Endpoint& e, PacketIo& io, uint8_t host, const EnginePairOptions& options);
+
+  pmd::MempoolPtr pool_;
+  unsigned pool_size_ = 0;
+  std::unique_ptr<LossyLink> link_;
+  Endpoint a_, b_;
+  uint64_t now_ns_ = 1'000'000;
+  uint64_t ns_per_poll_ = 1000;
+};
+
+}  // namespace uroce::transport

@@ -1,0 +1,576 @@
+// End-to-end tests of the engine: two engines over the in-memory link.
+#include "transport/engine.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "transport/engine_pair.h"
+
+namespace uroce::transport {
+namespace {
+
+constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                           IBV_ACCESS_REMOTE_ATOMIC;
+
+struct Buffer {
+  std::vector<uint8_t> bytes;
+  MrKeys keys;
+  uint64_t addr() const { return reinterpret_cast<uint64_t>(bytes.data()); }
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void Start(const EnginePairOptions& options = {}) {
+    auto pair = EnginePair::Create(options);
+    ASSERT_TRUE(pair.ok()) << pair.status().ToString();
+    pair_ = std::move(*pair);
+  }
+  void TearDown() override {
+    if (!pair_) return;
+    // No more polls: the test's buffers are gone. Whatever is still staged or
+    // on the wire must go back to the pool when the engines and link go.
+    EXPECT_TRUE(pair_->ShutDownAndCheckMbufs()) << "packet buffers leaked";
+    pair_.reset();
+  }
+
+  Buffer Register(Endpoint& side, size_t size, uint8_t fill, int access = kAllAccess) {
+    Buffer b;
+    b.bytes.assign(size, fill);
+    auto keys = side.engine->RegMr(side.pd, b.bytes.data(), size, b.addr(), access);
+    EXPECT_TRUE(keys.ok()) << keys.status().ToString();
+    if (keys.ok()) b.keys = *keys;
+    return b;
+  }
+
+  static void Pattern(Buffer& b, uint32_t seed) {
+    std::mt19937 gen(seed);
+    for (auto& x : b.bytes) x = static_cast<uint8_t>(gen());
+  }
+
+  void PostRecv(Endpoint& side, QueuePair* qp, Buffer& b, uint64_t wr_id, uint32_t offset = 0,
+                uint32_t length = UINT32_MAX) {
+    ibv_sge sge{b.addr() + offset, length == UINT32_MAX ? uint32_t(b.bytes.size() - offset) : length,
+                b.keys.lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    const ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(side.engine->PostRecv(qp, &wr, &bad), 0);
+  }
+
+  int PostSend(Endpoint& side, QueuePair* qp, ibv_wr_opcode op, Buffer& local, uint32_t length, uint64_t wr_id,
+               uint64_t remote_addr = 0, uint32_t rkey = 0, uint32_t flags = IBV_SEND_SIGNALED) {
+    ibv_sge sge{local.addr(), length, local.keys.lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = op;
+    wr.send_flags = flags;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = rkey;
+    const ibv_send_wr* bad = nullptr;
+    return side.engine->PostSend(qp, &wr, &bad);
+  }
+
+  std::unique_ptr<EnginePair> pair_;
+};
+
+TEST_F(EngineTest, RcSendArrivesIntactWithCompletionFields) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok()) << qps.status().ToString();
+  auto [qa, qb] = *qps;
+  Buffer src = Register(pair_->a(), 64, 0);
+  Pattern(src, 1);
+  Buffer dst = Register(pair_->b(), 256, 0xEE);
+  PostRecv(pair_->b(), qb, dst, 77);
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 64, 11), 0);
+
+  auto recv = pair_->WaitCompletions(pair_->b().cq, 1);
+  ASSERT_EQ(recv.size(), 1u);
+  EXPECT_EQ(recv[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(recv[0].opcode, IBV_WC_RECV);
+  EXPECT_EQ(recv[0].wr_id, 77u);
+  EXPECT_EQ(recv[0].byte_len, 64u);
+  EXPECT_EQ(recv[0].qp_num, qb->qpn);
+  EXPECT_EQ(recv[0].wc_flags, 0u);
+  EXPECT_EQ(0, std::memcmp(dst.bytes.data(), src.bytes.data(), 64));
+  EXPECT_EQ(dst.bytes[64], 0xEE) << "nothing written past the message";
+
+  auto sent = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(sent[0].opcode, IBV_WC_SEND);
+  EXPECT_EQ(sent[0].wr_id, 11u);
+  EXPECT_EQ(sent[0].qp_num, qa->qpn);
+}
+
+TEST_F(EngineTest, MultiPacketSendWithImmediate) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer src = Register(pair_->a(), 10000, 0);
+  Pattern(src, 2);
+  Buffer dst = Register(pair_->b(), 16384, 0);
+  PostRecv(pair_->b(), qb, dst, 1);
+  ibv_sge sge{src.addr(), 10000, src.keys.lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 5;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htonl(0xA1B2C3D4);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  const ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);
+  auto recv = pair_->WaitCompletions(pair_->b().cq, 1);
+  ASSERT_EQ(recv.size(), 1u);
+  EXPECT_EQ(recv[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(recv[0].byte_len, 10000u);
+  EXPECT_TRUE(recv[0].wc_flags & IBV_WC_WITH_IMM);
+  EXPECT_EQ(ntohl(recv[0].imm_data), 0xA1B2C3D4u);
+  EXPECT_EQ(0, std::memcmp(dst.bytes.data(), src.bytes.data(), 10000));
+}
+
+TEST_F(EngineTest, RdmaWriteAndReadOneMebibyteAtMtu256And4096) {
+  EnginePairOptions options;
+  options.port_mtu = 9000;
+  Start(options);
+  for (ibv_mtu mtu : {IBV_MTU_256, IBV_MTU_4096}) {
+    RcConnectOptions connect;
+    connect.mtu = mtu;
+    auto qps = pair_->ConnectQps(connect);
+    ASSERT_TRUE(qps.ok()) << qps.status().ToString();
+    auto [qa, qb] = *qps;
+    constexpr uint32_t kSize = 1 << 20;
+    Buffer local = Register(pair_->a(), kSize, 0);
+    Pattern(local, 3);
+    Buffer remote = Register(pair_->b(), kSize, 0);
+    ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, kSize, 1, remote.addr(), remote.keys.rkey), 0);
+    auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc[0].opcode, IBV_WC_RDMA_WRITE);
+    EXPECT_EQ(remote.bytes, local.bytes);
+
+    Pattern(remote, 4);
+    ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_READ, local, kSize, 2, remote.addr(), remote.keys.rkey), 0);
+    wc = pair_->WaitCompletions(pair_->a().cq, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc[0].opcode, IBV_WC_RDMA_READ);
+    EXPECT_EQ(wc[0].byte_len, kSize);
+    EXPECT_EQ(remote.bytes, local.bytes);
+  }
+}
+
+TEST_F(EngineTest, AtomicsCompareSwapAndFetchAdd) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer result = Register(pair_->a(), 8, 0);
+  Buffer target = Register(pair_->b(), 64, 0);
+  uint64_t initial = 100;
+  std::memcpy(target.bytes.data() + 8, &initial, 8);
+
+  ibv_sge sge{result.addr(), 8, result.keys.lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.atomic.remote_addr = target.addr() + 8;
+  wr.wr.atomic.rkey = target.keys.rkey;
+  wr.wr.atomic.compare_add = 5;
+  const ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_FETCH_ADD);
+  uint64_t got, now;
+  std::memcpy(&got, result.bytes.data(), 8);
+  std::memcpy(&now, target.bytes.data() + 8, 8);
+  EXPECT_EQ(got, 100u);
+  EXPECT_EQ(now, 105u);
+
+  wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+  wr.wr.atomic.compare_add = 105;
+  wr.wr.atomic.swap = 7;
+  ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);
+  wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_COMP_SWAP);
+  std::memcpy(&got, result.bytes.data(), 8);
+  std::memcpy(&now, target.bytes.data() + 8, 8);
+  EXPECT_EQ(got, 105u);
+  EXPECT_EQ(now, 7u);
+  // A compare that fails leaves the word alone and returns it.
+  wr.wr.atomic.compare_add = 999;
+  wr.wr.atomic.swap = 1;
+  ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);
+  wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  std::memcpy(&got, result.bytes.data(), 8);
+  std::memcpy(&now, target.bytes.data() + 8, 8);
+  EXPECT_EQ(got, 7u);
+  EXPECT_EQ(now, 7u);
+}
+
+TEST_F(EngineTest, WriteWithImmediateConsumesAReceive) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer local = Register(pair_->a(), 3000, 0);
+  Pattern(local, 9);
+  Buffer remote = Register(pair_->b(), 3000, 0);
+  Buffer unused = Register(pair_->b(), 16, 0);
+  PostRecv(pair_->b(), qb, unused, 42);
+  ibv_sge sge{local.addr(), 3000, local.keys.lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 8;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htonl(1234);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = remote.addr();
+  wr.wr.rdma.rkey = remote.keys.rkey;
+  const ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);
+  auto wc = pair_->WaitCompletions(pair_->b().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(wc[0].wr_id, 42u);
+  EXPECT_EQ(wc[0].byte_len, 3000u);
+  EXPECT_EQ(ntohl(wc[0].imm_data), 1234u);
+  EXPECT_EQ(remote.bytes, local.bytes);
+}
+
+TEST_F(EngineTest, BadRkeyOrRangeIsRemoteAccessErrorAndMemoryUntouched) {
+  Start();
+  for (int variant = 0; variant < 3; ++variant) {
+    auto qps = pair_->ConnectQps({});
+    ASSERT_TRUE(qps.ok());
+    auto [qa, qb] = *qps;
+    Buffer local = Register(pair_->a(), 256, 0x11);
+    Buffer remote = Register(pair_->b(), 256, 0x22);
+    uint64_t addr = remote.addr();
+    uint32_t rkey = remote.keys.rkey;
+    uint32_t length = 256;
+    if (variant == 0) rkey ^= 0x55;           // a key that does not exist
+    if (variant == 1) addr += 1;              // one byte past the end
+    if (variant == 2) length = 128, addr -= 64;  // starts before the region
+    ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, length, 1, addr, rkey), 0);
+    auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+    ASSERT_EQ(wc.size(), 1u) << variant;
+    EXPECT_EQ(wc[0].status, IBV_WC_REM_ACCESS_ERR) << variant;
+    EXPECT_EQ(qa->state.load(), IBV_QPS_ERR);
+    EXPECT_EQ(qb->state.load(), IBV_QPS_ERR);
+    for (uint8_t x : remote.bytes) ASSERT_EQ(x, 0x22) << variant;
+  }
+}
+
+TEST_F(EngineTest, ReceiverNotReadyExhaustsRnrRetry) {
+  Start();
+  RcConnectOptions connect;
+  connect.rnr_retry = 2;
+  auto qps = pair_->ConnectQps(connect);
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer src = Register(pair_->a(), 64, 1);
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 64, 1), 0);
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 64, 2), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+  EXPECT_EQ(wc[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(pair_->a().engine->counters().rnr_naks_received, 3u);  // first try + 2 retries
+}
+
+TEST_F(EngineTest, ReceiveArrivingLateIsWaitedFor) {
+  Start();
+  auto qps = pair_->ConnectQps({});  // rnr_retry 7: for ever
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer src = Register(pair_->a(), 64, 1);
+  Buffer dst = Register(pair_->b(), 64, 0);
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 64, 1), 0);
+  for (int i = 0; i < 200; ++i) pair_->PollOnce();
+  EXPECT_GT(pair_->a().engine->counters().rnr_naks_received, 0u);
+  PostRecv(pair_->b(), qb, dst, 9);
+  auto wc = pair_->WaitCompletions(pair_->b().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(dst.bytes, src.bytes);
+}
+
+TEST_F(EngineTest, DeadPeerIsRetryExceededAndFlushesTheRest) {
+  Start();
+  RcConnectOptions connect;
+  connect.retry_cnt = 3;
+  auto qps = pair_->ConnectQps(connect);
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  LinkImpairments dead;
+  dead.loss = 1.0;
+  pair_->link().set_impairments(dead);
+  Buffer src = Register(pair_->a(), 64, 1);
+  for (uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 64, id), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 3);
+  ASSERT_EQ(wc.size(), 3u);
+  EXPECT_EQ(wc[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wc[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wc[2].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(pair_->a().engine->counters().timeouts, 4u);  // the first try and 3 retries
+  EXPECT_EQ(qa->state.load(), IBV_QPS_ERR);
+  // Posting in ERR still completes, as flushed.
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 64, 4), 0);
+  wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wc[0].wr_id, 4u);
+}
+
+TEST_F(EngineTest, PsnWrapsInsideAMultiPacketMessage) {
+  Start();
+  RcConnectOptions connect;
+  connect.psn_a = 0xFFFFFE;
+  connect.psn_b = 0xFFFFFD;
+  auto qps = pair_->ConnectQps(connect);
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer src = Register(pair_->a(), 8000, 0);
+  Pattern(src, 5);
+  Buffer dst = Register(pair_->b(), 8000, 0);
+  for (int round = 0; round < 3; ++round) {
+    PostRecv(pair_->b(), qb, dst, round);
+    ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 8000, round), 0);
+    auto wc = pair_->WaitCompletions(pair_->b().cq, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(dst.bytes, src.bytes);
+  }
+  EXPECT_LT(qa->req.psn.value(), 0x100u) << "the PSN wrapped";
+}
+
+TEST_F(EngineTest, ReceiveTooSmallIsLocalLengthError) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer src = Register(pair_->a(), 2000, 1);
+  Buffer dst = Register(pair_->b(), 1000, 0);
+  PostRecv(pair_->b(), qb, dst, 3);
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 2000, 4), 0);
+  auto recv = pair_->WaitCompletions(pair_->b().cq, 1);
+  ASSERT_EQ(recv.size(), 1u);
+  EXPECT_EQ(recv[0].status, IBV_WC_LOC_LEN_ERR);
+  auto sent = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].status, IBV_WC_REM_INV_REQ_ERR);
+}
+
+TEST_F(EngineTest, UdSendPlacesGrhAndSourceQp) {
+  Start();
+  auto ud_a = pair_->CreateUdQp(pair_->a(), 0x11111111);
+  auto ud_b = pair_->CreateUdQp(pair_->b(), 0x11111111);
+  ASSERT_TRUE(ud_a.ok() && ud_b.ok());
+  ibv_ah_attr ah_attr{};
+  ah_attr.is_global = 1;
+  ah_attr.port_num = 1;
+  std::memcpy(ah_attr.grh.dgid.raw, pair_->b().gid.data(), 16);
+  auto ah = pair_->a().engine->CreateAh(pair_->a().pd, ah_attr);
+  ASSERT_TRUE(ah.ok()) << ah.status().ToString();
+  ibv_ah verbs_ah{};
+  verbs_ah.handle = *ah;
+
+  Buffer src = Register(pair_->a(), 512, 0);
+  Pattern(src, 6);
+  Buffer dst = Register(pair_->b(), 40 + 512, 0);
+  PostRecv(pair_->b(), *ud_b, dst, 5);
+  ibv_sge sge{src.addr(), 512, src.keys.lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 6;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.ud.ah = &verbs_ah;
+  wr.wr.ud.remote_qpn = (*ud_b)->qpn;
+  wr.wr.ud.remote_qkey = 0x11111111;
+  const ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(pair_->a().engine->PostSend(*ud_a, &wr, &bad), 0);
+  auto wc = pair_->WaitCompletions(pair_->b().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].byte_len, 40u + 512u);
+  EXPECT_EQ(wc[0].src_qp, (*ud_a)->qpn);
+  EXPECT_TRUE(wc[0].wc_flags & IBV_WC_GRH);
+  EXPECT_EQ(0, std::memcmp(dst.bytes.data() + 40, src.bytes.data(), 512));
+  // IPv4: 20 zero bytes, then the IPv4 header (source 10.0.0.1).
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(dst.bytes[i], 0) << i;
+  EXPECT_EQ(dst.bytes[20] >> 4, 4);
+  EXPECT_EQ(dst.bytes[20 + 12], 10);
+  EXPECT_EQ(dst.bytes[20 + 15], 1);
+
+  // A wrong Q_Key is dropped silently.
+  PostRecv(pair_->b(), *ud_b, dst, 7);
+  wr.wr.ud.remote_qkey = 0x22222222;
+  ASSERT_EQ(pair_->a().engine->PostSend(*ud_a, &wr, &bad), 0);
+  for (int i = 0; i < 100; ++i) pair_->PollOnce();
+  ibv_wc extra[4];
+  EXPECT_EQ(pair_->b().cq->Poll(4, extra), 0);
+}
+
+TEST_F(EngineTest, PostSendRejectsBadRequestsWithErrnoAndBadWr) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer src = Register(pair_->a(), 64, 0);
+  ibv_sge sge{src.addr(), 64, src.keys.lkey};
+  ibv_send_wr good{}, bad_wr{};
+  good.opcode = IBV_WR_SEND;
+  good.sg_list = &sge;
+  good.num_sge = 1;
+  good.next = &bad_wr;
+  bad_wr = good;
+  bad_wr.next = nullptr;
+  bad_wr.num_sge = 99;  // more than max_send_sge
+  const ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(pair_->a().engine->PostSend(qa, &good, &bad), EINVAL);
+  EXPECT_EQ(bad, &bad_wr);
+  bad_wr.num_sge = 1;
+  bad_wr.opcode = static_cast<ibv_wr_opcode>(77);
+  EXPECT_EQ(pair_->a().engine->PostSend(qa, &bad_wr, &bad), EINVAL);
+  bad_wr.opcode = IBV_WR_SEND;
+  bad_wr.send_flags = IBV_SEND_INLINE;
+  sge.length = 1000;  // above max_inline_data
+  EXPECT_EQ(pair_->a().engine->PostSend(qa, &bad_wr, &bad), EINVAL);
+}
+
+TEST_F(EngineTest, SendQueueFullIsEnomem) {
+  Start();
+  RcConnectOptions connect;
+  connect.max_send_wr = 4;
+  auto qps = pair_->ConnectQps(connect);
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer src = Register(pair_->a(), 8, 0);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 8, i), 0);
+  EXPECT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 8, 9), ENOMEM);
+}
+
+}  // namespace
+}  // namespace uroce::transport
+
+namespace uroce::transport {
+namespace {
+
+// The BTH opcode of a frame built by the engine (IPv4, no VLAN).
+uint8_t FrameOpcode(const rte_mbuf* m) { return rte_pktmbuf_mtod(m, const uint8_t*)[14 + 20 + 8]; }
+
+TEST_F(EngineTest, LostReadResponseIsRecovered) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer local = Register(pair_->a(), 4096, 0);
+  Buffer remote = Register(pair_->b(), 4096, 0);
+  Pattern(remote, 12);
+  for (uint8_t victim : {uint8_t(0x0D), uint8_t(0x0E), uint8_t(0x0F), uint8_t(0x0C)}) {
+    int dropped = 0;
+    pair_->link().set_drop_filter([&](const rte_mbuf* m) {
+      if (dropped == 0 && FrameOpcode(m) == victim) return ++dropped, true;
+      return false;
+    });
+    std::fill(local.bytes.begin(), local.bytes.end(), 0);
+    ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_READ, local, 4096, victim, remote.addr(), remote.keys.rkey), 0);
+    auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+    ASSERT_EQ(wc.size(), 1u) << int(victim);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS) << int(victim);
+    EXPECT_EQ(dropped, 1);
+    EXPECT_EQ(local.bytes, remote.bytes) << int(victim);
+  }
+}
+
+TEST_F(EngineTest, LostAtomicRequestOrResponseIsRecovered) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer result = Register(pair_->a(), 8, 0);
+  Buffer target = Register(pair_->b(), 8, 0);
+  uint64_t expected = 0;
+  for (uint8_t victim : {uint8_t(0x14), uint8_t(0x12)}) {
+    int dropped = 0;
+    pair_->link().set_drop_filter([&](const rte_mbuf* m) {
+      if (dropped == 0 && FrameOpcode(m) == victim) return ++dropped, true;
+      return false;
+    });
+    ibv_sge sge{result.addr(), 8, result.keys.lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = victim;
+    wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.atomic.remote_addr = target.addr();
+    wr.wr.atomic.rkey = target.keys.rkey;
+    wr.wr.atomic.compare_add = 1;
+    const ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);
+    auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS) << int(victim);
+    uint64_t original, now;
+    std::memcpy(&original, result.bytes.data(), 8);
+    std::memcpy(&now, target.bytes.data(), 8);
+    EXPECT_EQ(original, expected) << "a replayed atomic returns the first result";
+    EXPECT_EQ(now, expected + 1) << "and is not executed twice";
+    expected = now;
+  }
+}
+
+}  // namespace
+}  // namespace uroce::transport
+
+namespace uroce::transport {
+namespace {
+
+TEST(TimerTableTest, LocalAckTimeoutFollowsIbta) {
+  EXPECT_EQ(LocalAckTimeoutNs(0), 0u);  // "infinite"
+  EXPECT_EQ(LocalAckTimeoutNs(1), 8192u);
+  EXPECT_EQ(LocalAckTimeoutNs(14), 67108864u);  // 4.096 us * 2^14 = 67.1 ms
+}
+
+TEST(TimerTableTest, RnrTimerFollowsIbtaTable45) {
+  EXPECT_EQ(RnrTimerNs(0), 655360000u);  // 655.36 ms
+  EXPECT_EQ(RnrTimerNs(1), 10000u);      // 0.01 ms
+  EXPECT_EQ(RnrTimerNs(14), 1280000u);   // 1.28 ms
+  EXPECT_EQ(RnrTimerNs(31), 491520000u); // 491.52 ms
+}
+
+}  // namespace
+}  // namespace uroce::transport

@@ -1,0 +1,169 @@
+// A queue pair: its configuration, the rings application threads post to, and
+// the transport state the engine keeps for it (requester, completer,
+// responder, after IBTA vol. 1 chapter 9). Everything below "engine thread
+// only" is touched by the engine alone; the control path changes attributes
+// only through the Engine, at a safe point between bursts.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "transport/completion_queue.h"
+#include "transport/headers.h"
+#include "transport/memory_region.h"
+#include "transport/mpmc_ring.h"
+#include "transport/wire_types.h"
+#include "transport/work_request.h"
+
+namespace uroce::transport {
+
+class SharedReceiveQueue;
+
+// Where a QP's packets go (from ibv_ah_attr; MAC from the neighbour table).
+struct PathInfo {
+  Gid dgid{};
+  Gid sgid{};
+  MacAddress dmac{};
+  bool ipv6 = false;  // false: IPv4 (both GIDs IPv4-mapped)
+  uint8_t traffic_class = 0;
+  uint8_t hop_limit = 64;
+  uint32_t flow_label = 0;
+  uint16_t udp_source_port = 0xC000;
+};
+
+struct QpCaps {
+  uint32_t max_send_wr = 0;
+  uint32_t max_recv_wr = 0;
+  uint32_t max_send_sge = 0;
+  uint32_t max_recv_sge = 0;
+  uint32_t max_inline_data = 0;
+};
+
+// One send work request as the requester tracks it until it completes.
+struct SendSlot {
+  SendWqe wqe;
+  Psn first_psn;
+  Psn last_psn;
+  uint32_t packets = 0;        // packets of the request (READ: of the response)
+  uint64_t bytes_done = 0;     // READ: response bytes placed so far
+  bool signaled = false;
+  bool started = false;        // segmentation began (PSNs assigned)
+  bool read_or_atomic = false;
+  bool counted_in_flight = false;  // READ/atomic: counted in reads_in_flight
+  bool local_error = false;        // an SGE failed the local key check
+  uint8_t* local_result = nullptr;  // atomics: where the original value goes
+};
+
+struct RequesterState {
+  std::unique_ptr<SendSlot[]> window;  // max_send_wr slots, circular
+  uint32_t window_mask = 0;
+  uint64_t head = 0;        // oldest WQE not yet retired
+  uint64_t tail = 0;        // next free slot
+  uint64_t next_send = 0;   // WQE being segmented
+  uint64_t send_offset = 0; // bytes of next_send already sent (in this pass)
+  Psn psn;                  // next PSN to send
+  Psn unacked;              // oldest PSN not acknowledged
+  Psn sent_limit;           // the PSN after the last one assigned to a request
+  uint32_t reads_in_flight = 0;
+  uint32_t packets_since_ack_request = 0;
+  uint8_t retries_left = 7;
+  uint8_t rnr_retries_left = 7;
+  uint64_t timer_deadline_ns = 0;  // 0: no timer armed
+  uint64_t rnr_resume_ns = 0;      // after an RNR NAK, wait until then
+  bool gap_restart_armed = false;  // see Engine::RestartOnce
+  Psn gap_restart_psn;
+};
+
+// A READ the responder answers, or a duplicate one it answers again.
+struct ReadResponseJob {
+  Psn next_psn;
+  Psn first_psn;
+  const uint8_t* source = nullptr;  // checked at request time
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool atomic = false;    // an atomic acknowledgement, not READ data
+  uint64_t original = 0;  // atomics: the value before the operation
+};
+
+struct AtomicReplay {
+  Psn psn;
+  uint64_t original = 0;
+  bool valid = false;
+};
+
+struct ResponderState {
+  Psn expected_psn;
+  uint32_t msn = 0;
+  bool nak_sent = false;  // one PSN-sequence NAK per gap (IBTA 9.7.5.1.2)
+  // SEND in progress.
+  bool have_recv = false;
+  bool recv_offset_valid = false;  // the receive belongs to a SEND in progress
+  RecvWqe recv;
+  uint64_t recv_offset = 0;
+  // RDMA WRITE in progress (from the RETH of the first packet).
+  uint8_t* write_dest = nullptr;
+  uint64_t write_remaining = 0;
+  uint64_t write_length = 0;
+  bool write_in_progress = false;
+  // ACK to send at the end of the burst.
+  bool ack_pending = false;
+  Psn ack_psn;
+  uint8_t ack_syndrome = 0;
+  // READ responses being sent (ring of max_dest_rd_atomic + 1).
+  std::vector<ReadResponseJob> reads;
+  uint32_t reads_head = 0, reads_count = 0;
+  // Recent atomics, replayed on duplicates (IBTA 9.7.5.1.1 / o9-23).
+  std::vector<AtomicReplay> atomics;
+  uint32_t atomics_next = 0;
+};
+
+struct QpCounters {
+  uint64_t tx_packets = 0, rx_packets = 0, tx_bytes = 0, rx_bytes = 0;
+  uint64_t retransmits = 0, timeouts = 0, naks_sent = 0, naks_received = 0;
+  uint64_t rnr_naks_sent = 0, rnr_naks_received = 0, out_of_sequence = 0, duplicates = 0;
+};
+
+class QueuePair {
+ public:
+  QueuePair(uint32_t qpn, ibv_qp_type type, PdHandle pd, CompletionQueue* send_cq, CompletionQueue* recv_cq,
+            SharedReceiveQueue* srq, bool sq_sig_all, const QpCaps& caps);
+
+  // Set at creation; any thread.
+  const uint32_t qpn;
+  const ibv_qp_type type;
+  const PdHandle pd;
+  CompletionQueue* const send_cq;
+  CompletionQueue* const recv_cq;
+  SharedReceiveQueue* const srq;
+  const bool sq_sig_all;
+  const QpCaps caps;
+
+  // Published state: written by the engine (and the control path at safe
+  // points), read by posting threads.
+  std::atomic<ibv_qp_state> state{IBV_QPS_RESET};
+
+  // Application threads -> engine. Credits keep the rings from overflowing:
+  // a post takes one, the engine returns it when the request completes.
+  MpmcRing<SendWqe> send_ring;
+  MpmcRing<RecvWqe> recv_ring;
+  std::atomic<uint32_t> send_credits_used{0};
+  std::atomic<uint32_t> recv_credits_used{0};
+
+  // Attributes (control path writes them at safe points; engine reads).
+  ibv_qp_attr attr{};
+  PathInfo path;
+  uint32_t mtu_bytes = 1024;
+
+  // Engine thread only.
+  RequesterState req;
+  ResponderState resp;
+  QpCounters counters;
+  bool ack_listed = false;  // on the engine's list of QPs with an ACK to send
+  bool flush_pending = false;
+};
+
+}  // namespace uroce::transport

@@ -1,0 +1,309 @@
+// Requester (IBTA vol. 1, 9.5 and 9.7.4): turns send work requests into
+// packets. Segmentation by path MTU, PSN assignment modulo 2^24, the AckReq
+// bit on the last packet of a message and every `ack_request_every` packets,
+// the outstanding-PSN window, max_rd_atomic and IBV_SEND_FENCE, and the
+// restart point for go-back-N retransmission. UD and UC requests complete as
+// soon as their last packet is handed to the wire, as on a RoCE NIC.
+//
+// Engine thread only.
+#include <arpa/inet.h>
+
+#include <cstring>
+
+#include "transport/engine.h"
+#include "transport/opcode.h"
+
+namespace uroce::transport {
+namespace {
+
+bool IsReadOrAtomic(ibv_wr_opcode op) {
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+uint32_t PacketsFor(uint64_t length, uint32_t mtu) {
+  return length == 0 ? 1 : static_cast<uint32_t>((length + mtu - 1) / mtu);
+}
+
+// The opcode of a SEND or WRITE packet from its place in the message
+// (IBTA table 38). `rc` selects the RC or UC code.
+uint8_t SegmentOpcode(ibv_wr_opcode op, bool first, bool last, bool rc) {
+  const uint8_t base = rc ? 0x00 : 0x20;
+  const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  const bool imm = op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  const bool inv = op == IBV_WR_SEND_WITH_INV;
+  Opcode code;
+  if (write) {
+    if (first && last) code = imm ? Opcode::kRcRdmaWriteOnlyWithImmediate : Opcode::kRcRdmaWriteOnly;
+    else if (first) code = Opcode::kRcRdmaWriteFirst;
+    else if (last) code = imm ? Opcode::kRcRdmaWriteLastWithImmediate : Opcode::kRcRdmaWriteLast;
+    else code = Opcode::kRcRdmaWriteMiddle;
+  } else {
+    if (first && last) {
+      code = imm ? Opcode::kRcSendOnlyWithImmediate : inv ? Opcode::kRcSendOnlyWithInvalidate : Opcode::kRcSendOnly;
+    } else if (first) {
+      code = Opcode::kRcSendFirst;
+    } else if (last) {
+      code = imm ? Opcode::kRcSendLastWithImmediate : inv ? Opcode::kRcSendLastWithInvalidate : Opcode::kRcSendLast;
+    } else {
+      code = Opcode::kRcSendMiddle;
+    }
+  }
+  return static_cast<uint8_t>(base + static_cast<uint8_t>(code));
+}
+
+}  // namespace
+
+uint64_t LocalAckTimeoutNs(uint8_t timeout) {
+  if (timeout == 0) return 0;
+  return 4096ull << std::min<uint8_t>(timeout, 31);  // 4096 ns = 4.096 us
+}
+
+bool Engine::StartSendWqe(QueuePair* qp, SendSlot& slot) {
+  RequesterState& r = qp->req;
+  const SendWqe& w = slot.wqe;
+  // Local protection before any byte moves (IBTA 10.6.3.1): every SGE must
+  // name a region of this PD, and READ / atomic targets must be writable.
+  const int needed = IsReadOrAtomic(w.opcode) ? IBV_ACCESS_LOCAL_WRITE : 0;
+  for (uint32_t i = 0; i < w.num_sge; ++i) {
+    uint8_t* host = nullptr;
+    if (w.sge[i].length == 0) continue;
+    if (mrs_.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr, w.sge[i].length, needed, &host) != MrCheck::kOk) {
+      return false;
+    }
+    if (i == 0 && (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)) {
+      slot.local_result = host;
+    }
+  }
+  slot.read_or_atomic = IsReadOrAtomic(w.opcode);
+  slot.packets = (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+                     ? 1
+                     : PacketsFor(w.total_length, qp->mtu_bytes);
+  slot.first_psn = r.sent_limit;
+  slot.last_psn = r.sent_limit + (slot.packets - 1);
+  r.sent_limit = slot.last_psn + 1;
+  slot.bytes_done = 0;
+  slot.started = true;
+  slot.counted_in_flight = false;
+  return true;
+}
+
+void Engine::CopyFromWqe(const SendWqe& w, uint64_t offset, uint8_t* dest, uint32_t length) {
+  if (w.num_sge == 0) {  // inline data
+    std::memcpy(dest, w.inline_data + offset, length);
+    return;
+  }
+  uint32_t i = 0;
+  while (i < w.num_sge && offset >= w.sge[i].length) offset -= w.sge[i++].length;
+  while (length > 0 && i < w.num_sge) {
+    const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, w.sge[i].length - offset));
+    std::memcpy(dest, reinterpret_cast<const uint8_t*>(w.sge[i].addr) + offset, chunk);
+    dest += chunk;
+    length -= chunk;
+    offset = 0;
+    ++i;
+  }
+}
+
+void Engine::RunRequester(QueuePair* qp) {
+  RequesterState& r = qp->req;
+  // Take newly posted requests into the window (credits guarantee room).
+  while (r.tail - r.head <= r.window_mask) {
+    SendSlot& slot = r.window[r.tail & r.window_mask];
+    if (!qp->send_ring.TryPop(&slot.wqe)) break;
+    slot.started = false;
+    slot.local_error = false;
+    slot.signaled = (slot.wqe.send_flags & IBV_SEND_SIGNALED) != 0;
+    ++r.tail;
+  }
+  if (r.rnr_resume_ns != 0) {
+    if (Now() < r.rnr_resume_ns) return;
+    r.rnr_resume_ns = 0;
+  }
+  const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
+  const uint32_t max_reads = std::max<uint32_t>(qp->attr.max_rd_atomic, 1);
+  uint32_t budget = config_.per_qp_packet_budget;
+  while (budget > 0 && r.next_send != r.tail && TxRoom(1)) {
+    SendSlot& slot = r.window[r.next_send & r.window_mask];
+    const SendWqe& w = slot.wqe;
+    if (slot.local_error) break;
+    if (!slot.started) {
+      if (state == IBV_QPS_SQD) break;  // SQD: finish what started, start nothing new
+      // IBV_SEND_FENCE: wait until earlier READs and atomics have completed.
+      if ((w.send_flags & IBV_SEND_FENCE) && r.reads_in_flight > 0) break;
+      if (IsReadOrAtomic(w.opcode) && r.reads_in_flight >= max_reads) break;
+      if (!StartSendWqe(qp, slot)) {
+        // A bad local key: the request fails and the QP enters ERR (IBTA
+        // 10.8.3.1, class B), reported once the requests before it retire.
+        slot.local_error = true;
+        break;
+      }
+      r.send_offset = 0;
+      r.psn = slot.first_psn;
+    }
+    if (qp->type == IBV_QPT_RC &&
+        static_cast<uint32_t>(r.psn.DistanceFrom(r.unacked)) >= config_.max_unacked_packets) {
+      break;  // window full: wait for ACKs
+    }
+    if (slot.read_or_atomic && !slot.counted_in_flight) {
+      slot.counted_in_flight = true;
+      ++r.reads_in_flight;
+    }
+    const bool done = EmitRequestPacket(qp, slot);
+    --budget;
+    if (done) {
+      ++r.next_send;
+      r.send_offset = 0;
+      if (qp->type != IBV_QPT_RC) {
+        // UD and UC: no acknowledgement; complete now, in order.
+        CompleteSend(qp, slot, IBV_WC_SUCCESS);
+        ++r.head;
+      }
+    }
+  }
+  // Report a local protection error once everything before it has retired.
+  if (r.head != r.tail) {
+    SendSlot& oldest = r.window[r.head & r.window_mask];
+    if (oldest.local_error) {
+      oldest.signaled = true;
+      CompleteSend(qp, oldest, IBV_WC_LOC_PROT_ERR);
+      ++r.head;
+      EnterError(qp);
+    }
+  }
+}
+
+// Builds the next packet of `slot` at r.send_offset. Returns true when the
+// message has no more packets to send in this pass.
+bool Engine::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
+  RequesterState& r = qp->req;
+  const SendWqe& w = slot.wqe;
+  const uint32_t mtu = qp->mtu_bytes;
+  const bool rc = qp->type == IBV_QPT_RC;
+  PacketFields f;
+  f.bth.dest_qp = qp->type == IBV_QPT_UD ? w.remote_qpn : qp->attr.dest_qp_num;
+  f.bth.solicited_event = (w.send_flags & IBV_SEND_SOLICITED) != 0;
+  uint32_t payload = 0;
+  bool last = true;
+  const PathInfo* path = &qp->path;
+
+  switch (w.opcode) {
+    case IBV_WR_RDMA_READ: {
+      // One request for what is still missing (a retransmission asks only for
+      // the rest, IBTA 9.7.5.1.3 / o9-28).
+      const uint64_t done = slot.bytes_done;
+      f.bth.opcode = static_cast<uint8_t>(Opcode::kRcRdmaReadRequest);
+      f.bth.psn = slot.first_psn + static_cast<uint32_t>(done / mtu);
+      f.reth.virtual_address = w.remote_addr + done;
+      f.reth.rkey = w.rkey;
+      f.reth.dma_length = static_cast<uint32_t>(w.total_length - done);
+      f.bth.ack_request = true;
+      r.psn = slot.last_psn + 1;
+      break;
+    }
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      f.bth.opcode = static_cast<uint8_t>(w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? Opcode::kRcCompareSwap
+                                                                                 : Opcode::kRcFetchAdd);
+      f.bth.psn = slot.first_psn;
+      f.atomic_eth.virtual_address = w.remote_addr;
+      f.atomic_eth.rkey = w.rkey;
+      // CmpSwap: swap data, compare data. FetchAdd: add data in the first field.
+      f.atomic_eth.swap_or_add_data = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.swap : w.compare_add;
+      f.atomic_eth.compare_data = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.compare_add : 0;
+      f.bth.ack_request = true;
+      r.psn = slot.last_psn + 1;
+      break;
+    default: {
+      const uint64_t offset = r.send_offset;
+      const bool first = offset == 0;
+      payload = static_cast<uint32_t>(std::min<uint64_t>(mtu, w.total_length - offset));
+      last = offset + payload >= w.total_length;
+      if (qp->type == IBV_QPT_UD) {
+        f.bth.opcode = static_cast<uint8_t>(w.opcode == IBV_WR_SEND_WITH_IMM ? Opcode::kUdSendOnlyWithImmediate
+                                                                            : Opcode::kUdSendOnly);
+        // IBTA 10.2.5 / ibv_post_send(3): a Q_Key with the high bit set means
+        // "use the QP's own Q_Key".
+        f.deth.qkey = (w.remote_qkey & 0x80000000u) ? qp->attr.qkey : w.remote_qkey;
+        f.deth.src_qp = qp->qpn;
+        if (w.ah_handle < ahs_.size() && ahs_[w.ah_handle].valid) path = &ahs_[w.ah_handle].path;
+        f.bth.psn = r.psn;
+        r.psn += 1;
+      } else {
+        f.bth.opcode = SegmentOpcode(w.opcode, first, last, rc);
+        f.bth.psn = slot.first_psn + static_cast<uint32_t>(offset / mtu);
+        r.psn = f.bth.psn + 1;
+        if (first && (w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) {
+          f.reth.virtual_address = w.remote_addr;
+          f.reth.rkey = w.rkey;
+          f.reth.dma_length = static_cast<uint32_t>(w.total_length);
+        }
+      }
+      if (last && (w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) {
+        f.immediate_data = ntohl(w.imm_data_be);
+      }
+      if (last && w.opcode == IBV_WR_SEND_WITH_INV) {
+        f.invalidate_rkey = w.invalidate_rkey;
+      }
+      if (rc) {
+        ++r.packets_since_ack_request;
+        f.bth.ack_request = last || r.packets_since_ack_request >= config_.ack_request_every;
+      }
+      r.send_offset = offset + payload;
+      break;
+    }
+  }
+  if (f.bth.ack_request) r.packets_since_ack_request = 0;
+
+  uint8_t* dest = nullptr;
+  f.payload_length = payload;
+  rte_mbuf* m = StartPacket(*path, f, &dest);
+  if (m == nullptr) {
+    // No buffer: undo this packet's PSN step and retry on the next poll.
+    if (w.opcode != IBV_WR_RDMA_READ && !slot.read_or_atomic && qp->type != IBV_QPT_UD) {
+      r.send_offset -= payload;
+    }
+    r.psn = f.bth.psn;
+    return false;
+  }
+  if (payload > 0) CopyFromWqe(w, r.send_offset - payload, dest, payload);
+  FinishPacket(m);
+  qp->counters.tx_packets++;
+  qp->counters.tx_bytes += payload;
+  if (rc && r.timer_deadline_ns == 0) {
+    const uint64_t t = LocalAckTimeoutNs(qp->attr.timeout);
+    if (t != 0) r.timer_deadline_ns = Now() + t;
+  }
+  return last || slot.read_or_atomic;
+}
+
+// Go-back-N (IBTA 9.7.5.2.x): resume sending at `psn`, which lies in one of
+// the requests already started.
+void Engine::RestartFrom(QueuePair* qp, Psn psn) {
+  RequesterState& r = qp->req;
+  for (uint64_t i = r.head; i != r.tail; ++i) {
+    SendSlot& slot = r.window[i & r.window_mask];
+    if (!slot.started) break;
+    if (psn.DistanceFrom(slot.first_psn) >= 0 && slot.last_psn.DistanceFrom(psn) >= 0) {
+      r.next_send = i;
+      if (slot.read_or_atomic) {
+        r.send_offset = 0;
+      } else {
+        r.send_offset = uint64_t(psn.DistanceFrom(slot.first_psn)) * qp->mtu_bytes;
+      }
+      r.psn = slot.read_or_atomic ? slot.first_psn + static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes) : psn;
+      r.packets_since_ack_request = 0;
+      counters_.retransmits++;
+      qp->counters.retransmits++;
+      return;
+    }
+  }
+  // Nothing started covers `psn`: everything sent was acknowledged.
+  r.next_send = r.head;
+  while (r.next_send != r.tail && r.window[r.next_send & r.window_mask].started &&
+         r.window[r.next_send & r.window_mask].last_psn.DistanceFrom(psn) < 0) {
+    ++r.next_send;
+  }
+  r.send_offset = 0;
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,493 @@
+// Responder (IBTA vol. 1, 9.7.5.1 "Responder side"): checks each request's PSN
+// (new, duplicate or ahead), its opcode sequence, and its rkey, bounds, access
+// and PD before any byte moves; places SEND and WRITE data; answers READs
+// (from memory, also when asked again) and atomics (replayed from a result
+// cache when duplicated); sends coalesced ACKs and NAKs. UD receives place the
+// 40-byte GRH in front of the data (IBTA 11.4.1.1, RoCEv2 A17.4.5.2).
+//
+// Engine thread only.
+#include <arpa/inet.h>
+
+#include <cstring>
+
+#include "transport/engine.h"
+#include "transport/opcode.h"
+
+namespace uroce::transport {
+namespace {
+
+constexpr uint32_t kGrhBytes = 40;
+
+bool IsSend(Operation op) { return op == Operation::kSend; }
+
+}  // namespace
+
+void Engine::QueueAck(QueuePair* qp, Psn psn) {
+  ResponderState& s = qp->resp;
+  s.ack_pending = true;
+  s.ack_psn = psn;
+  s.ack_syndrome = AethFields::Syndrome(AethKind::kAck, kAethInvalidCredits);
+  if (!qp->ack_listed) {
+    qp->ack_listed = true;
+    ack_list_.push_back(qp);
+  }
+}
+
+// An acknowledgement packet (ACK, NAK or RNR NAK) for `psn`, sent now.
+void Engine::SendAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
+  PacketFields f;
+  f.bth.opcode = static_cast<uint8_t>(Opcode::kRcAcknowledge);
+  f.bth.dest_qp = qp->attr.dest_qp_num;
+  f.bth.psn = psn;
+  f.aeth.syndrome = syndrome;
+  f.aeth.msn = qp->resp.msn;
+  uint8_t* unused = nullptr;
+  rte_mbuf* m = StartPacket(qp->path, f, &unused);
+  if (m == nullptr) return;  // the requester's timer recovers
+  FinishPacket(m);
+}
+
+void Engine::SendNak(QueuePair* qp, Psn psn, NakCode code) {
+  qp->counters.naks_sent++;
+  counters_.naks_sent++;
+  SendAcknowledge(qp, psn, AethFields::Syndrome(AethKind::kNak, static_cast<uint8_t>(code)));
+}
+
+// Class C/D responder errors (IBTA 9.9.3.1): NAK, then the QP enters ERR.
+void Engine::ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_status recv_status) {
+  SendNak(qp, psn, code);
+  ResponderState& s = qp->resp;
+  if (s.have_recv) {
+    CompleteRecv(qp, s.recv, recv_status, 0, IBV_WC_RECV, 0, 0, 0);
+    s.have_recv = false;
+  }
+  EnterError(qp);
+}
+
+void Engine::SendPendingAcks() {
+  size_t kept = 0;
+  for (QueuePair* qp : ack_list_) {
+    ResponderState& s = qp->resp;
+    // An ACK must not overtake READ or atomic responses still queued: the
+    // requester would take it as a sign they were lost.
+    if (s.ack_pending && (s.reads_count > 0 || !TxRoom(1))) {
+      ack_list_[kept++] = qp;
+      continue;
+    }
+    if (s.ack_pending) {
+      s.ack_pending = false;
+      SendAcknowledge(qp, s.ack_psn, s.ack_syndrome);
+    }
+    qp->ack_listed = false;
+  }
+  ack_list_.resize(kept);
+}
+
+// Copies `length` bytes at `offset` of the current receive request's buffers.
+// False if they do not fit (a local length error) or a key is bad.
+bool Engine::PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, uint32_t length,
+                         ibv_wc_status* error) {
+  const RecvWqe& w = qp->resp.recv;
+  if (offset + length > w.total_length) {
+    *error = IBV_WC_LOC_LEN_ERR;
+    return false;
+  }
+  uint32_t i = 0;
+  while (i < w.num_sge && offset >= w.sge[i].length) offset -= w.sge[i++].length;
+  while (length > 0 && i < w.num_sge) {
+    const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, w.sge[i].length - offset));
+    uint8_t* host = nullptr;
+    if (mrs_.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE, &host) !=
+        MrCheck::kOk) {
+      *error = IBV_WC_LOC_PROT_ERR;
+      return false;
+    }
+    std::memcpy(host, data, chunk);
+    data += chunk;
+    length -= chunk;
+    offset = 0;
+    ++i;
+  }
+  return true;
+}
+
+void Engine::HandleUdReceive(QueuePair* qp, const PacketView& p) {
+  // Q_Key check (IBTA 10.2.5): a mismatch drops the datagram silently.
+  if (p.fields.deth.qkey != qp->attr.qkey) {
+    counters_.rx_dropped++;
+    return;
+  }
+  RecvWqe wqe;
+  if (!TakeRecv(qp, &wqe)) {
+    counters_.rx_dropped++;  // UD has no RNR: the datagram is lost
+    return;
+  }
+  qp->resp.recv = wqe;
+  qp->resp.have_recv = true;
+  // The GRH: an IPv6 header as it arrived, or for IPv4 twenty zero bytes then
+  // the IPv4 header (RoCEv2, IBTA A17.4.5.2).
+  uint8_t grh[kGrhBytes] = {};
+  if ((p.fields.ip_version == IpVersion::kIpv6)) {
+    std::memcpy(grh, (p.frame + p.l3_offset), kGrhBytes);
+  } else {
+    std::memcpy(grh + 20, (p.frame + p.l3_offset), 20);
+  }
+  ibv_wc_status error = IBV_WC_SUCCESS;
+  const bool ok = PlaceInRecv(qp, 0, grh, kGrhBytes, &error) &&
+                  PlaceInRecv(qp, kGrhBytes, p.payload, p.fields.payload_length, &error);
+  qp->resp.have_recv = false;
+  unsigned flags = IBV_WC_GRH;
+  uint32_t imm = 0;
+  if (p.opcode->has(kImmDt)) {
+    flags |= IBV_WC_WITH_IMM;
+    imm = htonl(p.fields.immediate_data);
+  }
+  CompleteRecv(qp, wqe, ok ? IBV_WC_SUCCESS : error, ok ? kGrhBytes + p.fields.payload_length : 0, IBV_WC_RECV,
+               flags, imm, p.fields.deth.src_qp);
+}
+
+// A request whose PSN is behind the expected one (IBTA 9.7.5.1.1).
+void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
+  ResponderState& s = qp->resp;
+  qp->counters.duplicates++;
+  counters_.duplicates++;
+  const Operation op = p.opcode->operation;
+  if (op == Operation::kRdmaReadRequest || op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
+    // Already answering this very request: the copy adds nothing.
+    for (uint32_t i = 0; i < s.reads_count; ++i) {
+      if (s.reads[(s.reads_head + i) % s.reads.size()].first_psn.value() == p.fields.bth.psn.value()) return;
+    }
+    // The requester went back to this PSN (go-back-N) and sends every later
+    // request again: queued responses for later PSNs are dropped, so that
+    // copies never take the room new READs are owed (IBTA o9-20.2).
+    for (uint32_t i = 0; i < s.reads_count; ++i) {
+      if (s.reads[(s.reads_head + i) % s.reads.size()].first_psn.DistanceFrom(p.fields.bth.psn) > 0) {
+        s.reads_count = i;
+        break;
+      }
+    }
+  }
+  if (op == Operation::kRdmaReadRequest) {
+    // Answer again from memory, after checking again (the region may be gone).
+    uint8_t* host = nullptr;
+    if (p.fields.reth.dma_length > 0 &&
+        mrs_.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
+                         IBV_ACCESS_REMOTE_READ, &host) != MrCheck::kOk) {
+      return;
+    }
+    EnqueueResponse(qp, ReadResponseJob{p.fields.bth.psn, p.fields.bth.psn, host, 0, p.fields.reth.dma_length, false, 0});
+    return;
+  }
+  if (op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
+    for (const AtomicReplay& a : s.atomics) {
+      if (a.valid && a.psn.value() == p.fields.bth.psn.value()) {
+        EnqueueResponse(qp, ReadResponseJob{p.fields.bth.psn, p.fields.bth.psn, nullptr, 0, 0, true, a.original});
+        return;
+      }
+    }
+    return;  // too old to replay: the requester's retry will fail it
+  }
+  // SEND / WRITE: acknowledge again, with the newest PSN (IBTA o9-20).
+  QueueAck(qp, s.expected_psn - 1);
+}
+
+bool Engine::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
+  ResponderState& s = qp->resp;
+  if (s.reads.empty() || s.reads_count >= s.reads.size()) return false;
+  s.reads[(s.reads_head + s.reads_count) % s.reads.size()] = job;
+  ++s.reads_count;
+  s.ack_pending = false;  // the response acknowledges everything before it
+  return true;
+}
+
+void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
+  const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
+  if (state != IBV_QPS_RTR && state != IBV_QPS_RTS && state != IBV_QPS_SQD) {
+    counters_.rx_dropped++;
+    return;
+  }
+  if (qp->type == IBV_QPT_UD) {
+    HandleUdReceive(qp, p);
+    return;
+  }
+  ResponderState& s = qp->resp;
+  const bool rc = qp->type == IBV_QPT_RC;
+  const Psn psn = p.fields.bth.psn;
+  const OpcodeInfo& info = *p.opcode;
+  const int32_t distance = psn.DistanceFrom(s.expected_psn);
+  if (distance < 0) {
+    if (rc) HandleDuplicate(qp, p);
+    return;
+  }
+  if (distance > 0) {
+    qp->counters.out_of_sequence++;
+    counters_.out_of_sequence++;
+    if (rc) {
+      // One PSN sequence error NAK per gap (IBTA 9.7.5.1.2 / C9-110).
+      if (!s.nak_sent) {
+        s.nak_sent = true;
+        SendNak(qp, s.expected_psn, NakCode::kPsnSequenceError);
+      }
+      return;
+    }
+    // UC: a lost packet loses the message; resynchronise on the next
+    // first/only packet (IBTA 9.7.5.1.2 for UC).
+    if (!info.starts_message()) {
+      s.write_in_progress = false;
+      if (s.have_recv) s.recv_offset = 0;  // reuse the receive for the next message
+      s.expected_psn = psn + 1;
+      return;
+    }
+    s.write_in_progress = false;
+    if (s.have_recv) s.recv_offset = 0;
+    s.expected_psn = psn;
+  }
+  s.nak_sent = false;
+
+  // Opcode sequence (IBTA 9.7.5.1.5 / C9-112): a message in progress must go
+  // on with middle/last packets of the same kind, and nothing else may.
+  const bool continues = !info.starts_message();
+  const bool send_in_progress = s.have_recv && s.recv_offset_valid;
+  if (continues) {
+    const bool ok = (IsSend(info.operation) && send_in_progress) ||
+                    (info.operation == Operation::kRdmaWrite && s.write_in_progress);
+    if (!ok) {
+      if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+      return;
+    }
+  } else if (send_in_progress || s.write_in_progress) {
+    if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return;
+  }
+  // Payload length rules that depend on the path MTU (IBTA 9.7.5.1.3).
+  if (p.fields.payload_length > qp->mtu_bytes ||
+      (info.payload == PayloadRule::kFullMtu && p.fields.payload_length != qp->mtu_bytes)) {
+    if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return;
+  }
+
+  const unsigned access = qp->attr.qp_access_flags;
+  switch (info.operation) {
+    case Operation::kSend: {
+      if (info.starts_message()) {
+        RecvWqe wqe;
+        if (!TakeRecv(qp, &wqe)) {
+          if (rc) {
+            // Receiver not ready (IBTA 9.7.5.1.4): RNR NAK with our timer.
+            qp->counters.rnr_naks_sent++;
+            counters_.rnr_naks_sent++;
+            SendAcknowledge(qp, psn, AethFields::Syndrome(AethKind::kRnrNak, qp->attr.min_rnr_timer));
+          } else {
+            counters_.rx_dropped++;
+          }
+          return;
+        }
+        s.recv = wqe;
+        s.have_recv = true;
+        s.recv_offset = 0;
+        s.recv_offset_valid = true;
+      }
+      ibv_wc_status error = IBV_WC_SUCCESS;
+      if (!PlaceInRecv(qp, s.recv_offset, p.payload, p.fields.payload_length, &error)) {
+        // Too long for the receive buffers (IBTA 9.7.5.1.6, C9-115) or a bad
+        // local key: the receive fails, the requester gets a NAK.
+        if (rc) {
+          ResponderFatal(qp, psn, error == IBV_WC_LOC_LEN_ERR ? NakCode::kInvalidRequest
+                                                              : NakCode::kRemoteOperationalError,
+                         error);
+        } else {
+          CompleteRecv(qp, s.recv, error, 0, IBV_WC_RECV, 0, 0, 0);
+          s.have_recv = false;
+          s.recv_offset_valid = false;
+        }
+        return;
+      }
+      s.recv_offset += p.fields.payload_length;
+      if (info.ends_message()) {
+        unsigned flags = 0;
+        uint32_t extra = 0;
+        if (info.has(kImmDt)) {
+          flags = IBV_WC_WITH_IMM;
+          extra = htonl(p.fields.immediate_data);
+        } else if (info.has(kIeth)) {
+          flags = IBV_WC_WITH_INV;
+          extra = p.fields.invalidate_rkey;
+        }
+        CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.recv_offset), IBV_WC_RECV, flags, extra,
+                     0);
+        s.have_recv = false;
+        s.recv_offset_valid = false;
+        ++s.msn;
+      }
+      break;
+    }
+    case Operation::kRdmaWrite: {
+      if (info.starts_message()) {
+        uint8_t* host = nullptr;
+        const bool allowed = (access & IBV_ACCESS_REMOTE_WRITE) != 0;
+        if (!allowed || (p.fields.reth.dma_length > 0 &&
+                         mrs_.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
+                                          IBV_ACCESS_REMOTE_WRITE, &host) != MrCheck::kOk)) {
+          if (rc) ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+          return;
+        }
+        s.write_dest = host;
+        s.write_remaining = p.fields.reth.dma_length;
+        s.write_length = p.fields.reth.dma_length;
+        s.write_in_progress = true;
+      }
+      if (p.fields.payload_length > s.write_remaining ||
+          (info.ends_message() && p.fields.payload_length != s.write_remaining)) {
+        // The packets do not add up to the RETH's DMA length (C9-116).
+        if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+        s.write_in_progress = false;
+        return;
+      }
+      RecvWqe wqe;
+      const bool with_imm = info.has(kImmDt);
+      if (with_imm) {
+        // The immediate consumes a receive request: check for one before
+        // placing the last packet, so an RNR retry finds memory unchanged.
+        if (!s.have_recv && !TakeRecv(qp, &wqe)) {
+          if (rc) {
+            qp->counters.rnr_naks_sent++;
+            counters_.rnr_naks_sent++;
+            SendAcknowledge(qp, psn, AethFields::Syndrome(AethKind::kRnrNak, qp->attr.min_rnr_timer));
+          }
+          return;
+        }
+        if (!s.have_recv) {
+          s.recv = wqe;
+          s.have_recv = true;
+          s.recv_offset_valid = false;
+        }
+      }
+      if (p.fields.payload_length > 0) std::memcpy(s.write_dest, p.payload, p.fields.payload_length);
+      s.write_dest += p.fields.payload_length;
+      s.write_remaining -= p.fields.payload_length;
+      if (info.ends_message()) {
+        s.write_in_progress = false;
+        ++s.msn;
+        if (with_imm) {
+          CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.write_length),
+                       IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_WITH_IMM, htonl(p.fields.immediate_data), 0);
+          s.have_recv = false;
+        }
+      }
+      break;
+    }
+    case Operation::kRdmaReadRequest: {
+      uint8_t* host = nullptr;
+      const bool allowed = (access & IBV_ACCESS_REMOTE_READ) != 0;
+      if (!allowed || (p.fields.reth.dma_length > 0 &&
+                       mrs_.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
+                                        IBV_ACCESS_REMOTE_READ, &host) != MrCheck::kOk)) {
+        ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+        return;
+      }
+      if (!EnqueueResponse(qp, ReadResponseJob{psn, psn, host, 0, p.fields.reth.dma_length, false, 0})) {
+        // More READs/atomics outstanding than max_dest_rd_atomic allows.
+        ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+        return;
+      }
+      const uint32_t packets =
+          p.fields.reth.dma_length == 0 ? 1 : (p.fields.reth.dma_length + qp->mtu_bytes - 1) / qp->mtu_bytes;
+      ++s.msn;
+      s.expected_psn = psn + packets;
+      return;  // the responses acknowledge it
+    }
+    case Operation::kCompareSwap:
+    case Operation::kFetchAdd: {
+      uint8_t* host = nullptr;
+      const bool allowed = (access & IBV_ACCESS_REMOTE_ATOMIC) != 0;
+      const AtomicEthFields& a = p.fields.atomic_eth;
+      if ((a.virtual_address & 7) != 0) {  // IBTA 9.4.5: naturally aligned
+        ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+        return;
+      }
+      if (!allowed || mrs_.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
+                          MrCheck::kOk) {
+        ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+        return;
+      }
+      if (s.reads_count >= s.reads.size()) {
+        ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+        return;
+      }
+      // Atomic with respect to other uroce QPs of this engine and to the
+      // host's own atomics on the same word.
+      auto* word = reinterpret_cast<uint64_t*>(host);
+      uint64_t original;
+      if (info.operation == Operation::kCompareSwap) {
+        original = a.compare_data;
+        __atomic_compare_exchange_n(word, &original, a.swap_or_add_data, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST);
+      } else {
+        original = __atomic_fetch_add(word, a.swap_or_add_data, __ATOMIC_SEQ_CST);
+      }
+      if (!s.atomics.empty()) {
+        s.atomics[s.atomics_next] = AtomicReplay{psn, original, true};
+        s.atomics_next = (s.atomics_next + 1) % static_cast<uint32_t>(s.atomics.size());
+      }
+      ++s.msn;
+      s.expected_psn = psn + 1;
+      EnqueueResponse(qp, ReadResponseJob{psn, psn, nullptr, 0, 0, true, original});
+      return;
+    }
+    default:
+      if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+      return;
+  }
+  s.expected_psn = psn + 1;
+  if (rc && p.fields.bth.ack_request) QueueAck(qp, psn);
+}
+
+// Sends queued READ responses and atomic acknowledgements, in order, within
+// the QP's packet budget (a 1 MiB READ must not starve the other QPs).
+void Engine::RunReadResponses(QueuePair* qp) {
+  ResponderState& s = qp->resp;
+  uint32_t budget = config_.per_qp_packet_budget;
+  const uint32_t mtu = qp->mtu_bytes;
+  while (s.reads_count > 0 && budget > 0 && TxRoom(1)) {
+    ReadResponseJob& job = s.reads[s.reads_head];
+    PacketFields f;
+    f.bth.dest_qp = qp->attr.dest_qp_num;
+    f.bth.psn = job.next_psn;
+    f.aeth.syndrome = AethFields::Syndrome(AethKind::kAck, kAethInvalidCredits);
+    f.aeth.msn = s.msn;
+    uint32_t payload = 0;
+    bool last = true;
+    if (job.atomic) {
+      f.bth.opcode = static_cast<uint8_t>(Opcode::kRcAtomicAcknowledge);
+      f.atomic_ack_eth.original_remote_data = job.original;
+    } else {
+      const bool first = job.offset == 0;
+      payload = static_cast<uint32_t>(std::min<uint64_t>(mtu, job.length - job.offset));
+      last = job.offset + payload >= job.length;
+      // First and last carry an AETH, middles do not (IBTA table 38).
+      if (first && last) f.bth.opcode = static_cast<uint8_t>(Opcode::kRcRdmaReadResponseOnly);
+      else if (first) f.bth.opcode = static_cast<uint8_t>(Opcode::kRcRdmaReadResponseFirst);
+      else if (last) f.bth.opcode = static_cast<uint8_t>(Opcode::kRcRdmaReadResponseLast);
+      else f.bth.opcode = static_cast<uint8_t>(Opcode::kRcRdmaReadResponseMiddle);
+    }
+    uint8_t* dest = nullptr;
+    f.payload_length = payload;
+    rte_mbuf* m = StartPacket(qp->path, f, &dest);
+    if (m == nullptr) return;  // no buffer now; next poll
+    if (payload > 0) std::memcpy(dest, job.source + job.offset, payload);
+    FinishPacket(m);
+    --budget;
+    job.offset += payload;
+    job.next_psn += 1;
+    if (last) {
+      s.reads_head = (s.reads_head + 1) % static_cast<uint32_t>(s.reads.size());
+      --s.reads_count;
+    }
+  }
+  if (s.reads_count == 0 && s.ack_pending && !qp->ack_listed) {
+    qp->ack_listed = true;
+    ack_list_.push_back(qp);
+  }
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,30 @@
+// A shared receive queue (IBTA 10.2.9): receive work requests that any QP
+// attached to it may consume. When the number of posted requests falls below
+// the armed limit the engine raises IBV_EVENT_SRQ_LIMIT_REACHED once and
+// disarms the limit (ibv_modify_srq(3)).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "transport/memory_region.h"
+#include "transport/mpmc_ring.h"
+#include "transport/work_request.h"
+
+namespace uroce::transport {
+
+class SharedReceiveQueue {
+ public:
+  SharedReceiveQueue(PdHandle pd_handle, uint32_t max_wr_in, uint32_t max_sge_in, uint32_t limit_in)
+      : pd(pd_handle), max_wr(max_wr_in), max_sge(max_sge_in), ring(max_wr_in), limit(limit_in) {}
+
+  const PdHandle pd;
+  const uint32_t max_wr;
+  const uint32_t max_sge;
+  MpmcRing<RecvWqe> ring;
+  std::atomic<uint32_t> posted{0};  // requests in the ring
+  std::atomic<uint32_t> limit;      // 0: disarmed
+  std::atomic<uint64_t> limit_events{0};
+};
+
+}  // namespace uroce::transport

@@ -1,0 +1,63 @@
+// Work queue entries: the engine's own copies of ibv_send_wr / ibv_recv_wr.
+// Posting copies a work request (and any inline data) into a fixed-size entry,
+// so the application may reuse its structures as soon as ibv_post_send
+// returns, as verbs requires (ibv_post_send(3)).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+
+namespace uroce::transport {
+
+inline constexpr uint32_t kMaxSendSge = 16;
+inline constexpr uint32_t kMaxRecvSge = 16;
+inline constexpr uint32_t kMaxInlineData = 256;
+
+struct Sge {
+  uint64_t addr = 0;
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+};
+
+struct SendWqe {
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  uint32_t send_flags = 0;  // IBV_SEND_SIGNALED (resolved with sq_sig_all), FENCE, SOLICITED, INLINE
+  uint32_t imm_data_be = 0; // network order, as ibv_send_wr keeps it
+  uint32_t invalidate_rkey = 0;
+  uint64_t total_length = 0;  // sum of the SGE lengths, or the inline bytes
+  // RDMA: remote address and rkey. Atomics: the same, plus compare/swap/add.
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  // UD: the address handle and the destination QP and Q_Key.
+  uint32_t ah_handle = 0;
+  uint32_t remote_qpn = 0;
+  uint32_t remote_qkey = 0;
+  uint32_t num_sge = 0;
+  Sge sge[kMaxSendSge];
+  uint8_t inline_data[kMaxInlineData];
+};
+
+struct RecvWqe {
+  uint64_t wr_id = 0;
+  uint32_t num_sge = 0;
+  uint64_t total_length = 0;
+  Sge sge[kMaxRecvSge];
+};
+
+// The ibv_wc opcode that completes a send work request of `opcode`.
+inline ibv_wc_opcode SendCompletionOpcode(ibv_wr_opcode opcode) {
+  switch (opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+    default: return IBV_WC_SEND;
+  }
+}
+
+}  // namespace uroce::transport
