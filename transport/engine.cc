@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/raw_enum.h"
 #include "transport/opcode.h"
 
 namespace uroce::transport {
@@ -423,7 +424,7 @@ int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** b
     // accepted and completes with IBV_WC_WR_FLUSH_ERR.
     if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
     const bool rc = qp->type == IBV_QPT_RC;
-    switch (wr->opcode) {
+    switch (RawEnum(wr->opcode)) {  // any value may come from a C caller
       case IBV_WR_SEND:
       case IBV_WR_SEND_WITH_IMM:
         break;
