@@ -608,8 +608,10 @@ void Engine::CompleteSend(QueuePair* qp, const SendSlot& slot, ibv_wc_status sta
 }
 
 void Engine::CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status status, uint32_t byte_len,
-                          ibv_wc_opcode opcode, unsigned wc_flags, uint32_t imm_or_rkey, uint32_t src_qp) {
+                          ibv_wc_opcode opcode, unsigned wc_flags, uint32_t imm_or_rkey, uint32_t src_qp,
+                          uint32_t vendor_err) {
   ibv_wc wc{};
+  wc.vendor_err = vendor_err;
   wc.wr_id = wqe.wr_id;
   wc.status = status;
   wc.opcode = opcode;

@@ -382,6 +382,7 @@ TEST_F(EngineTest, ReceiveTooSmallIsLocalLengthError) {
   auto recv = pair_->WaitCompletions(pair_->b().cq, 1);
   ASSERT_EQ(recv.size(), 1u);
   EXPECT_EQ(recv[0].status, IBV_WC_LOC_LEN_ERR);
+  EXPECT_EQ(recv[0].vendor_err, 24u) << "bytes past the buffer in the packet that overflowed (1024 - 1000)";
   auto sent = pair_->WaitCompletions(pair_->a().cq, 1);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].status, IBV_WC_REM_INV_REQ_ERR);
