@@ -705,11 +705,16 @@ unsigned Engine::Poll() {
 }
 
 void Engine::ReceiveBurst() {
-  const uint16_t n = config_.io->RxBurst(rx_burst_.data(), static_cast<uint16_t>(rx_burst_.size()));
-  for (uint16_t i = 0; i < n; ++i) {
-    counters_.rx_frames++;
-    counters_.rx_bytes += rte_pktmbuf_pkt_len(rx_burst_[i]);
-    HandleFrame(rx_burst_[i]);
+  // Up to kRxBurstsPerPoll bursts, so that receiving keeps pace with what the
+  // QPs may send in one poll.
+  for (int burst = 0; burst < kRxBurstsPerPoll; ++burst) {
+    const uint16_t n = config_.io->RxBurst(rx_burst_.data(), static_cast<uint16_t>(rx_burst_.size()));
+    for (uint16_t i = 0; i < n; ++i) {
+      counters_.rx_frames++;
+      counters_.rx_bytes += rte_pktmbuf_pkt_len(rx_burst_[i]);
+      HandleFrame(rx_burst_[i]);
+    }
+    if (n < rx_burst_.size()) break;
   }
 }
 

@@ -220,6 +220,7 @@ class Engine {
   void ReturnSendCredit(QueuePair* qp) { qp->send_credits_used.fetch_sub(1, std::memory_order_release); }
 
   static constexpr uint32_t kTxStage = 512;
+  static constexpr int kRxBurstsPerPoll = 4;
 
   EngineConfig config_;
   QpLimits limits_;

@@ -47,6 +47,9 @@ void LossyLink::Enqueue(Direction* dir, rte_mbuf* m) {
 
 uint16_t LossyLink::Send(Direction* dir, rte_mbuf** pkts, uint16_t n) {
   for (uint16_t i = 0; i < n; ++i) {
+    // A full link takes no more, like a full NIC TX ring: the sender keeps
+    // the rest for later (back-pressure, not loss).
+    if (dir->frames.size() >= capacity_) return i;
     rte_mbuf* m = pkts[i];
     ++counters_.sent;
     if (Chance(impairments_.loss) || (drop_filter_ && drop_filter_(m))) {
@@ -69,7 +72,7 @@ uint16_t LossyLink::Send(Direction* dir, rte_mbuf** pkts, uint16_t n) {
     }
     Enqueue(dir, m);
   }
-  return n;  // the link takes every frame (dropping is its business)
+  return n;
 }
 
 uint16_t LossyLink::Receive(Direction* dir, rte_mbuf** pkts, uint16_t n) {

@@ -38,8 +38,9 @@ struct LinkCounters {
 class LossyLink {
  public:
   // `copy_pool` supplies the copies made for duplicates. `capacity` frames can
-  // be in flight per direction; beyond that the link drops (like a full NIC
-  // queue) and counts it.
+  // be in flight per direction; a full direction refuses more (TxBurst returns
+  // fewer, like a full NIC TX ring), and a duplicate that finds it full is
+  // dropped and counted as overflowed.
   LossyLink(rte_mempool* copy_pool, uint64_t seed, const LinkImpairments& impairments, uint32_t capacity = 8192);
   ~LossyLink();
   LossyLink(const LossyLink&) = delete;
