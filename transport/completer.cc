@@ -40,6 +40,13 @@ bool Engine::RetireThrough(QueuePair* qp, Psn psn) {
       r.next_send = r.head;
       r.send_offset = 0;
     }
+    // What is retired is acknowledged: the oldest unacknowledged PSN moves on
+    // with it, or the window and the timer would count it for ever.
+    if ((slot.last_psn + 1).DistanceFrom(r.unacked) > 0) {
+      r.unacked = slot.last_psn + 1;
+      r.gap_restart_armed = false;
+      r.retries_left = qp->attr.retry_cnt;
+    }
   }
   return true;
 }

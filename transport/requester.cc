@@ -297,13 +297,24 @@ void Engine::RestartFrom(QueuePair* qp, Psn psn) {
       return;
     }
   }
-  // Nothing started covers `psn`: everything sent was acknowledged.
+  // Nothing started covers `psn` (it was retired already): resume at the
+  // first started request after it, from where that request stands.
   r.next_send = r.head;
   while (r.next_send != r.tail && r.window[r.next_send & r.window_mask].started &&
          r.window[r.next_send & r.window_mask].last_psn.DistanceFrom(psn) < 0) {
     ++r.next_send;
   }
   r.send_offset = 0;
+  if (r.next_send != r.tail && r.window[r.next_send & r.window_mask].started) {
+    const SendSlot& slot = r.window[r.next_send & r.window_mask];
+    r.psn = slot.read_or_atomic ? slot.first_psn + static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes)
+                                : slot.first_psn;
+    r.packets_since_ack_request = 0;
+    counters_.retransmits++;
+    qp->counters.retransmits++;
+  } else {
+    r.psn = r.sent_limit;  // nothing to resend
+  }
 }
 
 }  // namespace uroce::transport
