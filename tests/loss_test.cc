@@ -93,3 +93,29 @@ TEST(SoakOverDpdkRingTest, MixedWorkloadOverANetRingPair) {
 
 }  // namespace
 }  // namespace uroce::transport
+
+namespace uroce::transport {
+namespace {
+
+// Regression: duplicated READ requests used to fill the responder's queue so
+// that a new READ was refused (NAK invalid request, QP in ERR).
+TEST(LossTest, DuplicatedReadsNeverCrowdOutNewOnes) {
+  // `uroce soak --messages 100 --qps 1 --max-size 67165 --mtu 256 --loss 0.03
+  // --reorder 0.01 --dup 0.01 --corrupt 0.005 --delay 3 --seed 35` failed at
+  // message 7 before the fix.
+  SoakOptions o;
+  o.seed = 35;
+  o.messages = 100;
+  o.qps = 1;
+  o.max_size = 67165;
+  o.path_mtu_bytes = 256;
+  o.impairments.loss = 0.03;
+  o.impairments.reorder = 0.01;
+  o.impairments.duplicate = 0.01;
+  o.impairments.corrupt = 0.005;
+  o.impairments.max_delay_ticks = 3;
+  ExpectClean(RunSoak(o, {}));
+}
+
+}  // namespace
+}  // namespace uroce::transport

@@ -317,8 +317,8 @@ Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask) {
 
   const ibv_qp_state target = *next;
   if (target == IBV_QPS_RTR && current == IBV_QPS_INIT) {
-    qp->resp.reads.assign(std::max<uint32_t>(a.max_dest_rd_atomic, 1) + 1, ReadResponseJob{});
-    qp->resp.reads_head = qp->resp.reads_count = 0;
+    qp->resp.reads.assign(2 * std::max<uint32_t>(a.max_dest_rd_atomic, 1), ReadResponseJob{});
+    qp->resp.reads_head = qp->resp.reads_count = qp->resp.duplicate_jobs = 0;
   }
   if (target == IBV_QPS_RESET) {
     // Back to a clean QP (IBTA 10.3.1.1): queues emptied without completions.
@@ -656,6 +656,7 @@ void Engine::FlushQueues(QueuePair* qp) {
     resp.have_recv = false;
   }
   resp.reads_count = 0;
+  resp.duplicate_jobs = 0;
   resp.ack_pending = false;
   if (qp->srq == nullptr) {
     RecvWqe r;

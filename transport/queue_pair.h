@@ -87,6 +87,7 @@ struct ReadResponseJob {
   uint64_t length = 0;
   bool atomic = false;    // an atomic acknowledgement, not READ data
   uint64_t original = 0;  // atomics: the value before the operation
+  bool duplicate = false; // answers a duplicate request
 };
 
 struct AtomicReplay {
@@ -115,8 +116,8 @@ struct ResponderState {
   Psn ack_psn;
   uint8_t ack_syndrome = 0;
   // READ responses being sent (ring of max_dest_rd_atomic + 1).
-  std::vector<ReadResponseJob> reads;
-  uint32_t reads_head = 0, reads_count = 0;
+  std::vector<ReadResponseJob> reads;  // 2 * max_dest_rd_atomic slots, see EnqueueResponse
+  uint32_t reads_head = 0, reads_count = 0, duplicate_jobs = 0;
   // Recent atomics, replayed on duplicates (IBTA 9.7.5.1.1 / o9-23).
   std::vector<AtomicReplay> atomics;
   uint32_t atomics_next = 0;

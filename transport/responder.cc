@@ -164,6 +164,9 @@ void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
     // copies never take the room new READs are owed (IBTA o9-20.2).
     for (uint32_t i = 0; i < s.reads_count; ++i) {
       if (s.reads[(s.reads_head + i) % s.reads.size()].first_psn.DistanceFrom(p.fields.bth.psn) > 0) {
+        for (uint32_t k = i; k < s.reads_count; ++k) {
+          if (s.reads[(s.reads_head + k) % s.reads.size()].duplicate) --s.duplicate_jobs;
+        }
         s.reads_count = i;
         break;
       }
@@ -177,13 +180,15 @@ void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
                          IBV_ACCESS_REMOTE_READ, &host) != MrCheck::kOk) {
       return;
     }
-    EnqueueResponse(qp, ReadResponseJob{p.fields.bth.psn, p.fields.bth.psn, host, 0, p.fields.reth.dma_length, false, 0});
+    EnqueueResponse(qp, ReadResponseJob{p.fields.bth.psn, p.fields.bth.psn, host, 0, p.fields.reth.dma_length, false, 0,
+                                        /*duplicate=*/true});
     return;
   }
   if (op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
     for (const AtomicReplay& a : s.atomics) {
       if (a.valid && a.psn.value() == p.fields.bth.psn.value()) {
-        EnqueueResponse(qp, ReadResponseJob{p.fields.bth.psn, p.fields.bth.psn, nullptr, 0, 0, true, a.original});
+        EnqueueResponse(qp, ReadResponseJob{p.fields.bth.psn, p.fields.bth.psn, nullptr, 0, 0, true, a.original,
+                                            /*duplicate=*/true});
         return;
       }
     }
@@ -193,11 +198,18 @@ void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
   QueueAck(qp, s.expected_psn - 1);
 }
 
+// The queue holds max_dest_rd_atomic new requests (the requester may have no
+// more outstanding, IBTA 9.7.5.1.3 / C9-136) plus as many answers to
+// duplicates; duplicates never take the room new requests are owed.
 bool Engine::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
   ResponderState& s = qp->resp;
   if (s.reads.empty() || s.reads_count >= s.reads.size()) return false;
+  const uint32_t duplicate_room = static_cast<uint32_t>(s.reads.size() / 2);
+  if (job.duplicate && s.duplicate_jobs >= duplicate_room) return false;
+  if (!job.duplicate && s.reads_count - s.duplicate_jobs >= duplicate_room) return false;
   s.reads[(s.reads_head + s.reads_count) % s.reads.size()] = job;
   ++s.reads_count;
+  if (job.duplicate) ++s.duplicate_jobs;
   s.ack_pending = false;  // the response acknowledges everything before it
   return true;
 }
@@ -413,7 +425,8 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
         ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
       }
-      if (s.reads_count >= s.reads.size()) {
+      if (s.reads.empty() || s.reads_count - s.duplicate_jobs >= s.reads.size() / 2 ||
+          s.reads_count >= s.reads.size()) {
         ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
@@ -483,6 +496,7 @@ void Engine::RunReadResponses(QueuePair* qp) {
     job.offset += payload;
     job.next_psn += 1;
     if (last) {
+      if (job.duplicate) --s.duplicate_jobs;
       s.reads_head = (s.reads_head + 1) % static_cast<uint32_t>(s.reads.size());
       --s.reads_count;
     }
