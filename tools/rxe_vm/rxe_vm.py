@@ -31,6 +31,7 @@ with `apt-get download` on first use; nothing is installed on the host.
 
 import argparse
 import base64
+import fcntl
 import glob
 import hashlib
 import json
@@ -65,6 +66,7 @@ GUEST_PROGRAMS = {
     "busybox": "busybox-static",
     "kmod": "kmod",
     "timeout": "coreutils",
+    "stdbuf": "coreutils",
     "ip": "iproute2",
     "rdma": "iproute2",
     "ibv_devices": "ibverbs-utils",
@@ -351,6 +353,13 @@ def initramfs_inputs():
     if not libgcc:
         raise HarnessError("libgcc_s.so.1 not found (Debian package libgcc-s1)")
     libs += libgcc
+    # stdbuf's LD_PRELOAD helper: spawned jobs write to files, and programs
+    # killed at their time limit would lose what stdio still buffered.
+    stdbuf = "/usr/libexec/coreutils/libstdbuf.so"
+    if not os.path.exists(stdbuf):
+        raise HarnessError(f"{stdbuf} not found (Debian package coreutils)")
+    libs.append(stdbuf)
+    files[stdbuf] = stdbuf
     for prog, host in bins.items():
         files[f"/usr/bin/{prog}"] = host
     for p in provider:
@@ -451,8 +460,11 @@ def prepare():
     """(vmlinux, initramfs), both cached."""
     need_tool("qemu-system-x86_64", "qemu-system-x86")
     cache = cache_dir()
-    kit = prepare_kernel(cache)
-    return os.path.join(kit, "vmlinux"), prepare_initramfs(cache, kit)
+    # One preparer at a time: tests that start together share the cache.
+    with open(os.path.join(cache, "lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        kit = prepare_kernel(cache)
+        return os.path.join(kit, "vmlinux"), prepare_initramfs(cache, kit)
 
 
 # --------------------------------------------------------------------------
@@ -673,7 +685,7 @@ def guest_spawn(state, job, script, timeout):
     encoded = base64.b64encode(script.encode()).decode()
     wrapper = (f"rm -f /tmp/jobs/{job}.rc /tmp/jobs/{job}.out\n"
                f"echo {encoded} | base64 -d > /tmp/jobs/{job}.sh\n"
-               f"( timeout -k 2 {int(timeout)} dash /tmp/jobs/{job}.sh "
+               f"( timeout -k 2 {int(timeout)} stdbuf -oL -eL dash /tmp/jobs/{job}.sh "
                f"> /tmp/jobs/{job}.out 2>&1 < /dev/null; echo $? > /tmp/jobs/{job}.rc.tmp; "
                f"mv /tmp/jobs/{job}.rc.tmp /tmp/jobs/{job}.rc ) > /dev/null 2>&1 &\n")
     out, rc = guest_exec(state, wrapper, 30)
@@ -717,14 +729,20 @@ def stop(state, save_to=None, label="rxe_vm"):
         return os.path.exists(done)
 
     if not os.path.exists(done):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(5)
             s.connect(cfg["agent"])
             s.sendall(b"POWEROFF\n")
-            s.close()
+            # Stay connected until qemu ends: qemu drops what a client sent but
+            # the guest had not read yet once the client hangs up.
+            s.settimeout(15)
+            while s.recv(4096):
+                pass
         except OSError:
             pass
+        finally:
+            s.close()
         if not wait_done(15):
             # The guest did not power off: the supervisor kills qemu and cleans up.
             sup = int(open(os.path.join(state, "supervisor.pid")).read())
@@ -790,8 +808,11 @@ def main(argv):
     add_net_args(p)
     p.add_argument("--timeout", type=int, default=120, help="command time limit, s")
     p.add_argument("--artifacts", default=os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR"),
-                   help="where the capture and console log go when something fails "
+                   help="where the capture and console log go "
                         "(default: $TEST_UNDECLARED_OUTPUTS_DIR)")
+    p.add_argument("--save", choices=("failure", "always", "never"), default="failure",
+                   help="when to copy them there: when the command or the harness "
+                        "failed (default), always, or never")
     p.add_argument("--label", default="rxe_vm", help="file name stem of the artifacts")
     p.add_argument("command", nargs=argparse.REMAINDER)
     p = sub.add_parser("start", help="boot a guest that keeps running")
@@ -844,7 +865,8 @@ def main(argv):
                 ok = rc == 0
                 return rc
             finally:
-                stop(state, None if ok else args.artifacts, args.label)
+                keep = args.save == "always" or (args.save == "failure" and not ok)
+                stop(state, args.artifacts if keep else None, args.label)
                 shutil.rmtree(state, ignore_errors=True)
         if args.cmd == "start":
             try:
