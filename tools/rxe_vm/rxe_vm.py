@@ -610,6 +610,11 @@ def start(state, args):
             break
         m = re.search(r"UROCE-FAILED (.*)", text)
         if m:
+            # Let the guest finish printing its kernel log and power off.
+            sup_deadline = time.time() + 10
+            while not os.path.exists(os.path.join(state, "done")) and \
+                    time.time() < sup_deadline:
+                time.sleep(0.1)
             raise HarnessError(f"guest set-up failed at: {m.group(1)}\n"
                                f"--- guest console ---\n{tail(console)}")
         if os.path.exists(os.path.join(state, "supervisor.error")):
