@@ -53,19 +53,21 @@ in_ns ping -6 -c 2 -W 5 "$RXE_VM_GUEST_IP6" || fail "no ping reply from $RXE_VM_
 devinfo=$(rxe_vm exec --state "$state" -- ibv_devinfo -v -d rxe0) ||
   fail "ibv_devinfo failed in the guest"
 
-# try FAMILY GUEST_ADDR HOST_ADDR QPN: one made-up connection, see above.
+# try FAMILY GUEST_ADDR HOST_ADDR QPN: one made-up connection, see above. RoCE
+# uses the FAMILY's addresses (the GIDs); the QP numbers go over IPv4 TCP either
+# way, as with the real programs, whose servers listen on 0.0.0.0 only.
 try() {
   local family=$1 guest_addr=$2 host_addr=$3 qpn=$4 idx peer_out client_out status
   idx=$(gid_index "$devinfo" "$([[ $family == 4 ]] && echo "::ffff:")$guest_addr")
   [[ -n $idx ]] || fail "no RoCE v2 GID for $guest_addr in rxe0's table"
   peer_out=$tmp/peer$family.out
-  in_ns timeout 60 python3 "$peer" "$host_addr" 18515 "$host_addr" "$qpn" 0x123 30 \
+  in_ns timeout 60 python3 "$peer" "$RXE_VM_HOST_IP" 18515 "$host_addr" "$qpn" 0x123 30 \
     >"$peer_out" 2>&1 &
   local peer_pid=$!
   for _ in $(seq 50); do grep -q listening "$peer_out" && break; sleep 0.1; done
   grep -q listening "$peer_out" || fail "the pingpong stand-in did not start: $(cat "$peer_out")"
   rxe_vm spawn --state "$state" --job rc$family --timeout 5 -- \
-    ibv_rc_pingpong -d rxe0 -g "$idx" -n 1 -s 64 "$host_addr" ||
+    ibv_rc_pingpong -d rxe0 -g "$idx" -n 1 -s 64 "$RXE_VM_HOST_IP" ||
     fail "spawning ibv_rc_pingpong in the guest failed"
   client_out=$(rxe_vm wait --state "$state" --job rc$family --timeout 30)
   status=$?

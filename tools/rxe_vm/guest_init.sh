@@ -80,6 +80,14 @@ step "set eth0 mtu" ip link set eth0 mtu "$mtu"
 step "bring up eth0" ip link set eth0 up
 [ -n "$ip4" ] && step "add IPv4 address $ip4" ip addr add "$ip4" dev eth0
 [ -n "$ip6" ] && step "add IPv6 address $ip6" ip -6 addr add "$ip6" dev eth0 nodad
+# Wait for the carrier (it drops for a moment when the MTU changes), so that
+# eth0 and rxe0's port are up when the host is told the guest is ready.
+i=0
+while [ "$(cat /sys/class/net/eth0/operstate)" != up ]; do
+  i=$((i + 1))
+  [ $i -gt 100 ] && fail "eth0: no carrier (operstate $(cat /sys/class/net/eth0/operstate))"
+  sleep 0.1
+done
 # The addresses are there before rxe0, so its GID table holds them from the start.
 step "create rxe0" rdma link add rxe0 type rxe netdev eth0
 

@@ -505,9 +505,11 @@ def supervise(state):
                      ["ip", "-6", "addr", "add", cfg["host_ip6"], "dev", tap, "nodad"]):
             run_cmd(nsrun + argv, f"setting up {tap} in namespace {ns}", 30)
         # The capture starts before qemu so it holds the guest's first frame.
+        # --immediate-mode and -U: each frame reaches the file at once, so
+        # stopping tcpdump right after the guest loses none.
         cap_err = open(os.path.join(state, "tcpdump.log"), "w")
         procs["tcpdump"] = subprocess.Popen(
-            nsrun + [cfg["tcpdump"], "-i", tap, "-U", "-s", "0", "-n",
+            nsrun + [cfg["tcpdump"], "-i", tap, "--immediate-mode", "-U", "-s", "0", "-n",
                      "-w", os.path.join(state, "capture.pcap")],
             stdout=cap_err, stderr=cap_err)
         deadline = time.time() + 10
