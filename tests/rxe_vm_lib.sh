@@ -25,3 +25,9 @@ gid_index() {
     sed -n "s/^[[:space:]]*GID\[[[:space:]]*\([0-9]*\)\]:[[:space:]]*$2, RoCE v2\$/\1/p" |
     head -n 1
 }
+
+# bash skips EXIT traps when a signal kills it (Bazel's timeout sends SIGTERM);
+# turning the signals into exits runs them, so the guest is always stopped.
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM

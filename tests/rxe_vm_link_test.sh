@@ -36,7 +36,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-env_lines=$(rxe_vm start --state "$state") || fail "the guest did not start (see above)"
+# --lifetime: should this script die without stopping it, qemu still ends.
+env_lines=$(rxe_vm start --state "$state" --lifetime 600) || fail "the guest did not start (see above)"
 eval "$env_lines"
 echo "$env_lines"
 in_ns() { ip netns exec "$RXE_VM_NETNS" "$@"; }
