@@ -1,0 +1,313 @@
+#include "pmd/runtime.h"
+
+#include <rte_cycles.h>
+#include <rte_ethdev.h>
+#include <rte_log.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "pmd/eal.h"
+#include "pmd/port.h"
+#include "pmd/telemetry.h"
+
+namespace uroce::pmd {
+namespace {
+
+using transport::Engine;
+using transport::EngineConfig;
+
+// The value of `key` in a vdev argument string ("net_memif0,role=server,...").
+std::string VdevArg(const std::string& vdev, const std::string& key) {
+  size_t pos = vdev.find(',');
+  while (pos != std::string::npos) {
+    const size_t start = pos + 1;
+    const size_t next = vdev.find(',', start);
+    const std::string item = vdev.substr(start, next == std::string::npos ? std::string::npos : next - start);
+    if (item.rfind(key + "=", 0) == 0) return item.substr(key.size() + 1);
+    pos = next;
+  }
+  return "";
+}
+
+// memif's server refuses to start when its socket file exists ("Address
+// already in use", DPDK's memif guide); a file nobody accepts on is what a
+// killed server leaves behind, and is removed.
+void RemoveStaleMemifSocket(const std::string& vdev) {
+  if (vdev.rfind("net_memif", 0) != 0 || VdevArg(vdev, "role") != "server") return;
+  if (VdevArg(vdev, "socket-abstract") != "no") return;  // abstract sockets leave no file
+  const std::string path = VdevArg(vdev, "socket");
+  if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path) || access(path.c_str(), F_OK) != 0) return;
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  if (fd < 0) return;
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  const bool refused = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 && errno == ECONNREFUSED;
+  close(fd);
+  if (refused) unlink(path.c_str());
+}
+
+// Buffers for the largest frame the port may carry: RoCE frames are at most
+// a 4096-byte path MTU plus headers; af_packet wants 2 KiB at least.
+uint16_t DataRoomFor(uint32_t mtu) {
+  const uint32_t frame = std::min<uint32_t>(mtu, 4096 + 128) + 128;
+  return static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(2048, frame));
+}
+
+}  // namespace
+
+Status StartEalFor(const UroceConfig& config) {
+  for (const std::string& vdev : config.eal.vdevs) RemoveStaleMemifSocket(vdev);
+  return StartEal(config.eal);
+}
+
+std::string ShutdownReport::Summary() const {
+  return "mbufs back in the pools: " + std::to_string(mbufs_in_pools) + " of " + std::to_string(mbufs_total) +
+         "; QPs flushed: " + std::to_string(qps_flushed);
+}
+
+StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const UroceConfig& config) {
+  if (!EalRunning()) return FailedPrecondition("start EAL (StartEalFor) before the runtime");
+  std::unique_ptr<Runtime> rt(new Runtime(config));
+  // Ring pairs first: both sides must exist before either port starts.
+  for (const EndpointConfig& ec : config.endpoints) {
+    if (ec.kind != PortKind::kRingPair) continue;
+    const bool have = std::any_of(rt->ring_pairs_.begin(), rt->ring_pairs_.end(),
+                                  [&](const auto& p) { return p.first == ec.ring_pair; });
+    if (have) continue;
+    auto pair = CreateRingPair(ec.ring_pair, 1024);
+    if (!pair.ok()) return pair.status();
+    rt->ring_pairs_.emplace_back(ec.ring_pair, *pair);
+  }
+  for (const EndpointConfig& ec : config.endpoints) {
+    Status s = rt->StartEndpoint(ec);
+    if (!s.ok()) return Status(s.code(), "[endpoint." + ec.name + "] " + s.message());
+  }
+  if (config.telemetry) {
+    RegisterTelemetryCommands();
+    std::vector<TelemetryEndpoint> published;
+    for (const auto& e : rt->endpoints_) {
+      TelemetryEndpoint t;
+      t.name = e->name;
+      t.port_id = e->port_id;
+      t.port = e->config.port;
+      t.driver = e->driver;
+      t.mac = e->endpoint.mac;
+      t.gids = e->config.gids;
+      t.engine = e->endpoint.engine.get();
+      t.neighbors = e->neighbors.get();
+      published.push_back(t);
+    }
+    rt->telemetry_handle_ =
+        PublishTelemetry(published, config.progress == ProgressMode::kEngine ? "engine" : "inline");
+  }
+  if (config.progress == ProgressMode::kEngine) {
+    std::vector<std::pair<unsigned, Engine*>> assignments;
+    for (const auto& e : rt->endpoints_) {
+      assignments.emplace_back(static_cast<unsigned>(e->config.lcore), e->endpoint.engine.get());
+    }
+    UROCE_RETURN_IF_ERROR(rt->lcores_.Launch(assignments));
+  }
+  return rt;
+}
+
+Status Runtime::StartEndpoint(const EndpointConfig& ec) {
+  auto e = std::make_unique<Endpoint>();
+  e->name = ec.name;
+  e->config = ec;
+  switch (ec.kind) {
+    case PortKind::kRingPair: {
+      for (const auto& [name, pair] : ring_pairs_) {
+        if (name == ec.ring_pair) e->port_id = ec.ring_side == 'a' ? pair.port_a : pair.port_b;
+      }
+      break;
+    }
+    case PortKind::kVdev:
+    case PortKind::kPci: {
+      auto id = PortByName(ec.device_name);
+      if (!id.ok()) {
+        return NotFound("port '" + ec.port + "': EAL made no port " + ec.device_name +
+                        " (is its driver installed? for af_packet, does the interface exist?)");
+      }
+      e->port_id = *id;
+      break;
+    }
+  }
+  rte_eth_dev_info info;
+  if (rte_eth_dev_info_get(e->port_id, &info) == 0 && info.driver_name != nullptr) e->driver = info.driver_name;
+
+  auto pool = CreatePktPool({.name = "uroce_" + ec.name,
+                             .mbufs = ec.mbufs,
+                             .per_core_cache = 0,
+                             .data_room = DataRoomFor(ec.mtu)});
+  if (!pool.ok()) return pool.status();
+  e->pool = std::move(*pool);
+  e->pool_size = ec.mbufs;
+
+  PortConfig port;
+  port.rx_pool = e->pool.get();
+  port.rx_descriptors = ec.rx_descriptors;
+  port.tx_descriptors = ec.tx_descriptors;
+  port.mtu = static_cast<uint16_t>(ec.mtu);
+  port.promiscuous = ec.promiscuous;
+  UROCE_RETURN_IF_ERROR(StartPort(e->port_id, port));
+  // From here on the port runs: keep the endpoint so Shutdown closes it.
+  Endpoint* ep = e.get();
+  endpoints_.push_back(std::move(e));
+
+  if (ec.mac_from_port) {
+    rte_ether_addr mac;
+    if (rte_eth_macaddr_get(ep->port_id, &mac) != 0) return IoError("cannot read the port's MAC");
+    std::memcpy(ep->endpoint.mac.data(), mac.addr_bytes, 6);
+  } else {
+    ep->endpoint.mac = ec.mac;
+    rte_ether_addr mac;
+    std::memcpy(mac.addr_bytes, ec.mac.data(), 6);
+    // Best effort: a port that cannot change its address still sees frames
+    // to it in promiscuous mode (promiscuous = yes).
+    rte_eth_dev_default_mac_addr_set(ep->port_id, &mac);
+  }
+
+  // memif links come up when the peer connects; the others at once.
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(ec.link_timeout_ms);
+  for (;;) {
+    rte_eth_link link;
+    if (rte_eth_link_get_nowait(ep->port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP) break;
+    if (Clock::now() >= deadline) {
+      return Unavailable("port " + ec.port + ": link still down after " + std::to_string(ec.link_timeout_ms) +
+                         " ms (for memif: is the peer process running with the same socket?)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+
+  ep->io = std::make_unique<EthPortIo>(ep->port_id, 0);
+  NeighborResolver::Options nopt;
+  nopt.mac = ep->endpoint.mac;
+  nopt.addresses = ec.gids;
+  nopt.pool = ep->pool.get();
+  nopt.timeout_ms = ec.resolve_timeout_ms;
+  ep->neighbors = std::make_unique<NeighborResolver>(nopt);
+
+  EngineConfig cfg;
+  cfg.mac = ep->endpoint.mac;
+  cfg.gids = ec.gids;
+  cfg.port_mtu = ec.mtu;
+  cfg.tx_pool = ep->pool.get();
+  cfg.io = ep->io.get();
+  cfg.max_qps = config_.engine.max_qps;
+  cfg.ack_request_every = config_.engine.ack_request_every;
+  cfg.max_unacked_packets = config_.engine.max_unacked_packets;
+  cfg.rx_burst = config_.engine.rx_burst;
+  cfg.per_qp_packet_budget = config_.engine.per_qp_packet_budget;
+  NeighborResolver* resolver = ep->neighbors.get();
+  cfg.non_roce_handler = [resolver](rte_mbuf* m) { resolver->HandleFrame(m); };
+  cfg.resolve_neighbor = [resolver](const transport::Gid& ip) { return resolver->Resolve(ip); };
+  ep->endpoint.engine = std::make_unique<Engine>(cfg);
+  std::function<void()> progress;
+  if (config_.progress == ProgressMode::kInline) progress = [this] { Progress(); };
+  resolver->Attach(ep->endpoint.engine.get(), progress);
+  for (const auto& [ip, mac] : ec.neighbors) ep->endpoint.engine->AddNeighbor(ip, mac);
+
+  ep->endpoint.gid = ec.gids.front();
+  auto pd = ep->endpoint.engine->AllocPd();
+  if (!pd.ok()) return pd.status();
+  ep->endpoint.pd = *pd;
+  auto cq = ep->endpoint.engine->CreateCq(4096);
+  if (!cq.ok()) return cq.status();
+  ep->endpoint.cq = *cq;
+  return Status::Ok();
+}
+
+Runtime::Endpoint* Runtime::Find(const std::string& name) {
+  for (auto& e : endpoints_) {
+    if (e->name == name) return e.get();
+  }
+  return nullptr;
+}
+
+unsigned Runtime::Progress() {
+  if (config_.progress != ProgressMode::kInline) return 0;
+  unsigned moved = 0;
+  for (auto& e : endpoints_) {
+    if (e->endpoint.engine) moved += e->endpoint.engine->Poll();
+  }
+  return moved;
+}
+
+ShutdownReport Runtime::Shutdown() {
+  if (shut_down_) return report_;
+  shut_down_ = true;
+  // 1. No engine thread from here on: this thread polls.
+  lcores_.Stop();
+  if (telemetry_handle_ != 0) UnpublishTelemetry(telemetry_handle_);
+  telemetry_handle_ = 0;
+
+  // 2. Every QP to the error state; the next polls flush its work
+  //    (IBTA 10.3.1.8) and whatever the engines staged leaves, if it can.
+  for (auto& e : endpoints_) {
+    Engine* engine = e->endpoint.engine.get();
+    if (engine == nullptr) continue;
+    for (transport::QueuePair* qp : engine->QueuePairs()) {
+      if (qp->state.load(std::memory_order_acquire) == IBV_QPS_ERR) continue;
+      ibv_qp_attr attr{};
+      attr.qp_state = IBV_QPS_ERR;
+      if (engine->ModifyQp(qp, attr, IBV_QP_STATE).ok()) report_.qps_flushed++;
+    }
+  }
+  for (int round = 0; round < 64; ++round) {
+    for (auto& e : endpoints_) {
+      if (e->endpoint.engine) e->endpoint.engine->Poll();
+    }
+  }
+  // 3. Engines (they free what they still staged), then QPs die with them.
+  for (auto& e : endpoints_) {
+    if (e->endpoint.engine) {
+      for (transport::QueuePair* qp : e->endpoint.engine->QueuePairs()) {
+        (void)e->endpoint.engine->DestroyQp(qp);
+      }
+    }
+    e->endpoint.engine.reset();
+    e->endpoint.cq = nullptr;
+  }
+  // 4. Ports: what is still queued for us is received and freed, then the
+  //    port stops (a NIC returns the buffers of its RX ring then).
+  for (auto& e : endpoints_) {
+    rte_mbuf* burst[64];
+    for (int i = 0; i < 1024; ++i) {
+      const uint16_t n = rte_eth_rx_burst(e->port_id, 0, burst, 64);
+      if (n == 0) break;
+      rte_pktmbuf_free_bulk(burst, n);
+    }
+  }
+  for (auto& e : endpoints_) {
+    if (e->config.kind != PortKind::kRingPair) {
+      Status s = ClosePort(e->port_id);
+      if (!s.ok()) RTE_LOG(WARNING, USER1, "uroce: %s\n", s.ToString().c_str());
+    }
+  }
+  for (auto& [name, pair] : ring_pairs_) {
+    Status s = DestroyRingPair(pair);
+    if (!s.ok()) RTE_LOG(WARNING, USER1, "uroce: %s\n", s.ToString().c_str());
+  }
+  ring_pairs_.clear();
+  // 5. Count, then free the pools.
+  for (auto& e : endpoints_) {
+    if (!e->pool) continue;
+    report_.mbufs_in_pools += AvailableMbufs(e->pool.get());
+    report_.mbufs_total += e->pool_size;
+  }
+  endpoints_.clear();
+  return report_;
+}
+
+Runtime::~Runtime() { Shutdown(); }
+
+}  // namespace uroce::pmd
