@@ -282,6 +282,9 @@ class Builder {
         ep.kind = PortKind::kVdev;
         ep.device_name = name;
       }
+    } else if ((k == "ipv4" || k == "ipv6") && v.empty()) {
+      // Empty: no address of this version (how --set removes one).
+      (k == "ipv4" ? ep.has_ipv4 : ep.has_ipv6) = false;
     } else if (k == "ipv4") {
       uint8_t b4[4];
       if (inet_pton(AF_INET, v.c_str(), b4) != 1) return Bad(where, "not an IPv4 address");

@@ -23,7 +23,8 @@
 //   port = net_memif0,role=server,socket=/tmp/x.sock   any vdev string
 //   port = 0000:00:04.0   a PCI NIC (its address)
 //   ipv4 = 10.0.0.1       uroce's own IPv4 address (GID 0, IPv4-mapped)
-//   ipv6 = fd00::1        uroce's own IPv6 address (next GID)
+//   ipv6 = fd00::1        uroce's own IPv6 address (next GID); an empty
+//                         ipv4 or ipv6 means none (--set endpoint.a.ipv4=)
 //   gids = ADDR,ADDR      more GIDs (IPv4 or IPv6 text), after those two
 //   mac = port            port: the port's own MAC; or xx:xx:xx:xx:xx:xx
 //   lcore = 1             the engine's lcore (engine progress only)

@@ -120,6 +120,15 @@ TEST(ConfigTest, OverridesWinAndCanAddEndpoints) {
   EXPECT_EQ(c->Find("c")->device_name, "net_tap0");
 }
 
+TEST(ConfigTest, EmptyAddressRemovesIt) {
+  auto o = ParseOverride("endpoint.b.ipv4=");
+  ASSERT_TRUE(o.ok());
+  auto c = LoadConfigText(kRing, "ring.ini", {*o});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->Find("b")->gids.size(), 3u);
+  EXPECT_EQ(GidToString(c->Find("b")->gids[0]), "fd00:75::2");
+}
+
 TEST(ConfigTest, ParseOverride) {
   auto o = ParseOverride("endpoint.a.port=net_af_packet0,iface=veth0");
   ASSERT_TRUE(o.ok());

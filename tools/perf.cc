@@ -286,7 +286,7 @@ class PerfProcess {
         std::fprintf(stderr, "uroce perf: %s: shut down; %s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
                      report.Summary().c_str());
         rc = report.pools_full() ? 128 + sig : 1;
-      } else if (!o_.quiet || !report.pools_full()) {
+      } else {
         std::fprintf(stderr, "uroce perf: %s\n", report.Summary().c_str());
       }
       if (!report.pools_full()) {
@@ -306,6 +306,19 @@ class PerfProcess {
   pmd::UroceConfig config_;
   std::unique_ptr<pmd::Runtime> rt_;
 };
+
+// Server, after the client finished: reads the completions it has not seen
+// yet (the client's last ACK can arrive before this side polled its CQ).
+Status Settle(pmd::Runtime& rt, PerfSide& server) {
+  const uint64_t deadline = rte_get_tsc_cycles() + 10 * rte_get_tsc_hz();
+  while (!server.Settled()) {
+    rt.Progress();
+    UROCE_RETURN_IF_ERROR(server.Step());
+    if (rte_get_tsc_cycles() > deadline) return Unavailable("the server's last completions never came");
+    if (pmd::ShutdownRequested()) return Unavailable("interrupted");
+  }
+  return Status::Ok();
+}
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "uroce perf: %s\n", s.message().c_str());
@@ -344,6 +357,7 @@ int RunInProcess(const Options& o) {
       }
     }
     if (pmd::ShutdownRequested()) return p.Finish(2, &client, &server);
+    if (s.ok()) s = Settle(rt, *server);
     if (s.ok()) s = server->Verify();
     if (s.ok()) s = client->Verify();
     if (!s.ok()) {
@@ -431,9 +445,10 @@ int RunServer(const Options& o) {
         }
       }
     }
+    if (s.ok()) s = Settle(rt, *side);
     if (s.ok()) s = side->Verify();
     (void)ch->Send(s.ok() ? "RESULT ok" : "RESULT fail " + s.message());
-    if (!o.quiet) {
+    if (!s.ok() || !o.quiet) {
       std::fprintf(stderr, "uroce perf: %s: %s\n", Describe(*spec).c_str(), s.ok() ? "served" : s.message().c_str());
     }
     side.reset();

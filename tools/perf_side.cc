@@ -571,6 +571,19 @@ Status PerfSide::StepServer() {
   return Status::Ok();
 }
 
+bool PerfSide::Settled() const {
+  if (client_) return true;
+  switch (spec_.test) {
+    case PerfTest::kSendLat:
+    case PerfTest::kSendBw:
+      return received_ >= spec_.iters;
+    case PerfTest::kWriteLat:
+      return echo_count_ >= spec_.iters;
+    default:
+      return true;
+  }
+}
+
 Status PerfSide::Verify() {
   if (!spec_.verify) return Status::Ok();
   std::vector<uint8_t> want(spec_.size);

@@ -91,6 +91,9 @@ class PerfSide {
   Status Step();
   // Client: all iterations completed.
   bool done() const { return done_; }
+  // Server: every message the client's completions vouch for has been seen
+  // here too (an ACK can overtake the receiver's own completion polling).
+  bool Settled() const;
   uint64_t completed() const { return completed_; }
   // After the run: the checks that need the whole run (server: what landed
   // in its memory; client: nothing more).
