@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -157,10 +158,51 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   port.tx_descriptors = ec.tx_descriptors;
   port.mtu = static_cast<uint16_t>(ec.mtu);
   port.promiscuous = ec.promiscuous;
+  // A memif client connects when its port starts, and only once: started
+  // before the server listens, the start fails (EPERM); connected before the
+  // server's port started, the handshake is refused and nobody retries. So
+  // the client starts, and restarts, until its link is up.
+  const bool memif_client = ec.kind == PortKind::kVdev && ec.port.rfind("net_memif", 0) == 0 &&
+                            VdevArg(ec.port, "role") == "client";
+  port.start = !memif_client;
   UROCE_RETURN_IF_ERROR(StartPort(e->port_id, port));
-  // From here on the port runs: keep the endpoint so Shutdown closes it.
+  // From here on the port is set up: keep the endpoint so Shutdown closes it.
   Endpoint* ep = e.get();
   endpoints_.push_back(std::move(e));
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(ec.link_timeout_ms);
+  auto link_up = [&] {
+    rte_eth_link link;
+    return rte_eth_link_get_nowait(ep->port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+  };
+  if (memif_client) {
+    // memif logs every refused connect; one line from us says it instead.
+    const int memif_log = rte_log_register("pmd.net.memif");
+    const int memif_level = memif_log >= 0 ? rte_log_get_level(memif_log) : -1;
+    struct RestoreLevel {
+      int type, level;
+      ~RestoreLevel() {
+        if (type >= 0 && level >= 0) rte_log_set_level(type, level);
+      }
+    } restore{memif_log, memif_level};
+    bool started = false, told = false;
+    while (!link_up()) {
+      if (Clock::now() >= deadline) {
+        return Unavailable("port " + ec.port + ": no memif server answered within " +
+                           std::to_string(ec.link_timeout_ms) + " ms (is the peer running with the same socket?)");
+      }
+      if (started) rte_eth_dev_stop(ep->port_id);
+      started = rte_eth_dev_start(ep->port_id) == 0;
+      if (!started && !told) {
+        std::fprintf(stderr, "uroce: %s: waiting for the memif server\n", ec.port.c_str());
+        told = true;
+        if (memif_log >= 0) rte_log_set_level(memif_log, RTE_LOG_EMERG);
+      }
+      // Give the handshake (EAL's interrupt thread) a moment before trying again.
+      for (int i = 0; i < 100 && started && !link_up(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
 
   if (ec.mac_from_port) {
     rte_ether_addr mac;
@@ -186,11 +228,8 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   }
 
   // memif links come up when the peer connects; the others at once.
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::milliseconds(ec.link_timeout_ms);
   for (;;) {
-    rte_eth_link link;
-    if (rte_eth_link_get_nowait(ep->port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP) break;
+    if (link_up()) break;
     if (Clock::now() >= deadline) {
       return Unavailable("port " + ec.port + ": link still down after " + std::to_string(ec.link_timeout_ms) +
                          " ms (for memif: is the peer process running with the same socket?)");

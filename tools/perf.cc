@@ -225,6 +225,7 @@ void PrintResults(const std::vector<PerfResult>& results, const Options& o, cons
                   lat ? std::to_string(r.p99_us).c_str() : "", r.mb_per_s, r.gbit_per_s, r.mmsg_per_s, o.port.c_str(),
                   progress);
     }
+    std::fflush(stdout);
     return;
   }
   std::printf("uroce perf over %s (%s progress)%s\n", o.port.c_str(), progress,
@@ -240,6 +241,7 @@ void PrintResults(const std::vector<PerfResult>& results, const Options& o, cons
     std::printf("%-11s %9u %8llu %4u %12s %12s %10.1f %8.3f %8.4f\n", PerfTestName(r.spec.test), r.spec.size,
                 (unsigned long long)r.completed, r.spec.qps, med, p99, r.mb_per_s, r.gbit_per_s, r.mmsg_per_s);
   }
+  std::fflush(stdout);
 }
 
 // What every role shares: configuration, EAL, runtime, and their end.
