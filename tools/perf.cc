@@ -217,13 +217,14 @@ class Ticker {
 void PrintResults(const std::vector<PerfResult>& results, const Options& o, const pmd::UroceConfig& config) {
   const char* progress = config.progress == pmd::ProgressMode::kEngine ? "engine" : "inline";
   if (o.csv) {
-    std::printf("test,size,iters,qps,lat_median_us,lat_p99_us,mb_per_s,gbit_per_s,mmsg_per_s,port,progress\n");
+    std::printf(
+        "test,size,iters,qps,lat_median_us,lat_p99_us,lat_mean_us,mb_per_s,gbit_per_s,mmsg_per_s,port,progress\n");
     for (const PerfResult& r : results) {
       const bool lat = IsLatencyTest(r.spec.test);
-      std::printf("%s,%u,%llu,%u,%s,%s,%.2f,%.3f,%.4f,%s,%s\n", PerfTestName(r.spec.test), r.spec.size,
-                  (unsigned long long)r.completed, r.spec.qps, lat ? std::to_string(r.median_us).c_str() : "",
-                  lat ? std::to_string(r.p99_us).c_str() : "", r.mb_per_s, r.gbit_per_s, r.mmsg_per_s, o.port.c_str(),
-                  progress);
+      auto us = [lat](double v) { return lat ? std::to_string(v) : std::string(); };
+      std::printf("%s,%u,%llu,%u,%s,%s,%s,%.2f,%.3f,%.4f,%s,%s\n", PerfTestName(r.spec.test), r.spec.size,
+                  (unsigned long long)r.completed, r.spec.qps, us(r.median_us).c_str(), us(r.p99_us).c_str(),
+                  us(r.mean_us).c_str(), r.mb_per_s, r.gbit_per_s, r.mmsg_per_s, o.port.c_str(), progress);
     }
     std::fflush(stdout);
     return;

@@ -658,6 +658,9 @@ void Summarize(PerfResult* r) {
     std::sort(v.begin(), v.end());
     r->median_us = v[v.size() / 2];
     r->p99_us = v[std::min(v.size() - 1, static_cast<size_t>(double(v.size()) * 0.99))];
+    double sum = 0;
+    for (double x : v) sum += x;
+    r->mean_us = sum / double(v.size());
   }
   if (r->seconds > 0) {
     const double bytes = double(r->completed) * r->spec.size;

@@ -66,7 +66,7 @@ struct PerfResult {
   uint64_t completed = 0;
   double seconds = 0;          // first post to last completion
   std::vector<double> lat_us;  // latency tests: one sample per iteration
-  double median_us = 0, p99_us = 0;
+  double median_us = 0, p99_us = 0, mean_us = 0;
   double mb_per_s = 0, gbit_per_s = 0, mmsg_per_s = 0;
 };
 

@@ -25,9 +25,9 @@ done
 echo "== CSV"
 out=$("$uroce" perf --test send_lat,write_bw --size 64 --iters 100 --csv --quiet 2>/dev/null)
 echo "$out"
-head -1 <<<"$out" | grep -qx 'test,size,iters,qps,lat_median_us,lat_p99_us,mb_per_s,gbit_per_s,mmsg_per_s,port,progress'
-grep -qE '^send_lat,64,100,1,[0-9.]+,[0-9.]+,' <<<"$out"
-grep -qE '^write_bw,64,100,1,,,[0-9.]+,' <<<"$out"
+head -1 <<<"$out" | grep -qx 'test,size,iters,qps,lat_median_us,lat_p99_us,lat_mean_us,mb_per_s,gbit_per_s,mmsg_per_s,port,progress'
+grep -qE '^send_lat,64,100,1,[0-9.]+,[0-9.]+,[0-9.]+,' <<<"$out"
+grep -qE '^write_bw,64,100,1,,,,[0-9.]+,' <<<"$out"
 
 echo "== bad arguments are refused"
 if "$uroce" perf --test nope 2>/dev/null; then echo "accepted --test nope"; exit 1; fi
