@@ -3,6 +3,7 @@
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
 #include <rte_log.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -23,6 +24,14 @@ namespace {
 
 using transport::Engine;
 using transport::EngineConfig;
+
+// uroce's own rte_log type (DESIGN.md, "Observability"): --log-level
+// 'uroce.*:debug' and the like select it.
+int LogType() {
+  static const int type = rte_log_register_type_and_pick_level("uroce.pmd", RTE_LOG_NOTICE);
+  return type >= 0 ? type : RTE_LOGTYPE_USER1;
+}
+#define UROCE_LOG(level, ...) rte_log(RTE_LOG_##level, LogType(), "uroce: " __VA_ARGS__)
 
 // The value of `key` in a vdev argument string ("net_memif0,role=server,...").
 std::string VdevArg(const std::string& vdev, const std::string& key) {
@@ -62,11 +71,40 @@ uint16_t DataRoomFor(uint32_t mtu) {
   return static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(2048, frame));
 }
 
+// "0-1" asks EAL to pin lcore 1 to CPU 1; on a machine (or cgroup) without
+// CPU 1, EAL refuses to start. Such lcores run on the first CPU this process
+// may use instead ("1@0"): slower when they spin, but the demo and tests
+// still run anywhere. Explicit lcore@cpu maps are left as they are.
+std::string FitLcoresToCpus(const std::string& lcores) {
+  if (lcores.find_first_of("@(") != std::string::npos) return lcores;
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return lcores;
+  int first = -1;
+  for (int c = 0; c < CPU_SETSIZE && first < 0; ++c) {
+    if (CPU_ISSET(c, &cpus)) first = c;
+  }
+  if (first < 0) return lcores;
+  std::string out;
+  bool changed = false;
+  for (unsigned l : ParseLcoreList(lcores)) {
+    out += out.empty() ? "" : ",";
+    out += std::to_string(l);
+    if (l >= CPU_SETSIZE || !CPU_ISSET(l, &cpus)) {
+      out += "@" + std::to_string(first);
+      changed = true;
+    }
+  }
+  if (changed) UROCE_LOG(WARNING, "lcores %s: not every CPU is here; running them as %s\n", lcores.c_str(), out.c_str());
+  return changed ? out : lcores;
+}
+
 }  // namespace
 
 Status StartEalFor(const UroceConfig& config) {
   for (const std::string& vdev : config.eal.vdevs) RemoveStaleMemifSocket(vdev);
-  return StartEal(config.eal);
+  EalConfig eal = config.eal;
+  eal.lcores = FitLcoresToCpus(eal.lcores);
+  return StartEal(eal);
 }
 
 std::string ShutdownReport::Summary() const {
@@ -194,7 +232,7 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
       if (started) rte_eth_dev_stop(ep->port_id);
       started = rte_eth_dev_start(ep->port_id) == 0;
       if (!started && !told) {
-        std::fprintf(stderr, "uroce: %s: waiting for the memif server\n", ec.port.c_str());
+        UROCE_LOG(WARNING, "%s: waiting for the memif server\n", ec.port.c_str());
         told = true;
         if (memif_log >= 0) rte_log_set_level(memif_log, RTE_LOG_EMERG);
       }
@@ -345,12 +383,12 @@ ShutdownReport Runtime::Shutdown() {
   for (auto& e : endpoints_) {
     if (e->config.kind != PortKind::kRingPair) {
       Status s = ClosePort(e->port_id);
-      if (!s.ok()) RTE_LOG(WARNING, USER1, "uroce: %s\n", s.ToString().c_str());
+      if (!s.ok()) UROCE_LOG(WARNING, "%s\n", s.ToString().c_str());
     }
   }
   for (auto& [name, pair] : ring_pairs_) {
     Status s = DestroyRingPair(pair);
-    if (!s.ok()) RTE_LOG(WARNING, USER1, "uroce: %s\n", s.ToString().c_str());
+    if (!s.ok()) UROCE_LOG(WARNING, "%s\n", s.ToString().c_str());
   }
   ring_pairs_.clear();
   // 5. Count, then free the pools.
