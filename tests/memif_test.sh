@@ -5,7 +5,8 @@
 #   1. RC traffic of every kind, IPv4 (ARP), several sizes and two QPs, every
 #      byte verified; both exit 0 with every mbuf back in its pool.
 #   2. The same over IPv6 (neighbour discovery), fewer runs.
-#   3. SIGTERM to the server in the middle of a run: it flushes its QP, finds
+#   3. During a long run, `uroce stats` and dpdk-telemetry.py read the
+#      server's counters; then SIGTERM to the server: it flushes its QP, finds
 #      every mbuf back and exits 143; the client sees its peer go, fails its
 #      run and still shuts down clean.
 #   Run 1 starts the server first, run 2 the client (memif clients retry).
@@ -99,6 +100,21 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 grep -q 'send_bw 4096 B: [1-9]' "$dir/client-term.log" || { show client-term.log; show server-term.log; echo "FAIL: the run never started"; exit 1; }
+# While it runs: its counters through telemetry, with `uroce stats` and with
+# DPDK's own dpdk-telemetry.py.
+stats=$(timeout 60 "$uroce" stats --file-prefix uroce-memif-test-$id-term-a) || { echo "$stats"; echo "FAIL: uroce stats"; exit 1; }
+echo "$stats"
+grep -q '^endpoint a: port 0 (net_memif)' <<<"$stats" || { echo "FAIL: uroce stats shows no endpoint a"; exit 1; }
+grep -qE '^QP a/[0-9]+: RC RTS' <<<"$stats" || { echo "FAIL: uroce stats shows no QP in RTS"; exit 1; }
+grep -qE 'rx_frames=[1-9]' <<<"$stats" || { echo "FAIL: uroce stats shows no received frames"; exit 1; }
+if command -v dpdk-telemetry.py >/dev/null; then
+  tel=$(echo /uroce/port,a | timeout 60 dpdk-telemetry.py -f uroce-memif-test-$id-term-a 2>&1) || true
+  echo "$tel"
+  grep -q '"driver": "net_memif"' <<<"$tel" || { echo "FAIL: dpdk-telemetry.py did not read /uroce/port,a"; exit 1; }
+else
+  echo "FAIL: dpdk-telemetry.py (Debian's dpdk-dev) is missing"
+  exit 1
+fi
 kill -TERM "$server_pid"
 server_rc=0
 wait "$server_pid" || server_rc=$?
