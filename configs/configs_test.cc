@@ -1,7 +1,6 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 #include "configs/builtin_configs.h"
@@ -35,11 +34,14 @@ TEST(ConfigsTest, PairEndsShareTheSocketButNotThePrefix) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NE(a->eal.file_prefix, b->eal.file_prefix);
   EXPECT_NE(a->eal.lcores, b->eal.lcores);
-  const std::regex socket("socket=([^,]+)");
-  std::smatch ma, mb;
-  ASSERT_TRUE(std::regex_search(a->eal.vdevs[0], ma, socket));
-  ASSERT_TRUE(std::regex_search(b->eal.vdevs[0], mb, socket));
-  EXPECT_EQ(ma[1], mb[1]);
+  auto socket = [](const std::string& vdev) {
+    const size_t at = vdev.find(",socket=");
+    if (at == std::string::npos) return std::string();
+    const size_t start = at + 8;
+    return vdev.substr(start, vdev.find(',', start) - start);
+  };
+  EXPECT_FALSE(socket(a->eal.vdevs[0]).empty());
+  EXPECT_EQ(socket(a->eal.vdevs[0]), socket(b->eal.vdevs[0]));
   EXPECT_NE(a->eal.vdevs[0].find("role=server"), std::string::npos);
   EXPECT_NE(b->eal.vdevs[0].find("role=client"), std::string::npos);
 }
