@@ -16,6 +16,7 @@ int EngineLcores::Run(void* arg) {
     for (transport::Engine* e : loop->engines) e->Poll();
     loop->rounds.store(++rounds, std::memory_order_relaxed);
   }
+  loop->finished.store(true, std::memory_order_release);
   return 0;
 }
 
@@ -61,7 +62,11 @@ Status EngineLcores::Launch(const std::vector<std::pair<unsigned, transport::Eng
 void EngineLcores::Stop() {
   if (loops_.empty()) return;
   stop_.store(true, std::memory_order_release);
-  for (auto& loop : loops_) rte_eal_wait_lcore(loop->lcore);
+  for (auto& loop : loops_) {
+    rte_eal_wait_lcore(loop->lcore);
+    while (!loop->finished.load(std::memory_order_acquire)) {
+    }
+  }
   loops_.clear();
 }
 

@@ -42,6 +42,10 @@ class EngineLcores {
     std::vector<transport::Engine*> engines;
     const std::atomic<bool>* stop = nullptr;
     std::atomic<uint64_t> rounds{0};
+    // Set (release) as the loop returns; Stop reads it (acquire) after
+    // rte_eal_wait_lcore, so the hand-back is visible to tools that do not
+    // see inside DPDK (ThreadSanitizer).
+    std::atomic<bool> finished{false};
   };
   static int Run(void* arg);
 
