@@ -122,6 +122,7 @@ class PerfSide {
   Status StepServer();
   Status IssueNext();
   void Sample(uint64_t start_cycles, bool half);
+  void SyncWithEngine();
 
   pmd::Runtime::Endpoint& ep_;
   transport::Engine& engine_;
