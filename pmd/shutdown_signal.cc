@@ -22,6 +22,10 @@ void InstallShutdownSignals() {
   sa.sa_flags = SA_RESETHAND;  // the second signal takes the default action
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // A peer that went away must be an error on the write, not the end of
+  // this process: drivers write to UNIX sockets without MSG_NOSIGNAL
+  // (virtio_user's vhost-user messages at close, after the backend exited).
+  signal(SIGPIPE, SIG_IGN);
 }
 
 bool ShutdownRequested() { return g_signal.load(std::memory_order_relaxed) != 0; }

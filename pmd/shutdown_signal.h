@@ -8,7 +8,8 @@
 
 namespace uroce::pmd {
 
-// Any thread, once per process (later calls re-arm the handlers).
+// Any thread, once per process (later calls re-arm the handlers). Also
+// ignores SIGPIPE, so a closed peer socket is an error, not a death.
 void InstallShutdownSignals();
 
 // Any thread; async-signal-safe.
