@@ -34,7 +34,8 @@ std::string UniqueFilePrefix() {
 }
 
 std::vector<std::string> EalArguments(const EalConfig& config) {
-  std::vector<std::string> args = {config.program_name, "-l", config.lcores};
+  // --lcores takes both "0-1" (as -l does) and EAL's lcore@cpu mappings.
+  std::vector<std::string> args = {config.program_name, "--lcores", config.lcores};
   if (!config.hugepages) {
     // --no-shconf: no shared config file, so no secondary processes; EAL
     // refuses --in-memory together with --no-huge, this is the combination

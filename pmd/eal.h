@@ -14,7 +14,7 @@ namespace uroce::pmd {
 
 struct EalConfig {
   std::string program_name = "uroce";
-  std::string lcores = "0";        // EAL -l: the cores EAL may use.
+  std::string lcores = "0";        // EAL --lcores: "0-1", or lcore@cpu maps.
   bool hugepages = false;          // false: --no-huge (anonymous memory).
   bool pci = false;                // false: --no-pci (virtual devices only).
   unsigned memory_mb = 256;        // -m: memory EAL reserves.

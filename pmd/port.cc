@@ -51,6 +51,7 @@ Status StartPort(uint16_t port_id, const PortConfig& config) {
     ret = rte_eth_dev_set_mtu(port_id, config.mtu);
     if (ret != 0 && ret != -ENOTSUP) return EthError("rte_eth_dev_set_mtu", port_id, ret);
   }
+  if (!config.start) return Status::Ok();
   ret = rte_eth_dev_start(port_id);
   if (ret != 0) return EthError("rte_eth_dev_start", port_id, ret);
   if (config.promiscuous) {

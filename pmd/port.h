@@ -19,6 +19,9 @@ struct PortConfig {
   uint16_t mtu = 0;  // 0: keep the port's own
   bool promiscuous = false;
   rte_mempool* rx_pool = nullptr;  // receive buffers come from here
+  // false: configure the queues only; the caller starts the port (a memif
+  // client retries its start until the server's socket is there).
+  bool start = true;
 };
 
 // Configures the queues of `port_id` and starts it.

@@ -8,5 +8,7 @@ namespace uroce::tools {
 int DemoCommand(int argc, char** argv);
 int SoakCommand(int argc, char** argv);
 int DumpCommand(int argc, char** argv);  // tools/dump.cc
+int PerfCommand(int argc, char** argv);  // tools/perf.cc
+int StatsCommand(int argc, char** argv); // tools/stats.cc
 
 }  // namespace uroce::tools

@@ -3,9 +3,10 @@
 // NIC, no setup): RC SEND, RDMA WRITE, RDMA READ and an atomic, every byte
 // verified, with a short table of latency and bandwidth.
 //
-// Progress is inline (one thread polls both engines), so the figures are the
-// engines' own cost on one core; pinned engine lcores and other port types
-// come with the poll-mode driver issue.
+// It starts from configs/ring.ini (built in; --config and --set change it):
+// the endpoints find each other's MACs with ARP, and progress is what the
+// configuration says (inline by default: the demo's thread polls both
+// engines; --set engine.progress=engine puts them on lcore 1).
 #include <arpa/inet.h>
 #include <rte_cycles.h>
 
@@ -17,12 +18,12 @@
 #include <vector>
 
 #include "cq/wc_mapping.h"
+#include "pmd/config.h"
 #include "pmd/eal.h"
-#include "pmd/eth_port_io.h"
-#include "pmd/mempool.h"
-#include "pmd/port.h"
-#include "pmd/ring_pair.h"
+#include "pmd/runtime.h"
+#include "pmd/shutdown_signal.h"
 #include "tools/command.h"
+#include "tools/config_flags.h"
 #include "transport/engine_pair.h"
 
 namespace uroce::tools {
@@ -46,7 +47,8 @@ double Seconds(uint64_t cycles) { return double(cycles) / double(rte_get_tsc_hz(
 
 class Demo {
  public:
-  Demo(Endpoint& a, Endpoint& b, QueuePair* qa, QueuePair* qb) : a_(a), b_(b), qa_(qa), qb_(qb) {}
+  Demo(pmd::Runtime& rt, Endpoint& a, Endpoint& b, QueuePair* qa, QueuePair* qb)
+      : rt_(rt), a_(a), b_(b), qa_(qa), qb_(qb) {}
 
   bool Register(Endpoint& side, Region& r, size_t size) {
     r.bytes.assign(size, 0);
@@ -59,18 +61,17 @@ class Demo {
     return true;
   }
 
-  void Poll() {
-    a_.engine->Poll();
-    b_.engine->Poll();
-  }
+  // Inline progress: polls both engines. Engine progress: the lcore does.
+  void Poll() { rt_.Progress(); }
 
   // Waits for one completion on `cq`; false on timeout or error status.
   bool Wait(CompletionQueue* cq, ibv_wc* wc) {
     const uint64_t deadline = rte_get_tsc_cycles() + 10 * rte_get_tsc_hz();
     while (cq->Poll(1, wc) == 0) {
       Poll();
-      if (rte_get_tsc_cycles() > deadline) {
-        std::fprintf(stderr, "uroce demo: timed out waiting for a completion\n");
+      if (rte_get_tsc_cycles() > deadline || pmd::ShutdownRequested()) {
+        std::fprintf(stderr, "uroce demo: %s\n",
+                     pmd::ShutdownRequested() ? "interrupted" : "timed out waiting for a completion");
         return false;
       }
     }
@@ -185,6 +186,7 @@ class Demo {
   }
 
  private:
+  pmd::Runtime& rt_;
   Endpoint& a_;
   Endpoint& b_;
   QueuePair* qa_;
@@ -201,69 +203,59 @@ int Fail(const std::string& what) {
 
 int DemoCommand(int argc, char** argv) {
   int iterations = 2000;
+  ConfigFlags flags;
   for (int i = 1; i < argc; ++i) {
+    std::string error;
+    if (TakeConfigFlag(argc, argv, &i, &flags, &error)) {
+      if (!error.empty()) return Fail(error);
+      continue;
+    }
     if (!std::strcmp(argv[i], "--iterations") && i + 1 < argc) {
       iterations = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: uroce demo [--iterations N]\n");
+      std::fprintf(stderr, "usage: uroce demo [--iterations N] [--config FILE] [--set SECTION.KEY=VALUE ...]\n");
       return 2;
     }
   }
   if (iterations < 1) return Fail("--iterations must be positive");
+  auto config = LoadToolConfig(flags, "ring");
+  if (!config.ok()) return Fail(config.status().message());
+  if (config->endpoints.size() != 2) return Fail(config->origin + ": the demo needs exactly two endpoints");
 
-  pmd::EalConfig eal;
-  eal.program_name = "uroce-demo";
-  eal.log_level = "*:warning";
-  eal.memory_mb = 512;
-  Status s = pmd::StartEal(eal);
+  pmd::InstallShutdownSignals();
+  config->eal.program_name = "uroce-demo";
+  Status s = pmd::StartEalFor(*config);
   if (!s.ok()) return Fail(s.ToString());
-  constexpr unsigned kPoolSize = 8191;
   int rc = 0;
   {
-    auto pool = pmd::CreatePktPool({.name = "demo_pool",
-                                    .mbufs = kPoolSize,
-                                    .per_core_cache = 0,
-                                    .data_room = RTE_PKTMBUF_HEADROOM + 4096 + 256});
-    if (!pool.ok()) return Fail(pool.status().ToString());
-    auto pair = pmd::CreateRingPair("demo");
-    if (!pair.ok()) return Fail(pair.status().ToString());
-    pmd::PortConfig port;
-    port.rx_pool = pool->get();
-    for (uint16_t id : {pair->port_a, pair->port_b}) {
-      s = pmd::StartPort(id, port);
-      if (!s.ok()) return Fail(s.ToString());
+    auto rt = pmd::Runtime::Start(*config);
+    if (!rt.ok()) {
+      (void)pmd::StopEal();
+      return Fail(rt.status().ToString());
     }
-    pmd::EthPortIo io_a(pair->port_a, 0), io_b(pair->port_b, 0);
-    Endpoint a, b;
-    for (int side = 0; side < 2; ++side) {
-      Endpoint& e = side == 0 ? a : b;
-      const uint8_t host = static_cast<uint8_t>(side + 1);
-      e.mac = {0x02, 0x75, 0x72, 0x6f, 0x63, host};  // locally administered
-      const uint8_t ip[4] = {10, 99, 0, host};
-      e.gid = transport::Ipv4MappedGid(ip);
-      transport::EngineConfig config;
-      config.mac = e.mac;
-      config.gids = {e.gid};
-      config.port_mtu = 9000;  // a virtual wire: jumbo frames, path MTU 4096
-      config.tx_pool = pool->get();
-      config.io = side == 0 ? static_cast<transport::PacketIo*>(&io_a) : &io_b;
-      e.engine = std::make_unique<Engine>(config);
-      e.pd = *e.engine->AllocPd();
-      e.cq = *e.engine->CreateCq(1024);
-    }
-    a.engine->AddNeighbor(b.gid, b.mac);
-    b.engine->AddNeighbor(a.gid, a.mac);
+    pmd::Runtime& runtime = **rt;
+    Endpoint& a = runtime.endpoint(0).endpoint;
+    Endpoint& b = runtime.endpoint(1).endpoint;
     transport::RcConnectOptions connect;
-    connect.mtu = IBV_MTU_4096;
+    connect.mtu = std::min(a.engine->limits().max_mtu, b.engine->limits().max_mtu);
     connect.timeout = 14;
+    // Neither engine knows the other's MAC yet: connecting resolves it (ARP).
     auto qps = transport::ConnectQueuePairs(a, b, connect);
-    if (!qps.ok()) return Fail(qps.status().ToString());
-
-    std::printf("uroce demo: two RoCEv2 endpoints over a DPDK net_ring pair (ports %u <-> %u), no hugepages\n",
-                pair->port_a, pair->port_b);
-    std::printf("  A 10.99.0.1 QPN 0x%x  <->  B 10.99.0.2 QPN 0x%x, RC, path MTU 4096, inline progress\n",
-                qps->first->qpn, qps->second->qpn);
-    Demo demo(a, b, qps->first, qps->second);
+    if (!qps.ok()) {
+      runtime.Shutdown();
+      (void)pmd::StopEal();
+      return Fail(qps.status().ToString());
+    }
+    const bool engine_mode = !runtime.inline_progress();
+    std::printf("uroce demo: two RoCEv2 endpoints over DPDK (%s <-> %s), no hugepages\n",
+                runtime.endpoint(0).config.port.c_str(), runtime.endpoint(1).config.port.c_str());
+    std::printf("  A %s %s QPN 0x%x  <->  B %s %s QPN 0x%x, RC, path MTU %u, MACs found by ARP\n",
+                pmd::GidToString(a.gid).c_str(), pmd::MacToString(a.mac).c_str(), qps->first->qpn,
+                pmd::GidToString(b.gid).c_str(), pmd::MacToString(b.mac).c_str(), qps->second->qpn,
+                transport::MtuBytes(connect.mtu));
+    std::printf("  progress: %s\n", engine_mode ? "engine (both engines spin on their own lcore)"
+                                                 : "inline (this thread polls both engines)");
+    Demo demo(runtime, a, b, qps->first, qps->second);
     double send_us = 0, write_gbps = 0, read_gbps = 0, atomic_us = 0;
     const int stream_messages = std::max(64, iterations / 4);
     const bool send_ok = demo.SendPingPong(iterations, 64, &send_us);
@@ -284,18 +276,19 @@ int DemoCommand(int argc, char** argv) {
     std::printf("  A sent %llu frames, received %llu; retransmits %llu, ICRC drops %llu\n",
                 (unsigned long long)ca.tx_frames, (unsigned long long)ca.rx_frames,
                 (unsigned long long)ca.retransmits, (unsigned long long)ca.rx_icrc_errors);
+    const pmd::NeighborCounters na = runtime.endpoint(0).neighbors->counters();
+    const pmd::NeighborCounters nb = runtime.endpoint(1).neighbors->counters();
+    std::printf("  ARP: A sent %llu request(s) and got %llu reply(ies); B answered %llu, asked %llu\n",
+                (unsigned long long)na.arp_requests_sent, (unsigned long long)na.arp_replies_received,
+                (unsigned long long)nb.arp_replies_sent, (unsigned long long)nb.arp_requests_sent);
     if (!(send_ok && write_ok && read_ok && atomic_ok)) rc = 1;
-    a.engine.reset();
-    b.engine.reset();
-    s = pmd::DestroyRingPair(*pair);
-    if (!s.ok()) rc = 1;
-    const unsigned available = pmd::AvailableMbufs(pool->get());
-    std::printf("  mbufs back in the pool: %u of %u\n", available, kPoolSize);
-    if (available != kPoolSize) rc = 1;
+    const pmd::ShutdownReport report = runtime.Shutdown();
+    std::printf("  mbufs back in the pools: %u of %u\n", report.mbufs_in_pools, report.mbufs_total);
+    if (!report.pools_full()) rc = 1;
   }
   if (!pmd::StopEal().ok()) rc = 1;
   std::printf("uroce demo: %s\n", rc == 0 ? "OK" : "FAILED");
-  std::printf("(latency: one core polling both engines; compare with `fi_pingpong` in the README)\n");
+  std::printf("(latency: half a SEND round trip; `uroce perf` measures more, `tools/perf_compare` compares)\n");
   return rc;
 }
 

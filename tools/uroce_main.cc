@@ -16,6 +16,8 @@ constexpr Subcommand kSubcommands[] = {
     {"demo", uroce::tools::DemoCommand, "two endpoints exchange traffic over DPDK virtual devices"},
     {"soak", uroce::tools::SoakCommand, "randomized RDMA workload over a lossy in-memory link, all checked"},
     {"dump", uroce::tools::DumpCommand, "decode the RoCEv2 frames of a pcap file and check their ICRC"},
+    {"perf", uroce::tools::PerfCommand, "latency, bandwidth and message rate per RDMA operation (like perftest)"},
+    {"stats", uroce::tools::StatsCommand, "counters of a running uroce process, from DPDK telemetry"},
 };
 
 int Usage(FILE* out) {

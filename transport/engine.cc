@@ -72,6 +72,8 @@ Engine::~Engine() {
   ProgressToken token(this);
   rte_pktmbuf_free_bulk(tx_stage_, tx_count_);
   tx_count_ = 0;
+  rte_mbuf* m = nullptr;
+  while (raw_tx_.TryPop(&m)) rte_pktmbuf_free(m);
 }
 
 uint64_t Engine::Now() const { return config_.clock_ns ? config_.clock_ns() : TscNanoseconds(); }
@@ -249,6 +251,64 @@ bool Engine::ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why
   return false;
 }
 
+bool Engine::LookupNeighbor(const Gid& ip, MacAddress* mac) const {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  for (const auto& entry : neighbors_) {
+    if (entry.first == ip) {
+      if (mac != nullptr) *mac = entry.second;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<QueuePair*> Engine::QueuePairs() const {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  std::vector<QueuePair*> out;
+  for (const auto& qp : qp_storage_) out.push_back(qp.get());
+  return out;
+}
+
+std::vector<QpStats> Engine::QpStatsSnapshot() const {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  ProgressToken token(this);
+  std::vector<QpStats> out;
+  out.reserve(qp_storage_.size());
+  for (const auto& qp : qp_storage_) {
+    QpStats s;
+    s.qpn = qp->qpn;
+    s.type = qp->type;
+    s.state = qp->state.load(std::memory_order_acquire);
+    s.dest_qpn = qp->attr.dest_qp_num;
+    s.counters = qp->counters;
+    out.push_back(s);
+  }
+  return out;
+}
+
+namespace {
+
+// The destination GID of an address vector, if it is one that needs a MAC.
+bool AddressVectorGid(const ibv_ah_attr& ah, Gid* gid) {
+  if (!ah.is_global) return false;
+  std::memcpy(gid->data(), ah.grh.dgid.raw, 16);
+  return true;
+}
+
+}  // namespace
+
+Status Engine::ResolveNeighborIfMissing(const ibv_ah_attr& ah, const char* call) {
+  Gid dgid;
+  if (!config_.resolve_neighbor || !AddressVectorGid(ah, &dgid) || LookupNeighbor(dgid, nullptr)) {
+    return Status::Ok();
+  }
+  // Neither lock is held here: the resolver may wait for an answer, and in
+  // inline mode it polls this engine itself.
+  Status s = config_.resolve_neighbor(dgid);
+  if (!s.ok()) return Status(s.code(), std::string(call) + ": " + s.message());
+  return Status::Ok();
+}
+
 void Engine::AddNeighbor(const Gid& ip, const MacAddress& mac) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   for (auto& entry : neighbors_) {
@@ -261,6 +321,7 @@ void Engine::AddNeighbor(const Gid& ip, const MacAddress& mac) {
 }
 
 Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask) {
+  if (mask & IBV_QP_AV) UROCE_RETURN_IF_ERROR(ResolveNeighborIfMissing(attr.ah_attr, "ibv_modify_qp"));
   std::lock_guard<std::mutex> lock(control_mutex_);
   ProgressToken token(this);
   const ibv_qp_state current = qp->state.load(std::memory_order_relaxed);
@@ -381,6 +442,7 @@ Status Engine::DestroyQp(QueuePair* qp) {
 }
 
 StatusOr<uint32_t> Engine::CreateAh(PdHandle pd, const ibv_ah_attr& attr) {
+  UROCE_RETURN_IF_ERROR(ResolveNeighborIfMissing(attr, "ibv_create_ah"));
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (pd == 0 || pd >= pd_in_use_.size() || !pd_in_use_[pd]) return InvalidArgument("no such PD");
   AddressHandle ah;
@@ -675,6 +737,14 @@ void Engine::Stage(rte_mbuf* m) {
   counters_.tx_bytes += rte_pktmbuf_pkt_len(m);
 }
 
+void Engine::StageRawFrames() {
+  rte_mbuf* m = nullptr;
+  while (TxRoom(1) && raw_tx_.TryPop(&m)) {
+    counters_.tx_raw_frames++;
+    Stage(m);
+  }
+}
+
 void Engine::FlushTx() {
   if (tx_count_ == 0) return;
   const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(tx_count_, UINT16_MAX));
@@ -697,6 +767,7 @@ unsigned Engine::Poll() {
   SendPendingAcks();
   for (QueuePair* qp : active_qps_) RunQp(qp);
   SendPendingAcks();
+  StageRawFrames();
   FlushTx();
   for (CompletionQueue* cq : forwarding_cqs_) cq->ForwardToSinks();
 

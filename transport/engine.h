@@ -58,8 +58,16 @@ struct EngineConfig {
   // runs replay exactly.
   std::function<uint64_t()> clock_ns;
   // Frames that are not RoCEv2 (ARP, ND, ...) go here; the callee owns the
-  // mbuf. Empty: counted and freed.
+  // mbuf. Empty: counted and freed. Runs on the engine thread inside Poll, so
+  // it must not call the control path; to answer, it hands a frame to
+  // QueueRawFrame.
   std::function<void(rte_mbuf*)> non_roce_handler;
+  // Control path: called by ModifyQp (with IBV_QP_AV) and CreateAh when the
+  // neighbour table has no MAC for the destination GID, before the engine is
+  // locked, so that it may wait for an ARP or ND answer (and drive Poll itself
+  // in inline mode). Returns OK once AddNeighbor holds the GID; its error
+  // fails the call. Empty: a missing entry fails the call at once.
+  std::function<Status(const Gid&)> resolve_neighbor;
 };
 
 struct EngineCounters {
@@ -68,6 +76,16 @@ struct EngineCounters {
   uint64_t tx_alloc_failures = 0, tx_build_errors = 0, tx_queue_full_polls = 0;
   uint64_t retransmits = 0, timeouts = 0, naks_sent = 0, naks_received = 0;
   uint64_t rnr_naks_sent = 0, rnr_naks_received = 0, out_of_sequence = 0, duplicates = 0;
+  uint64_t tx_raw_frames = 0;  // frames from QueueRawFrame (ARP, ND)
+};
+
+// One QP as the counters see it (Engine::QpStatsSnapshot).
+struct QpStats {
+  uint32_t qpn = 0;
+  ibv_qp_type type = IBV_QPT_RC;
+  ibv_qp_state state = IBV_QPS_RESET;
+  uint32_t dest_qpn = 0;
+  QpCounters counters;
 };
 
 struct QpInitAttr {
@@ -127,8 +145,22 @@ class Engine {
   Status DestroyAh(uint32_t handle);
   // Static neighbour entry (the pmd layer's ARP/ND fills these too).
   void AddNeighbor(const Gid& ip, const MacAddress& mac);
+  // The MAC of `ip`, if the neighbour table has it.
+  bool LookupNeighbor(const Gid& ip, MacAddress* mac) const;
+  // Every QP of this engine (for shutdown: flush, then destroy).
+  std::vector<QueuePair*> QueuePairs() const;
+  // Per-QP counters, copied between two polls (telemetry).
+  std::vector<QpStats> QpStatsSnapshot() const;
   const EngineConfig& config() const { return config_; }
   QpLimits limits() const { return limits_; }
+
+  // ---- Any thread ----
+  // Queues a finished Ethernet frame (an ARP or ND message) for transmission:
+  // Poll stages it after its own frames, so the port's TX queue keeps one
+  // owner (the engine thread) and a full queue keeps it for the next poll.
+  // True: the engine owns `m` now. False: the queue is full; the caller keeps
+  // `m`. No allocation, no lock.
+  bool QueueRawFrame(rte_mbuf* m) { return raw_tx_.TryPush(m); }
 
   // ---- Fast path, any application thread ----
   // Verbs conventions: 0, or a positive errno with *bad_wr at the first
@@ -155,12 +187,15 @@ class Engine {
   QueuePair* LookupQp(uint32_t qpn) const;
   uint64_t Now() const;
   bool ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why) const;
+  // Control path, no lock held: asks config_.resolve_neighbor for a missing MAC.
+  Status ResolveNeighborIfMissing(const ibv_ah_attr& ah, const char* call);
 
   // Transmit staging: frames built this poll wait here until tx_burst takes
   // them; a full TX queue keeps them for the next poll.
   bool TxRoom(uint32_t frames) const { return tx_count_ + frames <= kTxStage; }
   void Stage(rte_mbuf* m);
   void FlushTx();
+  void StageRawFrames();
 
   void ReceiveBurst();
   void RunQp(QueuePair* qp);
@@ -250,6 +285,7 @@ class Engine {
   std::vector<rte_mbuf*> rx_burst_;
   EngineCounters counters_;
   MpmcRing<AsyncEvent> async_events_{256};
+  MpmcRing<rte_mbuf*> raw_tx_{256};  // QueueRawFrame -> Poll
 };
 
 }  // namespace uroce::transport

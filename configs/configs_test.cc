@@ -1,0 +1,68 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "configs/builtin_configs.h"
+#include "pmd/config.h"
+
+namespace uroce {
+namespace {
+
+TEST(ConfigsTest, EveryFileLoads) {
+  for (const char* name : {"ring", "pair-a", "pair-b", "veth-a", "veth-b"}) {
+    auto c = pmd::LoadConfigFile(std::string("configs/") + name + ".ini");
+    EXPECT_TRUE(c.ok()) << name << ": " << c.status().ToString();
+  }
+}
+
+TEST(ConfigsTest, BuiltinsMatchTheFiles) {
+  for (const char* name : {"ring", "pair-a", "pair-b", "veth-a", "veth-b", "pci-template"}) {
+    std::ifstream in(std::string("configs/") + name + ".ini");
+    std::stringstream text;
+    text << in.rdbuf();
+    const char* builtin = configs::BuiltinConfig(name);
+    ASSERT_NE(builtin, nullptr) << name;
+    EXPECT_EQ(text.str(), std::string(builtin)) << name;
+  }
+  EXPECT_EQ(configs::BuiltinConfig("nope"), nullptr);
+}
+
+TEST(ConfigsTest, PairEndsShareTheSocketButNotThePrefix) {
+  auto a = pmd::LoadConfigText(configs::BuiltinConfig("pair-a"), "pair-a");
+  auto b = pmd::LoadConfigText(configs::BuiltinConfig("pair-b"), "pair-b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->eal.file_prefix, b->eal.file_prefix);
+  EXPECT_NE(a->eal.lcores, b->eal.lcores);
+  auto socket = [](const std::string& vdev) {
+    const size_t at = vdev.find(",socket=");
+    if (at == std::string::npos) return std::string();
+    const size_t start = at + 8;
+    return vdev.substr(start, vdev.find(',', start) - start);
+  };
+  EXPECT_FALSE(socket(a->eal.vdevs[0]).empty());
+  EXPECT_EQ(socket(a->eal.vdevs[0]), socket(b->eal.vdevs[0]));
+  EXPECT_NE(a->eal.vdevs[0].find("role=server"), std::string::npos);
+  EXPECT_NE(b->eal.vdevs[0].find("role=client"), std::string::npos);
+}
+
+TEST(ConfigsTest, PciTemplateWorksOnceUncommented) {
+  std::string text = configs::BuiltinConfig("pci-template");
+  // Uncomment the lines that start with ';[' or ';key'.
+  std::istringstream in(text);
+  std::string line, out;
+  while (std::getline(in, line)) {
+    if (line.size() > 1 && line[0] == ';' && (line[1] == '[' || std::isalpha(static_cast<unsigned char>(line[1])))) {
+      line = line.substr(1);
+    }
+    out += line + "\n";
+  }
+  auto c = pmd::LoadConfigText(out, "pci-template (uncommented)");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->endpoints[0].kind, pmd::PortKind::kPci);
+  EXPECT_TRUE(c->eal.pci);
+  EXPECT_TRUE(c->eal.hugepages);
+}
+
+}  // namespace
+}  // namespace uroce

@@ -1,0 +1,583 @@
+#include "pmd/config.h"
+
+#include <arpa/inet.h>
+#include <rte_cfgfile.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+namespace uroce::pmd {
+namespace {
+
+using transport::Gid;
+using transport::MacAddress;
+
+struct CfgfileCloser {
+  void operator()(rte_cfgfile* cfg) const { rte_cfgfile_close(cfg); }
+};
+using CfgfilePtr = std::unique_ptr<rte_cfgfile, CfgfileCloser>;
+
+std::string Trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(s);
+  while (std::getline(in, item, sep)) {
+    item = Trim(item);
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// rte_cfgfile skips a line that is neither "[section]" nor "key = value"
+// without a word, and keeps both copies of a repeated key. A typo must not
+// pass silently, so the text is checked first, line by line.
+Status PreScan(const std::string& text, const std::string& origin) {
+  std::istringstream in(text);
+  std::string line;
+  int lineno = 0;
+  std::string section;
+  std::set<std::string> sections;
+  std::set<std::string> keys;
+  while (std::getline(in, line)) {
+    ++lineno;
+    const std::string where = origin + ":" + std::to_string(lineno) + ": ";
+    // rte_cfgfile reads lines into a buffer of CFG_NAME_LEN + CFG_VALUE_LEN + 4.
+    if (line.size() + 1 >= CFG_NAME_LEN + CFG_VALUE_LEN + 3) return InvalidArgument(where + "line too long");
+    const size_t comment = line.find(';');
+    if (comment != std::string::npos) line.resize(comment);
+    line = Trim(line);
+    if (line.empty()) continue;
+    if (line[0] == '[') {
+      if (line.back() != ']') return InvalidArgument(where + "a section header needs a closing ']'");
+      section = Trim(line.substr(1, line.size() - 2));
+      if (section.empty()) return InvalidArgument(where + "empty section name");
+      if (section.size() >= CFG_NAME_LEN) return InvalidArgument(where + "section name too long");
+      if (!sections.insert(section).second) return InvalidArgument(where + "section [" + section + "] appears twice");
+      keys.clear();
+      continue;
+    }
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) {
+      return InvalidArgument(where + "'" + line + "' is neither a [section] nor key = value");
+    }
+    if (section.empty()) return InvalidArgument(where + "'" + line + "' comes before any [section]");
+    const std::string key = Trim(line.substr(0, eq));
+    const std::string value = Trim(line.substr(eq + 1));
+    if (key.empty()) return InvalidArgument(where + "empty key in [" + section + "]");
+    if (key.size() >= CFG_NAME_LEN) return InvalidArgument(where + "key '" + key + "' too long");
+    if (value.size() >= CFG_VALUE_LEN) return InvalidArgument(where + "value of '" + key + "' too long");
+    if (!keys.insert(key).second) return InvalidArgument(where + "[" + section + "] " + key + " is set twice");
+  }
+  return Status::Ok();
+}
+
+// rte_cfgfile reads files only; the built-in configurations are handed to it
+// through an anonymous memory file.
+StatusOr<CfgfilePtr> LoadWithCfgfile(const std::string& path_or_empty, const std::string& text,
+                                     const std::string& origin) {
+  std::string path = path_or_empty;
+  int fd = -1;
+  if (path.empty()) {
+    fd = memfd_create("uroce-config", MFD_CLOEXEC);
+    if (fd < 0) return IoError("memfd_create for " + origin + ": " + std::strerror(errno));
+    size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = write(fd, text.data() + done, text.size() - done);
+      if (n <= 0) {
+        close(fd);
+        return IoError("writing " + origin + " to a memory file failed");
+      }
+      done += static_cast<size_t>(n);
+    }
+    path = "/proc/self/fd/" + std::to_string(fd);
+  }
+  rte_cfgfile* cfg = rte_cfgfile_load(path.c_str(), CFG_FLAG_EMPTY_VALUES);
+  if (fd >= 0) close(fd);
+  if (cfg == nullptr) return InvalidArgument("rte_cfgfile_load could not parse " + origin);
+  return CfgfilePtr(cfg);
+}
+
+bool ParseUnsigned(const std::string& text, uint64_t min, uint64_t max, uint64_t* out) {
+  if (text.empty() || !std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    return false;
+  }
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || v < min || v > max) return false;
+  *out = v;
+  return true;
+}
+
+bool ParseBool(const std::string& text, bool* out) {
+  std::string t = text;
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (t == "yes" || t == "true" || t == "on" || t == "1") return *out = true, true;
+  if (t == "no" || t == "false" || t == "off" || t == "0") return *out = false, true;
+  return false;
+}
+
+bool LooksLikePciAddress(const std::string& s) {
+  // DDDD:BB:DD.F or BB:DD.F (hex digits), as EAL's -a takes it.
+  auto hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
+  size_t i = 0;
+  auto digits = [&](size_t n) {
+    for (size_t k = 0; k < n; ++k, ++i) {
+      if (i >= s.size() || !hex(s[i])) return false;
+    }
+    return true;
+  };
+  auto lit = [&](char c) { return i < s.size() && s[i++] == c; };
+  const bool full = s.size() == 12;
+  if (full && !(digits(4) && lit(':'))) return false;
+  if (!full && s.size() != 7) return false;
+  return digits(2) && lit(':') && digits(2) && lit('.') && digits(1) && i == s.size();
+}
+
+class Builder {
+ public:
+  explicit Builder(UroceConfig* config) : c_(*config) {}
+
+  Status Section(const std::string& section, const std::vector<rte_cfgfile_entry>& entries) {
+    if (section == "eal") return Each(section, entries, [this](auto& k, auto& v, auto& e) { return Eal(k, v, e); });
+    if (section == "engine") return Each(section, entries, [this](auto& k, auto& v, auto& e) { return Engine(k, v, e); });
+    if (section.rfind("endpoint.", 0) == 0) {
+      EndpointConfig ep;
+      ep.name = section.substr(std::strlen("endpoint."));
+      // Telemetry keys allow letters, digits and '_' only.
+      if (ep.name.empty() || !std::all_of(ep.name.begin(), ep.name.end(), [](char ch) {
+            return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+          })) {
+        return InvalidArgument("[" + section + "]: an endpoint name has letters, digits and '_' only");
+      }
+      std::vector<Gid> extra_gids;
+      Gid ipv4{}, ipv6{};
+      Status s = Each(section, entries, [&](auto& k, auto& v, auto& e) { return Endpoint(k, v, e, ep, ipv4, ipv6, extra_gids); });
+      if (!s.ok()) return s;
+      if (ep.port.empty()) return InvalidArgument("[" + section + "] needs a port");
+      if (ep.has_ipv4) ep.gids.push_back(ipv4);
+      if (ep.has_ipv6) ep.gids.push_back(ipv6);
+      ep.gids.insert(ep.gids.end(), extra_gids.begin(), extra_gids.end());
+      if (ep.gids.empty()) return InvalidArgument("[" + section + "] needs an address: ipv4, ipv6 or gids");
+      c_.endpoints.push_back(std::move(ep));
+      return Status::Ok();
+    }
+    return InvalidArgument("unknown section [" + section + "] (known: [eal], [engine], [endpoint.NAME])");
+  }
+
+ private:
+  using Handler = std::function<Status(const std::string&, const std::string&, const std::string&)>;
+
+  static Status Each(const std::string& section, const std::vector<rte_cfgfile_entry>& entries, const Handler& h) {
+    for (const rte_cfgfile_entry& e : entries) {
+      const std::string where = "[" + section + "] " + e.name + " = '" + e.value + "'";
+      UROCE_RETURN_IF_ERROR(h(e.name, e.value, where));
+    }
+    return Status::Ok();
+  }
+
+  static Status Bad(const std::string& where, const std::string& why) { return InvalidArgument(where + ": " + why); }
+  static Status Unknown(const std::string& section, const std::string& key, const char* known) {
+    return InvalidArgument("unknown key '" + key + "' in [" + section + "] (known: " + known + ")");
+  }
+
+  Status Eal(const std::string& k, const std::string& v, const std::string& where) {
+    uint64_t n = 0;
+    bool b = false;
+    if (k == "lcores") {
+      if (ParseLcoreList(v).empty()) return Bad(where, "not an lcore list (e.g. 0-1, 0,2 or 1@(0-1))");
+      c_.eal.lcores = v;
+    } else if (k == "hugepages") {
+      if (!ParseBool(v, &b)) return Bad(where, "expected yes or no");
+      c_.eal.hugepages = b;
+    } else if (k == "memory") {
+      if (!ParseUnsigned(v, 16, 1 << 20, &n)) return Bad(where, "expected megabytes, 16 or more");
+      c_.eal.memory_mb = static_cast<unsigned>(n);
+    } else if (k == "file_prefix") {
+      if (v.find_first_of(" /\t") != std::string::npos) return Bad(where, "no blanks or '/' in a file prefix");
+      c_.eal.file_prefix = v;
+    } else if (k == "log_level") {
+      c_.eal.log_level = v;
+    } else if (k == "telemetry") {
+      if (!ParseBool(v, &b)) return Bad(where, "expected yes or no");
+      c_.telemetry = b;
+    } else if (k == "args") {
+      for (const std::string& a : Split(v, ' ')) c_.eal.extra_args.push_back(a);
+    } else {
+      return Unknown("eal", k, "lcores, hugepages, memory, file_prefix, log_level, telemetry, args");
+    }
+    return Status::Ok();
+  }
+
+  Status Engine(const std::string& k, const std::string& v, const std::string& where) {
+    uint64_t n = 0;
+    if (k == "progress") {
+      if (v == "engine") c_.progress = ProgressMode::kEngine;
+      else if (v == "inline") c_.progress = ProgressMode::kInline;
+      else return Bad(where, "expected engine or inline");
+    } else if (k == "rx_burst") {
+      if (!ParseUnsigned(v, 1, 512, &n)) return Bad(where, "expected 1..512");
+      c_.engine.rx_burst = static_cast<uint16_t>(n);
+    } else if (k == "max_qps") {
+      if (!ParseUnsigned(v, 1, 1 << 20, &n)) return Bad(where, "expected 1..1048576");
+      c_.engine.max_qps = static_cast<uint32_t>(n);
+    } else if (k == "ack_request_every") {
+      if (!ParseUnsigned(v, 1, 1 << 16, &n)) return Bad(where, "expected 1..65536");
+      c_.engine.ack_request_every = static_cast<uint32_t>(n);
+    } else if (k == "max_unacked_packets") {
+      if (!ParseUnsigned(v, 1, 1 << 22, &n)) return Bad(where, "expected 1..4194304");
+      c_.engine.max_unacked_packets = static_cast<uint32_t>(n);
+    } else if (k == "per_qp_packet_budget") {
+      if (!ParseUnsigned(v, 1, 1 << 16, &n)) return Bad(where, "expected 1..65536");
+      c_.engine.per_qp_packet_budget = static_cast<uint32_t>(n);
+    } else {
+      return Unknown("engine", k,
+                     "progress, rx_burst, max_qps, ack_request_every, max_unacked_packets, per_qp_packet_budget");
+    }
+    return Status::Ok();
+  }
+
+  Status Endpoint(const std::string& k, const std::string& v, const std::string& where, EndpointConfig& ep, Gid& ipv4,
+                  Gid& ipv6, std::vector<Gid>& extra) {
+    uint64_t n = 0;
+    bool b = false;
+    if (k == "port") {
+      ep.port = v;
+      if (v.rfind("ring:", 0) == 0) {
+        // ring:PAIR:SIDE
+        const std::string rest = v.substr(5);
+        const size_t colon = rest.rfind(':');
+        if (colon == std::string::npos || colon == 0 || rest.substr(colon + 1).size() != 1 ||
+            (rest[colon + 1] != 'a' && rest[colon + 1] != 'b')) {
+          return Bad(where, "a ring port is ring:PAIR:a or ring:PAIR:b");
+        }
+        ep.kind = PortKind::kRingPair;
+        ep.ring_pair = rest.substr(0, colon);
+        ep.ring_side = rest[colon + 1];
+      } else if (LooksLikePciAddress(v)) {
+        ep.kind = PortKind::kPci;
+        ep.device_name = v;
+      } else {
+        const std::string name = v.substr(0, v.find(','));
+        if (name.empty() || name.find_first_of(" \t") != std::string::npos) {
+          return Bad(where, "expected ring:PAIR:a|b, a vdev string (net_memif0,...) or a PCI address");
+        }
+        ep.kind = PortKind::kVdev;
+        ep.device_name = name;
+      }
+    } else if ((k == "ipv4" || k == "ipv6") && v.empty()) {
+      // Empty: no address of this version (how --set removes one).
+      (k == "ipv4" ? ep.has_ipv4 : ep.has_ipv6) = false;
+    } else if (k == "ipv4") {
+      uint8_t b4[4];
+      if (inet_pton(AF_INET, v.c_str(), b4) != 1) return Bad(where, "not an IPv4 address");
+      ipv4 = transport::Ipv4MappedGid(b4);
+      ep.has_ipv4 = true;
+    } else if (k == "ipv6") {
+      if (inet_pton(AF_INET6, v.c_str(), ipv6.data()) != 1) return Bad(where, "not an IPv6 address");
+      if (transport::IsIpv4MappedGid(ipv6)) return Bad(where, "an IPv4-mapped address belongs in ipv4");
+      ep.has_ipv6 = true;
+    } else if (k == "gids") {
+      for (const std::string& g : Split(v, ',')) {
+        Gid gid;
+        if (!ParseIpAddress(g, &gid)) return Bad(where, "'" + g + "' is not an IPv4 or IPv6 address");
+        extra.push_back(gid);
+      }
+    } else if (k == "mac") {
+      if (v == "port") {
+        ep.mac_from_port = true;
+      } else {
+        if (!ParseMacAddress(v, &ep.mac)) return Bad(where, "expected port or xx:xx:xx:xx:xx:xx");
+        if (ep.mac[0] & 1) return Bad(where, "a multicast MAC cannot be a port's address");
+        ep.mac_from_port = false;
+      }
+    } else if (k == "lcore") {
+      if (!ParseUnsigned(v, 0, RTE_MAX_LCORE - 1, &n)) return Bad(where, "not an lcore id");
+      ep.lcore = static_cast<int>(n);
+    } else if (k == "mtu") {
+      if (!ParseUnsigned(v, 576, 9216, &n)) return Bad(where, "expected 576..9216");
+      ep.mtu = static_cast<uint32_t>(n);
+    } else if (k == "rx_descriptors" || k == "tx_descriptors") {
+      if (!ParseUnsigned(v, 32, 32768, &n)) return Bad(where, "expected 32..32768");
+      (k == "rx_descriptors" ? ep.rx_descriptors : ep.tx_descriptors) = static_cast<uint16_t>(n);
+    } else if (k == "mbufs") {
+      if (!ParseUnsigned(v, 256, 1 << 22, &n)) return Bad(where, "expected 256..4194304");
+      ep.mbufs = static_cast<unsigned>(n);
+    } else if (k == "promiscuous") {
+      if (!ParseBool(v, &b)) return Bad(where, "expected yes or no");
+      ep.promiscuous = b;
+    } else if (k == "link_timeout_ms" || k == "resolve_timeout_ms") {
+      if (!ParseUnsigned(v, 1, 3'600'000, &n)) return Bad(where, "expected milliseconds, 1..3600000");
+      (k == "link_timeout_ms" ? ep.link_timeout_ms : ep.resolve_timeout_ms) = static_cast<unsigned>(n);
+    } else if (k == "neighbors") {
+      for (const std::string& item : Split(v, ',')) {
+        const size_t eq = item.find('=');
+        Gid gid;
+        MacAddress mac;
+        if (eq == std::string::npos || !ParseIpAddress(item.substr(0, eq), &gid) ||
+            !ParseMacAddress(item.substr(eq + 1), &mac)) {
+          return Bad(where, "'" + item + "' is not IP=MAC");
+        }
+        ep.neighbors.emplace_back(gid, mac);
+      }
+    } else {
+      return Unknown("endpoint." + ep.name, k,
+                     "port, ipv4, ipv6, gids, mac, lcore, mtu, rx_descriptors, tx_descriptors, mbufs, "
+                     "promiscuous, link_timeout_ms, resolve_timeout_ms, neighbors");
+    }
+    return Status::Ok();
+  }
+
+  UroceConfig& c_;
+};
+
+// Checks what no single key can: endpoints against each other and against EAL.
+Status CrossCheck(UroceConfig& c) {
+  if (c.endpoints.empty()) return InvalidArgument(c.origin + ": no [endpoint.NAME] section");
+  std::map<std::string, std::set<char>> ring_sides;
+  std::set<std::string> devices;
+  const std::vector<unsigned> lcores = ParseLcoreList(c.eal.lcores);
+  const unsigned main_lcore = lcores.empty() ? 0 : *std::min_element(lcores.begin(), lcores.end());
+  for (EndpointConfig& ep : c.endpoints) {
+    const std::string where = "[endpoint." + ep.name + "]";
+    switch (ep.kind) {
+      case PortKind::kRingPair:
+        if (!ring_sides[ep.ring_pair].insert(ep.ring_side).second) {
+          return InvalidArgument(where + " port: ring:" + ep.ring_pair + ":" + ep.ring_side + " is used twice");
+        }
+        break;
+      case PortKind::kVdev:
+        if (!devices.insert(ep.device_name).second) {
+          return InvalidArgument(where + " port: device " + ep.device_name + " is used twice");
+        }
+        c.eal.vdevs.push_back(ep.port);
+        break;
+      case PortKind::kPci:
+        if (!devices.insert(ep.device_name).second) {
+          return InvalidArgument(where + " port: device " + ep.device_name + " is used twice");
+        }
+        c.eal.pci = true;
+        c.eal.extra_args.insert(c.eal.extra_args.end(), {"-a", ep.device_name});
+        break;
+    }
+    if (c.progress == ProgressMode::kEngine) {
+      if (ep.lcore < 0) return InvalidArgument(where + " needs an lcore: [engine] progress = engine");
+      if (std::find(lcores.begin(), lcores.end(), static_cast<unsigned>(ep.lcore)) == lcores.end()) {
+        return InvalidArgument(where + " lcore = " + std::to_string(ep.lcore) + " is not in [eal] lcores = " +
+                               c.eal.lcores);
+      }
+      if (static_cast<unsigned>(ep.lcore) == main_lcore) {
+        return InvalidArgument(where + " lcore = " + std::to_string(ep.lcore) +
+                               " is the main lcore, which runs the application; give the engine another one");
+      }
+    }
+  }
+  for (const auto& [pair, sides] : ring_sides) {
+    if (sides.size() != 2) {
+      return InvalidArgument("ring pair '" + pair + "' needs both sides: ring:" + pair + ":a and ring:" + pair + ":b");
+    }
+  }
+  if (!c.telemetry) c.eal.extra_args.push_back("--no-telemetry");
+  return Status::Ok();
+}
+
+StatusOr<UroceConfig> Load(const std::string& path, const std::string& text, const std::string& origin,
+                           const std::vector<ConfigOverride>& overrides) {
+  UROCE_RETURN_IF_ERROR(PreScan(text, origin));
+  auto cfg = LoadWithCfgfile(path, text, origin);
+  if (!cfg.ok()) return cfg.status();
+  rte_cfgfile* f = cfg->get();
+  for (const ConfigOverride& o : overrides) {
+    const std::string where = "--set " + o.section + "." + o.key + "=" + o.value;
+    if (o.section.size() >= CFG_NAME_LEN || o.key.size() >= CFG_NAME_LEN || o.value.size() >= CFG_VALUE_LEN) {
+      return InvalidArgument(where + ": too long");
+    }
+    if (!rte_cfgfile_has_section(f, o.section.c_str()) && rte_cfgfile_add_section(f, o.section.c_str()) != 0) {
+      return Internal(where + ": rte_cfgfile_add_section failed");
+    }
+    const int ret = rte_cfgfile_has_entry(f, o.section.c_str(), o.key.c_str())
+                        ? rte_cfgfile_set_entry(f, o.section.c_str(), o.key.c_str(), o.value.c_str())
+                        : rte_cfgfile_add_entry(f, o.section.c_str(), o.key.c_str(), o.value.c_str());
+    if (ret != 0) return Internal(where + ": rte_cfgfile refused it");
+  }
+
+  UroceConfig config;
+  config.origin = origin;
+  config.eal.log_level = "*:warning";
+  Builder builder(&config);
+  const int sections = rte_cfgfile_num_sections(f, nullptr, 0);
+  for (int i = 0; i < sections; ++i) {
+    char name[CFG_NAME_LEN];
+    const int n = rte_cfgfile_section_num_entries_by_index(f, name, i);
+    if (n < 0) return Internal("rte_cfgfile lost section " + std::to_string(i));
+    std::vector<rte_cfgfile_entry> entries(static_cast<size_t>(n));
+    if (n > 0 && rte_cfgfile_section_entries_by_index(f, i, name, entries.data(), n) != n) {
+      return Internal(std::string("rte_cfgfile lost the entries of [") + name + "]");
+    }
+    Status s = builder.Section(name, entries);
+    if (!s.ok()) return Status(s.code(), origin + ": " + s.message());
+  }
+  Status s = CrossCheck(config);
+  if (!s.ok()) return Status(s.code(), s.message().rfind(origin, 0) == 0 ? s.message() : origin + ": " + s.message());
+  return config;
+}
+
+}  // namespace
+
+const EndpointConfig* UroceConfig::Find(const std::string& name) const {
+  for (const EndpointConfig& ep : endpoints) {
+    if (ep.name == name) return &ep;
+  }
+  return nullptr;
+}
+
+StatusOr<ConfigOverride> ParseOverride(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos) return InvalidArgument("--set " + text + ": expected section.key=value");
+  const std::string lhs = Trim(text.substr(0, eq));
+  const size_t dot = lhs.rfind('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == lhs.size()) {
+    return InvalidArgument("--set " + text + ": expected section.key=value (e.g. endpoint.a.ipv4=10.0.0.1)");
+  }
+  return ConfigOverride{lhs.substr(0, dot), lhs.substr(dot + 1), Trim(text.substr(eq + 1))};
+}
+
+StatusOr<UroceConfig> LoadConfigFile(const std::string& path, const std::vector<ConfigOverride>& overrides) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot read configuration file " + path + ": " + std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  return Load(path, text.str(), path, overrides);
+}
+
+StatusOr<UroceConfig> LoadConfigText(const std::string& text, const std::string& origin,
+                                     const std::vector<ConfigOverride>& overrides) {
+  return Load("", text, origin, overrides);
+}
+
+bool ParseIpAddress(const std::string& text, Gid* gid) {
+  uint8_t v4[4];
+  if (inet_pton(AF_INET, text.c_str(), v4) == 1) {
+    *gid = transport::Ipv4MappedGid(v4);
+    return true;
+  }
+  return inet_pton(AF_INET6, text.c_str(), gid->data()) == 1;
+}
+
+bool ParseMacAddress(const std::string& text, MacAddress* mac) {
+  unsigned b[6];
+  char tail;
+  if (std::sscanf(text.c_str(), "%2x:%2x:%2x:%2x:%2x:%2x%c", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &tail) != 6) {
+    return false;
+  }
+  if (text.size() != 17) return false;
+  for (int i = 0; i < 6; ++i) (*mac)[i] = static_cast<uint8_t>(b[i]);
+  return true;
+}
+
+std::string GidToString(const Gid& gid) {
+  char buf[INET6_ADDRSTRLEN];
+  if (transport::IsIpv4MappedGid(gid)) {
+    inet_ntop(AF_INET, gid.data() + 12, buf, sizeof(buf));
+  } else {
+    inet_ntop(AF_INET6, gid.data(), buf, sizeof(buf));
+  }
+  return buf;
+}
+
+std::string MacToString(const MacAddress& mac) {
+  char buf[18];
+  std::snprintf(buf, sizeof(buf), "%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]);
+  return buf;
+}
+
+std::vector<unsigned> ParseLcoreList(const std::string& text) {
+  // EAL's --lcores grammar, as far as uroce needs it: items separated by
+  // commas at the top level; an item is N, N-M or (list), optionally
+  // followed by @cpu or @(cpus). Only the lcore ids are returned.
+  std::vector<unsigned> out;
+  size_t i = 0;
+  const std::string s = Trim(text);
+  auto number = [&](unsigned* v) {
+    if (i >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+    unsigned n = 0;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
+      n = n * 10 + unsigned(s[i++] - '0');
+      if (n >= RTE_MAX_LCORE) return false;
+    }
+    *v = n;
+    return true;
+  };
+  auto range = [&](std::vector<unsigned>* into) {
+    unsigned a = 0, b = 0;
+    if (!number(&a)) return false;
+    b = a;
+    if (i < s.size() && s[i] == '-') {
+      ++i;
+      if (!number(&b) || b < a) return false;
+    }
+    for (unsigned v = a; v <= b; ++v) into->push_back(v);
+    return true;
+  };
+  auto skip_cpus = [&]() {
+    if (i < s.size() && s[i] == '@') {
+      ++i;
+      if (i < s.size() && s[i] == '(') {
+        const size_t close = s.find(')', i);
+        if (close == std::string::npos) return false;
+        i = close + 1;
+      } else {
+        std::vector<unsigned> ignored;
+        if (!range(&ignored)) return false;
+      }
+    }
+    return true;
+  };
+  while (i < s.size()) {
+    if (s[i] == '(') {
+      ++i;
+      while (true) {
+        if (!range(&out)) return {};
+        if (i < s.size() && s[i] == ',') {
+          ++i;
+          continue;
+        }
+        if (i < s.size() && s[i] == ')') {
+          ++i;
+          break;
+        }
+        return {};
+      }
+    } else if (!range(&out)) {
+      return {};
+    }
+    if (!skip_cpus()) return {};
+    if (i < s.size()) {
+      if (s[i] != ',') return {};
+      ++i;
+      if (i == s.size()) return {};
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace uroce::pmd

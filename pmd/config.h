@@ -1,0 +1,127 @@
+// uroce's start-up configuration: an INI file read with DPDK's rte_cfgfile,
+// then `--set section.key=value` overrides from the command line. Every key
+// is checked; an unknown section or key, or a bad value, is an error that
+// names it ("[endpoint.a] ipv4 = '10.0.0.300': not an IPv4 address").
+//
+//   [eal]                 DPDK's EAL
+//   lcores = 0-1          EAL --lcores: the first is the main (application) lcore
+//   hugepages = no        no: --no-huge --no-shconf (no hugepages needed)
+//   memory = 512          -m, MB
+//   file_prefix = NAME    --file-prefix; empty: unique per process
+//   log_level = *:warning --log-level
+//   telemetry = yes       the DPDK telemetry socket (uroce stats reads it)
+//   args = ...            more EAL arguments, split at blanks
+//
+//   [engine]
+//   progress = inline     engine: engines poll on their own lcores
+//                         inline: no engine thread; whoever polls drives
+//   rx_burst, max_qps, ack_request_every, max_unacked_packets,
+//   per_qp_packet_budget  the transport engine's knobs
+//
+//   [endpoint.NAME]       one port with one engine (any number of them)
+//   port = ring:PAIR:a    one side of an in-process net_ring pair
+//   port = net_memif0,role=server,socket=/tmp/x.sock   any vdev string
+//   port = 0000:00:04.0   a PCI NIC (its address)
+//   ipv4 = 10.0.0.1       uroce's own IPv4 address (GID 0, IPv4-mapped)
+//   ipv6 = fd00::1        uroce's own IPv6 address (next GID); an empty
+//                         ipv4 or ipv6 means none (--set endpoint.a.ipv4=)
+//   gids = ADDR,ADDR      more GIDs (IPv4 or IPv6 text), after those two
+//   mac = port            port: the port's own MAC; or xx:xx:xx:xx:xx:xx
+//   lcore = 1             the engine's lcore (engine progress only)
+//   mtu = 1500            Ethernet MTU (path MTU follows, as in rxe)
+//   rx_descriptors, tx_descriptors   ring depths of the port's queues
+//   mbufs = 8191          packet buffers in this endpoint's pool
+//   promiscuous = no
+//   link_timeout_ms = 10000     wait this long for the link (memif peers)
+//   resolve_timeout_ms = 3000   ARP/ND: give up on a neighbour after this
+//   neighbors = IP=MAC,...      static neighbour entries (no ARP for them)
+//
+// Comments start with ';' (rte_cfgfile's default comment character).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "pmd/eal.h"
+#include "transport/headers.h"
+
+namespace uroce::pmd {
+
+enum class ProgressMode { kInline, kEngine };
+
+enum class PortKind {
+  kRingPair,  // one side of an in-process net_ring pair (CreateRingPair)
+  kVdev,      // any DPDK virtual device, given to EAL as --vdev
+  kPci,       // a PCI NIC, allowed with -a
+};
+
+struct EndpointConfig {
+  std::string name;  // NAME of [endpoint.NAME]
+  std::string port;  // as written
+  PortKind kind = PortKind::kVdev;
+  std::string ring_pair;    // kRingPair: the pair's name
+  char ring_side = 'a';     // kRingPair: 'a' or 'b'
+  std::string device_name;  // kVdev: the name before the first ','; kPci: the address
+  std::vector<transport::Gid> gids;  // the GID table: ipv4, ipv6, then `gids`
+  bool has_ipv4 = false, has_ipv6 = false;
+  bool mac_from_port = true;
+  transport::MacAddress mac{};
+  int lcore = -1;  // engine progress: the engine's lcore
+  uint32_t mtu = 1500;
+  uint16_t rx_descriptors = 1024;
+  uint16_t tx_descriptors = 1024;
+  unsigned mbufs = 8191;
+  bool promiscuous = false;
+  unsigned link_timeout_ms = 10000;
+  unsigned resolve_timeout_ms = 3000;
+  std::vector<std::pair<transport::Gid, transport::MacAddress>> neighbors;
+};
+
+struct EngineTunables {
+  uint16_t rx_burst = 32;
+  uint32_t max_qps = 1024;
+  uint32_t ack_request_every = 64;
+  uint32_t max_unacked_packets = 128;
+  uint32_t per_qp_packet_budget = 32;
+};
+
+struct UroceConfig {
+  std::string origin;  // the file (or "built-in ring.ini"), for messages
+  EalConfig eal;       // vdevs and PCI allow-list filled from the endpoints
+  bool telemetry = true;
+  ProgressMode progress = ProgressMode::kInline;
+  EngineTunables engine;
+  std::vector<EndpointConfig> endpoints;
+
+  // The endpoint called `name`, or null.
+  const EndpointConfig* Find(const std::string& name) const;
+};
+
+// One `--set section.key=value` (section is everything before the last dot
+// of the left-hand side: "endpoint.a.ipv4=..." sets ipv4 in [endpoint.a]).
+struct ConfigOverride {
+  std::string section, key, value;
+};
+StatusOr<ConfigOverride> ParseOverride(const std::string& text);
+
+// Reads `path` (an INI file), applies `overrides` in order, checks it all.
+StatusOr<UroceConfig> LoadConfigFile(const std::string& path, const std::vector<ConfigOverride>& overrides = {});
+// The same for INI text held in memory (the built-in configurations);
+// `origin` names it in messages.
+StatusOr<UroceConfig> LoadConfigText(const std::string& text, const std::string& origin,
+                                     const std::vector<ConfigOverride>& overrides = {});
+
+// Text forms shared with the tools.
+bool ParseIpAddress(const std::string& text, transport::Gid* gid);  // IPv4 (mapped) or IPv6
+bool ParseMacAddress(const std::string& text, transport::MacAddress* mac);
+std::string GidToString(const transport::Gid& gid);  // "10.0.0.1" or "fd00::1"
+std::string MacToString(const transport::MacAddress& mac);
+
+// The EAL lcores that `lcores` (EAL's -l / --lcores syntax: "0-1", "0,2",
+// "1@(0-1)") names; empty if the text is not understood.
+std::vector<unsigned> ParseLcoreList(const std::string& lcores);
+
+}  // namespace uroce::pmd

@@ -1,0 +1,252 @@
+#include "pmd/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace uroce::pmd {
+namespace {
+
+constexpr char kRing[] = R"INI(
+; two endpoints in one process over a net_ring pair
+[eal]
+lcores = 0-1
+memory = 256
+file_prefix = cfgtest
+
+[engine]
+progress = engine
+
+[endpoint.a]
+port = ring:demo:a
+ipv4 = 10.99.0.1
+mac = 02:75:72:6f:63:01
+lcore = 1
+mtu = 9000
+
+[endpoint.b]
+port = ring:demo:b
+ipv4 = 10.99.0.2
+ipv6 = fd00:75::2
+gids = 10.99.1.2, fd00:76::2
+lcore = 1
+rx_descriptors = 512
+tx_descriptors = 256
+mbufs = 4095
+neighbors = 10.99.0.1=02:75:72:6f:63:01
+)INI";
+
+std::string ErrorOf(const std::string& text, const std::vector<ConfigOverride>& overrides = {}) {
+  auto c = LoadConfigText(text, "test.ini", overrides);
+  return c.ok() ? "" : c.status().message();
+}
+
+TEST(ConfigTest, ReadsEverySection) {
+  auto c = LoadConfigText(kRing, "ring.ini");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->eal.lcores, "0-1");
+  EXPECT_EQ(c->eal.memory_mb, 256u);
+  EXPECT_EQ(c->eal.file_prefix, "cfgtest");
+  EXPECT_FALSE(c->eal.hugepages);
+  EXPECT_TRUE(c->eal.vdevs.empty());  // ring pairs are made in the process, not by EAL
+  EXPECT_EQ(c->progress, ProgressMode::kEngine);
+  ASSERT_EQ(c->endpoints.size(), 2u);
+  const EndpointConfig& a = c->endpoints[0];
+  EXPECT_EQ(a.name, "a");
+  EXPECT_EQ(a.kind, PortKind::kRingPair);
+  EXPECT_EQ(a.ring_pair, "demo");
+  EXPECT_EQ(a.ring_side, 'a');
+  EXPECT_FALSE(a.mac_from_port);
+  EXPECT_EQ(MacToString(a.mac), "02:75:72:6f:63:01");
+  EXPECT_EQ(a.mtu, 9000u);
+  EXPECT_EQ(a.lcore, 1);
+  ASSERT_EQ(a.gids.size(), 1u);
+  EXPECT_EQ(GidToString(a.gids[0]), "10.99.0.1");
+  EXPECT_TRUE(transport::IsIpv4MappedGid(a.gids[0]));
+  const EndpointConfig* b = c->Find("b");
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(b->gids.size(), 4u);
+  EXPECT_EQ(GidToString(b->gids[0]), "10.99.0.2");
+  EXPECT_EQ(GidToString(b->gids[1]), "fd00:75::2");
+  EXPECT_EQ(GidToString(b->gids[2]), "10.99.1.2");
+  EXPECT_EQ(GidToString(b->gids[3]), "fd00:76::2");
+  EXPECT_TRUE(b->mac_from_port);
+  EXPECT_EQ(b->rx_descriptors, 512);
+  EXPECT_EQ(b->tx_descriptors, 256);
+  EXPECT_EQ(b->mbufs, 4095u);
+  ASSERT_EQ(b->neighbors.size(), 1u);
+  EXPECT_EQ(MacToString(b->neighbors[0].second), "02:75:72:6f:63:01");
+}
+
+TEST(ConfigTest, VdevAndPciPortsGoToEal) {
+  auto c = LoadConfigText(R"INI(
+[endpoint.m]
+port = net_memif0,role=server,socket=/tmp/x.sock,socket-abstract=no
+ipv4 = 10.0.0.1
+[endpoint.n]
+port = 0000:00:04.0
+ipv6 = fd00::1
+)INI",
+                          "t.ini");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->endpoints[0].kind, PortKind::kVdev);
+  EXPECT_EQ(c->endpoints[0].device_name, "net_memif0");
+  ASSERT_EQ(c->eal.vdevs.size(), 1u);
+  EXPECT_EQ(c->eal.vdevs[0], "net_memif0,role=server,socket=/tmp/x.sock,socket-abstract=no");
+  EXPECT_EQ(c->endpoints[1].kind, PortKind::kPci);
+  EXPECT_TRUE(c->eal.pci);
+  const auto& extra = c->eal.extra_args;
+  ASSERT_GE(extra.size(), 2u);
+  EXPECT_EQ(extra[0], "-a");
+  EXPECT_EQ(extra[1], "0000:00:04.0");
+  EXPECT_EQ(c->progress, ProgressMode::kInline);  // the default
+}
+
+TEST(ConfigTest, OverridesWinAndCanAddEndpoints) {
+  std::vector<ConfigOverride> o;
+  for (const char* s : {"endpoint.a.ipv4=10.1.1.1", "engine.progress=inline", "eal.hugepages=yes",
+                        "endpoint.c.port=net_tap0,iface=ut0", "endpoint.c.ipv4=10.1.1.3"}) {
+    auto parsed = ParseOverride(s);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    o.push_back(*parsed);
+  }
+  auto c = LoadConfigText(kRing, "ring.ini", o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(GidToString(c->endpoints[0].gids[0]), "10.1.1.1");
+  EXPECT_EQ(c->progress, ProgressMode::kInline);
+  EXPECT_TRUE(c->eal.hugepages);
+  ASSERT_NE(c->Find("c"), nullptr);
+  EXPECT_EQ(c->Find("c")->device_name, "net_tap0");
+}
+
+TEST(ConfigTest, EmptyAddressRemovesIt) {
+  auto o = ParseOverride("endpoint.b.ipv4=");
+  ASSERT_TRUE(o.ok());
+  auto c = LoadConfigText(kRing, "ring.ini", {*o});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->Find("b")->gids.size(), 3u);
+  EXPECT_EQ(GidToString(c->Find("b")->gids[0]), "fd00:75::2");
+}
+
+TEST(ConfigTest, ParseOverride) {
+  auto o = ParseOverride("endpoint.a.port=net_af_packet0,iface=veth0");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->section, "endpoint.a");
+  EXPECT_EQ(o->key, "port");
+  EXPECT_EQ(o->value, "net_af_packet0,iface=veth0");
+  EXPECT_FALSE(ParseOverride("no-equals").ok());
+  EXPECT_FALSE(ParseOverride("nodot=1").ok());
+  EXPECT_FALSE(ParseOverride(".key=1").ok());
+}
+
+TEST(ConfigTest, UnknownKeyIsNamed) {
+  const std::string e = ErrorOf("[eal]\nlcore = 0\n[endpoint.a]\nport=ring:p:a\nipv4=1.2.3.4\n");
+  EXPECT_NE(e.find("unknown key 'lcore' in [eal]"), std::string::npos) << e;
+  const std::string e2 = ErrorOf("[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\nspeed=10\n");
+  EXPECT_NE(e2.find("unknown key 'speed' in [endpoint.a]"), std::string::npos) << e2;
+}
+
+TEST(ConfigTest, UnknownSectionIsNamed) {
+  const std::string e = ErrorOf("[ports]\nx = 1\n");
+  EXPECT_NE(e.find("unknown section [ports]"), std::string::npos) << e;
+}
+
+TEST(ConfigTest, BadValuesAreNamed) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  } cases[] = {
+      {"[endpoint.a]\nport=net_null0\nipv4=10.0.0.300\n", "[endpoint.a] ipv4 = '10.0.0.300': not an IPv4 address"},
+      {"[endpoint.a]\nport=net_null0\nipv6=fd00::zz\n", "[endpoint.a] ipv6 = 'fd00::zz'"},
+      {"[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\nmac=02:00:00:00:00\n", "[endpoint.a] mac = '02:00:00:00:00'"},
+      {"[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\nmac=01:00:5e:00:00:01\n", "multicast"},
+      {"[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\nmtu=100\n", "[endpoint.a] mtu = '100'"},
+      {"[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\nmbufs=lots\n", "[endpoint.a] mbufs = 'lots'"},
+      {"[endpoint.a]\nport=ring:p:c\nipv4=1.2.3.4\n", "ring:PAIR:a or ring:PAIR:b"},
+      {"[eal]\nhugepages=maybe\n[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\n", "[eal] hugepages = 'maybe'"},
+      {"[eal]\nlcores=0-\n[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\n", "[eal] lcores = '0-'"},
+      {"[engine]\nprogress=sometimes\n[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\n",
+       "[engine] progress = 'sometimes'"},
+      {"[endpoint.a]\nport=net_null0\ngids=10.0.0.1,nonsense\n", "'nonsense' is not an IPv4 or IPv6 address"},
+      {"[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\nneighbors=10.0.0.2\n", "'10.0.0.2' is not IP=MAC"},
+  };
+  for (const Case& c : cases) {
+    const std::string e = ErrorOf(c.text);
+    EXPECT_NE(e.find(c.expect), std::string::npos) << "text:\n" << c.text << "error: " << e;
+  }
+}
+
+TEST(ConfigTest, StructuralErrors) {
+  EXPECT_NE(ErrorOf("[eal]\nmemory = 64\n").find("no [endpoint.NAME]"), std::string::npos);
+  EXPECT_NE(ErrorOf("[endpoint.a]\nipv4=1.2.3.4\n").find("needs a port"), std::string::npos);
+  EXPECT_NE(ErrorOf("[endpoint.a]\nport=net_null0\n").find("needs an address"), std::string::npos);
+  EXPECT_NE(ErrorOf("[endpoint.a]\nport=ring:p:a\nipv4=1.2.3.4\n").find("needs both sides"), std::string::npos);
+  EXPECT_NE(ErrorOf("[endpoint.a-1]\nport=net_null0\nipv4=1.2.3.4\n").find("letters, digits and '_'"),
+            std::string::npos);
+  // A line rte_cfgfile would skip without a word.
+  const std::string typo = ErrorOf("[endpoint.a]\nport=net_null0\nipv4 10.0.0.1\n");
+  EXPECT_NE(typo.find("test.ini:3: 'ipv4 10.0.0.1' is neither a [section] nor key = value"), std::string::npos)
+      << typo;
+  EXPECT_NE(ErrorOf("[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\nipv4=1.2.3.5\n").find("set twice"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\n[endpoint.a]\n").find("appears twice"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("ipv4=1.2.3.4\n").find("before any [section]"), std::string::npos);
+  EXPECT_NE(ErrorOf("[endpoint.a]\nport=net_null0,x=1\nipv4=1.2.3.4\n[endpoint.b]\nport=net_null0\nipv4=1.2.3.5\n")
+                .find("used twice"),
+            std::string::npos);
+}
+
+TEST(ConfigTest, EngineProgressNeedsWorkerLcores) {
+  const char* base = "[eal]\nlcores=0-1\n[engine]\nprogress=engine\n[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\n";
+  EXPECT_NE(ErrorOf(base).find("[endpoint.a] needs an lcore"), std::string::npos);
+  EXPECT_NE(ErrorOf(std::string(base) + "lcore=3\n").find("lcore = 3 is not in [eal] lcores = 0-1"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(std::string(base) + "lcore=0\n").find("is the main lcore"), std::string::npos);
+  EXPECT_EQ(ErrorOf(std::string(base) + "lcore=1\n"), "");
+}
+
+TEST(ConfigTest, LcoreLists) {
+  EXPECT_EQ(ParseLcoreList("0"), (std::vector<unsigned>{0}));
+  EXPECT_EQ(ParseLcoreList("0-2"), (std::vector<unsigned>{0, 1, 2}));
+  EXPECT_EQ(ParseLcoreList("3,1"), (std::vector<unsigned>{1, 3}));
+  EXPECT_EQ(ParseLcoreList("0@0,1@(0-1)"), (std::vector<unsigned>{0, 1}));
+  EXPECT_EQ(ParseLcoreList("(0,1)@(0-1)"), (std::vector<unsigned>{0, 1}));
+  EXPECT_TRUE(ParseLcoreList("").empty());
+  EXPECT_TRUE(ParseLcoreList("a").empty());
+  EXPECT_TRUE(ParseLcoreList("2-1").empty());
+  EXPECT_TRUE(ParseLcoreList("0,").empty());
+}
+
+TEST(ConfigTest, ReadsFilesAndNamesMissingOnes) {
+  const std::string path = ::testing::TempDir() + "/config_test.ini";
+  {
+    std::ofstream out(path);
+    out << kRing;
+  }
+  auto c = LoadConfigFile(path);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->origin, path);
+  auto missing = LoadConfigFile(path + ".nope");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find(path + ".nope"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST(ConfigTest, AddressText) {
+  transport::Gid g;
+  ASSERT_TRUE(ParseIpAddress("192.168.1.2", &g));
+  EXPECT_EQ(GidToString(g), "192.168.1.2");
+  ASSERT_TRUE(ParseIpAddress("fe80::1", &g));
+  EXPECT_EQ(GidToString(g), "fe80::1");
+  EXPECT_FALSE(ParseIpAddress("fe80::1::2", &g));
+  transport::MacAddress m;
+  EXPECT_TRUE(ParseMacAddress("aa:bb:cc:dd:ee:ff", &m));
+  EXPECT_EQ(MacToString(m), "aa:bb:cc:dd:ee:ff");
+  EXPECT_FALSE(ParseMacAddress("aa:bb:cc:dd:ee:ff:00", &m));
+  EXPECT_FALSE(ParseMacAddress("aa-bb-cc-dd-ee-ff", &m));
+}
+
+}  // namespace
+}  // namespace uroce::pmd

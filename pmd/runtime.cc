@@ -1,0 +1,406 @@
+#include "pmd/runtime.h"
+
+#include <rte_cycles.h>
+#include <rte_ethdev.h>
+#include <rte_log.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "pmd/eal.h"
+#include "pmd/port.h"
+#include "pmd/telemetry.h"
+
+namespace uroce::pmd {
+namespace {
+
+using transport::Engine;
+using transport::EngineConfig;
+
+// uroce's own rte_log type (DESIGN.md, "Observability"): --log-level
+// 'uroce.*:debug' and the like select it.
+int LogType() {
+  static const int type = rte_log_register_type_and_pick_level("uroce.pmd", RTE_LOG_NOTICE);
+  return type >= 0 ? type : RTE_LOGTYPE_USER1;
+}
+#define UROCE_LOG(level, ...) rte_log(RTE_LOG_##level, LogType(), "uroce: " __VA_ARGS__)
+
+// The value of `key` in a vdev argument string ("net_memif0,role=server,...").
+std::string VdevArg(const std::string& vdev, const std::string& key) {
+  size_t pos = vdev.find(',');
+  while (pos != std::string::npos) {
+    const size_t start = pos + 1;
+    const size_t next = vdev.find(',', start);
+    const std::string item = vdev.substr(start, next == std::string::npos ? std::string::npos : next - start);
+    if (item.rfind(key + "=", 0) == 0) return item.substr(key.size() + 1);
+    pos = next;
+  }
+  return "";
+}
+
+// memif's server refuses to start when its socket file exists ("Address
+// already in use", DPDK's memif guide); a file nobody accepts on is what a
+// killed server leaves behind, and is removed.
+void RemoveStaleMemifSocket(const std::string& vdev) {
+  if (vdev.rfind("net_memif", 0) != 0 || VdevArg(vdev, "role") != "server") return;
+  if (VdevArg(vdev, "socket-abstract") != "no") return;  // abstract sockets leave no file
+  const std::string path = VdevArg(vdev, "socket");
+  if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path) || access(path.c_str(), F_OK) != 0) return;
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  if (fd < 0) return;
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  const bool refused = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 && errno == ECONNREFUSED;
+  close(fd);
+  if (refused) unlink(path.c_str());
+}
+
+// Buffers for the largest frame the port may carry: RoCE frames are at most
+// a 4096-byte path MTU plus headers; af_packet wants 2 KiB at least.
+uint16_t DataRoomFor(uint32_t mtu) {
+  const uint32_t frame = std::min<uint32_t>(mtu, 4096 + 128) + 128;
+  return static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(2048, frame));
+}
+
+// "0-1" asks EAL to pin lcore 1 to CPU 1; on a machine (or cgroup) without
+// CPU 1, EAL refuses to start. Such lcores run on the first CPU this process
+// may use instead ("1@0"): slower when they spin, but the demo and tests
+// still run anywhere. Explicit lcore@cpu maps are left as they are.
+std::string FitLcoresToCpus(const std::string& lcores) {
+  if (lcores.find_first_of("@(") != std::string::npos) return lcores;
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return lcores;
+  int first = -1;
+  for (int c = 0; c < CPU_SETSIZE && first < 0; ++c) {
+    if (CPU_ISSET(c, &cpus)) first = c;
+  }
+  if (first < 0) return lcores;
+  std::string out;
+  bool changed = false;
+  for (unsigned l : ParseLcoreList(lcores)) {
+    out += out.empty() ? "" : ",";
+    out += std::to_string(l);
+    if (l >= CPU_SETSIZE || !CPU_ISSET(l, &cpus)) {
+      out += "@" + std::to_string(first);
+      changed = true;
+    }
+  }
+  if (changed) UROCE_LOG(WARNING, "lcores %s: not every CPU is here; running them as %s\n", lcores.c_str(), out.c_str());
+  return changed ? out : lcores;
+}
+
+}  // namespace
+
+Status StartEalFor(const UroceConfig& config) {
+  for (const std::string& vdev : config.eal.vdevs) RemoveStaleMemifSocket(vdev);
+  EalConfig eal = config.eal;
+  eal.lcores = FitLcoresToCpus(eal.lcores);
+  return StartEal(eal);
+}
+
+std::string ShutdownReport::Summary() const {
+  return "mbufs back in the pools: " + std::to_string(mbufs_in_pools) + " of " + std::to_string(mbufs_total) +
+         "; QPs flushed: " + std::to_string(qps_flushed);
+}
+
+StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const UroceConfig& config) {
+  if (!EalRunning()) return FailedPrecondition("start EAL (StartEalFor) before the runtime");
+  std::unique_ptr<Runtime> rt(new Runtime(config));
+  // Ring pairs first: both sides must exist before either port starts.
+  for (const EndpointConfig& ec : config.endpoints) {
+    if (ec.kind != PortKind::kRingPair) continue;
+    const bool have = std::any_of(rt->ring_pairs_.begin(), rt->ring_pairs_.end(),
+                                  [&](const auto& p) { return p.first == ec.ring_pair; });
+    if (have) continue;
+    auto pair = CreateRingPair(ec.ring_pair, 1024);
+    if (!pair.ok()) return pair.status();
+    rt->ring_pairs_.emplace_back(ec.ring_pair, *pair);
+  }
+  for (const EndpointConfig& ec : config.endpoints) {
+    Status s = rt->StartEndpoint(ec);
+    if (!s.ok()) return Status(s.code(), "[endpoint." + ec.name + "] " + s.message());
+  }
+  if (config.telemetry) {
+    RegisterTelemetryCommands();
+    std::vector<TelemetryEndpoint> published;
+    for (const auto& e : rt->endpoints_) {
+      TelemetryEndpoint t;
+      t.name = e->name;
+      t.port_id = e->port_id;
+      t.port = e->config.port;
+      t.driver = e->driver;
+      t.mac = e->endpoint.mac;
+      t.gids = e->config.gids;
+      t.engine = e->endpoint.engine.get();
+      t.neighbors = e->neighbors.get();
+      published.push_back(t);
+    }
+    rt->telemetry_handle_ =
+        PublishTelemetry(published, config.progress == ProgressMode::kEngine ? "engine" : "inline");
+  }
+  if (config.progress == ProgressMode::kEngine) {
+    std::vector<std::pair<unsigned, Engine*>> assignments;
+    for (const auto& e : rt->endpoints_) {
+      assignments.emplace_back(static_cast<unsigned>(e->config.lcore), e->endpoint.engine.get());
+    }
+    UROCE_RETURN_IF_ERROR(rt->lcores_.Launch(assignments));
+  }
+  return rt;
+}
+
+Status Runtime::StartEndpoint(const EndpointConfig& ec) {
+  auto e = std::make_unique<Endpoint>();
+  e->name = ec.name;
+  e->config = ec;
+  switch (ec.kind) {
+    case PortKind::kRingPair: {
+      for (const auto& [name, pair] : ring_pairs_) {
+        if (name == ec.ring_pair) e->port_id = ec.ring_side == 'a' ? pair.port_a : pair.port_b;
+      }
+      break;
+    }
+    case PortKind::kVdev:
+    case PortKind::kPci: {
+      auto id = PortByName(ec.device_name);
+      if (!id.ok()) {
+        return NotFound("port '" + ec.port + "': EAL made no port " + ec.device_name +
+                        " (is its driver installed? for af_packet, does the interface exist?)");
+      }
+      e->port_id = *id;
+      break;
+    }
+  }
+  rte_eth_dev_info info;
+  if (rte_eth_dev_info_get(e->port_id, &info) == 0 && info.driver_name != nullptr) e->driver = info.driver_name;
+
+  auto pool = CreatePktPool({.name = "uroce_" + ec.name,
+                             .mbufs = ec.mbufs,
+                             .per_core_cache = 0,
+                             .data_room = DataRoomFor(ec.mtu)});
+  if (!pool.ok()) return pool.status();
+  e->pool = std::move(*pool);
+  e->pool_size = ec.mbufs;
+
+  PortConfig port;
+  port.rx_pool = e->pool.get();
+  port.rx_descriptors = ec.rx_descriptors;
+  port.tx_descriptors = ec.tx_descriptors;
+  port.mtu = static_cast<uint16_t>(ec.mtu);
+  port.promiscuous = ec.promiscuous;
+  // A memif client connects when its port starts, and only once: started
+  // before the server listens, the start fails (EPERM); connected before the
+  // server's port started, the handshake is refused and nobody retries. So
+  // the client starts, and restarts, until its link is up.
+  const bool memif_client = ec.kind == PortKind::kVdev && ec.port.rfind("net_memif", 0) == 0 &&
+                            VdevArg(ec.port, "role") == "client";
+  port.start = !memif_client;
+  UROCE_RETURN_IF_ERROR(StartPort(e->port_id, port));
+  // From here on the port is set up: keep the endpoint so Shutdown closes it.
+  Endpoint* ep = e.get();
+  endpoints_.push_back(std::move(e));
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(ec.link_timeout_ms);
+  auto link_up = [&] {
+    rte_eth_link link;
+    return rte_eth_link_get_nowait(ep->port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+  };
+  if (memif_client) {
+    // memif logs every refused connect; one line from us says it instead.
+    const int memif_log = rte_log_register("pmd.net.memif");
+    const int memif_level = memif_log >= 0 ? rte_log_get_level(memif_log) : -1;
+    struct RestoreLevel {
+      int type, level;
+      ~RestoreLevel() {
+        if (type >= 0 && level >= 0) rte_log_set_level(type, level);
+      }
+    } restore{memif_log, memif_level};
+    bool started = false, told = false;
+    while (!link_up()) {
+      if (Clock::now() >= deadline) {
+        return Unavailable("port " + ec.port + ": no memif server answered within " +
+                           std::to_string(ec.link_timeout_ms) + " ms (is the peer running with the same socket?)");
+      }
+      if (started) rte_eth_dev_stop(ep->port_id);
+      started = rte_eth_dev_start(ep->port_id) == 0;
+      if (!started && !told) {
+        UROCE_LOG(WARNING, "%s: waiting for the memif server\n", ec.port.c_str());
+        told = true;
+        if (memif_log >= 0) rte_log_set_level(memif_log, RTE_LOG_EMERG);
+      }
+      // Give the handshake (EAL's interrupt thread) a moment before trying again.
+      for (int i = 0; i < 100 && started && !link_up(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  if (ec.mac_from_port) {
+    rte_ether_addr mac;
+    if (rte_eth_macaddr_get(ep->port_id, &mac) != 0) return IoError("cannot read the port's MAC");
+    if (rte_is_zero_ether_addr(&mac) || !rte_is_unicast_ether_addr(&mac)) {
+      // net_ring ports have no address (all zeros). ARP needs one: a locally
+      // administered unicast MAC (IEEE 802 bit 1 of the first byte), unique
+      // per process (pid) and port.
+      const unsigned pid = static_cast<unsigned>(getpid());
+      const uint8_t made[6] = {0x02, 0x75, 0x72, static_cast<uint8_t>(pid >> 8), static_cast<uint8_t>(pid),
+                               static_cast<uint8_t>(ep->port_id)};
+      std::memcpy(mac.addr_bytes, made, 6);
+      rte_eth_dev_default_mac_addr_set(ep->port_id, &mac);
+    }
+    std::memcpy(ep->endpoint.mac.data(), mac.addr_bytes, 6);
+  } else {
+    ep->endpoint.mac = ec.mac;
+    rte_ether_addr mac;
+    std::memcpy(mac.addr_bytes, ec.mac.data(), 6);
+    // Best effort: a port that cannot change its address still sees frames
+    // to it in promiscuous mode (promiscuous = yes).
+    rte_eth_dev_default_mac_addr_set(ep->port_id, &mac);
+  }
+
+  // memif links come up when the peer connects; the others at once.
+  for (;;) {
+    if (link_up()) break;
+    if (Clock::now() >= deadline) {
+      return Unavailable("port " + ec.port + ": link still down after " + std::to_string(ec.link_timeout_ms) +
+                         " ms (for memif: is the peer process running with the same socket?)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+
+  ep->io = std::make_unique<EthPortIo>(ep->port_id, 0);
+  NeighborResolver::Options nopt;
+  nopt.mac = ep->endpoint.mac;
+  nopt.addresses = ec.gids;
+  nopt.pool = ep->pool.get();
+  nopt.timeout_ms = ec.resolve_timeout_ms;
+  ep->neighbors = std::make_unique<NeighborResolver>(nopt);
+
+  EngineConfig cfg;
+  cfg.mac = ep->endpoint.mac;
+  cfg.gids = ec.gids;
+  cfg.port_mtu = ec.mtu;
+  cfg.tx_pool = ep->pool.get();
+  cfg.io = ep->io.get();
+  cfg.max_qps = config_.engine.max_qps;
+  cfg.ack_request_every = config_.engine.ack_request_every;
+  cfg.max_unacked_packets = config_.engine.max_unacked_packets;
+  cfg.rx_burst = config_.engine.rx_burst;
+  cfg.per_qp_packet_budget = config_.engine.per_qp_packet_budget;
+  NeighborResolver* resolver = ep->neighbors.get();
+  cfg.non_roce_handler = [resolver](rte_mbuf* m) { resolver->HandleFrame(m); };
+  cfg.resolve_neighbor = [resolver](const transport::Gid& ip) { return resolver->Resolve(ip); };
+  ep->endpoint.engine = std::make_unique<Engine>(cfg);
+  std::function<void()> progress;
+  if (config_.progress == ProgressMode::kInline) progress = [this] { Progress(); };
+  resolver->Attach(ep->endpoint.engine.get(), progress);
+  for (const auto& [ip, mac] : ec.neighbors) ep->endpoint.engine->AddNeighbor(ip, mac);
+
+  ep->endpoint.gid = ec.gids.front();
+  auto pd = ep->endpoint.engine->AllocPd();
+  if (!pd.ok()) return pd.status();
+  ep->endpoint.pd = *pd;
+  auto cq = ep->endpoint.engine->CreateCq(4096);
+  if (!cq.ok()) return cq.status();
+  ep->endpoint.cq = *cq;
+  return Status::Ok();
+}
+
+Runtime::Endpoint* Runtime::Find(const std::string& name) {
+  for (auto& e : endpoints_) {
+    if (e->name == name) return e.get();
+  }
+  return nullptr;
+}
+
+unsigned Runtime::Progress() {
+  if (config_.progress != ProgressMode::kInline) return 0;
+  unsigned moved = 0;
+  for (auto& e : endpoints_) {
+    if (e->endpoint.engine) moved += e->endpoint.engine->Poll();
+  }
+  return moved;
+}
+
+unsigned Runtime::FlushQueuePairs() {
+  if (flushed_) return report_.qps_flushed;
+  flushed_ = true;
+  // No engine thread from here on: this thread polls.
+  lcores_.Stop();
+  // Every QP to the error state; the next polls flush its work
+  // (IBTA 10.3.1.8) and whatever the engines staged leaves, if it can.
+  for (auto& e : endpoints_) {
+    Engine* engine = e->endpoint.engine.get();
+    if (engine == nullptr) continue;
+    for (transport::QueuePair* qp : engine->QueuePairs()) {
+      if (qp->state.load(std::memory_order_acquire) == IBV_QPS_ERR) continue;
+      ibv_qp_attr attr{};
+      attr.qp_state = IBV_QPS_ERR;
+      if (engine->ModifyQp(qp, attr, IBV_QP_STATE).ok()) report_.qps_flushed++;
+    }
+  }
+  for (int round = 0; round < 64; ++round) {
+    for (auto& e : endpoints_) {
+      if (e->endpoint.engine) e->endpoint.engine->Poll();
+    }
+  }
+  return report_.qps_flushed;
+}
+
+ShutdownReport Runtime::Shutdown() {
+  if (shut_down_) return report_;
+  FlushQueuePairs();
+  shut_down_ = true;
+  if (telemetry_handle_ != 0) UnpublishTelemetry(telemetry_handle_);
+  telemetry_handle_ = 0;
+  // 3. Engines (they free what they still staged), then QPs die with them.
+  for (auto& e : endpoints_) {
+    if (e->endpoint.engine) {
+      for (transport::QueuePair* qp : e->endpoint.engine->QueuePairs()) {
+        (void)e->endpoint.engine->DestroyQp(qp);
+      }
+    }
+    e->endpoint.engine.reset();
+    e->endpoint.cq = nullptr;
+  }
+  // 4. Ports: what is still queued for us is received and freed, then the
+  //    port stops (a NIC returns the buffers of its RX ring then).
+  for (auto& e : endpoints_) {
+    rte_mbuf* burst[64];
+    for (int i = 0; i < 1024; ++i) {
+      const uint16_t n = rte_eth_rx_burst(e->port_id, 0, burst, 64);
+      if (n == 0) break;
+      rte_pktmbuf_free_bulk(burst, n);
+    }
+  }
+  for (auto& e : endpoints_) {
+    if (e->config.kind != PortKind::kRingPair) {
+      Status s = ClosePort(e->port_id);
+      if (!s.ok()) UROCE_LOG(WARNING, "%s\n", s.ToString().c_str());
+    }
+  }
+  for (auto& [name, pair] : ring_pairs_) {
+    Status s = DestroyRingPair(pair);
+    if (!s.ok()) UROCE_LOG(WARNING, "%s\n", s.ToString().c_str());
+  }
+  ring_pairs_.clear();
+  // 5. Count, then free the pools.
+  for (auto& e : endpoints_) {
+    if (!e->pool) continue;
+    report_.mbufs_in_pools += AvailableMbufs(e->pool.get());
+    report_.mbufs_total += e->pool_size;
+  }
+  endpoints_.clear();
+  return report_;
+}
+
+Runtime::~Runtime() { Shutdown(); }
+
+}  // namespace uroce::pmd

@@ -1,0 +1,102 @@
+// A uroce process's DPDK side, built from a UroceConfig: for every
+// [endpoint.NAME], a packet pool, a started port (ring pair side, vdev or PCI
+// NIC), an engine on that port with ARP/ND, a PD and a CQ; telemetry; and in
+// engine progress mode the engine lcores. Shutdown takes it all down again in
+// order and checks that every packet buffer is back in its pool.
+//
+// Lifetime: EAL first (StartEalFor), then Runtime::Start; Shutdown (or the
+// destructor) before StopEal. Several runtimes may live one after another in
+// a process (tests), each with its own ring pair names and devices.
+//
+// Threads: Start, Shutdown and endpoint() are control path (the main lcore).
+// Progress() is for inline mode: whoever polls drives (never two threads on
+// one engine at once; Engine::Poll lets only one in anyway).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "pmd/config.h"
+#include "pmd/engine_lcores.h"
+#include "pmd/eth_port_io.h"
+#include "pmd/mempool.h"
+#include "pmd/neighbor_resolver.h"
+#include "pmd/ring_pair.h"
+#include "transport/engine.h"
+#include "transport/engine_pair.h"
+
+namespace uroce::pmd {
+
+// What StopEal's counterpart needs before rte_eal_init: removes a memif
+// server's stale socket file (one nobody listens on, left by a process that
+// died), then StartEal(config.eal).
+Status StartEalFor(const UroceConfig& config);
+
+struct ShutdownReport {
+  unsigned qps_flushed = 0;   // QPs moved to the error state (work flushed)
+  unsigned mbufs_in_pools = 0;
+  unsigned mbufs_total = 0;
+  bool pools_full() const { return mbufs_in_pools == mbufs_total; }
+  std::string Summary() const;  // "mbufs back in the pools: N of N; QPs flushed: Q"
+};
+
+class Runtime {
+ public:
+  struct Endpoint {
+    std::string name;
+    EndpointConfig config;
+    uint16_t port_id = 0;
+    std::string driver;
+    MempoolPtr pool;
+    unsigned pool_size = 0;
+    std::unique_ptr<EthPortIo> io;
+    std::unique_ptr<NeighborResolver> neighbors;
+    transport::Endpoint endpoint;  // engine, pd, cq, gid (the first), mac
+  };
+
+  // EAL must be running with what config.eal asks for (StartEalFor).
+  static StatusOr<std::unique_ptr<Runtime>> Start(const UroceConfig& config);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  size_t endpoint_count() const { return endpoints_.size(); }
+  Endpoint& endpoint(size_t i) { return *endpoints_[i]; }
+  // The endpoint called `name`, or null.
+  Endpoint* Find(const std::string& name);
+
+  bool inline_progress() const { return config_.progress == ProgressMode::kInline; }
+  // Inline mode: one Poll of every engine, returns the packets moved. Engine
+  // mode: nothing to do (the lcores poll), returns 0.
+  unsigned Progress();
+
+  // The first half of Shutdown: stops the engine lcores (this thread polls
+  // from now on), moves every QP to the error state and polls until their
+  // work is flushed (IBV_WC_WR_FLUSH_ERR in the CQs, which stay readable
+  // until Shutdown). Returns the QPs it moved.
+  unsigned FlushQueuePairs();
+
+  // FlushQueuePairs if not done yet, then destroys the engines, drains and
+  // closes the ports, and counts the mbufs in the pools. Idempotent;
+  // QueuePair and CompletionQueue pointers die with it.
+  ShutdownReport Shutdown();
+
+  const UroceConfig& config() const { return config_; }
+
+ private:
+  explicit Runtime(const UroceConfig& config) : config_(config) {}
+  Status StartEndpoint(const EndpointConfig& ec);
+
+  UroceConfig config_;
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  std::vector<std::pair<std::string, RingPair>> ring_pairs_;
+  EngineLcores lcores_;
+  int telemetry_handle_ = 0;
+  bool flushed_ = false;
+  bool shut_down_ = false;
+  ShutdownReport report_;
+};
+
+}  // namespace uroce::pmd

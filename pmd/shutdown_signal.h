@@ -1,0 +1,23 @@
+// SIGINT and SIGTERM as a request for a clean shutdown: the handler only sets
+// a flag (the one async-signal-safe thing to do); the application's loops
+// check ShutdownRequested() and then shut the Runtime down, which stops the
+// engine lcores, flushes the QPs and checks that every mbuf is back in its
+// pool. A second signal of the same kind ends the process at once (the
+// handler is installed with SA_RESETHAND), for a loop that never checks.
+#pragma once
+
+namespace uroce::pmd {
+
+// Any thread, once per process (later calls re-arm the handlers). Also
+// ignores SIGPIPE, so a closed peer socket is an error, not a death.
+void InstallShutdownSignals();
+
+// Any thread; async-signal-safe.
+bool ShutdownRequested();
+// The signal that asked (SIGINT or SIGTERM), 0 if none.
+int ShutdownSignal();
+
+// Tests: forget an earlier request and re-arm.
+void ResetShutdownRequest();
+
+}  // namespace uroce::pmd

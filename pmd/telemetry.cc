@@ -1,0 +1,210 @@
+#include "pmd/telemetry.h"
+
+#include <rte_telemetry.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "pmd/config.h"
+
+namespace uroce::pmd {
+namespace {
+
+struct Published {
+  std::vector<TelemetryEndpoint> endpoints;
+  std::string progress;
+};
+
+std::mutex g_mutex;  // telemetry thread and control path; never the engine thread
+std::map<int, Published> g_published;
+int g_next_handle = 1;
+
+const TelemetryEndpoint* FindEndpoint(const std::string& name) {
+  for (const auto& [handle, p] : g_published) {
+    for (const TelemetryEndpoint& e : p.endpoints) {
+      if (e.name == name) return &e;
+    }
+  }
+  return nullptr;
+}
+
+const char* QpTypeName(ibv_qp_type t) {
+  switch (t) {
+    case IBV_QPT_RC: return "RC";
+    case IBV_QPT_UC: return "UC";
+    case IBV_QPT_UD: return "UD";
+    default: return "other";
+  }
+}
+
+const char* QpStateName(ibv_qp_state s) {
+  switch (s) {
+    case IBV_QPS_RESET: return "RESET";
+    case IBV_QPS_INIT: return "INIT";
+    case IBV_QPS_RTR: return "RTR";
+    case IBV_QPS_RTS: return "RTS";
+    case IBV_QPS_SQD: return "SQD";
+    case IBV_QPS_SQE: return "SQE";
+    case IBV_QPS_ERR: return "ERR";
+    default: return "unknown";
+  }
+}
+
+int Info(const char*, const char*, rte_tel_data* d) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  rte_tel_data_start_dict(d);
+  rte_tel_data_add_dict_int(d, "pid", static_cast<int>(getpid()));
+  size_t endpoints = 0;
+  std::string progress;
+  for (const auto& [h, p] : g_published) {
+    endpoints += p.endpoints.size();
+    progress = p.progress;
+  }
+  rte_tel_data_add_dict_u64(d, "endpoints", endpoints);
+  rte_tel_data_add_dict_string(d, "progress", progress.c_str());
+  return 0;
+}
+
+int Ports(const char*, const char*, rte_tel_data* d) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  rte_tel_data_start_array(d, RTE_TEL_STRING_VAL);
+  for (const auto& [h, p] : g_published) {
+    for (const TelemetryEndpoint& e : p.endpoints) rte_tel_data_add_array_string(d, e.name.c_str());
+  }
+  return 0;
+}
+
+int Port(const char*, const char* params, rte_tel_data* d) {
+  if (params == nullptr || *params == '\0') return -EINVAL;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const TelemetryEndpoint* e = FindEndpoint(params);
+  if (e == nullptr) return -EINVAL;
+  rte_tel_data_start_dict(d);
+  rte_tel_data_add_dict_string(d, "name", e->name.c_str());
+  rte_tel_data_add_dict_int(d, "port_id", e->port_id);
+  rte_tel_data_add_dict_string(d, "driver", e->driver.c_str());
+  rte_tel_data_add_dict_string(d, "mac", MacToString(e->mac).c_str());
+  std::string gids;
+  for (const auto& g : e->gids) gids += (gids.empty() ? "" : " ") + GidToString(g);
+  rte_tel_data_add_dict_string(d, "gids", gids.c_str());
+  const transport::EngineCounters c = e->engine->counters();
+  const std::pair<const char*, uint64_t> counters[] = {
+      {"rx_frames", c.rx_frames},
+      {"tx_frames", c.tx_frames},
+      {"rx_bytes", c.rx_bytes},
+      {"tx_bytes", c.tx_bytes},
+      {"retransmits", c.retransmits},
+      {"timeouts", c.timeouts},
+      {"naks_sent", c.naks_sent},
+      {"naks_received", c.naks_received},
+      {"rnr_naks_sent", c.rnr_naks_sent},
+      {"rnr_naks_received", c.rnr_naks_received},
+      {"out_of_sequence", c.out_of_sequence},
+      {"duplicates", c.duplicates},
+      {"rx_icrc_errors", c.rx_icrc_errors},
+      {"rx_parse_errors", c.rx_parse_errors},
+      {"rx_unknown_qp", c.rx_unknown_qp},
+      {"rx_dropped", c.rx_dropped},
+      {"rx_non_roce", c.rx_non_roce},
+      {"tx_alloc_failures", c.tx_alloc_failures},
+      {"tx_build_errors", c.tx_build_errors},
+      {"tx_queue_full_polls", c.tx_queue_full_polls},
+      {"tx_raw_frames", c.tx_raw_frames},
+  };
+  for (const auto& [name, value] : counters) rte_tel_data_add_dict_u64(d, name, value);
+  if (e->neighbors != nullptr) {
+    const NeighborCounters n = e->neighbors->counters();
+    const std::pair<const char*, uint64_t> nc[] = {
+        {"arp_requests_received", n.arp_requests_received},
+        {"arp_replies_sent", n.arp_replies_sent},
+        {"arp_requests_sent", n.arp_requests_sent},
+        {"arp_replies_received", n.arp_replies_received},
+        {"nd_solicitations_received", n.nd_solicitations_received},
+        {"nd_advertisements_sent", n.nd_advertisements_sent},
+        {"nd_solicitations_sent", n.nd_solicitations_sent},
+        {"nd_advertisements_received", n.nd_advertisements_received},
+        {"neighbors_learned", n.learned},
+        {"resolve_timeouts", n.resolve_timeouts},
+    };
+    for (const auto& [name, value] : nc) rte_tel_data_add_dict_u64(d, name, value);
+  }
+  return 0;
+}
+
+int Qps(const char*, const char*, rte_tel_data* d) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  rte_tel_data_start_array(d, RTE_TEL_STRING_VAL);
+  for (const auto& [h, p] : g_published) {
+    for (const TelemetryEndpoint& e : p.endpoints) {
+      for (const transport::QpStats& s : e.engine->QpStatsSnapshot()) {
+        rte_tel_data_add_array_string(d, (e.name + "/" + std::to_string(s.qpn)).c_str());
+      }
+    }
+  }
+  return 0;
+}
+
+int Qp(const char*, const char* params, rte_tel_data* d) {
+  if (params == nullptr) return -EINVAL;
+  const char* slash = std::strchr(params, '/');
+  if (slash == nullptr) return -EINVAL;
+  const std::string name(params, slash);
+  char* end = nullptr;
+  const unsigned long qpn = std::strtoul(slash + 1, &end, 0);
+  if (end == slash + 1 || *end != '\0') return -EINVAL;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const TelemetryEndpoint* e = FindEndpoint(name);
+  if (e == nullptr) return -EINVAL;
+  for (const transport::QpStats& s : e->engine->QpStatsSnapshot()) {
+    if (s.qpn != qpn) continue;
+    rte_tel_data_start_dict(d);
+    rte_tel_data_add_dict_string(d, "endpoint", e->name.c_str());
+    rte_tel_data_add_dict_u64(d, "qpn", s.qpn);
+    rte_tel_data_add_dict_string(d, "type", QpTypeName(s.type));
+    rte_tel_data_add_dict_string(d, "state", QpStateName(s.state));
+    rte_tel_data_add_dict_u64(d, "dest_qpn", s.dest_qpn);
+    const transport::QpCounters& c = s.counters;
+    const std::pair<const char*, uint64_t> counters[] = {
+        {"tx_packets", c.tx_packets},       {"rx_packets", c.rx_packets},
+        {"tx_bytes", c.tx_bytes},           {"rx_bytes", c.rx_bytes},
+        {"retransmits", c.retransmits},     {"timeouts", c.timeouts},
+        {"naks_sent", c.naks_sent},         {"naks_received", c.naks_received},
+        {"rnr_naks_sent", c.rnr_naks_sent}, {"rnr_naks_received", c.rnr_naks_received},
+        {"out_of_sequence", c.out_of_sequence}, {"duplicates", c.duplicates},
+    };
+    for (const auto& [n, v] : counters) rte_tel_data_add_dict_u64(d, n, v);
+    return 0;
+  }
+  return -EINVAL;
+}
+
+}  // namespace
+
+void RegisterTelemetryCommands() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    rte_telemetry_register_cmd("/uroce/info", Info, "uroce process: pid, progress mode, endpoints. No parameters");
+    rte_telemetry_register_cmd("/uroce/ports", Ports, "uroce endpoint names. No parameters");
+    rte_telemetry_register_cmd("/uroce/port", Port,
+                               "One uroce endpoint: port, addresses, engine and ARP/ND counters. Parameter: name");
+    rte_telemetry_register_cmd("/uroce/qps", Qps, "Every uroce QP as NAME/QPN. No parameters");
+    rte_telemetry_register_cmd("/uroce/qp", Qp, "One uroce QP: state and counters. Parameter: NAME/QPN");
+  });
+}
+
+int PublishTelemetry(const std::vector<TelemetryEndpoint>& endpoints, const std::string& progress) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const int handle = g_next_handle++;
+  g_published[handle] = Published{endpoints, progress};
+  return handle;
+}
+
+void UnpublishTelemetry(int handle) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_published.erase(handle);
+}
+
+}  // namespace uroce::pmd

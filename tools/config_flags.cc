@@ -1,0 +1,48 @@
+#include "tools/config_flags.h"
+
+#include <cstring>
+
+#include "configs/builtin_configs.h"
+
+namespace uroce::tools {
+
+bool TakeConfigFlag(int argc, char** argv, int* i, ConfigFlags* flags, std::string* error) {
+  const char* arg = argv[*i];
+  std::string value;
+  bool is_set = false;
+  if (!std::strcmp(arg, "--config") || !std::strcmp(arg, "--set")) {
+    is_set = !std::strcmp(arg, "--set");
+    if (*i + 1 >= argc) {
+      *error = std::string(arg) + " needs a value";
+      return true;
+    }
+    value = argv[++*i];
+  } else if (!std::strncmp(arg, "--config=", 9)) {
+    value = arg + 9;
+  } else if (!std::strncmp(arg, "--set=", 6)) {
+    is_set = true;
+    value = arg + 6;
+  } else {
+    return false;
+  }
+  if (!is_set) {
+    flags->file = value;
+    return true;
+  }
+  auto o = pmd::ParseOverride(value);
+  if (!o.ok()) {
+    *error = o.status().message();
+  } else {
+    flags->overrides.push_back(*o);
+  }
+  return true;
+}
+
+StatusOr<pmd::UroceConfig> LoadToolConfig(const ConfigFlags& flags, const std::string& builtin) {
+  if (!flags.file.empty()) return pmd::LoadConfigFile(flags.file, flags.overrides);
+  const char* text = configs::BuiltinConfig(builtin.c_str());
+  if (text == nullptr) return Internal("no built-in configuration " + builtin);
+  return pmd::LoadConfigText(text, "configs/" + builtin + ".ini (built in)", flags.overrides);
+}
+
+}  // namespace uroce::tools

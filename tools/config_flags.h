@@ -1,0 +1,28 @@
+// The configuration flags every `uroce` subcommand that starts DPDK takes:
+//   --config FILE             an INI file instead of the built-in one
+//   --set SECTION.KEY=VALUE   override one key (repeatable), e.g.
+//                             --set engine.progress=engine
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "pmd/config.h"
+
+namespace uroce::tools {
+
+struct ConfigFlags {
+  std::string file;
+  std::vector<pmd::ConfigOverride> overrides;
+};
+
+// If argv[*i] is --config or --set, consumes it (and its value) and returns
+// true; a malformed one sets *error.
+bool TakeConfigFlag(int argc, char** argv, int* i, ConfigFlags* flags, std::string* error);
+
+// --config FILE if given, else the built-in configs/<builtin>.ini; then the
+// overrides.
+StatusOr<pmd::UroceConfig> LoadToolConfig(const ConfigFlags& flags, const std::string& builtin);
+
+}  // namespace uroce::tools

@@ -1,0 +1,530 @@
+// `uroce perf`: latency, bandwidth and message rate per RDMA operation, like
+// perftest's ib_send_lat / ib_write_bw / ... . With --port ring one process
+// runs both sides over a net_ring pair; with memif or afpacket a server and a
+// client process exchange QPNs, PSNs, addresses and rkeys over a side
+// channel (tools/side_channel.h) and then measure over DPDK.
+#include <rte_cycles.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pmd/eal.h"
+#include "pmd/runtime.h"
+#include "pmd/shutdown_signal.h"
+#include "tools/command.h"
+#include "tools/config_flags.h"
+#include "tools/perf_side.h"
+#include "tools/side_channel.h"
+
+namespace uroce::tools {
+namespace {
+
+constexpr unsigned kStallSeconds = 30;  // no completion for this long: the run failed
+constexpr unsigned kControlTimeoutMs = 60000;
+
+struct Options {
+  std::vector<PerfTest> tests = {PerfTest::kSendLat};
+  std::vector<uint32_t> sizes = {64};
+  uint64_t iters = 0;  // 0: the default (1000)
+  uint32_t qps = 1;
+  uint32_t window = 0;  // 0: RunSpec::DefaultWindow
+  std::string port = "ring";
+  std::string role;  // server | client; empty with ring
+  std::string control;
+  bool verify = false;
+  bool csv = false;
+  bool quiet = false;
+  ConfigFlags config;
+};
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: uroce perf [--test T[,T...]|all] [--size BYTES[,BYTES...]] [--iters N] [--qps N]\n"
+               "                  [--window N] [--port ring|memif|afpacket] [--role server|client]\n"
+               "                  [--control PATH|HOST:PORT] [--verify] [--csv] [--quiet]\n"
+               "                  [--config FILE] [--set SECTION.KEY=VALUE ...]\n"
+               "  tests: send_lat write_lat read_lat atomic_lat send_bw write_bw read_bw\n"
+               "  --port ring runs both sides in this process (configs/ring.ini); memif and\n"
+               "  afpacket run one side per process (configs/pair-a.ini / pair-b.ini,\n"
+               "  veth-a.ini / veth-b.ini for the server / client), started in any order.\n"
+               "  Latency: median and p99 of half a round trip (send, write) or a whole one\n"
+               "  (read, atomic), like perftest. --verify checks every byte that moves.\n");
+  return 2;
+}
+
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+bool ParseSize(const std::string& s, uint32_t* out) {
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (end == s.c_str()) return false;
+  if (*end == 'K' || *end == 'k') v <<= 10, ++end;
+  else if (*end == 'M' || *end == 'm') v <<= 20, ++end;
+  if (*end != '\0' || v == 0 || v > (1u << 30)) return false;
+  *out = static_cast<uint32_t>(v);
+  return true;
+}
+
+bool ParseArgs(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string error;
+    if (TakeConfigFlag(argc, argv, &i, &o->config, &error)) {
+      if (!error.empty()) {
+        std::fprintf(stderr, "uroce perf: %s\n", error.c_str());
+        return false;
+      }
+      continue;
+    }
+    const std::string flag = argv[i];
+    if (flag == "--verify") {
+      o->verify = true;
+      continue;
+    }
+    if (flag == "--csv") {
+      o->csv = true;
+      continue;
+    }
+    if (flag == "--quiet") {
+      o->quiet = true;
+      continue;
+    }
+    if (flag == "--help" || flag == "-h" || i + 1 >= argc) return false;
+    const std::string v = argv[++i];
+    if (flag == "--test") {
+      o->tests.clear();
+      for (const std::string& t : SplitList(v == "all" ? "send_lat,write_lat,read_lat,atomic_lat,send_bw,write_bw,read_bw" : v)) {
+        PerfTest test;
+        if (!ParsePerfTest(t, &test)) {
+          std::fprintf(stderr, "uroce perf: unknown test '%s'\n", t.c_str());
+          return false;
+        }
+        o->tests.push_back(test);
+      }
+    } else if (flag == "--size") {
+      o->sizes.clear();
+      for (const std::string& s : SplitList(v)) {
+        uint32_t size = 0;
+        if (!ParseSize(s, &size)) {
+          std::fprintf(stderr, "uroce perf: bad size '%s'\n", s.c_str());
+          return false;
+        }
+        o->sizes.push_back(size);
+      }
+    } else if (flag == "--iters") {
+      o->iters = std::strtoull(v.c_str(), nullptr, 10);
+      if (o->iters == 0) return false;
+    } else if (flag == "--qps") {
+      o->qps = static_cast<uint32_t>(std::strtoul(v.c_str(), nullptr, 10));
+      if (o->qps == 0 || o->qps > 256) return false;
+    } else if (flag == "--window") {
+      o->window = static_cast<uint32_t>(std::strtoul(v.c_str(), nullptr, 10));
+      if (o->window == 0 || o->window > 4096) return false;
+    } else if (flag == "--port") {
+      if (v != "ring" && v != "memif" && v != "afpacket") return false;
+      o->port = v;
+    } else if (flag == "--role") {
+      if (v != "server" && v != "client") return false;
+      o->role = v;
+    } else if (flag == "--control") {
+      o->control = v;
+    } else {
+      std::fprintf(stderr, "uroce perf: unknown flag %s\n", flag.c_str());
+      return false;
+    }
+  }
+  if (o->sizes.empty() || o->tests.empty()) return false;
+  if (o->port == "ring" && !o->role.empty()) {
+    std::fprintf(stderr, "uroce perf: --port ring runs both sides in one process; drop --role\n");
+    return false;
+  }
+  if (o->port != "ring" && o->role.empty()) {
+    std::fprintf(stderr, "uroce perf: --port %s needs --role server or --role client\n", o->port.c_str());
+    return false;
+  }
+  if (o->control.empty()) o->control = "/tmp/uroce-perf-" + o->port + ".sock";
+  return true;
+}
+
+std::vector<RunSpec> Specs(const Options& o) {
+  std::vector<RunSpec> specs;
+  for (PerfTest t : o.tests) {
+    for (uint32_t size : o.sizes) {
+      // Atomics move 8 bytes whatever --size says: one run.
+      if (t == PerfTest::kAtomicLat && size != o.sizes.front()) continue;
+      RunSpec s;
+      s.test = t;
+      s.size = t == PerfTest::kAtomicLat ? 8 : size;
+      s.iters = o.iters ? o.iters : 1000;
+      s.qps = o.qps;
+      s.window = IsLatencyTest(t) ? 1 : (o.window ? o.window : RunSpec::DefaultWindow(t, s.size));
+      s.window = std::max(s.window, IsLatencyTest(t) ? 1u : s.qps);
+      s.verify = o.verify;
+      specs.push_back(s);
+    }
+  }
+  return specs;
+}
+
+std::string Describe(const RunSpec& s) {
+  return std::string(PerfTestName(s.test)) + " " + std::to_string(s.size) + " B";
+}
+
+// Progress on stderr about once a second, and the stall guard.
+class Ticker {
+ public:
+  Ticker(const RunSpec& spec, bool quiet) : spec_(spec), quiet_(quiet) { last_change_ = next_ = Now(); }
+  // False once nothing completed for kStallSeconds.
+  bool Tick(uint64_t completed) {
+    const uint64_t now = Now();
+    if (completed != last_completed_) {
+      last_completed_ = completed;
+      last_change_ = now;
+    }
+    if (now >= next_) {
+      next_ = now + rte_get_tsc_hz();
+      if (!quiet_) {
+        std::fprintf(stderr, "uroce perf: %s: %llu/%llu\n", Describe(spec_).c_str(), (unsigned long long)completed,
+                     (unsigned long long)spec_.iters);
+      }
+    }
+    return now - last_change_ < kStallSeconds * rte_get_tsc_hz();
+  }
+
+ private:
+  static uint64_t Now() { return rte_get_tsc_cycles(); }
+  RunSpec spec_;
+  bool quiet_;
+  uint64_t last_completed_ = ~0ull, last_change_ = 0, next_ = 0;
+};
+
+void PrintResults(const std::vector<PerfResult>& results, const Options& o, const pmd::UroceConfig& config) {
+  const char* progress = config.progress == pmd::ProgressMode::kEngine ? "engine" : "inline";
+  if (o.csv) {
+    std::printf(
+        "test,size,iters,qps,lat_median_us,lat_p99_us,lat_mean_us,mb_per_s,gbit_per_s,mmsg_per_s,port,progress\n");
+    for (const PerfResult& r : results) {
+      const bool lat = IsLatencyTest(r.spec.test);
+      auto us = [lat](double v) { return lat ? std::to_string(v) : std::string(); };
+      std::printf("%s,%u,%llu,%u,%s,%s,%s,%.2f,%.3f,%.4f,%s,%s\n", PerfTestName(r.spec.test), r.spec.size,
+                  (unsigned long long)r.completed, r.spec.qps, us(r.median_us).c_str(), us(r.p99_us).c_str(),
+                  us(r.mean_us).c_str(), r.mb_per_s, r.gbit_per_s, r.mmsg_per_s, o.port.c_str(), progress);
+    }
+    std::fflush(stdout);
+    return;
+  }
+  std::printf("uroce perf over %s (%s progress)%s\n", o.port.c_str(), progress,
+              o.verify ? ", every byte verified" : "");
+  std::printf("%-11s %9s %8s %4s %12s %12s %10s %8s %8s\n", "test", "bytes", "iters", "qps", "lat med us",
+              "lat p99 us", "MB/s", "Gb/s", "Mmsg/s");
+  for (const PerfResult& r : results) {
+    char med[32] = "-", p99[32] = "-";
+    if (IsLatencyTest(r.spec.test)) {
+      std::snprintf(med, sizeof(med), "%.2f", r.median_us);
+      std::snprintf(p99, sizeof(p99), "%.2f", r.p99_us);
+    }
+    std::printf("%-11s %9u %8llu %4u %12s %12s %10.1f %8.3f %8.4f\n", PerfTestName(r.spec.test), r.spec.size,
+                (unsigned long long)r.completed, r.spec.qps, med, p99, r.mb_per_s, r.gbit_per_s, r.mmsg_per_s);
+  }
+  std::fflush(stdout);
+}
+
+// What every role shares: configuration, EAL, runtime, and their end.
+class PerfProcess {
+ public:
+  explicit PerfProcess(const Options& o) : o_(o) {}
+
+  Status Start(const std::string& builtin) {
+    auto config = LoadToolConfig(o_.config, builtin);
+    if (!config.ok()) return config.status();
+    config_ = *config;
+    pmd::InstallShutdownSignals();
+    UROCE_RETURN_IF_ERROR(pmd::StartEalFor(config_));
+    auto rt = pmd::Runtime::Start(config_);
+    if (!rt.ok()) return rt.status();
+    rt_ = std::move(*rt);
+    return Status::Ok();
+  }
+
+  // Between tries on the side channel: keeps the engines going (inline mode)
+  // so the peer's ARP requests and packets are answered. False on a signal.
+  bool Idle() {
+    if (rt_->inline_progress()) {
+      rt_->Progress();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    return !pmd::ShutdownRequested();
+  }
+
+  // Flushes (when interrupted the runtime flushes the QPs still up), shuts
+  // down, stops EAL; returns the exit code.
+  // `sides` die before the runtime (they deregister memory from its engines).
+  int Finish(int rc, std::unique_ptr<PerfSide>* side = nullptr, std::unique_ptr<PerfSide>* other = nullptr) {
+    if (rt_) {
+      const bool interrupted = pmd::ShutdownRequested();
+      if (interrupted) rt_->FlushQueuePairs();
+      if (side != nullptr) side->reset();
+      if (other != nullptr) other->reset();
+      const pmd::ShutdownReport report = rt_->Shutdown();
+      rt_.reset();
+      if (interrupted) {
+        const int sig = pmd::ShutdownSignal();
+        std::fprintf(stderr, "uroce perf: %s: shut down; %s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                     report.Summary().c_str());
+        rc = report.pools_full() ? 128 + sig : 1;
+      } else {
+        std::fprintf(stderr, "uroce perf: %s\n", report.Summary().c_str());
+      }
+      if (!report.pools_full()) {
+        std::fprintf(stderr, "uroce perf: packet buffers leaked\n");
+        rc = 1;
+      }
+    }
+    if (pmd::EalRunning()) (void)pmd::StopEal();
+    return rc;
+  }
+
+  pmd::Runtime& rt() { return *rt_; }
+  const pmd::UroceConfig& config() const { return config_; }
+
+ private:
+  const Options& o_;
+  pmd::UroceConfig config_;
+  std::unique_ptr<pmd::Runtime> rt_;
+};
+
+// Server, after the client finished: reads the completions it has not seen
+// yet (the client's last ACK can arrive before this side polled its CQ).
+Status Settle(pmd::Runtime& rt, PerfSide& server) {
+  const uint64_t deadline = rte_get_tsc_cycles() + 10 * rte_get_tsc_hz();
+  while (!server.Settled()) {
+    rt.Progress();
+    UROCE_RETURN_IF_ERROR(server.Step());
+    if (rte_get_tsc_cycles() > deadline) return Unavailable("the server's last completions never came");
+    if (pmd::ShutdownRequested()) return Unavailable("interrupted");
+  }
+  return Status::Ok();
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "uroce perf: %s\n", s.message().c_str());
+  return 1;
+}
+
+// --port ring: client on endpoint a, server on endpoint b, one thread.
+int RunInProcess(const Options& o) {
+  PerfProcess p(o);
+  Status s = p.Start("ring");
+  if (!s.ok()) return p.Finish(Fail(s));
+  pmd::Runtime& rt = p.rt();
+  if (rt.endpoint_count() < 2) return p.Finish(Fail(InvalidArgument("--port ring needs two endpoints")));
+  pmd::Runtime::Endpoint& ce = rt.endpoint(0);
+  pmd::Runtime::Endpoint& se = rt.endpoint(1);
+  std::vector<PerfResult> results;
+  std::unique_ptr<PerfSide> client, server;
+  for (const RunSpec& spec : Specs(o)) {
+    client = std::make_unique<PerfSide>(ce, true, spec);
+    server = std::make_unique<PerfSide>(se, false, spec);
+    s = client->Prepare();
+    if (s.ok()) s = server->Prepare();
+    if (s.ok()) s = server->Connect(client->Local());
+    if (s.ok()) s = client->Connect(server->Local());
+    if (s.ok()) s = server->Arm();
+    if (s.ok()) s = client->Arm();
+    if (s.ok()) s = client->Start();
+    Ticker ticker(spec, o.quiet);
+    while (s.ok() && !client->done()) {
+      rt.Progress();
+      s = server->Step();
+      if (s.ok()) s = client->Step();
+      if (pmd::ShutdownRequested()) break;
+      if (!ticker.Tick(client->completed())) {
+        s = Unavailable(Describe(spec) + ": no completion for " + std::to_string(kStallSeconds) + " s");
+      }
+    }
+    if (pmd::ShutdownRequested()) return p.Finish(2, &client, &server);
+    if (s.ok()) s = Settle(rt, *server);
+    if (s.ok()) s = server->Verify();
+    if (s.ok()) s = client->Verify();
+    if (!s.ok()) {
+      Fail(Status(s.code(), Describe(spec) + ": " + s.message()));
+      client.reset();
+      server.reset();
+      return p.Finish(1);
+    }
+    results.push_back(client->Result());
+    client.reset();
+    server.reset();
+  }
+  PrintResults(results, o, p.config());
+  return p.Finish(0);
+}
+
+// The server process: answers one client's runs, then exits.
+int RunServer(const Options& o) {
+  PerfProcess p(o);
+  Status s = p.Start(o.port == "memif" ? "pair-a" : "veth-a");
+  if (!s.ok()) return p.Finish(Fail(s));
+  pmd::Runtime& rt = p.rt();
+  auto idle = [&p] { return p.Idle(); };
+  auto listener = SideChannel::Listen(o.control);
+  if (!listener.ok()) return p.Finish(Fail(listener.status()));
+  pmd::Runtime::Endpoint& ep = rt.endpoint(0);
+  std::fprintf(stderr, "uroce perf: server %s (%s) on %s, waiting for a client on %s\n", ep.name.c_str(),
+               pmd::GidToString(ep.endpoint.gid).c_str(), ep.config.port.c_str(), o.control.c_str());
+  auto ch = listener->Accept(0, idle);
+  if (!ch.ok()) return p.Finish(pmd::ShutdownRequested() ? 2 : Fail(ch.status()));
+  std::unique_ptr<PerfSide> side;
+  int rc = 0;
+  for (;;) {
+    auto line = ch->Receive(0, idle);
+    if (!line.ok()) {
+      if (pmd::ShutdownRequested()) return p.Finish(2, &side);
+      if (line.status().code() == StatusCode::kNotFound) break;  // the client left
+      rc = Fail(line.status());
+      break;
+    }
+    if (*line == "BYE") break;
+    auto spec = RunSpec::Decode(*line);
+    if (!spec.ok()) {
+      rc = Fail(spec.status());
+      break;
+    }
+    auto info_line = ch->Receive(kControlTimeoutMs, idle);
+    if (!info_line.ok()) {
+      rc = Fail(info_line.status());
+      break;
+    }
+    auto remote = SideInfo::Decode(*info_line);
+    if (!remote.ok()) {
+      rc = Fail(remote.status());
+      break;
+    }
+    side = std::make_unique<PerfSide>(ep, false, *spec);
+    s = side->Prepare();
+    if (s.ok()) s = side->Connect(*remote);
+    if (s.ok()) s = side->Arm();
+    if (!s.ok()) {
+      (void)ch->Send("ERROR " + s.message());
+      rc = Fail(s);
+      break;
+    }
+    s = ch->Send(side->Local().Encode());
+    // Answer until the client says DONE; look at the channel about once a
+    // millisecond, so the loop stays free of system calls in between.
+    const uint64_t check_every = rte_get_tsc_hz() / 1000;
+    uint64_t next_check = rte_get_tsc_cycles() + check_every;
+    bool done = false;
+    while (s.ok() && !done) {
+      rt.Progress();
+      s = side->Step();
+      if (pmd::ShutdownRequested()) return p.Finish(2, &side);
+      if (rte_get_tsc_cycles() >= next_check) {
+        next_check = rte_get_tsc_cycles() + check_every;
+        std::string msg;
+        Status err;
+        if (ch->TryReceive(&msg, &err)) {
+          if (msg != "DONE") s = InvalidArgument("expected DONE, got " + msg);
+          done = true;
+        } else if (!err.ok()) {
+          s = err;
+        }
+      }
+    }
+    if (s.ok()) s = Settle(rt, *side);
+    if (s.ok()) s = side->Verify();
+    (void)ch->Send(s.ok() ? "RESULT ok" : "RESULT fail " + s.message());
+    if (!s.ok() || !o.quiet) {
+      std::fprintf(stderr, "uroce perf: %s: %s\n", Describe(*spec).c_str(), s.ok() ? "served" : s.message().c_str());
+    }
+    side.reset();
+    if (!s.ok()) {
+      rc = 1;
+      break;
+    }
+  }
+  return p.Finish(rc, &side);
+}
+
+int RunClient(const Options& o) {
+  PerfProcess p(o);
+  Status s = p.Start(o.port == "memif" ? "pair-b" : "veth-b");
+  if (!s.ok()) return p.Finish(Fail(s));
+  pmd::Runtime& rt = p.rt();
+  auto idle = [&p] { return p.Idle(); };
+  auto ch = SideChannel::Connect(o.control, kControlTimeoutMs, idle);
+  if (!ch.ok()) return p.Finish(pmd::ShutdownRequested() ? 2 : Fail(ch.status()));
+  pmd::Runtime::Endpoint& ep = rt.endpoint(0);
+  std::vector<PerfResult> results;
+  std::unique_ptr<PerfSide> side;
+  for (const RunSpec& spec : Specs(o)) {
+    side = std::make_unique<PerfSide>(ep, true, spec);
+    s = side->Prepare();
+    if (s.ok()) s = ch->Send(spec.Encode());
+    if (s.ok()) s = ch->Send(side->Local().Encode());
+    StatusOr<std::string> reply = s.ok() ? ch->Receive(kControlTimeoutMs, idle) : StatusOr<std::string>(s);
+    if (reply.ok() && reply->rfind("ERROR ", 0) == 0) reply = IoError("the server refused: " + reply->substr(6));
+    if (reply.ok()) {
+      auto remote = SideInfo::Decode(*reply);
+      s = remote.ok() ? side->Connect(*remote) : remote.status();
+    } else {
+      s = reply.status();
+    }
+    if (s.ok()) s = side->Arm();
+    if (s.ok()) s = side->Start();
+    Ticker ticker(spec, o.quiet);
+    while (s.ok() && !side->done()) {
+      rt.Progress();
+      s = side->Step();
+      if (pmd::ShutdownRequested()) return p.Finish(2, &side);
+      if (!ticker.Tick(side->completed())) {
+        s = Unavailable(Describe(spec) + ": no completion for " + std::to_string(kStallSeconds) + " s");
+      }
+    }
+    if (s.ok()) s = ch->Send("DONE");
+    if (s.ok()) {
+      auto verdict = ch->Receive(kControlTimeoutMs, idle);
+      if (!verdict.ok()) s = verdict.status();
+      else if (*verdict != "RESULT ok") s = IoError("the server says: " + verdict->substr(std::min<size_t>(7, verdict->size())));
+    }
+    if (s.ok()) s = side->Verify();
+    if (!s.ok()) {
+      if (pmd::ShutdownRequested()) return p.Finish(2, &side);
+      Fail(Status(s.code(), Describe(spec) + ": " + s.message()));
+      return p.Finish(1, &side);
+    }
+    results.push_back(side->Result());
+    side.reset();
+  }
+  (void)ch->Send("BYE");
+  PrintResults(results, o, p.config());
+  return p.Finish(0, &side);
+}
+
+}  // namespace
+
+int PerfCommand(int argc, char** argv) {
+  Options o;
+  if (!ParseArgs(argc, argv, &o)) return Usage();
+  if (o.port == "ring") return RunInProcess(o);
+  return o.role == "server" ? RunServer(o) : RunClient(o);
+}
+
+}  // namespace uroce::tools

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# `uroce perf --port ring`: every test, several sizes (one packet, several,
+# a 64 KiB message), two QPs, with --verify, in inline and in engine
+# progress; then the CSV form. Checks results and clean shutdown, never speed.
+set -euo pipefail
+uroce=$1
+
+check_run() {
+  local out=$1
+  grep -q 'every byte verified' <<<"$out" || { echo "$out"; echo "not verified"; exit 1; }
+  for t in send_lat write_lat read_lat atomic_lat send_bw write_bw read_bw; do
+    grep -qE "^$t " <<<"$out" || { echo "$out"; echo "no row for $t"; exit 1; }
+  done
+  grep -qE 'mbufs back in the pools: ([0-9]+) of \1;' <<<"$out" || { echo "$out"; echo "mbufs leaked"; exit 1; }
+}
+
+for progress in inline engine; do
+  echo "== ring, $progress progress"
+  out=$("$uroce" perf --test all --size 1,64,5000,65536 --iters 200 --qps 2 --verify --quiet \
+        --set engine.progress=$progress 2>&1) || { echo "$out"; echo "uroce perf failed"; exit 1; }
+  echo "$out"
+  check_run "$out"
+done
+
+echo "== CSV"
+out=$("$uroce" perf --test send_lat,write_bw --size 64 --iters 100 --csv --quiet 2>/dev/null)
+echo "$out"
+head -1 <<<"$out" | grep -qx 'test,size,iters,qps,lat_median_us,lat_p99_us,lat_mean_us,mb_per_s,gbit_per_s,mmsg_per_s,port,progress'
+grep -qE '^send_lat,64,100,1,[0-9.]+,[0-9.]+,[0-9.]+,' <<<"$out"
+grep -qE '^write_bw,64,100,1,,,,[0-9.]+,' <<<"$out"
+
+echo "== bad arguments are refused"
+if "$uroce" perf --test nope 2>/dev/null; then echo "accepted --test nope"; exit 1; fi
+if "$uroce" perf --port memif 2>/dev/null; then echo "accepted memif without --role"; exit 1; fi
+err=$("$uroce" perf --set endpoint.a.mtu=1 2>&1) && { echo "accepted mtu=1"; exit 1; }
+grep -q "\[endpoint.a\] mtu = '1'" <<<"$err" || { echo "$err"; echo "error does not name the key"; exit 1; }
+echo "perf_test: OK"

@@ -1,0 +1,149 @@
+// `uroce stats`: the counters of a running uroce process, read from its DPDK
+// telemetry socket (the same data `dpdk-telemetry.py` shows under /uroce/).
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "pmd/telemetry_client.h"
+#include "tools/command.h"
+#include "tools/config_flags.h"
+#include "tools/json_value.h"
+
+namespace uroce::tools {
+namespace {
+
+int StatsUsage() {
+  std::fprintf(stderr,
+               "usage: uroce stats (--file-prefix PREFIX | --config FILE | --socket PATH) [--json]\n"
+               "  PREFIX is the running process's EAL --file-prefix ([eal] file_prefix), e.g.\n"
+               "  uroce-pair-a for a process started with configs/pair-a.ini.\n");
+  return 2;
+}
+
+int Fail(const std::string& what) {
+  std::fprintf(stderr, "uroce stats: %s\n", what.c_str());
+  return 1;
+}
+
+// The object or array under the answer's single key.
+StatusOr<JsonValue> Answer(pmd::TelemetryClient& client, const std::string& command) {
+  auto raw = client.Query(command);
+  if (!raw.ok()) return raw.status();
+  auto json = ParseJson(*raw);
+  if (!json.ok()) return Status(json.status().code(), command + ": " + json.status().message());
+  const size_t comma = command.find(',');
+  const JsonValue* v = json->Get(command.substr(0, comma));
+  if (v == nullptr || v->kind == JsonValue::Kind::kNull) {
+    return NotFound(command + ": no answer (not a uroce process, or it is shutting down)");
+  }
+  return *v;
+}
+
+void PrintCounters(const JsonValue& object, const std::vector<std::string>& skip) {
+  int column = 0;
+  for (const auto& [key, value] : object.members) {
+    bool skipped = false;
+    for (const std::string& s : skip) skipped |= key == s;
+    if (skipped) continue;
+    if (column == 0) std::printf("   ");
+    std::printf(" %s=%s", key.c_str(), value.text.c_str());
+    if (++column == 6) {
+      std::printf("\n");
+      column = 0;
+    }
+  }
+  if (column != 0) std::printf("\n");
+}
+
+}  // namespace
+
+int StatsCommand(int argc, char** argv) {
+  std::string prefix, socket_path;
+  bool json = false;
+  ConfigFlags flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string error;
+    if (TakeConfigFlag(argc, argv, &i, &flags, &error)) {
+      if (!error.empty()) return Fail(error);
+      continue;
+    }
+    if (!std::strcmp(argv[i], "--json")) {
+      json = true;
+    } else if (!std::strcmp(argv[i], "--file-prefix") && i + 1 < argc) {
+      prefix = argv[++i];
+    } else if (!std::strcmp(argv[i], "--socket") && i + 1 < argc) {
+      socket_path = argv[++i];
+    } else {
+      return StatsUsage();
+    }
+  }
+  if (!flags.file.empty()) {
+    auto config = LoadToolConfig(flags, "");
+    if (!config.ok()) return Fail(config.status().message());
+    if (config->eal.file_prefix.empty()) {
+      return Fail(flags.file + " sets no [eal] file_prefix; give the running process's --file-prefix");
+    }
+    prefix = config->eal.file_prefix;
+  }
+  if (socket_path.empty()) {
+    if (prefix.empty()) return StatsUsage();
+    socket_path = pmd::TelemetrySocketPath(prefix);
+  }
+  auto client = pmd::TelemetryClient::Connect(socket_path);
+  if (!client.ok()) return Fail(client.status().message());
+
+  if (json) {
+    // The raw answers, one JSON object per line, as dpdk-telemetry.py would.
+    std::vector<std::string> commands = {"/uroce/info", "/uroce/ports"};
+    auto ports = Answer(*client, "/uroce/ports");
+    if (!ports.ok()) return Fail(ports.status().message());
+    for (const JsonValue& p : ports->items) commands.push_back("/uroce/port," + p.text);
+    auto qps = Answer(*client, "/uroce/qps");
+    if (!qps.ok()) return Fail(qps.status().message());
+    for (const JsonValue& q : qps->items) commands.push_back("/uroce/qp," + q.text);
+    for (const std::string& c : commands) {
+      auto raw = client->Query(c);
+      if (!raw.ok()) return Fail(raw.status().message());
+      std::printf("%s\n", raw->c_str());
+    }
+    return 0;
+  }
+
+  auto info = Answer(*client, "/uroce/info");
+  if (!info.ok()) return Fail(info.status().message());
+  const JsonValue* pid = info->Get("pid");
+  const JsonValue* progress = info->Get("progress");
+  std::printf("uroce process %s (%s progress), telemetry %s\n", pid ? pid->text.c_str() : "?",
+              progress ? progress->text.c_str() : "?", socket_path.c_str());
+  auto ports = Answer(*client, "/uroce/ports");
+  if (!ports.ok()) return Fail(ports.status().message());
+  for (const JsonValue& name : ports->items) {
+    auto port = Answer(*client, "/uroce/port," + name.text);
+    if (!port.ok()) return Fail(port.status().message());
+    auto field = [&](const char* k) {
+      const JsonValue* v = port->Get(k);
+      return v ? v->text : std::string("?");
+    };
+    std::printf("endpoint %s: port %s (%s), mac %s, gids %s\n", name.text.c_str(), field("port_id").c_str(),
+                field("driver").c_str(), field("mac").c_str(), field("gids").c_str());
+    PrintCounters(*port, {"name", "port_id", "driver", "mac", "gids"});
+  }
+  auto qps = Answer(*client, "/uroce/qps");
+  if (!qps.ok()) return Fail(qps.status().message());
+  if (qps->items.empty()) std::printf("no QPs\n");
+  for (const JsonValue& id : qps->items) {
+    auto qp = Answer(*client, "/uroce/qp," + id.text);
+    if (!qp.ok()) continue;  // destroyed since the list was read
+    auto field = [&](const char* k) {
+      const JsonValue* v = qp->Get(k);
+      return v ? v->text : std::string("?");
+    };
+    std::printf("QP %s: %s %s, destination QP %s\n", id.text.c_str(), field("type").c_str(), field("state").c_str(),
+                field("dest_qpn").c_str());
+    PrintCounters(*qp, {"endpoint", "qpn", "type", "state", "dest_qpn"});
+  }
+  return 0;
+}
+
+}  // namespace uroce::tools
