@@ -1,3 +1,4 @@
+#include "common/raw_enum.h"
 #include "cq/completion_queue.h"
 
 #include <rdma/fi_errno.h>
@@ -103,11 +104,13 @@ StatusOr<std::unique_ptr<CompletionQueue>> CompletionQueue::Open(
   if ((attr.flags & ~static_cast<uint64_t>(FI_AFFINITY)) != 0) {
     return InvalidArgument("unsupported fi_cq_attr.flags");
   }
-  fi_cq_format format = attr.format;
-  if (format == FI_CQ_FORMAT_UNSPEC) format = FI_CQ_FORMAT_CONTEXT;
-  if (CqEntrySize(format) == 0) {
-    return InvalidArgument("unknown CQ format " + std::to_string(attr.format));
+  const int raw_format = RawEnum(attr.format);
+  if (raw_format != FI_CQ_FORMAT_UNSPEC && raw_format != FI_CQ_FORMAT_CONTEXT && raw_format != FI_CQ_FORMAT_MSG &&
+      raw_format != FI_CQ_FORMAT_DATA && raw_format != FI_CQ_FORMAT_TAGGED) {
+    return InvalidArgument("unknown CQ format " + std::to_string(raw_format));
   }
+  fi_cq_format format = static_cast<fi_cq_format>(raw_format);
+  if (format == FI_CQ_FORMAT_UNSPEC) format = FI_CQ_FORMAT_CONTEXT;
   if (attr.size > kMaxCqSize) {
     return InvalidArgument("CQ size " + std::to_string(attr.size) +
                            " is above the maximum " +
@@ -115,15 +118,15 @@ StatusOr<std::unique_ptr<CompletionQueue>> CompletionQueue::Open(
   }
   // "This field is ignored if wait_obj is set to FI_WAIT_NONE."
   fi_cq_wait_cond wait_cond = FI_CQ_COND_NONE;
-  if (attr.wait_obj != FI_WAIT_NONE) {
-    if (attr.wait_cond != FI_CQ_COND_NONE &&
-        attr.wait_cond != FI_CQ_COND_THRESHOLD) {
+  if (RawEnum(attr.wait_obj) != FI_WAIT_NONE) {
+    const int raw_cond = RawEnum(attr.wait_cond);
+    if (raw_cond != FI_CQ_COND_NONE && raw_cond != FI_CQ_COND_THRESHOLD) {
       return InvalidArgument("unknown wait_cond");
     }
-    wait_cond = attr.wait_cond;
+    wait_cond = static_cast<fi_cq_wait_cond>(raw_cond);
   }
   StatusOr<std::unique_ptr<WaitObject>> wait =
-      WaitObject::Create(attr.wait_obj, attr.wait_set);
+      WaitObject::Create(RawEnum(attr.wait_obj), attr.wait_set);
   if (!wait.ok()) return wait.status();
 
   const size_t capacity =

@@ -1,3 +1,4 @@
+#include "common/raw_enum.h"
 #include "cq/counter.h"
 
 #include <rdma/fi_errno.h>
@@ -87,7 +88,7 @@ StatusOr<std::unique_ptr<Counter>> Counter::Open(const fi_cntr_attr& attr,
   // "Flags are reserved for future use, and must be set to 0."
   if (attr.flags != 0) return InvalidArgument("fi_cntr_attr.flags must be 0");
   StatusOr<std::unique_ptr<WaitObject>> wait =
-      WaitObject::Create(attr.wait_obj, attr.wait_set);
+      WaitObject::Create(RawEnum(attr.wait_obj), attr.wait_set);
   if (!wait.ok()) return wait.status();
   return std::unique_ptr<Counter>(new Counter(std::move(*wait), context));
 }

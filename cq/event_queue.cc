@@ -1,3 +1,4 @@
+#include "common/raw_enum.h"
 #include "cq/event_queue.h"
 
 #include <rdma/fi_errno.h>
@@ -117,7 +118,7 @@ StatusOr<std::unique_ptr<EventQueue>> EventQueue::Open(const fi_eq_attr& attr,
                            std::to_string(kMaxEqSize));
   }
   StatusOr<std::unique_ptr<WaitObject>> wait =
-      WaitObject::Create(attr.wait_obj, attr.wait_set);
+      WaitObject::Create(RawEnum(attr.wait_obj), attr.wait_set);
   if (!wait.ok()) return wait.status();
   const size_t capacity = attr.size == 0 ? kDefaultEqSize : attr.size;
   return std::unique_ptr<EventQueue>(

@@ -34,8 +34,9 @@ timespec Deadline::MonotonicTimespec() const {
 }
 
 StatusOr<std::unique_ptr<WaitObject>> WaitObject::Create(
-    fi_wait_obj kind, const fid_wait* wait_set) {
-  switch (kind) {
+    int raw_kind, const fid_wait* wait_set) {
+  fi_wait_obj kind = FI_WAIT_NONE;
+  switch (raw_kind) {
     case FI_WAIT_NONE:
       return std::unique_ptr<WaitObject>();
     case FI_WAIT_UNSPEC:
@@ -46,6 +47,7 @@ StatusOr<std::unique_ptr<WaitObject>> WaitObject::Create(
     case FI_WAIT_FD:
     case FI_WAIT_MUTEX_COND:
     case FI_WAIT_YIELD:
+      kind = static_cast<fi_wait_obj>(raw_kind);
       break;
     case FI_WAIT_SET:
       if (wait_set == nullptr) {
@@ -53,7 +55,7 @@ StatusOr<std::unique_ptr<WaitObject>> WaitObject::Create(
       }
       return NotSupported("wait sets are not supported");
     default:
-      return InvalidArgument("unknown wait object " + std::to_string(kind));
+      return InvalidArgument("unknown wait object " + std::to_string(raw_kind));
   }
   std::unique_ptr<WaitObject> wait(new WaitObject(kind));
   UROCE_RETURN_IF_ERROR(wait->Init());

@@ -99,7 +99,9 @@ class WaitObject {
   //   FI_WAIT_SET         refused: without a wait set it is invalid, and wait
   //                       sets are not implemented yet.
   //   anything else       invalid (FI_WAIT_POLLFD belongs to wait sets).
-  static StatusOr<std::unique_ptr<WaitObject>> Create(fi_wait_obj kind,
+  // `kind` is an fi_wait_obj read as an integer (it comes from a C caller and
+  // may hold any value; see common/raw_enum.h).
+  static StatusOr<std::unique_ptr<WaitObject>> Create(int kind,
                                                       const fid_wait* wait_set);
   ~WaitObject();
   WaitObject(const WaitObject&) = delete;

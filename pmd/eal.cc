@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <random>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -21,7 +23,14 @@ std::string g_file_prefix;
 
 std::string UniqueFilePrefix() {
   static std::atomic<unsigned> counter{0};
-  return "uroce-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+  // The pid alone is not unique: Bazel's linux-sandbox gives each test its
+  // own PID namespace, so concurrent tests all run as the same small pid and
+  // would share (and delete) one /var/run/dpdk/<prefix>. A random tag per
+  // process tells them apart.
+  static const unsigned tag = std::random_device{}() & 0xFFFFFF;
+  char tag_hex[8];
+  std::snprintf(tag_hex, sizeof(tag_hex), "%06x", tag);
+  return "uroce-" + std::to_string(getpid()) + "-" + tag_hex + "-" + std::to_string(counter++);
 }
 
 std::vector<std::string> EalArguments(const EalConfig& config) {

@@ -24,7 +24,8 @@ struct EalConfig {
   std::vector<std::string> extra_args;  // passed to EAL as they are.
 };
 
-// "uroce-<pid>-<n>": unique per process and per call.
+// "uroce-<pid>-<random tag>-<n>": unique per process (even across PID
+// namespaces, as in Bazel's sandbox) and per call.
 std::string UniqueFilePrefix();
 
 // The argv EAL gets for `config` (without resolving an empty file prefix).

@@ -75,3 +75,21 @@ TEST(LossTest, SameSeedSameRun) {
 
 }  // namespace
 }  // namespace uroce::transport
+
+namespace uroce::transport {
+namespace {
+
+TEST(SoakOverDpdkRingTest, MixedWorkloadOverANetRingPair) {
+  SoakOptions o;
+  o.dpdk_ring = true;
+  o.messages = 5000;
+  o.qps = 3;
+  o.max_size = 32768;
+  auto r = RunSoak(o, {});
+  ExpectClean(r);
+  o.impairments.loss = 0.1;  // impairments belong to the in-memory link
+  EXPECT_FALSE(RunSoak(o, {}).ok());
+}
+
+}  // namespace
+}  // namespace uroce::transport

@@ -16,7 +16,7 @@ int SoakUsage() {
   std::fprintf(stderr,
                "usage: uroce soak [--loss P] [--dup P] [--reorder P] [--corrupt P] [--delay TICKS]\n"
                "                  [--seed S] [--messages N] [--qps Q] [--ops send,write,read,atomic,imm]\n"
-               "                  [--max-size BYTES] [--mtu 256|512|1024|2048|4096] [--port memory]\n");
+               "                  [--max-size BYTES] [--mtu 256|512|1024|2048|4096] [--port memory|ring]\n");
   return 2;
 }
 
@@ -63,10 +63,13 @@ int SoakCommand(int argc, char** argv) {
       ok = ops.ok();
       if (ok) o.ops = *ops;
     } else if (flag == "--port") {
-      // Only the in-memory link exists so far; a DPDK net_ring port comes
-      // with the poll-mode driver issue.
-      if (std::strcmp(v, "memory") != 0) {
-        std::fprintf(stderr, "uroce soak: --port %s is not available yet (only 'memory')\n", v);
+      // memory: the in-memory lossy link; ring: a DPDK net_ring pair.
+      if (std::strcmp(v, "memory") == 0) {
+        o.dpdk_ring = false;
+      } else if (std::strcmp(v, "ring") == 0) {
+        o.dpdk_ring = true;
+      } else {
+        std::fprintf(stderr, "uroce soak: --port must be memory or ring\n");
         return 2;
       }
     } else {

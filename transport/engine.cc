@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/raw_enum.h"
 #include "transport/opcode.h"
 
 namespace uroce::transport {
@@ -485,7 +486,7 @@ int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** b
     // accepted and completes with IBV_WC_WR_FLUSH_ERR.
     if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
     const bool rc = qp->type == IBV_QPT_RC;
-    switch (wr->opcode) {
+    switch (RawEnum(wr->opcode)) {  // any value may come from a C caller
       case IBV_WR_SEND:
       case IBV_WR_SEND_WITH_IMM:
         break;
@@ -669,8 +670,10 @@ void Engine::CompleteSend(QueuePair* qp, const SendSlot& slot, ibv_wc_status sta
 }
 
 void Engine::CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status status, uint32_t byte_len,
-                          ibv_wc_opcode opcode, unsigned wc_flags, uint32_t imm_or_rkey, uint32_t src_qp) {
+                          ibv_wc_opcode opcode, unsigned wc_flags, uint32_t imm_or_rkey, uint32_t src_qp,
+                          uint32_t vendor_err) {
   ibv_wc wc{};
+  wc.vendor_err = vendor_err;
   wc.wr_id = wqe.wr_id;
   wc.status = status;
   wc.opcode = opcode;

@@ -241,8 +241,11 @@ class Engine {
 
   // Completions (engine thread).
   void CompleteSend(QueuePair* qp, const SendSlot& slot, ibv_wc_status status);
+  // `vendor_err`: for IBV_WC_LOC_LEN_ERR, the bytes that did not fit (the cq
+  // layer reports them as olen, fi_cq(3)).
   void CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status status, uint32_t byte_len,
-                    ibv_wc_opcode opcode, unsigned wc_flags, uint32_t imm_or_rkey, uint32_t src_qp);
+                    ibv_wc_opcode opcode, unsigned wc_flags, uint32_t imm_or_rkey, uint32_t src_qp,
+                    uint32_t vendor_err = 0);
   // Moves the QP to ERR and flushes everything outstanding (IBTA 10.3.1.8).
   void EnterError(QueuePair* qp);
   void FlushQueues(QueuePair* qp);

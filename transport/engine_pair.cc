@@ -1,5 +1,7 @@
 #include "transport/engine_pair.h"
 
+#include "pmd/port.h"
+
 #include <atomic>
 #include <cstring>
 
@@ -17,9 +19,27 @@ StatusOr<std::unique_ptr<EnginePair>> EnginePair::Create(const EnginePairOptions
   if (!pool.ok()) return pool.status();
   pair->pool_ = std::move(*pool);
   pair->pool_size_ = options.pool_mbufs;
-  pair->link_ = std::make_unique<LossyLink>(pair->pool_.get(), options.seed, options.impairments);
-  UROCE_RETURN_IF_ERROR(pair->SetUpEndpoint(pair->a_, pair->link_->a(), 1, options));
-  UROCE_RETURN_IF_ERROR(pair->SetUpEndpoint(pair->b_, pair->link_->b(), 2, options));
+  PacketIo* io_a = nullptr;
+  PacketIo* io_b = nullptr;
+  if (options.dpdk_ring) {
+    auto ring = pmd::CreateRingPair("ep" + std::to_string(counter++));
+    if (!ring.ok()) return ring.status();
+    pair->ring_ = std::make_unique<pmd::RingPair>(*ring);
+    pmd::PortConfig port;
+    port.rx_pool = pair->pool_.get();
+    UROCE_RETURN_IF_ERROR(pmd::StartPort(ring->port_a, port));
+    UROCE_RETURN_IF_ERROR(pmd::StartPort(ring->port_b, port));
+    pair->ring_io_a_ = std::make_unique<pmd::EthPortIo>(ring->port_a, 0);
+    pair->ring_io_b_ = std::make_unique<pmd::EthPortIo>(ring->port_b, 0);
+    io_a = pair->ring_io_a_.get();
+    io_b = pair->ring_io_b_.get();
+  } else {
+    pair->link_ = std::make_unique<LossyLink>(pair->pool_.get(), options.seed, options.impairments);
+    io_a = &pair->link_->a();
+    io_b = &pair->link_->b();
+  }
+  UROCE_RETURN_IF_ERROR(pair->SetUpEndpoint(pair->a_, *io_a, 1, options));
+  UROCE_RETURN_IF_ERROR(pair->SetUpEndpoint(pair->b_, *io_b, 2, options));
   pair->a_.engine->AddNeighbor(pair->b_.gid, pair->b_.mac);
   pair->b_.engine->AddNeighbor(pair->a_.gid, pair->a_.mac);
   return pair;
@@ -46,19 +66,19 @@ Status EnginePair::SetUpEndpoint(Endpoint& e, PacketIo& io, uint8_t host, const 
   return Status::Ok();
 }
 
-EnginePair::~EnginePair() {
-  // Engines first (they free what they staged), then the link (what is on the
-  // wire), then the pool.
-  a_.engine.reset();
-  b_.engine.reset();
-  link_.reset();
-}
+EnginePair::~EnginePair() { ShutDownAndCheckMbufs(); }
 
 bool EnginePair::ShutDownAndCheckMbufs() {
+  // Engines first (they free what they staged), then the wire (what is still
+  // on it), then the pool can be checked.
   a_.engine.reset();
   b_.engine.reset();
   link_.reset();
-  return pmd::AvailableMbufs(pool_.get()) == pool_size_;
+  if (ring_) {
+    (void)pmd::DestroyRingPair(*ring_);
+    ring_.reset();
+  }
+  return pool_ == nullptr || pmd::AvailableMbufs(pool_.get()) == pool_size_;
 }
 
 StatusOr<std::pair<QueuePair*, QueuePair*>> EnginePair::ConnectQps(const RcConnectOptions& o) {

@@ -11,13 +11,18 @@
 #include <vector>
 
 #include "common/status.h"
+#include "pmd/eth_port_io.h"
 #include "pmd/mempool.h"
+#include "pmd/ring_pair.h"
 #include "transport/engine.h"
 #include "transport/lossy_link.h"
 
 namespace uroce::transport {
 
 struct EnginePairOptions {
+  // false: the in-memory LossyLink (impairments apply). true: a DPDK net_ring
+  // pair, each engine on one port through an ethdev queue (no impairments).
+  bool dpdk_ring = false;
   uint64_t seed = 1;
   LinkImpairments impairments;
   uint32_t port_mtu = 1500;
@@ -63,7 +68,9 @@ class EnginePair {
 
   Endpoint& a() { return a_; }
   Endpoint& b() { return b_; }
+  // The in-memory link (not with dpdk_ring).
   LossyLink& link() { return *link_; }
+  bool has_link() const { return link_ != nullptr; }
   rte_mempool* pool() { return pool_.get(); }
   uint64_t now_ns() const { return now_ns_; }
 
@@ -92,6 +99,8 @@ class EnginePair {
   pmd::MempoolPtr pool_;
   unsigned pool_size_ = 0;
   std::unique_ptr<LossyLink> link_;
+  std::unique_ptr<pmd::RingPair> ring_;
+  std::unique_ptr<pmd::EthPortIo> ring_io_a_, ring_io_b_;
   Endpoint a_, b_;
   uint64_t now_ns_ = 1'000'000;
   uint64_t ns_per_poll_ = 1000;

@@ -382,6 +382,7 @@ TEST_F(EngineTest, ReceiveTooSmallIsLocalLengthError) {
   auto recv = pair_->WaitCompletions(pair_->b().cq, 1);
   ASSERT_EQ(recv.size(), 1u);
   EXPECT_EQ(recv[0].status, IBV_WC_LOC_LEN_ERR);
+  EXPECT_EQ(recv[0].vendor_err, 24u) << "bytes past the buffer in the packet that overflowed (1024 - 1000)";
   auto sent = pair_->WaitCompletions(pair_->a().cq, 1);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].status, IBV_WC_REM_INV_REQ_ERR);
@@ -570,6 +571,149 @@ TEST(TimerTableTest, RnrTimerFollowsIbtaTable45) {
   EXPECT_EQ(RnrTimerNs(1), 10000u);      // 0.01 ms
   EXPECT_EQ(RnrTimerNs(14), 1280000u);   // 1.28 ms
   EXPECT_EQ(RnrTimerNs(31), 491520000u); // 491.52 ms
+}
+
+}  // namespace
+}  // namespace uroce::transport
+
+namespace uroce::transport {
+namespace {
+
+TEST_F(EngineTest, SharedReceiveQueueFeedsTwoQpsAndRaisesItsLimitEvent) {
+  Start();
+  auto srq = pair_->b().engine->CreateSrq(pair_->b().pd, 64, 1, /*limit=*/3);
+  ASSERT_TRUE(srq.ok()) << srq.status().ToString();
+  RcConnectOptions connect;
+  connect.srq_b = *srq;
+  auto first = pair_->ConnectQps(connect);
+  auto second = pair_->ConnectQps(connect);
+  ASSERT_TRUE(first.ok() && second.ok());
+  Buffer dst = Register(pair_->b(), 64 * 8, 0);
+  for (uint32_t i = 0; i < 8; ++i) {
+    ibv_sge sge{dst.addr() + 64 * i, 64, dst.keys.lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = 100 + i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    const ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(pair_->b().engine->PostSrqRecv(*srq, &wr, &bad), 0);
+  }
+  // Posting to a QP that has an SRQ is refused.
+  ibv_sge sge{dst.addr(), 64, dst.keys.lkey};
+  ibv_recv_wr direct{};
+  direct.sg_list = &sge;
+  direct.num_sge = 1;
+  const ibv_recv_wr* bad = nullptr;
+  EXPECT_EQ(pair_->b().engine->PostRecv(first->second, &direct, &bad), EINVAL);
+
+  Buffer src = Register(pair_->a(), 64, 5);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(PostSend(pair_->a(), first->first, IBV_WR_SEND, src, 64, i), 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(PostSend(pair_->a(), second->first, IBV_WR_SEND, src, 64, 10 + i), 0);
+  auto wc = pair_->WaitCompletions(pair_->b().cq, 6);
+  ASSERT_EQ(wc.size(), 6u);
+  int on_first = 0;
+  for (const ibv_wc& w : wc) {
+    EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+    EXPECT_GE(w.wr_id, 100u);
+    on_first += w.qp_num == first->second->qpn;
+  }
+  EXPECT_EQ(on_first, 3);
+  // 2 left < limit 3: the event fired once.
+  AsyncEvent event;
+  bool limit_seen = false;
+  while (pair_->b().engine->NextAsyncEvent(&event)) limit_seen |= event.type == IBV_EVENT_SRQ_LIMIT_REACHED;
+  EXPECT_TRUE(limit_seen);
+  EXPECT_EQ((*srq)->limit_events.load(), 1u);
+  EXPECT_EQ((*srq)->limit.load(), 0u) << "disarmed after firing";
+}
+
+TEST_F(EngineTest, InlineDataIsCopiedAtPostTime) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer dst = Register(pair_->b(), 128, 0);
+  PostRecv(pair_->b(), qb, dst, 1);
+  std::vector<uint8_t> unregistered(100, 0x5C);  // inline data needs no MR
+  ibv_sge sge{reinterpret_cast<uint64_t>(unregistered.data()), 100, 0};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  const ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);
+  std::fill(unregistered.begin(), unregistered.end(), 0);  // reusable at once
+  auto wc = pair_->WaitCompletions(pair_->b().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(dst.bytes[i], 0x5C);
+}
+
+TEST_F(EngineTest, FencedRequestWaitsForAnEarlierRead) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer local = Register(pair_->a(), 8192, 0);
+  Buffer remote = Register(pair_->b(), 8192, 0);
+  Pattern(remote, 31);
+  // READ the first half into local[0..4096), then a fenced WRITE of that same
+  // local range to remote[4096..): the WRITE must carry the READ's data.
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_READ, local, 4096, 1, remote.addr(), remote.keys.rkey), 0);
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, 4096, 2, remote.addr() + 4096, remote.keys.rkey,
+                     IBV_SEND_SIGNALED | IBV_SEND_FENCE),
+            0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+  EXPECT_EQ(0, std::memcmp(remote.bytes.data(), remote.bytes.data() + 4096, 4096));
+}
+
+TEST_F(EngineTest, UnreliableConnectedDeliversWithoutAcks) {
+  Start();
+  RcConnectOptions connect;
+  connect.type = IBV_QPT_UC;
+  auto qps = pair_->ConnectQps(connect);
+  ASSERT_TRUE(qps.ok()) << qps.status().ToString();
+  auto [qa, qb] = *qps;
+  Buffer src = Register(pair_->a(), 3000, 0);
+  Pattern(src, 17);
+  Buffer dst = Register(pair_->b(), 3000, 0);
+  PostRecv(pair_->b(), qb, dst, 4);
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 3000, 5), 0);
+  auto sent = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+  auto recv = pair_->WaitCompletions(pair_->b().cq, 1);
+  ASSERT_EQ(recv.size(), 1u);
+  EXPECT_EQ(recv[0].byte_len, 3000u);
+  EXPECT_EQ(dst.bytes, src.bytes);
+  EXPECT_EQ(pair_->b().engine->counters().tx_frames, 0u) << "UC sends no acknowledgements";
+  // READ is not a UC operation.
+  EXPECT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_READ, src, 8, 6, dst.addr(), dst.keys.rkey), EINVAL);
+}
+
+TEST_F(EngineTest, ModifyQpToErrorFlushesPostedReceives) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qa;
+  Buffer dst = Register(pair_->b(), 64, 0);
+  PostRecv(pair_->b(), qb, dst, 1);
+  PostRecv(pair_->b(), qb, dst, 2);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_TRUE(pair_->b().engine->ModifyQp(qb, attr, IBV_QP_STATE).ok());
+  auto wc = pair_->WaitCompletions(pair_->b().cq, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_RECV);
 }
 
 }  // namespace

@@ -166,6 +166,9 @@ constexpr uint64_t kMu = ComputeMu();
 static_assert(kMu >> 32 == 1, "mu = floor(x^64 / P) has degree 32");
 constexpr uint64_t kBarrettMu = Reflect64(kMu << 31);
 constexpr uint64_t kBarrettPoly = Reflect64(((uint64_t{1} << 32) | kPolynomial) << 31);
+// The same two numbers as the literature prints them for the bit-reflected
+// CRC-32 (Intel's PCLMULQDQ paper): derived above, checked here.
+static_assert(kBarrettMu == 0x1F7011641ull && kBarrettPoly == 0x1DB710641ull, "Barrett constants");
 
 // pshufb controls: 16 bytes of 0x80 (which give zero), 0..15, 16 more of
 // 0x80. Reading 16 bytes at kShiftTable + 16 - z shifts a register up by z

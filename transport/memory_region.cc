@@ -6,7 +6,6 @@ namespace uroce::transport {
 namespace {
 
 constexpr uint32_t kTagBits = 8;
-constexpr uint32_t kTagMask = (1u << kTagBits) - 1;
 
 // Verbs rule (ibv_reg_mr(3)): remote write or remote atomic access needs
 // local write access too.

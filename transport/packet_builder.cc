@@ -96,9 +96,11 @@ void WriteHeaders(const PacketFields& f, const Layout& layout, uint8_t* frame) {
     ip.header_checksum.store(0);
     std::memcpy(ip.src, f.src_gid.data() + 12, 4);
     std::memcpy(ip.dst, f.dst_gid.data() + 12, 4);
+    // Summed over the header still in registers, not read back from the frame.
+    uint8_t bytes[sizeof(Ipv4Header)];
+    std::memcpy(bytes, &ip, sizeof(ip));
+    ip.header_checksum.store(Ipv4HeaderChecksum(bytes, sizeof(bytes)));
     WriteHeader(frame + layout.l3, ip);
-    StoreBe16(frame + layout.l3 + offsetof(Ipv4Header, header_checksum),
-              Ipv4HeaderChecksum(frame + layout.l3, sizeof(Ipv4Header)));
   } else {
     Ipv6Header ip;
     ip.version_class_flow.store((6u << 28) | (uint32_t{f.traffic_class} << 20) | f.ipv6_flow_label);

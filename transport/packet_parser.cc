@@ -152,7 +152,9 @@ const char* ParseErrorName(ParseError error) {
 }
 
 ParseError ParsePacket(const uint8_t* frame, size_t length, const ParseOptions& options, PacketView* view) {
-  *view = PacketView{};
+  // One block copy: cheaper than building a fresh view field by field.
+  static const PacketView kEmptyView{};
+  *view = kEmptyView;
   view->frame = frame;
   view->frame_length = length;
   if (frame == nullptr) return ParseError::kTruncated;

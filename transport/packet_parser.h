@@ -67,7 +67,8 @@ struct ParseOptions {
 
 // A parsed frame. Offsets are from the first byte of the frame. On an error
 // the view holds what was decoded before it (is_roce says whether the frame
-// got as far as UDP port 4791; on kBadIcrc every field is decoded).
+// got as far as UDP port 4791; on kBadIcrc the fields are decoded as far
+// as the frame allows, for tools like `uroce dump`).
 struct PacketView {
   PacketFields fields;
   const OpcodeInfo* opcode = nullptr;  // set once the opcode is known to be valid

@@ -1,5 +1,7 @@
 #include "transport/qp_state.h"
 
+#include "common/raw_enum.h"
+
 #include <string>
 
 namespace uroce::transport {
@@ -138,8 +140,9 @@ StatusOr<ibv_qp_state> ValidateQpModify(ibv_qp_type type, ibv_qp_state current, 
     return Status(StatusCode::kNotSupported, "QP type not supported");
   }
   if (!(mask & IBV_QP_STATE)) return Invalid("IBV_QP_STATE missing from the attribute mask");
-  if (!ValidState(attr.qp_state)) return Invalid("unknown target state");
-  if ((mask & IBV_QP_CUR_STATE) && attr.cur_qp_state != current) {
+  // Enum fields come from C callers and may hold any value (common/raw_enum.h).
+  if (!ValidState(RawEnum(attr.qp_state))) return Invalid("unknown target state");
+  if ((mask & IBV_QP_CUR_STATE) && RawEnum(attr.cur_qp_state) != static_cast<int>(current)) {
     return Invalid(std::string("cur_qp_state ") + QpStateName(attr.cur_qp_state) + " but the QP is in " +
                    QpStateName(current));
   }
@@ -159,7 +162,7 @@ StatusOr<ibv_qp_state> ValidateQpModify(ibv_qp_type type, ibv_qp_state current, 
   }
 
   // Values (IBTA 11.2.5.2 and the ranges ibv_modify_qp(3) documents).
-  if ((mask & IBV_QP_PATH_MTU) && (MtuBytes(attr.path_mtu) == 0 || attr.path_mtu > limits.max_mtu)) {
+  if ((mask & IBV_QP_PATH_MTU) && (RawEnum(attr.path_mtu) < IBV_MTU_256 || RawEnum(attr.path_mtu) > limits.max_mtu)) {
     return Invalid("path_mtu out of range");
   }
   if ((mask & IBV_QP_TIMEOUT) && attr.timeout > 31) return Invalid("timeout > 31");

@@ -104,6 +104,7 @@ struct ResponderState {
   bool recv_offset_valid = false;  // the receive belongs to a SEND in progress
   RecvWqe recv;
   uint64_t recv_offset = 0;
+  uint32_t length_overflow = 0;  // bytes that did not fit, for IBV_WC_LOC_LEN_ERR
   // RDMA WRITE in progress (from the RETH of the first packet).
   uint8_t* write_dest = nullptr;
   uint64_t write_remaining = 0;

@@ -58,7 +58,8 @@ void Engine::ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_status 
   SendNak(qp, psn, code);
   ResponderState& s = qp->resp;
   if (s.have_recv) {
-    CompleteRecv(qp, s.recv, recv_status, 0, IBV_WC_RECV, 0, 0, 0);
+    CompleteRecv(qp, s.recv, recv_status, 0, IBV_WC_RECV, 0, 0, 0,
+                 recv_status == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
     s.have_recv = false;
   }
   EnterError(qp);
@@ -90,6 +91,7 @@ bool Engine::PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, ui
   const RecvWqe& w = qp->resp.recv;
   if (offset + length > w.total_length) {
     *error = IBV_WC_LOC_LEN_ERR;
+    qp->resp.length_overflow = static_cast<uint32_t>(offset + length - w.total_length);
     return false;
   }
   uint32_t i = 0;
@@ -143,7 +145,7 @@ void Engine::HandleUdReceive(QueuePair* qp, const PacketView& p) {
     imm = htonl(p.fields.immediate_data);
   }
   CompleteRecv(qp, wqe, ok ? IBV_WC_SUCCESS : error, ok ? kGrhBytes + p.fields.payload_length : 0, IBV_WC_RECV,
-               flags, imm, p.fields.deth.src_qp);
+               flags, imm, p.fields.deth.src_qp, !ok && error == IBV_WC_LOC_LEN_ERR ? qp->resp.length_overflow : 0);
 }
 
 // A request whose PSN is behind the expected one (IBTA 9.7.5.1.1).
@@ -296,7 +298,8 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
                                                               : NakCode::kRemoteOperationalError,
                          error);
         } else {
-          CompleteRecv(qp, s.recv, error, 0, IBV_WC_RECV, 0, 0, 0);
+          CompleteRecv(qp, s.recv, error, 0, IBV_WC_RECV, 0, 0, 0,
+                       error == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
           s.have_recv = false;
           s.recv_offset_valid = false;
         }

@@ -91,6 +91,11 @@ StatusOr<SoakResult> RunSoak(const SoakOptions& o, const std::function<void(cons
   if (o.outstanding_per_qp == 0 || o.outstanding_per_qp > 128) return InvalidArgument("outstanding must be 1..128");
   EnginePairOptions pair_options;
   pair_options.seed = o.seed;
+  pair_options.dpdk_ring = o.dpdk_ring;
+  if (o.dpdk_ring && (o.impairments.loss > 0 || o.impairments.duplicate > 0 || o.impairments.reorder > 0 ||
+                      o.impairments.corrupt > 0 || o.impairments.max_delay_ticks > 0)) {
+    return InvalidArgument("link impairments apply to the in-memory link only, not to --port ring");
+  }
   pair_options.impairments = o.impairments;
   pair_options.port_mtu = o.path_mtu_bytes + 100;
   auto pair_or = EnginePair::Create(pair_options);
@@ -350,11 +355,13 @@ StatusOr<SoakResult> RunSoak(const SoakOptions& o, const std::function<void(cons
   const EngineCounters cb = pair->b().engine->counters();
   result.retransmits = ca.retransmits + cb.retransmits;
   result.icrc_drops = ca.rx_icrc_errors + cb.rx_icrc_errors;
-  result.link_dropped = pair->link().counters().dropped;
-  result.link_duplicated = pair->link().counters().duplicated;
-  result.link_reordered = pair->link().counters().reordered;
-  result.link_corrupted = pair->link().counters().corrupted;
-  result.link_overflowed = pair->link().counters().overflowed;
+  if (pair->has_link()) {
+    result.link_dropped = pair->link().counters().dropped;
+    result.link_duplicated = pair->link().counters().duplicated;
+    result.link_reordered = pair->link().counters().reordered;
+    result.link_corrupted = pair->link().counters().corrupted;
+    result.link_overflowed = pair->link().counters().overflowed;
+  }
   result.tx_alloc_failures = ca.tx_alloc_failures + cb.tx_alloc_failures;
   result.timeouts = ca.timeouts + cb.timeouts;
   // Teardown: every packet buffer must come home.

@@ -26,6 +26,7 @@ enum SoakOp : unsigned {
 StatusOr<unsigned> ParseSoakOps(const std::string& list);
 
 struct SoakOptions {
+  bool dpdk_ring = false;  // a DPDK net_ring pair instead of the lossy link
   uint64_t seed = 1;
   LinkImpairments impairments;
   uint64_t messages = 10000;
