@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
+#include <cstdlib>
+#include <string>
+
 #include "pmd/eal.h"
 
 namespace uroce::pmd {
@@ -16,6 +21,17 @@ class EalEnvironment : public ::testing::Environment {
     config.program_name = "uroce_test";
     config.memory_mb = 256;
     config.log_level = "*:warning";
+    // A test that runs engines on their own lcore sets UROCE_TEST_LCORES=0-1
+    // (cc_test env). With fewer than two CPUs, lcore 1 shares CPU 0: slower,
+    // but the same code runs.
+    if (const char* lcores = std::getenv("UROCE_TEST_LCORES"); lcores != nullptr && *lcores != '\0') {
+      config.lcores = lcores;
+      cpu_set_t cpus;
+      if (config.lcores == "0-1" && sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
+          (!CPU_ISSET(0, &cpus) || !CPU_ISSET(1, &cpus))) {
+        config.lcores = "0,1@0";
+      }
+    }
     Status s = StartEal(config);
     ASSERT_TRUE(s.ok()) << s.ToString();
     g_started = true;

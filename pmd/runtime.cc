@@ -165,6 +165,16 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   if (ec.mac_from_port) {
     rte_ether_addr mac;
     if (rte_eth_macaddr_get(ep->port_id, &mac) != 0) return IoError("cannot read the port's MAC");
+    if (rte_is_zero_ether_addr(&mac) || !rte_is_unicast_ether_addr(&mac)) {
+      // net_ring ports have no address (all zeros). ARP needs one: a locally
+      // administered unicast MAC (IEEE 802 bit 1 of the first byte), unique
+      // per process (pid) and port.
+      const unsigned pid = static_cast<unsigned>(getpid());
+      const uint8_t made[6] = {0x02, 0x75, 0x72, static_cast<uint8_t>(pid >> 8), static_cast<uint8_t>(pid),
+                               static_cast<uint8_t>(ep->port_id)};
+      std::memcpy(mac.addr_bytes, made, 6);
+      rte_eth_dev_default_mac_addr_set(ep->port_id, &mac);
+    }
     std::memcpy(ep->endpoint.mac.data(), mac.addr_bytes, 6);
   } else {
     ep->endpoint.mac = ec.mac;
@@ -242,16 +252,13 @@ unsigned Runtime::Progress() {
   return moved;
 }
 
-ShutdownReport Runtime::Shutdown() {
-  if (shut_down_) return report_;
-  shut_down_ = true;
-  // 1. No engine thread from here on: this thread polls.
+unsigned Runtime::FlushQueuePairs() {
+  if (flushed_) return report_.qps_flushed;
+  flushed_ = true;
+  // No engine thread from here on: this thread polls.
   lcores_.Stop();
-  if (telemetry_handle_ != 0) UnpublishTelemetry(telemetry_handle_);
-  telemetry_handle_ = 0;
-
-  // 2. Every QP to the error state; the next polls flush its work
-  //    (IBTA 10.3.1.8) and whatever the engines staged leaves, if it can.
+  // Every QP to the error state; the next polls flush its work
+  // (IBTA 10.3.1.8) and whatever the engines staged leaves, if it can.
   for (auto& e : endpoints_) {
     Engine* engine = e->endpoint.engine.get();
     if (engine == nullptr) continue;
@@ -267,6 +274,15 @@ ShutdownReport Runtime::Shutdown() {
       if (e->endpoint.engine) e->endpoint.engine->Poll();
     }
   }
+  return report_.qps_flushed;
+}
+
+ShutdownReport Runtime::Shutdown() {
+  if (shut_down_) return report_;
+  FlushQueuePairs();
+  shut_down_ = true;
+  if (telemetry_handle_ != 0) UnpublishTelemetry(telemetry_handle_);
+  telemetry_handle_ = 0;
   // 3. Engines (they free what they still staged), then QPs die with them.
   for (auto& e : endpoints_) {
     if (e->endpoint.engine) {

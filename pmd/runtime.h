@@ -72,10 +72,15 @@ class Runtime {
   // mode: nothing to do (the lcores poll), returns 0.
   unsigned Progress();
 
-  // Stops the engine lcores, moves every QP to the error state and polls
-  // until their work is flushed (IBV_WC_WR_FLUSH_ERR in the CQs), destroys
-  // the engines, drains and closes the ports, and counts the mbufs in the
-  // pools. Idempotent; QueuePair and CompletionQueue pointers die with it.
+  // The first half of Shutdown: stops the engine lcores (this thread polls
+  // from now on), moves every QP to the error state and polls until their
+  // work is flushed (IBV_WC_WR_FLUSH_ERR in the CQs, which stay readable
+  // until Shutdown). Returns the QPs it moved.
+  unsigned FlushQueuePairs();
+
+  // FlushQueuePairs if not done yet, then destroys the engines, drains and
+  // closes the ports, and counts the mbufs in the pools. Idempotent;
+  // QueuePair and CompletionQueue pointers die with it.
   ShutdownReport Shutdown();
 
   const UroceConfig& config() const { return config_; }
@@ -89,6 +94,7 @@ class Runtime {
   std::vector<std::pair<std::string, RingPair>> ring_pairs_;
   EngineLcores lcores_;
   int telemetry_handle_ = 0;
+  bool flushed_ = false;
   bool shut_down_ = false;
   ShutdownReport report_;
 };

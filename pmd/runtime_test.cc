@@ -1,0 +1,260 @@
+// The runtime from configuration text: two endpoints on a net_ring pair, in
+// inline progress and with an engine lcore; RC traffic with every byte
+// checked; QPs flushed and every mbuf back at shutdown; telemetry read over
+// its socket; SIGTERM turned into a shutdown request.
+#include "pmd/runtime.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "pmd/config.h"
+#include "pmd/eal.h"
+#include "pmd/eal_test_environment.h"
+#include "pmd/shutdown_signal.h"
+#include "pmd/telemetry_client.h"
+#include "transport/engine_pair.h"
+
+namespace uroce::pmd {
+namespace {
+
+using transport::CompletionQueue;
+using transport::QueuePair;
+
+std::string RingConfig(const std::string& pair, const std::string& progress) {
+  return "[eal]\nlcores = 0-1\n[engine]\nprogress = " + progress +
+         "\n"
+         "[endpoint.a]\nport = ring:" + pair + ":a\nipv4 = 10.5.0.1\nmac = 02:00:00:05:00:01\nlcore = 1\nmtu = 9000\n"
+         "mbufs = 2047\n"
+         "[endpoint.b]\nport = ring:" + pair + ":b\nipv4 = 10.5.0.2\nipv6 = fd00:5::2\nlcore = 1\nmtu = 9000\n"
+         "mbufs = 2047\n";
+}
+
+std::unique_ptr<Runtime> StartRuntime(const std::string& text) {
+  auto config = LoadConfigText(text, "test");
+  EXPECT_TRUE(config.ok()) << config.status().ToString();
+  if (!config.ok()) return nullptr;
+  auto rt = Runtime::Start(*config);
+  EXPECT_TRUE(rt.ok()) << rt.status().ToString();
+  return rt.ok() ? std::move(*rt) : nullptr;
+}
+
+// Drives the runtime (inline mode) until `cq` has a completion.
+bool WaitOne(Runtime& rt, CompletionQueue* cq, ibv_wc* wc) {
+  for (uint64_t i = 0; i < 50'000'000; ++i) {
+    if (cq->Poll(1, wc) == 1) return true;
+    rt.Progress();
+  }
+  return false;
+}
+
+struct Buffer {
+  std::vector<uint8_t> bytes;
+  transport::MrKeys keys{};
+  uint64_t addr() const { return reinterpret_cast<uint64_t>(bytes.data()); }
+};
+
+Buffer Register(transport::Endpoint& side, size_t size) {
+  Buffer b;
+  b.bytes.assign(size, 0);
+  auto keys = side.engine->RegMr(side.pd, b.bytes.data(), size, b.addr(),
+                                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                     IBV_ACCESS_REMOTE_ATOMIC);
+  EXPECT_TRUE(keys.ok());
+  if (keys.ok()) b.keys = *keys;
+  return b;
+}
+
+// SEND, RDMA WRITE, RDMA READ and FETCH_AND_ADD from A to B, each checked.
+void RunTraffic(Runtime& rt) {
+  transport::Endpoint& a = rt.Find("a")->endpoint;
+  transport::Endpoint& b = rt.Find("b")->endpoint;
+  transport::RcConnectOptions options;
+  options.mtu = IBV_MTU_4096;
+  auto qps = transport::ConnectQueuePairs(a, b, options);
+  ASSERT_TRUE(qps.ok()) << qps.status().ToString();
+  QueuePair* qa = qps->first;
+  QueuePair* qb = qps->second;
+  constexpr size_t kSize = 20000;  // five packets at path MTU 4096
+  Buffer sa = Register(a, kSize), db = Register(b, kSize);
+  for (size_t i = 0; i < kSize; ++i) sa.bytes[i] = static_cast<uint8_t>(i * 13 + 1);
+  ibv_wc wc;
+
+  ibv_sge rs{db.addr(), kSize, db.keys.lkey};
+  ibv_recv_wr rwr{};
+  rwr.sg_list = &rs;
+  rwr.num_sge = 1;
+  const ibv_recv_wr* bad_r = nullptr;
+  ASSERT_EQ(b.engine->PostRecv(qb, &rwr, &bad_r), 0);
+  auto post = [&](ibv_wr_opcode op, uint64_t local, uint32_t len, uint32_t lkey, uint64_t remote, uint32_t rkey) {
+    ibv_sge s{local, len, lkey};
+    ibv_send_wr w{};
+    w.opcode = op;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.sg_list = &s;
+    w.num_sge = 1;
+    w.wr.rdma.remote_addr = remote;
+    w.wr.rdma.rkey = rkey;
+    if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      w.wr.atomic.remote_addr = remote;
+      w.wr.atomic.rkey = rkey;
+      w.wr.atomic.compare_add = 5;
+    }
+    const ibv_send_wr* bad = nullptr;
+    return a.engine->PostSend(qa, &w, &bad);
+  };
+  ASSERT_EQ(post(IBV_WR_SEND, sa.addr(), kSize, sa.keys.lkey, 0, 0), 0);
+  for (int k = 0; k < 2; ++k) {
+    CompletionQueue* cq = k == 0 ? a.cq : b.cq;
+    ASSERT_TRUE(WaitOne(rt, cq, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  }
+  EXPECT_EQ(sa.bytes, db.bytes);
+
+  Buffer tb = Register(b, kSize);
+  ASSERT_EQ(post(IBV_WR_RDMA_WRITE, sa.addr(), kSize, sa.keys.lkey, tb.addr(), tb.keys.rkey), 0);
+  ASSERT_TRUE(WaitOne(rt, a.cq, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(sa.bytes, tb.bytes);
+
+  Buffer ra = Register(a, kSize);
+  for (size_t i = 0; i < kSize; ++i) tb.bytes[i] = static_cast<uint8_t>(i * 3);
+  ASSERT_EQ(post(IBV_WR_RDMA_READ, ra.addr(), kSize, ra.keys.lkey, tb.addr(), tb.keys.rkey), 0);
+  ASSERT_TRUE(WaitOne(rt, a.cq, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(ra.bytes, tb.bytes);
+
+  Buffer counter = Register(b, 8), result = Register(a, 8);
+  uint64_t start = 37;
+  std::memcpy(counter.bytes.data(), &start, 8);
+  ASSERT_EQ(post(IBV_WR_ATOMIC_FETCH_AND_ADD, result.addr(), 8, result.keys.lkey, counter.addr(), counter.keys.rkey), 0);
+  ASSERT_TRUE(WaitOne(rt, a.cq, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  uint64_t original = 0, now = 0;
+  std::memcpy(&original, result.bytes.data(), 8);
+  std::memcpy(&now, counter.bytes.data(), 8);
+  EXPECT_EQ(original, 37u);
+  EXPECT_EQ(now, 42u);
+}
+
+TEST(RuntimeTest, InlineProgressOverRingPair) {
+  auto rt = StartRuntime(RingConfig("rti", "inline"));
+  ASSERT_NE(rt, nullptr);
+  EXPECT_TRUE(rt->inline_progress());
+  RunTraffic(*rt);
+  // A's MAC came from the configuration, B's from the port.
+  EXPECT_EQ(MacToString(rt->Find("a")->endpoint.mac), "02:00:00:05:00:01");
+  const ShutdownReport report = rt->Shutdown();
+  EXPECT_TRUE(report.pools_full()) << report.Summary();
+  EXPECT_EQ(report.mbufs_total, 2 * 2047u);
+  EXPECT_EQ(report.qps_flushed, 2u);
+}
+
+TEST(RuntimeTest, EngineLcoreOverRingPair) {
+  auto rt = StartRuntime(RingConfig("rte", "engine"));
+  ASSERT_NE(rt, nullptr);
+  EXPECT_FALSE(rt->inline_progress());
+  EXPECT_EQ(rt->Progress(), 0u);  // the lcore polls; the application only posts and reads CQs
+  RunTraffic(*rt);
+  const ShutdownReport report = rt->Shutdown();
+  EXPECT_TRUE(report.pools_full()) << report.Summary();
+}
+
+TEST(RuntimeTest, ShutdownFlushesOutstandingWork) {
+  auto rt = StartRuntime(RingConfig("rtf", "engine"));
+  ASSERT_NE(rt, nullptr);
+  transport::Endpoint& a = rt->Find("a")->endpoint;
+  transport::Endpoint& b = rt->Find("b")->endpoint;
+  auto qps = transport::ConnectQueuePairs(a, b, transport::RcConnectOptions{});
+  ASSERT_TRUE(qps.ok()) << qps.status().ToString();
+  // Receives nobody will match, and sends that B cannot take (no receives on
+  // B: RNR, retried forever with rnr_retry 7).
+  Buffer ba = Register(a, 4096), bb = Register(b, 4096);
+  for (int i = 0; i < 8; ++i) {
+    ibv_sge s{ba.addr(), 64, ba.keys.lkey};
+    ibv_recv_wr r{};
+    r.wr_id = 100 + i;
+    r.sg_list = &s;
+    r.num_sge = 1;
+    const ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(a.engine->PostRecv(qps->first, &r, &bad), 0);
+    ibv_send_wr w{};
+    w.wr_id = 200 + i;
+    w.opcode = IBV_WR_SEND;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.sg_list = &s;
+    w.num_sge = 1;
+    const ibv_send_wr* bad_s = nullptr;
+    ASSERT_EQ(a.engine->PostSend(qps->first, &w, &bad_s), 0);
+  }
+  EXPECT_EQ(rt->FlushQueuePairs(), 2u);
+  int flushed = 0;
+  ibv_wc wc;
+  while (a.cq->Poll(1, &wc) == 1) {
+    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << wc.wr_id;
+    ++flushed;
+  }
+  EXPECT_EQ(flushed, 16);  // 8 receives and 8 sends
+  const ShutdownReport report = rt->Shutdown();
+  EXPECT_TRUE(report.pools_full()) << report.Summary();
+}
+
+TEST(RuntimeTest, TelemetryShowsPortsAndQps) {
+  auto rt = StartRuntime(RingConfig("rtt", "engine"));
+  ASSERT_NE(rt, nullptr);
+  RunTraffic(*rt);
+  auto client = TelemetryClient::Connect(TelemetrySocketPath(EalFilePrefix()));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_NE(client->greeting().find("\"pid\""), std::string::npos) << client->greeting();
+  auto ports = client->Query("/uroce/ports");
+  ASSERT_TRUE(ports.ok()) << ports.status().ToString();
+  EXPECT_NE(ports->find("\"a\""), std::string::npos) << *ports;
+  EXPECT_NE(ports->find("\"b\""), std::string::npos) << *ports;
+  auto port = client->Query("/uroce/port,a");
+  ASSERT_TRUE(port.ok());
+  EXPECT_NE(port->find("\"tx_frames\""), std::string::npos) << *port;
+  EXPECT_NE(port->find("\"arp_requests_sent\""), std::string::npos) << *port;
+  EXPECT_NE(port->find("\"gids\":\"10.5.0.1\""), std::string::npos) << *port;
+  auto qps = client->Query("/uroce/qps");
+  ASSERT_TRUE(qps.ok());
+  const size_t slash = qps->find("\"a/");
+  ASSERT_NE(slash, std::string::npos) << *qps;
+  const std::string id = qps->substr(slash + 1, qps->find('"', slash + 1) - slash - 1);
+  auto qp = client->Query("/uroce/qp," + id);
+  ASSERT_TRUE(qp.ok());
+  EXPECT_NE(qp->find("\"state\":\"RTS\""), std::string::npos) << *qp;
+  EXPECT_NE(qp->find("\"tx_packets\""), std::string::npos) << *qp;
+  EXPECT_TRUE(rt->Shutdown().pools_full());
+  // After shutdown the endpoints are gone from telemetry.
+  auto after = client->Query("/uroce/ports");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->find("\"a\""), std::string::npos) << *after;
+}
+
+TEST(RuntimeTest, SigtermRequestsShutdown) {
+  ResetShutdownRequest();
+  EXPECT_FALSE(ShutdownRequested());
+  raise(SIGTERM);  // handled: sets the flag, the process lives on
+  EXPECT_TRUE(ShutdownRequested());
+  EXPECT_EQ(ShutdownSignal(), SIGTERM);
+  ResetShutdownRequest();
+  raise(SIGINT);
+  EXPECT_EQ(ShutdownSignal(), SIGINT);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+}
+
+TEST(RuntimeTest, MissingPortIsNamed) {
+  auto config = LoadConfigText("[endpoint.x]\nport = net_nothing0\nipv4 = 10.6.0.1\n", "test");
+  ASSERT_TRUE(config.ok());
+  auto rt = Runtime::Start(*config);
+  ASSERT_FALSE(rt.ok());
+  EXPECT_NE(rt.status().message().find("[endpoint.x] port 'net_nothing0'"), std::string::npos)
+      << rt.status().message();
+}
+
+}  // namespace
+}  // namespace uroce::pmd
