@@ -247,9 +247,13 @@ class Builder {
     } else if (k == "per_qp_packet_budget") {
       if (!ParseUnsigned(v, 1, 1 << 16, &n)) return Bad(where, "expected 1..65536");
       c_.engine.per_qp_packet_budget = static_cast<uint32_t>(n);
+    } else if (k == "progress_idle_us") {
+      if (!ParseUnsigned(v, 1, 1000000, &n)) return Bad(where, "expected 1..1000000");
+      c_.engine.progress_idle_us = static_cast<uint32_t>(n);
     } else {
       return Unknown("engine", k,
-                     "progress, rx_burst, max_qps, ack_request_every, max_unacked_packets, per_qp_packet_budget");
+                     "progress, rx_burst, max_qps, ack_request_every, max_unacked_packets, per_qp_packet_budget, "
+                     "progress_idle_us");
     }
     return Status::Ok();
   }

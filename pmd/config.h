@@ -17,6 +17,8 @@
 //                         inline: no engine thread; whoever polls drives
 //   rx_burst, max_qps, ack_request_every, max_unacked_packets,
 //   per_qp_packet_budget  the transport engine's knobs
+//   progress_idle_us = 50 verbs library, inline progress: longest idle sleep
+//                         of its progress thread (api/verbs/provider.h)
 //
 //   [endpoint.NAME]       one port with one engine (any number of them)
 //   port = ring:PAIR:a    one side of an in-process net_ring pair
@@ -85,6 +87,9 @@ struct EngineTunables {
   uint32_t ack_request_every = 64;
   uint32_t max_unacked_packets = 128;
   uint32_t per_qp_packet_budget = 32;
+  // Verbs library, inline progress: the progress thread's longest sleep when
+  // idle (api/verbs/provider.h).
+  uint32_t progress_idle_us = 50;
 };
 
 struct UroceConfig {
