@@ -325,7 +325,10 @@ class Builder {
       if (!ParseBool(v, &b)) return Bad(where, "expected yes or no");
       ep.promiscuous = b;
     } else if (k == "link_timeout_ms" || k == "resolve_timeout_ms") {
-      if (!ParseUnsigned(v, 1, 3'600'000, &n)) return Bad(where, "expected milliseconds, 1..3600000");
+      const uint64_t least = k == "link_timeout_ms" ? 0 : 1;  // link 0: do not wait
+      if (!ParseUnsigned(v, least, 3'600'000, &n)) {
+        return Bad(where, least == 0 ? "expected milliseconds, 0..3600000" : "expected milliseconds, 1..3600000");
+      }
       (k == "link_timeout_ms" ? ep.link_timeout_ms : ep.resolve_timeout_ms) = static_cast<unsigned>(n);
     } else if (k == "neighbors") {
       for (const std::string& item : Split(v, ',')) {

@@ -33,7 +33,8 @@
 //   rx_descriptors, tx_descriptors   ring depths of the port's queues
 //   mbufs = 8191          packet buffers in this endpoint's pool
 //   promiscuous = no
-//   link_timeout_ms = 10000     wait this long for the link (memif peers)
+//   link_timeout_ms = 10000     wait this long for the link (memif peers);
+//                               0: start without waiting for it
 //   resolve_timeout_ms = 3000   ARP/ND: give up on a neighbour after this
 //   neighbors = IP=MAC,...      static neighbour entries (no ARP for them)
 //

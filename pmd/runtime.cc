@@ -188,7 +188,10 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   // memif links come up when the peer connects; the others at once.
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::milliseconds(ec.link_timeout_ms);
+  // link_timeout_ms = 0: do not wait (a verbs program opens its device
+  // before it meets its peer; frames wait in the engine until the link is up).
   for (;;) {
+    if (ec.link_timeout_ms == 0) break;
     rte_eth_link link;
     if (rte_eth_link_get_nowait(ep->port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP) break;
     if (Clock::now() >= deadline) {

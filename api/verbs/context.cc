@@ -4,6 +4,7 @@
 // asynchronous events, ibv_get_async_event(3) / ibv_ack_async_event(3).
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
+#include <rte_ethdev.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -82,7 +83,11 @@ int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* out, size_t
   Context* ctx = Context::From(context);
   ibv_port_attr a;
   std::memset(&a, 0, sizeof(a));
-  a.state = IBV_PORT_ACTIVE;
+  // The port's link, as rxe follows its netdev: a memif port whose peer is
+  // not there yet is DOWN.
+  rte_eth_link link;
+  const bool up = rte_eth_link_get_nowait(ctx->port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+  a.state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   a.max_mtu = IBV_MTU_4096;
   a.active_mtu = ActiveMtu(ctx->port_mtu);
   a.gid_tbl_len = kGidTableLength;
@@ -93,7 +98,7 @@ int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* out, size_t
   a.max_vl_num = 1;
   a.active_width = 2;  // 4X
   a.active_speed = 32; // EDR (25 Gb/s per lane): what a software NIC claims
-  a.phys_state = 5;    // LinkUp
+  a.phys_state = up ? 5 : 3;  // LinkUp or Disabled
   a.link_layer = IBV_LINK_LAYER_ETHERNET;
   std::memcpy(out, &a, std::min(attr_len, sizeof(a)));
   return 0;

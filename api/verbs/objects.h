@@ -49,6 +49,7 @@ struct Context {
   transport::Engine* engine = nullptr;
   const transport::EngineConfig* engine_config = nullptr;
   uint32_t port_mtu = 1500;
+  uint16_t port_id = 0;  // the DPDK port (link state for ibv_query_port)
   transport::MacAddress mac{};
   // Asynchronous events (ibv_get_async_event(3)): queued by the progress
   // thread, async_fd (an eventfd in semaphore mode) counts them.
