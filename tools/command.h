@@ -8,5 +8,6 @@ namespace uroce::tools {
 int DemoCommand(int argc, char** argv);
 int SoakCommand(int argc, char** argv);
 int DumpCommand(int argc, char** argv);  // tools/dump.cc
+int ExecCommand(int argc, char** argv);  // tools/exec.cc
 
 }  // namespace uroce::tools

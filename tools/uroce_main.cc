@@ -16,6 +16,7 @@ constexpr Subcommand kSubcommands[] = {
     {"demo", uroce::tools::DemoCommand, "two endpoints exchange traffic over DPDK virtual devices"},
     {"soak", uroce::tools::SoakCommand, "randomized RDMA workload over a lossy in-memory link, all checked"},
     {"dump", uroce::tools::DumpCommand, "decode the RoCEv2 frames of a pcap file and check their ICRC"},
+    {"exec", uroce::tools::ExecCommand, "run an unmodified verbs program over uroce: exec [--config FILE] -- PROGRAM ..."},
 };
 
 int Usage(FILE* out) {
