@@ -17,6 +17,8 @@ namespace {
 
 void OnExit() { Provider::Get().Shutdown(); }
 
+constexpr int kExitLingerMs = 100;
+
 // A GUID from the MAC, EUI-64 style, as rxe makes its node GUID.
 uint64_t GuidFromMac(const transport::MacAddress& mac) {
   const uint8_t b[8] = {static_cast<uint8_t>(mac[0] ^ 2), mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]};
@@ -279,6 +281,13 @@ void Provider::Shutdown() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (shut_down_) return;
   shut_down_ = true;
+  // Linger before the ports close: frames this process sent last (the ACK
+  // of the peer's last message, typically) must reach the peer. On a NIC
+  // they are on the wire already; a memif ring is dropped when its peer
+  // disconnects, and the peer would retry a message that was delivered
+  // until its retry count runs out. The progress thread keeps driving the
+  // engines meanwhile (inline mode), so late retransmits are answered too.
+  if (runtime_) std::this_thread::sleep_for(std::chrono::milliseconds(kExitLingerMs));
   stop_.store(true, std::memory_order_release);
   if (thread_.joinable()) thread_.join();
   if (runtime_) {
