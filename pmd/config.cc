@@ -247,9 +247,13 @@ class Builder {
     } else if (k == "per_qp_packet_budget") {
       if (!ParseUnsigned(v, 1, 1 << 16, &n)) return Bad(where, "expected 1..65536");
       c_.engine.per_qp_packet_budget = static_cast<uint32_t>(n);
+    } else if (k == "progress_idle_us") {
+      if (!ParseUnsigned(v, 1, 1000000, &n)) return Bad(where, "expected 1..1000000");
+      c_.engine.progress_idle_us = static_cast<uint32_t>(n);
     } else {
       return Unknown("engine", k,
-                     "progress, rx_burst, max_qps, ack_request_every, max_unacked_packets, per_qp_packet_budget");
+                     "progress, rx_burst, max_qps, ack_request_every, max_unacked_packets, per_qp_packet_budget, "
+                     "progress_idle_us");
     }
     return Status::Ok();
   }
@@ -324,7 +328,10 @@ class Builder {
       if (!ParseBool(v, &b)) return Bad(where, "expected yes or no");
       ep.promiscuous = b;
     } else if (k == "link_timeout_ms" || k == "resolve_timeout_ms") {
-      if (!ParseUnsigned(v, 1, 3'600'000, &n)) return Bad(where, "expected milliseconds, 1..3600000");
+      const uint64_t least = k == "link_timeout_ms" ? 0 : 1;  // link 0: do not wait
+      if (!ParseUnsigned(v, least, 3'600'000, &n)) {
+        return Bad(where, least == 0 ? "expected milliseconds, 0..3600000" : "expected milliseconds, 1..3600000");
+      }
       (k == "link_timeout_ms" ? ep.link_timeout_ms : ep.resolve_timeout_ms) = static_cast<unsigned>(n);
     } else if (k == "neighbors") {
       for (const std::string& item : Split(v, ',')) {

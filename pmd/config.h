@@ -17,6 +17,8 @@
 //                         inline: no engine thread; whoever polls drives
 //   rx_burst, max_qps, ack_request_every, max_unacked_packets,
 //   per_qp_packet_budget  the transport engine's knobs
+//   progress_idle_us = 50 verbs library, inline progress: longest idle sleep
+//                         of its progress thread (api/verbs/provider.h)
 //
 //   [endpoint.NAME]       one port with one engine (any number of them)
 //   port = ring:PAIR:a    one side of an in-process net_ring pair
@@ -32,7 +34,8 @@
 //   rx_descriptors, tx_descriptors   ring depths of the port's queues
 //   mbufs = 8191          packet buffers in this endpoint's pool
 //   promiscuous = no
-//   link_timeout_ms = 10000     wait this long for the link (memif peers)
+//   link_timeout_ms = 10000     wait this long for the link (memif peers);
+//                               0: start without waiting for it
 //   resolve_timeout_ms = 3000   ARP/ND: give up on a neighbour after this
 //   neighbors = IP=MAC,...      static neighbour entries (no ARP for them)
 //
@@ -86,6 +89,9 @@ struct EngineTunables {
   uint32_t ack_request_every = 64;
   uint32_t max_unacked_packets = 128;
   uint32_t per_qp_packet_budget = 32;
+  // Verbs library, inline progress: the progress thread's longest sleep when
+  // idle (api/verbs/provider.h).
+  uint32_t progress_idle_us = 50;
 };
 
 struct UroceConfig {

@@ -266,8 +266,10 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   }
 
   // memif links come up when the peer connects; the others at once.
+  // link_timeout_ms = 0: do not wait (a verbs program opens its device
+  // before it meets its peer; frames wait in the engine until the link is up).
   for (;;) {
-    if (link_up()) break;
+    if (ec.link_timeout_ms == 0 || link_up()) break;
     if (Clock::now() >= deadline) {
       return Unavailable("port " + ec.port + ": link still down after " + std::to_string(ec.link_timeout_ms) +
                          " ms (for memif: is the peer process running with the same socket?)");

@@ -10,5 +10,6 @@ int SoakCommand(int argc, char** argv);
 int DumpCommand(int argc, char** argv);  // tools/dump.cc
 int PerfCommand(int argc, char** argv);  // tools/perf.cc
 int StatsCommand(int argc, char** argv); // tools/stats.cc
+int ExecCommand(int argc, char** argv);  // tools/exec.cc
 
 }  // namespace uroce::tools

@@ -1,0 +1,115 @@
+// The verbs objects of uroce's libibverbs.so.1. Each wraps rdma-core's public
+// struct (the application holds a pointer to that struct, as verbs(7)
+// programs do) and finds its uroce half with container_of.
+//
+// Layout rules taken from rdma-core 44's <infiniband/verbs.h>:
+// - struct ibv_context must be the last member of struct verbs_context, and
+//   context.abi_compat == __VERBS_ABI_IS_EXTENDED with verbs_context.sz set,
+//   or the inline verbs (ibv_query_port, ibv_query_device_ex,
+//   ibv_create_qp_ex, ...) take the legacy path (verbs_get_ctx_op).
+// - The inline fast-path calls (ibv_post_send, ibv_post_recv, ibv_poll_cq,
+//   ibv_req_notify_cq, ibv_post_srq_recv) call context->ops.* directly.
+// - ibv_qp_to_qp_ex(3) hands out a struct ibv_qp_ex whose first member is the
+//   struct ibv_qp, so a QP is allocated as an ibv_qp_ex.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/engine.h"
+
+namespace uroce::verbs {
+
+class Provider;
+
+template <typename Outer, typename Inner>
+Outer* ContainerOf(Inner* inner, size_t offset) {
+  return reinterpret_cast<Outer*>(reinterpret_cast<char*>(inner) - offset);
+}
+
+// One uroce device: one [endpoint.NAME] of the configuration.
+struct Device {
+  ibv_device device;  // first: ibv_device* <-> Device*
+  size_t index = 0;   // endpoint index in the configuration
+  std::string endpoint_name;
+};
+
+struct Context {
+  verbs_context vctx;  // ends with struct ibv_context (see above)
+  Device* device = nullptr;
+  transport::Engine* engine = nullptr;
+  const transport::EngineConfig* engine_config = nullptr;
+  uint32_t port_mtu = 1500;
+  uint16_t port_id = 0;  // the DPDK port (link state for ibv_query_port)
+  transport::MacAddress mac{};
+  // Asynchronous events (ibv_get_async_event(3)): queued by the progress
+  // thread, async_fd (an eventfd in semaphore mode) counts them.
+  std::mutex async_mutex;
+  std::deque<ibv_async_event> async_events;
+
+  ibv_context* ibv() { return &vctx.context; }
+  static Context* From(ibv_context* c) { return ContainerOf<Context>(c, offsetof(Context, vctx) + offsetof(verbs_context, context)); }
+};
+
+struct CompChannel {
+  ibv_comp_channel channel;  // first
+  std::mutex mutex;
+  std::deque<ibv_cq*> fired;  // CQs whose event read() has not consumed yet
+  static CompChannel* From(ibv_comp_channel* c) { return reinterpret_cast<CompChannel*>(c); }
+};
+
+struct Cq {
+  ibv_cq_ex cq;  // first; ibv_cq_ex begins with the members of struct ibv_cq
+  Context* context = nullptr;
+  transport::CompletionQueue* engine_cq = nullptr;
+  CompChannel* channel = nullptr;
+  // ibv_req_notify_cq(3): armed until the progress side signals the channel.
+  std::atomic<bool> armed{false};
+  std::atomic<bool> solicited_only{false};
+  std::atomic<uint32_t> events_delivered{0};
+  std::atomic<uint32_t> events_acked{0};
+  ibv_cq* ibv() { return ibv_cq_ex_to_cq(&cq); }
+  static Cq* From(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
+};
+
+struct Srq {
+  ibv_srq srq;  // first
+  Context* context = nullptr;
+  transport::SharedReceiveQueue* engine_srq = nullptr;
+  uint32_t max_wr = 0, max_sge = 0;
+  static Srq* From(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
+};
+
+struct Qp {
+  ibv_qp_ex qpx;  // first; qpx.qp_base is the ibv_qp the application sees
+  Context* context = nullptr;
+  transport::QueuePair* engine_qp = nullptr;
+  ibv_qp_cap cap{};
+  bool sq_sig_all = false;
+  // ibv_wr_start .. ibv_wr_complete (ibv_wr_post(3)): the requests built so
+  // far, posted together by wr_complete.
+  std::vector<ibv_send_wr> wr_list;
+  std::vector<ibv_sge> wr_sges;  // one per request (wr_set_sge)
+  std::vector<std::vector<ibv_sge>> wr_sge_lists;
+  std::vector<std::vector<uint8_t>> wr_inline;
+  int wr_error = 0;
+  ibv_qp* ibv() { return &qpx.qp_base; }
+  static Qp* From(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
+};
+
+// Positive errno -> the verbs convention of the calling function.
+inline int SetErrno(int e) {
+  errno = e;
+  return e;
+}
+
+}  // namespace uroce::verbs

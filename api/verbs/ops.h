@@ -1,0 +1,25 @@
+// The per-object verbs of uroce's libibverbs.so.1 that go into struct
+// ibv_context's ops and struct verbs_context (context.cc fills them).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+namespace uroce::verbs {
+
+// context.cc
+int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len);
+int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
+                  size_t attr_size);
+// cq.cc
+int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc);
+int ReqNotifyCq(ibv_cq* cq, int solicited_only);
+ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr);
+// qp.cc
+int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr);
+// srq.cc
+int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+ibv_srq* CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr);
+
+}  // namespace uroce::verbs

@@ -1,0 +1,301 @@
+#include "api/verbs/provider.h"
+
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "pmd/eal.h"
+
+namespace uroce::verbs {
+namespace {
+
+void OnExit() { Provider::Get().Shutdown(); }
+
+constexpr int kExitLingerMs = 100;
+
+// A GUID from the MAC, EUI-64 style, as rxe makes its node GUID.
+uint64_t GuidFromMac(const transport::MacAddress& mac) {
+  const uint8_t b[8] = {static_cast<uint8_t>(mac[0] ^ 2), mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]};
+  uint64_t guid = 0;
+  std::memcpy(&guid, b, 8);  // network order in memory, as ibv_get_device_guid(3) returns it
+  return guid;
+}
+
+}  // namespace
+
+Provider& Provider::Get() {
+  // Never destroyed: other libraries' destructors may still call verbs.
+  static Provider* provider = new Provider();
+  return *provider;
+}
+
+void Provider::LoadConfigOnce() {
+  if (loaded_) return;
+  loaded_ = true;
+  const char* path = std::getenv("UROCE_CONFIG");
+  if (path == nullptr || *path == '\0') {
+    std::fprintf(stderr,
+                 "uroce: UROCE_CONFIG is not set: no uroce devices (set it to a configuration file, or run the "
+                 "program with `uroce exec --config FILE -- PROGRAM`)\n");
+    return;
+  }
+  auto config = pmd::LoadConfigFile(path);
+  if (!config.ok()) {
+    std::fprintf(stderr, "uroce: %s: %s: no uroce devices\n", path, config.status().ToString().c_str());
+    return;
+  }
+  config_ = std::move(*config);
+  config_ok_ = true;
+  inline_ = config_.progress == pmd::ProgressMode::kInline;
+  idle_us_ = config_.engine.progress_idle_us;
+  for (size_t i = 0; i < config_.endpoints.size(); ++i) {
+    auto* d = new Device();
+    d->index = i;
+    d->endpoint_name = config_.endpoints[i].name;
+    d->device.node_type = IBV_NODE_CA;
+    d->device.transport_type = IBV_TRANSPORT_IB;  // RoCE reports the IB transport (rxe does too)
+    std::snprintf(d->device.name, sizeof(d->device.name), "uroce%zu", i);
+    std::snprintf(d->device.dev_name, sizeof(d->device.dev_name), "uverbs%zu", i);
+    // There is no sysfs for uroce: these paths do not exist, so
+    // ibv_read_sysfs_file(3) on them fails, as for a missing attribute.
+    std::snprintf(d->device.dev_path, sizeof(d->device.dev_path), "/sys/class/infiniband_verbs/uroce-uverbs%zu", i);
+    std::snprintf(d->device.ibdev_path, sizeof(d->device.ibdev_path), "/sys/class/infiniband/uroce%zu", i);
+    devices_.push_back(d);
+  }
+}
+
+const std::vector<Device*>& Provider::Devices() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  LoadConfigOnce();
+  return devices_;
+}
+
+uint64_t DeviceGuid(Device* device) {
+  Provider& p = Provider::Get();
+  if (p.runtime() != nullptr && device->index < p.runtime()->endpoint_count()) {
+    return GuidFromMac(p.runtime()->endpoint(device->index).endpoint.mac);
+  }
+  const pmd::UroceConfig* c = p.config();
+  if (c != nullptr && !c->endpoints[device->index].mac_from_port) return GuidFromMac(c->endpoints[device->index].mac);
+  transport::MacAddress mac = {0x02, 0x75, 0x72, 0x00, 0x00, static_cast<uint8_t>(device->index)};
+  return GuidFromMac(mac);
+}
+
+int Provider::Open(Device* device, Context* context) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  LoadConfigOnce();
+  if (!config_ok_) return ENODEV;
+  if (start_failed_) return EIO;
+  if (!runtime_) {
+    Status s = pmd::EalRunning() ? Status::Ok() : pmd::StartEalFor(config_);
+    if (!s.ok()) {
+      std::fprintf(stderr, "uroce: cannot start DPDK: %s\n", s.ToString().c_str());
+      start_failed_ = true;
+      return EIO;
+    }
+    auto rt = pmd::Runtime::Start(config_);
+    if (!rt.ok()) {
+      std::fprintf(stderr, "uroce: cannot start the runtime (%s): %s\n", config_.origin.c_str(),
+                   rt.status().ToString().c_str());
+      start_failed_ = true;
+      return EIO;
+    }
+    runtime_ = std::move(*rt);
+    std::atexit(OnExit);
+    thread_ = std::thread([this] { ProgressLoop(); });
+  }
+  pmd::Runtime::Endpoint& ep = runtime_->endpoint(device->index);
+  context->device = device;
+  context->engine = ep.endpoint.engine.get();
+  context->engine_config = &context->engine->config();
+  context->port_mtu = ep.config.mtu;
+  context->port_id = ep.port_id;
+  context->mac = ep.endpoint.mac;
+  return 0;
+}
+
+void Provider::Close(Context* context) { UnregisterContext(context); }
+
+void Provider::RegisterCq(Cq* cq) {
+  std::lock_guard<std::mutex> lock(objects_mutex_);
+  cqs_.push_back(cq);
+}
+
+void Provider::UnregisterCq(Cq* cq) {
+  std::lock_guard<std::mutex> lock(objects_mutex_);
+  if (cq->armed.exchange(false)) armed_.fetch_sub(1);
+  cqs_.erase(std::remove(cqs_.begin(), cqs_.end(), cq), cqs_.end());
+}
+
+void Provider::RegisterContext(Context* context) {
+  std::lock_guard<std::mutex> lock(objects_mutex_);
+  contexts_.push_back(context);
+}
+
+void Provider::UnregisterContext(Context* context) {
+  std::lock_guard<std::mutex> lock(objects_mutex_);
+  contexts_.erase(std::remove(contexts_.begin(), contexts_.end(), context), contexts_.end());
+}
+
+void Provider::RegisterQp(Qp* qp) {
+  std::lock_guard<std::mutex> lock(objects_mutex_);
+  qps_.push_back(qp);
+}
+void Provider::UnregisterQp(Qp* qp) {
+  std::lock_guard<std::mutex> lock(objects_mutex_);
+  qps_.erase(std::remove(qps_.begin(), qps_.end(), qp), qps_.end());
+}
+void Provider::RegisterSrq(Srq* srq) {
+  std::lock_guard<std::mutex> lock(objects_mutex_);
+  srqs_.push_back(srq);
+}
+void Provider::UnregisterSrq(Srq* srq) {
+  std::lock_guard<std::mutex> lock(objects_mutex_);
+  srqs_.erase(std::remove(srqs_.begin(), srqs_.end(), srq), srqs_.end());
+}
+
+// Called with objects_mutex_ held.
+ibv_qp* Provider::QpFor(const transport::QueuePair* qp) {
+  for (Qp* q : qps_) {
+    if (q->engine_qp == qp) return q->ibv();
+  }
+  return nullptr;
+}
+
+ibv_srq* Provider::SrqFor(const transport::SharedReceiveQueue* srq) {
+  for (Srq* s : srqs_) {
+    if (s->engine_srq == srq) return &s->srq;
+  }
+  return nullptr;
+}
+
+// ibv_req_notify_cq(3): "the next completion" after arming wakes the channel.
+// A CQ that holds completions when the progress side looks is signalled, so a
+// completion that raced the arming is never lost (the program polls the CQ
+// again after the event anyway, as the man page asks). Solicited-only arming
+// is treated as arming for every completion (a superset of what it asks).
+unsigned Provider::SignalArmedCqs() {
+  if (armed_.load(std::memory_order_acquire) == 0) return 0;
+  unsigned signalled = 0;
+  std::lock_guard<std::mutex> lock(objects_mutex_);
+  for (Cq* cq : cqs_) {
+    if (!cq->armed.load(std::memory_order_acquire) || cq->engine_cq->ApproxDepth() == 0) continue;
+    if (!cq->armed.exchange(false, std::memory_order_acq_rel)) continue;
+    armed_.fetch_sub(1, std::memory_order_acq_rel);
+    CompChannel* ch = cq->channel;
+    if (ch == nullptr) continue;
+    {
+      std::lock_guard<std::mutex> chl(ch->mutex);
+      ch->fired.push_back(cq->ibv());
+    }
+    const uint64_t one = 1;
+    ssize_t w = write(ch->channel.fd, &one, sizeof(one));
+    (void)w;
+    signalled++;
+  }
+  return signalled;
+}
+
+// Engine events (QP fatal, SRQ limit, CQ overrun) to the owning context's
+// queue, and its async_fd made readable (ibv_get_async_event(3)).
+unsigned Provider::PumpAsyncEvents() {
+  if (!runtime_) return 0;
+  unsigned moved = 0;
+  for (size_t i = 0; i < runtime_->endpoint_count(); ++i) {
+    transport::Engine* engine = runtime_->endpoint(i).endpoint.engine.get();
+    if (engine == nullptr) continue;
+    transport::AsyncEvent ev;
+    while (engine->NextAsyncEvent(&ev)) {
+      moved++;
+      std::lock_guard<std::mutex> lock(objects_mutex_);
+      ibv_async_event out{};
+      out.event_type = ev.type;
+      Context* ctx = nullptr;
+      switch (ev.type) {
+        case IBV_EVENT_SRQ_LIMIT_REACHED:
+        case IBV_EVENT_SRQ_ERR: {
+          out.element.srq = SrqFor(static_cast<const transport::SharedReceiveQueue*>(ev.object));
+          if (out.element.srq != nullptr) ctx = Context::From(out.element.srq->context);
+          break;
+        }
+        case IBV_EVENT_CQ_ERR: {
+          for (Cq* cq : cqs_) {
+            if (cq->engine_cq == ev.object) {
+              out.element.cq = cq->ibv();
+              ctx = cq->context;
+            }
+          }
+          break;
+        }
+        default: {
+          out.element.qp = QpFor(static_cast<const transport::QueuePair*>(ev.object));
+          if (out.element.qp != nullptr) ctx = Context::From(out.element.qp->context);
+          break;
+        }
+      }
+      if (ctx == nullptr) continue;  // its object is gone
+      {
+        std::lock_guard<std::mutex> al(ctx->async_mutex);
+        ctx->async_events.push_back(out);
+      }
+      const uint64_t one = 1;
+      ssize_t w = write(ctx->ibv()->async_fd, &one, sizeof(one));
+      (void)w;
+    }
+  }
+  return moved;
+}
+
+void Provider::ProgressFromPoll() {
+  if (inline_ && runtime_) runtime_->Progress();
+}
+
+void Provider::ProgressLoop() {
+  // Sleeps of a few microseconds mean what they say (the default timer
+  // slack is 50 us).
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  unsigned backoff_us = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    unsigned work = 0;
+    if (inline_) work += runtime_->Progress();
+    work += SignalArmedCqs();
+    work += PumpAsyncEvents();
+    if (work != 0 || armed_.load(std::memory_order_relaxed) != 0) {
+      // Busy, or someone waits for a completion event: stay close.
+      backoff_us = 0;
+      if (work == 0) std::this_thread::yield();
+      continue;
+    }
+    backoff_us = backoff_us == 0 ? 1 : std::min(backoff_us * 2, idle_us_);
+    std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+  }
+}
+
+void Provider::Shutdown() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  // Linger before the ports close: frames this process sent last (the ACK
+  // of the peer's last message, typically) must reach the peer. On a NIC
+  // they are on the wire already; a memif ring is dropped when its peer
+  // disconnects, and the peer would retry a message that was delivered
+  // until its retry count runs out. The progress thread keeps driving the
+  // engines meanwhile (inline mode), so late retransmits are answered too.
+  if (runtime_) std::this_thread::sleep_for(std::chrono::milliseconds(kExitLingerMs));
+  stop_.store(true, std::memory_order_release);
+  if (thread_.joinable()) thread_.join();
+  if (runtime_) {
+    runtime_->Shutdown();
+    // The engines are gone: no verb may reach them any more. Programs that
+    // still call verbs from other threads after exit() would crash; EAL is
+    // left as it is for that reason (its memory dies with the process).
+  }
+}
+
+}  // namespace uroce::verbs

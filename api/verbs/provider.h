@@ -1,0 +1,104 @@
+// The process-wide side of uroce's libibverbs.so.1: the configuration named
+// by UROCE_CONFIG, the uroce devices it describes, the DPDK runtime (started
+// by the first ibv_open_device, once per process, as EAL can only start
+// once) and the progress thread.
+//
+// Where the engine runs (configuration [engine] progress, pmd/config.h):
+// - progress = engine: every endpoint's engine spins on its own EAL lcore
+//   (like a NIC), started when the first device opens. The progress thread
+//   below only turns completions into channel events and async events.
+// - progress = inline (the default): there is no engine thread. Every
+//   ibv_poll_cq drives one Poll of the engine (a bounded burst), and the
+//   progress thread drives it too, so that a program that does not poll
+//   (one blocked in ibv_get_cq_event(3) or in read() on a socket while the
+//   peer's RDMA WRITEs land, as ib_write_bw's server does) never hangs. The
+//   thread spins while it has work or while a CQ is armed, and otherwise
+//   sleeps with a bounded exponential backoff ([engine] progress_idle_us).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/verbs/objects.h"
+#include "pmd/config.h"
+#include "pmd/runtime.h"
+
+namespace uroce::verbs {
+
+class Provider {
+ public:
+  static Provider& Get();
+
+  // ibv_get_device_list(3): the devices of UROCE_CONFIG (loaded once; an
+  // unset variable or a bad file gives no devices and one message).
+  const std::vector<Device*>& Devices();
+
+  // Starts EAL and the runtime (once); the engine of `device`'s endpoint.
+  // Positive errno on failure (after a message on stderr).
+  int Open(Device* device, Context* context);
+  void Close(Context* context);
+
+  // CQs that may need a completion event (ibv_req_notify_cq(3)).
+  void RegisterCq(Cq* cq);
+  // A CQ went from disarmed to armed (ReqNotifyCq).
+  void NoteArmed() { armed_.fetch_add(1, std::memory_order_acq_rel); }
+  void UnregisterCq(Cq* cq);
+  void RegisterContext(Context* context);
+  void UnregisterContext(Context* context);
+
+  // Inline mode: one poll of every engine (from ibv_poll_cq); then channel
+  // events for armed CQs. Engine mode: nothing.
+  void ProgressFromPoll();
+
+  // The application's object for an engine object (async events).
+  ibv_qp* QpFor(const transport::QueuePair* qp);
+  ibv_srq* SrqFor(const transport::SharedReceiveQueue* srq);
+  void RegisterQp(Qp* qp);
+  void UnregisterQp(Qp* qp);
+  void RegisterSrq(Srq* srq);
+  void UnregisterSrq(Srq* srq);
+
+  bool inline_progress() const { return inline_; }
+  pmd::Runtime* runtime() { return runtime_.get(); }
+  const pmd::UroceConfig* config() const { return config_ok_ ? &config_ : nullptr; }
+
+  // atexit: stop the thread, flush and shut the runtime down.
+  void Shutdown();
+
+ private:
+  Provider() = default;
+  void LoadConfigOnce();
+  void ProgressLoop();
+  unsigned SignalArmedCqs();
+  unsigned PumpAsyncEvents();
+
+  std::mutex mutex_;  // control path
+  bool loaded_ = false;
+  bool config_ok_ = false;
+  pmd::UroceConfig config_;
+  std::vector<Device*> devices_;
+  std::unique_ptr<pmd::Runtime> runtime_;
+  bool start_failed_ = false;
+  bool inline_ = true;
+  unsigned idle_us_ = 50;
+
+  std::mutex objects_mutex_;  // the lists below
+  std::vector<Cq*> cqs_;
+  std::vector<Context*> contexts_;
+  std::vector<Qp*> qps_;
+  std::vector<Srq*> srqs_;
+  std::atomic<unsigned> armed_{0};
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  bool shut_down_ = false;
+};
+
+// ibv_get_device_guid(3): from the port's MAC (EUI-64, as rxe), network order.
+uint64_t DeviceGuid(Device* device);
+
+}  // namespace uroce::verbs

@@ -1,0 +1,365 @@
+// Queue pairs: ibv_create_qp(3), ibv_create_qp_ex(3), ibv_modify_qp(3),
+// ibv_query_qp(3), ibv_destroy_qp(3), ibv_post_send(3) and ibv_post_recv(3)
+// (context->ops), and the extended post interface of ibv_wr_post(3)
+// (ibv_qp_to_qp_ex, ibv_wr_start ... ibv_wr_complete).
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "api/verbs/objects.h"
+#include "api/verbs/ops.h"
+#include "api/verbs/provider.h"
+
+using uroce::verbs::Context;
+using uroce::verbs::Cq;
+using uroce::verbs::Provider;
+using uroce::verbs::Qp;
+using uroce::verbs::Srq;
+
+namespace uroce::verbs {
+namespace {
+
+// ---- ibv_wr_post(3): requests gathered between wr_start and wr_complete ----
+
+Qp* FromEx(ibv_qp_ex* q) { return reinterpret_cast<Qp*>(q); }
+
+ibv_send_wr& NewWr(ibv_qp_ex* q, ibv_wr_opcode opcode) {
+  Qp* qp = FromEx(q);
+  qp->wr_list.emplace_back();
+  qp->wr_sge_lists.emplace_back();
+  qp->wr_inline.emplace_back();
+  ibv_send_wr& wr = qp->wr_list.back();
+  std::memset(&wr, 0, sizeof(wr));
+  wr.wr_id = q->wr_id;
+  wr.send_flags = q->wr_flags;
+  wr.opcode = opcode;
+  return wr;
+}
+
+ibv_send_wr* LastWr(ibv_qp_ex* q) {
+  Qp* qp = FromEx(q);
+  if (qp->wr_list.empty()) {
+    qp->wr_error = EINVAL;  // a setter before any operation
+    return nullptr;
+  }
+  return &qp->wr_list.back();
+}
+
+void WrStart(ibv_qp_ex* q) {
+  Qp* qp = FromEx(q);
+  qp->wr_list.clear();
+  qp->wr_sge_lists.clear();
+  qp->wr_inline.clear();
+  qp->wr_error = 0;
+}
+
+void WrSend(ibv_qp_ex* q) { NewWr(q, IBV_WR_SEND); }
+void WrSendImm(ibv_qp_ex* q, __be32 imm) { NewWr(q, IBV_WR_SEND_WITH_IMM).imm_data = imm; }
+void WrSendInv(ibv_qp_ex* q, uint32_t rkey) { NewWr(q, IBV_WR_SEND_WITH_INV).invalidate_rkey = rkey; }
+void WrRdmaWrite(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
+  ibv_send_wr& wr = NewWr(q, IBV_WR_RDMA_WRITE);
+  wr.wr.rdma.rkey = rkey;
+  wr.wr.rdma.remote_addr = addr;
+}
+void WrRdmaWriteImm(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, __be32 imm) {
+  ibv_send_wr& wr = NewWr(q, IBV_WR_RDMA_WRITE_WITH_IMM);
+  wr.wr.rdma.rkey = rkey;
+  wr.wr.rdma.remote_addr = addr;
+  wr.imm_data = imm;
+}
+void WrRdmaRead(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
+  ibv_send_wr& wr = NewWr(q, IBV_WR_RDMA_READ);
+  wr.wr.rdma.rkey = rkey;
+  wr.wr.rdma.remote_addr = addr;
+}
+void WrCmpSwp(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
+  ibv_send_wr& wr = NewWr(q, IBV_WR_ATOMIC_CMP_AND_SWP);
+  wr.wr.atomic.rkey = rkey;
+  wr.wr.atomic.remote_addr = addr;
+  wr.wr.atomic.compare_add = compare;
+  wr.wr.atomic.swap = swap;
+}
+void WrFetchAdd(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t add) {
+  ibv_send_wr& wr = NewWr(q, IBV_WR_ATOMIC_FETCH_AND_ADD);
+  wr.wr.atomic.rkey = rkey;
+  wr.wr.atomic.remote_addr = addr;
+  wr.wr.atomic.compare_add = add;
+}
+void WrUnsupportedMw(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { FromEx(q)->wr_error = EOPNOTSUPP; }
+void WrUnsupportedInv(ibv_qp_ex* q, uint32_t) { FromEx(q)->wr_error = EOPNOTSUPP; }
+void WrUnsupportedTso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { FromEx(q)->wr_error = EOPNOTSUPP; }
+void WrUnsupportedXrc(ibv_qp_ex* q, uint32_t) { FromEx(q)->wr_error = EOPNOTSUPP; }
+void WrUnsupportedAtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { FromEx(q)->wr_error = EOPNOTSUPP; }
+
+void WrSetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  ibv_send_wr* wr = LastWr(q);
+  if (wr == nullptr) return;
+  wr->wr.ud.ah = ah;
+  wr->wr.ud.remote_qpn = remote_qpn;
+  wr->wr.ud.remote_qkey = remote_qkey;
+}
+void WrSetSge(ibv_qp_ex* q, uint32_t lkey, uint64_t addr, uint32_t length) {
+  if (LastWr(q) == nullptr) return;
+  FromEx(q)->wr_sge_lists.back().assign(1, ibv_sge{addr, length, lkey});
+}
+void WrSetSgeList(ibv_qp_ex* q, size_t n, const ibv_sge* list) {
+  if (LastWr(q) == nullptr) return;
+  FromEx(q)->wr_sge_lists.back().assign(list, list + n);
+}
+void WrSetInline(ibv_qp_ex* q, void* addr, size_t length) {
+  ibv_send_wr* wr = LastWr(q);
+  if (wr == nullptr) return;
+  wr->send_flags |= IBV_SEND_INLINE;
+  const auto* p = static_cast<const uint8_t*>(addr);
+  FromEx(q)->wr_inline.back().assign(p, p + length);
+}
+void WrSetInlineList(ibv_qp_ex* q, size_t n, const ibv_data_buf* bufs) {
+  ibv_send_wr* wr = LastWr(q);
+  if (wr == nullptr) return;
+  wr->send_flags |= IBV_SEND_INLINE;
+  auto& data = FromEx(q)->wr_inline.back();
+  data.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const auto* p = static_cast<const uint8_t*>(bufs[i].addr);
+    data.insert(data.end(), p, p + bufs[i].length);
+  }
+}
+
+// Posts the gathered chain. On error nothing after the failing request is
+// posted (ibv_wr_post(3): the error of the first failure).
+int WrComplete(ibv_qp_ex* q) {
+  Qp* qp = FromEx(q);
+  if (qp->wr_error != 0) {
+    WrStart(q);
+    return EINVAL == qp->wr_error ? EINVAL : qp->wr_error;
+  }
+  const size_t n = qp->wr_list.size();
+  if (n == 0) return 0;
+  for (size_t i = 0; i < n; ++i) {
+    ibv_send_wr& wr = qp->wr_list[i];
+    wr.next = i + 1 < n ? &qp->wr_list[i + 1] : nullptr;
+    if (wr.send_flags & IBV_SEND_INLINE) {
+      auto& data = qp->wr_inline[i];
+      qp->wr_sge_lists[i].assign(1, ibv_sge{reinterpret_cast<uintptr_t>(data.data()),
+                                            static_cast<uint32_t>(data.size()), 0});
+    }
+    wr.sg_list = qp->wr_sge_lists[i].data();
+    wr.num_sge = static_cast<int>(qp->wr_sge_lists[i].size());
+  }
+  const ibv_send_wr* bad = nullptr;
+  const int rc = qp->context->engine->PostSend(qp->engine_qp, qp->wr_list.data(), &bad);
+  WrStart(q);
+  return rc;
+}
+
+void WrAbort(ibv_qp_ex* q) { WrStart(q); }
+
+// The IBV_QP_EX_WITH_* operations uroce carries out.
+constexpr uint64_t kSupportedSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                                       IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
+                                       IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+                                       IBV_QP_EX_WITH_SEND_WITH_INV;
+
+void FillQpEx(ibv_qp_ex* q) {
+  q->wr_atomic_cmp_swp = WrCmpSwp;
+  q->wr_atomic_fetch_add = WrFetchAdd;
+  q->wr_bind_mw = WrUnsupportedMw;
+  q->wr_local_inv = WrUnsupportedInv;
+  q->wr_rdma_read = WrRdmaRead;
+  q->wr_rdma_write = WrRdmaWrite;
+  q->wr_rdma_write_imm = WrRdmaWriteImm;
+  q->wr_send = WrSend;
+  q->wr_send_imm = WrSendImm;
+  q->wr_send_inv = WrSendInv;
+  q->wr_send_tso = WrUnsupportedTso;
+  q->wr_set_ud_addr = WrSetUdAddr;
+  q->wr_set_xrc_srqn = WrUnsupportedXrc;
+  q->wr_set_inline_data = WrSetInline;
+  q->wr_set_inline_data_list = WrSetInlineList;
+  q->wr_set_sge = WrSetSge;
+  q->wr_set_sge_list = WrSetSgeList;
+  q->wr_start = WrStart;
+  q->wr_complete = WrComplete;
+  q->wr_abort = WrAbort;
+  q->wr_atomic_write = WrUnsupportedAtomicWrite;
+}
+
+ibv_qp* CreateQp(ibv_context* context, ibv_pd* pd, const ibv_qp_init_attr& attr, bool extended) {
+  if (pd == nullptr || attr.send_cq == nullptr || attr.recv_cq == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (attr.qp_type != IBV_QPT_RC && attr.qp_type != IBV_QPT_UC && attr.qp_type != IBV_QPT_UD) {
+    errno = EOPNOTSUPP;  // XRC, raw packet, driver QPs
+    return nullptr;
+  }
+  Context* ctx = Context::From(context);
+  transport::QpInitAttr init;
+  init.type = attr.qp_type;
+  init.pd = pd->handle;
+  init.send_cq = Cq::From(attr.send_cq)->engine_cq;
+  init.recv_cq = Cq::From(attr.recv_cq)->engine_cq;
+  init.srq = attr.srq != nullptr ? Srq::From(attr.srq)->engine_srq : nullptr;
+  init.cap = attr.cap;
+  if (init.cap.max_send_wr == 0) init.cap.max_send_wr = 1;  // a receive-only QP still has a send queue
+  if (init.srq != nullptr) init.cap.max_recv_wr = 0;
+  init.sq_sig_all = attr.sq_sig_all != 0;
+  auto engine_qp = ctx->engine->CreateQp(init);
+  if (!engine_qp.ok()) {
+    errno = engine_qp.status().ToErrno();
+    return nullptr;
+  }
+  auto* qp = new (std::nothrow) Qp();
+  if (qp == nullptr) {
+    (void)ctx->engine->DestroyQp(*engine_qp);
+    errno = ENOMEM;
+    return nullptr;
+  }
+  std::memset(&qp->qpx, 0, sizeof(qp->qpx));
+  qp->context = ctx;
+  qp->engine_qp = *engine_qp;
+  qp->sq_sig_all = init.sq_sig_all;
+  ibv_qp* q = qp->ibv();
+  q->context = context;
+  q->qp_context = attr.qp_context;
+  q->pd = pd;
+  q->send_cq = attr.send_cq;
+  q->recv_cq = attr.recv_cq;
+  q->srq = attr.srq;
+  q->handle = (*engine_qp)->qpn;
+  q->qp_num = (*engine_qp)->qpn;
+  q->state = IBV_QPS_RESET;
+  q->qp_type = attr.qp_type;
+  pthread_mutex_init(&q->mutex, nullptr);
+  pthread_cond_init(&q->cond, nullptr);
+  if (extended) FillQpEx(&qp->qpx);
+  Provider::Get().RegisterQp(qp);
+  return q;
+}
+
+}  // namespace
+
+int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  Qp* q = Qp::From(qp);
+  const ibv_send_wr* bad = nullptr;
+  const int rc = q->context->engine->PostSend(q->engine_qp, wr, &bad);
+  if (rc != 0 && bad_wr != nullptr) *bad_wr = const_cast<ibv_send_wr*>(bad);
+  return rc;
+}
+
+int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  Qp* q = Qp::From(qp);
+  const ibv_recv_wr* bad = nullptr;
+  const int rc = q->context->engine->PostRecv(q->engine_qp, wr, &bad);
+  if (rc != 0 && bad_wr != nullptr) *bad_wr = const_cast<ibv_recv_wr*>(bad);
+  return rc;
+}
+
+// ibv_create_qp_ex(3): a PD, and for the extended post interface
+// IBV_QP_INIT_ATTR_SEND_OPS_FLAGS with operations uroce carries out.
+ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if ((attr->comp_mask & ~known) != 0 || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  const bool extended = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
+  if (extended && (attr->send_ops_flags & ~kSupportedSendOps) != 0) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  ibv_qp_init_attr base;
+  std::memset(&base, 0, sizeof(base));
+  base.qp_context = attr->qp_context;
+  base.send_cq = attr->send_cq;
+  base.recv_cq = attr->recv_cq;
+  base.srq = attr->srq;
+  base.cap = attr->cap;
+  base.qp_type = attr->qp_type;
+  base.sq_sig_all = attr->sq_sig_all;
+  ibv_qp* qp = CreateQp(context, attr->pd, base, extended);
+  if (qp != nullptr) {
+    ibv_qp_attr qattr;
+    ibv_qp_init_attr qinit;
+    if (ibv_query_qp(qp, &qattr, IBV_QP_CAP, &qinit) == 0) attr->cap = qinit.cap;
+  }
+  return qp;
+}
+
+}  // namespace uroce::verbs
+
+extern "C" {
+
+ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  if (pd == nullptr || attr == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ibv_qp* qp = uroce::verbs::CreateQp(pd->context, pd, *attr, false);
+  if (qp != nullptr) {
+    // ibv_create_qp(3): the capabilities actually granted go back in attr.
+    ibv_qp_attr qattr;
+    ibv_qp_init_attr qinit;
+    if (ibv_query_qp(qp, &qattr, IBV_QP_CAP, &qinit) == 0) attr->cap = qinit.cap;
+  }
+  return qp;
+}
+
+// ibv_qp_to_qp_ex(3): only for QPs created with the extended post interface.
+ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  Qp* q = Qp::From(qp);
+  if (q->qpx.wr_start == nullptr) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  return &q->qpx;
+}
+
+int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  Qp* q = Qp::From(qp);
+  uroce::Status s = q->context->engine->ModifyQp(q->engine_qp, *attr, attr_mask);
+  if (!s.ok()) return s.ToErrno();
+  if (attr_mask & IBV_QP_STATE) qp->state = attr->qp_state;
+  return 0;
+}
+
+int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) {
+  Qp* q = Qp::From(qp);
+  uroce::Status s = q->context->engine->QueryQp(q->engine_qp, attr, init_attr);
+  if (!s.ok()) return s.ToErrno();
+  if (init_attr != nullptr) {
+    init_attr->qp_context = qp->qp_context;
+    init_attr->send_cq = qp->send_cq;
+    init_attr->recv_cq = qp->recv_cq;
+    init_attr->srq = qp->srq;
+  }
+  if (attr != nullptr) qp->state = attr->qp_state;
+  return 0;
+}
+
+int ibv_destroy_qp(ibv_qp* qp) {
+  Qp* q = Qp::From(qp);
+  uroce::Status s = q->context->engine->DestroyQp(q->engine_qp);
+  if (!s.ok()) return s.ToErrno();
+  Provider::Get().UnregisterQp(q);
+  pthread_mutex_destroy(&qp->mutex);
+  pthread_cond_destroy(&qp->cond);
+  delete q;
+  return 0;
+}
+
+// Multicast is not offered (UD multicast groups need a subnet manager's or
+// IGMP's view uroce does not have).
+int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+
+// Enhanced connection establishment: nothing to negotiate.
+int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+
+// ibv_query_qp_data_in_order(3): 0 says "no in-order guarantee" to rely on.
+int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
+
+}  // extern "C"

@@ -1,0 +1,117 @@
+// Shared receive queues: ibv_create_srq(3), ibv_modify_srq(3),
+// ibv_query_srq(3), ibv_destroy_srq(3), ibv_post_srq_recv(3)
+// (context->ops.post_srq_recv). The limit event (IBV_EVENT_SRQ_LIMIT_REACHED)
+// arrives through ibv_get_async_event(3).
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "api/verbs/objects.h"
+#include "api/verbs/ops.h"
+#include "api/verbs/provider.h"
+
+using uroce::verbs::Context;
+using uroce::verbs::Provider;
+using uroce::verbs::Srq;
+
+namespace uroce::verbs {
+
+int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  Srq* s = Srq::From(srq);
+  const ibv_recv_wr* bad = nullptr;
+  const int rc = s->context->engine->PostSrqRecv(s->engine_srq, wr, &bad);
+  if (rc != 0 && bad_wr != nullptr) *bad_wr = const_cast<ibv_recv_wr*>(bad);
+  return rc;
+}
+
+ibv_srq* CreateSrq(ibv_pd* pd, void* srq_context, ibv_srq_attr* attr) {
+  if (pd == nullptr || attr == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Context* ctx = Context::From(pd->context);
+  auto engine_srq = ctx->engine->CreateSrq(pd->handle, attr->max_wr, attr->max_sge, attr->srq_limit);
+  if (!engine_srq.ok()) {
+    errno = engine_srq.status().ToErrno();
+    return nullptr;
+  }
+  auto* s = new (std::nothrow) Srq();
+  if (s == nullptr) {
+    (void)ctx->engine->DestroySrq(*engine_srq);
+    errno = ENOMEM;
+    return nullptr;
+  }
+  s->context = ctx;
+  s->engine_srq = *engine_srq;
+  s->max_wr = (*engine_srq)->max_wr;
+  s->max_sge = (*engine_srq)->max_sge;
+  attr->max_wr = s->max_wr;
+  attr->max_sge = s->max_sge;
+  ibv_srq* out = &s->srq;
+  out->context = pd->context;
+  out->srq_context = srq_context;
+  out->pd = pd;
+  out->handle = 0;
+  pthread_mutex_init(&out->mutex, nullptr);
+  pthread_cond_init(&out->cond, nullptr);
+  Provider::Get().RegisterSrq(s);
+  return out;
+}
+
+// ibv_create_srq_ex(3): basic SRQs only (no XRC, no tag matching).
+ibv_srq* CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr) {
+  const uint32_t known = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE;
+  if ((attr->comp_mask & ~known) != 0 || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) ||
+      ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  return CreateSrq(attr->pd, attr->srq_context, &attr->attr);
+}
+
+}  // namespace uroce::verbs
+
+extern "C" {
+
+ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* init) {
+  if (init == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return uroce::verbs::CreateSrq(pd, init->srq_context, &init->attr);
+}
+
+// ibv_modify_srq(3): IBV_SRQ_LIMIT arms the limit; resizing (IBV_SRQ_MAX_WR)
+// is not offered.
+int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
+  Srq* s = Srq::From(srq);
+  if (mask & ~IBV_SRQ_LIMIT) return EOPNOTSUPP;
+  if (mask & IBV_SRQ_LIMIT) {
+    if (attr->srq_limit > s->max_wr) return EINVAL;
+    s->engine_srq->limit.store(attr->srq_limit, std::memory_order_release);
+  }
+  return 0;
+}
+
+int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
+  Srq* s = Srq::From(srq);
+  attr->max_wr = s->max_wr;
+  attr->max_sge = s->max_sge;
+  attr->srq_limit = s->engine_srq->limit.load(std::memory_order_acquire);
+  return 0;
+}
+
+int ibv_destroy_srq(ibv_srq* srq) {
+  Srq* s = Srq::From(srq);
+  uroce::Status st = s->context->engine->DestroySrq(s->engine_srq);
+  if (!st.ok()) return st.ToErrno();  // EBUSY while QPs use it
+  Provider::Get().UnregisterSrq(s);
+  pthread_mutex_destroy(&srq->mutex);
+  pthread_cond_destroy(&srq->cond);
+  delete s;
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,54 @@
+# Shared by the verbs tests: run Debian's unmodified verbs programs over
+# uroce (`uroce exec`), two processes joined by net_memif (configs/pair-*.ini
+# with a socket of their own), the TCP side channel on 127.0.0.1.
+set -uo pipefail
+
+UROCE="$1"
+PAIR_A="$2"
+PAIR_B="$3"
+TMP="${TEST_TMPDIR:-$(mktemp -d)}"
+FAILS=0
+# memif sockets are abstract (no file); a name per test run and pair.
+SOCK_BASE="/tmp/uroce-verbs-$$-$RANDOM"
+PAIRS=0
+
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+
+# Configs for one pair of processes: their own memif socket.
+make_pair_configs() {
+  PAIRS=$((PAIRS + 1))
+  sed "s|socket=[^ ,]*|socket=$SOCK_BASE-$PAIRS.sock|" "$PAIR_A" > "$TMP/a-$PAIRS.ini"
+  sed "s|socket=[^ ,]*|socket=$SOCK_BASE-$PAIRS.sock|" "$PAIR_B" > "$TMP/b-$PAIRS.ini"
+}
+
+# True once something listens on TCP port $1 (without connecting to it).
+listening() { ss -ltnH "sport = :$1" 2>/dev/null | grep -q .; }
+
+# run_pair NAME TIMEOUT PROGRAM "SERVER ARGS" "CLIENT ARGS" [EXPECT]
+# Server (memif server side, pair-a) first; the client once the server
+# listens on its TCP port. Both must exit 0 within TIMEOUT seconds, and the
+# client's output must show EXPECT (default: "iters in").
+run_pair() {
+  local name="$1" limit="$2" prog="$3" sargs="$4" cargs="$5" expect="${6:-iters in}"
+  local port=$((20000 + (RANDOM % 20000)))
+  make_pair_configs
+  local a="$TMP/a-$PAIRS.ini" b="$TMP/b-$PAIRS.ini"
+  timeout -k 5 "$limit" "$UROCE" exec --config "$a" -- "$prog" -p "$port" $sargs > "$TMP/$name.server" 2>&1 &
+  local spid=$!
+  local waited=0
+  until listening "$port"; do
+    sleep 0.1
+    waited=$((waited + 1))
+    if ! kill -0 "$spid" 2>/dev/null || [[ $waited -gt $((limit * 10)) ]]; then break; fi
+  done
+  timeout -k 5 "$limit" "$UROCE" exec --config "$b" -- "$prog" -p "$port" $cargs 127.0.0.1 > "$TMP/$name.client" 2>&1
+  local crc=$?
+  wait "$spid"
+  local src=$?
+  if [[ $crc -ne 0 || $src -ne 0 ]] || ! grep -q "$expect" "$TMP/$name.client" || ! grep -q "$expect" "$TMP/$name.server"; then
+    fail "$name: server rc=$src client rc=$crc"
+    echo "--- server:"; cat "$TMP/$name.server"; echo "--- client:"; cat "$TMP/$name.client"
+    return 1
+  fi
+  echo "ok: $name: $(grep "$expect" "$TMP/$name.client" | tail -1)"
+}
