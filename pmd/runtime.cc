@@ -224,13 +224,21 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
       }
     } restore{memif_log, memif_level};
     bool started = false, told = false;
-    while (!link_up()) {
-      if (Clock::now() >= deadline) {
-        return Unavailable("port " + ec.port + ": no memif server answered within " +
-                           std::to_string(ec.link_timeout_ms) + " ms (is the peer running with the same socket?)");
+    // link_timeout_ms = 0 (verbs programs): only the start must succeed (the
+    // server exists), bounded by kMemifStartTimeoutMs; the link may come up
+    // later, frames wait in the engine meanwhile.
+    constexpr unsigned kMemifStartTimeoutMs = 10000;
+    const bool wait_for_link = ec.link_timeout_ms != 0;
+    const unsigned limit_ms = wait_for_link ? ec.link_timeout_ms : kMemifStartTimeoutMs;
+    const auto start_deadline = Clock::now() + std::chrono::milliseconds(limit_ms);
+    while (wait_for_link ? !link_up() : !started) {
+      if (Clock::now() >= start_deadline) {
+        return Unavailable("port " + ec.port + ": no memif server answered within " + std::to_string(limit_ms) +
+                           " ms (is the peer running with the same socket?)");
       }
       if (started) rte_eth_dev_stop(ep->port_id);
       started = rte_eth_dev_start(ep->port_id) == 0;
+      if (started && !wait_for_link) break;
       if (!started && !told) {
         UROCE_LOG(WARNING, "%s: waiting for the memif server\n", ec.port.c_str());
         told = true;
