@@ -1,5 +1,5 @@
 # Shared by the verbs tests: run Debian's unmodified verbs programs over
-# uroce (`uroce exec`), two processes joined by net_memif (configs/pair-*.ini
+# uroce (`uroce exec`), two processes joined by net_memif (configs/verbs-pair-*.ini
 # with a socket of their own), the TCP side channel on 127.0.0.1.
 set -uo pipefail
 

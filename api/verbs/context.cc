@@ -84,10 +84,11 @@ int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* out, size_t
   ibv_port_attr a;
   std::memset(&a, 0, sizeof(a));
   // The port's link, as rxe follows its netdev: a memif port whose peer is
-  // not there yet is DOWN.
+  // not there yet is DOWN — unless the configuration says not to wait for the
+  // link (link_timeout_ms = 0), where frames wait in the engine meanwhile.
   rte_eth_link link;
   const bool up = rte_eth_link_get_nowait(ctx->port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
-  a.state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  a.state = (up || ctx->active_before_link) ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   a.max_mtu = IBV_MTU_4096;
   a.active_mtu = ActiveMtu(ctx->port_mtu);
   a.gid_tbl_len = kGidTableLength;

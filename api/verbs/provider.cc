@@ -115,6 +115,7 @@ int Provider::Open(Device* device, Context* context) {
   context->engine = ep.endpoint.engine.get();
   context->engine_config = &context->engine->config();
   context->port_mtu = ep.config.mtu;
+  context->active_before_link = ep.config.link_timeout_ms == 0;
   context->port_id = ep.port_id;
   context->mac = ep.endpoint.mac;
   return 0;
