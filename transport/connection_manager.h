@@ -1,0 +1,187 @@
+// Connection management over the fabric itself, as RoCE does it: IB CM MADs
+// (IBTA vol. 1 ch. 12: REQ, REP, RTU, REJ, DREQ, DREP, MRA) sent as UD
+// datagrams to QP1 (the GSI QP, Q_Key 0x80010000, IBTA 13.5.1), addressed by
+// IP as the "RDMA IP CM Service" does (IBTA Annex A11): the service ID of a
+// listener is 0x0000000001060000 | port (RDMA_PS_TCP), and the first 36 bytes
+// of a REQ's private data are the IP CM header (version, IP version, source
+// port, source and destination IP), so a REQ carries 56 bytes of the user's
+// data. This is the exchange the Linux kernel's rdma_cm makes over rxe
+// (../shared/captures/rping_rdma_cm.pcap).
+//
+// One ConnectionManager per engine (port). It owns QP 1 on that engine (a UD
+// QP with its own CQ and registered MAD buffers) and drives the QPs it is
+// given through INIT -> RTR -> RTS (active side: on REP; passive side: at
+// Accept) and to ERR at disconnect, so its users never modify a connected
+// QP's state themselves.
+//
+// Reliability: every MAD that expects an answer (REQ -> REP/REJ, REP -> RTU,
+// DREQ -> DREP) is resent after response_timeout_ns, up to max_retries times
+// (the REQ's "Max CM Retries"); duplicates are answered again (a duplicate
+// REQ repeats the REP, a duplicate REP repeats the RTU, a duplicate DREQ
+// repeats the DREP) so that any single lost MAD is survived. An active
+// connect that gets no answer ends in kUnreachable; a REQ for a port nobody
+// listens on is answered with REJ "invalid service ID" (reason 8).
+//
+// Threads: every method may be called from any thread; they serialize on one
+// internal mutex (control path: this allocates and locks, never on the data
+// path). Poll() must be called regularly (every ~1 ms) by one thread of the
+// user's choice; it receives MADs, resends what is due and queues events.
+// The engine itself must be polled as usual (engine lcore or inline
+// progress) for MADs to move.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/engine.h"
+#include "transport/headers.h"
+
+namespace uroce::transport {
+
+// IBTA Annex A11: the RDMA IP CM service ID of TCP-like port `port`.
+inline constexpr uint64_t kRdmaIpServiceIdBase = 0x0000000001060000ull;
+inline constexpr uint64_t IpServiceId(uint16_t port) { return kRdmaIpServiceIdBase | port; }
+
+// Private data sizes (IBTA 12.6.5 / 12.6.8 / 12.6.7 / 12.6.10 / 12.6.11): what
+// is left for the user of each message.
+inline constexpr size_t kCmReqUserDataSize = 92 - 36;  // after the IP CM header
+inline constexpr size_t kCmRepPrivateDataSize = 196;
+inline constexpr size_t kCmRejPrivateDataSize = 148;
+inline constexpr size_t kCmRtuPrivateDataSize = 224;
+inline constexpr size_t kCmDreqPrivateDataSize = 220;
+
+inline constexpr uint32_t kGsiQpn = 1;
+inline constexpr uint32_t kGsiQkey = 0x80010000u;
+
+// An IP endpoint: the address as a GID (IPv4-mapped or IPv6) and a port.
+struct CmAddress {
+  Gid gid{};
+  uint16_t port = 0;
+};
+
+// Connection parameters both sides share. The CM takes the minimum of what
+// the two sides offer for the MTU and the read/atomic depths.
+struct CmQpParams {
+  QueuePair* qp = nullptr;   // RC, in RESET (the CM moves it from there)
+  int access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                     IBV_ACCESS_REMOTE_ATOMIC;
+  uint8_t responder_resources = 16;  // RDMA READ/atomic requests we accept at once
+  uint8_t initiator_depth = 16;      // RDMA READ/atomic requests we issue at once
+  uint8_t retry_count = 7;
+  uint8_t rnr_retry_count = 7;
+  uint8_t local_ack_timeout = 14;    // 4.096 us * 2^14 = 67 ms
+  uint8_t min_rnr_timer = 12;        // 0.64 ms
+  ibv_mtu max_mtu = IBV_MTU_4096;    // also capped by the port's MTU
+};
+
+struct CmConnectParams : CmQpParams {
+  CmAddress remote;           // the listener's IP and port
+  uint16_t local_port = 0;    // 0: the CM picks an unused one
+  std::vector<uint8_t> private_data;  // at most kCmReqUserDataSize bytes
+};
+
+struct CmAcceptParams : CmQpParams {
+  std::vector<uint8_t> private_data;  // at most kCmRepPrivateDataSize bytes
+};
+
+using CmConnectionId = uint32_t;  // this side's Local Communication ID
+
+enum class CmEventType {
+  // Passive side: a REQ for a listening port. `id` names the request for
+  // Accept/Reject; `listen_tag` is the listener's tag; `peer` the caller's
+  // IP and source port; `private_data` the caller's user data.
+  kConnectRequest,
+  // Both sides: the QP is in RTS and may carry data (active: REP received and
+  // RTU sent; passive: RTU received, or the first packet arrived on the QP).
+  // `private_data`: the REP's on the active side, empty on the passive side.
+  kEstablished,
+  // Active side: the peer answered REJ. `reject_reason` (IBTA table 112; 28 is
+  // "consumer reject", 8 "invalid service ID"), `private_data` the REJ's.
+  kRejected,
+  // Active side: no answer after every retry. Passive side: the RTU never
+  // came. The QP is in ERR.
+  kUnreachable,
+  // Either side: the peer sent DREQ, or our Disconnect finished (DREP or
+  // timeout). The QP is in ERR (its work flushed by the engine).
+  kDisconnected,
+};
+
+struct CmEvent {
+  CmEventType type = CmEventType::kConnectRequest;
+  CmConnectionId id = 0;
+  uint64_t tag = 0;         // the tag given to Connect / Accept (0 for a request)
+  uint64_t listen_tag = 0;  // kConnectRequest: the listener's tag
+  CmAddress local;          // this side's IP and port
+  CmAddress peer;           // the other side's IP and port
+  uint16_t reject_reason = 0;
+  std::vector<uint8_t> private_data;
+  // kConnectRequest: what the caller offered (the accepting side's
+  // CmAcceptParams are capped by these).
+  uint8_t peer_responder_resources = 0;
+  uint8_t peer_initiator_depth = 0;
+};
+
+struct CmCounters {
+  uint64_t mads_sent = 0, mads_received = 0, mads_dropped = 0;  // dropped: malformed/unknown
+  uint64_t retransmits = 0, duplicates = 0;
+};
+
+class ConnectionManager {
+ public:
+  struct Options {
+    Gid local_gid{};               // this port's address (the engine's GID)
+    uint64_t response_timeout_ns = 50'000'000;  // 50 ms before a resend
+    unsigned max_retries = 15;
+    unsigned recv_buffers = 64;    // MAD receive buffers posted on QP 1
+    // Empty: steady_clock. Tests give the EnginePair's virtual clock.
+    std::function<uint64_t()> clock_ns;
+  };
+
+  // Creates QP 1 on `engine` (PD `pd`) and posts its receive buffers. One per
+  // engine: a second one fails (QP 1 exists).
+  static StatusOr<std::unique_ptr<ConnectionManager>> Create(Engine* engine, PdHandle pd, const Options& options);
+  // Destroys QP 1 (connections still up are not told: Disconnect them first).
+  ~ConnectionManager();
+  ConnectionManager(const ConnectionManager&) = delete;
+  ConnectionManager& operator=(const ConnectionManager&) = delete;
+
+  // Passive side. kConnectRequest events for `port` carry `tag`. Error
+  // (EADDRINUSE) if the port is taken; port 0 picks one (returned).
+  StatusOr<uint16_t> Listen(uint16_t port, uint64_t tag);
+  Status StopListening(uint16_t port);
+  Status Accept(CmConnectionId request, const CmAcceptParams& params, uint64_t tag);
+  Status Reject(CmConnectionId request, const uint8_t* private_data, size_t length);
+
+  // Active side: sends REQ. The result arrives as kEstablished, kRejected or
+  // kUnreachable with `tag`.
+  StatusOr<CmConnectionId> Connect(const CmConnectParams& params, uint64_t tag);
+
+  // Either side, once established (or while connecting: gives up): moves the
+  // QP to ERR, sends DREQ; kDisconnected follows.
+  Status Disconnect(CmConnectionId id);
+  // Forgets a connection that has ended (after kDisconnected, kRejected or
+  // kUnreachable, or a request the user will not answer). Until then the CM
+  // keeps answering duplicates for it.
+  void Release(CmConnectionId id);
+
+  // One round: receive MADs, resend what is due, queue events.
+  void Poll();
+  bool NextEvent(CmEvent* event);
+
+  CmCounters counters() const;
+
+ private:
+  ConnectionManager() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace uroce::transport
