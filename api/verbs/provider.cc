@@ -87,29 +87,38 @@ uint64_t DeviceGuid(Device* device) {
   return GuidFromMac(mac);
 }
 
-int Provider::Open(Device* device, Context* context) {
-  std::lock_guard<std::mutex> lock(mutex_);
+int Provider::StartRuntimeLocked() {
   LoadConfigOnce();
   if (!config_ok_) return ENODEV;
   if (start_failed_) return EIO;
-  if (!runtime_) {
-    Status s = pmd::EalRunning() ? Status::Ok() : pmd::StartEalFor(config_);
-    if (!s.ok()) {
-      std::fprintf(stderr, "uroce: cannot start DPDK: %s\n", s.ToString().c_str());
-      start_failed_ = true;
-      return EIO;
-    }
-    auto rt = pmd::Runtime::Start(config_);
-    if (!rt.ok()) {
-      std::fprintf(stderr, "uroce: cannot start the runtime (%s): %s\n", config_.origin.c_str(),
-                   rt.status().ToString().c_str());
-      start_failed_ = true;
-      return EIO;
-    }
-    runtime_ = std::move(*rt);
-    std::atexit(OnExit);
-    thread_ = std::thread([this] { ProgressLoop(); });
+  if (runtime_) return 0;
+  Status s = pmd::EalRunning() ? Status::Ok() : pmd::StartEalFor(config_);
+  if (!s.ok()) {
+    std::fprintf(stderr, "uroce: cannot start DPDK: %s\n", s.ToString().c_str());
+    start_failed_ = true;
+    return EIO;
   }
+  auto rt = pmd::Runtime::Start(config_);
+  if (!rt.ok()) {
+    std::fprintf(stderr, "uroce: cannot start the runtime (%s): %s\n", config_.origin.c_str(),
+                 rt.status().ToString().c_str());
+    start_failed_ = true;
+    return EIO;
+  }
+  runtime_ = std::move(*rt);
+  std::atexit(OnExit);
+  thread_ = std::thread([this] { ProgressLoop(); });
+  return 0;
+}
+
+int Provider::StartRuntime() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return StartRuntimeLocked();
+}
+
+int Provider::Open(Device* device, Context* context) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (int e = StartRuntimeLocked(); e != 0) return e;
   pmd::Runtime::Endpoint& ep = runtime_->endpoint(device->index);
   context->device = device;
   context->engine = ep.endpoint.engine.get();

@@ -40,6 +40,9 @@ class Provider {
   // Starts EAL and the runtime (once); the engine of `device`'s endpoint.
   // Positive errno on failure (after a message on stderr).
   int Open(Device* device, Context* context);
+  // Starts EAL and the runtime (once) without a verbs context: for the
+  // libfabric provider (api/fabric). 0 or a positive errno.
+  int StartRuntime();
   void Close(Context* context);
 
   // CQs that may need a completion event (ibv_req_notify_cq(3)).
@@ -72,6 +75,7 @@ class Provider {
  private:
   Provider() = default;
   void LoadConfigOnce();
+  int StartRuntimeLocked();
   void ProgressLoop();
   unsigned SignalArmedCqs();
   unsigned PumpAsyncEvents();

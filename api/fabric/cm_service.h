@@ -1,0 +1,57 @@
+// The provider's connection-management side: one transport::ConnectionManager
+// per uroce device (made when a domain or passive endpoint first needs it),
+// one thread that polls them every millisecond and turns their events into
+// EQ events (fi_cm(3), fi_eq(3)):
+//   kConnectRequest -> FI_CONNREQ on the passive endpoint's EQ, with a new
+//                      fi_info whose handle is the request
+//   kEstablished    -> FI_CONNECTED on the endpoint's EQ (data: the REP's)
+//   kRejected       -> error event FI_ECONNREFUSED (err_data: the REJ's data)
+//   kUnreachable    -> error event FI_ETIMEDOUT
+//   kDisconnected   -> FI_SHUTDOWN
+// Endpoints register under a key (the CM's "tag") and unregister before they
+// are freed; events for a key that is gone are dropped (and a request for a
+// passive endpoint that is gone is rejected). Control path only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "api/fabric/objects.h"
+#include "common/status.h"
+
+namespace uroce::fabric {
+
+class CmService {
+ public:
+  static CmService& Get();
+
+  // The CM of runtime endpoint `index`; the runtime must be running.
+  StatusOr<transport::ConnectionManager*> ForDevice(size_t index);
+
+  uint64_t Register(PassiveEndpoint* pep);
+  uint64_t Register(Endpoint* ep);
+  // After this returns no event is delivered to the object any more.
+  void Unregister(uint64_t key);
+
+ private:
+  CmService() = default;
+  void Loop();
+  void Dispatch(transport::ConnectionManager* cm, transport::CmEvent& event);
+
+  struct Target {
+    PassiveEndpoint* pep = nullptr;
+    Endpoint* ep = nullptr;
+  };
+
+  std::mutex mutex_;  // everything below; held while an event is delivered
+  std::vector<std::unique_ptr<transport::ConnectionManager>> cms_;  // by device index
+  std::map<uint64_t, Target> targets_;
+  uint64_t next_key_ = 1;
+  bool thread_started_ = false;
+};
+
+}  // namespace uroce::fabric

@@ -1,0 +1,220 @@
+// fi_getinfo(3) rules as uroce's getinfo applies them to the hints.
+#include "api/fabric/info.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace uroce::fabric {
+namespace {
+
+transport::Gid V4(const char* ip) {
+  in_addr a{};
+  inet_pton(AF_INET, ip, &a);
+  return transport::Ipv4MappedGid(reinterpret_cast<const uint8_t*>(&a));
+}
+
+transport::Gid V6(const char* ip) {
+  transport::Gid g{};
+  inet_pton(AF_INET6, ip, g.data());
+  return g;
+}
+
+std::vector<DeviceAddresses> TwoDevices() {
+  return {{"uroce0", {V4("10.0.0.1"), V6("fd00::1")}, 1500}, {"uroce1", {V4("10.0.1.1")}, 9000}};
+}
+
+int Count(const fi_info* info) {
+  int n = 0;
+  for (; info != nullptr; info = info->next) ++n;
+  return n;
+}
+
+// Frees with the same rules as libfabric's fi_freeinfo (malloc'ed pieces).
+struct InfoList {
+  fi_info* head = nullptr;
+  ~InfoList() { FreeInfo(head); }
+};
+
+fi_info* Hints() {
+  fi_info* h = static_cast<fi_info*>(std::calloc(1, sizeof(fi_info)));
+  h->ep_attr = static_cast<fi_ep_attr*>(std::calloc(1, sizeof(fi_ep_attr)));
+  h->domain_attr = static_cast<fi_domain_attr*>(std::calloc(1, sizeof(fi_domain_attr)));
+  h->fabric_attr = static_cast<fi_fabric_attr*>(std::calloc(1, sizeof(fi_fabric_attr)));
+  h->tx_attr = static_cast<fi_tx_attr*>(std::calloc(1, sizeof(fi_tx_attr)));
+  h->rx_attr = static_cast<fi_rx_attr*>(std::calloc(1, sizeof(fi_rx_attr)));
+  return h;
+}
+
+TEST(GetInfo, NoHintsGivesEveryAddressIpv4First) {
+  InfoList list;
+  ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, nullptr, &list.head), 0);
+  ASSERT_EQ(Count(list.head), 3);
+  EXPECT_EQ(list.head->addr_format, FI_SOCKADDR_IN);
+  EXPECT_STREQ(list.head->domain_attr->name, "uroce0");
+  EXPECT_STREQ(list.head->next->domain_attr->name, "uroce1");
+  EXPECT_EQ(list.head->next->next->addr_format, FI_SOCKADDR_IN6);
+  for (fi_info* i = list.head; i != nullptr; i = i->next) {
+    EXPECT_EQ(i->ep_attr->type, FI_EP_MSG);
+    EXPECT_STREQ(i->fabric_attr->prov_name, "uroce");
+    EXPECT_NE(i->src_addr, nullptr);  // ofi_rxm writes into it
+    EXPECT_EQ(i->dest_addr, nullptr);
+    EXPECT_EQ(i->caps & (FI_MSG | FI_RMA | FI_ATOMIC), FI_MSG | FI_RMA | FI_ATOMIC);
+    EXPECT_EQ(i->domain_attr->mr_mode & (FI_MR_LOCAL | FI_MR_PROV_KEY), FI_MR_LOCAL | FI_MR_PROV_KEY);
+  }
+}
+
+TEST(GetInfo, OtherProviderOrEndpointTypeGivesNoData) {
+  fi_info* h = Hints();
+  fi_info* out = nullptr;
+  h->fabric_attr->prov_name = strdup("tcp");
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  std::free(h->fabric_attr->prov_name);
+  h->fabric_attr->prov_name = strdup("uroce");
+  h->ep_attr->type = FI_EP_RDM;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  h->ep_attr->type = FI_EP_MSG;
+  h->caps = FI_TAGGED;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  h->caps = FI_MSG;
+  InfoList list;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &list.head), 0);
+  EXPECT_EQ(list.head->caps & (FI_RMA | FI_ATOMIC), 0u);  // primary caps not asked for
+  EXPECT_NE(list.head->caps & FI_SEND, 0u);
+  FreeInfo(h);
+}
+
+TEST(GetInfo, MrModeWithoutLocalOrProvKeyIsRefused) {
+  fi_info* h = Hints();
+  fi_info* out = nullptr;
+  h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_PROV_KEY;
+  InfoList list;
+  ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &list.head), 0);
+  EXPECT_EQ(list.head->domain_attr->mr_mode, FI_MR_LOCAL | FI_MR_PROV_KEY);  // no VIRT_ADDR: offsets
+  h->domain_attr->mr_mode = FI_MR_BASIC;
+  InfoList basic;
+  ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &basic.head), 0);
+  FreeInfo(h);
+}
+
+TEST(GetInfo, SourceServiceSetsTheLocalPort) {
+  InfoList list;
+  ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, "9228", FI_SOURCE, nullptr, &list.head), 0);
+  const auto* in = static_cast<const sockaddr_in*>(list.head->src_addr);
+  EXPECT_EQ(in->sin_family, AF_INET);
+  EXPECT_EQ(ntohs(in->sin_port), 9228);
+  char ip[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+  EXPECT_STREQ(ip, "10.0.0.1");
+}
+
+TEST(GetInfo, NodeIsTheDestination) {
+  InfoList list;
+  ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), "10.0.0.2", "47592", 0, nullptr, &list.head), 0);
+  ASSERT_EQ(Count(list.head), 2);  // both devices have IPv4
+  const auto* dest = static_cast<const sockaddr_in*>(list.head->dest_addr);
+  ASSERT_NE(dest, nullptr);
+  EXPECT_EQ(ntohs(dest->sin_port), 47592);
+  EXPECT_EQ(list.head->dest_addrlen, sizeof(sockaddr_in));
+  InfoList v6;
+  ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), "fd00::2", "1", 0, nullptr, &v6.head), 0);
+  ASSERT_EQ(Count(v6.head), 1);
+  EXPECT_EQ(v6.head->addr_format, FI_SOCKADDR_IN6);
+}
+
+TEST(GetInfo, SourceAddressPicksTheDevice) {
+  InfoList list;
+  ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), "10.0.1.1", "0", FI_SOURCE, nullptr, &list.head), 0);
+  ASSERT_EQ(Count(list.head), 1);
+  EXPECT_STREQ(list.head->domain_attr->name, "uroce1");
+  fi_info* out = nullptr;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), "10.9.9.9", "0", FI_SOURCE, nullptr, &out), -FI_ENODATA);
+}
+
+TEST(GetInfo, AddrFormatFilters) {
+  fi_info* h = Hints();
+  h->addr_format = FI_SOCKADDR_IN6;
+  InfoList list;
+  ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &list.head), 0);
+  ASSERT_EQ(Count(list.head), 1);
+  EXPECT_EQ(list.head->addr_format, FI_SOCKADDR_IN6);
+  h->addr_format = FI_ADDR_GNI;
+  fi_info* out = nullptr;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  FreeInfo(h);
+}
+
+TEST(GetInfo, RxCqDataModeDecidesCqDataSize) {
+  fi_info* h = Hints();
+  h->mode = 0;
+  InfoList without;
+  ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &without.head), 0);
+  EXPECT_EQ(without.head->domain_attr->cq_data_size, 0u);
+  EXPECT_EQ(without.head->mode & FI_RX_CQ_DATA, 0u);
+  h->mode = FI_RX_CQ_DATA | FI_CONTEXT;
+  InfoList with;
+  ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &with.head), 0);
+  EXPECT_EQ(with.head->domain_attr->cq_data_size, 4u);
+  EXPECT_NE(with.head->mode & FI_RX_CQ_DATA, 0u);
+  FreeInfo(h);
+}
+
+TEST(GetInfo, DomainNameAndLimits) {
+  fi_info* h = Hints();
+  h->domain_attr->name = strdup("uroce1");
+  InfoList list;
+  ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &list.head), 0);
+  ASSERT_EQ(Count(list.head), 1);
+  EXPECT_STREQ(list.head->domain_attr->name, "uroce1");
+  std::free(h->domain_attr->name);
+  h->domain_attr->name = strdup("mlx5_0");
+  fi_info* out = nullptr;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  std::free(h->domain_attr->name);
+  h->domain_attr->name = nullptr;
+  h->tx_attr->inject_size = 4096;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  FreeInfo(h);
+}
+
+TEST(DupInfo, DeepCopyFreesCleanly) {
+  InfoList list;
+  ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), "10.0.0.2", "7", 0, nullptr, &list.head), 0);
+  fi_info* copy = DupInfo(list.head);
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->next, nullptr);
+  EXPECT_NE(copy->src_addr, list.head->src_addr);
+  EXPECT_EQ(std::memcmp(copy->dest_addr, list.head->dest_addr, copy->dest_addrlen), 0);
+  EXPECT_STREQ(copy->domain_attr->name, list.head->domain_attr->name);
+  EXPECT_NE(copy->domain_attr->name, list.head->domain_attr->name);
+  FreeInfo(copy);
+}
+
+TEST(Sockaddr, RoundTrip) {
+  sockaddr_storage ss{};
+  size_t len = 0;
+  GidToSockaddr(V4("192.168.1.2"), 80, &ss, &len);
+  EXPECT_EQ(len, sizeof(sockaddr_in));
+  transport::Gid gid{};
+  uint16_t port = 0;
+  ASSERT_TRUE(SockaddrToGid(reinterpret_cast<sockaddr*>(&ss), &gid, &port));
+  EXPECT_EQ(gid, V4("192.168.1.2"));
+  EXPECT_EQ(port, 80);
+  GidToSockaddr(V6("fd00::5"), 81, &ss, &len);
+  EXPECT_EQ(len, sizeof(sockaddr_in6));
+  ASSERT_TRUE(SockaddrToGid(reinterpret_cast<sockaddr*>(&ss), &gid, &port));
+  EXPECT_EQ(gid, V6("fd00::5"));
+  sockaddr bad{};
+  bad.sa_family = AF_UNIX;
+  EXPECT_FALSE(SockaddrToGid(&bad, &gid, &port));
+}
+
+}  // namespace
+}  // namespace uroce::fabric
