@@ -1,12 +1,15 @@
 // `uroce exec [--config FILE] -- PROGRAM [ARGS...]`: runs an unmodified
-// verbs program over uroce. It puts the directory of uroce's
+// verbs or libfabric program over uroce. It puts the directory of uroce's
 // libibverbs.so.1 first in LD_LIBRARY_PATH (so the program's libibverbs.so.1
-// dependency, Debian's rdma-core one, resolves to uroce's) and names the
-// configuration in UROCE_CONFIG, then execs the program: its exit status,
-// signals and stdio are the program's own.
+// dependency, Debian's rdma-core one, resolves to uroce's; libfabric links
+// libibverbs.so.1 too), adds the directory of liburoce-fi.so to
+// FI_PROVIDER_PATH (where libfabric looks for external providers,
+// fi_provider(7)), and names the configuration in UROCE_CONFIG, then execs the
+// program: its exit status, signals and stdio are the program's own.
 //
-// The library is found, in order: $UROCE_VERBS_LIB_DIR; beside this binary
-// in Bazel's output tree (bazel-bin/tools/uroce -> bazel-bin/api/verbs); in
+// The libraries are found, in order: $UROCE_VERBS_LIB_DIR (and
+// $UROCE_FABRIC_LIB_DIR); beside this binary in Bazel's output tree
+// (bazel-bin/tools/uroce -> bazel-bin/api/verbs, bazel-bin/api/fabric); in
 // this binary's runfiles (bazel run / bazel test).
 #include <limits.h>
 #include <stdlib.h>
@@ -23,7 +26,7 @@
 namespace uroce::tools {
 namespace {
 
-bool HasLibrary(const std::string& dir) { return access((dir + "/libibverbs.so.1").c_str(), R_OK) == 0; }
+bool HasFile(const std::string& dir, const char* name) { return access((dir + "/" + name).c_str(), R_OK) == 0; }
 
 std::string Absolute(const std::string& path) {
   char buf[PATH_MAX];
@@ -31,9 +34,11 @@ std::string Absolute(const std::string& path) {
   return buf;
 }
 
-std::string FindLibraryDir() {
-  if (const char* env = getenv("UROCE_VERBS_LIB_DIR"); env != nullptr && *env != '\0') {
-    return HasLibrary(env) ? Absolute(env) : "";
+// The directory holding `name`: $env_var, or api/<subdir> beside this binary
+// in Bazel's output tree, or in its runfiles.
+std::string FindLibraryDir(const char* env_var, const char* subdir, const char* name) {
+  if (const char* env = getenv(env_var); env != nullptr && *env != '\0') {
+    return HasFile(env, name) ? Absolute(env) : "";
   }
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -41,12 +46,13 @@ std::string FindLibraryDir() {
   self[n] = '\0';
   const std::string exe = self;
   const std::string dir = exe.substr(0, exe.rfind('/'));
+  const std::string rel = std::string("api/") + subdir;
   for (const std::string& candidate :
-       {dir + "/../api/verbs", exe + ".runfiles/uroce/api/verbs", dir + "/uroce.runfiles/uroce/api/verbs"}) {
-    if (HasLibrary(candidate)) return Absolute(candidate);
+       {dir + "/../" + rel, exe + ".runfiles/uroce/" + rel, dir + "/uroce.runfiles/uroce/" + rel}) {
+    if (HasFile(candidate, name)) return Absolute(candidate);
   }
-  if (const char* rf = getenv("RUNFILES_DIR"); rf != nullptr && HasLibrary(std::string(rf) + "/uroce/api/verbs")) {
-    return Absolute(std::string(rf) + "/uroce/api/verbs");
+  if (const char* rf = getenv("RUNFILES_DIR"); rf != nullptr && HasFile(std::string(rf) + "/uroce/" + rel, name)) {
+    return Absolute(std::string(rf) + "/uroce/" + rel);
   }
   return "";
 }
@@ -54,7 +60,8 @@ std::string FindLibraryDir() {
 int Usage() {
   std::fprintf(stderr,
                "usage: uroce exec [--config FILE] -- PROGRAM [ARGS...]\n"
-               "  runs PROGRAM with uroce's libibverbs.so.1 (uroce devices from FILE, or from $UROCE_CONFIG)\n");
+               "  runs PROGRAM with uroce's libibverbs.so.1 and libfabric provider (liburoce-fi.so, provider \"uroce\";\n"
+               "  uroce devices from FILE, or from $UROCE_CONFIG)\n");
   return 2;
 }
 
@@ -93,7 +100,7 @@ int ExecCommand(int argc, char** argv) {
     std::fprintf(stderr, "uroce exec: give --config FILE (or set UROCE_CONFIG)\n");
     return 2;
   }
-  const std::string lib = FindLibraryDir();
+  const std::string lib = FindLibraryDir("UROCE_VERBS_LIB_DIR", "verbs", "libibverbs.so.1");
   if (lib.empty()) {
     std::fprintf(stderr,
                  "uroce exec: cannot find uroce's libibverbs.so.1 (build //api/verbs:libibverbs.so.1, or set "
@@ -103,6 +110,15 @@ int ExecCommand(int argc, char** argv) {
   std::string path = lib;
   if (const char* old = getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0') path += std::string(":") + old;
   setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+  // The libfabric provider: optional (a verbs-only build may lack it).
+  if (const std::string fabric = FindLibraryDir("UROCE_FABRIC_LIB_DIR", "fabric", "liburoce-fi.so");
+      !fabric.empty()) {
+    std::string providers = fabric;
+    if (const char* old = getenv("FI_PROVIDER_PATH"); old != nullptr && *old != '\0') {
+      providers += std::string(":") + old;
+    }
+    setenv("FI_PROVIDER_PATH", providers.c_str(), 1);
+  }
   execvp(argv[i], argv + i);
   std::fprintf(stderr, "uroce exec: cannot run '%s': %s\n", argv[i], std::strerror(errno));
   return 127;

@@ -1,0 +1,436 @@
+// The uroce libfabric provider end to end, through the system's libfabric as
+// any application uses it: fi_getinfo -> fabric -> domain -> passive endpoint
+// and endpoint -> connection over the fabric (IB CM on QP1) -> messages, RMA,
+// atomics -> rejection, refused connections, shutdown. Two uroce devices in
+// one process joined by a net_ring pair (configs/ring.ini), so both sides of
+// every connection are here. Run under `uroce exec` (fi_provider_test.sh).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int kTimeoutMs = 20000;
+
+#define FI_OK(call)                                                        \
+  do {                                                                     \
+    const auto fi_ok_result = (call);                                      \
+    ASSERT_EQ(fi_ok_result, 0) << #call << ": " << fi_strerror(static_cast<int>(-fi_ok_result)); \
+  } while (0)
+
+fi_info* Hints() {
+  fi_info* hints = fi_allocinfo();
+  hints->fabric_attr->prov_name = strdup("uroce");
+  hints->ep_attr->type = FI_EP_MSG;
+  hints->caps = FI_MSG | FI_RMA | FI_ATOMIC;
+  hints->mode = FI_CONTEXT | FI_RX_CQ_DATA;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->addr_format = FI_SOCKADDR_IN;
+  return hints;
+}
+
+std::string Ip(const void* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  const auto* in = static_cast<const sockaddr_in*>(sa);
+  inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf));
+  return buf;
+}
+
+// Reads one event from `eq`: its type, and the bytes after the entry.
+struct Event {
+  uint32_t type = 0;
+  struct {
+    fid_t fid = nullptr;
+    fi_info* info = nullptr;
+  } entry;
+  std::string data;
+  fi_eq_err_entry error{};
+  std::string error_data;
+  bool is_error = false;
+};
+
+Event WaitEvent(fid_eq* eq) {
+  Event ev;
+  alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
+  for (;;) {
+    const ssize_t n = fi_eq_sread(eq, &ev.type, buf, sizeof(buf), 100, 0);
+    if (n >= static_cast<ssize_t>(sizeof(fi_eq_cm_entry))) {
+      fi_eq_cm_entry cm;
+      std::memcpy(static_cast<void*>(&cm), buf, sizeof(cm));
+      ev.entry.fid = cm.fid;
+      ev.entry.info = cm.info;
+      ev.data.assign(reinterpret_cast<char*>(buf) + sizeof(fi_eq_cm_entry), n - sizeof(fi_eq_cm_entry));
+      return ev;
+    }
+    if (n >= 0) {
+      ADD_FAILURE() << "short event " << n;
+      return ev;
+    }
+    if (n == -FI_EAVAIL) {
+      ev.is_error = true;
+      static uint8_t err_buf[256];
+      ev.error.err_data = err_buf;
+      ev.error.err_data_size = sizeof(err_buf);
+      EXPECT_GE(fi_eq_readerr(eq, &ev.error, 0), 0);
+      ev.error_data.assign(static_cast<char*>(ev.error.err_data), ev.error.err_data_size);
+      return ev;
+    }
+    if (n != -FI_EAGAIN && n != -FI_ETIMEDOUT) {
+      ADD_FAILURE() << "fi_eq_sread: " << fi_strerror(static_cast<int>(-n));
+      return ev;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "no event within " << kTimeoutMs << " ms";
+      return ev;
+    }
+  }
+}
+
+// Reads `count` completions from `cq` (fi_cq_read drives progress).
+std::vector<fi_cq_data_entry> WaitCompletions(fid_cq* cq, size_t count) {
+  std::vector<fi_cq_data_entry> out;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
+  while (out.size() < count) {
+    fi_cq_data_entry entries[16];
+    const ssize_t n = fi_cq_read(cq, entries, std::min<size_t>(16, count - out.size()));
+    if (n > 0) {
+      out.insert(out.end(), entries, entries + n);
+      continue;
+    }
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      fi_cq_readerr(cq, &err, 0);
+      ADD_FAILURE() << "error completion: " << fi_strerror(err.err) << " prov_errno " << err.prov_errno;
+      return out;
+    }
+    if (n != -FI_EAGAIN) {
+      ADD_FAILURE() << "fi_cq_read: " << fi_strerror(static_cast<int>(-n));
+      return out;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "only " << out.size() << " of " << count << " completions";
+      return out;
+    }
+  }
+  return out;
+}
+
+// One side: a domain on one uroce device, an EQ and a CQ.
+struct Side {
+  fi_info* info = nullptr;  // this device's entry (ours)
+  fid_domain* domain = nullptr;
+  fid_eq* eq = nullptr;
+  fid_cq* cq = nullptr;
+  fid_ep* ep = nullptr;
+  std::vector<uint8_t> buffer = std::vector<uint8_t>(2 << 20);
+  fid_mr* mr = nullptr;
+};
+
+class FabricTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fi_info* hints = Hints();
+    ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &infos_), 0) << "no uroce provider";
+    fi_freeinfo(hints);
+    // ring.ini: uroce0 = 10.99.0.1, uroce1 = 10.99.0.2.
+    for (fi_info* i = infos_; i != nullptr; i = i->next) {
+      if (std::string(i->domain_attr->name) == "uroce0") client_.info = i;
+      if (std::string(i->domain_attr->name) == "uroce1") server_.info = i;
+    }
+    ASSERT_NE(client_.info, nullptr);
+    ASSERT_NE(server_.info, nullptr);
+    FI_OK(fi_fabric(client_.info->fabric_attr, &fabric_, nullptr));
+    for (Side* s : {&client_, &server_}) {
+      FI_OK(fi_domain(fabric_, s->info, &s->domain, nullptr));
+      fi_eq_attr eq_attr{};
+      eq_attr.wait_obj = FI_WAIT_UNSPEC;
+      FI_OK(fi_eq_open(fabric_, &eq_attr, &s->eq, nullptr));
+      fi_cq_attr cq_attr{};
+      cq_attr.format = FI_CQ_FORMAT_DATA;
+      cq_attr.size = 1024;
+      FI_OK(fi_cq_open(s->domain, &cq_attr, &s->cq, nullptr));
+      FI_OK(fi_mr_reg(s->domain, s->buffer.data(), s->buffer.size(),
+                      FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &s->mr,
+                      nullptr));
+    }
+  }
+
+  void TearDown() override {
+    if (pep_ != nullptr) {
+      EXPECT_EQ(fi_close(&pep_->fid), 0);
+    }
+    for (Side* s : {&client_, &server_}) {
+      if (s->ep != nullptr) {
+      EXPECT_EQ(fi_close(&s->ep->fid), 0);
+    }
+      if (s->mr != nullptr) {
+      EXPECT_EQ(fi_close(&s->mr->fid), 0);
+    }
+      if (s->cq != nullptr) {
+      EXPECT_EQ(fi_close(&s->cq->fid), 0);
+    }
+      if (s->eq != nullptr) {
+      EXPECT_EQ(fi_close(&s->eq->fid), 0);
+    }
+      if (s->domain != nullptr) {
+      EXPECT_EQ(fi_close(&s->domain->fid), 0);
+    }
+    }
+    if (fabric_ != nullptr) {
+      EXPECT_EQ(fi_close(&fabric_->fid), 0);
+    }
+    fi_freeinfo(infos_);
+  }
+
+  // The server listens on an ephemeral port; returns its address.
+  void Listen(sockaddr_in* addr) {
+    FI_OK(fi_passive_ep(fabric_, server_.info, &pep_, nullptr));
+    FI_OK(fi_pep_bind(pep_, &server_.eq->fid, 0));
+    FI_OK(fi_listen(pep_));
+    size_t len = sizeof(*addr);
+    FI_OK(fi_getname(&pep_->fid, addr, &len));
+    ASSERT_EQ(len, sizeof(sockaddr_in));
+    ASSERT_NE(addr->sin_port, 0);
+    EXPECT_EQ(Ip(addr), "10.99.0.2");
+  }
+
+  void OpenEndpoint(Side& side, fi_info* info) {
+    FI_OK(fi_endpoint(side.domain, info, &side.ep, nullptr));
+    FI_OK(fi_ep_bind(side.ep, &side.eq->fid, 0));
+    FI_OK(fi_ep_bind(side.ep, &side.cq->fid, FI_TRANSMIT | FI_RECV));
+    FI_OK(fi_enable(side.ep));
+  }
+
+  // Connects client to server with private data both ways.
+  void Connect() {
+    sockaddr_in addr{};
+    ASSERT_NO_FATAL_FAILURE(Listen(&addr));
+    ASSERT_NO_FATAL_FAILURE(OpenEndpoint(client_, client_.info));
+    const char hello[] = "hello from the client";
+    FI_OK(fi_connect(client_.ep, &addr, hello, sizeof(hello)));
+    Event req = WaitEvent(server_.eq);
+    ASSERT_FALSE(req.is_error);
+    ASSERT_EQ(req.type, FI_CONNREQ);
+    EXPECT_EQ(req.entry.fid, &pep_->fid);
+    ASSERT_NE(req.entry.info, nullptr);
+    ASSERT_NE(req.entry.info->handle, nullptr);
+    EXPECT_EQ(req.data.substr(0, sizeof(hello)), std::string(hello, sizeof(hello)));
+    ASSERT_NE(req.entry.info->dest_addr, nullptr);
+    EXPECT_EQ(Ip(req.entry.info->dest_addr), "10.99.0.1");
+    ASSERT_NO_FATAL_FAILURE(OpenEndpoint(server_, req.entry.info));
+    fi_freeinfo(req.entry.info);
+    // A receive before the accept: the QP takes receives from fi_enable on.
+    FI_OK(fi_recv(server_.ep, server_.buffer.data(), 4096, fi_mr_desc(server_.mr), 0, &server_));
+    const char welcome[] = "welcome";
+    FI_OK(fi_accept(server_.ep, welcome, sizeof(welcome)));
+    Event connected = WaitEvent(client_.eq);
+    ASSERT_FALSE(connected.is_error) << fi_strerror(connected.error.err);
+    ASSERT_EQ(connected.type, FI_CONNECTED);
+    EXPECT_EQ(connected.entry.fid, &client_.ep->fid);
+    EXPECT_EQ(connected.data.substr(0, sizeof(welcome)), std::string(welcome, sizeof(welcome)));
+    Event server_connected = WaitEvent(server_.eq);
+    ASSERT_FALSE(server_connected.is_error);
+    ASSERT_EQ(server_connected.type, FI_CONNECTED);
+    EXPECT_EQ(server_connected.entry.fid, &server_.ep->fid);
+    // Names: each side's own address and its peer's.
+    sockaddr_in name{}, peer{};
+    size_t len = sizeof(name);
+    FI_OK(fi_getname(&client_.ep->fid, &name, &len));
+    EXPECT_EQ(Ip(&name), "10.99.0.1");
+    len = sizeof(peer);
+    FI_OK(fi_getpeer(client_.ep, &peer, &len));
+    EXPECT_EQ(Ip(&peer), "10.99.0.2");
+    EXPECT_EQ(peer.sin_port, addr.sin_port);
+  }
+
+  fi_info* infos_ = nullptr;
+  fid_fabric* fabric_ = nullptr;
+  fid_pep* pep_ = nullptr;
+  Side client_, server_;
+};
+
+TEST_F(FabricTest, GetinfoDescribesBothDevices) {
+  EXPECT_STREQ(client_.info->fabric_attr->prov_name, "uroce");
+  EXPECT_EQ(client_.info->ep_attr->type, FI_EP_MSG);
+  EXPECT_NE(client_.info->src_addr, nullptr);
+  EXPECT_EQ(Ip(client_.info->src_addr), "10.99.0.1");
+  EXPECT_EQ(Ip(server_.info->src_addr), "10.99.0.2");
+  size_t size = 0, len = sizeof(size);
+  fid_ep* ep = nullptr;
+  FI_OK(fi_endpoint(client_.domain, client_.info, &ep, nullptr));
+  FI_OK(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &size, &len));
+  EXPECT_GE(size, 24u);  // what ofi_rxm needs
+  EXPECT_EQ(fi_close(&ep->fid), 0);
+}
+
+TEST_F(FabricTest, MessagesBothWays) {
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  // The receive posted before the accept takes the first message.
+  for (size_t i = 0; i < 4096; ++i) client_.buffer[i] = static_cast<uint8_t>(i * 7);
+  FI_OK(fi_send(client_.ep, client_.buffer.data(), 4096, fi_mr_desc(client_.mr), 0, &client_));
+  auto server_done = WaitCompletions(server_.cq, 1);
+  ASSERT_EQ(server_done.size(), 1u);
+  EXPECT_EQ(server_done[0].op_context, &server_);
+  EXPECT_EQ(server_done[0].len, 4096u);
+  EXPECT_TRUE(server_done[0].flags & FI_RECV);
+  EXPECT_EQ(std::memcmp(server_.buffer.data(), client_.buffer.data(), 4096), 0);
+  ASSERT_EQ(WaitCompletions(client_.cq, 1).size(), 1u);
+  // Sizes up to 1 MiB, server to client, with CQ data.
+  for (size_t size : {64u, 4096u, 65536u, 1u << 20}) {
+    for (size_t i = 0; i < size; ++i) server_.buffer[i] = static_cast<uint8_t>(i ^ size);
+    FI_OK(fi_recv(client_.ep, client_.buffer.data(), size, fi_mr_desc(client_.mr), 0, &client_));
+    FI_OK(fi_senddata(server_.ep, server_.buffer.data(), size, fi_mr_desc(server_.mr), 0xC0DE + size, 0, &server_));
+    auto got = WaitCompletions(client_.cq, 1);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].len, size);
+    EXPECT_TRUE(got[0].flags & FI_REMOTE_CQ_DATA);
+    EXPECT_EQ(got[0].data, 0xC0DE + size);
+    EXPECT_EQ(std::memcmp(client_.buffer.data(), server_.buffer.data(), size), 0) << size;
+    ASSERT_EQ(WaitCompletions(server_.cq, 1).size(), 1u);
+  }
+  // fi_inject: no descriptor, no completion; the buffer is free at return.
+  char small[32] = "injected";
+  FI_OK(fi_recv(server_.ep, server_.buffer.data(), 64, fi_mr_desc(server_.mr), 0, &server_));
+  FI_OK(fi_inject(client_.ep, small, sizeof(small), 0));
+  std::memset(small, 0, sizeof(small));
+  auto injected = WaitCompletions(server_.cq, 1);
+  ASSERT_EQ(injected.size(), 1u);
+  EXPECT_STREQ(reinterpret_cast<char*>(server_.buffer.data()), "injected");
+}
+
+TEST_F(FabricTest, RmaAndAtomics) {
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  const uint64_t remote = reinterpret_cast<uintptr_t>(server_.buffer.data());
+  const uint64_t key = fi_mr_key(server_.mr);
+  // RDMA WRITE of 64 KiB, then READ it back into another part of the buffer.
+  for (size_t i = 0; i < 65536; ++i) client_.buffer[i] = static_cast<uint8_t>(i * 13);
+  FI_OK(fi_write(client_.ep, client_.buffer.data(), 65536, fi_mr_desc(client_.mr), 0, remote + 8192, key, &client_));
+  ASSERT_EQ(WaitCompletions(client_.cq, 1).size(), 1u);
+  EXPECT_EQ(std::memcmp(server_.buffer.data() + 8192, client_.buffer.data(), 65536), 0);
+  FI_OK(fi_read(client_.ep, client_.buffer.data() + 200000, 65536, fi_mr_desc(client_.mr), 0, remote + 8192, key,
+                &client_));
+  auto read = WaitCompletions(client_.cq, 1);
+  ASSERT_EQ(read.size(), 1u);
+  EXPECT_TRUE(read[0].flags & FI_READ);
+  EXPECT_EQ(std::memcmp(client_.buffer.data() + 200000, client_.buffer.data(), 65536), 0);
+  // fi_writedata consumes a posted receive (FI_RX_CQ_DATA) and carries data.
+  // (The receive posted before the accept is still there.)
+  FI_OK(fi_writedata(client_.ep, client_.buffer.data(), 128, fi_mr_desc(client_.mr), 77, 0, remote + 100000, key,
+                     &client_));
+  auto wd = WaitCompletions(server_.cq, 1);
+  ASSERT_EQ(wd.size(), 1u);
+  EXPECT_TRUE(wd[0].flags & FI_REMOTE_CQ_DATA);
+  EXPECT_EQ(wd[0].data, 77u);
+  ASSERT_EQ(WaitCompletions(client_.cq, 1).size(), 1u);
+  // Atomics on an 8-byte word of the server's buffer.
+  uint64_t* word = reinterpret_cast<uint64_t*>(server_.buffer.data() + 1024);
+  *word = 40;
+  uint64_t* operand = reinterpret_cast<uint64_t*>(client_.buffer.data());
+  uint64_t* result = reinterpret_cast<uint64_t*>(client_.buffer.data() + 64);
+  uint64_t* compare = reinterpret_cast<uint64_t*>(client_.buffer.data() + 128);
+  size_t count = 0;
+  EXPECT_EQ(fi_fetch_atomicvalid(client_.ep, FI_UINT64, FI_SUM, &count), 0);
+  EXPECT_EQ(count, 1u);
+  EXPECT_NE(fi_atomicvalid(client_.ep, FI_UINT64, FI_SUM, &count), 0);
+  *operand = 2;
+  FI_OK(fi_fetch_atomic(client_.ep, operand, 1, fi_mr_desc(client_.mr), result, fi_mr_desc(client_.mr), 0,
+                        remote + 1024, key, FI_UINT64, FI_SUM, &client_));
+  ASSERT_EQ(WaitCompletions(client_.cq, 1).size(), 1u);
+  EXPECT_EQ(*result, 40u);
+  EXPECT_EQ(*word, 42u);
+  *operand = 1000;
+  *compare = 42;
+  FI_OK(fi_compare_atomic(client_.ep, operand, 1, fi_mr_desc(client_.mr), compare, fi_mr_desc(client_.mr), result,
+                          fi_mr_desc(client_.mr), 0, remote + 1024, key, FI_UINT64, FI_CSWAP, &client_));
+  ASSERT_EQ(WaitCompletions(client_.cq, 1).size(), 1u);
+  EXPECT_EQ(*result, 42u);
+  EXPECT_EQ(*word, 1000u);
+}
+
+TEST_F(FabricTest, ShutdownReachesBothSides) {
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  FI_OK(fi_shutdown(client_.ep, 0));
+  Event local = WaitEvent(client_.eq);
+  EXPECT_FALSE(local.is_error);
+  EXPECT_EQ(local.type, FI_SHUTDOWN);
+  Event remote = WaitEvent(server_.eq);
+  EXPECT_FALSE(remote.is_error);
+  EXPECT_EQ(remote.type, FI_SHUTDOWN);
+  EXPECT_EQ(remote.entry.fid, &server_.ep->fid);
+  // The receive posted before the accept is flushed with an error.
+  fi_cq_data_entry entry;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  ssize_t n = -FI_EAGAIN;
+  while (n == -FI_EAGAIN && std::chrono::steady_clock::now() < deadline) n = fi_cq_read(server_.cq, &entry, 1);
+  EXPECT_EQ(n, -FI_EAVAIL);
+  fi_cq_err_entry err{};
+  EXPECT_EQ(fi_cq_readerr(server_.cq, &err, 0), 1);
+  EXPECT_EQ(err.err, FI_ECANCELED);
+}
+
+TEST_F(FabricTest, RejectCarriesData) {
+  sockaddr_in addr{};
+  ASSERT_NO_FATAL_FAILURE(Listen(&addr));
+  ASSERT_NO_FATAL_FAILURE(OpenEndpoint(client_, client_.info));
+  FI_OK(fi_connect(client_.ep, &addr, nullptr, 0));
+  Event req = WaitEvent(server_.eq);
+  ASSERT_EQ(req.type, FI_CONNREQ);
+  const char no[] = "go away";
+  FI_OK(fi_reject(pep_, req.entry.info->handle, no, sizeof(no)));
+  fi_freeinfo(req.entry.info);
+  Event refused = WaitEvent(client_.eq);
+  ASSERT_TRUE(refused.is_error);
+  EXPECT_EQ(refused.error.err, FI_ECONNREFUSED);
+  EXPECT_EQ(refused.error.fid, &client_.ep->fid);
+  EXPECT_EQ(refused.error_data.substr(0, sizeof(no)), std::string(no, sizeof(no)));
+}
+
+TEST_F(FabricTest, NobodyListening) {
+  ASSERT_NO_FATAL_FAILURE(OpenEndpoint(client_, client_.info));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(1);
+  inet_pton(AF_INET, "10.99.0.2", &addr.sin_addr);
+  FI_OK(fi_connect(client_.ep, &addr, nullptr, 0));
+  Event refused = WaitEvent(client_.eq);
+  ASSERT_TRUE(refused.is_error);
+  EXPECT_EQ(refused.error.err, FI_ECONNREFUSED);
+}
+
+TEST_F(FabricTest, BadArgumentsGetErrorCodes) {
+  fid_ep* ep = nullptr;
+  FI_OK(fi_endpoint(client_.domain, client_.info, &ep, nullptr));
+  // No EQ bound: an FI_EP_MSG endpoint cannot be enabled.
+  EXPECT_EQ(fi_enable(ep), -FI_ENOEQ);
+  FI_OK(fi_ep_bind(ep, &client_.eq->fid, 0));
+  FI_OK(fi_ep_bind(ep, &client_.cq->fid, FI_TRANSMIT | FI_RECV));
+  // Data before enable/connection.
+  EXPECT_EQ(fi_send(ep, client_.buffer.data(), 8, fi_mr_desc(client_.mr), 0, nullptr), -FI_EOPBADSTATE);
+  FI_OK(fi_enable(ep));
+  EXPECT_EQ(fi_send(ep, client_.buffer.data(), 8, fi_mr_desc(client_.mr), 0, nullptr), -FI_EOPBADSTATE);
+  // Too much connection data.
+  std::vector<char> big(200);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  EXPECT_EQ(fi_connect(ep, &addr, big.data(), big.size()), -FI_EINVAL);
+  // A receive without a descriptor (FI_MR_LOCAL).
+  EXPECT_EQ(fi_recv(ep, client_.buffer.data(), 64, nullptr, 0, nullptr), -FI_EINVAL);
+  // The CQ is bound: it cannot close.
+  EXPECT_EQ(fi_close(&client_.cq->fid), -FI_EBUSY);
+  EXPECT_EQ(fi_close(&ep->fid), 0);
+}
+
+}  // namespace
