@@ -132,6 +132,7 @@ struct CmEvent {
 struct CmCounters {
   uint64_t mads_sent = 0, mads_received = 0, mads_dropped = 0;  // dropped: malformed/unknown
   uint64_t retransmits = 0, duplicates = 0;
+  uint64_t send_failures = 0;  // no address handle for the peer, or QP1's send queue full
 };
 
 class ConnectionManager {
@@ -143,6 +144,10 @@ class ConnectionManager {
     unsigned recv_buffers = 64;    // MAD receive buffers posted on QP 1
     // Empty: steady_clock. Tests give the EnginePair's virtual clock.
     std::function<uint64_t()> clock_ns;
+    // Communication IDs, PSNs, ports and transaction IDs are drawn from a
+    // generator seeded with this; 0: from std::random_device. Tests set it so
+    // that runs replay.
+    uint64_t random_seed = 0;
   };
 
   // Creates QP 1 on `engine` (PD `pd`) and posts its receive buffers. One per

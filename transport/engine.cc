@@ -187,10 +187,22 @@ StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
   // Find a free slot; QPNs grow so that a destroyed QP's number is not reused
   // at once (stale packets then find no QP).
   uint32_t qpn = 0;
-  for (uint32_t tries = 0; tries < config_.max_qps; ++tries) {
+  if (init.fixed_qpn != 0) {
+    // QP1, the GSI QP (IBTA 13.5.1): reserved, so never handed out below.
+    if (init.fixed_qpn != 1 || init.type != IBV_QPT_UD) {
+      return InvalidArgument("only QP 1 (UD, the GSI QP) may be asked for by number");
+    }
+    if (qp_table_[1 % config_.max_qps] != nullptr) {
+      return AlreadyExists(qp_table_[1 % config_.max_qps]->qpn == 1 ? "QP 1 exists" : "QP 1's slot is taken");
+    }
+    qpn = 1;
+  }
+  for (uint32_t tries = 0; qpn == 0 && tries < config_.max_qps; ++tries) {
     const uint32_t candidate = next_qpn_;
     next_qpn_ = (next_qpn_ + 1) & 0xFFFFFF;
     if (next_qpn_ < 0x11) next_qpn_ = 0x11;
+    // QP1's slot stays free for the GSI QP even when QPNs wrap around it.
+    if (candidate % config_.max_qps == 1 % config_.max_qps) continue;
     if (qp_table_[candidate % config_.max_qps] == nullptr) {
       qpn = candidate;
       break;

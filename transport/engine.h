@@ -96,6 +96,9 @@ struct QpInitAttr {
   SharedReceiveQueue* srq = nullptr;
   ibv_qp_cap cap{};
   bool sq_sig_all = false;
+  // 0: the engine picks the QPN. 1: this is the GSI QP (QP1, IBTA 13.5.1), a
+  // UD QP for connection management MADs; one per engine. No other value.
+  uint32_t fixed_qpn = 0;
 };
 
 // Asynchronous events (ibv_get_async_event(3)): QP fatal errors, SRQ limit,

@@ -440,6 +440,102 @@ TEST_F(EngineTest, UdSendPlacesGrhAndSourceQp) {
   EXPECT_EQ(pair_->b().cq->Poll(4, extra), 0);
 }
 
+// QP1, the GSI QP (IBTA 13.5.1): created by number, UD with Q_Key
+// 0x80010000; datagrams to QPN 1 reach it and carry DETH source QP 1, which
+// is what connection management MADs need (rping_rdma_cm.pcap).
+TEST_F(EngineTest, GsiQpOneSendsAndReceivesUdDatagrams) {
+  Start();
+  QueuePair* gsi[2] = {nullptr, nullptr};
+  Endpoint* sides[2] = {&pair_->a(), &pair_->b()};
+  for (int i = 0; i < 2; ++i) {
+    QpInitAttr init;
+    init.type = IBV_QPT_UD;
+    init.pd = sides[i]->pd;
+    init.send_cq = sides[i]->cq;
+    init.recv_cq = sides[i]->cq;
+    init.cap.max_send_wr = 16;
+    init.cap.max_recv_wr = 16;
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_sge = 1;
+    init.fixed_qpn = 1;
+    auto qp = sides[i]->engine->CreateQp(init);
+    ASSERT_TRUE(qp.ok()) << qp.status().ToString();
+    gsi[i] = *qp;
+    EXPECT_EQ(gsi[i]->qpn, 1u);
+    // A second QP1, another fixed number, or an RC QP1 are refused.
+    EXPECT_EQ(sides[i]->engine->CreateQp(init).status().code(), StatusCode::kAlreadyExists);
+    init.fixed_qpn = 2;
+    EXPECT_EQ(sides[i]->engine->CreateQp(init).status().code(), StatusCode::kInvalidArgument);
+    init.fixed_qpn = 1;
+    init.type = IBV_QPT_RC;
+    EXPECT_EQ(sides[i]->engine->CreateQp(init).status().code(), StatusCode::kInvalidArgument);
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    attr.qkey = 0x80010000;
+    ASSERT_TRUE(sides[i]->engine->ModifyQp(gsi[i], attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY).ok());
+    attr = {};
+    attr.qp_state = IBV_QPS_RTR;
+    ASSERT_TRUE(sides[i]->engine->ModifyQp(gsi[i], attr, IBV_QP_STATE).ok());
+    attr.qp_state = IBV_QPS_RTS;
+    ASSERT_TRUE(sides[i]->engine->ModifyQp(gsi[i], attr, IBV_QP_STATE | IBV_QP_SQ_PSN).ok());
+  }
+  // Ordinary QPs never get number 1, nor QP1's table slot.
+  auto ud = pair_->CreateUdQp(pair_->a(), 0x1234);
+  ASSERT_TRUE(ud.ok());
+  EXPECT_GE((*ud)->qpn, 0x11u);
+
+  ibv_ah_attr ah_attr{};
+  ah_attr.is_global = 1;
+  ah_attr.port_num = 1;
+  std::memcpy(ah_attr.grh.dgid.raw, pair_->b().gid.data(), 16);
+  auto ah = pair_->a().engine->CreateAh(pair_->a().pd, ah_attr);
+  ASSERT_TRUE(ah.ok()) << ah.status().ToString();
+  ibv_ah verbs_ah{};
+  verbs_ah.handle = *ah;
+
+  // One MAD's worth: 256 bytes, behind a 40-byte GRH on receipt.
+  Buffer mad = Register(pair_->a(), 256, 0);
+  Pattern(mad, 9);
+  Buffer dst = Register(pair_->b(), 40 + 256, 0);
+  PostRecv(pair_->b(), gsi[1], dst, 21);
+  ibv_sge sge{mad.addr(), 256, mad.keys.lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 22;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.ud.ah = &verbs_ah;
+  wr.wr.ud.remote_qpn = 1;
+  wr.wr.ud.remote_qkey = 0x80010000;
+  const ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(pair_->a().engine->PostSend(gsi[0], &wr, &bad), 0);
+  auto wc = pair_->WaitCompletions(pair_->b().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].qp_num, 1u);
+  EXPECT_EQ(wc[0].src_qp, 1u) << "DETH source QP of QP1";
+  EXPECT_EQ(wc[0].byte_len, 40u + 256u);
+  EXPECT_TRUE(wc[0].wc_flags & IBV_WC_GRH);
+  EXPECT_EQ(0, std::memcmp(dst.bytes.data() + 40, mad.bytes.data(), 256));
+  auto sent = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+
+  // Destroyed, QP1 can be made again.
+  ASSERT_TRUE(pair_->b().engine->DestroyQp(gsi[1]).ok());
+  QpInitAttr again;
+  again.type = IBV_QPT_UD;
+  again.pd = pair_->b().pd;
+  again.send_cq = again.recv_cq = pair_->b().cq;
+  again.cap.max_send_wr = again.cap.max_recv_wr = 4;
+  again.fixed_qpn = 1;
+  auto qp = pair_->b().engine->CreateQp(again);
+  ASSERT_TRUE(qp.ok()) << qp.status().ToString();
+  EXPECT_EQ((*qp)->qpn, 1u);
+}
+
 TEST_F(EngineTest, PostSendRejectsBadRequestsWithErrnoAndBadWr) {
   Start();
   auto qps = pair_->ConnectQps({});

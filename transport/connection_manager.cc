@@ -1,0 +1,965 @@
+// IB CM over RoCE (IBTA vol. 1 ch. 12, Annex A11); see connection_manager.h.
+//
+// Connection states (after IBTA 12.9.6, reduced to what RC over the RDMA IP
+// CM service needs; no LAP/APR, no MRA sent):
+//   active:  kReqSent --REP--> kEstablished (RTU sent)
+//            kReqSent --REJ / timeout--> kClosed
+//   passive: kReqReceived --Accept--> kRepSent --RTU--> kEstablished
+//            kReqReceived --Reject--> kClosed
+//            kRepSent --timeout / REJ--> kClosed
+//   both:    kEstablished --Disconnect--> kDreqSent --DREP / timeout--> kTimewait
+//            kEstablished --DREQ (DREP sent)--> kTimewait
+// A connection stays (answering duplicates) until Release.
+#include "transport/connection_manager.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+#include "transport/cm_mad.h"
+#include "transport/qp_state.h"
+
+namespace uroce::transport {
+namespace {
+
+constexpr size_t kGrhBytes = 40;
+constexpr size_t kRecvSlotBytes = kGrhBytes + kMadBytes;
+constexpr uint32_t kSendQueueDepth = 256;
+constexpr uint16_t kRejNoResources = 3;
+constexpr uint16_t kRejUnsupported = 5;
+constexpr uint16_t kRejInvalidTransport = 9;
+// Our ACK delay as the REP's Target ACK Delay (rxe announces 15 too).
+constexpr uint8_t kTargetAckDelay = 15;
+
+enum class State { kReqSent, kReqReceived, kRepSent, kEstablished, kDreqSent, kTimewait, kClosed };
+
+// 4.096 us * 2^x >= ns (IBTA 12.6.5 "CM Response Timeout").
+uint8_t TimeoutExponent(uint64_t ns) {
+  uint8_t x = 0;
+  while (x < 31 && (4096ull << x) < ns) ++x;
+  return x;
+}
+
+// EUI-64 from the port's MAC (RFC 4291 appendix A), as rxe makes its node GUID.
+uint64_t GuidFromMac(const MacAddress& mac) {
+  const uint8_t b[8] = {uint8_t(mac[0] ^ 2), mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]};
+  uint64_t guid = 0;
+  for (uint8_t x : b) guid = (guid << 8) | x;
+  return guid;
+}
+
+// The GRH the engine places before a UD datagram: an IPv6 header, or 20 zero
+// bytes and the IPv4 header (IBTA A17.4.5.2).
+bool SourceFromGrh(const uint8_t* grh, Gid* source) {
+  if ((grh[20] >> 4) == 4) {
+    *source = Ipv4MappedGid(grh + 20 + 12);
+    return true;
+  }
+  if ((grh[0] >> 4) == 6) {
+    std::memcpy(source->data(), grh + 8, 16);
+    return true;
+  }
+  return false;
+}
+
+template <size_t N>
+std::vector<uint8_t> ToVector(const std::array<uint8_t, N>& a, size_t from = 0) {
+  return std::vector<uint8_t>(a.begin() + from, a.end());
+}
+
+}  // namespace
+
+struct ConnectionManager::Impl {
+  struct Connection {
+    CmConnectionId local_id = 0;
+    uint32_t remote_id = 0;
+    bool active = false;
+    State state = State::kClosed;
+    uint64_t tag = 0, listen_tag = 0;
+    CmAddress local, peer;
+    QueuePair* qp = nullptr;
+    CmQpParams params;
+    uint64_t transaction_id = 0;
+    uint32_t remote_qpn = 0;
+    ibv_mtu mtu = IBV_MTU_1024;
+    CmReq req;  // active: the REQ sent; passive: the REQ received
+    // The MAD that waits for an answer, resent until then.
+    std::array<uint8_t, kMadBytes> outstanding{};
+    bool waiting = false;
+    uint64_t deadline_ns = 0;
+    unsigned retries_left = 0;
+    // The last answer, repeated when the peer's message comes again.
+    std::array<uint8_t, kMadBytes> answer{};
+    bool have_answer = false;
+  };
+
+  Engine* engine = nullptr;
+  PdHandle pd = 0;
+  Options options;
+  uint8_t sgid_index = 0;
+  uint64_t ca_guid = 0;
+  ibv_mtu port_mtu = IBV_MTU_1024;
+
+  mutable std::mutex mutex;
+  CompletionQueue* cq = nullptr;
+  QueuePair* gsi = nullptr;
+  std::vector<uint8_t> recv_memory;
+  MrKeys recv_keys{};
+  bool mr_registered = false;
+  std::mt19937_64 random;
+  uint32_t tid_high = 0;
+  std::map<uint16_t, uint64_t> listeners;
+  std::map<CmConnectionId, Connection> connections;
+  std::map<std::pair<Gid, uint32_t>, CmConnectionId> by_remote;  // (peer GID, remote comm ID)
+  std::map<Gid, uint32_t> address_handles;
+  std::deque<CmEvent> events;
+  CmCounters counters;
+
+  uint64_t Now() const {
+    if (options.clock_ns) return options.clock_ns();
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count());
+  }
+
+  Status Init();
+  void Teardown();
+  Status PostRecvSlot(uint64_t slot);
+
+  StatusOr<uint32_t> AddressHandleFor(const Gid& gid);
+  bool SendMad(const Gid& to, const uint8_t* mad);
+  bool SendMad(const Gid& to, const CmMad& mad) {
+    uint8_t bytes[kMadBytes];
+    EncodeCmMad(mad, bytes);
+    return SendMad(to, bytes);
+  }
+  void SendAndWait(Connection& c, const CmMad& mad);
+  void SendAnswer(Connection& c, const CmMad& mad);
+  void SendRej(const Gid& to, uint64_t tid, uint32_t local_id, uint32_t remote_id, CmMessageKind kind,
+               uint16_t reason, const uint8_t* data, size_t length);
+
+  CmConnectionId NewLocalId();
+  uint16_t NewPort();
+  uint32_t NewPsn() { return static_cast<uint32_t>(random() & 0xFFFFFF); }
+  CmMad MadFor(const Connection& c) const {
+    CmMad mad;
+    mad.header.transaction_id = c.transaction_id;
+    return mad;
+  }
+
+  Status ToInit(QueuePair* qp, int access_flags);
+  Status ToRtrRts(const Connection& c, uint32_t rq_psn, uint32_t sq_psn, uint8_t max_dest_rd_atomic,
+                  uint8_t max_rd_atomic, uint8_t retry_count, uint8_t rnr_retry);
+  void ToError(Connection& c);
+  void Emit(const Connection& c, CmEventType type, std::vector<uint8_t> private_data = {}, uint16_t reason = 0);
+
+  void DrainCompletions();
+  void HandleMad(const Gid& source, const uint8_t* data, size_t length);
+  void HandleReq(const Gid& source, const MadHeader& header, const CmReq& req);
+  void HandleRep(const Gid& source, const MadHeader& header, const CmRep& rep);
+  void HandleRtu(const CmRtu& rtu);
+  void HandleRej(const CmRej& rej);
+  void HandleMra(const CmMra& mra);
+  void HandleDreq(const Gid& source, const MadHeader& header, const CmDreq& dreq);
+  void HandleDrep(const CmDrep& drep);
+  void RunTimers();
+  void TimedOut(Connection& c);
+  Connection* Find(uint32_t local_id) {
+    auto it = connections.find(local_id);
+    return it == connections.end() ? nullptr : &it->second;
+  }
+};
+
+Status ConnectionManager::Impl::Init() {
+  const auto& gids = engine->config().gids;
+  if (gids.empty()) return InvalidArgument("the engine has no GID");
+  if (options.local_gid == Gid{}) options.local_gid = gids[0];
+  auto at = std::find(gids.begin(), gids.end(), options.local_gid);
+  if (at == gids.end()) return InvalidArgument("local_gid is not in the engine's GID table");
+  sgid_index = static_cast<uint8_t>(at - gids.begin());
+  ca_guid = GuidFromMac(engine->config().mac);
+  port_mtu = engine->limits().max_mtu;
+  if (options.recv_buffers == 0) return InvalidArgument("recv_buffers must be at least 1");
+  if (options.random_seed != 0) {
+    random.seed(options.random_seed);
+  } else {
+    std::random_device device;
+    random.seed((uint64_t{device()} << 32) | device());
+  }
+  tid_high = static_cast<uint32_t>(random());
+
+  auto new_cq = engine->CreateCq(kSendQueueDepth + options.recv_buffers);
+  if (!new_cq.ok()) return new_cq.status();
+  cq = *new_cq;
+  QpInitAttr init;
+  init.type = IBV_QPT_UD;
+  init.pd = pd;
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.cap.max_send_wr = kSendQueueDepth;
+  init.cap.max_recv_wr = options.recv_buffers;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  init.cap.max_inline_data = kMadBytes;  // MADs are copied at post time
+  init.sq_sig_all = true;
+  init.fixed_qpn = kGsiQpn;
+  auto qp = engine->CreateQp(init);
+  if (!qp.ok()) return qp.status();
+  gsi = *qp;
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.qkey = kGsiQkey;
+  UROCE_RETURN_IF_ERROR(engine->ModifyQp(gsi, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY));
+  attr = {};
+  attr.qp_state = IBV_QPS_RTR;
+  UROCE_RETURN_IF_ERROR(engine->ModifyQp(gsi, attr, IBV_QP_STATE));
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = 0;
+  UROCE_RETURN_IF_ERROR(engine->ModifyQp(gsi, attr, IBV_QP_STATE | IBV_QP_SQ_PSN));
+
+  recv_memory.assign(size_t{options.recv_buffers} * kRecvSlotBytes, 0);
+  auto keys = engine->RegMr(pd, recv_memory.data(), recv_memory.size(),
+                            reinterpret_cast<uint64_t>(recv_memory.data()), IBV_ACCESS_LOCAL_WRITE);
+  if (!keys.ok()) return keys.status();
+  recv_keys = *keys;
+  mr_registered = true;
+  for (uint64_t slot = 0; slot < options.recv_buffers; ++slot) UROCE_RETURN_IF_ERROR(PostRecvSlot(slot));
+  return Status::Ok();
+}
+
+void ConnectionManager::Impl::Teardown() {
+  if (gsi != nullptr) (void)engine->DestroyQp(gsi);
+  gsi = nullptr;
+  if (cq != nullptr) (void)engine->DestroyCq(cq);
+  cq = nullptr;
+  if (mr_registered) (void)engine->DeregMr(recv_keys.lkey);
+  mr_registered = false;
+  for (const auto& [gid, handle] : address_handles) (void)engine->DestroyAh(handle);
+  address_handles.clear();
+}
+
+Status ConnectionManager::Impl::PostRecvSlot(uint64_t slot) {
+  ibv_sge sge{reinterpret_cast<uint64_t>(recv_memory.data() + slot * kRecvSlotBytes),
+              static_cast<uint32_t>(kRecvSlotBytes), recv_keys.lkey};
+  ibv_recv_wr wr{};
+  wr.wr_id = slot;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  const ibv_recv_wr* bad = nullptr;
+  const int error = engine->PostRecv(gsi, &wr, &bad);
+  if (error != 0) return Status(StatusCode::kInternal, "posting a MAD receive buffer: errno " + std::to_string(error));
+  return Status::Ok();
+}
+
+StatusOr<uint32_t> ConnectionManager::Impl::AddressHandleFor(const Gid& gid) {
+  auto it = address_handles.find(gid);
+  if (it != address_handles.end()) return it->second;
+  ibv_ah_attr attr{};
+  attr.is_global = 1;
+  attr.port_num = 1;
+  attr.grh.sgid_index = sgid_index;
+  attr.grh.hop_limit = 64;
+  std::memcpy(attr.grh.dgid.raw, gid.data(), 16);
+  // The engine asks its resolve_neighbor hook (ARP / ND) for a missing MAC.
+  auto handle = engine->CreateAh(pd, attr);
+  if (!handle.ok()) return handle.status();
+  address_handles[gid] = *handle;
+  return *handle;
+}
+
+bool ConnectionManager::Impl::SendMad(const Gid& to, const uint8_t* mad) {
+  auto handle = AddressHandleFor(to);
+  if (!handle.ok()) {
+    counters.send_failures++;
+    return false;
+  }
+  ibv_ah ah{};
+  ah.handle = *handle;
+  ibv_sge sge{reinterpret_cast<uint64_t>(mad), static_cast<uint32_t>(kMadBytes), 0};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.ud.ah = &ah;
+  wr.wr.ud.remote_qpn = kGsiQpn;
+  wr.wr.ud.remote_qkey = kGsiQkey;
+  const ibv_send_wr* bad = nullptr;
+  if (engine->PostSend(gsi, &wr, &bad) != 0) {
+    // A full send queue: the retransmission timer (or the peer's) covers it.
+    counters.send_failures++;
+    return false;
+  }
+  counters.mads_sent++;
+  return true;
+}
+
+void ConnectionManager::Impl::SendAndWait(Connection& c, const CmMad& mad) {
+  EncodeCmMad(mad, c.outstanding.data());
+  c.waiting = true;
+  c.retries_left = options.max_retries;
+  c.deadline_ns = Now() + options.response_timeout_ns;
+  SendMad(c.peer.gid, c.outstanding.data());
+}
+
+void ConnectionManager::Impl::SendAnswer(Connection& c, const CmMad& mad) {
+  EncodeCmMad(mad, c.answer.data());
+  c.have_answer = true;
+  SendMad(c.peer.gid, c.answer.data());
+}
+
+void ConnectionManager::Impl::SendRej(const Gid& to, uint64_t tid, uint32_t local_id, uint32_t remote_id,
+                                      CmMessageKind kind, uint16_t reason, const uint8_t* data, size_t length) {
+  CmMad mad;
+  mad.header.transaction_id = tid;
+  CmRej rej;
+  rej.local_comm_id = local_id;
+  rej.remote_comm_id = remote_id;
+  rej.message_rejected = kind;
+  rej.reason = reason;
+  if (length > 0) std::memcpy(rej.private_data.data(), data, std::min(length, rej.private_data.size()));
+  mad.message = rej;
+  SendMad(to, mad);
+}
+
+CmConnectionId ConnectionManager::Impl::NewLocalId() {
+  while (true) {
+    const auto id = static_cast<CmConnectionId>(random());
+    if (id != 0 && connections.count(id) == 0) return id;
+  }
+}
+
+uint16_t ConnectionManager::Impl::NewPort() {
+  // The dynamic range (RFC 6335); a port is taken if a listener or one of our
+  // connections uses it.
+  for (int tries = 0; tries < 65536; ++tries) {
+    const uint16_t port = static_cast<uint16_t>(0xC000 + random() % 0x4000);
+    bool taken = listeners.count(port) != 0;
+    for (const auto& [id, c] : connections) taken |= c.local.port == port;
+    if (!taken) return port;
+  }
+  return 0;
+}
+
+Status ConnectionManager::Impl::ToInit(QueuePair* qp, int access_flags) {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.pkey_index = 0;
+  attr.qp_access_flags = static_cast<unsigned>(access_flags);
+  return engine->ModifyQp(qp, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+// IBTA 12.9.7 (and 11.2.5.2's RTR / RTS attributes): the path from the CM
+// messages, the PSNs, the read/atomic depths both sides agreed.
+Status ConnectionManager::Impl::ToRtrRts(const Connection& c, uint32_t rq_psn, uint32_t sq_psn,
+                                         uint8_t max_dest_rd_atomic, uint8_t max_rd_atomic, uint8_t retry_count,
+                                         uint8_t rnr_retry) {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RTR;
+  attr.path_mtu = c.mtu;
+  attr.dest_qp_num = c.remote_qpn;
+  attr.rq_psn = rq_psn;
+  attr.max_dest_rd_atomic = max_dest_rd_atomic;
+  attr.min_rnr_timer = c.params.min_rnr_timer;
+  attr.ah_attr.is_global = 1;
+  attr.ah_attr.port_num = 1;
+  attr.ah_attr.grh.sgid_index = sgid_index;
+  attr.ah_attr.grh.hop_limit = 64;
+  std::memcpy(attr.ah_attr.grh.dgid.raw, c.peer.gid.data(), 16);
+  UROCE_RETURN_IF_ERROR(engine->ModifyQp(c.qp, attr,
+                                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                             IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
+  attr = {};
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = sq_psn;
+  attr.timeout = c.params.local_ack_timeout;
+  attr.retry_cnt = retry_count;
+  attr.rnr_retry = rnr_retry;
+  attr.max_rd_atomic = max_rd_atomic;
+  return engine->ModifyQp(c.qp, attr,
+                          IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                              IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+void ConnectionManager::Impl::ToError(Connection& c) {
+  if (c.qp == nullptr) return;
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  // The engine flushes the QP's outstanding work (IBTA 10.3.1.8).
+  (void)engine->ModifyQp(c.qp, attr, IBV_QP_STATE);
+}
+
+void ConnectionManager::Impl::Emit(const Connection& c, CmEventType type, std::vector<uint8_t> private_data,
+                                   uint16_t reason) {
+  CmEvent e;
+  e.type = type;
+  e.id = c.local_id;
+  e.tag = c.tag;
+  e.listen_tag = c.listen_tag;
+  e.local = c.local;
+  e.peer = c.peer;
+  e.reject_reason = reason;
+  e.private_data = std::move(private_data);
+  if (type == CmEventType::kConnectRequest) {
+    e.peer_responder_resources = c.req.responder_resources;
+    e.peer_initiator_depth = c.req.initiator_depth;
+  }
+  events.push_back(std::move(e));
+}
+
+void ConnectionManager::Impl::DrainCompletions() {
+  ibv_wc wc[16];
+  while (true) {
+    const int n = cq->Poll(16, wc);
+    if (n <= 0) return;
+    for (int i = 0; i < n; ++i) {
+      if (wc[i].opcode != IBV_WC_RECV) continue;  // our own sends (inline copies: nothing to free)
+      const uint64_t slot = wc[i].wr_id;
+      if (slot >= options.recv_buffers) continue;
+      if (wc[i].status == IBV_WC_SUCCESS) {
+        const uint8_t* buffer = recv_memory.data() + slot * kRecvSlotBytes;
+        Gid source;
+        // CM MADs come from QP1 only (IBTA 13.5.1), with a GRH and a whole MAD.
+        if (wc[i].src_qp != kGsiQpn || !(wc[i].wc_flags & IBV_WC_GRH) || wc[i].byte_len < kRecvSlotBytes ||
+            !SourceFromGrh(buffer, &source)) {
+          counters.mads_dropped++;
+        } else {
+          counters.mads_received++;
+          HandleMad(source, buffer + kGrhBytes, wc[i].byte_len - kGrhBytes);
+        }
+      }
+      if (wc[i].status != IBV_WC_WR_FLUSH_ERR) (void)PostRecvSlot(slot);
+    }
+  }
+}
+
+void ConnectionManager::Impl::HandleMad(const Gid& source, const uint8_t* data, size_t length) {
+  CmMad mad;
+  if (DecodeCmMad(data, length, &mad) != CmMadError::kOk) {
+    counters.mads_dropped++;
+    return;
+  }
+  std::visit(
+      [&](const auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, CmReq>) HandleReq(source, mad.header, m);
+        else if constexpr (std::is_same_v<T, CmRep>) HandleRep(source, mad.header, m);
+        else if constexpr (std::is_same_v<T, CmRtu>) HandleRtu(m);
+        else if constexpr (std::is_same_v<T, CmRej>) HandleRej(m);
+        else if constexpr (std::is_same_v<T, CmMra>) HandleMra(m);
+        else if constexpr (std::is_same_v<T, CmDreq>) HandleDreq(source, mad.header, m);
+        else if constexpr (std::is_same_v<T, CmDrep>) HandleDrep(m);
+      },
+      mad.message);
+}
+
+void ConnectionManager::Impl::HandleReq(const Gid& source, const MadHeader& header, const CmReq& req) {
+  auto known = by_remote.find({source, req.local_comm_id});
+  if (known != by_remote.end()) {
+    // A duplicate REQ (IBTA 12.9.6.1): our REP (or REJ) went missing; say it
+    // again. While the user still decides, stay silent.
+    counters.duplicates++;
+    Connection* c = Find(known->second);
+    if (c != nullptr && c->have_answer && (c->state == State::kRepSent || c->state == State::kEstablished ||
+                                           c->state == State::kClosed)) {
+      SendMad(c->peer.gid, c->answer.data());
+    }
+    return;
+  }
+  auto reject = [&](uint16_t reason) {
+    SendRej(source, header.transaction_id, 0, req.local_comm_id, CmMessageKind::kReq, reason, nullptr, 0);
+  };
+  if ((req.service_id & ~uint64_t{0xFFFF}) != kRdmaIpServiceIdBase) return reject(kRejInvalidServiceId);
+  const uint16_t port = static_cast<uint16_t>(req.service_id & 0xFFFF);
+  auto listener = listeners.find(port);
+  if (listener == listeners.end()) return reject(kRejInvalidServiceId);
+  if (req.transport_service_type != 0 || req.extended_transport_type != 0) return reject(kRejInvalidTransport);
+  if (req.path_mtu < IBV_MTU_256 || req.path_mtu > IBV_MTU_4096) return reject(kRejInvalidPathMtu);
+  IpCmHeader ip;
+  if (DecodeIpCmHeader(req.private_data.data(), req.private_data.size(), &ip) != CmMadError::kOk ||
+      ip.major_version != 0) {
+    return reject(kRejUnsupported);
+  }
+
+  Connection c;
+  c.local_id = NewLocalId();
+  c.remote_id = req.local_comm_id;
+  c.active = false;
+  c.state = State::kReqReceived;
+  c.listen_tag = listener->second;
+  c.local = {options.local_gid, port};
+  c.peer = {source, ip.source_port};
+  c.transaction_id = header.transaction_id;  // every message of this connection reuses the REQ's
+  c.remote_qpn = req.local_qpn;
+  c.req = req;
+  by_remote[{source, req.local_comm_id}] = c.local_id;
+  auto& stored = connections[c.local_id] = c;
+  Emit(stored, CmEventType::kConnectRequest, ToVector(req.private_data, kIpCmHeaderBytes));
+}
+
+void ConnectionManager::Impl::HandleRep(const Gid& source, const MadHeader& header, const CmRep& rep) {
+  Connection* c = Find(rep.remote_comm_id);
+  if (c == nullptr || !c->active) {
+    // A REP for nothing we know (we gave up, or it is stale): say so, so that
+    // the passive side stops waiting for an RTU (IBTA 12.9.6.2).
+    counters.mads_dropped++;
+    SendRej(source, header.transaction_id, rep.remote_comm_id, rep.local_comm_id, CmMessageKind::kRep,
+            kRejInvalidCommId, nullptr, 0);
+    return;
+  }
+  if (c->state != State::kReqSent) {
+    // A duplicate REP: our RTU went missing; send it again.
+    counters.duplicates++;
+    if (c->state == State::kEstablished && c->remote_id == rep.local_comm_id && c->have_answer) {
+      SendMad(c->peer.gid, c->answer.data());
+    }
+    return;
+  }
+  c->waiting = false;
+  c->remote_id = rep.local_comm_id;
+  c->remote_qpn = rep.local_qpn;
+  by_remote[{c->peer.gid, c->remote_id}] = c->local_id;
+  const QpLimits limits = engine->limits();
+  const uint8_t max_dest_rd_atomic =
+      std::min({c->params.responder_resources, rep.initiator_depth, limits.max_dest_rd_atomic});
+  const uint8_t max_rd_atomic = std::min({c->params.initiator_depth, rep.responder_resources, limits.max_rd_atomic});
+  // Retry count: ours (the REQ told the peer the same); RNR retry: what the
+  // REP asks of us (IBTA 12.6.8).
+  Status s = ToRtrRts(*c, rep.starting_psn, c->req.starting_psn, max_dest_rd_atomic, max_rd_atomic,
+                      c->params.retry_count, rep.rnr_retry_count);
+  if (!s.ok()) {
+    SendRej(c->peer.gid, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kRep, kRejNoResources,
+            nullptr, 0);
+    ToError(*c);
+    c->state = State::kClosed;
+    Emit(*c, CmEventType::kUnreachable);
+    return;
+  }
+  CmMad mad = MadFor(*c);
+  CmRtu rtu;
+  rtu.local_comm_id = c->local_id;
+  rtu.remote_comm_id = c->remote_id;
+  mad.message = rtu;
+  SendAnswer(*c, mad);
+  c->state = State::kEstablished;
+  Emit(*c, CmEventType::kEstablished, ToVector(rep.private_data));
+}
+
+void ConnectionManager::Impl::HandleRtu(const CmRtu& rtu) {
+  Connection* c = Find(rtu.remote_comm_id);
+  if (c == nullptr || c->active || c->remote_id != rtu.local_comm_id) {
+    counters.mads_dropped++;
+    return;
+  }
+  if (c->state != State::kRepSent) {
+    counters.duplicates++;
+    return;
+  }
+  c->waiting = false;
+  c->state = State::kEstablished;
+  Emit(*c, CmEventType::kEstablished);
+}
+
+void ConnectionManager::Impl::HandleRej(const CmRej& rej) {
+  Connection* c = Find(rej.remote_comm_id);
+  // A REJ of a REQ carries no communication ID of the rejecter yet (ours
+  // carry 0); otherwise it must name the connection's peer.
+  if (c == nullptr || (c->remote_id != 0 && rej.local_comm_id != 0 && c->remote_id != rej.local_comm_id)) {
+    counters.mads_dropped++;
+    return;
+  }
+  switch (c->state) {
+    case State::kReqSent:
+    case State::kRepSent:
+    case State::kReqReceived:
+      c->waiting = false;
+      c->have_answer = false;
+      ToError(*c);
+      c->state = State::kClosed;
+      Emit(*c, CmEventType::kRejected, ToVector(rej.private_data), rej.reason);
+      return;
+    default:
+      counters.duplicates++;
+      return;
+  }
+}
+
+void ConnectionManager::Impl::HandleMra(const CmMra& mra) {
+  // The peer needs longer (IBTA 12.6.6): wait its service timeout on top.
+  Connection* c = Find(mra.remote_comm_id);
+  if (c == nullptr || !c->waiting) return;
+  const bool fits = (mra.message_mraed == CmMessageKind::kReq && c->state == State::kReqSent) ||
+                    (mra.message_mraed == CmMessageKind::kRep && c->state == State::kRepSent);
+  if (!fits) return;
+  c->deadline_ns = Now() + options.response_timeout_ns + (4096ull << std::min<uint8_t>(mra.service_timeout, 31));
+}
+
+void ConnectionManager::Impl::HandleDreq(const Gid& source, const MadHeader& header, const CmDreq& dreq) {
+  Connection* c = Find(dreq.remote_comm_id);
+  CmMad mad;
+  mad.header.transaction_id = header.transaction_id;
+  CmDrep drep;
+  drep.local_comm_id = dreq.remote_comm_id;
+  drep.remote_comm_id = dreq.local_comm_id;
+  mad.message = drep;
+  if (c == nullptr || c->remote_id != dreq.local_comm_id) {
+    // Already forgotten (released): answer anyway so that the peer stops
+    // asking (the kernel's CM does the same).
+    counters.duplicates++;
+    SendMad(source, mad);
+    return;
+  }
+  switch (c->state) {
+    case State::kRepSent:
+      // The RTU was lost but the active side is established: it says so now.
+      c->waiting = false;
+      Emit(*c, CmEventType::kEstablished);
+      [[fallthrough]];
+    case State::kEstablished:
+    case State::kDreqSent:
+      c->waiting = false;
+      ToError(*c);
+      c->state = State::kTimewait;
+      SendAnswer(*c, mad);
+      Emit(*c, CmEventType::kDisconnected);
+      return;
+    case State::kTimewait:
+      counters.duplicates++;
+      SendMad(c->peer.gid, mad);
+      return;
+    default:
+      counters.mads_dropped++;
+      return;
+  }
+}
+
+void ConnectionManager::Impl::HandleDrep(const CmDrep& drep) {
+  Connection* c = Find(drep.remote_comm_id);
+  if (c == nullptr || c->remote_id != drep.local_comm_id) {
+    counters.mads_dropped++;
+    return;
+  }
+  if (c->state != State::kDreqSent) {
+    counters.duplicates++;
+    return;
+  }
+  c->waiting = false;
+  c->state = State::kTimewait;
+  Emit(*c, CmEventType::kDisconnected);
+}
+
+void ConnectionManager::Impl::RunTimers() {
+  const uint64_t now = Now();
+  for (auto& [id, c] : connections) {
+    if (!c.waiting || now < c.deadline_ns) continue;
+    if (c.retries_left > 0) {
+      c.retries_left--;
+      c.deadline_ns = now + options.response_timeout_ns;
+      counters.retransmits++;
+      SendMad(c.peer.gid, c.outstanding.data());
+    } else {
+      c.waiting = false;
+      TimedOut(c);
+    }
+  }
+}
+
+void ConnectionManager::Impl::TimedOut(Connection& c) {
+  switch (c.state) {
+    case State::kReqSent:
+    case State::kRepSent:
+      // No REP / no RTU: tell the peer (REJ "timeout", IBTA 12.9.6.1) in case
+      // only our direction works, and give up.
+      SendRej(c.peer.gid, c.transaction_id, c.local_id, c.remote_id,
+              c.state == State::kReqSent ? CmMessageKind::kReq : CmMessageKind::kRep, kRejTimeout, nullptr, 0);
+      ToError(c);
+      c.have_answer = false;
+      c.state = State::kClosed;
+      Emit(c, CmEventType::kUnreachable);
+      return;
+    case State::kDreqSent:
+      // No DREP: the QP is in ERR already; the connection is over anyway.
+      c.state = State::kTimewait;
+      Emit(c, CmEventType::kDisconnected);
+      return;
+    default:
+      return;
+  }
+}
+
+// ---- ConnectionManager ----
+
+StatusOr<std::unique_ptr<ConnectionManager>> ConnectionManager::Create(Engine* engine, PdHandle pd,
+                                                                        const Options& options) {
+  if (engine == nullptr) return InvalidArgument("no engine");
+  std::unique_ptr<ConnectionManager> cm(new ConnectionManager());
+  cm->impl_ = std::make_unique<Impl>();
+  cm->impl_->engine = engine;
+  cm->impl_->pd = pd;
+  cm->impl_->options = options;
+  Status s = cm->impl_->Init();
+  if (!s.ok()) {
+    cm->impl_->Teardown();
+    return s;
+  }
+  return cm;
+}
+
+ConnectionManager::~ConnectionManager() {
+  if (impl_) {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->Teardown();
+  }
+}
+
+StatusOr<uint16_t> ConnectionManager::Listen(uint16_t port, uint64_t tag) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (port == 0) port = impl_->NewPort();
+  if (port == 0) return ResourceExhausted("no free port");
+  if (!impl_->listeners.emplace(port, tag).second) {
+    return AlreadyExists("port " + std::to_string(port) + " is already listened on");
+  }
+  return port;
+}
+
+Status ConnectionManager::StopListening(uint16_t port) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->listeners.erase(port) == 0) return NotFound("nobody listens on port " + std::to_string(port));
+  return Status::Ok();
+}
+
+namespace {
+Status CheckQp(const CmQpParams& params) {
+  if (params.qp == nullptr) return InvalidArgument("no QP");
+  if (params.qp->type != IBV_QPT_RC) return InvalidArgument("the CM connects RC QPs");
+  if (params.qp->state.load(std::memory_order_acquire) != IBV_QPS_RESET) {
+    return FailedPrecondition("the QP must be in RESET");
+  }
+  if (params.retry_count > 7 || params.rnr_retry_count > 7 || params.local_ack_timeout > 31 ||
+      params.min_rnr_timer > 31) {
+    return InvalidArgument("retry counts are 3 bits, timers 5 bits");
+  }
+  if (MtuBytes(params.max_mtu) == 0) return InvalidArgument("max_mtu is not an IB MTU");
+  return Status::Ok();
+}
+}  // namespace
+
+Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& params, uint64_t tag) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Impl& m = *impl_;
+  Impl::Connection* c = m.Find(request);
+  if (c == nullptr || c->active) return NotFound("no such connection request");
+  if (c->state != State::kReqReceived) return FailedPrecondition("the request was answered or withdrawn");
+  UROCE_RETURN_IF_ERROR(CheckQp(params));
+  if (params.private_data.size() > kCmRepPrivateDataSize) return InvalidArgument("REP private data too long");
+
+  const CmReq& req = c->req;
+  // The REP cannot carry an MTU (IBTA 12.6.8): the REQ's is the path's. If we
+  // cannot take it, say so (REJ "invalid path MTU") rather than connect two
+  // QPs that would refuse each other's packets.
+  const ibv_mtu ours = std::min(params.max_mtu, m.port_mtu);
+  if (static_cast<int>(req.path_mtu) > static_cast<int>(ours)) {
+    m.SendRej(c->peer.gid, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kReq, kRejInvalidPathMtu,
+              nullptr, 0);
+    c->state = State::kClosed;
+    return InvalidArgument("the caller's path MTU is above this side's max_mtu / port MTU: rejected");
+  }
+  c->mtu = static_cast<ibv_mtu>(req.path_mtu);
+  c->qp = params.qp;
+  c->params = params;
+  c->tag = tag;
+  const QpLimits limits = m.engine->limits();
+  const uint8_t responder_resources =
+      std::min({params.responder_resources, req.initiator_depth, limits.max_dest_rd_atomic});
+  const uint8_t initiator_depth = std::min({params.initiator_depth, req.responder_resources, limits.max_rd_atomic});
+  const uint32_t psn = m.NewPsn();
+  Status s = m.ToInit(params.qp, params.access_flags);
+  // Retry and RNR retry counts: what the REQ asks of us (IBTA 12.6.5).
+  if (s.ok()) {
+    s = m.ToRtrRts(*c, req.starting_psn, psn, responder_resources, initiator_depth, req.retry_count,
+                   req.rnr_retry_count);
+  }
+  if (!s.ok()) {
+    m.ToError(*c);
+    m.SendRej(c->peer.gid, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kReq, kRejNoResources,
+              nullptr, 0);
+    c->state = State::kClosed;
+    return s;
+  }
+  CmMad mad = m.MadFor(*c);
+  CmRep rep;
+  rep.local_comm_id = c->local_id;
+  rep.remote_comm_id = c->remote_id;
+  rep.local_qpn = params.qp->qpn;
+  rep.starting_psn = psn;
+  rep.responder_resources = responder_resources;
+  rep.initiator_depth = initiator_depth;
+  rep.target_ack_delay = kTargetAckDelay;
+  rep.rnr_retry_count = params.rnr_retry_count;
+  rep.srq = params.qp->srq != nullptr;
+  rep.local_ca_guid = m.ca_guid;
+  std::copy(params.private_data.begin(), params.private_data.end(), rep.private_data.begin());
+  mad.message = rep;
+  c->state = State::kRepSent;
+  // The REP is both what we wait an RTU for and the answer to a duplicate REQ.
+  m.SendAndWait(*c, mad);
+  c->answer = c->outstanding;
+  c->have_answer = true;
+  return Status::Ok();
+}
+
+Status ConnectionManager::Reject(CmConnectionId request, const uint8_t* private_data, size_t length) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Impl& m = *impl_;
+  Impl::Connection* c = m.Find(request);
+  if (c == nullptr || c->active) return NotFound("no such connection request");
+  if (c->state != State::kReqReceived) return FailedPrecondition("the request was answered or withdrawn");
+  if (length > kCmRejPrivateDataSize || (length > 0 && private_data == nullptr)) {
+    return InvalidArgument("REJ private data too long");
+  }
+  CmMad mad = m.MadFor(*c);
+  CmRej rej;
+  rej.local_comm_id = c->local_id;
+  rej.remote_comm_id = c->remote_id;
+  rej.message_rejected = CmMessageKind::kReq;
+  rej.reason = kRejConsumer;
+  if (length > 0) std::memcpy(rej.private_data.data(), private_data, length);
+  mad.message = rej;
+  c->state = State::kClosed;
+  m.SendAnswer(*c, mad);  // repeated for a duplicate REQ
+  return Status::Ok();
+}
+
+StatusOr<CmConnectionId> ConnectionManager::Connect(const CmConnectParams& params, uint64_t tag) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Impl& m = *impl_;
+  UROCE_RETURN_IF_ERROR(CheckQp(params));
+  if (params.private_data.size() > kCmReqUserDataSize) return InvalidArgument("REQ private data too long");
+  if (IsIpv4MappedGid(params.remote.gid) != IsIpv4MappedGid(m.options.local_gid)) {
+    return InvalidArgument("the remote address is not of this port's IP version");
+  }
+  Impl::Connection c;
+  c.local_id = m.NewLocalId();
+  c.active = true;
+  c.tag = tag;
+  c.local = {m.options.local_gid, params.local_port ? params.local_port : m.NewPort()};
+  c.peer = params.remote;
+  c.qp = params.qp;
+  c.params = params;
+  c.mtu = std::min(params.max_mtu, m.port_mtu);
+  c.transaction_id = (uint64_t{m.tid_high} << 32) | c.local_id;
+  UROCE_RETURN_IF_ERROR(m.ToInit(params.qp, params.access_flags));
+
+  const QpLimits limits = m.engine->limits();
+  CmReq& req = c.req;
+  req.local_comm_id = c.local_id;
+  req.service_id = IpServiceId(params.remote.port);
+  req.local_ca_guid = m.ca_guid;
+  req.local_qpn = params.qp->qpn;
+  req.responder_resources = std::min(params.responder_resources, limits.max_dest_rd_atomic);
+  req.initiator_depth = std::min(params.initiator_depth, limits.max_rd_atomic);
+  req.remote_cm_response_timeout = TimeoutExponent(m.options.response_timeout_ns);
+  req.local_cm_response_timeout = req.remote_cm_response_timeout;
+  req.transport_service_type = 0;  // RC
+  req.starting_psn = m.NewPsn();
+  req.retry_count = params.retry_count;
+  req.partition_key = 0xFFFF;
+  req.path_mtu = static_cast<uint8_t>(c.mtu);
+  req.rnr_retry_count = params.rnr_retry_count;
+  req.max_cm_retries = static_cast<uint8_t>(std::min(m.options.max_retries, 15u));
+  req.srq = params.qp->srq != nullptr;
+  // RoCE path as rdma_cm over rxe fills it: permissive LIDs, the IP
+  // addresses as GIDs, hop limit 64 (rping_rdma_cm.pcap).
+  req.primary.local_lid = 0xFFFF;
+  req.primary.remote_lid = 0xFFFF;
+  req.primary.local_gid = m.options.local_gid;
+  req.primary.remote_gid = params.remote.gid;
+  req.primary.hop_limit = 64;
+  req.primary.local_ack_timeout = params.local_ack_timeout;
+  IpCmHeader ip;
+  ip.ip_version = IsIpv4MappedGid(m.options.local_gid) ? 4 : 6;
+  ip.source_port = c.local.port;
+  ip.source_ip = m.options.local_gid;
+  ip.destination_ip = params.remote.gid;
+  (void)EncodeIpCmHeader(ip, req.private_data.data());
+  std::copy(params.private_data.begin(), params.private_data.end(), req.private_data.begin() + kIpCmHeaderBytes);
+
+  c.state = State::kReqSent;
+  auto& stored = m.connections[c.local_id] = c;
+  CmMad mad = m.MadFor(stored);
+  mad.message = req;
+  m.SendAndWait(stored, mad);
+  return stored.local_id;
+}
+
+Status ConnectionManager::Disconnect(CmConnectionId id) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Impl& m = *impl_;
+  Impl::Connection* c = m.Find(id);
+  if (c == nullptr) return NotFound("no such connection");
+  switch (c->state) {
+    case State::kEstablished:
+    case State::kRepSent: {
+      m.ToError(*c);
+      CmMad mad = m.MadFor(*c);
+      CmDreq dreq;
+      dreq.local_comm_id = c->local_id;
+      dreq.remote_comm_id = c->remote_id;
+      dreq.remote_qpn = c->remote_qpn;
+      mad.message = dreq;
+      c->state = State::kDreqSent;
+      m.SendAndWait(*c, mad);
+      return Status::Ok();
+    }
+    case State::kReqSent:
+      // Giving up on a connect: REJ the REQ (as the kernel's CM does when a
+      // connecting ID is destroyed) and end at once.
+      c->waiting = false;
+      m.ToError(*c);
+      m.SendRej(c->peer.gid, c->transaction_id, c->local_id, 0, CmMessageKind::kReq, kRejTimeout, nullptr, 0);
+      c->state = State::kClosed;
+      m.Emit(*c, CmEventType::kDisconnected);
+      return Status::Ok();
+    case State::kReqReceived:
+      return FailedPrecondition("a request is answered with Accept or Reject");
+    default:
+      return FailedPrecondition("the connection has ended");
+  }
+}
+
+void ConnectionManager::Release(CmConnectionId id) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Impl& m = *impl_;
+  auto it = m.connections.find(id);
+  if (it == m.connections.end()) return;
+  if (it->second.remote_id != 0) m.by_remote.erase({it->second.peer.gid, it->second.remote_id});
+  m.connections.erase(it);
+}
+
+void ConnectionManager::Poll() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->DrainCompletions();
+  impl_->RunTimers();
+}
+
+bool ConnectionManager::NextEvent(CmEvent* event) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->events.empty()) return false;
+  *event = std::move(impl_->events.front());
+  impl_->events.pop_front();
+  return true;
+}
+
+CmCounters ConnectionManager::counters() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->counters;
+}
+
+}  // namespace uroce::transport
