@@ -348,6 +348,9 @@ uint16_t ConnectionManager::Impl::NewPort() {
 }
 
 Status ConnectionManager::Impl::ToInit(QueuePair* qp, int access_flags) {
+  // A QP its owner moved to INIT already (to post receives before the
+  // connection is up, as libfabric endpoints do) keeps its attributes.
+  if (qp->state.load(std::memory_order_acquire) == IBV_QPS_INIT) return Status::Ok();
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.port_num = 1;
@@ -739,8 +742,10 @@ namespace {
 Status CheckQp(const CmQpParams& params) {
   if (params.qp == nullptr) return InvalidArgument("no QP");
   if (params.qp->type != IBV_QPT_RC) return InvalidArgument("the CM connects RC QPs");
-  if (params.qp->state.load(std::memory_order_acquire) != IBV_QPS_RESET) {
-    return FailedPrecondition("the QP must be in RESET");
+  // RESET, or INIT when its owner posts receives before the connection.
+  const ibv_qp_state state = params.qp->state.load(std::memory_order_acquire);
+  if (state != IBV_QPS_RESET && state != IBV_QPS_INIT) {
+    return FailedPrecondition("the QP must be in RESET or INIT");
   }
   if (params.retry_count > 7 || params.rnr_retry_count > 7 || params.local_ack_timeout > 31 ||
       params.min_rnr_timer > 31) {

@@ -70,7 +70,7 @@ struct CmAddress {
 // Connection parameters both sides share. The CM takes the minimum of what
 // the two sides offer for the MTU and the read/atomic depths.
 struct CmQpParams {
-  QueuePair* qp = nullptr;   // RC, in RESET (the CM moves it from there)
+  QueuePair* qp = nullptr;   // RC, in RESET or INIT (the CM moves it on from there)
   int access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                      IBV_ACCESS_REMOTE_ATOMIC;
   uint8_t responder_resources = 16;  // RDMA READ/atomic requests we accept at once

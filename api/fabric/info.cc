@@ -225,10 +225,13 @@ fi_info* BuildInfo(const DeviceAddresses& device, const transport::Gid& gid, con
 
   fi_fabric_attr* f = info->fabric_attr;
   f->name = Strdup(kFabricName);
-  f->prov_name = Strdup(kProviderName);
+  // prov_name stays NULL: libfabric's fi_getinfo names the provider itself
+  // (it appends the provider's name to whatever a provider sets, which is
+  // how layered names such as "uroce;ofi_rxm" are built).
+  f->prov_name = nullptr;
   f->prov_version = kProviderVersion;
   f->api_version = kApiVersion;
-  if (!d->name || !f->name || !f->prov_name || !info->src_addr || (req.has_dest && !info->dest_addr)) {
+  if (!d->name || !f->name || !info->src_addr || (req.has_dest && !info->dest_addr)) {
     FreeInfo(info);
     return nullptr;
   }
@@ -366,8 +369,11 @@ int GetInfo(const std::vector<DeviceAddresses>& devices, uint32_t version, const
   Request req;
   if (hints != nullptr) {
     if (hints->fabric_attr != nullptr) {
-      if (hints->fabric_attr->prov_name != nullptr && strcasecmp(hints->fabric_attr->prov_name, kProviderName) != 0) {
-        return -FI_ENODATA;
+      // Layered requests name the core first: ofi_rxm asks "uroce;^ofi_rxm"
+      // (libfabric has filtered by name already; this guards direct calls).
+      if (const char* name = hints->fabric_attr->prov_name; name != nullptr) {
+        const size_t core = std::strcspn(name, ";");
+        if (core != std::strlen(kProviderName) || strncasecmp(name, kProviderName, core) != 0) return -FI_ENODATA;
       }
       if (hints->fabric_attr->name != nullptr && std::strcmp(hints->fabric_attr->name, kFabricName) != 0) {
         return -FI_ENODATA;

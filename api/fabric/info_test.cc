@@ -61,7 +61,8 @@ TEST(GetInfo, NoHintsGivesEveryAddressIpv4First) {
   EXPECT_EQ(list.head->next->next->addr_format, FI_SOCKADDR_IN6);
   for (fi_info* i = list.head; i != nullptr; i = i->next) {
     EXPECT_EQ(i->ep_attr->type, FI_EP_MSG);
-    EXPECT_STREQ(i->fabric_attr->prov_name, "uroce");
+    EXPECT_EQ(i->fabric_attr->prov_name, nullptr);  // libfabric fills it in
+    EXPECT_STREQ(i->fabric_attr->name, "uroce");
     EXPECT_NE(i->src_addr, nullptr);  // ofi_rxm writes into it
     EXPECT_EQ(i->dest_addr, nullptr);
     EXPECT_EQ(i->caps & (FI_MSG | FI_RMA | FI_ATOMIC), FI_MSG | FI_RMA | FI_ATOMIC);
@@ -74,6 +75,10 @@ TEST(GetInfo, OtherProviderOrEndpointTypeGivesNoData) {
   fi_info* out = nullptr;
   h->fabric_attr->prov_name = strdup("tcp");
   EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  std::free(h->fabric_attr->prov_name);
+  h->fabric_attr->prov_name = strdup("uroce;^ofi_rxm");  // as ofi_rxm asks its core
+  InfoList layered;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &layered.head), 0);
   std::free(h->fabric_attr->prov_name);
   h->fabric_attr->prov_name = strdup("uroce");
   h->ep_attr->type = FI_EP_RDM;
