@@ -13,6 +13,7 @@
 // -FI_EINVAL for bad arguments, -FI_EOPBADSTATE before the connection is up.
 #include <arpa/inet.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "api/fabric/cm_service.h"
@@ -60,9 +61,15 @@ bool BuildSges(const iovec* iov, void* const* desc, size_t count, ibv_sge* sges,
   return true;
 }
 
+// fi_cq(3) / fi_endpoint(3) "FI_SELECTIVE_COMPLETION": without it every
+// operation completes; with it only those flagged FI_COMPLETION. The
+// fi_inject family never completes (fi_msg(3): "the operation will not
+// generate a completion"): those calls pass kInjectCall.
+constexpr uint64_t kInjectCall = FI_INJECT | FI_INJECT_COMPLETE;
+
 bool Signaled(const Endpoint* ep, uint64_t flags) {
   if (ep->tx_cq == nullptr && ep->tx_cntr == nullptr) return false;
-  if (flags & FI_INJECT) return (flags & FI_COMPLETION) != 0 || !ep->tx_selective;
+  if ((flags & kInjectCall) == kInjectCall) return false;
   return !ep->tx_selective || (flags & FI_COMPLETION) != 0;
 }
 
@@ -147,7 +154,7 @@ ssize_t Sendmsg(fid_ep* e, const fi_msg* msg, uint64_t flags) {
 }
 ssize_t Inject(fid_ep* e, const void* buf, size_t len, fi_addr_t) {
   const iovec iov = Iov(buf, len);
-  return PostSend(From(e), IBV_WR_SEND, &iov, nullptr, 1, FI_INJECT, nullptr, 0, 0, 0);
+  return PostSend(From(e), IBV_WR_SEND, &iov, nullptr, 1, kInjectCall, nullptr, 0, 0, 0);
 }
 ssize_t Senddata(fid_ep* e, const void* buf, size_t len, void* desc, uint64_t data, fi_addr_t, void* context) {
   const iovec iov = Iov(buf, len);
@@ -155,7 +162,7 @@ ssize_t Senddata(fid_ep* e, const void* buf, size_t len, void* desc, uint64_t da
 }
 ssize_t Injectdata(fid_ep* e, const void* buf, size_t len, uint64_t data, fi_addr_t) {
   const iovec iov = Iov(buf, len);
-  return PostSend(From(e), IBV_WR_SEND_WITH_IMM, &iov, nullptr, 1, FI_INJECT, nullptr, data, 0, 0);
+  return PostSend(From(e), IBV_WR_SEND_WITH_IMM, &iov, nullptr, 1, kInjectCall, nullptr, data, 0, 0);
 }
 
 fi_ops_msg kMsgOps = {sizeof(fi_ops_msg), Recv, Recvv, Recvmsg, Send, Sendv, Sendmsg, Inject, Senddata, Injectdata};
@@ -192,7 +199,7 @@ ssize_t Writemsg(fid_ep* e, const fi_msg_rma* msg, uint64_t flags) {
 }
 ssize_t InjectWrite(fid_ep* e, const void* buf, size_t len, fi_addr_t, uint64_t addr, uint64_t key) {
   const iovec iov = Iov(buf, len);
-  return PostSend(From(e), IBV_WR_RDMA_WRITE, &iov, nullptr, 1, FI_INJECT, nullptr, 0, addr, key);
+  return PostSend(From(e), IBV_WR_RDMA_WRITE, &iov, nullptr, 1, kInjectCall, nullptr, 0, addr, key);
 }
 ssize_t Writedata(fid_ep* e, const void* buf, size_t len, void* desc, uint64_t data, fi_addr_t, uint64_t addr,
                   uint64_t key, void* context) {
@@ -203,7 +210,7 @@ ssize_t Writedata(fid_ep* e, const void* buf, size_t len, void* desc, uint64_t d
 ssize_t InjectWritedata(fid_ep* e, const void* buf, size_t len, uint64_t data, fi_addr_t, uint64_t addr,
                         uint64_t key) {
   const iovec iov = Iov(buf, len);
-  return PostSend(From(e), IBV_WR_RDMA_WRITE_WITH_IMM, &iov, nullptr, 1, FI_INJECT, nullptr, data, addr, key);
+  return PostSend(From(e), IBV_WR_RDMA_WRITE_WITH_IMM, &iov, nullptr, 1, kInjectCall, nullptr, data, addr, key);
 }
 
 fi_ops_rma kRmaOps = {sizeof(fi_ops_rma), Read,   Readv,       Readmsg,   Write,
@@ -376,6 +383,7 @@ int Enable(Endpoint* ep) {
   Status attached = engine->AttachCompletionSinks(*send_cq, ep->tx_cq, ep->tx_cntr);
   if (attached.ok()) attached = engine->AttachCompletionSinks(*recv_cq, ep->rx_cq, ep->rx_cntr);
   if (!qp.ok() || !attached.ok()) {
+    std::fprintf(stderr, "uroce: fi_enable: %s\n", (qp.ok() ? attached : qp.status()).ToString().c_str());
     if (qp.ok()) (void)engine->DestroyQp(*qp);
     (void)engine->AttachCompletionSinks(*send_cq, nullptr, nullptr);
     (void)engine->AttachCompletionSinks(*recv_cq, nullptr, nullptr);

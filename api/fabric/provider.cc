@@ -94,12 +94,18 @@ int AccessFlags(uint64_t access) {
 int RegisterMemory(Domain* domain, const void* buf, size_t len, uint64_t access, uint64_t offset,
                    uint64_t flags, void* context, fid_mr** out) {
   if (out == nullptr || (buf == nullptr && len != 0)) return -FI_EINVAL;
-  if (flags != 0) return -FI_EBADFLAGS;
+  // Flags (fi_mr(3)) that change nothing for host memory registered by
+  // address are accepted (ofi_rxm's buffer pools pass some); none asks for
+  // anything uroce cannot do (libfabric 1.17 has no dma-buf flag yet).
+  (void)flags;
   // FI_MR_VIRT_ADDR: the peer addresses the region by its virtual address;
   // otherwise by offset from `offset` (fi_mr(3) "offset").
   const uint64_t iova = (domain->mr_mode & FI_MR_VIRT_ADDR) ? reinterpret_cast<uintptr_t>(buf) : offset;
   auto keys = domain->engine->RegMr(domain->pd, const_cast<void*>(buf), len, iova, AccessFlags(access));
-  if (!keys.ok()) return keys.status().code() == StatusCode::kResourceExhausted ? -FI_ENOMEM : -FI_EINVAL;
+  if (!keys.ok()) {
+    std::fprintf(stderr, "uroce: fi_mr_reg(%p, %zu): %s\n", buf, len, keys.status().ToString().c_str());
+    return keys.status().code() == StatusCode::kResourceExhausted ? -FI_ENOMEM : -FI_EINVAL;
+  }
   auto* mr = new MemoryRegion();
   mr->mr.fid.fclass = FI_CLASS_MR;
   mr->mr.fid.context = context;
