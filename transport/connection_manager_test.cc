@@ -343,6 +343,76 @@ TEST_F(ConnectionManagerTest, ConnectAcceptThenSendAndWriteBothWays) {
   cm(1).Release(c.id[1]);
 }
 
+// The MADs on the wire look like the kernel's (rping_rdma_cm.pcap): CM class
+// Send MADs from QP 1 with Q_Key 0x80010000, one transaction ID for the
+// connection, RoCE path fields as rdma_cm fills them, the IP CM header.
+TEST_F(ConnectionManagerTest, MadsOnTheWireAreWhatRdmaCmSends) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(7174, 1).ok());
+  std::vector<std::vector<uint8_t>> mads;
+  std::vector<uint32_t> src_qps, qkeys;
+  pair_->link().set_drop_filter([&](const rte_mbuf* m) {
+    PacketView view;
+    if (ParsePacket(m, ParseOptions{}, &view) == ParseError::kOk && view.fields.bth.dest_qp == kGsiQpn) {
+      mads.emplace_back(view.payload, view.payload + view.fields.payload_length);
+      src_qps.push_back(view.fields.deth.src_qp);
+      qkeys.push_back(view.fields.deth.qkey);
+    }
+    return false;
+  });
+  Connected c = ConnectAndAccept(7174);
+  ASSERT_NE(c.id[0], 0u);
+  DisconnectBoth(c, 0);
+  ASSERT_EQ(mads.size(), 5u);
+  const CmAttribute order[] = {CmAttribute::kReq, CmAttribute::kRep, CmAttribute::kRtu, CmAttribute::kDreq,
+                               CmAttribute::kDrep};
+  uint64_t tid = 0;
+  for (size_t i = 0; i < mads.size(); ++i) {
+    EXPECT_EQ(mads[i].size(), kMadBytes);
+    EXPECT_EQ(src_qps[i], 1u);
+    EXPECT_EQ(qkeys[i], kGsiQkey);
+    CmMad mad;
+    ASSERT_EQ(DecodeCmMad(mads[i].data(), mads[i].size(), &mad), CmMadError::kOk);
+    EXPECT_EQ(AttributeOf(mad.message), order[i]);
+    if (i == 0) tid = mad.header.transaction_id;
+    EXPECT_EQ(mad.header.transaction_id, tid);
+  }
+  CmMad mad;
+  ASSERT_EQ(DecodeCmMad(mads[0].data(), kMadBytes, &mad), CmMadError::kOk);
+  const CmReq& req = std::get<CmReq>(mad.message);
+  EXPECT_EQ(req.local_comm_id, c.id[0]);
+  EXPECT_EQ(static_cast<uint32_t>(tid), c.id[0]) << "low half of the TID: the comm ID, as the kernel makes it";
+  EXPECT_EQ(req.service_id, 0x0000000001061c06ull);
+  // EUI-64 of 02:00:00:00:00:01.
+  EXPECT_EQ(req.local_ca_guid, 0x000000fffe000001ull);
+  EXPECT_EQ(req.local_qpn, c.qp[0]->qpn);
+  EXPECT_EQ(req.transport_service_type, 0);
+  EXPECT_EQ(req.partition_key, 0xffff);
+  EXPECT_EQ(req.path_mtu, IBV_MTU_1024);
+  EXPECT_EQ(req.max_cm_retries, 15);
+  EXPECT_EQ(req.remote_cm_response_timeout, 8);  // 4.096 us * 2^8 >= 1 ms
+  EXPECT_EQ(req.primary.local_lid, 0xffff);
+  EXPECT_EQ(req.primary.remote_lid, 0xffff);
+  EXPECT_EQ(req.primary.local_gid, side(0).gid);
+  EXPECT_EQ(req.primary.remote_gid, side(1).gid);
+  EXPECT_EQ(req.primary.hop_limit, 64);
+  EXPECT_EQ(req.primary.local_ack_timeout, 10);
+  IpCmHeader ip;
+  ASSERT_EQ(DecodeIpCmHeader(req.private_data.data(), req.private_data.size(), &ip), CmMadError::kOk);
+  EXPECT_EQ(ip.ip_version, 4);
+  EXPECT_EQ(ip.source_ip, side(0).gid);
+  EXPECT_EQ(ip.destination_ip, side(1).gid);
+  EXPECT_EQ(req.private_data[4], 0) << "IPv4 in the last 4 bytes, after 12 zero bytes";
+  ASSERT_EQ(DecodeCmMad(mads[1].data(), kMadBytes, &mad), CmMadError::kOk);
+  const CmRep& rep = std::get<CmRep>(mad.message);
+  EXPECT_EQ(rep.local_comm_id, c.id[1]);
+  EXPECT_EQ(rep.remote_comm_id, c.id[0]);
+  EXPECT_EQ(rep.local_qpn, c.qp[1]->qpn);
+  EXPECT_EQ(rep.local_ca_guid, 0x000000fffe000002ull);
+  ASSERT_EQ(DecodeCmMad(mads[3].data(), kMadBytes, &mad), CmMadError::kOk);
+  EXPECT_EQ(std::get<CmDreq>(mad.message).remote_qpn, c.qp[1]->qpn);
+}
+
 TEST_F(ConnectionManagerTest, RejectCarriesReasonAndPrivateData) {
   Start();
   ASSERT_TRUE(cm(1).Listen(5000, 1).ok());
