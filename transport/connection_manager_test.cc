@@ -466,6 +466,30 @@ TEST_F(ConnectionManagerTest, ConnectToAPortNobodyListensOnIsInvalidServiceId) {
   EXPECT_EQ(rejected.tag, 6u);
 }
 
+TEST_F(ConnectionManagerTest, CallerGivingUpWithdrawsTheRequest) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(5000, 1).ok());
+  QueuePair* qa = NewRcQp(0);
+  CmConnectParams params;
+  params.qp = qa;
+  params.remote = {side(1).gid, 5000};
+  auto id = cm(0).Connect(params, 5);
+  ASSERT_TRUE(id.ok());
+  CmEvent request;
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, &request));
+  ASSERT_TRUE(cm(0).Disconnect(*id).ok());
+  CmEvent e;
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kDisconnected, &e));
+  EXPECT_EQ(e.id, *id);
+  EXPECT_EQ(StateOf(0, qa), IBV_QPS_ERR);
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kRejected, &e));
+  EXPECT_EQ(e.id, request.id);
+  EXPECT_EQ(e.reject_reason, kRejTimeout);
+  CmAcceptParams accept;
+  accept.qp = NewRcQp(1);
+  EXPECT_EQ(cm(1).Accept(request.id, accept, 1).code(), StatusCode::kFailedPrecondition);
+}
+
 TEST_F(ConnectionManagerTest, PeerThatNeverAnswersIsUnreachableAfterEveryRetry) {
   Start();
   ASSERT_TRUE(cm(1).Listen(5000, 1).ok());
