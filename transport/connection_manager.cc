@@ -163,7 +163,7 @@ struct ConnectionManager::Impl {
   void HandleReq(const Gid& source, const MadHeader& header, const CmReq& req);
   void HandleRep(const Gid& source, const MadHeader& header, const CmRep& rep);
   void HandleRtu(const CmRtu& rtu);
-  void HandleRej(const CmRej& rej);
+  void HandleRej(const Gid& source, const CmRej& rej);
   void HandleMra(const CmMra& mra);
   void HandleDreq(const Gid& source, const MadHeader& header, const CmDreq& dreq);
   void HandleDrep(const CmDrep& drep);
@@ -455,7 +455,7 @@ void ConnectionManager::Impl::HandleMad(const Gid& source, const uint8_t* data, 
         if constexpr (std::is_same_v<T, CmReq>) HandleReq(source, mad.header, m);
         else if constexpr (std::is_same_v<T, CmRep>) HandleRep(source, mad.header, m);
         else if constexpr (std::is_same_v<T, CmRtu>) HandleRtu(m);
-        else if constexpr (std::is_same_v<T, CmRej>) HandleRej(m);
+        else if constexpr (std::is_same_v<T, CmRej>) HandleRej(source, m);
         else if constexpr (std::is_same_v<T, CmMra>) HandleMra(m);
         else if constexpr (std::is_same_v<T, CmDreq>) HandleDreq(source, mad.header, m);
         else if constexpr (std::is_same_v<T, CmDrep>) HandleDrep(m);
@@ -570,8 +570,15 @@ void ConnectionManager::Impl::HandleRtu(const CmRtu& rtu) {
   Emit(*c, CmEventType::kEstablished);
 }
 
-void ConnectionManager::Impl::HandleRej(const CmRej& rej) {
+void ConnectionManager::Impl::HandleRej(const Gid& source, const CmRej& rej) {
   Connection* c = Find(rej.remote_comm_id);
+  if (c == nullptr && rej.remote_comm_id == 0) {
+    // A caller that gave up before our REP reached it does not know our ID:
+    // find the request by its own (IBTA 12.6.7; the kernel's CM does so for
+    // REJ "timeout").
+    auto known = by_remote.find({source, rej.local_comm_id});
+    if (known != by_remote.end()) c = Find(known->second);
+  }
   // A REJ of a REQ carries no communication ID of the rejecter yet (ours
   // carry 0); otherwise it must name the connection's peer.
   if (c == nullptr || (c->remote_id != 0 && rej.local_comm_id != 0 && c->remote_id != rej.local_comm_id)) {

@@ -82,6 +82,13 @@ struct CmQpParams {
   ibv_mtu max_mtu = IBV_MTU_4096;    // also capped by the port's MTU
 };
 
+// Who decides what (IBTA 12.6.5 / 12.6.8): the path MTU is the REQ's (the
+// caller's min(max_mtu, port MTU)); the REP has no MTU field, so Accept
+// refuses (REJ reason 26, "invalid path MTU", and an error) a REQ whose MTU is
+// above its own min(max_mtu, port MTU). The passive side's retry_count and
+// rnr_retry_count come from the REQ (the caller's params); the caller's RNR
+// retry count from the REP (the acceptor's rnr_retry_count). local_ack_timeout
+// and min_rnr_timer are each side's own.
 struct CmConnectParams : CmQpParams {
   CmAddress remote;           // the listener's IP and port
   uint16_t local_port = 0;    // 0: the CM picks an unused one
@@ -97,20 +104,27 @@ using CmConnectionId = uint32_t;  // this side's Local Communication ID
 enum class CmEventType {
   // Passive side: a REQ for a listening port. `id` names the request for
   // Accept/Reject; `listen_tag` is the listener's tag; `peer` the caller's
-  // IP and source port; `private_data` the caller's user data.
+  // IP and source port; `private_data` the caller's user data (always
+  // kCmReqUserDataSize bytes: IB CM private data has a fixed size, padded
+  // with zeros).
   kConnectRequest,
   // Both sides: the QP is in RTS and may carry data (active: REP received and
   // RTU sent; passive: RTU received, or the first packet arrived on the QP).
-  // `private_data`: the REP's on the active side, empty on the passive side.
+  // `private_data`: the REP's on the active side (kCmRepPrivateDataSize
+  // bytes), empty on the passive side.
   kEstablished,
   // Active side: the peer answered REJ. `reject_reason` (IBTA table 112; 28 is
-  // "consumer reject", 8 "invalid service ID"), `private_data` the REJ's.
+  // "consumer reject", 8 "invalid service ID"), `private_data` the REJ's
+  // (kCmRejPrivateDataSize bytes). Passive side: the caller sent REJ after
+  // our REP, or withdrew a request not yet answered (reason 4, timeout, when
+  // it gave up). The QP (if any) is in ERR.
   kRejected,
   // Active side: no answer after every retry. Passive side: the RTU never
   // came. The QP is in ERR.
   kUnreachable,
   // Either side: the peer sent DREQ, or our Disconnect finished (DREP or
-  // timeout). The QP is in ERR (its work flushed by the engine).
+  // timeout; at once for a Disconnect before the REP came, which sends REJ).
+  // The QP is in ERR (its work flushed by the engine).
   kDisconnected,
 };
 

@@ -1,0 +1,638 @@
+// The connection manager between two engines over the in-memory LossyLink,
+// on the pair's virtual clock: connect, accept, reject, disconnect, and every
+// CM MAD lost once or at random.
+#include "transport/connection_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "transport/cm_mad.h"
+#include "transport/engine_pair.h"
+#include "transport/packet_parser.h"
+#include "transport/wire_types.h"
+
+namespace uroce::transport {
+namespace {
+
+constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                           IBV_ACCESS_REMOTE_ATOMIC;
+constexpr uint64_t kResponseTimeoutNs = 1'000'000;  // 1000 polls of virtual time
+constexpr unsigned kMaxRetries = 15;
+
+struct Buffer {
+  std::vector<uint8_t> bytes;
+  MrKeys keys;
+  uint64_t addr() const { return reinterpret_cast<uint64_t>(bytes.data()); }
+};
+
+// The CM attribute of a frame, 0 if it is not a MAD to QP 1.
+uint16_t CmAttributeOf(const rte_mbuf* m) {
+  PacketView view;
+  if (ParsePacket(m, ParseOptions{}, &view) != ParseError::kOk) return 0;
+  if (view.fields.bth.dest_qp != kGsiQpn || view.fields.payload_length < kMadBytes) return 0;
+  return LoadBe16(view.payload + 16);
+}
+
+class ConnectionManagerTest : public ::testing::Test {
+ protected:
+  void Start(const EnginePairOptions& options = {}) {
+    auto pair = EnginePair::Create(options);
+    ASSERT_TRUE(pair.ok()) << pair.status().ToString();
+    pair_ = std::move(*pair);
+    Endpoint* sides[2] = {&pair_->a(), &pair_->b()};
+    for (int i = 0; i < 2; ++i) {
+      ConnectionManager::Options o;
+      o.local_gid = sides[i]->gid;
+      o.response_timeout_ns = kResponseTimeoutNs;
+      o.max_retries = kMaxRetries;
+      o.clock_ns = [p = pair_.get()] { return p->now_ns(); };
+      o.random_seed = 100 + i;
+      auto cm = ConnectionManager::Create(sides[i]->engine.get(), sides[i]->pd, o);
+      ASSERT_TRUE(cm.ok()) << cm.status().ToString();
+      cm_[i] = std::move(*cm);
+    }
+  }
+
+  void TearDown() override {
+    if (!pair_) return;
+    cm_[0].reset();
+    cm_[1].reset();
+    EXPECT_TRUE(pair_->ShutDownAndCheckMbufs()) << "packet buffers leaked";
+    pair_.reset();
+  }
+
+  Endpoint& side(int i) { return i == 0 ? pair_->a() : pair_->b(); }
+  ConnectionManager& cm(int i) { return *cm_[i]; }
+
+  void PollOnce() {
+    pair_->PollOnce();
+    for (int i = 0; i < 2; ++i) {
+      cm_[i]->Poll();
+      CmEvent e;
+      while (cm_[i]->NextEvent(&e)) events_[i].push_back(e);
+    }
+  }
+
+  // Polls until side `i` has an event of `type` (taken out of the list).
+  bool WaitEvent(int i, CmEventType type, CmEvent* out, uint64_t max_polls = 200'000) {
+    for (uint64_t n = 0; n <= max_polls; ++n) {
+      for (auto it = events_[i].begin(); it != events_[i].end(); ++it) {
+        if (it->type == type) {
+          if (out) *out = *it;
+          events_[i].erase(it);
+          return true;
+        }
+      }
+      PollOnce();
+    }
+    return false;
+  }
+
+  void Settle(uint64_t polls) {
+    for (uint64_t n = 0; n < polls; ++n) PollOnce();
+  }
+
+  QueuePair* NewRcQp(int i) {
+    QpInitAttr init;
+    init.type = IBV_QPT_RC;
+    init.pd = side(i).pd;
+    init.send_cq = side(i).cq;
+    init.recv_cq = side(i).cq;
+    init.cap.max_send_wr = 64;
+    init.cap.max_recv_wr = 64;
+    init.cap.max_send_sge = 2;
+    init.cap.max_recv_sge = 2;
+    auto qp = side(i).engine->CreateQp(init);
+    EXPECT_TRUE(qp.ok()) << qp.status().ToString();
+    return qp.ok() ? *qp : nullptr;
+  }
+
+  Buffer Register(int i, size_t size, uint8_t fill) {
+    Buffer b;
+    b.bytes.assign(size, fill);
+    auto keys = side(i).engine->RegMr(side(i).pd, b.bytes.data(), size, b.addr(), kAllAccess);
+    EXPECT_TRUE(keys.ok()) << keys.status().ToString();
+    if (keys.ok()) b.keys = *keys;
+    return b;
+  }
+
+  void PostRecv(int i, QueuePair* qp, Buffer& b, uint64_t wr_id) {
+    ibv_sge sge{b.addr(), static_cast<uint32_t>(b.bytes.size()), b.keys.lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    const ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(side(i).engine->PostRecv(qp, &wr, &bad), 0);
+  }
+
+  int PostSend(int i, QueuePair* qp, ibv_wr_opcode op, Buffer& b, uint32_t length, uint64_t wr_id,
+               uint64_t remote_addr = 0, uint32_t rkey = 0) {
+    ibv_sge sge{b.addr(), length, b.keys.lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = rkey;
+    const ibv_send_wr* bad = nullptr;
+    return side(i).engine->PostSend(qp, &wr, &bad);
+  }
+
+  std::vector<ibv_wc> WaitCompletions(int i, size_t count) {
+    std::vector<ibv_wc> out;
+    for (int n = 0; n < 500'000 && out.size() < count; ++n) {
+      ibv_wc wc[16];
+      const int got = side(i).cq->Poll(16, wc);
+      out.insert(out.end(), wc, wc + got);
+      if (out.size() < count) PollOnce();
+    }
+    return out;
+  }
+
+  ibv_qp_state StateOf(int i, QueuePair* qp) {
+    ibv_qp_attr attr{};
+    EXPECT_TRUE(side(i).engine->QueryQp(qp, &attr, nullptr).ok());
+    return attr.qp_state;
+  }
+
+  struct Connected {
+    QueuePair* qp[2] = {nullptr, nullptr};
+    CmConnectionId id[2] = {0, 0};
+  };
+
+  // A connects to B's `port` (listened on already) and B accepts.
+  Connected ConnectAndAccept(uint16_t port, uint8_t tag_base = 0) {
+    Connected c;
+    c.qp[0] = NewRcQp(0);
+    c.qp[1] = NewRcQp(1);
+    CmConnectParams params;
+    params.qp = c.qp[0];
+    params.remote = {side(1).gid, port};
+    params.local_ack_timeout = 10;
+    auto id = cm(0).Connect(params, 1000 + tag_base);
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    if (!id.ok()) return c;
+    c.id[0] = *id;
+    CmEvent request;
+    EXPECT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, &request));
+    c.id[1] = request.id;
+    CmAcceptParams accept;
+    accept.qp = c.qp[1];
+    accept.local_ack_timeout = 10;
+    EXPECT_TRUE(cm(1).Accept(request.id, accept, 2000 + tag_base).ok());
+    CmEvent e;
+    EXPECT_TRUE(WaitEvent(0, CmEventType::kEstablished, &e));
+    EXPECT_EQ(e.id, c.id[0]);
+    EXPECT_TRUE(WaitEvent(1, CmEventType::kEstablished, &e));
+    EXPECT_EQ(e.id, c.id[1]);
+    return c;
+  }
+
+  // `from` disconnects; both sides end with kDisconnected and QPs in ERR.
+  void DisconnectBoth(const Connected& c, int from) {
+    ASSERT_TRUE(cm(from).Disconnect(c.id[from]).ok());
+    CmEvent e;
+    ASSERT_TRUE(WaitEvent(from, CmEventType::kDisconnected, &e));
+    EXPECT_EQ(e.id, c.id[from]);
+    ASSERT_TRUE(WaitEvent(1 - from, CmEventType::kDisconnected, &e));
+    EXPECT_EQ(e.id, c.id[1 - from]);
+    EXPECT_EQ(StateOf(0, c.qp[0]), IBV_QPS_ERR);
+    EXPECT_EQ(StateOf(1, c.qp[1]), IBV_QPS_ERR);
+  }
+
+  std::unique_ptr<EnginePair> pair_;
+  std::unique_ptr<ConnectionManager> cm_[2];
+  std::vector<CmEvent> events_[2];
+};
+
+TEST_F(ConnectionManagerTest, ConnectAcceptThenSendAndWriteBothWays) {
+  Start();
+  auto port = cm(1).Listen(7174, 77);
+  ASSERT_TRUE(port.ok());
+  EXPECT_EQ(*port, 7174);
+  EXPECT_EQ(cm(1).Listen(7174, 78).status().code(), StatusCode::kAlreadyExists);
+
+  QueuePair* qa = NewRcQp(0);
+  QueuePair* qb = NewRcQp(1);
+  Buffer mem_a = Register(0, 4096, 0xAA);
+  Buffer mem_b = Register(1, 4096, 0xBB);
+  // Each side tells the other where to write, in the private data.
+  CmConnectParams params;
+  params.qp = qa;
+  params.remote = {side(1).gid, 7174};
+  params.local_port = 40000;
+  params.local_ack_timeout = 10;
+  params.private_data.resize(kCmReqUserDataSize);
+  StoreBe64(params.private_data.data(), mem_a.addr());
+  StoreBe32(params.private_data.data() + 8, mem_a.keys.rkey);
+  params.private_data.back() = 0x5A;
+  auto id_a = cm(0).Connect(params, 11);
+  ASSERT_TRUE(id_a.ok()) << id_a.status().ToString();
+
+  CmEvent request;
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, &request));
+  EXPECT_EQ(request.listen_tag, 77u);
+  EXPECT_EQ(request.peer.gid, side(0).gid);
+  EXPECT_EQ(request.peer.port, 40000);
+  EXPECT_EQ(request.local.gid, side(1).gid);
+  EXPECT_EQ(request.local.port, 7174);
+  EXPECT_EQ(request.private_data, params.private_data);
+  EXPECT_EQ(request.peer_responder_resources, 16);
+  EXPECT_EQ(request.peer_initiator_depth, 16);
+  const uint64_t remote_a = LoadBe64(request.private_data.data());
+  const uint32_t rkey_a = LoadBe32(request.private_data.data() + 8);
+
+  CmAcceptParams accept;
+  accept.qp = qb;
+  accept.local_ack_timeout = 10;
+  accept.responder_resources = 4;
+  accept.private_data.resize(kCmRepPrivateDataSize);
+  StoreBe64(accept.private_data.data(), mem_b.addr());
+  StoreBe32(accept.private_data.data() + 8, mem_b.keys.rkey);
+  accept.private_data.back() = 0xA5;
+  ASSERT_TRUE(cm(1).Accept(request.id, accept, 22).ok());
+  EXPECT_EQ(cm(1).Accept(request.id, accept, 22).code(), StatusCode::kFailedPrecondition);
+
+  CmEvent established;
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kEstablished, &established));
+  EXPECT_EQ(established.id, *id_a);
+  EXPECT_EQ(established.tag, 11u);
+  EXPECT_EQ(established.private_data, accept.private_data);
+  EXPECT_EQ(established.peer.port, 7174);
+  const uint64_t remote_b = LoadBe64(established.private_data.data());
+  const uint32_t rkey_b = LoadBe32(established.private_data.data() + 8);
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kEstablished, &established));
+  EXPECT_EQ(established.id, request.id);
+  EXPECT_EQ(established.tag, 22u);
+
+  // The QPs were set up from the exchange: each aims at the other, the PSNs
+  // match, the read depths are the minimum of the offers.
+  ibv_qp_attr attr_a{}, attr_b{};
+  ASSERT_TRUE(side(0).engine->QueryQp(qa, &attr_a, nullptr).ok());
+  ASSERT_TRUE(side(1).engine->QueryQp(qb, &attr_b, nullptr).ok());
+  EXPECT_EQ(attr_a.qp_state, IBV_QPS_RTS);
+  EXPECT_EQ(attr_b.qp_state, IBV_QPS_RTS);
+  EXPECT_EQ(attr_a.dest_qp_num, qb->qpn);
+  EXPECT_EQ(attr_b.dest_qp_num, qa->qpn);
+  EXPECT_EQ(attr_a.sq_psn, attr_b.rq_psn);
+  EXPECT_EQ(attr_b.sq_psn, attr_a.rq_psn);
+  EXPECT_EQ(attr_a.path_mtu, attr_b.path_mtu);
+  EXPECT_EQ(attr_a.path_mtu, IBV_MTU_1024);  // the port's (Ethernet MTU 1500)
+  EXPECT_EQ(attr_b.max_dest_rd_atomic, 4);
+  EXPECT_EQ(attr_a.max_rd_atomic, 4);
+  EXPECT_EQ(attr_a.max_dest_rd_atomic, 16);
+  EXPECT_EQ(attr_b.max_rd_atomic, 16);
+  EXPECT_EQ(attr_a.qp_access_flags, static_cast<unsigned>(kAllAccess));
+
+  // SEND both ways.
+  Buffer msg_a = Register(0, 256, 0);
+  Buffer msg_b = Register(1, 256, 0);
+  for (size_t k = 0; k < 256; ++k) msg_a.bytes[k] = uint8_t(k), msg_b.bytes[k] = uint8_t(255 - k);
+  Buffer in_a = Register(0, 256, 0);
+  Buffer in_b = Register(1, 256, 0);
+  PostRecv(0, qa, in_a, 1);
+  PostRecv(1, qb, in_b, 2);
+  ASSERT_EQ(PostSend(0, qa, IBV_WR_SEND, msg_a, 200, 3), 0);
+  ASSERT_EQ(PostSend(1, qb, IBV_WR_SEND, msg_b, 100, 4), 0);
+  auto wc_a = WaitCompletions(0, 2);
+  auto wc_b = WaitCompletions(1, 2);
+  ASSERT_EQ(wc_a.size(), 2u);
+  ASSERT_EQ(wc_b.size(), 2u);
+  for (const auto& wc : wc_a) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  for (const auto& wc : wc_b) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(in_b.bytes.data(), msg_a.bytes.data(), 200));
+  EXPECT_EQ(0, std::memcmp(in_a.bytes.data(), msg_b.bytes.data(), 100));
+
+  // RDMA WRITE both ways, to the addresses from the private data.
+  ASSERT_EQ(PostSend(0, qa, IBV_WR_RDMA_WRITE, msg_a, 256, 5, remote_b + 1000, rkey_b), 0);
+  ASSERT_EQ(PostSend(1, qb, IBV_WR_RDMA_WRITE, msg_b, 256, 6, remote_a + 2000, rkey_a), 0);
+  wc_a = WaitCompletions(0, 1);
+  wc_b = WaitCompletions(1, 1);
+  ASSERT_EQ(wc_a.size(), 1u);
+  ASSERT_EQ(wc_b.size(), 1u);
+  EXPECT_EQ(wc_a[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc_b[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(mem_b.bytes.data() + 1000, msg_a.bytes.data(), 256));
+  EXPECT_EQ(0, std::memcmp(mem_a.bytes.data() + 2000, msg_b.bytes.data(), 256));
+  EXPECT_EQ(mem_b.bytes[999], 0xBB);
+  EXPECT_EQ(mem_b.bytes[1256], 0xBB);
+
+  // Disconnect from A; B's posted receive is flushed.
+  Buffer spare = Register(1, 64, 0);
+  PostRecv(1, qb, spare, 9);
+  Connected c;
+  c.qp[0] = qa;
+  c.qp[1] = qb;
+  c.id[0] = *id_a;
+  c.id[1] = request.id;
+  DisconnectBoth(c, 0);
+  auto flushed = WaitCompletions(1, 1);
+  ASSERT_EQ(flushed.size(), 1u);
+  EXPECT_EQ(flushed[0].wr_id, 9u);
+  EXPECT_EQ(flushed[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(cm(0).counters().retransmits, 0u);
+  EXPECT_EQ(cm(1).counters().retransmits, 0u);
+  cm(0).Release(c.id[0]);
+  cm(1).Release(c.id[1]);
+}
+
+// The MADs on the wire look like the kernel's (rping_rdma_cm.pcap): CM class
+// Send MADs from QP 1 with Q_Key 0x80010000, one transaction ID for the
+// connection, RoCE path fields as rdma_cm fills them, the IP CM header.
+TEST_F(ConnectionManagerTest, MadsOnTheWireAreWhatRdmaCmSends) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(7174, 1).ok());
+  std::vector<std::vector<uint8_t>> mads;
+  std::vector<uint32_t> src_qps, qkeys;
+  pair_->link().set_drop_filter([&](const rte_mbuf* m) {
+    PacketView view;
+    if (ParsePacket(m, ParseOptions{}, &view) == ParseError::kOk && view.fields.bth.dest_qp == kGsiQpn) {
+      mads.emplace_back(view.payload, view.payload + view.fields.payload_length);
+      src_qps.push_back(view.fields.deth.src_qp);
+      qkeys.push_back(view.fields.deth.qkey);
+    }
+    return false;
+  });
+  Connected c = ConnectAndAccept(7174);
+  ASSERT_NE(c.id[0], 0u);
+  DisconnectBoth(c, 0);
+  ASSERT_EQ(mads.size(), 5u);
+  const CmAttribute order[] = {CmAttribute::kReq, CmAttribute::kRep, CmAttribute::kRtu, CmAttribute::kDreq,
+                               CmAttribute::kDrep};
+  uint64_t tid = 0;
+  for (size_t i = 0; i < mads.size(); ++i) {
+    EXPECT_EQ(mads[i].size(), kMadBytes);
+    EXPECT_EQ(src_qps[i], 1u);
+    EXPECT_EQ(qkeys[i], kGsiQkey);
+    CmMad mad;
+    ASSERT_EQ(DecodeCmMad(mads[i].data(), mads[i].size(), &mad), CmMadError::kOk);
+    EXPECT_EQ(AttributeOf(mad.message), order[i]);
+    if (i == 0) tid = mad.header.transaction_id;
+    EXPECT_EQ(mad.header.transaction_id, tid);
+  }
+  CmMad mad;
+  ASSERT_EQ(DecodeCmMad(mads[0].data(), kMadBytes, &mad), CmMadError::kOk);
+  const CmReq& req = std::get<CmReq>(mad.message);
+  EXPECT_EQ(req.local_comm_id, c.id[0]);
+  EXPECT_EQ(static_cast<uint32_t>(tid), c.id[0]) << "low half of the TID: the comm ID, as the kernel makes it";
+  EXPECT_EQ(req.service_id, 0x0000000001061c06ull);
+  // EUI-64 of 02:00:00:00:00:01.
+  EXPECT_EQ(req.local_ca_guid, 0x000000fffe000001ull);
+  EXPECT_EQ(req.local_qpn, c.qp[0]->qpn);
+  EXPECT_EQ(req.transport_service_type, 0);
+  EXPECT_EQ(req.partition_key, 0xffff);
+  EXPECT_EQ(req.path_mtu, IBV_MTU_1024);
+  EXPECT_EQ(req.max_cm_retries, 15);
+  EXPECT_EQ(req.remote_cm_response_timeout, 8);  // 4.096 us * 2^8 >= 1 ms
+  EXPECT_EQ(req.primary.local_lid, 0xffff);
+  EXPECT_EQ(req.primary.remote_lid, 0xffff);
+  EXPECT_EQ(req.primary.local_gid, side(0).gid);
+  EXPECT_EQ(req.primary.remote_gid, side(1).gid);
+  EXPECT_EQ(req.primary.hop_limit, 64);
+  EXPECT_EQ(req.primary.local_ack_timeout, 10);
+  IpCmHeader ip;
+  ASSERT_EQ(DecodeIpCmHeader(req.private_data.data(), req.private_data.size(), &ip), CmMadError::kOk);
+  EXPECT_EQ(ip.ip_version, 4);
+  EXPECT_EQ(ip.source_ip, side(0).gid);
+  EXPECT_EQ(ip.destination_ip, side(1).gid);
+  EXPECT_EQ(req.private_data[4], 0) << "IPv4 in the last 4 bytes, after 12 zero bytes";
+  ASSERT_EQ(DecodeCmMad(mads[1].data(), kMadBytes, &mad), CmMadError::kOk);
+  const CmRep& rep = std::get<CmRep>(mad.message);
+  EXPECT_EQ(rep.local_comm_id, c.id[1]);
+  EXPECT_EQ(rep.remote_comm_id, c.id[0]);
+  EXPECT_EQ(rep.local_qpn, c.qp[1]->qpn);
+  EXPECT_EQ(rep.local_ca_guid, 0x000000fffe000002ull);
+  ASSERT_EQ(DecodeCmMad(mads[3].data(), kMadBytes, &mad), CmMadError::kOk);
+  EXPECT_EQ(std::get<CmDreq>(mad.message).remote_qpn, c.qp[1]->qpn);
+}
+
+TEST_F(ConnectionManagerTest, RejectCarriesReasonAndPrivateData) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(5000, 1).ok());
+  QueuePair* qa = NewRcQp(0);
+  CmConnectParams params;
+  params.qp = qa;
+  params.remote = {side(1).gid, 5000};
+  auto id = cm(0).Connect(params, 5);
+  ASSERT_TRUE(id.ok());
+  CmEvent request;
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, &request));
+  const uint8_t why[] = {'n', 'o', ' ', 't', 'h', 'a', 'n', 'k', 's'};
+  ASSERT_TRUE(cm(1).Reject(request.id, why, sizeof why).ok());
+  EXPECT_EQ(cm(1).Reject(request.id, why, sizeof why).code(), StatusCode::kFailedPrecondition);
+  CmEvent rejected;
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kRejected, &rejected));
+  EXPECT_EQ(rejected.id, *id);
+  EXPECT_EQ(rejected.tag, 5u);
+  EXPECT_EQ(rejected.reject_reason, 28);
+  ASSERT_EQ(rejected.private_data.size(), kCmRejPrivateDataSize);
+  EXPECT_EQ(0, std::memcmp(rejected.private_data.data(), why, sizeof why));
+  EXPECT_EQ(rejected.private_data[sizeof why], 0);
+  EXPECT_EQ(StateOf(0, qa), IBV_QPS_ERR);
+  Settle(5 * kResponseTimeoutNs / 1000);
+  EXPECT_TRUE(events_[0].empty());
+  EXPECT_TRUE(events_[1].empty());
+  EXPECT_EQ(cm(0).counters().retransmits, 0u);
+}
+
+TEST_F(ConnectionManagerTest, ConnectToAPortNobodyListensOnIsInvalidServiceId) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(5000, 1).ok());
+  QueuePair* qa = NewRcQp(0);
+  CmConnectParams params;
+  params.qp = qa;
+  params.remote = {side(1).gid, 5001};
+  auto id = cm(0).Connect(params, 5);
+  ASSERT_TRUE(id.ok());
+  CmEvent rejected;
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kRejected, &rejected));
+  EXPECT_EQ(rejected.reject_reason, 8);
+  EXPECT_TRUE(events_[1].empty()) << "the listener on 5000 saw nothing";
+  // After StopListening, port 5000 is the same.
+  ASSERT_TRUE(cm(1).StopListening(5000).ok());
+  EXPECT_EQ(cm(1).StopListening(5000).code(), StatusCode::kNotFound);
+  params.qp = NewRcQp(0);
+  params.remote.port = 5000;
+  ASSERT_TRUE(cm(0).Connect(params, 6).ok());
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kRejected, &rejected));
+  EXPECT_EQ(rejected.reject_reason, 8);
+  EXPECT_EQ(rejected.tag, 6u);
+}
+
+TEST_F(ConnectionManagerTest, CallerGivingUpWithdrawsTheRequest) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(5000, 1).ok());
+  QueuePair* qa = NewRcQp(0);
+  CmConnectParams params;
+  params.qp = qa;
+  params.remote = {side(1).gid, 5000};
+  auto id = cm(0).Connect(params, 5);
+  ASSERT_TRUE(id.ok());
+  CmEvent request;
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, &request));
+  ASSERT_TRUE(cm(0).Disconnect(*id).ok());
+  CmEvent e;
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kDisconnected, &e));
+  EXPECT_EQ(e.id, *id);
+  EXPECT_EQ(StateOf(0, qa), IBV_QPS_ERR);
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kRejected, &e));
+  EXPECT_EQ(e.id, request.id);
+  EXPECT_EQ(e.reject_reason, kRejTimeout);
+  CmAcceptParams accept;
+  accept.qp = NewRcQp(1);
+  EXPECT_EQ(cm(1).Accept(request.id, accept, 1).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ConnectionManagerTest, PeerThatNeverAnswersIsUnreachableAfterEveryRetry) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(5000, 1).ok());
+  uint64_t reqs_on_wire = 0;
+  pair_->link().set_drop_filter([&](const rte_mbuf* m) {
+    const uint16_t attribute = CmAttributeOf(m);
+    if (attribute == static_cast<uint16_t>(CmAttribute::kReq)) ++reqs_on_wire;
+    return attribute != 0;  // every MAD lost
+  });
+  QueuePair* qa = NewRcQp(0);
+  CmConnectParams params;
+  params.qp = qa;
+  params.remote = {side(1).gid, 5000};
+  auto id = cm(0).Connect(params, 5);
+  ASSERT_TRUE(id.ok());
+  const uint64_t start = pair_->now_ns();
+  CmEvent e;
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kUnreachable, &e, 100'000));
+  EXPECT_EQ(e.id, *id);
+  // The first REQ and max_retries resends, a response timeout apart.
+  EXPECT_EQ(reqs_on_wire, 1u + kMaxRetries);
+  EXPECT_EQ(cm(0).counters().retransmits, kMaxRetries);
+  EXPECT_GE(pair_->now_ns() - start, (kMaxRetries + 1) * kResponseTimeoutNs);
+  EXPECT_EQ(StateOf(0, qa), IBV_QPS_ERR);
+  EXPECT_TRUE(events_[1].empty());
+  EXPECT_EQ(cm(0).Disconnect(*id).code(), StatusCode::kFailedPrecondition);
+}
+
+// Each CM MAD of a connection's life lost once: still connects, still
+// disconnects (both sides hear of it).
+class LostMadTest : public ConnectionManagerTest, public ::testing::WithParamInterface<CmAttribute> {};
+
+TEST_P(LostMadTest, AnySingleLostMadIsSurvived) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(6000, 1).ok());
+  const uint16_t victim = static_cast<uint16_t>(GetParam());
+  int dropped = 0;
+  pair_->link().set_drop_filter([&](const rte_mbuf* m) {
+    if (dropped == 0 && CmAttributeOf(m) == victim) {
+      ++dropped;
+      return true;
+    }
+    return false;
+  });
+  Connected c = ConnectAndAccept(6000);
+  ASSERT_NE(c.id[0], 0u);
+  DisconnectBoth(c, 0);
+  Settle(3 * kResponseTimeoutNs / 1000);
+  EXPECT_EQ(dropped, 1);
+  EXPECT_GE(cm(0).counters().retransmits + cm(1).counters().retransmits, 1u);
+  // Nothing else happened: no second connection, no extra events.
+  EXPECT_TRUE(events_[0].empty());
+  EXPECT_TRUE(events_[1].empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(EachMad, LostMadTest,
+                         ::testing::Values(CmAttribute::kReq, CmAttribute::kRep, CmAttribute::kRtu,
+                                           CmAttribute::kDreq, CmAttribute::kDrep),
+                         [](const ::testing::TestParamInfo<CmAttribute>& param_info) {
+                           switch (param_info.param) {
+                             case CmAttribute::kReq: return std::string("Req");
+                             case CmAttribute::kRep: return std::string("Rep");
+                             case CmAttribute::kRtu: return std::string("Rtu");
+                             case CmAttribute::kDreq: return std::string("Dreq");
+                             case CmAttribute::kDrep: return std::string("Drep");
+                             default: return std::string("Other");
+                           }
+                         });
+
+TEST_F(ConnectionManagerTest, DisconnectFromThePassiveSide) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(6001, 1).ok());
+  Connected c = ConnectAndAccept(6001);
+  ASSERT_NE(c.id[0], 0u);
+  Buffer in_a = Register(0, 64, 0);
+  PostRecv(0, c.qp[0], in_a, 31);
+  DisconnectBoth(c, 1);
+  auto flushed = WaitCompletions(0, 1);
+  ASSERT_EQ(flushed.size(), 1u);
+  EXPECT_EQ(flushed[0].wr_id, 31u);
+  EXPECT_EQ(flushed[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(cm(1).Disconnect(c.id[1]).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ConnectionManagerTest, BothSidesDisconnectingAtOnceEndOnce) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(6002, 1).ok());
+  Connected c = ConnectAndAccept(6002);
+  ASSERT_NE(c.id[0], 0u);
+  ASSERT_TRUE(cm(0).Disconnect(c.id[0]).ok());
+  ASSERT_TRUE(cm(1).Disconnect(c.id[1]).ok());
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kDisconnected, nullptr));
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kDisconnected, nullptr));
+  Settle(20 * kResponseTimeoutNs / 1000);
+  EXPECT_TRUE(events_[0].empty());
+  EXPECT_TRUE(events_[1].empty());
+}
+
+TEST_F(ConnectionManagerTest, SecondManagerOnOneEngineIsRefused) {
+  Start();
+  ConnectionManager::Options o;
+  o.local_gid = side(0).gid;
+  auto again = ConnectionManager::Create(side(0).engine.get(), side(0).pd, o);
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+}
+
+// Many connections one after another over a link that loses, duplicates and
+// reorders frames (MADs and data alike): every one connects, carries a
+// message and ends on both sides. Replays from its seed.
+TEST_F(ConnectionManagerTest, SeededRandomLossOverManyConnections) {
+  EnginePairOptions options;
+  options.seed = 4242;
+  options.impairments.loss = 0.15;
+  options.impairments.duplicate = 0.05;
+  options.impairments.reorder = 0.05;
+  Start(options);
+  ASSERT_TRUE(cm(1).Listen(7000, 1).ok());
+  Buffer src = Register(0, 512, 0x33);
+  Buffer dst = Register(1, 512, 0);
+  for (int round = 0; round < 30; ++round) {
+    SCOPED_TRACE(round);
+    Connected c = ConnectAndAccept(7000, static_cast<uint8_t>(round));
+    ASSERT_NE(c.id[0], 0u);
+    src.bytes[0] = static_cast<uint8_t>(round);
+    PostRecv(1, c.qp[1], dst, 100 + round);
+    ASSERT_EQ(PostSend(0, c.qp[0], IBV_WR_SEND, src, 512, 200 + round), 0);
+    auto recv = WaitCompletions(1, 1);
+    ASSERT_EQ(recv.size(), 1u);
+    EXPECT_EQ(recv[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(dst.bytes[0], round);
+    auto sent = WaitCompletions(0, 1);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+    DisconnectBoth(c, round % 2);
+    cm(0).Release(c.id[0]);
+    cm(1).Release(c.id[1]);
+    ASSERT_TRUE(side(0).engine->DestroyQp(c.qp[0]).ok());
+    ASSERT_TRUE(side(1).engine->DestroyQp(c.qp[1]).ok());
+  }
+  EXPECT_GT(pair_->link().counters().dropped, 0u);
+  EXPECT_GT(cm(0).counters().retransmits + cm(1).counters().retransmits, 0u);
+  EXPECT_GT(cm(0).counters().duplicates + cm(1).counters().duplicates, 0u);
+}
+
+}  // namespace
+}  // namespace uroce::transport
