@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the libfabric tests (tests/fi_*_test.sh): Debian's unmodified
 # libfabric programs (fi_info, fi_pingpong from libfabric-bin) and Open MPI
 # over uroce's provider liburoce-fi.so, which `uroce exec` puts on
@@ -31,7 +32,10 @@ fi_launcher() {
 }
 
 # Configs for one pair of uroce processes joined by net_memif: this run's own
-# memif socket and DPDK file prefix (two DPDK primaries must not share one).
+# memif socket and DPDK file prefix (two DPDK primaries must not share one),
+# and link_timeout_ms = 0 as in configs/verbs-pair-*.ini: the program opens
+# its endpoint before its peer exists (fi_pingpong's server waits on its
+# control socket), frames wait in the engine until the memif link is up.
 # Sets PAIR_CFG_A and PAIR_CFG_B.
 fi_make_memif_configs() {
   local n=$1
@@ -39,9 +43,11 @@ fi_make_memif_configs() {
   PAIR_CFG_B="$FI_TMP/b-$n.ini"
   fi_uses_uroce || return 0
   sed -e "s|socket=[^ ,]*|socket=$FI_TMP/memif-$n.sock|" \
-      -e "s|^file_prefix = .*|file_prefix = uroce-fi-$$-$n-a|" "$PAIR_A" > "$PAIR_CFG_A"
+      -e "s|^file_prefix = .*|file_prefix = uroce-fi-$$-$n-a|" \
+      -e "s|^link_timeout_ms = .*|link_timeout_ms = 0|" "$PAIR_A" > "$PAIR_CFG_A"
   sed -e "s|socket=[^ ,]*|socket=$FI_TMP/memif-$n.sock|" \
-      -e "s|^file_prefix = .*|file_prefix = uroce-fi-$$-$n-b|" "$PAIR_B" > "$PAIR_CFG_B"
+      -e "s|^file_prefix = .*|file_prefix = uroce-fi-$$-$n-b|" \
+      -e "s|^link_timeout_ms = .*|link_timeout_ms = 0|" "$PAIR_B" > "$PAIR_CFG_B"
 }
 
 # fi_pingpong's size column: 64, 1k, 64k, 1m.
@@ -98,7 +104,9 @@ fi_pingpong_pair() {
   local row
   row="^$(fi_size_str "$size") +$iters +=$iters "
   if [[ $crc -ne 0 || $src -ne 0 ]] || ! grep -qE "$row" "$log_c" || ! grep -qE "$row" "$log_s"; then
-    fi_fail "$name ($prov -e $ep, $size B): server rc=$src client rc=$crc (124 or 137: timed out)"
+    local why=""
+    [[ $src -eq 124 || $src -eq 137 || $crc -eq 124 || $crc -eq 137 ]] && why=" (timed out after ${limit}s)"
+    fi_fail "$name ($prov -e $ep, $size B): server rc=$src client rc=$crc$why"
     echo "--- server ($log_s):"; cat "$log_s"; echo "--- client ($log_c):"; cat "$log_c"
     return 1
   fi

@@ -10,6 +10,7 @@
 # endpoints').
 #   args: UROCE
 UROCE="${1:-}"
+# shellcheck source=tests/fi_common.sh
 source "$(dirname "$0")/fi_common.sh"
 
 cat > "$FI_TMP/ring.ini" <<INI
@@ -90,8 +91,9 @@ if fi_info_run msg -p "$FI_MSG_PROVIDER" -t FI_EP_MSG -v; then
     fi
     max=${entry#*MAXMSG=}; max=${max%% *}
     # Up to 2^64-1 (tcp): compare lengths before bash arithmetic overflows.
-    [[ $max =~ ^[0-9]+$ ]] && { (( ${#max} > 7 )) || (( max >= 1048576 )); } ||
+    if ! [[ $max =~ ^[0-9]+$ ]] || { (( ${#max} <= 7 )) && (( max < 1048576 )); }; then
       fi_fail "entry $i: max_msg_size $max < 1 MiB"
+    fi
   done < "$FI_TMP/msg.entries"
   for ip in "${local_ips[@]}"; do
     grep -q "SRC=fi_sockaddr_in://$ip:" "$FI_TMP/msg.entries" ||
@@ -123,7 +125,9 @@ fi
 # "no data" exit rather than a crash.
 fi_info_run tagged -p "$FI_MSG_PROVIDER" -t FI_EP_MSG -c FI_TAGGED
 rc=$?
-[[ $rc -ne 0 ]] && ! grep -q '^provider:' "$FI_TMP/tagged" || fi_fail "-c FI_TAGGED on FI_EP_MSG returned entries"
+if [[ $rc -eq 0 ]] || grep -q '^provider:' "$FI_TMP/tagged"; then
+  fi_fail "-c FI_TAGGED on FI_EP_MSG returned entries"
+fi
 [[ $rc -ne 124 && $rc -lt 128 ]] || fi_fail "-c FI_TAGGED: fi_info died or hung (exit $rc)"
 
 # RxM on top: FI_EP_RDM with tagged messages, what Open MPI's OFI MTL asks.

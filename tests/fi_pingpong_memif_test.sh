@@ -13,6 +13,7 @@
 UROCE="${1:-}"
 PAIR_A="${2:-}"
 PAIR_B="${3:-}"
+# shellcheck source=tests/fi_common.sh
 source "$(dirname "$0")/fi_common.sh"
 
 n=0

@@ -13,12 +13,14 @@ UROCE="${1:-}"
 veth=$2
 cfg_a=$3
 cfg_b=$4
+# shellcheck source=tests/fi_common.sh
 source "$(dirname "$0")/fi_common.sh"
 id=$$
 ns_a=uroce-f$id-a
 ns_b=uroce-f$id-b
 if_a=uf$id-a
 if_b=uf$id-b
+# shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() { "$veth" down "$ns_a" "$ns_b" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
