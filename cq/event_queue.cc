@@ -205,6 +205,23 @@ ssize_t EventQueue::WriteError(const fi_eq_err_entry& error) {
   return Enqueue(std::move(stored), sizeof(fi_eq_err_entry));
 }
 
+size_t EventQueue::DropEventsFor(const struct fid* fid) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t before = events_.size();
+  events_.erase(std::remove_if(events_.begin(), events_.end(),
+                               [fid](const StoredEvent& e) {
+                                 if (e.is_error) return e.error.fid == fid;
+                                 // fi_eq_entry and fi_eq_cm_entry both begin
+                                 // with the fid (fi_eq(3)).
+                                 struct fid* owner = nullptr;
+                                 if (e.bytes.size() < sizeof(owner)) return false;
+                                 std::memcpy(&owner, e.bytes.data(), sizeof(owner));
+                                 return owner == fid;
+                               }),
+                events_.end());
+  return before - events_.size();
+}
+
 void EventQueue::Signal() {
   if (wait_ != nullptr) wait_->Interrupt();
 }

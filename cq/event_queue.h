@@ -66,6 +66,11 @@ class EventQueue {
   // copied). Returns the bytes queued or a negative fabric errno.
   ssize_t WriteEvent(uint32_t event, const void* buf, size_t len);
   ssize_t WriteError(const fi_eq_err_entry& error);
+  // Removes the queued events (and error events) of `fid`, an endpoint that
+  // is being closed: its application object may be freed right after
+  // fi_close, so no reader may see it in an event any more (ofi_rxm closes
+  // endpoints whose events may still be queued). Returns how many it removed.
+  size_t DropEventsFor(const struct fid* fid);
   // Wakes threads blocked in fi_eq_sread, which return -FI_EAGAIN ("signaled
   // by some external source"). libfabric has no fi_eq_signal; the provider
   // may use this.

@@ -30,6 +30,29 @@ TEST(EventQueue, ProviderWritesWithoutTheWriteFlag) {
             -FI_EINVAL);
 }
 
+TEST(EventQueue, DropEventsForAClosedEndpoint) {
+  auto eq = Open(FI_WAIT_NONE);
+  fid closed{}, open{};
+  fi_eq_cm_entry cm{};
+  cm.fid = &closed;
+  ASSERT_GT(eq->WriteEvent(FI_SHUTDOWN, &cm, sizeof(cm)), 0);
+  cm.fid = &open;
+  ASSERT_GT(eq->WriteEvent(FI_CONNECTED, &cm, sizeof(cm)), 0);
+  fi_eq_err_entry error;
+  std::memset(&error, 0, sizeof(error));
+  error.fid = &closed;
+  error.err = FI_ECONNREFUSED;
+  ASSERT_GT(eq->WriteError(error), 0);
+  EXPECT_EQ(eq->DropEventsFor(&closed), 2u);
+  uint32_t event = 0;
+  fi_eq_cm_entry read{};
+  ASSERT_EQ(eq->Read(&event, &read, sizeof(read), 0), static_cast<ssize_t>(sizeof(read)));
+  EXPECT_EQ(event, static_cast<uint32_t>(FI_CONNECTED));
+  EXPECT_EQ(read.fid, &open);
+  EXPECT_EQ(eq->Read(&event, &read, sizeof(read), 0), -FI_EAGAIN);
+  EXPECT_EQ(eq->DropEventsFor(&closed), 0u);
+}
+
 TEST(EventQueue, ErrorEventWithoutErrDataGivesANullBuffer) {
   auto eq = Open(FI_WAIT_NONE);
   fi_eq_err_entry error;

@@ -449,7 +449,12 @@ int EndpointClose(fid* f) {
   if (ep->rx_cq != nullptr) ep->rx_cq->bindings().Remove();
   if (ep->tx_cntr != nullptr) ep->tx_cntr->bindings().Remove();
   if (ep->rx_cntr != nullptr) ep->rx_cntr->bindings().Remove();
-  if (ep->eq != nullptr) ep->eq->bindings().Remove();
+  if (ep->eq != nullptr) {
+    // Events still queued for this endpoint name it; the application may
+    // free what its context points to once fi_close returns.
+    ep->eq->DropEventsFor(&ep->ep.fid);
+    ep->eq->bindings().Remove();
+  }
   ep->domain->open_objects.fetch_sub(1);
   FreeInfo(ep->info);
   delete ep;

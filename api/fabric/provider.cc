@@ -32,7 +32,10 @@ std::vector<DeviceAddresses> Devices() {
   for (size_t i = 0; i < config->endpoints.size(); ++i) {
     DeviceAddresses d;
     d.domain_name = "uroce" + std::to_string(i);
-    d.gids = config->endpoints[i].gids;
+    // The connection manager speaks for the port's first address (its
+    // GID index 0: IPv4 when the port has one). Other addresses of the port
+    // are not offered until it speaks for them too.
+    if (!config->endpoints[i].gids.empty()) d.gids = {config->endpoints[i].gids.front()};
     d.mtu = config->endpoints[i].mtu;
     out.push_back(std::move(d));
   }
@@ -251,7 +254,10 @@ int PepClose(fid* f) {
     SockaddrToGid(reinterpret_cast<sockaddr*>(&pep->local), &gid, &port);
     (void)pep->cm->StopListening(port);
   }
-  if (pep->eq != nullptr) pep->eq->bindings().Remove();
+  if (pep->eq != nullptr) {
+    pep->eq->DropEventsFor(&pep->pep.fid);
+    pep->eq->bindings().Remove();
+  }
   FreeInfo(pep->info);
   delete pep;
   return 0;
