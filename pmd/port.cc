@@ -1,6 +1,10 @@
 #include "pmd/port.h"
 
+#include <net/if.h>
 #include <rte_errno.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -9,6 +13,19 @@ namespace {
 
 Status EthError(const char* what, uint16_t port_id, int ret) {
   return IoError(std::string(what) + " on port " + std::to_string(port_id) + ": " + rte_strerror(-ret));
+}
+
+// The MTU of the kernel network interface `if_index` in this process's
+// network namespace (netdevice(7), SIOCGIFMTU), or -1.
+int KernelInterfaceMtu(uint32_t if_index) {
+  ifreq req;
+  std::memset(&req, 0, sizeof(req));
+  if (if_indextoname(if_index, req.ifr_name) == nullptr) return -1;
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  const int ret = ioctl(fd, SIOCGIFMTU, &req);
+  close(fd);
+  return ret == 0 ? req.ifr_mtu : -1;
 }
 
 }  // namespace
@@ -49,6 +66,23 @@ Status StartPort(uint16_t port_id, const PortConfig& config) {
   }
   if (config.mtu != 0) {
     ret = rte_eth_dev_set_mtu(port_id, config.mtu);
+    // Ports that are views of a kernel interface (af_packet, tap: the driver
+    // gives its if_index) carry what that interface carries, but DPDK 22.11's
+    // af_packet and tap drivers report 1518 bytes as their largest frame
+    // whatever the interface, so ethdev refuses any MTU above 1500 (seen:
+    // "Frame size (9018) > device max frame size (1518)"). There the
+    // interface's own MTU decides: it must be at least ours; it is left as
+    // the administrator set it.
+    if (ret == -EINVAL && info.if_index != 0) {
+      const int kernel_mtu = KernelInterfaceMtu(info.if_index);
+      if (kernel_mtu < 0) return EthError("rte_eth_dev_set_mtu", port_id, ret);
+      if (kernel_mtu < config.mtu) {
+        return InvalidArgument("port " + std::to_string(port_id) + " (" + info.driver_name + "): mtu " +
+                               std::to_string(config.mtu) + " is above its kernel interface's mtu " +
+                               std::to_string(kernel_mtu) + " (raise it with `ip link set DEV mtu N`)");
+      }
+      ret = 0;
+    }
     if (ret != 0 && ret != -ENOTSUP) return EthError("rte_eth_dev_set_mtu", port_id, ret);
   }
   if (!config.start) return Status::Ok();

@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
+#include <numeric>
 #include <thread>
 
 #include "pmd/eal.h"
@@ -69,6 +71,36 @@ void RemoveStaleMemifSocket(const std::string& vdev) {
 uint16_t DataRoomFor(uint32_t mtu) {
   const uint32_t frame = std::min<uint32_t>(mtu, 4096 + 128) + 128;
   return static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(2048, frame));
+}
+
+// af_packet's ring frames (devarg framesz, 2048 by default) hold the frame
+// behind the kernel's tpacket2 header: tpacket_rcv puts the MAC header at
+// TPACKET_ALIGN(TPACKET2_HDRLEN + 16) - 14 = 66 bytes into the frame and cuts
+// what does not fit. RoCE frames up to the largest this MTU allows (as
+// DataRoomFor) must fit whole, or every long one fails its ICRC; frames above
+// that (non-RoCE jumbo traffic on the same interface) may be cut. And DPDK
+// 22.11's af_packet finds receive frame i at i * framesz in the ring, while
+// the kernel starts every block (devarg blocksz, a page by default) afresh:
+// unless frames tile blocks exactly, it reads the wrong places and receives
+// nothing (seen: framesz=4304,blocksz=8192, every ARP reply lost).
+Status CheckAfPacketFrameSize(const EndpointConfig& ec) {
+  constexpr uint32_t kMacOffset = 66;
+  auto arg = [&](const char* key, uint32_t fallback) {
+    const std::string v = VdevArg(ec.port, key);
+    return v.empty() ? fallback : static_cast<uint32_t>(std::strtoul(v.c_str(), nullptr, 0));
+  };
+  const uint32_t page = static_cast<uint32_t>(sysconf(_SC_PAGESIZE));
+  const uint32_t framesz = arg("framesz", 2048);
+  const uint32_t blocksz = arg("blocksz", page);
+  const uint32_t largest = std::min<uint32_t>(ec.mtu, 4096 + 128) + RTE_ETHER_HDR_LEN;
+  if (framesz >= kMacOffset + largest && framesz > 0 && blocksz % framesz == 0) return Status::Ok();
+  // Multiples of 256 bytes tile blocks of a few pages.
+  const uint32_t need = (kMacOffset + largest + 255) / 256 * 256;
+  const uint32_t block = std::lcm(need, page);
+  return InvalidArgument("mtu " + std::to_string(ec.mtu) + " over af_packet needs ring frames of " +
+                         std::to_string(kMacOffset + largest) + " bytes or more that tile its blocks (framesz " +
+                         std::to_string(framesz) + ", blocksz " + std::to_string(blocksz) + " given); add framesz=" +
+                         std::to_string(need) + ",blocksz=" + std::to_string(block) + " to the port arguments");
 }
 
 // "0-1" asks EAL to pin lcore 1 to CPU 1; on a machine (or cgroup) without
@@ -181,6 +213,9 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   }
   rte_eth_dev_info info;
   if (rte_eth_dev_info_get(e->port_id, &info) == 0 && info.driver_name != nullptr) e->driver = info.driver_name;
+  if (ec.kind == PortKind::kVdev && ec.port.rfind("net_af_packet", 0) == 0) {
+    UROCE_RETURN_IF_ERROR(CheckAfPacketFrameSize(ec));
+  }
 
   auto pool = CreatePktPool({.name = "uroce_" + ec.name,
                              .mbufs = ec.mbufs,

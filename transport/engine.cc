@@ -813,9 +813,16 @@ void Engine::RunQp(QueuePair* qp) {
     FlushQueues(qp);  // requests posted in ERR complete as flushed
     return;
   }
-  if (state != IBV_QPS_RTS && state != IBV_QPS_SQD) return;
-  RunCompleterTimers(qp);
-  RunRequester(qp);
+  // The responder works from RTR on (IBTA 10.3.1.2: a QP in RTR processes
+  // incoming requests), and READ responses and atomic acknowledgements are
+  // its answers: a passive side that never leaves RTR (perftest's
+  // ib_read_bw and ib_atomic_bw servers) must still send them. Only the
+  // requester and its timers wait for RTS.
+  if (state != IBV_QPS_RTR && state != IBV_QPS_RTS && state != IBV_QPS_SQD) return;
+  if (state != IBV_QPS_RTR) {
+    RunCompleterTimers(qp);
+    RunRequester(qp);
+  }
   RunReadResponses(qp);
 }
 

@@ -127,6 +127,7 @@ StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(Endpoint& a, Endpo
     int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
     if (rc) mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     UROCE_RETURN_IF_ERROR(e.ModifyQp(qps[i], attr, mask));
+    if (i == 1 && o.b_stays_in_rtr) break;
     attr = {};
     attr.qp_state = IBV_QPS_RTS;
     attr.sq_psn = i == 0 ? o.psn_a : o.psn_b;

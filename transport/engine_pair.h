@@ -54,6 +54,8 @@ struct RcConnectOptions {
   ibv_qp_type type = IBV_QPT_RC;
   SharedReceiveQueue* srq_a = nullptr;
   SharedReceiveQueue* srq_b = nullptr;
+  // b stops at RTR (a passive responder, as perftest's READ/atomic servers).
+  bool b_stays_in_rtr = false;
 };
 
 // Creates an RC (or UC) QP on each endpoint and moves both to RTS, each

@@ -227,6 +227,54 @@ TEST_F(EngineTest, AtomicsCompareSwapAndFetchAdd) {
   EXPECT_EQ(now, 7u);
 }
 
+// perftest's ib_read_bw and ib_atomic_bw servers leave their QP in RTR: the
+// responder must answer READs and atomics from RTR (IBTA 10.3.1.2), as the
+// kernel's rxe does. Before the fix uroce queued the responses and never sent
+// them, and the rxe client retried forever.
+TEST_F(EngineTest, ResponderInRtrAnswersReadsAndAtomics) {
+  Start();
+  RcConnectOptions connect;
+  connect.b_stays_in_rtr = true;
+  auto qps = pair_->ConnectQps(connect);
+  ASSERT_TRUE(qps.ok()) << qps.status().ToString();
+  auto [qa, qb] = *qps;
+  ASSERT_EQ(qb->state.load(), IBV_QPS_RTR);
+  constexpr uint32_t kSize = 8192;  // several response packets at MTU 1024
+  Buffer local = Register(pair_->a(), kSize, 0);
+  Buffer remote = Register(pair_->b(), kSize, 0);
+  Pattern(remote, 9);
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_READ, local, kSize, 1, remote.addr(), remote.keys.rkey), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_RDMA_READ);
+  EXPECT_EQ(local.bytes, remote.bytes);
+
+  uint64_t initial = 40;
+  std::memcpy(remote.bytes.data(), &initial, 8);
+  ibv_sge sge{local.addr(), 8, local.keys.lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 2;
+  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.atomic.remote_addr = remote.addr();
+  wr.wr.atomic.rkey = remote.keys.rkey;
+  wr.wr.atomic.compare_add = 2;
+  const ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);
+  wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_FETCH_ADD);
+  uint64_t got, now;
+  std::memcpy(&got, local.bytes.data(), 8);
+  std::memcpy(&now, remote.bytes.data(), 8);
+  EXPECT_EQ(got, 40u);
+  EXPECT_EQ(now, 42u);
+}
+
 TEST_F(EngineTest, WriteWithImmediateConsumesAReceive) {
   Start();
   auto qps = pair_->ConnectQps({});
