@@ -263,7 +263,10 @@ unsigned Provider::PumpAsyncEvents() {
 }
 
 void Provider::ProgressFromPoll() {
-  if (inline_ && runtime_) runtime_->Progress();
+  if (inline_ && runtime_) {
+    app_polls_.fetch_add(1, std::memory_order_relaxed);
+    runtime_->Progress();
+  }
 }
 
 void Provider::ProgressLoop() {
@@ -271,11 +274,22 @@ void Provider::ProgressLoop() {
   // slack is 50 us).
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   unsigned backoff_us = 0;
+  uint64_t seen_app_polls = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     unsigned work = 0;
-    if (inline_) work += runtime_->Progress();
+    // An application thread that polls drives the engines (inline mode);
+    // then this thread only signals CQs and events, and sleeps.
+    const uint64_t app_polls = app_polls_.load(std::memory_order_relaxed);
+    const bool application_drives = app_polls != seen_app_polls;
+    seen_app_polls = app_polls;
+    if (inline_ && !application_drives) work += runtime_->Progress();
     work += SignalArmedCqs();
     work += PumpAsyncEvents();
+    if (application_drives) {
+      backoff_us = idle_us_;
+      std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+      continue;
+    }
     if (work != 0 || armed_.load(std::memory_order_relaxed) != 0) {
       // Busy, or someone waits for a completion event: stay close.
       backoff_us = 0;

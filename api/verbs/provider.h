@@ -96,6 +96,11 @@ class Provider {
   std::vector<Qp*> qps_;
   std::vector<Srq*> srqs_;
   std::atomic<unsigned> armed_{0};
+  // Inline mode: polls by application threads (ProgressFromPoll). While it
+  // moves, the application drives the engines itself and the progress thread
+  // stays out of its way (on a machine with as many busy threads as cores,
+  // a second spinning thread only takes time slices from the one that polls).
+  std::atomic<uint64_t> app_polls_{0};
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
