@@ -568,17 +568,6 @@ fi_ops_ep kEndpointEpOps = {sizeof(fi_ops_ep),
 
 // ---- fi_cm(3) ----
 
-int CopyAddress(const sockaddr_storage& ss, void* addr, size_t* addrlen) {
-  if (addrlen == nullptr) return -FI_EINVAL;
-  const size_t len = SockaddrLength(reinterpret_cast<const sockaddr*>(&ss));
-  if (len == 0) return -FI_EADDRNOTAVAIL;
-  const size_t room = *addrlen;
-  *addrlen = len;
-  if (addr == nullptr || room < len) return -FI_ETOOSMALL;
-  std::memcpy(addr, &ss, len);
-  return 0;
-}
-
 int Setname(fid* f, void* addr, size_t addrlen) {
   Endpoint* ep = reinterpret_cast<Endpoint*>(f);
   const size_t len = SockaddrLength(static_cast<sockaddr*>(addr));
@@ -592,13 +581,13 @@ int Setname(fid* f, void* addr, size_t addrlen) {
 int Getname(fid* f, void* addr, size_t* addrlen) {
   Endpoint* ep = reinterpret_cast<Endpoint*>(f);
   std::lock_guard<std::mutex> lock(ep->mutex);
-  return CopyAddress(ep->local, addr, addrlen);
+  return CopySockaddr(ep->local, addr, addrlen);
 }
 
 int Getpeer(fid_ep* e, void* addr, size_t* addrlen) {
   Endpoint* ep = From(e);
   std::lock_guard<std::mutex> lock(ep->mutex);
-  return CopyAddress(ep->peer, addr, addrlen);
+  return CopySockaddr(ep->peer, addr, addrlen);
 }
 
 transport::CmQpParams QpParams(Endpoint* ep) {

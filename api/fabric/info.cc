@@ -254,6 +254,17 @@ size_t SockaddrLength(const sockaddr* sa) {
   return 0;
 }
 
+int CopySockaddr(const sockaddr_storage& ss, void* addr, size_t* addrlen) {
+  if (addrlen == nullptr) return -FI_EINVAL;
+  const size_t len = SockaddrLength(reinterpret_cast<const sockaddr*>(&ss));
+  if (len == 0) return -FI_EADDRNOTAVAIL;
+  const size_t room = *addrlen;
+  *addrlen = len;
+  if (addr == nullptr || room < len) return -FI_ETOOSMALL;
+  std::memcpy(addr, &ss, len);
+  return 0;
+}
+
 bool SockaddrToGid(const sockaddr* sa, transport::Gid* gid, uint16_t* port) {
   if (sa == nullptr) return false;
   if (sa->sa_family == AF_INET) {

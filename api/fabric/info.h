@@ -56,6 +56,9 @@ void FreeInfo(fi_info* info);
 bool SockaddrToGid(const sockaddr* sa, transport::Gid* gid, uint16_t* port);
 void GidToSockaddr(const transport::Gid& gid, uint16_t port, sockaddr_storage* out, size_t* len);
 size_t SockaddrLength(const sockaddr* sa);
+// fi_getname / fi_getpeer (fi_cm(3)): copies `ss` to addr, *addrlen its
+// length; -FI_ETOOSMALL (with the length needed) when it does not fit.
+int CopySockaddr(const sockaddr_storage& ss, void* addr, size_t* addrlen);
 bool IsIpv4Mapped(const transport::Gid& gid);
 
 }  // namespace uroce::fabric

@@ -298,21 +298,10 @@ int PepSetname(fid* f, void* addr, size_t addrlen) {
   return 0;
 }
 
-int CopyName(const sockaddr_storage& ss, void* addr, size_t* addrlen) {
-  if (addrlen == nullptr) return -FI_EINVAL;
-  const size_t len = SockaddrLength(reinterpret_cast<const sockaddr*>(&ss));
-  if (len == 0) return -FI_EADDRNOTAVAIL;
-  const size_t room = *addrlen;
-  *addrlen = len;
-  if (addr == nullptr || room < len) return -FI_ETOOSMALL;
-  std::memcpy(addr, &ss, len);
-  return 0;
-}
-
 int PepGetname(fid* f, void* addr, size_t* addrlen) {
   auto* pep = reinterpret_cast<PassiveEndpoint*>(f);
   std::lock_guard<std::mutex> lock(pep->mutex);
-  return CopyName(pep->local, addr, addrlen);
+  return CopySockaddr(pep->local, addr, addrlen);
 }
 
 int PepListen(fid_pep* p) {
