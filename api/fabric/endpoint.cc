@@ -553,9 +553,9 @@ fi_ops kEndpointOps = {sizeof(fi_ops),
                        Enosys<decltype(fi_ops::tostr)>::Call,
                        Enosys<decltype(fi_ops::ops_set)>::Call};
 
-int EndpointSetopt(fid*, int level, int, const void*, size_t) {
-  return level == FI_OPT_ENDPOINT ? -FI_ENOPROTOOPT : -FI_ENOPROTOOPT;
-}
+// No option can be set (FI_OPT_MIN_MULTI_RECV, FI_OPT_CM_DATA_SIZE, ... are
+// fixed or not offered).
+int EndpointSetopt(fid*, int, int, const void*, size_t) { return -FI_ENOPROTOOPT; }
 
 fi_ops_ep kEndpointEpOps = {sizeof(fi_ops_ep),
                             Enosys<decltype(fi_ops_ep::cancel)>::Call,

@@ -419,10 +419,6 @@ int GetInfo(const std::vector<DeviceAddresses>& devices, uint32_t version, const
       for (const DeviceAddresses& d : devices) known |= d.domain_name == hints->domain_attr->name;
       if (!known) return -FI_ENODATA;
     }
-    if (hints->domain_attr != nullptr && hints->domain_attr->av_type != FI_AV_UNSPEC) {
-      // FI_EP_MSG has no address vectors; an AV type can only come from an
-      // application that wants another endpoint type.
-    }
   }
   // node/service: the local address with FI_SOURCE (or with no node at all,
   // as a listening server asks), the peer's otherwise (fi_getinfo(3)).
