@@ -1,15 +1,16 @@
 // `uroce exec [--config FILE] -- PROGRAM [ARGS...]`: runs an unmodified
-// verbs or libfabric program over uroce. It puts the directory of uroce's
-// libibverbs.so.1 first in LD_LIBRARY_PATH (so the program's libibverbs.so.1
-// dependency, Debian's rdma-core one, resolves to uroce's; libfabric links
-// libibverbs.so.1 too), adds the directory of liburoce-fi.so to
+// verbs, rdma_cm or libfabric program over uroce. It puts the directories of
+// uroce's libibverbs.so.1 and librdmacm.so.1 first in LD_LIBRARY_PATH (so
+// the program's dependencies on Debian's rdma-core libraries resolve to
+// uroce's; libfabric links libibverbs.so.1 too), adds the directory of liburoce-fi.so to
 // FI_PROVIDER_PATH (where libfabric looks for external providers,
 // fi_provider(7)), and names the configuration in UROCE_CONFIG, then execs the
 // program: its exit status, signals and stdio are the program's own.
 //
 // The libraries are found, in order: $UROCE_VERBS_LIB_DIR (and
-// $UROCE_FABRIC_LIB_DIR); beside this binary in Bazel's output tree
-// (bazel-bin/tools/uroce -> bazel-bin/api/verbs, bazel-bin/api/fabric); in
+// $UROCE_RDMACM_LIB_DIR, $UROCE_FABRIC_LIB_DIR); beside this binary in
+// Bazel's output tree (bazel-bin/tools/uroce -> bazel-bin/api/verbs,
+// bazel-bin/api/rdmacm, bazel-bin/api/fabric); in
 // this binary's runfiles (bazel run / bazel test).
 #include <limits.h>
 #include <stdlib.h>
@@ -60,8 +61,8 @@ std::string FindLibraryDir(const char* env_var, const char* subdir, const char* 
 int Usage() {
   std::fprintf(stderr,
                "usage: uroce exec [--config FILE] -- PROGRAM [ARGS...]\n"
-               "  runs PROGRAM with uroce's libibverbs.so.1 and libfabric provider (liburoce-fi.so, provider \"uroce\";\n"
-               "  uroce devices from FILE, or from $UROCE_CONFIG)\n");
+               "  runs PROGRAM with uroce's libibverbs.so.1, librdmacm.so.1 and libfabric provider\n"
+               "  (liburoce-fi.so, provider \"uroce\"); uroce devices from FILE, or from $UROCE_CONFIG\n");
   return 2;
 }
 
@@ -108,6 +109,11 @@ int ExecCommand(int argc, char** argv) {
     return 2;
   }
   std::string path = lib;
+  // librdmacm.so.1: optional as the provider below (a verbs-only build).
+  if (const std::string rdmacm = FindLibraryDir("UROCE_RDMACM_LIB_DIR", "rdmacm", "librdmacm.so.1");
+      !rdmacm.empty() && rdmacm != lib) {
+    path += ":" + rdmacm;
+  }
   if (const char* old = getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0') path += std::string(":") + old;
   setenv("LD_LIBRARY_PATH", path.c_str(), 1);
   // The libfabric provider: optional (a verbs-only build may lack it).

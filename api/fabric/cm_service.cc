@@ -1,18 +1,13 @@
 #include "api/fabric/cm_service.h"
 
-#include <sys/prctl.h>
-
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
 #include "api/fabric/info.h"
-#include "api/verbs/provider.h"
+#include "api/verbs/connection_managers.h"
 
 namespace uroce::fabric {
 namespace {
-
-constexpr auto kPollInterval = std::chrono::milliseconds(1);
 
 int ConnectionRequestClose(fid* f) {
   // fi_cm(3): the handle is the provider's; an application that drops a
@@ -58,43 +53,34 @@ void WriteCmError(cq::EventQueue* eq, fid* f, int err, int prov_errno, const std
 }  // namespace
 
 CmService& CmService::Get() {
-  // Never destroyed: its thread runs until the process ends.
+  // Never destroyed: the connection managers' thread calls it until the
+  // process ends.
   static CmService* service = new CmService();
   return *service;
 }
 
+CmService::CmService() {
+  sink_ = verbs::ConnectionManagers::Get().AddSink(
+      [this](size_t, transport::ConnectionManager* cm, transport::CmEvent& event) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        Dispatch(cm, event);
+      });
+}
+
 StatusOr<transport::ConnectionManager*> CmService::ForDevice(size_t index) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  pmd::Runtime* runtime = verbs::Provider::Get().runtime();
-  if (runtime == nullptr || index >= runtime->endpoint_count()) {
-    return FailedPrecondition("uroce: the runtime is not running");
-  }
-  if (cms_.size() < runtime->endpoint_count()) cms_.resize(runtime->endpoint_count());
-  if (!cms_[index]) {
-    pmd::Runtime::Endpoint& ep = runtime->endpoint(index);
-    transport::ConnectionManager::Options options;
-    options.local_gid = ep.endpoint.gid;
-    auto cm = transport::ConnectionManager::Create(ep.endpoint.engine.get(), ep.endpoint.pd, options);
-    if (!cm.ok()) return cm.status();
-    cms_[index] = std::move(*cm);
-  }
-  if (!thread_started_) {
-    thread_started_ = true;
-    std::thread([this] { Loop(); }).detach();
-  }
-  return cms_[index].get();
+  return verbs::ConnectionManagers::Get().ForDevice(index);
 }
 
 uint64_t CmService::Register(PassiveEndpoint* pep) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const uint64_t key = next_key_++;
+  const uint64_t key = verbs::ConnectionManagers::MakeTag(sink_, next_key_++);
   targets_[key].pep = pep;
   return key;
 }
 
 uint64_t CmService::Register(Endpoint* ep) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const uint64_t key = next_key_++;
+  const uint64_t key = verbs::ConnectionManagers::MakeTag(sink_, next_key_++);
   targets_[key].ep = ep;
   return key;
 }
@@ -102,20 +88,6 @@ uint64_t CmService::Register(Endpoint* ep) {
 void CmService::Unregister(uint64_t key) {
   std::lock_guard<std::mutex> lock(mutex_);
   targets_.erase(key);
-}
-
-void CmService::Loop() {
-  prctl(PR_SET_NAME, "uroce-fi-cm", 0, 0, 0);
-  for (;;) {
-    std::this_thread::sleep_for(kPollInterval);
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& cm : cms_) {
-      if (!cm) continue;
-      cm->Poll();
-      transport::CmEvent event;
-      while (cm->NextEvent(&event)) Dispatch(cm.get(), event);
-    }
-  }
 }
 
 // mutex_ held.

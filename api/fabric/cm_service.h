@@ -1,7 +1,7 @@
-// The provider's connection-management side: one transport::ConnectionManager
-// per uroce device (made when a domain or passive endpoint first needs it),
-// one thread that polls them every millisecond and turns their events into
-// EQ events (fi_cm(3), fi_eq(3)):
+// The provider's connection-management side: it consumes the events of the
+// process's connection managers (verbs::ConnectionManagers: one per uroce
+// device, shared with librdmacm, polled every millisecond by one thread) and
+// turns them into EQ events (fi_cm(3), fi_eq(3)):
 //   kConnectRequest -> FI_CONNREQ on the passive endpoint's EQ, with a new
 //                      fi_info whose handle is the request
 //   kEstablished    -> FI_CONNECTED on the endpoint's EQ (data: the REP's)
@@ -17,7 +17,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "api/fabric/objects.h"
@@ -32,14 +31,14 @@ class CmService {
   // The CM of runtime endpoint `index`; the runtime must be running.
   StatusOr<transport::ConnectionManager*> ForDevice(size_t index);
 
+  // The returned key is the tag to give the connection manager.
   uint64_t Register(PassiveEndpoint* pep);
   uint64_t Register(Endpoint* ep);
   // After this returns no event is delivered to the object any more.
   void Unregister(uint64_t key);
 
  private:
-  CmService() = default;
-  void Loop();
+  CmService();
   void Dispatch(transport::ConnectionManager* cm, transport::CmEvent& event);
 
   struct Target {
@@ -47,11 +46,10 @@ class CmService {
     Endpoint* ep = nullptr;
   };
 
-  std::mutex mutex_;  // everything below; held while an event is delivered
-  std::vector<std::unique_ptr<transport::ConnectionManager>> cms_;  // by device index
-  std::map<uint64_t, Target> targets_;
+  uint16_t sink_ = 0;  // our number among verbs::ConnectionManagers' consumers
+  std::mutex mutex_;   // everything below; held while an event is delivered
+  std::map<uint64_t, Target> targets_;  // by tag
   uint64_t next_key_ = 1;
-  bool thread_started_ = false;
 };
 
 }  // namespace uroce::fabric

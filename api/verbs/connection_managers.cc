@@ -1,0 +1,103 @@
+#include "api/verbs/connection_managers.h"
+
+#include <sys/prctl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <utility>
+
+#include "api/verbs/provider.h"
+
+namespace uroce::verbs {
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(1);
+
+struct PendingEvent {
+  size_t device = 0;
+  transport::ConnectionManager* cm = nullptr;
+  transport::CmEvent event;
+};
+
+}  // namespace
+
+ConnectionManagers& ConnectionManagers::Get() {
+  // Never destroyed: its thread runs until the process ends, and the
+  // connection managers live as long as the runtime (Provider::Shutdown).
+  static ConnectionManagers* managers = new ConnectionManagers();
+  return *managers;
+}
+
+uint16_t ConnectionManagers::AddSink(Sink sink) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (sink_count_ + 1u >= kMaxSinks) {
+    std::fprintf(stderr, "uroce: too many connection-manager consumers\n");
+    std::abort();
+  }
+  ++sink_count_;
+  sinks_[sink_count_] = std::move(sink);
+  return sink_count_;
+}
+
+StatusOr<transport::ConnectionManager*> ConnectionManagers::ForDevice(size_t index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pmd::Runtime* runtime = Provider::Get().runtime();
+  if (runtime == nullptr || index >= runtime->endpoint_count()) {
+    return FailedPrecondition("uroce: the runtime is not running");
+  }
+  if (cms_.size() < runtime->endpoint_count()) cms_.resize(runtime->endpoint_count());
+  if (!cms_[index]) {
+    pmd::Runtime::Endpoint& ep = runtime->endpoint(index);
+    transport::ConnectionManager::Options options;
+    options.local_gid = ep.endpoint.gid;
+    auto cm = transport::ConnectionManager::Create(ep.endpoint.engine.get(), ep.endpoint.pd, options);
+    if (!cm.ok()) return cm.status();
+    cms_[index] = std::move(*cm);
+  }
+  if (!thread_started_) {
+    thread_started_ = true;
+    std::thread([this] { Loop(); }).detach();
+  }
+  return cms_[index].get();
+}
+
+void ConnectionManagers::Loop() {
+  prctl(PR_SET_NAME, "uroce-cm", 0, 0, 0);
+  std::vector<PendingEvent> pending;
+  for (;;) {
+    std::this_thread::sleep_for(kPollInterval);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (size_t device = 0; device < cms_.size(); ++device) {
+        transport::ConnectionManager* cm = cms_[device].get();
+        if (cm == nullptr) continue;
+        cm->Poll();
+        PendingEvent p;
+        p.device = device;
+        p.cm = cm;
+        while (cm->NextEvent(&p.event)) pending.push_back(p);
+      }
+    }
+    // Sinks run without mutex_: they take their own locks, and API calls
+    // that hold those locks may need ForDevice.
+    for (PendingEvent& p : pending) {
+      const uint64_t tag = p.event.type == transport::CmEventType::kConnectRequest ? p.event.listen_tag : p.event.tag;
+      const uint64_t sink_number = tag >> kSinkShift;
+      const Sink* sink = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (sink_number != 0 && sink_number <= sink_count_) sink = &sinks_[sink_number];
+      }
+      if (sink != nullptr) {
+        (*sink)(p.device, p.cm, p.event);
+      } else if (p.event.type == transport::CmEventType::kConnectRequest) {
+        (void)p.cm->Reject(p.event.id, nullptr, 0);
+        p.cm->Release(p.event.id);
+      }
+    }
+    pending.clear();
+  }
+}
+
+}  // namespace uroce::verbs
