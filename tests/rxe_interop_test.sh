@@ -3,9 +3,11 @@
 # (tools/rxe_vm), rdma-core's own example programs, unmodified, in both
 # directions (uroce server with rxe client, rxe server with uroce client): RC
 # ping-pong with -c (every byte checked) at 64 B, 4 KiB and 64 KiB
-# (multi-packet at path MTU 1024) and UD ping-pong, over IPv4 and IPv6 GIDs.
+# (multi-packet at path MTU 1024) and UD ping-pong, over IPv4 and IPv6 GIDs;
+# and rping, whose connection is made by rdma_cm on both sides (uroce's
+# librdmacm.so.1 and IB connection manager against the kernel's rdma_cm):
+# RDMA READ, WRITE and SEND at 64 B and 4000 B, every byte checked.
 # See rxe_interop_lib.sh for the set-up and the capture kept on failure.
-# rping is not here: it needs rdma_cm, which uroce does not offer.
 set -uo pipefail
 harness=$1 uroce=$2
 source "$(dirname "$0")/rxe_vm_lib.sh"
@@ -19,4 +21,6 @@ for v in 4 6; do
 done
 both_ways ud "iters in" ibv_ud_pingpong "-c -s 512 -n 20" 4
 both_ways ud "iters in" ibv_ud_pingpong "-c -s 512 -n 20" 6
-interop_pass "uroce and kernel rxe interoperate: RC and UD ping-pong, both directions, IPv4 and IPv6"
+rping_both_ways rping64 "-C 10 -S 64 -V -v" 4
+rping_both_ways rping4k "-C 10 -S 4000 -V -v" 4
+interop_pass "uroce and kernel rxe interoperate: RC and UD ping-pong and rping, both directions, IPv4 and IPv6"

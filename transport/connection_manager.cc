@@ -535,7 +535,14 @@ void ConnectionManager::Impl::HandleRep(const Gid& source, const MadHeader& head
   const uint8_t max_rd_atomic = std::min({c->params.initiator_depth, rep.responder_resources, limits.max_rd_atomic});
   // Retry count: ours (the REQ told the peer the same); RNR retry: what the
   // REP asks of us (IBTA 12.6.8).
-  Status s = ToRtrRts(*c, rep.starting_psn, c->req.starting_psn, max_dest_rd_atomic, max_rd_atomic,
+  //
+  // PSNs as the Linux kernel's CM (and so every RoCE peer) uses them: each
+  // message's Starting PSN is the first PSN its sender will *receive*. The
+  // REQ's is our receive queue's, the REP's our send queue's
+  // (../shared/captures/rping_rdma_cm.pcap: the active side's first SEND
+  // carries the REP's Starting PSN, the passive side's first READ the
+  // REQ's).
+  Status s = ToRtrRts(*c, c->req.starting_psn, rep.starting_psn, max_dest_rd_atomic, max_rd_atomic,
                       c->params.retry_count, rep.rnr_retry_count);
   if (!s.ok()) {
     SendRej(c->peer.gid, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kRep, kRejNoResources,
@@ -795,7 +802,9 @@ Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& p
   Status s = m.ToInit(params.qp, params.access_flags);
   // Retry and RNR retry counts: what the REQ asks of us (IBTA 12.6.5).
   if (s.ok()) {
-    s = m.ToRtrRts(*c, req.starting_psn, psn, responder_resources, initiator_depth, req.retry_count,
+    // The REQ's Starting PSN is where our send queue starts, the REP's
+    // (ours) where our receive queue does (see HandleRep).
+    s = m.ToRtrRts(*c, psn, req.starting_psn, responder_resources, initiator_depth, req.retry_count,
                    req.rnr_retry_count);
   }
   if (!s.ok()) {

@@ -362,6 +362,9 @@ TEST_F(ConnectionManagerTest, MadsOnTheWireAreWhatRdmaCmSends) {
   });
   Connected c = ConnectAndAccept(7174);
   ASSERT_NE(c.id[0], 0u);
+  ibv_qp_attr active{}, passive{};
+  ASSERT_TRUE(side(0).engine->QueryQp(c.qp[0], &active, nullptr).ok());
+  ASSERT_TRUE(side(1).engine->QueryQp(c.qp[1], &passive, nullptr).ok());
   DisconnectBoth(c, 0);
   ASSERT_EQ(mads.size(), 5u);
   const CmAttribute order[] = {CmAttribute::kReq, CmAttribute::kRep, CmAttribute::kRtu, CmAttribute::kDreq,
@@ -380,6 +383,7 @@ TEST_F(ConnectionManagerTest, MadsOnTheWireAreWhatRdmaCmSends) {
   CmMad mad;
   ASSERT_EQ(DecodeCmMad(mads[0].data(), kMadBytes, &mad), CmMadError::kOk);
   const CmReq& req = std::get<CmReq>(mad.message);
+  const uint32_t req_starting_psn = req.starting_psn;  // `mad` is reused below
   EXPECT_EQ(req.local_comm_id, c.id[0]);
   EXPECT_EQ(static_cast<uint32_t>(tid), c.id[0]) << "low half of the TID: the comm ID, as the kernel makes it";
   EXPECT_EQ(req.service_id, 0x0000000001061c06ull);
@@ -409,6 +413,13 @@ TEST_F(ConnectionManagerTest, MadsOnTheWireAreWhatRdmaCmSends) {
   EXPECT_EQ(rep.remote_comm_id, c.id[0]);
   EXPECT_EQ(rep.local_qpn, c.qp[1]->qpn);
   EXPECT_EQ(rep.local_ca_guid, 0x000000fffe000002ull);
+  // The Linux kernel's CM (rping_rdma_cm.pcap): the REQ's Starting PSN is the
+  // first PSN the active side receives (the passive side's first send), the
+  // REP's the first the passive side receives.
+  EXPECT_EQ(active.rq_psn, req_starting_psn);
+  EXPECT_EQ(passive.sq_psn, req_starting_psn);
+  EXPECT_EQ(active.sq_psn, rep.starting_psn);
+  EXPECT_EQ(passive.rq_psn, rep.starting_psn);
   ASSERT_EQ(DecodeCmMad(mads[3].data(), kMadBytes, &mad), CmMadError::kOk);
   EXPECT_EQ(std::get<CmDreq>(mad.message).remote_qpn, c.qp[1]->qpn);
 }
