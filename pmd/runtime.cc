@@ -259,21 +259,25 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
       }
     } restore{memif_log, memif_level};
     bool started = false, told = false;
-    // link_timeout_ms = 0 (verbs programs): only the start must succeed (the
-    // server exists), bounded by kMemifStartTimeoutMs; the link may come up
-    // later, frames wait in the engine meanwhile.
+    // A client always waits for its link, even with link_timeout_ms = 0
+    // (verbs programs; that setting is for a server, whose peer may not
+    // exist yet): a start that connected while the server's port was still
+    // stopped is refused and never retried by memif, so a client that did
+    // not wait here would keep a dead link for ever (two MPI ranks started
+    // together hung that way). Once the socket accepts, the server process
+    // exists and starts its port within moments, so kMemifStartTimeoutMs
+    // bounds the wait when link_timeout_ms is 0.
     constexpr unsigned kMemifStartTimeoutMs = 10000;
-    const bool wait_for_link = ec.link_timeout_ms != 0;
-    const unsigned limit_ms = wait_for_link ? ec.link_timeout_ms : kMemifStartTimeoutMs;
+    const unsigned limit_ms = ec.link_timeout_ms != 0 ? ec.link_timeout_ms : kMemifStartTimeoutMs;
     const auto start_deadline = Clock::now() + std::chrono::milliseconds(limit_ms);
-    while (wait_for_link ? !link_up() : !started) {
+    while (!link_up()) {
       if (Clock::now() >= start_deadline) {
-        return Unavailable("port " + ec.port + ": no memif server answered within " + std::to_string(limit_ms) +
-                           " ms (is the peer running with the same socket?)");
+        return Unavailable("port " + ec.port + ": memif link not up within " + std::to_string(limit_ms) + " ms (" +
+                           (started ? "the server accepted but its port did not start" : "no memif server answered") +
+                           "; is the peer running with the same socket?)");
       }
       if (started) rte_eth_dev_stop(ep->port_id);
       started = rte_eth_dev_start(ep->port_id) == 0;
-      if (started && !wait_for_link) break;
       if (!started && !told) {
         UROCE_LOG(WARNING, "%s: waiting for the memif server\n", ec.port.c_str());
         told = true;
