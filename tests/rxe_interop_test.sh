@@ -6,7 +6,8 @@
 # (multi-packet at path MTU 1024) and UD ping-pong, over IPv4 and IPv6 GIDs;
 # and rping, whose connection is made by rdma_cm on both sides (uroce's
 # librdmacm.so.1 and IB connection manager against the kernel's rdma_cm):
-# RDMA READ, WRITE and SEND at 64 B and 4000 B, every byte checked.
+# RDMA READ, WRITE and SEND at 64 B and 4000 B (IPv4) and 64 B (IPv6),
+# every byte checked.
 # See rxe_interop_lib.sh for the set-up and the capture kept on failure.
 set -uo pipefail
 harness=$1 uroce=$2
@@ -23,4 +24,5 @@ both_ways ud "iters in" ibv_ud_pingpong "-c -s 512 -n 20" 4
 both_ways ud "iters in" ibv_ud_pingpong "-c -s 512 -n 20" 6
 rping_both_ways rping64 "-C 10 -S 64 -V -v" 4
 rping_both_ways rping4k "-C 10 -S 4000 -V -v" 4
+rping_both_ways rping64 "-C 10 -S 64 -V -v" 6
 interop_pass "uroce and kernel rxe interoperate: RC and UD ping-pong and rping, both directions, IPv4 and IPv6"

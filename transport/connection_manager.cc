@@ -101,7 +101,6 @@ struct ConnectionManager::Impl {
   Engine* engine = nullptr;
   PdHandle pd = 0;
   Options options;
-  uint8_t sgid_index = 0;
   uint64_t ca_guid = 0;
   ibv_mtu port_mtu = IBV_MTU_1024;
 
@@ -132,6 +131,11 @@ struct ConnectionManager::Impl {
   Status PostRecvSlot(uint64_t slot);
 
   StatusOr<uint32_t> AddressHandleFor(const Gid& gid);
+  // The engine's GID table index of `gid`, or -1.
+  int GidIndex(const Gid& gid) const;
+  // This side's address for talking to `peer`: options.local_gid when it is
+  // of the peer's IP version, else the table's first GID of that version.
+  bool LocalGidFor(const Gid& peer, Gid* local) const;
   bool SendMad(const Gid& to, const uint8_t* mad);
   bool SendMad(const Gid& to, const CmMad& mad) {
     uint8_t bytes[kMadBytes];
@@ -179,9 +183,7 @@ Status ConnectionManager::Impl::Init() {
   const auto& gids = engine->config().gids;
   if (gids.empty()) return InvalidArgument("the engine has no GID");
   if (options.local_gid == Gid{}) options.local_gid = gids[0];
-  auto at = std::find(gids.begin(), gids.end(), options.local_gid);
-  if (at == gids.end()) return InvalidArgument("local_gid is not in the engine's GID table");
-  sgid_index = static_cast<uint8_t>(at - gids.begin());
+  if (GidIndex(options.local_gid) < 0) return InvalidArgument("local_gid is not in the engine's GID table");
   ca_guid = GuidFromMac(engine->config().mac);
   port_mtu = engine->limits().max_mtu;
   if (options.recv_buffers == 0) return InvalidArgument("recv_buffers must be at least 1");
@@ -257,13 +259,38 @@ Status ConnectionManager::Impl::PostRecvSlot(uint64_t slot) {
   return Status::Ok();
 }
 
+int ConnectionManager::Impl::GidIndex(const Gid& gid) const {
+  const auto& gids = engine->config().gids;
+  auto at = std::find(gids.begin(), gids.end(), gid);
+  return at == gids.end() ? -1 : static_cast<int>(at - gids.begin());
+}
+
+bool ConnectionManager::Impl::LocalGidFor(const Gid& peer, Gid* local) const {
+  const bool v4 = IsIpv4MappedGid(peer);
+  if (IsIpv4MappedGid(options.local_gid) == v4) {
+    *local = options.local_gid;
+    return true;
+  }
+  for (const Gid& gid : engine->config().gids) {
+    if (IsIpv4MappedGid(gid) == v4) {
+      *local = gid;
+      return true;
+    }
+  }
+  return false;
+}
+
 StatusOr<uint32_t> ConnectionManager::Impl::AddressHandleFor(const Gid& gid) {
   auto it = address_handles.find(gid);
   if (it != address_handles.end()) return it->second;
+  // MADs to a peer leave from our address of its IP version (RoCEv2 puts
+  // the source GID in the IP header, which must be of the same version).
+  Gid local;
+  if (!LocalGidFor(gid, &local)) return InvalidArgument("no local GID of the peer's IP version");
   ibv_ah_attr attr{};
   attr.is_global = 1;
   attr.port_num = 1;
-  attr.grh.sgid_index = sgid_index;
+  attr.grh.sgid_index = static_cast<uint8_t>(GidIndex(local));
   attr.grh.hop_limit = 64;
   std::memcpy(attr.grh.dgid.raw, gid.data(), 16);
   // The engine asks its resolve_neighbor hook (ARP / ND) for a missing MAC.
@@ -373,7 +400,9 @@ Status ConnectionManager::Impl::ToRtrRts(const Connection& c, uint32_t rq_psn, u
   attr.min_rnr_timer = c.params.min_rnr_timer;
   attr.ah_attr.is_global = 1;
   attr.ah_attr.port_num = 1;
-  attr.ah_attr.grh.sgid_index = sgid_index;
+  const int sgid_index = GidIndex(c.local.gid);
+  if (sgid_index < 0) return Internal("connection's local GID left the engine's table");
+  attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(sgid_index);
   attr.ah_attr.grh.hop_limit = 64;
   std::memcpy(attr.ah_attr.grh.dgid.raw, c.peer.gid.data(), 16);
   UROCE_RETURN_IF_ERROR(engine->ModifyQp(c.qp, attr,
@@ -497,7 +526,17 @@ void ConnectionManager::Impl::HandleReq(const Gid& source, const MadHeader& head
   c.active = false;
   c.state = State::kReqReceived;
   c.listen_tag = listener->second;
-  c.local = {options.local_gid, port};
+  // Answer from the address the caller called (the REQ's primary path
+  // names it; the IP CM header too); one of the caller's IP version else.
+  Gid local;
+  if (GidIndex(req.primary.remote_gid) >= 0) {
+    local = req.primary.remote_gid;
+  } else if (GidIndex(ip.destination_ip) >= 0) {
+    local = ip.destination_ip;
+  } else if (!LocalGidFor(source, &local)) {
+    return reject(kRejUnsupported);
+  }
+  c.local = {local, port};
   c.peer = {source, ip.source_port};
   c.transaction_id = header.transaction_id;  // every message of this connection reuses the REQ's
   c.remote_qpn = req.local_qpn;
@@ -863,14 +902,21 @@ StatusOr<CmConnectionId> ConnectionManager::Connect(const CmConnectParams& param
   Impl& m = *impl_;
   UROCE_RETURN_IF_ERROR(CheckQp(params));
   if (params.private_data.size() > kCmReqUserDataSize) return InvalidArgument("REQ private data too long");
-  if (IsIpv4MappedGid(params.remote.gid) != IsIpv4MappedGid(m.options.local_gid)) {
-    return InvalidArgument("the remote address is not of this port's IP version");
+  Gid local = params.local_gid;
+  if (local == Gid{}) {
+    if (!m.LocalGidFor(params.remote.gid, &local)) {
+      return InvalidArgument("this port has no address of the remote address's IP version");
+    }
+  } else if (m.GidIndex(local) < 0) {
+    return InvalidArgument("local_gid is not in the engine's GID table");
+  } else if (IsIpv4MappedGid(local) != IsIpv4MappedGid(params.remote.gid)) {
+    return InvalidArgument("local_gid and the remote address are of different IP versions");
   }
   Impl::Connection c;
   c.local_id = m.NewLocalId();
   c.active = true;
   c.tag = tag;
-  c.local = {m.options.local_gid, params.local_port ? params.local_port : m.NewPort()};
+  c.local = {local, params.local_port ? params.local_port : m.NewPort()};
   c.peer = params.remote;
   c.qp = params.qp;
   c.params = params;
@@ -900,14 +946,14 @@ StatusOr<CmConnectionId> ConnectionManager::Connect(const CmConnectParams& param
   // addresses as GIDs, hop limit 64 (rping_rdma_cm.pcap).
   req.primary.local_lid = 0xFFFF;
   req.primary.remote_lid = 0xFFFF;
-  req.primary.local_gid = m.options.local_gid;
+  req.primary.local_gid = local;
   req.primary.remote_gid = params.remote.gid;
   req.primary.hop_limit = 64;
   req.primary.local_ack_timeout = params.local_ack_timeout;
   IpCmHeader ip;
-  ip.ip_version = IsIpv4MappedGid(m.options.local_gid) ? 4 : 6;
+  ip.ip_version = IsIpv4MappedGid(local) ? 4 : 6;
   ip.source_port = c.local.port;
-  ip.source_ip = m.options.local_gid;
+  ip.source_ip = local;
   ip.destination_ip = params.remote.gid;
   (void)EncodeIpCmHeader(ip, req.private_data.data());
   std::copy(params.private_data.begin(), params.private_data.end(), req.private_data.begin() + kIpCmHeaderBytes);

@@ -8,7 +8,8 @@
 // data. This is the exchange the Linux kernel's rdma_cm makes over rxe
 // (../shared/captures/rping_rdma_cm.pcap).
 //
-// One ConnectionManager per engine (port). It owns QP 1 on that engine (a UD
+// One ConnectionManager per engine (port), speaking for every GID of the
+// engine's table (IPv4-mapped and IPv6 alike). It owns QP 1 on that engine (a UD
 // QP with its own CQ and registered MAD buffers) and drives the QPs it is
 // given through INIT -> RTR -> RTS (active side: on REP; passive side: at
 // Accept) and to ERR at disconnect, so its users never modify a connected
@@ -92,6 +93,10 @@ struct CmQpParams {
 struct CmConnectParams : CmQpParams {
   CmAddress remote;           // the listener's IP and port
   uint16_t local_port = 0;    // 0: the CM picks an unused one
+  // This side's address: a GID of the engine's table of the remote's IP
+  // version. Zero: Options::local_gid when its version matches, else the
+  // table's first GID of that version.
+  Gid local_gid{};
   std::vector<uint8_t> private_data;  // at most kCmReqUserDataSize bytes
 };
 
@@ -152,7 +157,11 @@ struct CmCounters {
 class ConnectionManager {
  public:
   struct Options {
-    Gid local_gid{};               // this port's address (the engine's GID)
+    // The preferred address (a GID of the engine's table; zero: its first).
+    // The CM speaks for every GID of the table: a connection uses the GID of
+    // its peer's IP version (this one when it is of that version), a request
+    // is answered from the GID it was sent to.
+    Gid local_gid{};
     uint64_t response_timeout_ns = 50'000'000;  // 50 ms before a resend
     unsigned max_retries = 15;
     unsigned recv_buffers = 64;    // MAD receive buffers posted on QP 1

@@ -424,6 +424,49 @@ TEST_F(ConnectionManagerTest, MadsOnTheWireAreWhatRdmaCmSends) {
   EXPECT_EQ(std::get<CmDreq>(mad.message).remote_qpn, c.qp[1]->qpn);
 }
 
+// Each engine has an IPv4 (index 0) and an IPv6 GID (index 1): a connection
+// to the peer's IPv6 address is made from ours, MADs and QPs alike, and data
+// moves over it.
+TEST_F(ConnectionManagerTest, ConnectOverIpv6UsesThePortsIpv6Address) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(7200, 1).ok());
+  QueuePair* qa = NewRcQp(0);
+  QueuePair* qb = NewRcQp(1);
+  CmConnectParams params;
+  params.qp = qa;
+  params.remote = {side(1).gid6, 7200};
+  params.local_gid = side(0).gid;  // IPv4 towards an IPv6 peer: refused
+  EXPECT_EQ(cm(0).Connect(params, 3).status().code(), StatusCode::kInvalidArgument);
+  params.local_gid = Gid{};  // the port's address of the peer's version
+  auto id = cm(0).Connect(params, 3);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  CmEvent request;
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, &request));
+  EXPECT_EQ(request.peer.gid, side(0).gid6);
+  EXPECT_EQ(request.local.gid, side(1).gid6);
+  CmAcceptParams accept;
+  accept.qp = qb;
+  ASSERT_TRUE(cm(1).Accept(request.id, accept, 4).ok());
+  CmEvent e;
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kEstablished, &e));
+  EXPECT_EQ(e.local.gid, side(0).gid6);
+  EXPECT_EQ(e.peer.gid, side(1).gid6);
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kEstablished, &e));
+
+  for (int i = 0; i < 2; ++i) {
+    ibv_qp_attr attr{};
+    ASSERT_TRUE(side(i).engine->QueryQp(i == 0 ? qa : qb, &attr, nullptr).ok());
+    EXPECT_EQ(attr.ah_attr.grh.sgid_index, 1) << "side " << i;
+    EXPECT_EQ(0, std::memcmp(attr.ah_attr.grh.dgid.raw, side(1 - i).gid6.data(), 16)) << "side " << i;
+  }
+  Buffer to = Register(1, 256, 0);
+  Buffer from = Register(0, 256, 0x66);
+  PostRecv(1, qb, to, 9);
+  ASSERT_EQ(PostSend(0, qa, IBV_WR_SEND, from, 256, 8), 0);
+  ASSERT_EQ(WaitCompletions(1, 1).size(), 1u);
+  EXPECT_EQ(to.bytes, from.bytes);
+}
+
 TEST_F(ConnectionManagerTest, RejectCarriesReasonAndPrivateData) {
   Start();
   ASSERT_TRUE(cm(1).Listen(5000, 1).ok());

@@ -42,6 +42,8 @@ StatusOr<std::unique_ptr<EnginePair>> EnginePair::Create(const EnginePairOptions
   UROCE_RETURN_IF_ERROR(pair->SetUpEndpoint(pair->b_, *io_b, 2, options));
   pair->a_.engine->AddNeighbor(pair->b_.gid, pair->b_.mac);
   pair->b_.engine->AddNeighbor(pair->a_.gid, pair->a_.mac);
+  pair->a_.engine->AddNeighbor(pair->b_.gid6, pair->b_.mac);
+  pair->b_.engine->AddNeighbor(pair->a_.gid6, pair->a_.mac);
   return pair;
 }
 
@@ -49,9 +51,11 @@ Status EnginePair::SetUpEndpoint(Endpoint& e, PacketIo& io, uint8_t host, const 
   e.mac = {0x02, 0, 0, 0, 0, host};
   const uint8_t ip[4] = {10, 0, 0, host};
   e.gid = Ipv4MappedGid(ip);
+  e.gid6 = Gid{0xfd, 0x00};
+  e.gid6[15] = host;
   EngineConfig config = options.engine_template;
   config.mac = e.mac;
-  config.gids = {e.gid};
+  config.gids = {e.gid, e.gid6};
   config.port_mtu = options.port_mtu;
   config.tx_pool = pool_.get();
   config.io = &io;

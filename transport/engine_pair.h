@@ -36,7 +36,8 @@ struct Endpoint {
   std::unique_ptr<Engine> engine;
   PdHandle pd = 0;
   CompletionQueue* cq = nullptr;
-  Gid gid{};
+  Gid gid{};   // 10.0.0.host, IPv4-mapped: GID index 0
+  Gid gid6{};  // fd00::host: GID index 1
   MacAddress mac{};
 };
 

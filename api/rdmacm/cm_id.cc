@@ -512,7 +512,7 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
     params.qp = verbs::Qp::From(id->qp)->engine_qp;
     uint16_t local_port = 0;
     Gid local;
-    LocalAddress(ours, &local, &local_port);
+    if (LocalAddress(ours, &local, &local_port)) params.local_gid = local;
     params.local_port = local_port;
     (void)transport::SockaddrToGid(&id->route.addr.dst_addr, &params.remote.gid, &params.remote.port);
     params.local_ack_timeout = ours->ack_timeout;
