@@ -487,6 +487,19 @@ int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
     api::rdma_ack_cm_event(event);
     return Fail(status < 0 ? -status : EINVAL);
   }
+  // rdma_create_ep(3): an endpoint made with QP attributes gives every
+  // request's id a QP made with them.
+  if (listener->has_request_qp_attr) {
+    ibv_qp_init_attr attr = listener->request_qp_attr;
+    if (api::rdma_create_qp(event->id, listener->request_pd, &attr) != 0) {
+      const int error = errno;
+      (void)api::rdma_reject(event->id, nullptr, 0);
+      rdma_cm_id* child = event->id;
+      api::rdma_ack_cm_event(event);
+      api::rdma_destroy_id(child);
+      return Fail(error);
+    }
+  }
   // The request stays readable in the new id's event (its private data)
   // until the id's next synchronous call or rdma_destroy_id.
   *id = event->id;
@@ -680,7 +693,20 @@ int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd, ibv_qp_init_
     result = api::rdma_resolve_addr(made, res->ai_src_addr, res->ai_dst_addr, 2000);
     if (result == 0) result = api::rdma_resolve_route(made, 2000);
   }
-  if (result == 0 && qp_init_attr != nullptr) result = api::rdma_create_qp(made, pd, qp_init_attr);
+  if (result == 0 && qp_init_attr != nullptr) {
+    // The QP's type is the address's (rdma_getaddrinfo: RC for RDMA_PS_TCP),
+    // as librdmacm does; a passive endpoint keeps the attributes for
+    // rdma_get_request.
+    if (res->ai_qp_type != 0) qp_init_attr->qp_type = static_cast<ibv_qp_type>(res->ai_qp_type);
+    if (res->ai_flags & RAI_PASSIVE) {
+      CmId* ours = CmId::From(made);
+      ours->has_request_qp_attr = true;
+      ours->request_qp_attr = *qp_init_attr;
+      ours->request_pd = pd;
+    } else {
+      result = api::rdma_create_qp(made, pd, qp_init_attr);
+    }
+  }
   if (result != 0) {
     const int error = errno;
     api::rdma_destroy_id(made);

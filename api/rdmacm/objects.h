@@ -79,6 +79,11 @@ struct CmId {
   ibv_sa_path_rec path{};    // route.path_rec points here once resolved
   unsigned events_unacked = 0;  // handed to the application, not acked yet
   bool owns_cqs = false;        // rdma_create_qp made send_cq/recv_cq
+  // rdma_create_ep(3) on the passive side: the QP attributes (and PD) that
+  // rdma_get_request gives each new connection's id.
+  bool has_request_qp_attr = false;
+  ibv_qp_init_attr request_qp_attr{};
+  ibv_pd* request_pd = nullptr;
   static CmId* From(rdma_cm_id* i) { return reinterpret_cast<CmId*>(i); }
 };
 
