@@ -241,6 +241,7 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   UROCE_RETURN_IF_ERROR(StartPort(e->port_id, port));
   // From here on the port is set up: keep the endpoint so Shutdown closes it.
   Endpoint* ep = e.get();
+  ep->port_started = port.start;
   endpoints_.push_back(std::move(e));
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::milliseconds(ec.link_timeout_ms);
@@ -278,6 +279,7 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
       }
       if (started) rte_eth_dev_stop(ep->port_id);
       started = rte_eth_dev_start(ep->port_id) == 0;
+      ep->port_started = started;
       if (!started && !told) {
         UROCE_LOG(WARNING, "%s: waiting for the memif server\n", ec.port.c_str());
         told = true;
@@ -422,6 +424,7 @@ ShutdownReport Runtime::Shutdown() {
   // 4. Ports: what is still queued for us is received and freed, then the
   //    port stops (a NIC returns the buffers of its RX ring then).
   for (auto& e : endpoints_) {
+    if (!e->port_started) continue;  // ethdev refuses (and logs) a burst on a stopped port
     rte_mbuf* burst[64];
     for (int i = 0; i < 1024; ++i) {
       const uint16_t n = rte_eth_rx_burst(e->port_id, 0, burst, 64);

@@ -51,6 +51,7 @@ class Runtime {
     std::string driver;
     MempoolPtr pool;
     unsigned pool_size = 0;
+    bool port_started = false;  // false: a memif client that never connected
     std::unique_ptr<EthPortIo> io;
     std::unique_ptr<NeighborResolver> neighbors;
     transport::Endpoint endpoint;  // engine, pd, cq, gid (the first), mac
