@@ -130,7 +130,7 @@ fi_info* BuildInfo(const DeviceAddresses& device, const transport::Gid& gid, con
   // FI_RX_CQ_DATA: remote CQ data (RDMA write with immediate) consumes a
   // posted receive, as in RoCE (IBTA 9.4.3). Without it, no CQ data.
   info->mode = rx_cq_data ? FI_RX_CQ_DATA : 0;
-  const bool ipv4 = IsIpv4Mapped(gid);
+  const bool ipv4 = transport::IsIpv4MappedGid(gid);
   info->addr_format = ipv4 ? FI_SOCKADDR_IN : FI_SOCKADDR_IN6;
 
   sockaddr_storage ss{};
@@ -240,20 +240,6 @@ fi_info* BuildInfo(const DeviceAddresses& device, const transport::Gid& gid, con
 
 }  // namespace
 
-bool IsIpv4Mapped(const transport::Gid& gid) {
-  for (int i = 0; i < 10; ++i) {
-    if (gid[i] != 0) return false;
-  }
-  return gid[10] == 0xFF && gid[11] == 0xFF;
-}
-
-size_t SockaddrLength(const sockaddr* sa) {
-  if (sa == nullptr) return 0;
-  if (sa->sa_family == AF_INET) return sizeof(sockaddr_in);
-  if (sa->sa_family == AF_INET6) return sizeof(sockaddr_in6);
-  return 0;
-}
-
 int CopySockaddr(const sockaddr_storage& ss, void* addr, size_t* addrlen) {
   if (addrlen == nullptr) return -FI_EINVAL;
   const size_t len = SockaddrLength(reinterpret_cast<const sockaddr*>(&ss));
@@ -263,40 +249,6 @@ int CopySockaddr(const sockaddr_storage& ss, void* addr, size_t* addrlen) {
   if (addr == nullptr || room < len) return -FI_ETOOSMALL;
   std::memcpy(addr, &ss, len);
   return 0;
-}
-
-bool SockaddrToGid(const sockaddr* sa, transport::Gid* gid, uint16_t* port) {
-  if (sa == nullptr) return false;
-  if (sa->sa_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
-    *gid = transport::Ipv4MappedGid(reinterpret_cast<const uint8_t*>(&in->sin_addr));
-    *port = ntohs(in->sin_port);
-    return true;
-  }
-  if (sa->sa_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
-    std::memcpy(gid->data(), &in6->sin6_addr, 16);
-    *port = ntohs(in6->sin6_port);
-    return true;
-  }
-  return false;
-}
-
-void GidToSockaddr(const transport::Gid& gid, uint16_t port, sockaddr_storage* out, size_t* len) {
-  std::memset(out, 0, sizeof(*out));
-  if (IsIpv4Mapped(gid)) {
-    auto* in = reinterpret_cast<sockaddr_in*>(out);
-    in->sin_family = AF_INET;
-    in->sin_port = htons(port);
-    std::memcpy(&in->sin_addr, gid.data() + 12, 4);
-    *len = sizeof(sockaddr_in);
-  } else {
-    auto* in6 = reinterpret_cast<sockaddr_in6*>(out);
-    in6->sin6_family = AF_INET6;
-    in6->sin6_port = htons(port);
-    std::memcpy(&in6->sin6_addr, gid.data(), 16);
-    *len = sizeof(sockaddr_in6);
-  }
 }
 
 void FreeInfo(fi_info* info) {
@@ -462,12 +414,12 @@ int GetInfo(const std::vector<DeviceAddresses>& devices, uint32_t version, const
         continue;
       }
       for (const transport::Gid& gid : device.gids) {
-        if (IsIpv4Mapped(gid) != want_v4) continue;
+        if (transport::IsIpv4MappedGid(gid) != want_v4) continue;
         if (req.family == AF_INET && !want_v4) continue;
         if (req.family == AF_INET6 && want_v4) continue;
-        if (req.has_dest && IsIpv4Mapped(req.dest_gid) != want_v4) continue;
+        if (req.has_dest && transport::IsIpv4MappedGid(req.dest_gid) != want_v4) continue;
         if (req.has_src) {
-          if (IsIpv4Mapped(req.src_gid) != want_v4 && !IsAnyAddress(req.src_gid)) continue;
+          if (transport::IsIpv4MappedGid(req.src_gid) != want_v4 && !IsAnyAddress(req.src_gid)) continue;
           if (!IsAnyAddress(req.src_gid) && req.src_gid != gid) continue;
         }
         fi_info* fi = BuildInfo(device, gid, req, caps, mr_mode, hints, version);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "transport/headers.h"
+#include "transport/socket_address.h"
 
 namespace uroce::fabric {
 
@@ -53,12 +54,11 @@ fi_info* DupInfo(const fi_info* info);
 void FreeInfo(fi_info* info);
 
 // Addresses: sockaddr_in / sockaddr_in6 <-> GID + port.
-bool SockaddrToGid(const sockaddr* sa, transport::Gid* gid, uint16_t* port);
-void GidToSockaddr(const transport::Gid& gid, uint16_t port, sockaddr_storage* out, size_t* len);
-size_t SockaddrLength(const sockaddr* sa);
+using transport::GidToSockaddr;
+using transport::SockaddrLength;
+using transport::SockaddrToGid;
 // fi_getname / fi_getpeer (fi_cm(3)): copies `ss` to addr, *addrlen its
 // length; -FI_ETOOSMALL (with the length needed) when it does not fit.
 int CopySockaddr(const sockaddr_storage& ss, void* addr, size_t* addrlen);
-bool IsIpv4Mapped(const transport::Gid& gid);
 
 }  // namespace uroce::fabric
