@@ -82,7 +82,11 @@ struct ConnectionManager::Impl {
     State state = State::kClosed;
     uint64_t tag = 0, listen_tag = 0;
     CmAddress local, peer;
+    // The caller's QP: never dereferenced after Connect/Accept (the caller
+    // may destroy it at any time); the engine checks it is still the QP of
+    // `qpn` whenever the CM moves it.
     QueuePair* qp = nullptr;
+    uint32_t qpn = 0;
     CmQpParams params;
     uint64_t transaction_id = 0;
     uint32_t remote_qpn = 0;
@@ -407,7 +411,8 @@ Status ConnectionManager::Impl::ToRtrRts(const Connection& c, uint32_t rq_psn, u
   std::memcpy(attr.ah_attr.grh.dgid.raw, c.peer.gid.data(), 16);
   UROCE_RETURN_IF_ERROR(engine->ModifyQp(c.qp, attr,
                                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                             IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
+                                             IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+                                         c.qpn));
   attr = {};
   attr.qp_state = IBV_QPS_RTS;
   attr.sq_psn = sq_psn;
@@ -417,15 +422,17 @@ Status ConnectionManager::Impl::ToRtrRts(const Connection& c, uint32_t rq_psn, u
   attr.max_rd_atomic = max_rd_atomic;
   return engine->ModifyQp(c.qp, attr,
                           IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                              IBV_QP_MAX_QP_RD_ATOMIC);
+                              IBV_QP_MAX_QP_RD_ATOMIC,
+                          c.qpn);
 }
 
 void ConnectionManager::Impl::ToError(Connection& c) {
   if (c.qp == nullptr) return;
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_ERR;
-  // The engine flushes the QP's outstanding work (IBTA 10.3.1.8).
-  (void)engine->ModifyQp(c.qp, attr, IBV_QP_STATE);
+  // The engine flushes the QP's outstanding work (IBTA 10.3.1.8); a QP the
+  // caller destroyed already is refused, untouched.
+  (void)engine->ModifyQp(c.qp, attr, IBV_QP_STATE, c.qpn);
 }
 
 void ConnectionManager::Impl::Emit(const Connection& c, CmEventType type, std::vector<uint8_t> private_data,
@@ -831,6 +838,7 @@ Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& p
   }
   c->mtu = static_cast<ibv_mtu>(req.path_mtu);
   c->qp = params.qp;
+  c->qpn = params.qp->qpn;
   c->params = params;
   c->tag = tag;
   const QpLimits limits = m.engine->limits();
@@ -919,6 +927,7 @@ StatusOr<CmConnectionId> ConnectionManager::Connect(const CmConnectParams& param
   c.local = {local, params.local_port ? params.local_port : m.NewPort()};
   c.peer = params.remote;
   c.qp = params.qp;
+  c.qpn = params.qp->qpn;
   c.params = params;
   c.mtu = std::min(params.max_mtu, m.port_mtu);
   c.transaction_id = (uint64_t{m.tid_high} << 32) | c.local_id;

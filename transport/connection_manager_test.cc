@@ -613,6 +613,29 @@ INSTANTIATE_TEST_SUITE_P(EachMad, LostMadTest,
                            }
                          });
 
+// rdma_destroy_id(3) has applications destroy their QP first: the peer's
+// DREQ then finds the connection's QP gone. The CM must not touch it, nor a
+// new QP the engine made in its place (often at the same address).
+TEST_F(ConnectionManagerTest, QpDestroyedWhileConnectedIsNeverTouched) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(6003, 1).ok());
+  Connected c = ConnectAndAccept(6003);
+  ASSERT_NE(c.id[0], 0u);
+  ASSERT_TRUE(side(0).engine->DestroyQp(c.qp[0]).ok());
+  QueuePair* fresh = NewRcQp(0);
+  ASSERT_NE(fresh, nullptr);
+  ASSERT_TRUE(cm(1).Disconnect(c.id[1]).ok());
+  CmEvent e;
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kDisconnected, &e));
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kDisconnected, &e));
+  EXPECT_EQ(e.id, c.id[0]);
+  EXPECT_EQ(StateOf(0, fresh), IBV_QPS_RESET);
+  // And the engine refuses the stale pointer itself.
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  EXPECT_EQ(side(0).engine->ModifyQp(fresh, attr, IBV_QP_STATE, fresh->qpn + 1).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(ConnectionManagerTest, DisconnectFromThePassiveSide) {
   Start();
   ASSERT_TRUE(cm(1).Listen(6001, 1).ok());

@@ -332,9 +332,14 @@ void Engine::AddNeighbor(const Gid& ip, const MacAddress& mac) {
   neighbors_.emplace_back(ip, mac);
 }
 
-Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask) {
+bool Engine::OwnsQpLocked(const QueuePair* qp) const {
+  return std::any_of(qp_storage_.begin(), qp_storage_.end(), [qp](const auto& p) { return p.get() == qp; });
+}
+
+Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn) {
   if (mask & IBV_QP_AV) UROCE_RETURN_IF_ERROR(ResolveNeighborIfMissing(attr.ah_attr, "ibv_modify_qp"));
   std::lock_guard<std::mutex> lock(control_mutex_);
+  if (!OwnsQpLocked(qp) || (expected_qpn != kAnyQpn && qp->qpn != expected_qpn)) return InvalidArgument("no such QP");
   ProgressToken token(this);
   const ibv_qp_state current = qp->state.load(std::memory_order_relaxed);
   auto next = ValidateQpModify(qp->type, current, attr, mask, limits_);
@@ -416,6 +421,7 @@ Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask) {
 
 Status Engine::QueryQp(QueuePair* qp, ibv_qp_attr* attr, ibv_qp_init_attr* init) const {
   std::lock_guard<std::mutex> lock(control_mutex_);
+  if (!OwnsQpLocked(qp)) return InvalidArgument("no such QP");
   ProgressToken token(this);
   if (attr) {
     *attr = qp->attr;

@@ -141,7 +141,12 @@ class Engine {
   StatusOr<SharedReceiveQueue*> CreateSrq(PdHandle pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit);
   Status DestroySrq(SharedReceiveQueue* srq);
   StatusOr<QueuePair*> CreateQp(const QpInitAttr& init);
-  Status ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask);
+  // A QP that is not (or no longer) this engine's is refused with
+  // kInvalidArgument, never touched. kAnyQpn: any QPN; otherwise the QP must
+  // also have that QPN, so that a holder of an old pointer (the connection
+  // manager) does not take a new QP made at a destroyed one's address for it.
+  static constexpr uint32_t kAnyQpn = UINT32_MAX;
+  Status ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn = kAnyQpn);
   Status QueryQp(QueuePair* qp, ibv_qp_attr* attr, ibv_qp_init_attr* init) const;
   Status DestroyQp(QueuePair* qp);
   StatusOr<uint32_t> CreateAh(PdHandle pd, const ibv_ah_attr& attr);
@@ -188,6 +193,8 @@ class Engine {
   class ProgressToken;
 
   QueuePair* LookupQp(uint32_t qpn) const;
+  // control_mutex_ held: `qp` is one of ours (compared, not dereferenced).
+  bool OwnsQpLocked(const QueuePair* qp) const;
   uint64_t Now() const;
   bool ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why) const;
   // Control path, no lock held: asks config_.resolve_neighbor for a missing MAC.

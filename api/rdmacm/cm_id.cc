@@ -615,6 +615,13 @@ int rdma_disconnect(rdma_cm_id* id) {
     case IdState::kAccepting:
     case IdState::kConnected:
       break;
+    case IdState::kDisconnecting:
+    case IdState::kDisconnected:
+    case IdState::kRejected:
+    case IdState::kUnreachable:
+      // Already over: the kernel's rdma_cm answers 0 here too, and programs
+      // call rdma_disconnect after DISCONNECTED as a matter of course.
+      return 0;
     default:
       return Fail(EINVAL);
   }

@@ -37,6 +37,10 @@ Event* PopEvent(EventChannel* channel) {
 
 }  // namespace
 
+CmId* Charged(const rdma_cm_event* event) {
+  return CmId::From(event->listen_id != nullptr ? event->listen_id : event->id);
+}
+
 std::vector<Event*> TakeQueued(EventChannel* channel, const std::function<bool(const Event*)>& which) {
   std::vector<Event*> taken;
   auto& queue = channel->queue;
@@ -134,7 +138,7 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
       std::lock_guard<std::mutex> lock(registry.mutex);
       if (!ours->queue.empty()) {
         Event* next = PopEvent(ours);
-        CmId::From(next->event.id)->events_unacked++;
+        Charged(&next->event)->events_unacked++;
         *event = &next->event;
         return 0;
       }
@@ -153,7 +157,7 @@ int rdma_ack_cm_event(rdma_cm_event* event) {
   Registry& registry = GetRegistry();
   {
     std::lock_guard<std::mutex> lock(registry.mutex);
-    CmId* id = CmId::From(event->id);
+    CmId* id = Charged(event);
     if (id->events_unacked > 0) id->events_unacked--;
   }
   registry.acked.notify_all();
@@ -176,9 +180,14 @@ int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
   // Events already handed out stay valid; librdmacm waits for them to be
   // acked before the move, and so do we.
   // (A synchronous id's last event, kept in id->event, is not queued.)
-  registry.acked.wait(lock, [&] { return ours->events_unacked <= (id->event != nullptr ? 1u : 0u); });
+  const unsigned kept = id->event != nullptr && Charged(id->event) == ours ? 1u : 0u;
+  registry.acked.wait(lock, [&] { return ours->events_unacked <= kept; });
   EventChannel* from = EventChannel::From(id->channel);
-  for (Event* moved : TakeQueued(from, [id](const Event* e) { return e->event.id == id; })) PushEvent(to, moved);
+  // A listener's connection requests (event.id the new id, listen_id the
+  // listener) move with it, as the id's own events do.
+  for (Event* moved : TakeQueued(from, [id](const Event* e) { return e->event.id == id || e->event.listen_id == id; })) {
+    PushEvent(to, moved);
+  }
   if (ours->sync) DeleteEventChannel(from);
   id->channel = &to->channel;
   ours->sync = channel == nullptr;

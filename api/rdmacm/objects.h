@@ -104,6 +104,10 @@ bool OpenDevices();
 
 // Registry::mutex held.
 void PushEvent(EventChannel* channel, Event* event);
+// The id an event counts against until it is acked (rdma_destroy_id(3) and
+// rdma_migrate_id(3) wait for those): a connection request's listener, as in
+// librdmacm (the new id has nothing to wait for), else the event's id.
+CmId* Charged(const rdma_cm_event* event);
 // Takes the queued events `which` selects out of the channel, in order.
 std::vector<Event*> TakeQueued(EventChannel* channel, const std::function<bool(const Event*)>& which);
 Event* NewEvent(CmId* id, rdma_cm_event_type type, int status);
