@@ -69,6 +69,7 @@ fi_listening() {
 }
 
 # fi_pingpong_pair NAME EP SIZE ITERS CFG_A CFG_B CTRL_ADDR [NS_A NS_B]
+# (FI_PINGPONG_FLAGS, an array, adds options to both sides, e.g. -6.)
 # Runs fi_pingpong -e EP (msg or rdm) with data checks (-c) at one size:
 # the server under CFG_A (in NS_A), the client under CFG_B (in NS_B) once
 # the server's control port listens; CTRL_ADDR is where the client reaches
@@ -87,7 +88,8 @@ fi_pingpong_pair() {
   local log_s="$FI_TMP/$name.server" log_c="$FI_TMP/$name.client"
   fi_launcher "$cfg_a"
   timeout -k 5 "$limit" ${in_a[@]+"${in_a[@]}"} ${FI_LAUNCH[@]+"${FI_LAUNCH[@]}"} \
-    fi_pingpong -p "$prov" -e "$ep" -c -S "$size" -I "$iters" -B "$port" > "$log_s" 2>&1 &
+    fi_pingpong -p "$prov" -e "$ep" -c -S "$size" -I "$iters" -B "$port" ${FI_PINGPONG_FLAGS[@]+"${FI_PINGPONG_FLAGS[@]}"} \
+    > "$log_s" 2>&1 &
   local spid=$!
   local waited=0
   until fi_listening "$ns_a" "$port"; do
@@ -97,7 +99,8 @@ fi_pingpong_pair() {
   done
   fi_launcher "$cfg_b"
   timeout -k 5 "$limit" ${in_b[@]+"${in_b[@]}"} ${FI_LAUNCH[@]+"${FI_LAUNCH[@]}"} \
-    fi_pingpong -p "$prov" -e "$ep" -c -S "$size" -I "$iters" -P "$port" "$ctrl" > "$log_c" 2>&1
+    fi_pingpong -p "$prov" -e "$ep" -c -S "$size" -I "$iters" -P "$port" ${FI_PINGPONG_FLAGS[@]+"${FI_PINGPONG_FLAGS[@]}"} \
+    "$ctrl" > "$log_c" 2>&1
   local crc=$?
   wait "$spid"
   local src=$?

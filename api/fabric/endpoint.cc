@@ -609,7 +609,13 @@ int Connect(fid_ep* e, const void* addr, const void* param, size_t paramlen) {
   static_cast<transport::CmQpParams&>(params) = QpParams(ep);
   if (dest == nullptr || !SockaddrToGid(dest, &params.remote.gid, &params.remote.port)) return -FI_EINVAL;
   transport::Gid local_gid{};
-  SockaddrToGid(reinterpret_cast<const sockaddr*>(&ep->local), &local_gid, &params.local_port);
+  // The endpoint's own address (its info's src_addr) when it is one of the
+  // port's of the peer's IP version; else the connection manager picks.
+  if (SockaddrToGid(reinterpret_cast<const sockaddr*>(&ep->local), &local_gid, &params.local_port) &&
+      !transport::IsWildcardSockaddr(reinterpret_cast<const sockaddr*>(&ep->local)) &&
+      transport::IsIpv4MappedGid(local_gid) == transport::IsIpv4MappedGid(params.remote.gid)) {
+    params.local_gid = local_gid;
+  }
   if (paramlen != 0) {
     const auto* bytes = static_cast<const uint8_t*>(param);
     params.private_data.assign(bytes, bytes + paramlen);

@@ -32,10 +32,9 @@ std::vector<DeviceAddresses> Devices() {
   for (size_t i = 0; i < config->endpoints.size(); ++i) {
     DeviceAddresses d;
     d.domain_name = "uroce" + std::to_string(i);
-    // The connection manager speaks for the port's first address (its
-    // GID index 0: IPv4 when the port has one). Other addresses of the port
-    // are not offered until it speaks for them too.
-    if (!config->endpoints[i].gids.empty()) d.gids = {config->endpoints[i].gids.front()};
+    // Every address of the port: the connection manager speaks for each
+    // (getinfo lists IPv4 first, then IPv6).
+    d.gids = config->endpoints[i].gids;
     d.mtu = config->endpoints[i].mtu;
     out.push_back(std::move(d));
   }
