@@ -12,13 +12,16 @@
 source "$(dirname "$0")/verbs_common.sh"
 
 # run_cm_pair NAME TIMEOUT "SERVER COMMAND" "CLIENT COMMAND" EXPECT
+# PORT in the commands becomes this pair's own rdma_cm port.
 # The server (memif server side, pair-a) starts first; the client is started
 # and, while the server has not listened yet (its connection manager answers
 # "invalid service ID": the client reports a reject), started again, up to 20
 # times. Both must exit 0 within TIMEOUT seconds, and the client's output
 # must show EXPECT.
 run_cm_pair() {
-  local name="$1" limit="$2" scmd="$3" ccmd="$4" expect="$5"
+  local name="$1" limit="$2" expect="$5"
+  port=$((port + 1))
+  local scmd="${3//PORT/$port}" ccmd="${4//PORT/$port}"
   make_pair_configs
   local a="$TMP/a-$PAIRS.ini" b="$TMP/b-$PAIRS.ini" attempt crc
   # shellcheck disable=SC2086  # the commands are word lists
@@ -44,23 +47,18 @@ run_cm_pair() {
 }
 
 port=$((20000 + (RANDOM % 20000)))
-run_cm_pair rping_v4_64 90 "rping -s -a 10.99.0.1 -p $port -C 50 -S 64 -V" \
-  "rping -c -a 10.99.0.1 -p $port -C 50 -S 64 -V -v" "ping data: rdma-ping-49: "
-port=$((port + 1))
-run_cm_pair rping_v6_4000 90 "rping -s -a fd00:99::1 -p $port -C 50 -S 4000 -V" \
-  "rping -c -a fd00:99::1 -p $port -C 50 -S 4000 -V -v" "ping data: rdma-ping-49: "
-port=$((port + 1))
+run_cm_pair rping_v4_64 90 "rping -s -a 10.99.0.1 -p PORT -C 50 -S 64 -V" \
+  "rping -c -a 10.99.0.1 -p PORT -C 50 -S 64 -V -v" "ping data: rdma-ping-49: "
+run_cm_pair rping_v6_4000 90 "rping -s -a fd00:99::1 -p PORT -C 50 -S 4000 -V" \
+  "rping -c -a fd00:99::1 -p PORT -C 50 -S 4000 -V -v" "ping data: rdma-ping-49: "
 # ucmatose: 4 connections, 20 messages of 1000 B each way on each.
-run_cm_pair ucmatose 90 "ucmatose -b 10.99.0.1 -p $port -c 4 -C 20 -S 1000" \
-  "ucmatose -s 10.99.0.1 -p $port -c 4 -C 20 -S 1000" "return status 0"
-port=$((port + 1))
-run_cm_pair rdma_server_client 90 "rdma_server -s 10.99.0.1 -p $port" \
-  "rdma_client -s 10.99.0.1 -p $port" "rdma_client: end 0"
-port=$((port + 1))
-run_cm_pair send_bw_rdma_cm 90 "ib_send_bw -R -n 500 -s 4096 -p $port" \
-  "ib_send_bw -R -n 500 -s 4096 -p $port 10.99.0.1" "^ 4096 *500 "
-port=$((port + 1))
-run_cm_pair read_lat_rdma_cm 90 "ib_read_lat -R -n 200 -s 64 -p $port" \
-  "ib_read_lat -R -n 200 -s 64 -p $port 10.99.0.1" "^ 64 *200 "
+run_cm_pair ucmatose 90 "ucmatose -b 10.99.0.1 -p PORT -c 4 -C 20 -S 1000" \
+  "ucmatose -s 10.99.0.1 -p PORT -c 4 -C 20 -S 1000" "return status 0"
+run_cm_pair rdma_server_client 90 "rdma_server -s 10.99.0.1 -p PORT" "rdma_client -s 10.99.0.1 -p PORT" \
+  "rdma_client: end 0"
+run_cm_pair send_bw_rdma_cm 90 "ib_send_bw -R -n 500 -s 4096 -p PORT" \
+  "ib_send_bw -R -n 500 -s 4096 -p PORT 10.99.0.1" "^ 4096 *500 "
+run_cm_pair read_lat_rdma_cm 90 "ib_read_lat -R -n 200 -s 64 -p PORT" \
+  "ib_read_lat -R -n 200 -s 64 -p PORT 10.99.0.1" "^ 64 *200 "
 
 [[ $FAILS -eq 0 ]] && echo PASS || { echo "$FAILS failure(s)"; exit 1; }
