@@ -124,7 +124,8 @@ bool NeighborResolver::SendRequest(const Gid& ip, const Gid& source) {
   return true;
 }
 
-Status NeighborResolver::Resolve(const Gid& ip) {
+Status NeighborResolver::Resolve(const Gid& ip, unsigned timeout_ms) {
+  if (timeout_ms == 0) timeout_ms = options_.timeout_ms;
   if (engine_ == nullptr) return Internal("neighbour resolver used before Attach");
   const bool v4 = transport::IsIpv4MappedGid(ip);
   const char* protocol = v4 ? "ARP" : "neighbour discovery";
@@ -139,7 +140,7 @@ Status NeighborResolver::Resolve(const Gid& ip) {
   std::lock_guard<std::mutex> lock(resolve_mutex_);
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  const auto deadline = start + std::chrono::milliseconds(options_.timeout_ms);
+  const auto deadline = start + std::chrono::milliseconds(timeout_ms);
   auto next_request = start;
   unsigned sent = 0;
   for (;;) {
@@ -159,7 +160,7 @@ Status NeighborResolver::Resolve(const Gid& ip) {
   }
   Bump(counters_.resolve_timeouts);
   return Unavailable(std::string("no ") + protocol + " answer for " + GidToString(ip) + " within " +
-                     std::to_string(options_.timeout_ms) + " ms (" + std::to_string(sent) +
+                     std::to_string(timeout_ms) + " ms (" + std::to_string(sent) +
                      " requests sent from " + GidToString(*source) + " " + MacToString(options_.mac) +
                      "); is the peer up and on this link?");
 }

@@ -66,8 +66,9 @@ class NeighborResolver {
   void HandleFrame(rte_mbuf* m);
 
   // Control path (resolve_neighbor): OK once the engine's neighbour table
-  // holds `ip`; kUnavailable after the timeout.
-  Status Resolve(const transport::Gid& ip);
+  // holds `ip`; kUnavailable after the timeout (`timeout_ms`, or
+  // Options::timeout_ms when 0).
+  Status Resolve(const transport::Gid& ip, unsigned timeout_ms = 0);
 
   // Any thread.
   NeighborCounters counters() const;

@@ -61,4 +61,28 @@ run_cm_pair send_bw_rdma_cm 90 "ib_send_bw -R -n 500 -s 4096 -p PORT" \
 run_cm_pair read_lat_rdma_cm 90 "ib_read_lat -R -n 200 -s 64 -p PORT" \
   "ib_read_lat -R -n 200 -s 64 -p PORT 10.99.0.1" "^ 64 *200 "
 
+# A peer nobody answers ARP for: rdma_resolve_addr fails within rping's
+# 2-second timeout with ADDR_ERROR (-ETIMEDOUT), as over the kernel's
+# rdma_cm; the client exits non-zero well within the time limit.
+unreachable_peer() {
+  port=$((port + 1))
+  make_pair_configs
+  local a="$TMP/a-$PAIRS.ini" b="$TMP/b-$PAIRS.ini" start crc
+  timeout -k 5 60 "$UROCE" exec --config "$a" -- rping -s -a 10.99.0.1 -p "$port" -C 1 > "$TMP/unreachable.server" 2>&1 &
+  local spid=$!
+  start=$SECONDS
+  timeout -k 5 30 "$UROCE" exec --config "$b" -- rping -c -a 10.99.0.77 -p "$port" -C 1 > "$TMP/unreachable.client" 2>&1
+  crc=$?
+  kill "$spid" 2>/dev/null
+  wait "$spid" 2>/dev/null
+  if [[ $crc -eq 0 || $crc -eq 124 || $crc -eq 137 ]] ||
+     ! grep -q "RDMA_CM_EVENT_ADDR_ERROR, error -110" "$TMP/unreachable.client"; then
+    fail "unreachable_peer: client rc=$crc after $((SECONDS - start)) s"
+    cat "$TMP/unreachable.client"
+    return 1
+  fi
+  echo "ok: unreachable_peer: $(grep ADDR_ERROR "$TMP/unreachable.client") after $((SECONDS - start)) s"
+}
+unreachable_peer
+
 [[ $FAILS -eq 0 ]] && echo PASS || { echo "$FAILS failure(s)"; exit 1; }

@@ -4,9 +4,11 @@
 // speaks it over RoCE, transport/connection_manager.h).
 //
 // Events, as librdmacm reports them (rdma_get_cm_event(3)):
-//   rdma_resolve_addr / rdma_resolve_route -> ADDR_RESOLVED / ROUTE_RESOLVED
-//     at once (the peer's MAC is resolved when the first CM message goes out;
-//     an unreachable peer shows as UNREACHABLE after rdma_connect)
+//   rdma_resolve_addr -> ADDR_RESOLVED once the peer's MAC is known (ARP /
+//     neighbour discovery, waited for in the call up to its timeout_ms), or
+//     ADDR_ERROR with status -ETIMEDOUT when nobody answered
+//   rdma_resolve_route -> ROUTE_RESOLVED at once (RoCE has no path query)
+//   a peer that stops answering later shows as UNREACHABLE after rdma_connect
 //   kConnectRequest -> CONNECT_REQUEST on the listener's channel, event->id a
 //     new id, private data the caller's 56 bytes after the IP CM header
 //   kEstablished    -> ESTABLISHED (active side: the REP's private data)
@@ -27,6 +29,8 @@
 #include "api/rdmacm/objects.h"
 #include "api/verbs/connection_managers.h"
 #include "api/verbs/objects.h"
+#include "api/verbs/provider.h"
+#include "pmd/neighbor_resolver.h"
 #include "transport/socket_address.h"
 
 namespace uroce::rdmacm {
@@ -72,6 +76,18 @@ int DeviceForPeer(const Gid& peer) {
 }
 
 // No Registry::mutex held (ConnectionManagers' rule).
+// The peer's MAC on `device`'s port, asked for if not known yet (ARP / ND),
+// waiting up to timeout_ms (the port's resolve timeout when not positive).
+Status ResolveNeighbor(int device, const Gid& peer, int timeout_ms) {
+  pmd::Runtime* runtime = verbs::Provider::Get().runtime();
+  if (runtime == nullptr || static_cast<size_t>(device) >= runtime->endpoint_count()) {
+    return FailedPrecondition("the runtime is not running");
+  }
+  pmd::NeighborResolver* neighbors = runtime->endpoint(static_cast<size_t>(device)).neighbors.get();
+  if (neighbors == nullptr) return FailedPrecondition("the port has no neighbour resolver");
+  return neighbors->Resolve(peer, timeout_ms > 0 ? static_cast<unsigned>(timeout_ms) : 0);
+}
+
 ConnectionManager* CmForDevice(int device) {
   auto cm = verbs::ConnectionManagers::Get().ForDevice(static_cast<size_t>(device));
   if (!cm.ok()) {
@@ -380,7 +396,7 @@ int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
   return 0;
 }
 
-int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, int /*timeout_ms*/) {
+int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, int timeout_ms) {
   if (id == nullptr || dst_addr == nullptr) return Fail(EINVAL);
   CmId* ours = CmId::From(id);
   if (ours->state == IdState::kIdle && src_addr != nullptr && api::rdma_bind_addr(id, src_addr) != 0) return -1;
@@ -396,7 +412,18 @@ int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, in
   if (device < 0) return Fail(ENETUNREACH);  // no device speaks this IP version
   ConnectionManager* cm = CmForDevice(device);
   if (cm == nullptr) return Fail(ENODEV);
-  {
+  // Address resolution is the peer's MAC (ARP / neighbour discovery), as the
+  // kernel's rdma_cm does it: an unanswered peer is ADDR_ERROR within the
+  // caller's timeout, not a connect that retries its REQ for a minute. No
+  // lock is held while it waits.
+  const Status reachable = ResolveNeighbor(device, peer, timeout_ms);
+  if (!reachable.ok()) {
+    std::fprintf(stderr, "uroce: rdma_resolve_addr: %s\n", reachable.ToString().c_str());
+    std::lock_guard<std::mutex> lock(GetRegistry().mutex);
+    if (ours->state != IdState::kIdle && ours->state != IdState::kBound) return Fail(EINVAL);
+    const int status = reachable.code() == StatusCode::kUnavailable ? -ETIMEDOUT : -EHOSTUNREACH;
+    PushEvent(EventChannel::From(id->channel), NewEvent(ours, RDMA_CM_EVENT_ADDR_ERROR, status));
+  } else {
     Registry& registry = GetRegistry();
     std::lock_guard<std::mutex> lock(registry.mutex);
     if (ours->state != IdState::kIdle && ours->state != IdState::kBound) return Fail(EINVAL);
