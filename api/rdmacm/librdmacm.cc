@@ -104,10 +104,14 @@ UROCE_EXPORT const char* rdma_event_str(rdma_cm_event_type event) {
 
 // rdma_getaddrinfo(3) for IP names: getaddrinfo(3) does the resolving; the
 // result is the first address, as the source (RAI_PASSIVE) or destination
-// of an RC connection in RDMA_PS_TCP. Returns getaddrinfo's EAI_* codes.
+// of an RC connection in RDMA_PS_TCP. Returns getaddrinfo's EAI_* codes, or
+// -1 with errno EINVAL for a call without node and service, as librdmacm.
 UROCE_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
                                   rdma_addrinfo** res) {
-  if (res == nullptr || (node == nullptr && service == nullptr)) return EAI_NONAME;
+  if (res == nullptr || (node == nullptr && service == nullptr)) {
+    errno = EINVAL;
+    return -1;
+  }
   addrinfo ai_hints{};
   ai_hints.ai_socktype = SOCK_STREAM;
   int flags = 0;
@@ -144,10 +148,14 @@ UROCE_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const r
     out->ai_dst_len = found->ai_addrlen;
     if (hints != nullptr && hints->ai_src_addr != nullptr && hints->ai_src_len > 0) {
       out->ai_src_addr = static_cast<sockaddr*>(std::malloc(hints->ai_src_len));
-      if (out->ai_src_addr != nullptr) {
-        std::memcpy(out->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
-        out->ai_src_len = hints->ai_src_len;
+      if (out->ai_src_addr == nullptr) {
+        std::free(address);
+        std::free(out);
+        freeaddrinfo(found);
+        return EAI_MEMORY;
       }
+      std::memcpy(out->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
+      out->ai_src_len = hints->ai_src_len;
     }
   }
   freeaddrinfo(found);
