@@ -197,7 +197,10 @@ void Engine::HandleResponse(QueuePair* qp, const PacketView& p) {
   if (op == Operation::kAtomicAcknowledge) {
     if (slot.wqe.opcode != IBV_WR_ATOMIC_CMP_AND_SWP && slot.wqe.opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) return;
     const uint64_t original = p.fields.atomic_ack_eth.original_remote_data;
-    std::memcpy(slot.local_result, &original, sizeof(original));
+    if (!ScatterToWqe(qp, slot.wqe, 0, reinterpret_cast<const uint8_t*>(&original), sizeof(original))) {
+      FailOldest(qp, IBV_WC_LOC_PROT_ERR);  // the result buffer was deregistered
+      return;
+    }
   } else {
     if (slot.wqe.opcode != IBV_WR_RDMA_READ) return;
     const Psn expected = slot.first_psn + static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes);
@@ -218,7 +221,10 @@ void Engine::HandleResponse(QueuePair* qp, const PacketView& p) {
       FailOldest(qp, IBV_WC_BAD_RESP_ERR);
       return;
     }
-    ScatterToWqe(slot.wqe, slot.bytes_done, p.payload, len);
+    if (!ScatterToWqe(qp, slot.wqe, slot.bytes_done, p.payload, len)) {
+      FailOldest(qp, IBV_WC_LOC_PROT_ERR);  // a target buffer was deregistered
+      return;
+    }
     slot.bytes_done += len;
     if (!last) {
       AcknowledgeThrough(qp, psn);
@@ -237,17 +243,26 @@ void Engine::HandleResponse(QueuePair* qp, const PacketView& p) {
   AcknowledgeThrough(qp, psn);
 }
 
-void Engine::ScatterToWqe(const SendWqe& w, uint64_t offset, const uint8_t* data, uint32_t length) {
+bool Engine::ScatterToWqe(const QueuePair* qp, const SendWqe& w, uint64_t offset, const uint8_t* data,
+                          uint32_t length) const {
   uint32_t i = 0;
   while (i < w.num_sge && offset >= w.sge[i].length) offset -= w.sge[i++].length;
   while (length > 0 && i < w.num_sge) {
     const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, w.sge[i].length - offset));
-    std::memcpy(reinterpret_cast<uint8_t*>(w.sge[i].addr) + offset, data, chunk);
+    // Checked again for every packet: the region may be gone since the
+    // request started (ibv_dereg_mr(3) ends every use before it returns).
+    uint8_t* host = nullptr;
+    if (mrs_.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE, &host) !=
+        MrCheck::kOk) {
+      return false;
+    }
+    std::memcpy(host, data, chunk);
     data += chunk;
     length -= chunk;
     offset = 0;
     ++i;
   }
+  return true;
 }
 
 // The local ACK timer (IBTA 9.7.6.1.3): nothing acknowledged in time means a

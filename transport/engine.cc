@@ -60,7 +60,11 @@ uint16_t UdpSourcePort(uint32_t qpn) {
 }  // namespace
 
 Engine::Engine(const EngineConfig& config)
-    : config_(config), mrs_(1u << 16), pd_in_use_(1), qp_table_(config.max_qps, nullptr) {
+    : config_(config),
+      mrs_(1u << 16),
+      pd_in_use_(1),
+      random_(config.random_seed != 0 ? config.random_seed : std::random_device()()),
+      qp_table_(config.max_qps, nullptr) {
   limits_.max_mtu = LargestIbMtu(config.port_mtu);
   limits_.gid_table_size = static_cast<uint8_t>(std::min<size_t>(config.gids.size(), 255));
   rx_burst_.resize(config.rx_burst);
@@ -82,22 +86,35 @@ uint64_t Engine::Now() const { return config_.clock_ns ? config_.clock_ns() : Ts
 
 StatusOr<PdHandle> Engine::AllocPd() {
   std::lock_guard<std::mutex> lock(control_mutex_);
-  for (PdHandle pd = 1; pd < pd_in_use_.size(); ++pd) {
+  // Handles go round a large space rather than reusing the lowest free one,
+  // so that a freed handle is not at once another PD's (a stale holder of it
+  // must not reach the new PD's memory).
+  for (uint32_t tries = 0; tries < kMaxPds; ++tries) {
+    const PdHandle pd = next_pd_;
+    next_pd_ = next_pd_ + 1 >= kMaxPds ? 1 : next_pd_ + 1;
+    if (pd >= pd_in_use_.size()) pd_in_use_.resize(pd + 1, false);
     if (!pd_in_use_[pd]) {
       pd_in_use_[pd] = true;
       return pd;
     }
   }
-  pd_in_use_.push_back(true);
-  return static_cast<PdHandle>(pd_in_use_.size() - 1);
+  return ResourceExhausted("no free protection domain");
 }
 
 Status Engine::DeallocPd(PdHandle pd) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (pd == 0 || pd >= pd_in_use_.size() || !pd_in_use_[pd]) return InvalidArgument("no such PD");
+  // ibv_dealloc_pd(3): EBUSY while anything still belongs to the PD.
   for (const auto& qp : qp_storage_) {
-    if (qp && qp->pd == pd) return Status(StatusCode::kFailedPrecondition, "PD still used by a QP");  // EBUSY
+    if (qp && qp->pd == pd) return Status(StatusCode::kFailedPrecondition, "PD still used by a QP");
   }
+  for (const auto& srq : srqs_) {
+    if (srq && srq->pd == pd) return Status(StatusCode::kFailedPrecondition, "PD still used by an SRQ");
+  }
+  for (const AddressHandle& ah : ahs_) {
+    if (ah.valid && ah.pd == pd) return Status(StatusCode::kFailedPrecondition, "PD still used by an AH");
+  }
+  if (mrs_.RegisteredInPd(pd) > 0) return Status(StatusCode::kFailedPrecondition, "PD still has memory regions");
   pd_in_use_[pd] = false;
   return Status::Ok();
 }
@@ -197,16 +214,22 @@ StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
     }
     qpn = 1;
   }
-  for (uint32_t tries = 0; qpn == 0 && tries < config_.max_qps; ++tries) {
-    const uint32_t candidate = next_qpn_;
-    next_qpn_ = (next_qpn_ + 1) & 0xFFFFFF;
-    if (next_qpn_ < 0x11) next_qpn_ = 0x11;
-    // QP1's slot stays free for the GSI QP even when QPNs wrap around it.
-    if (candidate % config_.max_qps == 1 % config_.max_qps) continue;
-    if (qp_table_[candidate % config_.max_qps] == nullptr) {
-      qpn = candidate;
-      break;
+  // A random 24-bit QPN (0x11 and up: 0 and 1 are the special QPs) whose
+  // table slot is free: random draws first, then a walk from a random point,
+  // so that a nearly full table still finds the last free slot. A QPN that
+  // cannot be guessed makes a blind forged packet miss (the address and
+  // P_Key checks of HandleFrame are the other half).
+  std::uniform_int_distribution<uint32_t> any_qpn(0x11, 0xFFFFFF);
+  uint32_t candidate = any_qpn(random_);
+  for (uint32_t tries = 0; qpn == 0 && tries < 32 + config_.max_qps; ++tries) {
+    if (tries < 32) {
+      candidate = any_qpn(random_);
+    } else {
+      candidate = candidate + 1 > 0xFFFFFF ? 0x11 : candidate + 1;
     }
+    // QP1's slot stays free for the GSI QP.
+    if (candidate % config_.max_qps == 1 % config_.max_qps) continue;
+    if (qp_table_[candidate % config_.max_qps] == nullptr) qpn = candidate;
   }
   if (qpn == 0) return ResourceExhausted("no free QP");
 
@@ -221,6 +244,7 @@ StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
   qp->path.udp_source_port = UdpSourcePort(qpn);
   qp->mtu_bytes = MtuBytes(limits_.max_mtu);
   qp->resp.atomics.resize(config_.atomic_replay_entries);
+  if (qpn == 1) qp->ud_sources.resize(caps.max_recv_wr);
   QueuePair* raw = qp.get();
   {
     ProgressToken token(this);
@@ -231,7 +255,7 @@ StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
   return raw;
 }
 
-bool Engine::ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why) const {
+bool Engine::ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why, const MacAddress* dmac) const {
   if (!ah.is_global) {
     *why = "RoCE addresses need a GRH (is_global = 1)";
     return false;
@@ -252,6 +276,10 @@ bool Engine::ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why
   path->traffic_class = ah.grh.traffic_class;
   path->hop_limit = ah.grh.hop_limit ? ah.grh.hop_limit : 64;
   path->flow_label = ah.grh.flow_label & 0xFFFFF;
+  if (dmac != nullptr) {
+    path->dmac = *dmac;
+    return true;
+  }
   // The neighbour table gives the MAC (static entries, or ARP/ND in pmd/).
   for (const auto& [ip, mac] : neighbors_) {
     if (ip == dgid) {
@@ -329,6 +357,9 @@ void Engine::AddNeighbor(const Gid& ip, const MacAddress& mac) {
       return;
     }
   }
+  // Bounded: the oldest entry makes room (the table is fed by ARP/ND, which
+  // peers influence).
+  if (neighbors_.size() >= kMaxNeighbors) neighbors_.erase(neighbors_.begin());
   neighbors_.emplace_back(ip, mac);
 }
 
@@ -396,6 +427,8 @@ Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32
   const ibv_qp_state target = *next;
   if (target == IBV_QPS_RTR && current == IBV_QPS_INIT) {
     qp->resp.reads.assign(2 * std::max<uint32_t>(a.max_dest_rd_atomic, 1), ReadResponseJob{});
+    qp->resp.read_history.assign(2 * std::max<uint32_t>(a.max_dest_rd_atomic, 1), ReadRecord{});
+    qp->resp.read_history_next = 0;
     qp->resp.reads_head = qp->resp.reads_count = qp->resp.duplicate_jobs = 0;
   }
   if (target == IBV_QPS_RESET) {
@@ -461,12 +494,20 @@ Status Engine::DestroyQp(QueuePair* qp) {
 
 StatusOr<uint32_t> Engine::CreateAh(PdHandle pd, const ibv_ah_attr& attr) {
   UROCE_RETURN_IF_ERROR(ResolveNeighborIfMissing(attr, "ibv_create_ah"));
+  return CreateAhWithMac(pd, attr, nullptr);
+}
+
+StatusOr<uint32_t> Engine::CreateAhToMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress& dmac) {
+  return CreateAhWithMac(pd, attr, &dmac);
+}
+
+StatusOr<uint32_t> Engine::CreateAhWithMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress* dmac) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (pd == 0 || pd >= pd_in_use_.size() || !pd_in_use_[pd]) return InvalidArgument("no such PD");
   AddressHandle ah;
   ah.pd = pd;
   std::string why;
-  if (!ResolvePath(attr, &ah.path, &why)) return InvalidArgument("ibv_create_ah: " + why);
+  if (!ResolvePath(attr, &ah.path, &why, dmac)) return InvalidArgument("ibv_create_ah: " + why);
   ah.valid = true;
   ProgressToken token(this);
   for (uint32_t i = 1; i < ahs_.size(); ++i) {
@@ -487,6 +528,14 @@ Status Engine::DestroyAh(uint32_t handle) {
   if (handle == 0 || handle >= ahs_.size() || !ahs_[handle].valid) return InvalidArgument("no such AH");
   ahs_[handle].valid = false;
   return Status::Ok();
+}
+
+bool Engine::UdSourceMac(const QueuePair* qp, uint64_t wr_id, MacAddress* mac) const {
+  if (qp->ud_sources.empty()) return false;
+  const QueuePair::UdSource& source = qp->ud_sources[wr_id % qp->ud_sources.size()];
+  if (source.wr_id != wr_id) return false;
+  *mac = source.mac;
+  return true;
 }
 
 EngineCounters Engine::counters() const {
@@ -737,7 +786,9 @@ void Engine::FlushQueues(QueuePair* qp) {
   }
   resp.reads_count = 0;
   resp.duplicate_jobs = 0;
-  resp.ack_pending = false;
+  // A NAK that put the QP in error still goes out (IBTA 9.9.3.1: the
+  // requester learns why); a plain ACK is moot now.
+  if (!resp.ack_is_nak()) resp.ack_pending = false;
   if (qp->srq == nullptr) {
     RecvWqe r;
     while (qp->recv_ring.TryPop(&r)) {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,10 @@ struct EngineConfig {
   // in inline mode). Returns OK once AddNeighbor holds the GID; its error
   // fails the call. Empty: a missing entry fails the call at once.
   std::function<Status(const Gid&)> resolve_neighbor;
+  // QPNs are drawn at random (a blind peer must not guess a live QP's number,
+  // IBTA leaves the choice to the CA); 0: seeded from std::random_device.
+  // Tests give a seed so that runs replay.
+  uint64_t random_seed = 0;
 };
 
 struct EngineCounters {
@@ -77,6 +82,10 @@ struct EngineCounters {
   uint64_t retransmits = 0, timeouts = 0, naks_sent = 0, naks_received = 0;
   uint64_t rnr_naks_sent = 0, rnr_naks_received = 0, out_of_sequence = 0, duplicates = 0;
   uint64_t tx_raw_frames = 0;  // frames from QueueRawFrame (ARP, ND)
+  uint64_t tx_stage_full = 0;  // a frame waited: the transmit stage had no room
+  // RC/UC frames whose IP addresses are not the QP's path, and frames whose
+  // P_Key is not ours: counted and dropped (IBTA 9.6.1.1, 10.9.3).
+  uint64_t rx_path_mismatch = 0, rx_bad_pkey = 0;
 };
 
 // One QP as the counters see it (Engine::QpStatsSnapshot).
@@ -150,6 +159,11 @@ class Engine {
   Status QueryQp(QueuePair* qp, ibv_qp_attr* attr, ibv_qp_init_attr* init) const;
   Status DestroyQp(QueuePair* qp);
   StatusOr<uint32_t> CreateAh(PdHandle pd, const ibv_ah_attr& attr);
+  // An address handle to a MAC the caller already knows (the source MAC of a
+  // frame it answers): no neighbour lookup, no resolution, never waits. For
+  // the receive path of the connection manager, which must not resolve
+  // (a spoofed MAD would make it wait for ARP).
+  StatusOr<uint32_t> CreateAhToMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress& dmac);
   Status DestroyAh(uint32_t handle);
   // Static neighbour entry (the pmd layer's ARP/ND fills these too).
   void AddNeighbor(const Gid& ip, const MacAddress& mac);
@@ -185,6 +199,12 @@ class Engine {
   // Counters: engine-wide and per QP (a snapshot; exact between polls).
   EngineCounters counters() const;
 
+  // Any thread, after the completion of a UD receive with this `wr_id` was
+  // polled from `qp`'s receive CQ and before the request is posted again: the
+  // Ethernet source MAC of the datagram it received. False when unknown
+  // (only the GSI QP, QP 1, records them).
+  bool UdSourceMac(const QueuePair* qp, uint64_t wr_id, MacAddress* mac) const;
+
   // Any thread: the next asynchronous event, if there is one.
   bool NextAsyncEvent(AsyncEvent* event) { return async_events_.TryPop(event); }
 
@@ -196,7 +216,9 @@ class Engine {
   // control_mutex_ held: `qp` is one of ours (compared, not dereferenced).
   bool OwnsQpLocked(const QueuePair* qp) const;
   uint64_t Now() const;
-  bool ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why) const;
+  // `dmac`: the MAC to use; null: the neighbour table's.
+  bool ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why, const MacAddress* dmac = nullptr) const;
+  StatusOr<uint32_t> CreateAhWithMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress* dmac);
   // Control path, no lock held: asks config_.resolve_neighbor for a missing MAC.
   Status ResolveNeighborIfMissing(const ibv_ah_attr& ah, const char* call);
 
@@ -224,7 +246,10 @@ class Engine {
   bool EmitRequestPacket(QueuePair* qp, SendSlot& slot);
   void RestartFrom(QueuePair* qp, Psn psn);
   void RestartOnce(QueuePair* qp, Psn psn);
-  static void CopyFromWqe(const SendWqe& wqe, uint64_t offset, uint8_t* dest, uint32_t length);
+  // Gathers `length` bytes at `offset` of the request's buffers. Every chunk
+  // passes the local key check again (the region may have been deregistered
+  // since the request started): false on a failure, nothing copied past it.
+  bool CopyFromWqe(const QueuePair* qp, const SendWqe& wqe, uint64_t offset, uint8_t* dest, uint32_t length) const;
 
   // Completer (completer.cc).
   void HandleAcknowledge(QueuePair* qp, const PacketView& packet);
@@ -234,7 +259,10 @@ class Engine {
   void AcknowledgeThrough(QueuePair* qp, Psn psn);
   bool AckPsnValid(const QueuePair* qp, Psn psn) const;
   void FailOldest(QueuePair* qp, ibv_wc_status status);
-  static void ScatterToWqe(const SendWqe& wqe, uint64_t offset, const uint8_t* data, uint32_t length);
+  // Scatters READ response or atomic data into the request's buffers, each
+  // chunk checked again for local write access; false on a failure.
+  bool ScatterToWqe(const QueuePair* qp, const SendWqe& wqe, uint64_t offset, const uint8_t* data,
+                    uint32_t length) const;
 
   // Responder (responder.cc).
   void HandleRequest(QueuePair* qp, const PacketView& packet);
@@ -243,9 +271,13 @@ class Engine {
   bool PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, uint32_t length, ibv_wc_status* error);
   bool EnqueueResponse(QueuePair* qp, const ReadResponseJob& job);
   void RunReadResponses(QueuePair* qp);
+  void HandleDuplicateRead(QueuePair* qp, const PacketView& packet);
+  void ListForAck(QueuePair* qp);
   void QueueAck(QueuePair* qp, Psn psn);
-  void SendAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome);
+  void QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome);
+  bool EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome);
   void SendNak(QueuePair* qp, Psn psn, NakCode code);
+  void SendRnrNak(QueuePair* qp, Psn psn);
   void ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_status recv_status);
   void SendPendingAcks();
 
@@ -265,6 +297,8 @@ class Engine {
   void ReturnSendCredit(QueuePair* qp) { qp->send_credits_used.fetch_sub(1, std::memory_order_release); }
 
   static constexpr uint32_t kTxStage = 512;
+  static constexpr uint32_t kMaxPds = 1u << 20;
+  static constexpr size_t kMaxNeighbors = 4096;
   static constexpr int kRxBurstsPerPoll = 4;
 
   EngineConfig config_;
@@ -280,7 +314,7 @@ class Engine {
   std::vector<std::unique_ptr<QueuePair>> qp_storage_;
   std::vector<AddressHandle> ahs_;
   std::vector<std::pair<Gid, MacAddress>> neighbors_;
-  uint32_t next_qpn_ = 0x11;  // QPN 0 and 1 are the special QPs
+  std::mt19937_64 random_;  // control path: QPNs
 
   // Engine-thread view of the QPs (published with release by the control path
   // under the progress token).

@@ -23,6 +23,12 @@ rte_mbuf* Engine::StartPacket(const PathInfo& path, PacketFields& f, uint8_t** p
   f.hop_limit = path.hop_limit;
   f.ipv6_flow_label = path.flow_label;
   f.udp_src_port = path.udp_source_port;
+  // Nothing is built without room in the transmit stage: every caller keeps
+  // its work (pending ACK/NAK, READ job, request) for the next poll.
+  if (!TxRoom(1)) {
+    counters_.tx_stage_full++;
+    return nullptr;
+  }
   rte_mbuf* m = rte_pktmbuf_alloc(config_.tx_pool);
   if (m == nullptr) {
     counters_.tx_alloc_failures++;
@@ -79,6 +85,22 @@ void Engine::HandleFrame(rte_mbuf* m) {
                                 : qp->type == IBV_QPT_UC ? TransportService::kUc
                                                          : TransportService::kUd;
   const OpcodeInfo& info = *view.opcode;
+  // P_Key (IBTA 10.9.3): the port's table holds only the default key; the
+  // low 15 bits must match and one side must be a full member (bit 15).
+  if ((view.fields.bth.pkey & 0x7FFF) != (kDefaultPkey & 0x7FFF) || (view.fields.bth.pkey & 0x8000) == 0) {
+    counters_.rx_bad_pkey++;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  // A connected QP talks to one peer (IBTA 9.6.1.1: the packet's source and
+  // destination must be the QP's path): anything else is a forgery or a
+  // stray, never an ACK or a request of this connection.
+  if (qp->type != IBV_QPT_UD && state != IBV_QPS_RESET && state != IBV_QPS_INIT &&
+      (view.fields.src_gid != qp->path.dgid || view.fields.dst_gid != qp->path.sgid)) {
+    counters_.rx_path_mismatch++;
+    rte_pktmbuf_free(m);
+    return;
+  }
   if (info.service != want || state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_ERR) {
     counters_.rx_dropped++;
   } else if (info.role == PacketRole::kRequest) {

@@ -94,4 +94,13 @@ MrCheck MemoryRegionTable::CheckRemote(uint32_t rkey, PdHandle pd, uint64_t va, 
 
 uint32_t MemoryRegionTable::registered() const { return registered_; }
 
+uint32_t MemoryRegionTable::RegisteredInPd(PdHandle pd) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  uint32_t count = 0;
+  for (uint32_t i = 1; i < capacity_ && count < registered_; ++i) {
+    if (entries_[i].key.load(std::memory_order_relaxed) != 0 && entries_[i].pd == pd) ++count;
+  }
+  return count;
+}
+
 }  // namespace uroce::transport

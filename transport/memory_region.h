@@ -57,6 +57,8 @@ class MemoryRegionTable {
                       uint8_t** host) const;
 
   uint32_t registered() const;
+  // Control path: regions registered in `pd` (ibv_dealloc_pd's EBUSY check).
+  uint32_t RegisteredInPd(PdHandle pd);
 
  private:
   struct Entry {

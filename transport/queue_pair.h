@@ -55,7 +55,6 @@ struct SendSlot {
   bool read_or_atomic = false;
   bool counted_in_flight = false;  // READ/atomic: counted in reads_in_flight
   bool local_error = false;        // an SGE failed the local key check
-  uint8_t* local_result = nullptr;  // atomics: where the original value goes
 };
 
 struct RequesterState {
@@ -82,12 +81,29 @@ struct RequesterState {
 struct ReadResponseJob {
   Psn next_psn;
   Psn first_psn;
-  const uint8_t* source = nullptr;  // checked at request time
+  // The region is named by key and address, never by a pointer: every
+  // response packet checks them again (the region may be deregistered while
+  // the response streams).
+  uint32_t rkey = 0;
+  uint64_t virtual_address = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
   bool atomic = false;    // an atomic acknowledgement, not READ data
   uint64_t original = 0;  // atomics: the value before the operation
   bool duplicate = false; // answers a duplicate request
+};
+
+// A READ request the responder accepted, remembered so that a duplicate of
+// it (the requester's retry, possibly for the rest of it) can be answered
+// again: only what matches a remembered READ is replayed (IBTA 9.7.5.1.1,
+// as rxe keeps its responder resources).
+struct ReadRecord {
+  Psn first_psn;
+  uint32_t packets = 0;
+  uint32_t rkey = 0;
+  uint64_t virtual_address = 0;
+  uint32_t length = 0;
+  bool valid = false;
 };
 
 struct AtomicReplay {
@@ -106,21 +122,31 @@ struct ResponderState {
   RecvWqe recv;
   uint64_t recv_offset = 0;
   uint32_t length_overflow = 0;  // bytes that did not fit, for IBV_WC_LOC_LEN_ERR
-  // RDMA WRITE in progress (from the RETH of the first packet).
-  uint8_t* write_dest = nullptr;
+  // RDMA WRITE in progress (from the RETH of the first packet). Key and next
+  // address, not a pointer: every packet is checked again.
+  uint32_t write_rkey = 0;
+  uint64_t write_va = 0;
   uint64_t write_remaining = 0;
   uint64_t write_length = 0;
   bool write_in_progress = false;
-  // ACK to send at the end of the burst.
+  // The acknowledgement to send when the transmit stage has room (ACK, or a
+  // NAK, which takes precedence: it acknowledges everything before its PSN).
+  // Nothing on the receive path stages a frame itself, so a flood of
+  // requests cannot overrun the stage; a newer NAK replaces an older one, so
+  // a QP sends at most one (RNR) NAK per poll.
   bool ack_pending = false;
   Psn ack_psn;
   uint8_t ack_syndrome = 0;
+  bool ack_is_nak() const { return ack_pending && AethFields{ack_syndrome, 0}.kind() != AethKind::kAck; }
   // READ responses being sent (ring of max_dest_rd_atomic + 1).
   std::vector<ReadResponseJob> reads;  // 2 * max_dest_rd_atomic slots, see EnqueueResponse
   uint32_t reads_head = 0, reads_count = 0, duplicate_jobs = 0;
   // Recent atomics, replayed on duplicates (IBTA 9.7.5.1.1 / o9-23).
   std::vector<AtomicReplay> atomics;
   uint32_t atomics_next = 0;
+  // Recent READs, replayed on duplicates (sized with `reads`).
+  std::vector<ReadRecord> read_history;
+  uint32_t read_history_next = 0;
 };
 
 struct QpCounters {
@@ -165,6 +191,14 @@ class QueuePair {
   ResponderState resp;
   QpCounters counters;
   bool ack_listed = false;  // on the engine's list of QPs with an ACK to send
+  // GSI QP only: the source MAC of each datagram received, by receive slot
+  // (wr_id % size); written before the completion is pushed, read by the
+  // connection manager after it polled the completion (Engine::UdSourceMac).
+  struct UdSource {
+    uint64_t wr_id = UINT64_MAX;
+    MacAddress mac{};
+  };
+  std::vector<UdSource> ud_sources;
   bool flush_pending = false;
 };
 

@@ -70,9 +70,6 @@ bool Engine::StartSendWqe(QueuePair* qp, SendSlot& slot) {
     if (mrs_.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr, w.sge[i].length, needed, &host) != MrCheck::kOk) {
       return false;
     }
-    if (i == 0 && (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)) {
-      slot.local_result = host;
-    }
   }
   slot.read_or_atomic = IsReadOrAtomic(w.opcode);
   slot.packets = (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
@@ -87,21 +84,29 @@ bool Engine::StartSendWqe(QueuePair* qp, SendSlot& slot) {
   return true;
 }
 
-void Engine::CopyFromWqe(const SendWqe& w, uint64_t offset, uint8_t* dest, uint32_t length) {
+bool Engine::CopyFromWqe(const QueuePair* qp, const SendWqe& w, uint64_t offset, uint8_t* dest,
+                         uint32_t length) const {
   if (w.num_sge == 0) {  // inline data
     std::memcpy(dest, w.inline_data + offset, length);
-    return;
+    return true;
   }
   uint32_t i = 0;
   while (i < w.num_sge && offset >= w.sge[i].length) offset -= w.sge[i++].length;
   while (length > 0 && i < w.num_sge) {
     const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, w.sge[i].length - offset));
-    std::memcpy(dest, reinterpret_cast<const uint8_t*>(w.sge[i].addr) + offset, chunk);
+    // The check of StartSendWqe is not enough: ibv_dereg_mr may have ended
+    // the region since (IBTA 10.6.3.1, every access is checked).
+    uint8_t* host = nullptr;
+    if (mrs_.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr + offset, chunk, 0, &host) != MrCheck::kOk) {
+      return false;
+    }
+    std::memcpy(dest, host, chunk);
     dest += chunk;
     length -= chunk;
     offset = 0;
     ++i;
   }
+  return true;
 }
 
 void Engine::RunRequester(QueuePair* qp) {
@@ -258,14 +263,23 @@ bool Engine::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
   f.payload_length = payload;
   rte_mbuf* m = StartPacket(*path, f, &dest);
   if (m == nullptr) {
-    // No buffer: undo this packet's PSN step and retry on the next poll.
-    if (w.opcode != IBV_WR_RDMA_READ && !slot.read_or_atomic && qp->type != IBV_QPT_UD) {
-      r.send_offset -= payload;
-    }
+    // No buffer (or no room to stage it): undo this packet's step and retry
+    // on the next poll. UD too: its offset moved like any SEND's, and a retry
+    // from the moved offset would send the message empty.
+    r.send_offset -= payload;
     r.psn = f.bth.psn;
     return false;
   }
-  if (payload > 0) CopyFromWqe(w, r.send_offset - payload, dest, payload);
+  if (payload > 0 && !CopyFromWqe(qp, w, r.send_offset - payload, dest, payload)) {
+    // A local buffer was deregistered under the request: it fails with a
+    // local protection error once the requests before it retire (class B,
+    // IBTA 10.8.3.1); nothing of this packet leaves.
+    rte_pktmbuf_free(m);
+    r.send_offset -= payload;
+    r.psn = f.bth.psn;
+    slot.local_error = true;
+    return false;
+  }
   FinishPacket(m);
   qp->counters.tx_packets++;
   qp->counters.tx_bytes += payload;

@@ -17,24 +17,62 @@ namespace uroce::transport {
 namespace {
 
 constexpr uint32_t kGrhBytes = 40;
+// The largest message (ibv_query_device max_msg_sz, 2^31): a RETH asking for
+// more is an invalid request, whatever its key.
+constexpr uint64_t kMaxMessageBytes = 1ull << 31;
 
 bool IsSend(Operation op) { return op == Operation::kSend; }
 
 }  // namespace
 
-void Engine::QueueAck(QueuePair* qp, Psn psn) {
-  ResponderState& s = qp->resp;
-  s.ack_pending = true;
-  s.ack_psn = psn;
-  s.ack_syndrome = AethFields::Syndrome(AethKind::kAck, kAethInvalidCredits);
+void Engine::ListForAck(QueuePair* qp) {
   if (!qp->ack_listed) {
     qp->ack_listed = true;
     ack_list_.push_back(qp);
   }
 }
 
-// An acknowledgement packet (ACK, NAK or RNR NAK) for `psn`, sent now.
-void Engine::SendAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
+void Engine::QueueAck(QueuePair* qp, Psn psn) {
+  ResponderState& s = qp->resp;
+  // A pending NAK already acknowledges everything before its PSN, and says
+  // more (retry from here / wait / stop): it is not replaced by an ACK.
+  if (s.ack_is_nak()) return;
+  s.ack_pending = true;
+  s.ack_psn = psn;
+  s.ack_syndrome = AethFields::Syndrome(AethKind::kAck, kAethInvalidCredits);
+  ListForAck(qp);
+}
+
+namespace {
+
+// Which pending acknowledgement says more: a fatal NAK (the QP stops) over an
+// RNR NAK (wait, then resend) over a PSN sequence NAK (resend) over an ACK.
+int AcknowledgeRank(uint8_t syndrome) {
+  const AethFields aeth{syndrome, 0};
+  switch (aeth.kind()) {
+    case AethKind::kAck: return 0;
+    case AethKind::kRnrNak: return 2;
+    case AethKind::kNak: return aeth.value() == uint8_t(NakCode::kPsnSequenceError) ? 1 : 3;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+void Engine::QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome) {
+  ResponderState& s = qp->resp;
+  // Every NAK of one poll names the PSN the responder waits for, so one is
+  // enough: the one that says most.
+  if (s.ack_pending && AcknowledgeRank(s.ack_syndrome) > AcknowledgeRank(syndrome)) return;
+  s.ack_pending = true;
+  s.ack_psn = psn;
+  s.ack_syndrome = syndrome;
+  ListForAck(qp);
+}
+
+// An acknowledgement packet (ACK, NAK or RNR NAK) for `psn`, staged now.
+// False when no buffer or no room: the caller keeps it pending.
+bool Engine::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
   PacketFields f;
   f.bth.opcode = static_cast<uint8_t>(Opcode::kRcAcknowledge);
   f.bth.dest_qp = qp->attr.dest_qp_num;
@@ -43,14 +81,21 @@ void Engine::SendAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
   f.aeth.msn = qp->resp.msn;
   uint8_t* unused = nullptr;
   rte_mbuf* m = StartPacket(qp->path, f, &unused);
-  if (m == nullptr) return;  // the requester's timer recovers
+  if (m == nullptr) return false;
   FinishPacket(m);
+  return true;
 }
 
 void Engine::SendNak(QueuePair* qp, Psn psn, NakCode code) {
   qp->counters.naks_sent++;
   counters_.naks_sent++;
-  SendAcknowledge(qp, psn, AethFields::Syndrome(AethKind::kNak, static_cast<uint8_t>(code)));
+  QueueNak(qp, psn, AethFields::Syndrome(AethKind::kNak, static_cast<uint8_t>(code)));
+}
+
+void Engine::SendRnrNak(QueuePair* qp, Psn psn) {
+  // Receiver not ready (IBTA 9.7.5.1.4): RNR NAK with our timer. Counted when
+  // it leaves (SendPendingAcks): a storm of SENDs makes one per poll.
+  QueueNak(qp, psn, AethFields::Syndrome(AethKind::kRnrNak, qp->attr.min_rnr_timer));
 }
 
 // Class C/D responder errors (IBTA 9.9.3.1): NAK, then the QP enters ERR.
@@ -62,6 +107,7 @@ void Engine::ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_status 
                  recv_status == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
     s.have_recv = false;
   }
+  s.write_in_progress = false;
   EnterError(qp);
 }
 
@@ -70,15 +116,17 @@ void Engine::SendPendingAcks() {
   for (QueuePair* qp : ack_list_) {
     ResponderState& s = qp->resp;
     // An ACK must not overtake READ or atomic responses still queued: the
-    // requester would take it as a sign they were lost.
-    if (s.ack_pending && (s.reads_count > 0 || !TxRoom(1))) {
+    // requester would take it as a sign they were lost. Without room (or a
+    // buffer) it waits for the next poll.
+    if (s.ack_pending && (s.reads_count > 0 || !EmitAcknowledge(qp, s.ack_psn, s.ack_syndrome))) {
       ack_list_[kept++] = qp;
       continue;
     }
-    if (s.ack_pending) {
-      s.ack_pending = false;
-      SendAcknowledge(qp, s.ack_psn, s.ack_syndrome);
+    if (s.ack_pending && AethFields{s.ack_syndrome, 0}.kind() == AethKind::kRnrNak) {
+      qp->counters.rnr_naks_sent++;
+      counters_.rnr_naks_sent++;
     }
+    s.ack_pending = false;
     qp->ack_listed = false;
   }
   ack_list_.resize(kept);
@@ -138,6 +186,11 @@ void Engine::HandleUdReceive(QueuePair* qp, const PacketView& p) {
   const bool ok = PlaceInRecv(qp, 0, grh, kGrhBytes, &error) &&
                   PlaceInRecv(qp, kGrhBytes, p.payload, p.fields.payload_length, &error);
   qp->resp.have_recv = false;
+  if (!qp->ud_sources.empty()) {
+    QueuePair::UdSource& source = qp->ud_sources[wqe.wr_id % qp->ud_sources.size()];
+    source.wr_id = wqe.wr_id;
+    source.mac = p.fields.src_mac;
+  }
   unsigned flags = IBV_WC_GRH;
   uint32_t imm = 0;
   if (p.opcode->has(kImmDt)) {
@@ -173,22 +226,24 @@ void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
     }
   }
   if (op == Operation::kRdmaReadRequest) {
-    // Answer again from memory, after checking again (the region may be gone).
-    uint8_t* host = nullptr;
-    if (p.fields.reth.dma_length > 0 &&
-        mrs_.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
-                         IBV_ACCESS_REMOTE_READ, &host) != MrCheck::kOk) {
-      return;
-    }
-    EnqueueResponse(qp, ReadResponseJob{p.fields.bth.psn, p.fields.bth.psn, host, 0, p.fields.reth.dma_length, false, 0,
-                                        /*duplicate=*/true});
+    HandleDuplicateRead(qp, p);
     return;
   }
   if (op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
+    // The same access rule as a new atomic: revoked access replays nothing.
+    if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) == 0) {
+      counters_.rx_dropped++;
+      return;
+    }
     for (const AtomicReplay& a : s.atomics) {
       if (a.valid && a.psn.value() == p.fields.bth.psn.value()) {
-        EnqueueResponse(qp, ReadResponseJob{p.fields.bth.psn, p.fields.bth.psn, nullptr, 0, 0, true, a.original,
-                                            /*duplicate=*/true});
+        ReadResponseJob job;
+        job.next_psn = p.fields.bth.psn;
+        job.first_psn = p.fields.bth.psn;
+        job.atomic = true;
+        job.original = a.original;
+        job.duplicate = true;
+        EnqueueResponse(qp, job);
         return;
       }
     }
@@ -196,6 +251,52 @@ void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
   }
   // SEND / WRITE: acknowledge again, with the newest PSN (IBTA o9-20).
   QueueAck(qp, s.expected_psn - 1);
+}
+
+// A duplicate READ request (IBTA 9.7.5.1.1): answered again only if it is
+// (the rest of) a READ this responder accepted and remembers, with the same
+// key, address and length, and only after every check a new READ passes. A
+// PSN nobody remembers is dropped without an answer, so a guessed key earns
+// nothing; a remembered PSN with other parameters is an invalid request.
+void Engine::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
+  ResponderState& s = qp->resp;
+  const Psn psn = p.fields.bth.psn;
+  const RethFields& reth = p.fields.reth;
+  const ReadRecord* record = nullptr;
+  for (const ReadRecord& r : s.read_history) {
+    if (r.valid && psn.DistanceFrom(r.first_psn) >= 0 && uint32_t(psn.DistanceFrom(r.first_psn)) < r.packets) {
+      record = &r;
+      break;
+    }
+  }
+  if (record == nullptr) {
+    counters_.rx_dropped++;
+    return;
+  }
+  const uint64_t skipped = uint64_t(psn.DistanceFrom(record->first_psn)) * qp->mtu_bytes;
+  if (reth.rkey != record->rkey) {
+    ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    return;
+  }
+  if (skipped > record->length || reth.virtual_address != record->virtual_address + skipped || reth.dma_length != record->length - skipped) {
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return;
+  }
+  uint8_t* host = nullptr;
+  if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0 ||
+      (reth.dma_length > 0 && mrs_.CheckRemote(reth.rkey, qp->pd, reth.virtual_address, reth.dma_length,
+                                               IBV_ACCESS_REMOTE_READ, &host) != MrCheck::kOk)) {
+    ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    return;
+  }
+  ReadResponseJob job;
+  job.next_psn = psn;
+  job.first_psn = psn;
+  job.rkey = reth.rkey;
+  job.virtual_address = reth.virtual_address;
+  job.length = reth.dma_length;
+  job.duplicate = true;
+  EnqueueResponse(qp, job);
 }
 
 // The queue holds max_dest_rd_atomic new requests (the requester may have no
@@ -287,10 +388,7 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
         RecvWqe wqe;
         if (!TakeRecv(qp, &wqe)) {
           if (rc) {
-            // Receiver not ready (IBTA 9.7.5.1.4): RNR NAK with our timer.
-            qp->counters.rnr_naks_sent++;
-            counters_.rnr_naks_sent++;
-            SendAcknowledge(qp, psn, AethFields::Syndrome(AethKind::kRnrNak, qp->attr.min_rnr_timer));
+            SendRnrNak(qp, psn);
           } else {
             counters_.rx_dropped++;
           }
@@ -340,13 +438,15 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
       if (info.starts_message()) {
         uint8_t* host = nullptr;
         const bool allowed = (access & IBV_ACCESS_REMOTE_WRITE) != 0;
-        if (!allowed || (p.fields.reth.dma_length > 0 &&
-                         mrs_.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
-                                          IBV_ACCESS_REMOTE_WRITE, &host) != MrCheck::kOk)) {
+        if (!allowed || p.fields.reth.dma_length > kMaxMessageBytes ||
+            (p.fields.reth.dma_length > 0 &&
+             mrs_.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
+                              IBV_ACCESS_REMOTE_WRITE, &host) != MrCheck::kOk)) {
           if (rc) ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
           return;
         }
-        s.write_dest = host;
+        s.write_rkey = p.fields.reth.rkey;
+        s.write_va = p.fields.reth.virtual_address;
         s.write_remaining = p.fields.reth.dma_length;
         s.write_length = p.fields.reth.dma_length;
         s.write_in_progress = true;
@@ -358,17 +458,29 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
         s.write_in_progress = false;
         return;
       }
+      // Every packet of the WRITE passes the checks of the first: the region
+      // may have been deregistered (or the QP's access revoked) since, and
+      // nothing may land in memory the application no longer gives us.
+      uint8_t* dest = nullptr;
+      if (p.fields.payload_length > 0 &&
+          ((access & IBV_ACCESS_REMOTE_WRITE) == 0 ||
+           mrs_.CheckRemote(s.write_rkey, qp->pd, s.write_va, p.fields.payload_length, IBV_ACCESS_REMOTE_WRITE,
+                            &dest) != MrCheck::kOk)) {
+        if (rc) {
+          ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+        } else {
+          s.write_in_progress = false;  // UC: the message is lost
+          counters_.rx_dropped++;
+        }
+        return;
+      }
       RecvWqe wqe;
       const bool with_imm = info.has(kImmDt);
       if (with_imm) {
         // The immediate consumes a receive request: check for one before
         // placing the last packet, so an RNR retry finds memory unchanged.
         if (!s.have_recv && !TakeRecv(qp, &wqe)) {
-          if (rc) {
-            qp->counters.rnr_naks_sent++;
-            counters_.rnr_naks_sent++;
-            SendAcknowledge(qp, psn, AethFields::Syndrome(AethKind::kRnrNak, qp->attr.min_rnr_timer));
-          }
+          if (rc) SendRnrNak(qp, psn);
           return;
         }
         if (!s.have_recv) {
@@ -377,8 +489,8 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
           s.recv_offset_valid = false;
         }
       }
-      if (p.fields.payload_length > 0) std::memcpy(s.write_dest, p.payload, p.fields.payload_length);
-      s.write_dest += p.fields.payload_length;
+      if (p.fields.payload_length > 0) std::memcpy(dest, p.payload, p.fields.payload_length);
+      s.write_va += p.fields.payload_length;
       s.write_remaining -= p.fields.payload_length;
       if (info.ends_message()) {
         s.write_in_progress = false;
@@ -394,19 +506,34 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
     case Operation::kRdmaReadRequest: {
       uint8_t* host = nullptr;
       const bool allowed = (access & IBV_ACCESS_REMOTE_READ) != 0;
-      if (!allowed || (p.fields.reth.dma_length > 0 &&
-                       mrs_.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
-                                        IBV_ACCESS_REMOTE_READ, &host) != MrCheck::kOk)) {
+      const RethFields& reth = p.fields.reth;
+      if (reth.dma_length > kMaxMessageBytes) {
+        ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+        return;
+      }
+      if (!allowed || (reth.dma_length > 0 && mrs_.CheckRemote(reth.rkey, qp->pd, reth.virtual_address,
+                                                               reth.dma_length, IBV_ACCESS_REMOTE_READ,
+                                                               &host) != MrCheck::kOk)) {
         ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
       }
-      if (!EnqueueResponse(qp, ReadResponseJob{psn, psn, host, 0, p.fields.reth.dma_length, false, 0})) {
+      ReadResponseJob job;
+      job.next_psn = psn;
+      job.first_psn = psn;
+      job.rkey = reth.rkey;
+      job.virtual_address = reth.virtual_address;
+      job.length = reth.dma_length;
+      if (!EnqueueResponse(qp, job)) {
         // More READs/atomics outstanding than max_dest_rd_atomic allows.
         ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
-      const uint32_t packets =
-          p.fields.reth.dma_length == 0 ? 1 : (p.fields.reth.dma_length + qp->mtu_bytes - 1) / qp->mtu_bytes;
+      const uint32_t packets = reth.dma_length == 0 ? 1 : (reth.dma_length + qp->mtu_bytes - 1) / qp->mtu_bytes;
+      if (!s.read_history.empty()) {
+        s.read_history[s.read_history_next] =
+            ReadRecord{psn, packets, reth.rkey, reth.virtual_address, reth.dma_length, true};
+        s.read_history_next = (s.read_history_next + 1) % static_cast<uint32_t>(s.read_history.size());
+      }
       ++s.msn;
       s.expected_psn = psn + packets;
       return;  // the responses acknowledge it
@@ -447,7 +574,12 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
       }
       ++s.msn;
       s.expected_psn = psn + 1;
-      EnqueueResponse(qp, ReadResponseJob{psn, psn, nullptr, 0, 0, true, original});
+      ReadResponseJob job;
+      job.next_psn = psn;
+      job.first_psn = psn;
+      job.atomic = true;
+      job.original = original;
+      EnqueueResponse(qp, job);
       return;
     }
     default:
@@ -486,11 +618,25 @@ void Engine::RunReadResponses(QueuePair* qp) {
       else if (last) f.bth.opcode = static_cast<uint8_t>(Opcode::kRcRdmaReadResponseLast);
       else f.bth.opcode = static_cast<uint8_t>(Opcode::kRcRdmaReadResponseMiddle);
     }
+    // Every response packet reads through the key again: a region
+    // deregistered while the response streams ends it (ibv_dereg_mr(3): no
+    // access after it returns), with a NAK, and the QP stops (IBTA 9.9.3.1).
+    const uint8_t* source = nullptr;
+    if (payload > 0) {
+      uint8_t* host = nullptr;
+      if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0 ||
+          mrs_.CheckRemote(job.rkey, qp->pd, job.virtual_address + job.offset, payload, IBV_ACCESS_REMOTE_READ,
+                           &host) != MrCheck::kOk) {
+        ResponderFatal(qp, job.next_psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+        return;
+      }
+      source = host;
+    }
     uint8_t* dest = nullptr;
     f.payload_length = payload;
     rte_mbuf* m = StartPacket(qp->path, f, &dest);
     if (m == nullptr) return;  // no buffer now; next poll
-    if (payload > 0) std::memcpy(dest, job.source + job.offset, payload);
+    if (payload > 0) std::memcpy(dest, source, payload);
     FinishPacket(m);
     --budget;
     job.offset += payload;
@@ -501,10 +647,7 @@ void Engine::RunReadResponses(QueuePair* qp) {
       --s.reads_count;
     }
   }
-  if (s.reads_count == 0 && s.ack_pending && !qp->ack_listed) {
-    qp->ack_listed = true;
-    ack_list_.push_back(qp);
-  }
+  if (s.reads_count == 0 && s.ack_pending) ListForAck(qp);
 }
 
 }  // namespace uroce::transport
