@@ -30,6 +30,8 @@ namespace {
 constexpr size_t kGrhBytes = 40;
 constexpr size_t kRecvSlotBytes = kGrhBytes + kMadBytes;
 constexpr uint32_t kSendQueueDepth = 256;
+// IBTA 12.6.7 table 112: reason 3, "No resources available" (also what a
+// listener whose backlog is full answers).
 constexpr uint16_t kRejNoResources = 3;
 constexpr uint16_t kRejUnsupported = 5;
 constexpr uint16_t kRejInvalidTransport = 9;
@@ -54,14 +56,19 @@ uint64_t GuidFromMac(const MacAddress& mac) {
 }
 
 // The GRH the engine places before a UD datagram: an IPv6 header, or 20 zero
-// bytes and the IPv4 header (IBTA A17.4.5.2).
+// bytes and the IPv4 header (IBTA A17.4.5.2). The IP version decides, and it
+// is read first: byte 20 of an IPv6 header is byte 12 of its source address,
+// which may well start with 0x4 (fd00::4000:2).
 bool SourceFromGrh(const uint8_t* grh, Gid* source) {
-  if ((grh[20] >> 4) == 4) {
-    *source = Ipv4MappedGid(grh + 20 + 12);
-    return true;
-  }
   if ((grh[0] >> 4) == 6) {
     std::memcpy(source->data(), grh + 8, 16);
+    return true;
+  }
+  for (size_t i = 0; i < 20; ++i) {
+    if (grh[i] != 0) return false;
+  }
+  if ((grh[20] >> 4) == 4) {
+    *source = Ipv4MappedGid(grh + 20 + 12);
     return true;
   }
   return false;
@@ -100,6 +107,31 @@ struct ConnectionManager::Impl {
     // The last answer, repeated when the peer's message comes again.
     std::array<uint8_t, kMadBytes> answer{};
     bool have_answer = false;
+    // Where MADs to the peer go: the REQ's Ethernet source (passive), the
+    // MAC Connect resolved (active). Never looked up on the receive path.
+    MacAddress peer_mac{};
+    // Passive: counted in its listener's backlog while kReqReceived, and
+    // forgotten at expires_ns if still unanswered.
+    bool in_backlog = false;
+    uint64_t expires_ns = 0;
+    // MRAs honoured and the time they added (IBTA 12.6.6; bounded).
+    unsigned mras = 0;
+    uint64_t mra_extension_ns = 0;
+  };
+  struct Listener {
+    uint64_t tag = 0;
+    unsigned backlog = kCmDefaultBacklog;
+  };
+  struct CachedAh {
+    uint32_t handle = 0;
+    uint64_t last_used_ns = 0;
+  };
+  // An address handle out of the cache, destroyed once every send posted
+  // before it left has completed (QP1's sends complete in order, and the
+  // engine reads the handle when it builds the frame, not at post time).
+  struct RetiredAh {
+    uint32_t handle = 0;
+    uint64_t posted_before = 0;
   };
 
   Engine* engine = nullptr;
@@ -116,10 +148,14 @@ struct ConnectionManager::Impl {
   bool mr_registered = false;
   std::mt19937_64 random;
   uint32_t tid_high = 0;
-  std::map<uint16_t, uint64_t> listeners;
+  std::map<uint16_t, Listener> listeners;
+  std::map<uint16_t, unsigned> pending_by_port;  // requests in kReqReceived, by listened port
   std::map<CmConnectionId, Connection> connections;
   std::map<std::pair<Gid, uint32_t>, CmConnectionId> by_remote;  // (peer GID, remote comm ID)
-  std::map<Gid, uint32_t> address_handles;
+  std::map<std::pair<Gid, MacAddress>, CachedAh> address_handles;
+  std::deque<RetiredAh> retired_ahs;
+  uint64_t sends_posted = 0, sends_completed = 0;
+  uint64_t next_ah_scan_ns = 0;
   std::deque<CmEvent> events;
   CmCounters counters;
 
@@ -134,21 +170,34 @@ struct ConnectionManager::Impl {
   void Teardown();
   Status PostRecvSlot(uint64_t slot);
 
-  StatusOr<uint32_t> AddressHandleFor(const Gid& gid);
+  // An address handle to (gid, mac), from the cache or made without any
+  // neighbour resolution (Engine::CreateAhToMac).
+  StatusOr<uint32_t> AddressHandleFor(const Gid& gid, const MacAddress& mac);
+  void RetireAh(uint32_t handle);
+  void DestroyRetiredAhs();
+  void AgeAddressHandles(uint64_t now);
+  // The ibv_ah_attr for MADs to `peer` (from our GID of its IP version).
+  bool AhAttrFor(const Gid& peer, ibv_ah_attr* attr) const;
+  // A request leaves kReqReceived (answered, withdrawn, expired): its place
+  // in the listener's backlog is free again.
+  void LeaveBacklog(Connection& c);
+  // Forgets connection `it` (and its by_remote entry).
+  void Erase(std::map<CmConnectionId, Connection>::iterator it);
   // The engine's GID table index of `gid`, or -1.
   int GidIndex(const Gid& gid) const;
   // This side's address for talking to `peer`: options.local_gid when it is
   // of the peer's IP version, else the table's first GID of that version.
   bool LocalGidFor(const Gid& peer, Gid* local) const;
-  bool SendMad(const Gid& to, const uint8_t* mad);
-  bool SendMad(const Gid& to, const CmMad& mad) {
+  bool SendMad(const Gid& to, const MacAddress& mac, const uint8_t* mad);
+  bool SendMad(const Gid& to, const MacAddress& mac, const CmMad& mad) {
     uint8_t bytes[kMadBytes];
     EncodeCmMad(mad, bytes);
-    return SendMad(to, bytes);
+    return SendMad(to, mac, bytes);
   }
+  bool SendToPeer(const Connection& c, const uint8_t* mad) { return SendMad(c.peer.gid, c.peer_mac, mad); }
   void SendAndWait(Connection& c, const CmMad& mad);
   void SendAnswer(Connection& c, const CmMad& mad);
-  void SendRej(const Gid& to, uint64_t tid, uint32_t local_id, uint32_t remote_id, CmMessageKind kind,
+  void SendRej(const Gid& to, const MacAddress& mac, uint64_t tid, uint32_t local_id, uint32_t remote_id, CmMessageKind kind,
                uint16_t reason, const uint8_t* data, size_t length);
 
   CmConnectionId NewLocalId();
@@ -167,13 +216,14 @@ struct ConnectionManager::Impl {
   void Emit(const Connection& c, CmEventType type, std::vector<uint8_t> private_data = {}, uint16_t reason = 0);
 
   void DrainCompletions();
-  void HandleMad(const Gid& source, const uint8_t* data, size_t length);
-  void HandleReq(const Gid& source, const MadHeader& header, const CmReq& req);
-  void HandleRep(const Gid& source, const MadHeader& header, const CmRep& rep);
+  // `source_mac`: the frame's Ethernet source, where answers go.
+  void HandleMad(const Gid& source, const MacAddress& source_mac, const uint8_t* data, size_t length);
+  void HandleReq(const Gid& source, const MacAddress& source_mac, const MadHeader& header, const CmReq& req);
+  void HandleRep(const Gid& source, const MacAddress& source_mac, const MadHeader& header, const CmRep& rep);
   void HandleRtu(const CmRtu& rtu);
   void HandleRej(const Gid& source, const CmRej& rej);
-  void HandleMra(const CmMra& mra);
-  void HandleDreq(const Gid& source, const MadHeader& header, const CmDreq& dreq);
+  void HandleMra(const Gid& source, const CmMra& mra);
+  void HandleDreq(const Gid& source, const MacAddress& source_mac, const MadHeader& header, const CmDreq& dreq);
   void HandleDrep(const CmDrep& drep);
   void RunTimers();
   void TimedOut(Connection& c);
@@ -246,8 +296,10 @@ void ConnectionManager::Impl::Teardown() {
   cq = nullptr;
   if (mr_registered) (void)engine->DeregMr(recv_keys.lkey);
   mr_registered = false;
-  for (const auto& [gid, handle] : address_handles) (void)engine->DestroyAh(handle);
+  for (const auto& [key, ah] : address_handles) (void)engine->DestroyAh(ah.handle);
   address_handles.clear();
+  for (const RetiredAh& ah : retired_ahs) (void)engine->DestroyAh(ah.handle);
+  retired_ahs.clear();
 }
 
 Status ConnectionManager::Impl::PostRecvSlot(uint64_t slot) {
@@ -284,28 +336,77 @@ bool ConnectionManager::Impl::LocalGidFor(const Gid& peer, Gid* local) const {
   return false;
 }
 
-StatusOr<uint32_t> ConnectionManager::Impl::AddressHandleFor(const Gid& gid) {
-  auto it = address_handles.find(gid);
-  if (it != address_handles.end()) return it->second;
+bool ConnectionManager::Impl::AhAttrFor(const Gid& peer, ibv_ah_attr* attr) const {
   // MADs to a peer leave from our address of its IP version (RoCEv2 puts
   // the source GID in the IP header, which must be of the same version).
   Gid local;
-  if (!LocalGidFor(gid, &local)) return InvalidArgument("no local GID of the peer's IP version");
-  ibv_ah_attr attr{};
-  attr.is_global = 1;
-  attr.port_num = 1;
-  attr.grh.sgid_index = static_cast<uint8_t>(GidIndex(local));
-  attr.grh.hop_limit = 64;
-  std::memcpy(attr.grh.dgid.raw, gid.data(), 16);
-  // The engine asks its resolve_neighbor hook (ARP / ND) for a missing MAC.
-  auto handle = engine->CreateAh(pd, attr);
+  if (!LocalGidFor(peer, &local)) return false;
+  *attr = {};
+  attr->is_global = 1;
+  attr->port_num = 1;
+  attr->grh.sgid_index = static_cast<uint8_t>(GidIndex(local));
+  attr->grh.hop_limit = 64;
+  std::memcpy(attr->grh.dgid.raw, peer.data(), 16);
+  return true;
+}
+
+StatusOr<uint32_t> ConnectionManager::Impl::AddressHandleFor(const Gid& gid, const MacAddress& mac) {
+  const uint64_t now = Now();
+  auto it = address_handles.find({gid, mac});
+  if (it != address_handles.end()) {
+    it->second.last_used_ns = now;
+    return it->second.handle;
+  }
+  ibv_ah_attr attr;
+  if (!AhAttrFor(gid, &attr)) return InvalidArgument("no local GID of the peer's IP version");
+  // Bounded: a storm of sources must not grow the engine's AH table. The
+  // least recently used entry makes room (a peer still talking to us gets
+  // a new one at its next MAD).
+  if (options.max_address_handles > 0 && address_handles.size() >= options.max_address_handles) {
+    auto oldest = address_handles.begin();
+    for (auto at = address_handles.begin(); at != address_handles.end(); ++at) {
+      if (at->second.last_used_ns < oldest->second.last_used_ns) oldest = at;
+    }
+    RetireAh(oldest->second.handle);
+    address_handles.erase(oldest);
+    counters.address_handles_evicted++;
+  }
+  // Never CreateAh here: that would resolve the neighbour (ARP/ND), waiting
+  // with the CM locked on a peer's say-so (DESIGN.md: nothing on the receive
+  // path waits).
+  auto handle = engine->CreateAhToMac(pd, attr, mac);
   if (!handle.ok()) return handle.status();
-  address_handles[gid] = *handle;
+  address_handles[{gid, mac}] = CachedAh{*handle, now};
   return *handle;
 }
 
-bool ConnectionManager::Impl::SendMad(const Gid& to, const uint8_t* mad) {
-  auto handle = AddressHandleFor(to);
+void ConnectionManager::Impl::RetireAh(uint32_t handle) {
+  retired_ahs.push_back(RetiredAh{handle, sends_posted});
+  DestroyRetiredAhs();
+}
+
+void ConnectionManager::Impl::DestroyRetiredAhs() {
+  while (!retired_ahs.empty() && retired_ahs.front().posted_before <= sends_completed) {
+    (void)engine->DestroyAh(retired_ahs.front().handle);
+    retired_ahs.pop_front();
+  }
+}
+
+void ConnectionManager::Impl::AgeAddressHandles(uint64_t now) {
+  if (now < next_ah_scan_ns) return;
+  next_ah_scan_ns = now + options.address_handle_idle_ns / 4 + 1;
+  for (auto it = address_handles.begin(); it != address_handles.end();) {
+    if (now - it->second.last_used_ns >= options.address_handle_idle_ns) {
+      RetireAh(it->second.handle);
+      it = address_handles.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+bool ConnectionManager::Impl::SendMad(const Gid& to, const MacAddress& mac, const uint8_t* mad) {
+  auto handle = AddressHandleFor(to, mac);
   if (!handle.ok()) {
     counters.send_failures++;
     return false;
@@ -327,6 +428,7 @@ bool ConnectionManager::Impl::SendMad(const Gid& to, const uint8_t* mad) {
     counters.send_failures++;
     return false;
   }
+  sends_posted++;
   counters.mads_sent++;
   return true;
 }
@@ -336,16 +438,18 @@ void ConnectionManager::Impl::SendAndWait(Connection& c, const CmMad& mad) {
   c.waiting = true;
   c.retries_left = options.max_retries;
   c.deadline_ns = Now() + options.response_timeout_ns;
-  SendMad(c.peer.gid, c.outstanding.data());
+  c.mras = 0;
+  c.mra_extension_ns = 0;
+  SendToPeer(c, c.outstanding.data());
 }
 
 void ConnectionManager::Impl::SendAnswer(Connection& c, const CmMad& mad) {
   EncodeCmMad(mad, c.answer.data());
   c.have_answer = true;
-  SendMad(c.peer.gid, c.answer.data());
+  SendToPeer(c, c.answer.data());
 }
 
-void ConnectionManager::Impl::SendRej(const Gid& to, uint64_t tid, uint32_t local_id, uint32_t remote_id,
+void ConnectionManager::Impl::SendRej(const Gid& to, const MacAddress& mac, uint64_t tid, uint32_t local_id, uint32_t remote_id,
                                       CmMessageKind kind, uint16_t reason, const uint8_t* data, size_t length) {
   CmMad mad;
   mad.header.transaction_id = tid;
@@ -356,7 +460,25 @@ void ConnectionManager::Impl::SendRej(const Gid& to, uint64_t tid, uint32_t loca
   rej.reason = reason;
   if (length > 0) std::memcpy(rej.private_data.data(), data, std::min(length, rej.private_data.size()));
   mad.message = rej;
-  SendMad(to, mad);
+  SendMad(to, mac, mad);
+}
+
+void ConnectionManager::Impl::LeaveBacklog(Connection& c) {
+  if (!c.in_backlog) return;
+  c.in_backlog = false;
+  auto it = pending_by_port.find(c.local.port);
+  if (it == pending_by_port.end()) return;
+  if (--it->second == 0) pending_by_port.erase(it);
+}
+
+void ConnectionManager::Impl::Erase(std::map<CmConnectionId, Connection>::iterator it) {
+  Connection& c = it->second;
+  LeaveBacklog(c);
+  if (c.remote_id != 0) {
+    auto known = by_remote.find({c.peer.gid, c.remote_id});
+    if (known != by_remote.end() && known->second == c.local_id) by_remote.erase(known);
+  }
+  connections.erase(it);
 }
 
 CmConnectionId ConnectionManager::Impl::NewLocalId() {
@@ -459,27 +581,37 @@ void ConnectionManager::Impl::DrainCompletions() {
     const int n = cq->Poll(16, wc);
     if (n <= 0) return;
     for (int i = 0; i < n; ++i) {
-      if (wc[i].opcode != IBV_WC_RECV) continue;  // our own sends (inline copies: nothing to free)
+      if (!(wc[i].opcode & IBV_WC_RECV)) {
+        // Our own sends (inline copies: nothing to free), in order: address
+        // handles retired before them may go now.
+        sends_completed++;
+        continue;
+      }
       const uint64_t slot = wc[i].wr_id;
       if (slot >= options.recv_buffers) continue;
       if (wc[i].status == IBV_WC_SUCCESS) {
         const uint8_t* buffer = recv_memory.data() + slot * kRecvSlotBytes;
         Gid source;
-        // CM MADs come from QP1 only (IBTA 13.5.1), with a GRH and a whole MAD.
+        MacAddress source_mac{};
+        // CM MADs come from QP1 only (IBTA 13.5.1), with a GRH and a whole
+        // MAD. Answers go to the frame's Ethernet source: without it, none
+        // could be sent without resolving, so the MAD is dropped.
         if (wc[i].src_qp != kGsiQpn || !(wc[i].wc_flags & IBV_WC_GRH) || wc[i].byte_len < kRecvSlotBytes ||
-            !SourceFromGrh(buffer, &source)) {
+            !SourceFromGrh(buffer, &source) || !engine->UdSourceMac(gsi, slot, &source_mac)) {
           counters.mads_dropped++;
         } else {
           counters.mads_received++;
-          HandleMad(source, buffer + kGrhBytes, wc[i].byte_len - kGrhBytes);
+          HandleMad(source, source_mac, buffer + kGrhBytes, wc[i].byte_len - kGrhBytes);
         }
       }
       if (wc[i].status != IBV_WC_WR_FLUSH_ERR) (void)PostRecvSlot(slot);
     }
+    DestroyRetiredAhs();
   }
 }
 
-void ConnectionManager::Impl::HandleMad(const Gid& source, const uint8_t* data, size_t length) {
+void ConnectionManager::Impl::HandleMad(const Gid& source, const MacAddress& source_mac, const uint8_t* data,
+                                        size_t length) {
   CmMad mad;
   if (DecodeCmMad(data, length, &mad) != CmMadError::kOk) {
     counters.mads_dropped++;
@@ -488,18 +620,19 @@ void ConnectionManager::Impl::HandleMad(const Gid& source, const uint8_t* data, 
   std::visit(
       [&](const auto& m) {
         using T = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<T, CmReq>) HandleReq(source, mad.header, m);
-        else if constexpr (std::is_same_v<T, CmRep>) HandleRep(source, mad.header, m);
+        if constexpr (std::is_same_v<T, CmReq>) HandleReq(source, source_mac, mad.header, m);
+        else if constexpr (std::is_same_v<T, CmRep>) HandleRep(source, source_mac, mad.header, m);
         else if constexpr (std::is_same_v<T, CmRtu>) HandleRtu(m);
         else if constexpr (std::is_same_v<T, CmRej>) HandleRej(source, m);
-        else if constexpr (std::is_same_v<T, CmMra>) HandleMra(m);
-        else if constexpr (std::is_same_v<T, CmDreq>) HandleDreq(source, mad.header, m);
+        else if constexpr (std::is_same_v<T, CmMra>) HandleMra(source, m);
+        else if constexpr (std::is_same_v<T, CmDreq>) HandleDreq(source, source_mac, mad.header, m);
         else if constexpr (std::is_same_v<T, CmDrep>) HandleDrep(m);
       },
       mad.message);
 }
 
-void ConnectionManager::Impl::HandleReq(const Gid& source, const MadHeader& header, const CmReq& req) {
+void ConnectionManager::Impl::HandleReq(const Gid& source, const MacAddress& source_mac, const MadHeader& header,
+                                        const CmReq& req) {
   auto known = by_remote.find({source, req.local_comm_id});
   if (known != by_remote.end()) {
     // A duplicate REQ (IBTA 12.9.6.1): our REP (or REJ) went missing; say it
@@ -508,17 +641,28 @@ void ConnectionManager::Impl::HandleReq(const Gid& source, const MadHeader& head
     Connection* c = Find(known->second);
     if (c != nullptr && c->have_answer && (c->state == State::kRepSent || c->state == State::kEstablished ||
                                            c->state == State::kClosed)) {
-      SendMad(c->peer.gid, c->answer.data());
+      SendToPeer(*c, c->answer.data());
     }
     return;
   }
   auto reject = [&](uint16_t reason) {
-    SendRej(source, header.transaction_id, 0, req.local_comm_id, CmMessageKind::kReq, reason, nullptr, 0);
+    SendRej(source, source_mac, header.transaction_id, 0, req.local_comm_id, CmMessageKind::kReq, reason, nullptr,
+            0);
   };
   if ((req.service_id & ~uint64_t{0xFFFF}) != kRdmaIpServiceIdBase) return reject(kRejInvalidServiceId);
   const uint16_t port = static_cast<uint16_t>(req.service_id & 0xFFFF);
   auto listener = listeners.find(port);
   if (listener == listeners.end()) return reject(kRejInvalidServiceId);
+  // The backlog (rdma_listen's, fi_listen's): a full one refuses with "no
+  // resources" (IBTA 12.6.7 table 112, reason 3) and keeps nothing, so a
+  // storm of REQs costs at most `backlog` entries.
+  {
+    auto pending = pending_by_port.find(port);
+    if (pending != pending_by_port.end() && pending->second >= listener->second.backlog) {
+      counters.backlog_rejects++;
+      return reject(kRejNoResources);
+    }
+  }
   if (req.transport_service_type != 0 || req.extended_transport_type != 0) return reject(kRejInvalidTransport);
   if (req.path_mtu < IBV_MTU_256 || req.path_mtu > IBV_MTU_4096) return reject(kRejInvalidPathMtu);
   IpCmHeader ip;
@@ -532,7 +676,7 @@ void ConnectionManager::Impl::HandleReq(const Gid& source, const MadHeader& head
   c.remote_id = req.local_comm_id;
   c.active = false;
   c.state = State::kReqReceived;
-  c.listen_tag = listener->second;
+  c.listen_tag = listener->second.tag;
   // Answer from the address the caller called (the REQ's primary path
   // names it; the IP CM header too); one of the caller's IP version else.
   Gid local;
@@ -548,18 +692,33 @@ void ConnectionManager::Impl::HandleReq(const Gid& source, const MadHeader& head
   c.transaction_id = header.transaction_id;  // every message of this connection reuses the REQ's
   c.remote_qpn = req.local_qpn;
   c.req = req;
+  c.peer_mac = source_mac;
+  // The caller waits Remote CM Response Timeout (4.096 us * 2^x) for each
+  // of its 1 + Max CM Retries tries (IBTA 12.6.5); after that it has given
+  // up, so an answer would be for nobody. Bounded: the fields are the
+  // peer's to set (2^31 * 4.096 us is 2.4 hours).
+  {
+    const uint64_t per_try = 4096ull << std::min<uint8_t>(req.remote_cm_response_timeout, 31);
+    const uint64_t patience = per_try * (uint64_t{req.max_cm_retries} + 1);
+    const uint64_t lifetime =
+        std::max(options.response_timeout_ns, std::min(patience, options.max_request_lifetime_ns));
+    c.expires_ns = Now() + lifetime;
+  }
+  c.in_backlog = true;
+  pending_by_port[port]++;
   by_remote[{source, req.local_comm_id}] = c.local_id;
   auto& stored = connections[c.local_id] = c;
   Emit(stored, CmEventType::kConnectRequest, ToVector(req.private_data, kIpCmHeaderBytes));
 }
 
-void ConnectionManager::Impl::HandleRep(const Gid& source, const MadHeader& header, const CmRep& rep) {
+void ConnectionManager::Impl::HandleRep(const Gid& source, const MacAddress& source_mac, const MadHeader& header,
+                                        const CmRep& rep) {
   Connection* c = Find(rep.remote_comm_id);
   if (c == nullptr || !c->active) {
     // A REP for nothing we know (we gave up, or it is stale): say so, so that
     // the passive side stops waiting for an RTU (IBTA 12.9.6.2).
     counters.mads_dropped++;
-    SendRej(source, header.transaction_id, rep.remote_comm_id, rep.local_comm_id, CmMessageKind::kRep,
+    SendRej(source, source_mac, header.transaction_id, rep.remote_comm_id, rep.local_comm_id, CmMessageKind::kRep,
             kRejInvalidCommId, nullptr, 0);
     return;
   }
@@ -567,7 +726,7 @@ void ConnectionManager::Impl::HandleRep(const Gid& source, const MadHeader& head
     // A duplicate REP: our RTU went missing; send it again.
     counters.duplicates++;
     if (c->state == State::kEstablished && c->remote_id == rep.local_comm_id && c->have_answer) {
-      SendMad(c->peer.gid, c->answer.data());
+      SendToPeer(*c, c->answer.data());
     }
     return;
   }
@@ -588,10 +747,14 @@ void ConnectionManager::Impl::HandleRep(const Gid& source, const MadHeader& head
   // (../shared/captures/rping_rdma_cm.pcap: the active side's first SEND
   // carries the REP's Starting PSN, the passive side's first READ the
   // REQ's).
+  // ModifyQp with a path asks the resolver for a MAC the neighbour table
+  // lacks; here, on the receive path, it must find it (Connect learnt it).
+  MacAddress known;
+  if (!engine->LookupNeighbor(c->peer.gid, &known)) engine->AddNeighbor(c->peer.gid, c->peer_mac);
   Status s = ToRtrRts(*c, c->req.starting_psn, rep.starting_psn, max_dest_rd_atomic, max_rd_atomic,
                       c->params.retry_count, rep.rnr_retry_count);
   if (!s.ok()) {
-    SendRej(c->peer.gid, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kRep, kRejNoResources,
+    SendRej(c->peer.gid, c->peer_mac, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kRep, kRejNoResources,
             nullptr, 0);
     ToError(*c);
     c->state = State::kClosed;
@@ -642,6 +805,7 @@ void ConnectionManager::Impl::HandleRej(const Gid& source, const CmRej& rej) {
     case State::kReqSent:
     case State::kRepSent:
     case State::kReqReceived:
+      LeaveBacklog(*c);
       c->waiting = false;
       c->have_answer = false;
       ToError(*c);
@@ -654,17 +818,36 @@ void ConnectionManager::Impl::HandleRej(const Gid& source, const CmRej& rej) {
   }
 }
 
-void ConnectionManager::Impl::HandleMra(const CmMra& mra) {
+void ConnectionManager::Impl::HandleMra(const Gid& source, const CmMra& mra) {
   // The peer needs longer (IBTA 12.6.6): wait its service timeout on top.
   Connection* c = Find(mra.remote_comm_id);
   if (c == nullptr || !c->waiting) return;
   const bool fits = (mra.message_mraed == CmMessageKind::kReq && c->state == State::kReqSent) ||
                     (mra.message_mraed == CmMessageKind::kRep && c->state == State::kRepSent);
   if (!fits) return;
-  c->deadline_ns = Now() + options.response_timeout_ns + (4096ull << std::min<uint8_t>(mra.service_timeout, 31));
+  // Only the peer may ask for time: the MRA must come from its GID (and QP 1,
+  // checked for every MAD), and once the peer's ID is known (after its REQ or
+  // REP) name it. A forged one is ignored.
+  if (source != c->peer.gid || (c->remote_id != 0 && mra.local_comm_id != c->remote_id)) {
+    counters.mras_ignored++;
+    return;
+  }
+  // The service timeout is 5 bits: 2^31 * 4.096 us is 2.4 hours. Honour at
+  // most max_mras of them and max_mra_extension_ns in all, so that no one
+  // wait grows without bound.
+  if (c->mras >= options.max_mras || c->mra_extension_ns >= options.max_mra_extension_ns) {
+    counters.mras_ignored++;
+    return;
+  }
+  const uint64_t asked = 4096ull << std::min<uint8_t>(mra.service_timeout, 31);
+  const uint64_t granted = std::min(asked, options.max_mra_extension_ns - c->mra_extension_ns);
+  c->mras++;
+  c->mra_extension_ns += granted;
+  c->deadline_ns = Now() + options.response_timeout_ns + granted;
 }
 
-void ConnectionManager::Impl::HandleDreq(const Gid& source, const MadHeader& header, const CmDreq& dreq) {
+void ConnectionManager::Impl::HandleDreq(const Gid& source, const MacAddress& source_mac, const MadHeader& header,
+                                         const CmDreq& dreq) {
   Connection* c = Find(dreq.remote_comm_id);
   CmMad mad;
   mad.header.transaction_id = header.transaction_id;
@@ -676,7 +859,7 @@ void ConnectionManager::Impl::HandleDreq(const Gid& source, const MadHeader& hea
     // Already forgotten (released): answer anyway so that the peer stops
     // asking (the kernel's CM does the same).
     counters.duplicates++;
-    SendMad(source, mad);
+    SendMad(source, source_mac, mad);
     return;
   }
   switch (c->state) {
@@ -695,7 +878,7 @@ void ConnectionManager::Impl::HandleDreq(const Gid& source, const MadHeader& hea
       return;
     case State::kTimewait:
       counters.duplicates++;
-      SendMad(c->peer.gid, mad);
+      SendMad(c->peer.gid, c->peer_mac, mad);
       return;
     default:
       counters.mads_dropped++;
@@ -720,18 +903,38 @@ void ConnectionManager::Impl::HandleDrep(const CmDrep& drep) {
 
 void ConnectionManager::Impl::RunTimers() {
   const uint64_t now = Now();
-  for (auto& [id, c] : connections) {
+  for (auto it = connections.begin(); it != connections.end();) {
+    Connection& c = it->second;
+    if (c.state == State::kReqReceived && now >= c.expires_ns) {
+      // Nobody answered while the caller waited: withdraw (REJ "timeout",
+      // IBTA 12.6.7 table 112 reason 4, as a passive side that gives up)
+      // and forget it, with its event if nobody took it yet.
+      counters.requests_expired++;
+      SendRej(c.peer.gid, c.peer_mac, c.transaction_id, c.local_id, c.remote_id, CmMessageKind::kReq, kRejTimeout,
+              nullptr, 0);
+      const CmConnectionId id = c.local_id;
+      events.erase(std::remove_if(events.begin(), events.end(),
+                                  [id](const CmEvent& e) {
+                                    return e.id == id && e.type == CmEventType::kConnectRequest;
+                                  }),
+                   events.end());
+      auto gone = it++;
+      Erase(gone);
+      continue;
+    }
+    ++it;
     if (!c.waiting || now < c.deadline_ns) continue;
     if (c.retries_left > 0) {
       c.retries_left--;
       c.deadline_ns = now + options.response_timeout_ns;
       counters.retransmits++;
-      SendMad(c.peer.gid, c.outstanding.data());
+      SendToPeer(c, c.outstanding.data());
     } else {
       c.waiting = false;
       TimedOut(c);
     }
   }
+  AgeAddressHandles(now);
 }
 
 void ConnectionManager::Impl::TimedOut(Connection& c) {
@@ -740,7 +943,7 @@ void ConnectionManager::Impl::TimedOut(Connection& c) {
     case State::kRepSent:
       // No REP / no RTU: tell the peer (REJ "timeout", IBTA 12.9.6.1) in case
       // only our direction works, and give up.
-      SendRej(c.peer.gid, c.transaction_id, c.local_id, c.remote_id,
+      SendRej(c.peer.gid, c.peer_mac, c.transaction_id, c.local_id, c.remote_id,
               c.state == State::kReqSent ? CmMessageKind::kReq : CmMessageKind::kRep, kRejTimeout, nullptr, 0);
       ToError(c);
       c.have_answer = false;
@@ -782,11 +985,14 @@ ConnectionManager::~ConnectionManager() {
   }
 }
 
-StatusOr<uint16_t> ConnectionManager::Listen(uint16_t port, uint64_t tag) {
+StatusOr<uint16_t> ConnectionManager::Listen(uint16_t port, uint64_t tag, unsigned backlog) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (port == 0) port = impl_->NewPort();
   if (port == 0) return ResourceExhausted("no free port");
-  if (!impl_->listeners.emplace(port, tag).second) {
+  Impl::Listener listener;
+  listener.tag = tag;
+  listener.backlog = backlog == 0 ? kCmDefaultBacklog : std::min(backlog, kCmMaxBacklog);
+  if (!impl_->listeners.emplace(port, listener).second) {
     return AlreadyExists("port " + std::to_string(port) + " is already listened on");
   }
   return port;
@@ -817,13 +1023,40 @@ Status CheckQp(const CmQpParams& params) {
 }  // namespace
 
 Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& params, uint64_t tag) {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
   Impl& m = *impl_;
+  // The QP's path needs the peer's MAC in the neighbour table (ModifyQp
+  // resolves a missing one, ARP/ND, and may wait seconds): resolve first,
+  // in the caller's thread without our lock, so that Poll goes on.
+  Gid peer{};
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    Impl::Connection* c = m.Find(request);
+    if (c != nullptr && !c->active) peer = c->peer.gid;
+  }
+  bool resolved = true;
+  MacAddress mac;
+  if (peer != Gid{} && !m.engine->LookupNeighbor(peer, &mac)) {
+    ibv_ah_attr attr;
+    resolved = false;
+    if (m.AhAttrFor(peer, &attr)) {
+      auto ah = m.engine->CreateAh(m.pd, attr);
+      if (ah.ok()) (void)m.engine->DestroyAh(*ah);
+      resolved = m.engine->LookupNeighbor(peer, &mac);
+    }
+  }
+  std::lock_guard<std::mutex> lock(m.mutex);
   Impl::Connection* c = m.Find(request);
   if (c == nullptr || c->active) return NotFound("no such connection request");
   if (c->state != State::kReqReceived) return FailedPrecondition("the request was answered or withdrawn");
   UROCE_RETURN_IF_ERROR(CheckQp(params));
   if (params.private_data.size() > kCmRepPrivateDataSize) return InvalidArgument("REP private data too long");
+  if (!resolved || c->peer.gid != peer) {
+    m.LeaveBacklog(*c);
+    m.SendRej(c->peer.gid, c->peer_mac, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kReq,
+              kRejNoResources, nullptr, 0);
+    c->state = State::kClosed;
+    return Unavailable("the caller's address does not resolve (ARP/ND): rejected");
+  }
 
   const CmReq& req = c->req;
   // The REP cannot carry an MTU (IBTA 12.6.8): the REQ's is the path's. If we
@@ -831,7 +1064,8 @@ Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& p
   // QPs that would refuse each other's packets.
   const ibv_mtu ours = std::min(params.max_mtu, m.port_mtu);
   if (static_cast<int>(req.path_mtu) > static_cast<int>(ours)) {
-    m.SendRej(c->peer.gid, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kReq, kRejInvalidPathMtu,
+    m.LeaveBacklog(*c);
+    m.SendRej(c->peer.gid, c->peer_mac, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kReq, kRejInvalidPathMtu,
               nullptr, 0);
     c->state = State::kClosed;
     return InvalidArgument("the caller's path MTU is above this side's max_mtu / port MTU: rejected");
@@ -855,8 +1089,9 @@ Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& p
                    req.rnr_retry_count);
   }
   if (!s.ok()) {
+    m.LeaveBacklog(*c);
     m.ToError(*c);
-    m.SendRej(c->peer.gid, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kReq, kRejNoResources,
+    m.SendRej(c->peer.gid, c->peer_mac, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kReq, kRejNoResources,
               nullptr, 0);
     c->state = State::kClosed;
     return s;
@@ -875,6 +1110,7 @@ Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& p
   rep.local_ca_guid = m.ca_guid;
   std::copy(params.private_data.begin(), params.private_data.end(), rep.private_data.begin());
   mad.message = rep;
+  m.LeaveBacklog(*c);
   c->state = State::kRepSent;
   // The REP is both what we wait an RTU for and the answer to a duplicate REQ.
   m.SendAndWait(*c, mad);
@@ -900,14 +1136,32 @@ Status ConnectionManager::Reject(CmConnectionId request, const uint8_t* private_
   rej.reason = kRejConsumer;
   if (length > 0) std::memcpy(rej.private_data.data(), private_data, length);
   mad.message = rej;
+  m.LeaveBacklog(*c);
   c->state = State::kClosed;
   m.SendAnswer(*c, mad);  // repeated for a duplicate REQ
   return Status::Ok();
 }
 
 StatusOr<CmConnectionId> ConnectionManager::Connect(const CmConnectParams& params, uint64_t tag) {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
   Impl& m = *impl_;
+  // The peer's MAC, resolved (ARP/ND) here in the caller's thread and
+  // without our lock: a peer that does not answer costs the caller the
+  // resolver's timeout, never Poll (which would otherwise wait on every
+  // resend, with every other connection set-up of the process behind it).
+  MacAddress peer_mac = params.remote_mac;
+  if (!params.has_remote_mac && !m.engine->LookupNeighbor(params.remote.gid, &peer_mac)) {
+    ibv_ah_attr attr;
+    if (!m.AhAttrFor(params.remote.gid, &attr)) {
+      return InvalidArgument("this port has no address of the remote address's IP version");
+    }
+    auto ah = m.engine->CreateAh(m.pd, attr);
+    if (!ah.ok()) return Unavailable("the peer's address does not resolve: " + ah.status().ToString());
+    (void)m.engine->DestroyAh(*ah);
+    if (!m.engine->LookupNeighbor(params.remote.gid, &peer_mac)) {
+      return Unavailable("the peer's address does not resolve");
+    }
+  }
+  std::lock_guard<std::mutex> lock(m.mutex);
   UROCE_RETURN_IF_ERROR(CheckQp(params));
   if (params.private_data.size() > kCmReqUserDataSize) return InvalidArgument("REQ private data too long");
   Gid local = params.local_gid;
@@ -929,6 +1183,7 @@ StatusOr<CmConnectionId> ConnectionManager::Connect(const CmConnectParams& param
   c.qp = params.qp;
   c.qpn = params.qp->qpn;
   c.params = params;
+  c.peer_mac = peer_mac;
   c.mtu = std::min(params.max_mtu, m.port_mtu);
   c.transaction_id = (uint64_t{m.tid_high} << 32) | c.local_id;
   UROCE_RETURN_IF_ERROR(m.ToInit(params.qp, params.access_flags));
@@ -999,7 +1254,8 @@ Status ConnectionManager::Disconnect(CmConnectionId id) {
       // connecting ID is destroyed) and end at once.
       c->waiting = false;
       m.ToError(*c);
-      m.SendRej(c->peer.gid, c->transaction_id, c->local_id, 0, CmMessageKind::kReq, kRejTimeout, nullptr, 0);
+      m.SendRej(c->peer.gid, c->peer_mac, c->transaction_id, c->local_id, 0, CmMessageKind::kReq, kRejTimeout,
+                nullptr, 0);
       c->state = State::kClosed;
       m.Emit(*c, CmEventType::kDisconnected);
       return Status::Ok();
@@ -1015,8 +1271,7 @@ void ConnectionManager::Release(CmConnectionId id) {
   Impl& m = *impl_;
   auto it = m.connections.find(id);
   if (it == m.connections.end()) return;
-  if (it->second.remote_id != 0) m.by_remote.erase({it->second.peer.gid, it->second.remote_id});
-  m.connections.erase(it);
+  m.Erase(it);
 }
 
 void ConnectionManager::Poll() {
@@ -1036,6 +1291,16 @@ bool ConnectionManager::NextEvent(CmEvent* event) {
 CmCounters ConnectionManager::counters() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->counters;
+}
+
+CmStateSizes ConnectionManager::state_sizes() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  CmStateSizes sizes;
+  sizes.connections = impl_->connections.size();
+  for (const auto& [port, count] : impl_->pending_by_port) sizes.pending_requests += count;
+  sizes.events = impl_->events.size();
+  sizes.address_handles = impl_->address_handles.size();
+  return sizes;
 }
 
 }  // namespace uroce::transport

@@ -23,6 +23,24 @@
 // connect that gets no answer ends in kUnreachable; a REQ for a port nobody
 // listens on is answered with REJ "invalid service ID" (reason 8).
 //
+// Hostile peers (the peer is never trusted, DESIGN.md "Memory and
+// protection"): every table a peer can grow is bounded and aged. A listener
+// holds at most `backlog` requests nobody has accepted or rejected yet; one
+// more is answered with REJ "no resources" (IBTA 12.6.7 table 112, reason 3)
+// and leaves no state. A request nobody answers expires after the time the
+// caller itself waits for it (its REQ's Remote CM Response Timeout times
+// Max CM Retries + 1, IBTA 12.6.5), at most Options::max_request_lifetime_ns:
+// it is withdrawn with REJ "timeout" (reason 4) and forgotten (a later
+// Accept/Reject is NotFound; no event follows, and its kConnectRequest event,
+// if not taken yet, is removed). Nothing on the receive path resolves an
+// address (ARP/ND): answers go to the Ethernet source of the MAD they answer,
+// and a connection keeps the MAC of its peer (the REQ's source; on the active
+// side the one Connect resolved, outside the CM's lock). The address handles
+// for those MACs are a bounded cache (Options::max_address_handles, least
+// recently used evicted, idle ones aged out). An MRA (IBTA 12.6.6) counts only
+// from the connection's peer and extends a wait by at most
+// Options::max_mra_extension_ns in all.
+//
 // Threads: every method may be called from any thread; they serialize on one
 // internal mutex (control path: this allocates and locks, never on the data
 // path). Poll() must be called regularly (every ~1 ms) by one thread of the
@@ -98,6 +116,12 @@ struct CmConnectParams : CmQpParams {
   // table's first GID of that version.
   Gid local_gid{};
   std::vector<uint8_t> private_data;  // at most kCmReqUserDataSize bytes
+  // The peer's MAC when the caller knows it already (resolved it itself).
+  // Otherwise Connect takes it from the engine's neighbour table, resolving
+  // (ARP/ND, through the engine's resolve_neighbor hook) in the caller's
+  // thread without the CM's lock held, so Poll goes on meanwhile.
+  bool has_remote_mac = false;
+  MacAddress remote_mac{};
 };
 
 struct CmAcceptParams : CmQpParams {
@@ -152,7 +176,25 @@ struct CmCounters {
   uint64_t mads_sent = 0, mads_received = 0, mads_dropped = 0;  // dropped: malformed/unknown
   uint64_t retransmits = 0, duplicates = 0;
   uint64_t send_failures = 0;  // no address handle for the peer, or QP1's send queue full
+  uint64_t backlog_rejects = 0;   // REQs beyond a listener's backlog (REJ "no resources")
+  uint64_t requests_expired = 0;  // requests nobody answered in time (REJ "timeout")
+  uint64_t mras_ignored = 0;      // MRAs from another source, or beyond the bound
+  uint64_t address_handles_evicted = 0;
 };
+
+// How much state the CM holds (for tests and telemetry: every one is bounded
+// by what this side does, never by what peers send).
+struct CmStateSizes {
+  size_t connections = 0;       // every connection and request not released
+  size_t pending_requests = 0;  // requests not accepted or rejected yet
+  size_t events = 0;            // events not taken by NextEvent
+  size_t address_handles = 0;   // cached address handles
+};
+
+// The backlog a listener gets when its caller names none (rdma_listen with
+// backlog <= 0, fi_listen); the most one may have.
+inline constexpr unsigned kCmDefaultBacklog = 128;
+inline constexpr unsigned kCmMaxBacklog = 4096;
 
 class ConnectionManager {
  public:
@@ -171,6 +213,18 @@ class ConnectionManager {
     // generator seeded with this; 0: from std::random_device. Tests set it so
     // that runs replay.
     uint64_t random_seed = 0;
+    // The longest an unanswered request is kept (its caller's own patience,
+    // from its REQ, when that is shorter; see above). The Linux kernel's
+    // rdma_cm waits 2^20 * 4.096 us * 16 tries, about 69 s.
+    uint64_t max_request_lifetime_ns = 70'000'000'000;
+    // Address handles cached for MAD answers; an unused one is destroyed
+    // after address_handle_idle_ns.
+    size_t max_address_handles = 256;
+    uint64_t address_handle_idle_ns = 60'000'000'000;
+    // MRAs (IBTA 12.6.6) may extend one wait by this much in all, in at most
+    // max_mras messages; any beyond are ignored.
+    uint64_t max_mra_extension_ns = 8'000'000'000;
+    unsigned max_mras = 4;
   };
 
   // Creates QP 1 on `engine` (PD `pd`) and posts its receive buffers. One per
@@ -182,8 +236,10 @@ class ConnectionManager {
   ConnectionManager& operator=(const ConnectionManager&) = delete;
 
   // Passive side. kConnectRequest events for `port` carry `tag`. Error
-  // (EADDRINUSE) if the port is taken; port 0 picks one (returned).
-  StatusOr<uint16_t> Listen(uint16_t port, uint64_t tag);
+  // (EADDRINUSE) if the port is taken; port 0 picks one (returned). At most
+  // `backlog` requests wait for Accept/Reject at once (0: kCmDefaultBacklog;
+  // capped at kCmMaxBacklog); more are refused with REJ "no resources".
+  StatusOr<uint16_t> Listen(uint16_t port, uint64_t tag, unsigned backlog = kCmDefaultBacklog);
   Status StopListening(uint16_t port);
   Status Accept(CmConnectionId request, const CmAcceptParams& params, uint64_t tag);
   Status Reject(CmConnectionId request, const uint8_t* private_data, size_t length);
@@ -205,6 +261,7 @@ class ConnectionManager {
   bool NextEvent(CmEvent* event);
 
   CmCounters counters() const;
+  CmStateSizes state_sizes() const;
 
  private:
   ConnectionManager() = default;
