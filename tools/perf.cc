@@ -29,7 +29,14 @@ namespace uroce::tools {
 namespace {
 
 constexpr unsigned kStallSeconds = 30;  // no completion for this long: the run failed
+// Every wait on the side channel ends (the peer is not trusted to answer):
+// the client's connect, each reply, and the server's wait between messages.
 constexpr unsigned kControlTimeoutMs = 60000;
+// The server waits this long for its client to connect.
+constexpr unsigned kAcceptTimeoutMs = 300000;
+// During a run the client says TICK this often, so the server can tell a
+// long run from a client that went silent (kControlTimeoutMs without a line).
+constexpr unsigned kTickMs = 1000;
 
 struct Options {
   std::vector<PerfTest> tests = {PerfTest::kSendLat};
@@ -57,7 +64,14 @@ int Usage() {
                "  afpacket run one side per process (configs/pair-a.ini / pair-b.ini,\n"
                "  veth-a.ini / veth-b.ini for the server / client), started in any order.\n"
                "  Latency: median and p99 of half a round trip (send, write) or a whole one\n"
-               "  (read, atomic), like perftest. --verify checks every byte that moves.\n");
+               "  (read, atomic), like perftest. --verify checks every byte that moves.\n"
+               "  --control: the side channel, a UNIX socket PATH (default\n"
+               "  /tmp/uroce-perf-PORT.sock) or TCP HOST:PORT. It has no authentication and\n"
+               "  hands the client a writable rkey, so an empty HOST (:PORT) listens on\n"
+               "  127.0.0.1 only; give 0.0.0.0:PORT or an address to serve other hosts.\n"
+               "  The server waits up to 300 s for a client and 60 s for each message.\n"
+               "  Limits: --size up to 1G, --iters up to 100000000, --qps up to 256,\n"
+               "  --window up to 4096, at most 4 GiB of buffer per side.\n");
   return 2;
 }
 
@@ -128,8 +142,9 @@ bool ParseArgs(int argc, char** argv, Options* o) {
         o->sizes.push_back(size);
       }
     } else if (flag == "--iters") {
-      o->iters = std::strtoull(v.c_str(), nullptr, 10);
-      if (o->iters == 0) return false;
+      char* end = nullptr;
+      o->iters = std::strtoull(v.c_str(), &end, 10);
+      if (o->iters == 0 || *end != '\0' || v[0] == '-') return false;
     } else if (flag == "--qps") {
       o->qps = static_cast<uint32_t>(std::strtoul(v.c_str(), nullptr, 10));
       if (o->qps == 0 || o->qps > 256) return false;
@@ -389,12 +404,12 @@ int RunServer(const Options& o) {
   pmd::Runtime::Endpoint& ep = rt.endpoint(0);
   std::fprintf(stderr, "uroce perf: server %s (%s) on %s, waiting for a client on %s\n", ep.name.c_str(),
                pmd::GidToString(ep.endpoint.gid).c_str(), ep.config.port.c_str(), o.control.c_str());
-  auto ch = listener->Accept(0, idle);
+  auto ch = listener->Accept(kAcceptTimeoutMs, idle);
   if (!ch.ok()) return p.Finish(pmd::ShutdownRequested() ? 2 : Fail(ch.status()));
   std::unique_ptr<PerfSide> side;
   int rc = 0;
   for (;;) {
-    auto line = ch->Receive(0, idle);
+    auto line = ch->Receive(kControlTimeoutMs, idle);
     if (!line.ok()) {
       if (pmd::ShutdownRequested()) return p.Finish(2, &side);
       if (line.status().code() == StatusCode::kNotFound) break;  // the client left
@@ -404,6 +419,7 @@ int RunServer(const Options& o) {
     if (*line == "BYE") break;
     auto spec = RunSpec::Decode(*line);
     if (!spec.ok()) {
+      (void)ch->Send("ERROR " + spec.status().message().substr(0, 1024));  // the client says why it ends
       rc = Fail(spec.status());
       break;
     }
@@ -428,23 +444,31 @@ int RunServer(const Options& o) {
     }
     s = ch->Send(side->Local().Encode());
     // Answer until the client says DONE; look at the channel about once a
-    // millisecond, so the loop stays free of system calls in between.
+    // millisecond, so the loop stays free of system calls in between. The
+    // client says TICK every second; a client silent for kControlTimeoutMs
+    // ends the run rather than holding this server forever.
     const uint64_t check_every = rte_get_tsc_hz() / 1000;
+    const uint64_t silence_limit = rte_get_tsc_hz() / 1000 * kControlTimeoutMs;
     uint64_t next_check = rte_get_tsc_cycles() + check_every;
+    uint64_t last_heard = rte_get_tsc_cycles();
     bool done = false;
     while (s.ok() && !done) {
       rt.Progress();
       s = side->Step();
       if (pmd::ShutdownRequested()) return p.Finish(2, &side);
-      if (rte_get_tsc_cycles() >= next_check) {
-        next_check = rte_get_tsc_cycles() + check_every;
+      const uint64_t now = rte_get_tsc_cycles();
+      if (now >= next_check) {
+        next_check = now + check_every;
         std::string msg;
         Status err;
         if (ch->TryReceive(&msg, &err)) {
-          if (msg != "DONE") s = InvalidArgument("expected DONE, got " + msg);
-          done = true;
+          last_heard = now;
+          if (msg == "DONE") done = true;
+          else if (msg != "TICK") s = InvalidArgument("expected DONE, got " + PrintableLine(msg));
         } else if (!err.ok()) {
           s = err;
+        } else if (now - last_heard > silence_limit) {
+          s = Unavailable("the client said nothing for " + std::to_string(kControlTimeoutMs / 1000) + " s");
         }
       }
     }
@@ -480,7 +504,7 @@ int RunClient(const Options& o) {
     if (s.ok()) s = ch->Send(spec.Encode());
     if (s.ok()) s = ch->Send(side->Local().Encode());
     StatusOr<std::string> reply = s.ok() ? ch->Receive(kControlTimeoutMs, idle) : StatusOr<std::string>(s);
-    if (reply.ok() && reply->rfind("ERROR ", 0) == 0) reply = IoError("the server refused: " + reply->substr(6));
+    if (reply.ok() && reply->rfind("ERROR ", 0) == 0) reply = IoError("the server refused: " + PrintableLine(reply->substr(6)));
     if (reply.ok()) {
       auto remote = SideInfo::Decode(*reply);
       s = remote.ok() ? side->Connect(*remote) : remote.status();
@@ -490,6 +514,8 @@ int RunClient(const Options& o) {
     if (s.ok()) s = side->Arm();
     if (s.ok()) s = side->Start();
     Ticker ticker(spec, o.quiet);
+    const uint64_t tick_every = rte_get_tsc_hz() / 1000 * kTickMs;
+    uint64_t next_tick = rte_get_tsc_cycles() + tick_every;
     while (s.ok() && !side->done()) {
       rt.Progress();
       s = side->Step();
@@ -497,12 +523,16 @@ int RunClient(const Options& o) {
       if (!ticker.Tick(side->completed())) {
         s = Unavailable(Describe(spec) + ": no completion for " + std::to_string(kStallSeconds) + " s");
       }
+      if (s.ok() && rte_get_tsc_cycles() >= next_tick) {
+        next_tick = rte_get_tsc_cycles() + tick_every;
+        s = ch->Send("TICK");  // the server's sign that this client is alive
+      }
     }
     if (s.ok()) s = ch->Send("DONE");
     if (s.ok()) {
       auto verdict = ch->Receive(kControlTimeoutMs, idle);
       if (!verdict.ok()) s = verdict.status();
-      else if (*verdict != "RESULT ok") s = IoError("the server says: " + verdict->substr(std::min<size_t>(7, verdict->size())));
+      else if (*verdict != "RESULT ok") s = IoError("the server says: " + PrintableLine(verdict->substr(std::min<size_t>(7, verdict->size()))));
     }
     if (s.ok()) s = side->Verify();
     if (!s.ok()) {
@@ -523,6 +553,14 @@ int RunClient(const Options& o) {
 int PerfCommand(int argc, char** argv) {
   Options o;
   if (!ParseArgs(argc, argv, &o)) return Usage();
+  // The limits the server applies to a peer's RUN, applied to our own
+  // flags first, so an absurd request fails here with a clear message.
+  for (const RunSpec& spec : Specs(o)) {
+    if (Status v = spec.Validate(); !v.ok()) {
+      std::fprintf(stderr, "uroce perf: %s\n", v.message().c_str());
+      return 2;
+    }
+  }
   if (o.port == "ring") return RunInProcess(o);
   return o.role == "server" ? RunServer(o) : RunClient(o);
 }

@@ -67,6 +67,17 @@ uint8_t LoadAcquire(const uint8_t* p) {
 
 }  // namespace
 
+std::string PrintableLine(const std::string& line) {
+  constexpr size_t kShown = 200;
+  std::string out;
+  for (size_t i = 0; i < line.size() && i < kShown; ++i) {
+    const unsigned char c = static_cast<unsigned char>(line[i]);
+    out += c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
+  }
+  if (line.size() > kShown) out += "... (" + std::to_string(line.size()) + " bytes)";
+  return out;
+}
+
 const char* PerfTestName(PerfTest t) {
   switch (t) {
     case PerfTest::kSendLat: return "send_lat";
@@ -134,21 +145,83 @@ bool FieldU64(const std::string& line, const std::string& key, uint64_t* out) {
 
 }  // namespace
 
+RunSpec::Layout RunSpec::BufferLayout() const {
+  Layout l;
+  const uint64_t qp_count = std::max<uint32_t>(qps, 1);
+  const uint32_t per_qp_window = static_cast<uint32_t>((uint64_t{window} + qp_count - 1) / qp_count);
+  switch (test) {
+    case PerfTest::kSendLat:
+      l.out_slots = 2;
+      l.rq_per_qp = kLatencyRecvsPerQp;
+      l.in_slots = l.rq_per_qp * qps;
+      break;
+    case PerfTest::kWriteLat:
+      l.out_slots = 2;
+      l.in_slots = 1;
+      break;
+    case PerfTest::kReadLat:
+    case PerfTest::kAtomicLat:
+      l.out_slots = 1;
+      l.in_slots = 1;
+      break;
+    case PerfTest::kSendBw:
+      l.out_slots = window;
+      // Twice what one QP can have in flight, so a slot is posted again only
+      // after its message was checked.
+      l.rq_per_qp = std::clamp<uint32_t>(2 * per_qp_window, 16, 1024);
+      l.in_slots = l.rq_per_qp * qps;
+      break;
+    case PerfTest::kWriteBw:
+    case PerfTest::kReadBw:
+      l.out_slots = window;
+      l.in_slots = window;
+      break;
+  }
+  // Atomics move 8 bytes whatever size says (PerfSide's constructor).
+  const uint64_t slot = test == PerfTest::kAtomicLat ? 8 : size;
+  l.buffer_bytes = (uint64_t{l.out_slots} + l.in_slots) * slot;
+  return l;
+}
+
+Status RunSpec::Validate() const {
+  auto over = [](const char* what, uint64_t v, uint64_t low, uint64_t high) {
+    return InvalidArgument(std::string(what) + " " + std::to_string(v) + " is out of range " + std::to_string(low) +
+                           ".." + std::to_string(high));
+  };
+  if (size == 0 || size > kMaxSize) return over("size", size, 1, kMaxSize);
+  if (iters > kMaxIters) return over("iters", iters, 0, kMaxIters);
+  if (qps == 0 || qps > kMaxQps) return over("qps", qps, 1, kMaxQps);
+  if (window == 0 || window > kMaxWindow) return over("window", window, 1, kMaxWindow);
+  const Layout l = BufferLayout();
+  if (l.buffer_bytes > kMaxBufferBytes) {
+    return InvalidArgument(std::string(PerfTestName(test)) + " with size " + std::to_string(size) + ", window " +
+                           std::to_string(window) + " and " + std::to_string(qps) + " QPs needs " +
+                           std::to_string(l.buffer_bytes) + " bytes of registered buffer, more than the limit of " +
+                           std::to_string(kMaxBufferBytes) + " (lower the size, --window or --qps)");
+  }
+  return Status::Ok();
+}
+
 StatusOr<RunSpec> RunSpec::Decode(const std::string& line) {
   RunSpec s;
   std::string name;
   uint64_t size = 0, iters = 0, qps = 0, window = 0, verify = 0;
   if (line.rfind("RUN ", 0) != 0 || !Field(line, "test", &name) || !ParsePerfTest(name, &s.test) ||
       !FieldU64(line, "size", &size) || !FieldU64(line, "iters", &iters) || !FieldU64(line, "qps", &qps) ||
-      !FieldU64(line, "window", &window) || !FieldU64(line, "verify", &verify) || size == 0 || size > (1u << 30) ||
-      qps == 0 || qps > 256 || window == 0 || window > 4096) {
-    return InvalidArgument("malformed RUN message: " + line);
+      !FieldU64(line, "window", &window) || !FieldU64(line, "verify", &verify) || verify > 1) {
+    return InvalidArgument("malformed RUN message: " + PrintableLine(line));
+  }
+  // Checked before narrowing, so 2^32 + 64 is not taken for 64.
+  if (size > kMaxSize || qps > kMaxQps || window > kMaxWindow) {
+    return InvalidArgument("refused RUN message (size, qps or window over its limit: " + std::to_string(kMaxSize) +
+                           ", " + std::to_string(kMaxQps) + ", " + std::to_string(kMaxWindow) + "): " + PrintableLine(line));
   }
   s.size = static_cast<uint32_t>(size);
   s.iters = iters;
   s.qps = static_cast<uint32_t>(qps);
   s.window = static_cast<uint32_t>(window);
   s.verify = verify != 0;
+  if (Status v = s.Validate(); !v.ok()) return InvalidArgument("refused RUN message: " + v.message());
   return s;
 }
 
@@ -168,7 +241,10 @@ StatusOr<SideInfo> SideInfo::Decode(const std::string& line) {
       !FieldU64(line, "addr", &addr) || !FieldU64(line, "rkey", &rkey) || !FieldU64(line, "out", &out) ||
       !FieldU64(line, "in", &in) || !FieldU64(line, "slot", &slot) || !FieldU64(line, "mtu", &mtu) ||
       !Field(line, "qps", &qps)) {
-    return InvalidArgument("malformed INFO message: " + line);
+    return InvalidArgument("malformed INFO message: " + PrintableLine(line));
+  }
+  for (uint64_t v : {rkey, out, in, slot, mtu}) {
+    if (v > UINT32_MAX) return InvalidArgument("malformed INFO message (a field over 32 bits): " + PrintableLine(line));
   }
   s.addr = addr;
   s.rkey = static_cast<uint32_t>(rkey);
@@ -180,11 +256,11 @@ StatusOr<SideInfo> SideInfo::Decode(const std::string& line) {
   std::string item;
   while (std::getline(list, item, ',')) {
     const size_t colon = item.find(':');
-    if (colon == std::string::npos) return InvalidArgument("malformed qps in INFO: " + qps);
+    if (colon == std::string::npos) return InvalidArgument("malformed qps in INFO: " + PrintableLine(qps));
     s.qps.emplace_back(static_cast<uint32_t>(std::strtoul(item.c_str(), nullptr, 0)),
                        static_cast<uint32_t>(std::strtoul(item.c_str() + colon + 1, nullptr, 0)));
   }
-  if (s.qps.empty()) return InvalidArgument("INFO without QPs: " + line);
+  if (s.qps.empty()) return InvalidArgument("INFO without QPs: " + PrintableLine(line));
   return s;
 }
 
@@ -196,35 +272,13 @@ PerfSide::PerfSide(pmd::Runtime::Endpoint& endpoint, bool client, const RunSpec&
 PerfSide::~PerfSide() { Teardown(); }
 
 Status PerfSide::Prepare() {
-  const uint32_t per_qp_window = (spec_.window + spec_.qps - 1) / spec_.qps;
-  switch (spec_.test) {
-    case PerfTest::kSendLat:
-      out_slots_ = 2;
-      rq_per_qp_ = kLatencyRecvsPerQp;
-      in_slots_ = rq_per_qp_ * spec_.qps;
-      break;
-    case PerfTest::kWriteLat:
-      out_slots_ = 2;
-      in_slots_ = 1;
-      break;
-    case PerfTest::kReadLat:
-    case PerfTest::kAtomicLat:
-      out_slots_ = 1;
-      in_slots_ = 1;
-      break;
-    case PerfTest::kSendBw:
-      out_slots_ = spec_.window;
-      // Twice what one QP can have in flight, so a slot is posted again only
-      // after its message was checked.
-      rq_per_qp_ = std::clamp<uint32_t>(2 * per_qp_window, 16, 1024);
-      in_slots_ = rq_per_qp_ * spec_.qps;
-      break;
-    case PerfTest::kWriteBw:
-    case PerfTest::kReadBw:
-      out_slots_ = spec_.window;
-      in_slots_ = spec_.window;
-      break;
-  }
+  // The peer's RUN was checked by Decode, the command line's by perf.cc;
+  // once more here, as this is where the memory is taken.
+  UROCE_RETURN_IF_ERROR(spec_.Validate());
+  const RunSpec::Layout layout = spec_.BufferLayout();
+  out_slots_ = layout.out_slots;
+  in_slots_ = layout.in_slots;
+  rq_per_qp_ = layout.rq_per_qp;
   buffer_bytes_ = (uint64_t(out_slots_) + in_slots_) * spec_.size;
   const size_t rounded = (buffer_bytes_ + 4095) & ~size_t{4095};
   buffer_ = static_cast<uint8_t*>(std::aligned_alloc(4096, rounded));

@@ -40,12 +40,37 @@ struct RunSpec {
   bool verify = false;
   uint32_t window = 1;  // messages outstanding (bandwidth tests), over all QPs
 
+  // What one run may ask for. A RUN line comes from the peer, and the server
+  // allocates, registers (with a remote-writable rkey) and loops by what it
+  // says, so anything beyond these is refused, not attempted.
+  static constexpr uint64_t kMaxSize = uint64_t{1} << 30;  // bytes per message
+  static constexpr uint64_t kMaxIters = 100'000'000;       // latency samples: 8 bytes each
+  static constexpr uint64_t kMaxQps = 256;
+  static constexpr uint64_t kMaxWindow = 4096;
+  static constexpr uint64_t kMaxBufferBytes = uint64_t{4} << 30;  // one side's registered buffer
+
   // The window a bandwidth test uses by default: deep enough to stream, at
   // most 16 MiB in flight.
   static uint32_t DefaultWindow(PerfTest t, uint32_t size);
+  // The buffer layout Prepare makes: slots this side sends from / receives
+  // into, and receives posted per QP (send tests).
+  struct Layout {
+    uint32_t out_slots = 0, in_slots = 0, rq_per_qp = 0;
+    uint64_t buffer_bytes = 0;
+  };
+  Layout BufferLayout() const;
+  // OK when every field is within the limits above; else kInvalidArgument
+  // naming the field and its limit.
+  Status Validate() const;
   std::string Encode() const;  // "RUN test=... size=..." for the side channel
+  // Refuses a malformed line and one Validate refuses.
   static StatusOr<RunSpec> Decode(const std::string& line);
 };
+
+// `line` (from the peer) fit for an error message: at most 200 characters,
+// control bytes and non-ASCII shown as '?', so a peer cannot write escape
+// sequences to this side's terminal.
+std::string PrintableLine(const std::string& line);
 
 // What one side tells the other before they connect.
 struct SideInfo {

@@ -6,9 +6,11 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -20,22 +22,39 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The address an empty HOST means. The channel carries a writable rkey and
+// has no authentication, so it is reachable from this host only unless the
+// user names another address.
+constexpr char kDefaultHost[] = "127.0.0.1";
+
 bool IsPath(const std::string& address) { return address.find('/') != std::string::npos; }
 
 Status Errno(const std::string& what) { return IoError(what + ": " + std::strerror(errno)); }
 
 void SetNonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
+// Milliseconds left until `deadline`, at least 0 and at most `slice`: poll(2)
+// waits in slices so that `idle` still runs often.
+int PollSlice(Clock::time_point deadline, int slice) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  if (left <= 0) return 0;
+  return static_cast<int>(std::min<long long>(left, slice));
+}
+
+// "HOST:PORT" (HOST may be "[v6]") split; an empty HOST is kDefaultHost.
 StatusOr<addrinfo*> Resolve(const std::string& address, bool passive) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos) return InvalidArgument("--control " + address + ": expected PATH or HOST:PORT");
-  const std::string host = address.substr(0, colon), port = address.substr(colon + 1);
+  std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty()) host = kDefaultHost;
   addrinfo hints = {};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   if (passive) hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
-  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
+  const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
   if (rc != 0) return InvalidArgument("--control " + address + ": " + gai_strerror(rc));
   return res;
 }
@@ -48,6 +67,41 @@ StatusOr<sockaddr_un> UnixAddress(const std::string& path) {
   return addr;
 }
 
+// One non-blocking connect(2), waited for with poll(2) until `deadline`.
+// Returns the connected socket, or -1 with errno set.
+int ConnectOnce(int family, const sockaddr* addr, socklen_t length, Clock::time_point deadline,
+                const std::function<bool()>& idle) {
+  const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, addr, length) == 0) return fd;
+  if (errno != EINPROGRESS) {
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  // connect(2), EINPROGRESS: poll for writability, then SO_ERROR says how it
+  // ended. A SYN nobody answers would otherwise block for minutes.
+  for (;;) {
+    pollfd p = {fd, POLLOUT, 0};
+    const int n = poll(&p, 1, PollSlice(deadline, 20));
+    if (n > 0) {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      if (err == 0) return fd;
+      close(fd);
+      errno = err;
+      return -1;
+    }
+    if (Clock::now() >= deadline || (idle && !idle())) {
+      close(fd);
+      errno = ETIMEDOUT;
+      return -1;
+    }
+  }
+}
+
 }  // namespace
 
 StatusOr<SideChannel> SideChannel::Listen(const std::string& address) {
@@ -58,7 +112,10 @@ StatusOr<SideChannel> SideChannel::Listen(const std::string& address) {
     if (!addr.ok()) return addr.status();
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return Errno("socket");
-    unlink(address.c_str());  // a file left by an earlier run
+    // A socket file left by an earlier run goes; anything else at that path
+    // (a typo, a real file) is the user's and stays: bind then fails.
+    struct stat st;
+    if (lstat(address.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(address.c_str());
     if (bind(fd, reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr)) != 0) {
       Status s = Errno("bind " + address);
       close(fd);
@@ -92,41 +149,41 @@ StatusOr<SideChannel> SideChannel::Listen(const std::string& address) {
 StatusOr<SideChannel> SideChannel::Connect(const std::string& address, unsigned timeout_ms,
                                            const std::function<bool()>& idle) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  const bool path = IsPath(address);
+  sockaddr_un unix_addr = {};
+  addrinfo* ai = nullptr;
+  if (path) {
+    auto addr = UnixAddress(address);
+    if (!addr.ok()) return addr.status();
+    unix_addr = *addr;
+  } else {
+    // Once: getaddrinfo may ask DNS, which has its own (resolv.conf) bounds.
+    auto res = Resolve(address, false);
+    if (!res.ok()) return res.status();
+    ai = *res;
+  }
   std::string last_error;
   for (;;) {
-    int fd = -1;
-    int rc = -1;
-    if (IsPath(address)) {
-      auto addr = UnixAddress(address);
-      if (!addr.ok()) return addr.status();
-      fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd < 0) return Errno("socket");
-      rc = connect(fd, reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr));
-    } else {
-      auto res = Resolve(address, false);
-      if (!res.ok()) return res.status();
-      fd = socket((*res)->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd < 0) {
-        freeaddrinfo(*res);
-        return Errno("socket");
-      }
-      rc = connect(fd, (*res)->ai_addr, (*res)->ai_addrlen);
-      freeaddrinfo(*res);
+    const int fd = path ? ConnectOnce(AF_UNIX, reinterpret_cast<const sockaddr*>(&unix_addr), sizeof(unix_addr),
+                                      deadline, idle)
+                        : ConnectOnce(ai->ai_family, ai->ai_addr, ai->ai_addrlen, deadline, idle);
+    if (fd >= 0) {
+      if (ai != nullptr) freeaddrinfo(ai);
       const int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    }
-    if (rc == 0) {
-      SetNonBlocking(fd);
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // fails harmlessly on UNIX sockets
       return SideChannel(fd);
     }
     last_error = std::strerror(errno);
-    close(fd);
     if (Clock::now() >= deadline) {
+      if (ai != nullptr) freeaddrinfo(ai);
       return Unavailable("cannot reach the perf server at " + address + " within " + std::to_string(timeout_ms) +
                          " ms: " + last_error + " (start `uroce perf --role server` first)");
     }
-    if (idle && !idle()) return Unavailable("interrupted while connecting to " + address);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (idle && !idle()) {
+      if (ai != nullptr) freeaddrinfo(ai);
+      return Unavailable("interrupted while connecting to " + address);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(20, PollSlice(deadline, 20))));
   }
 }
 
@@ -134,7 +191,8 @@ SideChannel::SideChannel(SideChannel&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
       unlink_path_(std::move(other.unlink_path_)),
       buffer_(std::move(other.buffer_)),
-      eof_(other.eof_) {
+      eof_(other.eof_),
+      too_long_(other.too_long_) {
   other.unlink_path_.clear();
 }
 
@@ -146,6 +204,7 @@ SideChannel& SideChannel::operator=(SideChannel&& other) noexcept {
     other.unlink_path_.clear();
     buffer_ = std::move(other.buffer_);
     eof_ = other.eof_;
+    too_long_ = other.too_long_;
   }
   return *this;
 }
@@ -155,6 +214,19 @@ SideChannel::~SideChannel() {
   fd_ = -1;
   if (!unlink_path_.empty()) unlink(unlink_path_.c_str());
   unlink_path_.clear();
+}
+
+std::string SideChannel::LocalAddress() const {
+  sockaddr_storage ss = {};
+  socklen_t len = sizeof(ss);
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+  char host[NI_MAXHOST], port[NI_MAXSERV];
+  if (ss.ss_family == AF_UNIX) return reinterpret_cast<const sockaddr_un*>(&ss)->sun_path;
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof(host), port, sizeof(port),
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "";
+  }
+  return ss.ss_family == AF_INET6 ? "[" + std::string(host) + "]:" + port : std::string(host) + ":" + port;
 }
 
 StatusOr<SideChannel> SideChannel::Accept(unsigned timeout_ms, const std::function<bool()>& idle) {
@@ -167,23 +239,40 @@ StatusOr<SideChannel> SideChannel::Accept(unsigned timeout_ms, const std::functi
       return SideChannel(fd);
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return Errno("accept");
-    if (timeout_ms != 0 && Clock::now() >= deadline) {
+    if (Clock::now() >= deadline) {
       return Unavailable("no perf client within " + std::to_string(timeout_ms) + " ms");
     }
     if (idle && !idle()) return Unavailable("interrupted while waiting for a client");
+    if (!idle) {
+      pollfd p = {fd_, POLLIN, 0};
+      poll(&p, 1, PollSlice(deadline, 100));
+    }
   }
 }
 
-Status SideChannel::Send(const std::string& line) {
+Status SideChannel::Send(const std::string& line, unsigned timeout_ms) {
+  // The peer refuses lines over kMaxLineBytes; refusing them here names the
+  // real culprit.
+  if (line.size() > kMaxLineBytes) {
+    return InvalidArgument("a control line of " + std::to_string(line.size()) + " bytes is over the limit of " +
+                           std::to_string(kMaxLineBytes));
+  }
+  if (line.find('\n') != std::string::npos) return InvalidArgument("a control line with a newline in it");
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   const std::string data = line + "\n";
   size_t done = 0;
   while (done < data.size()) {
-    const ssize_t n = send(fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    const ssize_t n = send(fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       done += static_cast<size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      // A peer that does not read fills the socket buffer: wait for room,
+      // but not past the deadline.
+      if (Clock::now() >= deadline) {
+        return Unavailable("the perf peer did not take a control line within " + std::to_string(timeout_ms) + " ms");
+      }
       pollfd p = {fd_, POLLOUT, 0};
-      poll(&p, 1, 100);
+      poll(&p, 1, PollSlice(deadline, 100));
     } else {
       return Errno("sending to the perf peer");
     }
@@ -191,8 +280,20 @@ Status SideChannel::Send(const std::string& line) {
   return Status::Ok();
 }
 
-bool SideChannel::TakeLine(std::string* line) {
+bool SideChannel::TakeLine(std::string* line, Status* error) {
   const size_t nl = buffer_.find('\n');
+  if (nl == std::string::npos ? buffer_.size() > kMaxLineBytes : nl > kMaxLineBytes) {
+    // A line this long is no message of ours; stop reading rather than
+    // buffer whatever the peer sends.
+    too_long_ = true;
+    buffer_.clear();
+    buffer_.shrink_to_fit();
+  }
+  if (too_long_) {
+    *error = InvalidArgument("the perf peer sent a control line longer than " + std::to_string(kMaxLineBytes) +
+                             " bytes");
+    return false;
+  }
   if (nl == std::string::npos) return false;
   *line = buffer_.substr(0, nl);
   buffer_.erase(0, nl + 1);
@@ -200,7 +301,8 @@ bool SideChannel::TakeLine(std::string* line) {
 }
 
 bool SideChannel::TryReceive(std::string* line, Status* error) {
-  if (TakeLine(line)) return true;
+  if (TakeLine(line, error)) return true;
+  if (!error->ok()) return false;
   if (eof_) {
     *error = NotFound("the perf peer closed the control connection");
     return false;
@@ -209,7 +311,7 @@ bool SideChannel::TryReceive(std::string* line, Status* error) {
   const ssize_t n = recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
   if (n > 0) {
     buffer_.append(buf, static_cast<size_t>(n));
-    return TakeLine(line);
+    return TakeLine(line, error);
   }
   if (n == 0) {
     eof_ = true;
@@ -227,10 +329,14 @@ StatusOr<std::string> SideChannel::Receive(unsigned timeout_ms, const std::funct
     Status error;
     if (TryReceive(&line, &error)) return line;
     if (!error.ok()) return error;
-    if (timeout_ms != 0 && Clock::now() >= deadline) {
+    if (Clock::now() >= deadline) {
       return Unavailable("the perf peer did not answer within " + std::to_string(timeout_ms) + " ms");
     }
     if (idle && !idle()) return Unavailable("interrupted");
+    if (!idle) {
+      pollfd p = {fd_, POLLIN, 0};
+      poll(&p, 1, PollSlice(deadline, 100));
+    }
   }
 }
 

@@ -1,0 +1,283 @@
+// The `uroce perf` side channel faces a peer it cannot trust (issue 14, item
+// 9): it listens on loopback unless told otherwise, every wait ends, a line
+// has a length limit, and a RUN beyond the tool's limits is refused.
+#include "tools/side_channel.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "tools/perf_side.h"
+
+namespace uroce::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A call that never returns would hang the test until Bazel's timeout; this
+// ends the process with a message instead.
+class Watchdog {
+ public:
+  explicit Watchdog(const char* what, int seconds = 20)
+      : thread_([this, what, seconds] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          if (!cv_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) {
+            std::fprintf(stderr, "%s: still waiting after %d s (an unbounded wait)\n", what, seconds);
+            std::_Exit(1);
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+long long MillisSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+// A listener on loopback, an accepted channel and the client's channel.
+struct Pair {
+  SideChannel listener, server, client;
+};
+
+StatusOr<SideChannel> Listen(const std::string& address) { return SideChannel::Listen(address); }
+
+void MakePair(Pair** out) {
+  auto listener = Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  auto client = SideChannel::Connect(listener->LocalAddress(), 2000, nullptr);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto server = listener->Accept(2000, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  *out = new Pair{std::move(*listener), std::move(*server), std::move(*client)};
+}
+
+// A raw TCP connection to `port` on 127.0.0.1: a peer that does not speak
+// through SideChannel.
+int RawConnect(const std::string& address) {
+  const int port = std::atoi(address.substr(address.rfind(':') + 1).c_str());
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa = {};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) return -1;
+  return fd;
+}
+
+TEST(SideChannelTest, NoHostMeansLoopback) {
+  // The channel hands its client a writable rkey without asking who it is:
+  // with no host given it must not be reachable from other machines.
+  auto listener = Listen(":0");
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  const std::string bound = listener->LocalAddress();
+  EXPECT_EQ(bound.rfind("127.0.0.1:", 0), 0u) << bound;
+  // A client with no host goes to the same place.
+  const std::string port = bound.substr(bound.rfind(':') + 1);
+  Watchdog dog("connect to :PORT");
+  auto client = SideChannel::Connect(":" + port, 2000, nullptr);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto server = listener->Accept(2000, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE(client->Send("hello").ok());
+  auto line = server->Receive(2000, nullptr);
+  ASSERT_TRUE(line.ok()) << line.status().ToString();
+  EXPECT_EQ(*line, "hello");
+
+  // Every interface only when asked for by name.
+  auto any = Listen("0.0.0.0:0");
+  ASSERT_TRUE(any.ok()) << any.status().ToString();
+  EXPECT_EQ(any->LocalAddress().rfind("0.0.0.0:", 0), 0u) << any->LocalAddress();
+}
+
+TEST(SideChannelTest, OverLongLineIsRefused) {
+  Watchdog dog("over-long line");
+  auto listener = Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  const int raw = RawConnect(listener->LocalAddress());
+  ASSERT_GE(raw, 0);
+  auto server = listener->Accept(2000, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  // A peer that sends 64 KiB without a newline: refused once the buffer
+  // passes the limit, not buffered for ever.
+  const std::string junk(64 * 1024, 'x');
+  ASSERT_EQ(send(raw, junk.data(), junk.size(), MSG_NOSIGNAL), static_cast<ssize_t>(junk.size()));
+  auto line = server->Receive(2000, nullptr);
+  ASSERT_FALSE(line.ok());
+  EXPECT_EQ(line.status().code(), StatusCode::kInvalidArgument) << line.status().ToString();
+  EXPECT_NE(line.status().message().find("longer than 8192 bytes"), std::string::npos) << line.status().ToString();
+  // And the channel stays failed (the rest of the stream is not a line).
+  ASSERT_EQ(send(raw, "RUN\n", 4, MSG_NOSIGNAL), 4);
+  line = server->Receive(200, nullptr);
+  EXPECT_EQ(line.status().code(), StatusCode::kInvalidArgument) << line.status().ToString();
+  close(raw);
+
+  // A complete line over the limit is refused too; one at the limit is not.
+  Pair* p = nullptr;
+  MakePair(&p);
+  ASSERT_NE(p, nullptr);
+  std::unique_ptr<Pair> pair(p);
+  EXPECT_EQ(pair->client.Send(std::string(SideChannel::kMaxLineBytes + 1, 'y')).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(pair->client.Send(std::string(SideChannel::kMaxLineBytes, 'z')).ok());
+  line = pair->server.Receive(2000, nullptr);
+  ASSERT_TRUE(line.ok()) << line.status().ToString();
+  EXPECT_EQ(line->size(), SideChannel::kMaxLineBytes);
+
+  const int raw2 = RawConnect(pair->listener.LocalAddress());
+  ASSERT_GE(raw2, 0);
+  auto server2 = pair->listener.Accept(2000, nullptr);
+  ASSERT_TRUE(server2.ok());
+  const std::string long_line = std::string(SideChannel::kMaxLineBytes + 100, 'w') + "\n";
+  ASSERT_EQ(send(raw2, long_line.data(), long_line.size(), MSG_NOSIGNAL), static_cast<ssize_t>(long_line.size()));
+  line = server2->Receive(2000, nullptr);
+  EXPECT_EQ(line.status().code(), StatusCode::kInvalidArgument) << line.status().ToString();
+  close(raw2);
+}
+
+TEST(SideChannelTest, SilentPeerTimesOutWithinTheBound) {
+  Watchdog dog("silent peer");
+  Pair* p = nullptr;
+  MakePair(&p);
+  ASSERT_NE(p, nullptr);
+  std::unique_ptr<Pair> pair(p);
+
+  // A peer that connects and says nothing.
+  auto start = Clock::now();
+  auto line = pair->server.Receive(300, nullptr);
+  EXPECT_EQ(line.status().code(), StatusCode::kUnavailable) << line.status().ToString();
+  EXPECT_GE(MillisSince(start), 290);
+  EXPECT_LT(MillisSince(start), 3000);
+
+  // 0 is one look, not "for ever".
+  start = Clock::now();
+  line = pair->server.Receive(0, nullptr);
+  EXPECT_EQ(line.status().code(), StatusCode::kUnavailable) << line.status().ToString();
+  EXPECT_LT(MillisSince(start), 1000);
+
+  // No client at all.
+  start = Clock::now();
+  auto none = pair->listener.Accept(0, nullptr);
+  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable) << none.status().ToString();
+  none = pair->listener.Accept(200, nullptr);
+  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable) << none.status().ToString();
+  EXPECT_LT(MillisSince(start), 3000);
+
+  // A peer that never reads: Send gives up once the socket buffers are full.
+  start = Clock::now();
+  const std::string chunk(SideChannel::kMaxLineBytes, 'q');
+  Status s;
+  for (int i = 0; i < 100000 && s.ok(); ++i) s = pair->client.Send(chunk, 200);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_LT(MillisSince(start), 10000);
+
+  // Nobody listening on a path: the client gives up at its deadline.
+  const std::string path = "/tmp/uroce-side-channel-test-" + std::to_string(getpid()) + ".sock";
+  start = Clock::now();
+  auto client = SideChannel::Connect(path, 200, nullptr);
+  EXPECT_EQ(client.status().code(), StatusCode::kUnavailable) << client.status().ToString();
+  EXPECT_LT(MillisSince(start), 3000);
+}
+
+TEST(SideChannelTest, UnixSocketPath) {
+  Watchdog dog("unix socket");
+  const std::string path = "/tmp/uroce-side-channel-test-" + std::to_string(getpid()) + "-u.sock";
+  {
+    auto listener = Listen(path);
+    ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+    EXPECT_EQ(listener->LocalAddress(), path);
+    auto client = SideChannel::Connect(path, 2000, nullptr);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    auto server = listener->Accept(2000, nullptr);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    ASSERT_TRUE(server->Send("INFO x").ok());
+    auto line = client->Receive(2000, nullptr);
+    ASSERT_TRUE(line.ok()) << line.status().ToString();
+    EXPECT_EQ(*line, "INFO x");
+  }
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << "the socket file outlived its listener";
+  // A regular file at the path is not the channel's to remove.
+  FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  EXPECT_FALSE(Listen(path).ok());
+  EXPECT_EQ(access(path.c_str(), F_OK), 0);
+  unlink(path.c_str());
+}
+
+TEST(RunSpecTest, AbsurdRunIsRefused) {
+  RunSpec sane;
+  sane.test = PerfTest::kWriteBw;
+  sane.size = 65536;
+  sane.iters = 1000;
+  sane.qps = 2;
+  sane.window = 64;
+  auto back = RunSpec::Decode(sane.Encode());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->size, 65536u);
+  EXPECT_EQ(back->window, 64u);
+
+  const char* refused[] = {
+      // Over a field's own limit.
+      "RUN test=write_bw size=2147483648 iters=10 qps=1 window=2 verify=0",
+      "RUN test=send_bw size=64 iters=1000000000000 qps=1 window=2 verify=0",
+      "RUN test=send_bw size=64 iters=10 qps=100000 window=2 verify=0",
+      "RUN test=send_bw size=64 iters=10 qps=1 window=1000000 verify=0",
+      // 2^32 + 64: not taken for 64 by narrowing.
+      "RUN test=send_lat size=4294967360 iters=10 qps=1 window=1 verify=0",
+      // A negative number is a huge one to strtoull.
+      "RUN test=send_lat size=-1 iters=10 qps=1 window=1 verify=0",
+      // Each field within its limit, but 1 GiB times 2 x 4096 slots of buffer.
+      "RUN test=write_bw size=1073741824 iters=10 qps=1 window=4096 verify=0",
+      // Malformed.
+      "RUN test=write_bw size=64 iters=10 qps=1 window=2 verify=7",
+      "RUN test=nope size=64 iters=10 qps=1 window=2 verify=0",
+      "RUN size=64",
+  };
+  for (const char* line : refused) {
+    auto spec = RunSpec::Decode(line);
+    EXPECT_FALSE(spec.ok()) << line;
+    if (!spec.ok()) {
+      EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument) << line;
+    }
+  }
+  auto big = RunSpec::Decode("RUN test=write_bw size=1073741824 iters=10 qps=1 window=4096 verify=0");
+  EXPECT_NE(big.status().message().find("bytes of registered buffer"), std::string::npos) << big.status().ToString();
+
+  // The largest INFO line (256 QPs, 24-bit QPNs and PSNs) fits in a line.
+  SideInfo info;
+  info.gid = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  info.addr = ~uint64_t{0};
+  info.rkey = ~uint32_t{0};
+  info.out_slots = info.in_slots = info.slot_size = ~uint32_t{0};
+  for (uint64_t i = 0; i < RunSpec::kMaxQps; ++i) info.qps.emplace_back(0xFFFFFF, 0xFFFFFF);
+  EXPECT_LE(info.Encode().size(), SideChannel::kMaxLineBytes);
+  EXPECT_TRUE(SideInfo::Decode(info.Encode()).ok());
+
+  // What a peer sends is shown tamed in messages.
+  EXPECT_EQ(PrintableLine("a\x1b[2Jb"), "a?[2Jb");
+}
+
+}  // namespace
+}  // namespace uroce::tools
