@@ -5,12 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
 
 #include "transport/cm_mad.h"
+#include "transport/cm_test_frames.h"
 #include "transport/engine_pair.h"
 #include "transport/packet_parser.h"
 #include "transport/wire_types.h"
@@ -51,6 +53,7 @@ class ConnectionManagerTest : public ::testing::Test {
       o.max_retries = kMaxRetries;
       o.clock_ns = [p = pair_.get()] { return p->now_ns(); };
       o.random_seed = 100 + i;
+      if (tweak_) tweak_(o);
       auto cm = ConnectionManager::Create(sides[i]->engine.get(), sides[i]->pd, o);
       ASSERT_TRUE(cm.ok()) << cm.status().ToString();
       cm_[i] = std::move(*cm);
@@ -207,10 +210,46 @@ class ConnectionManagerTest : public ::testing::Test {
     EXPECT_EQ(StateOf(1, c.qp[1]), IBV_QPS_ERR);
   }
 
+  // Queues `mad` on side `wire`'s port, towards the other side, as sent from
+  // `from`: a frame any host could send.
+  void Inject(int wire, const MadFrom& from, const CmMad& mad, bool ipv6 = false) {
+    Endpoint& to = side(1 - wire);
+    ASSERT_TRUE(InjectMad(*side(wire).engine, pair_->pool(), from, to.mac, ipv6 ? to.gid6 : to.gid, mad));
+  }
+
+  std::function<void(ConnectionManager::Options&)> tweak_;
   std::unique_ptr<EnginePair> pair_;
   std::unique_ptr<ConnectionManager> cm_[2];
   std::vector<CmEvent> events_[2];
 };
+
+// A MAD seen on the wire and where it went.
+struct SeenMad {
+  MacAddress dst_mac{};
+  Gid dst_gid{};
+  CmMad mad;
+};
+
+// Records the CM MADs `sender_mac` sends (from the link's drop filter).
+std::function<bool(const rte_mbuf*)> RecordMadsFrom(const MacAddress& sender_mac, std::vector<SeenMad>* seen) {
+  return [sender_mac, seen](const rte_mbuf* m) {
+    PacketView view;
+    if (ParsePacket(m, ParseOptions{}, &view) != ParseError::kOk || view.fields.bth.dest_qp != kGsiQpn ||
+        view.fields.src_mac != sender_mac) {
+      return false;
+    }
+    SeenMad s;
+    s.dst_mac = view.fields.dst_mac;
+    s.dst_gid = view.fields.dst_gid;
+    if (DecodeCmMad(view.payload, view.fields.payload_length, &s.mad) == CmMadError::kOk) seen->push_back(s);
+    return false;
+  };
+}
+
+Gid Ipv4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
+  const uint8_t ip[4] = {a, b, c, d};
+  return Ipv4MappedGid(ip);
+}
 
 TEST_F(ConnectionManagerTest, ConnectAcceptThenSendAndWriteBothWays) {
   Start();
@@ -709,6 +748,302 @@ TEST_F(ConnectionManagerTest, SeededRandomLossOverManyConnections) {
   EXPECT_GT(pair_->link().counters().dropped, 0u);
   EXPECT_GT(cm(0).counters().retransmits + cm(1).counters().retransmits, 0u);
   EXPECT_GT(cm(0).counters().duplicates + cm(1).counters().duplicates, 0u);
+}
+
+// ---- Hostile peers (issue 14) ----
+
+// 2,000 REQs with distinct communication IDs against a listener with a
+// backlog of 16: 16 wait for an answer, every other one is refused with REJ
+// "no resources" (IBTA 12.6.7 table 112, reason 3) and leaves no state. The
+// 16 nobody answers expire (REJ "timeout", reason 4) and are forgotten,
+// events included; a real connection works afterwards.
+TEST_F(ConnectionManagerTest, ReqStormBeyondTheBacklogIsRefusedAndExpires) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(7300, 1, 16).ok());
+  std::vector<SeenMad> seen;
+  pair_->link().set_drop_filter(RecordMadsFrom(side(1).mac, &seen));
+  const MadFrom attacker{side(0).mac, side(0).gid};
+  constexpr uint32_t kStorm = 2000;
+  // Each REQ says its caller waits 4.096 us * 2^4 three times: expired after
+  // the CM's floor (one response timeout, 1 ms here).
+  for (uint32_t i = 0; i < kStorm; ++i) {
+    Inject(0, attacker, ForgedReq(0x10000 + i, side(0).gid, side(1).gid, 7300, 4, 2));
+    if (i % 16 == 15) {
+      PollOnce();
+      PollOnce();
+    }
+    const CmStateSizes sizes = cm(1).state_sizes();
+    ASSERT_LE(sizes.pending_requests, 16u);
+    ASSERT_LE(sizes.connections, 16u);
+  }
+  Settle(200);
+  const CmCounters counters = cm(1).counters();
+  EXPECT_EQ(counters.mads_received, kStorm);
+  EXPECT_GE(counters.backlog_rejects + counters.requests_expired, kStorm - 16);
+  size_t no_resources = 0;
+  for (const SeenMad& s : seen) {
+    if (const auto* rej = std::get_if<CmRej>(&s.mad.message); rej != nullptr && rej->reason == 3) ++no_resources;
+  }
+  EXPECT_EQ(no_resources, counters.backlog_rejects);
+  // Nobody answers: every request expires and is forgotten.
+  Settle(3000);
+  CmStateSizes sizes = cm(1).state_sizes();
+  EXPECT_EQ(sizes.pending_requests, 0u);
+  EXPECT_EQ(sizes.connections, 0u);
+  EXPECT_EQ(sizes.events, 0u);
+  EXPECT_EQ(cm(1).counters().requests_expired + cm(1).counters().backlog_rejects, kStorm);
+  size_t timeouts = 0;
+  for (const SeenMad& s : seen) {
+    if (const auto* rej = std::get_if<CmRej>(&s.mad.message); rej != nullptr && rej->reason == kRejTimeout) {
+      ++timeouts;
+    }
+  }
+  EXPECT_EQ(timeouts, cm(1).counters().requests_expired);
+  // The request events the storm made (taken by the fixture): answering one
+  // now finds nothing.
+  size_t requests = 0;
+  for (const CmEvent& e : events_[1]) {
+    if (e.type != CmEventType::kConnectRequest) continue;
+    ++requests;
+    EXPECT_EQ(cm(1).Reject(e.id, nullptr, 0).code(), StatusCode::kNotFound);
+  }
+  EXPECT_EQ(requests, cm(1).counters().requests_expired);
+  events_[1].clear();
+  Connected c = ConnectAndAccept(7300);
+  ASSERT_NE(c.id[0], 0u);
+  DisconnectBoth(c, 0);
+}
+
+// A request taken by the application but not answered in time is gone from
+// the backlog: the next one is accepted.
+TEST_F(ConnectionManagerTest, UnansweredRequestFreesItsBacklogPlace) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(7301, 1, 1).ok());
+  Inject(0, {side(0).mac, side(0).gid}, ForgedReq(0x777, side(0).gid, side(1).gid, 7301, 4, 2));
+  CmEvent request;
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, &request));
+  EXPECT_EQ(cm(1).state_sizes().pending_requests, 1u);
+  Settle(2000);
+  EXPECT_EQ(cm(1).state_sizes().connections, 0u);
+  EXPECT_EQ(cm(1).counters().requests_expired, 1u);
+  CmAcceptParams accept;
+  accept.qp = NewRcQp(1);
+  EXPECT_EQ(cm(1).Accept(request.id, accept, 5).code(), StatusCode::kNotFound);
+  Connected c = ConnectAndAccept(7301);
+  ASSERT_NE(c.id[0], 0u);
+}
+
+// A REQ whose caller claims to wait for hours (timeout 31, 15 retries) is
+// kept no longer than Options::max_request_lifetime_ns.
+TEST_F(ConnectionManagerTest, RequestLifetimeIsBoundedWhateverTheReqSays) {
+  tweak_ = [](ConnectionManager::Options& o) { o.max_request_lifetime_ns = 5'000'000; };
+  Start();
+  ASSERT_TRUE(cm(1).Listen(7302, 1).ok());
+  Inject(0, {side(0).mac, side(0).gid}, ForgedReq(0x778, side(0).gid, side(1).gid, 7302, 31, 15));
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, nullptr));
+  Settle(4000);
+  EXPECT_EQ(cm(1).state_sizes().connections, 1u);
+  Settle(2000);
+  EXPECT_EQ(cm(1).state_sizes().connections, 0u);
+}
+
+// MADs from a source the neighbour table does not know (a spoofed IP) are
+// answered to their frame's Ethernet source: REJ for a port nobody listens
+// on, REJ for a REP of an unknown ID, DREP for a DREQ of an unknown ID. The
+// engine's resolver (ARP/ND, up to seconds) is never asked.
+TEST_F(ConnectionManagerTest, SpoofedMadsAreAnsweredToTheirSourceMacWithoutResolving) {
+  EnginePairOptions options;
+  int resolver_calls = 0;
+  options.engine_template.resolve_neighbor = [&resolver_calls](const Gid&) {
+    ++resolver_calls;
+    return Unavailable("nobody answers ARP here");
+  };
+  Start(options);
+  std::vector<SeenMad> seen;
+  pair_->link().set_drop_filter(RecordMadsFrom(side(1).mac, &seen));
+  const MacAddress spoofed_mac = {0x02, 0xee, 0, 0, 0, 0x63};
+  const MadFrom spoofed{spoofed_mac, Ipv4(10, 0, 0, 99)};
+  Inject(0, spoofed, ForgedReq(0x4242, spoofed.gid, side(1).gid, 9999));
+  CmMad rep_mad;
+  CmRep rep;
+  rep.local_comm_id = 0x5151;
+  rep.remote_comm_id = 0x6161;
+  rep_mad.message = rep;
+  Inject(0, spoofed, rep_mad);
+  CmMad dreq_mad;
+  CmDreq dreq;
+  dreq.local_comm_id = 0x7171;
+  dreq.remote_comm_id = 0x8181;
+  dreq_mad.message = dreq;
+  Inject(0, spoofed, dreq_mad);
+  Settle(50);
+  EXPECT_EQ(resolver_calls, 0);
+  EXPECT_EQ(cm(1).counters().send_failures, 0u);
+  ASSERT_EQ(seen.size(), 3u);
+  for (const SeenMad& s : seen) {
+    EXPECT_EQ(s.dst_mac, spoofed_mac);
+    EXPECT_EQ(s.dst_gid, spoofed.gid);
+  }
+  EXPECT_EQ(std::get<CmRej>(seen[0].mad.message).reason, kRejInvalidServiceId);
+  EXPECT_EQ(std::get<CmRej>(seen[1].mad.message).reason, kRejInvalidCommId);
+  EXPECT_TRUE(std::holds_alternative<CmDrep>(seen[2].mad.message));
+  // A real connection still works, and its MADs never needed the resolver.
+  ASSERT_TRUE(cm(1).Listen(7303, 1).ok());
+  Connected c = ConnectAndAccept(7303);
+  ASSERT_NE(c.id[0], 0u);
+  EXPECT_EQ(resolver_calls, 0);
+}
+
+// An active Connect to a peer the neighbour table lacks resolves in the
+// caller's thread; one that does not resolve fails at once, with nothing
+// left for Poll to resolve.
+TEST_F(ConnectionManagerTest, ConnectResolvesInTheCallersThreadNotInPoll) {
+  EnginePairOptions options;
+  int resolver_calls = 0;
+  bool in_poll = false;
+  int calls_in_poll = 0;
+  options.engine_template.resolve_neighbor = [&](const Gid&) {
+    ++resolver_calls;
+    if (in_poll) ++calls_in_poll;
+    return Unavailable("nobody answers ARP here");
+  };
+  Start(options);
+  CmConnectParams params;
+  params.qp = NewRcQp(0);
+  params.remote = {Ipv4(10, 0, 0, 77), 7304};
+  EXPECT_EQ(cm(0).Connect(params, 1).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(resolver_calls, 1);
+  in_poll = true;
+  Settle(3000);
+  EXPECT_EQ(calls_in_poll, 0);
+  EXPECT_EQ(cm(0).state_sizes().connections, 0u);
+}
+
+// Address handles for answers are a bounded cache: 300 spoofed sources leave
+// at most max_address_handles, and idle ones age out.
+TEST_F(ConnectionManagerTest, AddressHandleCacheIsBoundedAndAges) {
+  tweak_ = [](ConnectionManager::Options& o) {
+    o.max_address_handles = 64;
+    o.address_handle_idle_ns = 2'000'000;
+  };
+  Start();
+  for (uint32_t i = 0; i < 300; ++i) {
+    const MadFrom from{{0x02, 0xee, 0, 0, uint8_t(i >> 8), uint8_t(i)}, Ipv4(10, 1, uint8_t(i >> 8), uint8_t(i))};
+    Inject(0, from, ForgedReq(0x9000 + i, from.gid, side(1).gid, 9998));
+    if (i % 16 == 15) Settle(2);
+    ASSERT_LE(cm(1).state_sizes().address_handles, 64u);
+  }
+  Settle(50);
+  EXPECT_EQ(cm(1).counters().mads_received, 300u);
+  EXPECT_GE(cm(1).counters().address_handles_evicted, 300u - 64u);
+  Settle(5000);
+  EXPECT_EQ(cm(1).state_sizes().address_handles, 0u);
+}
+
+// An IPv6 peer whose source address has 0x4_ in byte 12 (fd00::4000:2: byte
+// 20 of the GRH) is IPv6, not "IPv4 ::ffff:0.0.0.0" (IBTA A17.4.5.2: the IP
+// version decides).
+TEST_F(ConnectionManagerTest, Ipv6SourceThatLooksLikeIpv4InGrhByte20IsAnswered) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(7305, 1).ok());
+  std::vector<SeenMad> seen;
+  pair_->link().set_drop_filter(RecordMadsFrom(side(1).mac, &seen));
+  Gid odd{0xfd, 0x00};
+  odd[12] = 0x40;
+  odd[15] = 0x02;  // fd00::4000:2
+  const MadFrom from{side(0).mac, odd};
+  Inject(0, from, ForgedReq(0x6000, odd, side(1).gid6, 7305), true);
+  CmEvent request;
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, &request));
+  EXPECT_EQ(request.peer.gid, odd);
+  EXPECT_EQ(request.local.gid, side(1).gid6);
+  // And an unlistened port is answered, to that address.
+  Inject(0, from, ForgedReq(0x6001, odd, side(1).gid6, 9997), true);
+  Settle(50);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].dst_gid, odd);
+  EXPECT_EQ(std::get<CmRej>(seen[0].mad.message).reason, kRejInvalidServiceId);
+}
+
+// An MRA (IBTA 12.6.6) asks the waiting side for 4.096 us * 2^service_timeout
+// more: 2^31 is 2.4 hours. One from anyone but the peer is ignored; the
+// peer's are bounded (max_mra_extension_ns in all, max_mras of them).
+TEST_F(ConnectionManagerTest, MraIsBoundedAndTakenOnlyFromThePeer) {
+  tweak_ = [](ConnectionManager::Options& o) { o.max_mra_extension_ns = 5'000'000; };
+  Start();
+  ASSERT_TRUE(cm(1).Listen(7306, 1).ok());
+  // B's own MADs never reach A: A's REQ is never answered.
+  const MacAddress b_mac = side(1).mac;
+  pair_->link().set_drop_filter([b_mac](const rte_mbuf* m) {
+    PacketView view;
+    return ParsePacket(m, ParseOptions{}, &view) == ParseError::kOk && view.fields.bth.dest_qp == kGsiQpn &&
+           view.fields.src_mac == b_mac;
+  });
+  CmConnectParams params;
+  params.qp = NewRcQp(0);
+  params.remote = {side(1).gid, 7306};
+  auto id = cm(0).Connect(params, 1);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  const uint64_t start = pair_->now_ns();
+  auto mra = [&](const Gid& from_gid) {
+    CmMad mad;
+    CmMra m;
+    m.local_comm_id = 0;
+    m.remote_comm_id = *id;
+    m.message_mraed = CmMessageKind::kReq;
+    m.service_timeout = 31;
+    mad.message = m;
+    Inject(1, {{0x02, 0xee, 0, 0, 0, 0x42}, from_gid}, mad);
+  };
+  Settle(10);
+  mra(Ipv4(10, 0, 0, 99));  // not the peer
+  Settle(10);
+  EXPECT_EQ(cm(0).counters().mras_ignored, 1u);
+  for (int i = 0; i < 10; ++i) {
+    mra(side(1).gid);  // the peer's address, 2.4 hours each
+    Settle(500);
+  }
+  // The first asks for 2.4 hours and gets the whole 5 ms; the rest get nothing.
+  EXPECT_EQ(cm(0).counters().mras_ignored, 1u + 9u);
+  CmEvent e;
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kUnreachable, &e, 100'000));
+  // 16 tries of 1 ms, plus at most 5 ms of MRA, plus the polls' granularity.
+  EXPECT_LE(pair_->now_ns() - start, 16'000'000u + 5'000'000u + 2'000'000u);
+}
+
+// Starting PSNs (IBTA 9.7.1: chosen by each side) come from the CM's random
+// generator over the whole 24 bits, on both sides (DESIGN.md: QPNs and
+// starting PSNs are random).
+TEST_F(ConnectionManagerTest, StartingPsnsAreRandomOverAll24Bits) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(7307, 1).ok());
+  std::vector<SeenMad> from_a, from_b;
+  auto record_a = RecordMadsFrom(side(0).mac, &from_a);
+  auto record_b = RecordMadsFrom(side(1).mac, &from_b);
+  pair_->link().set_drop_filter([&](const rte_mbuf* m) { return record_a(m) || record_b(m); });
+  for (int i = 0; i < 24; ++i) {
+    Connected c = ConnectAndAccept(7307, static_cast<uint8_t>(i));
+    ASSERT_NE(c.id[0], 0u);
+  }
+  for (auto* seen : {&from_a, &from_b}) {
+    std::vector<uint32_t> psns;
+    for (const SeenMad& s : *seen) {
+      if (const auto* req = std::get_if<CmReq>(&s.mad.message)) psns.push_back(req->starting_psn);
+      if (const auto* rep = std::get_if<CmRep>(&s.mad.message)) psns.push_back(rep->starting_psn);
+    }
+    ASSERT_EQ(psns.size(), 24u);
+    uint32_t any = 0, all = 0xFFFFFF;
+    for (uint32_t psn : psns) {
+      EXPECT_LE(psn, 0xFFFFFFu);
+      any |= psn;
+      all &= psn;
+    }
+    std::sort(psns.begin(), psns.end());
+    EXPECT_EQ(std::unique(psns.begin(), psns.end()), psns.end()) << "no PSN twice";
+    // Every one of the 24 bits is set in some PSN and clear in another.
+    EXPECT_EQ(any, 0xFFFFFFu);
+    EXPECT_EQ(all, 0u);
+  }
 }
 
 }  // namespace
