@@ -10,6 +10,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kAlreadyExists: return "ALREADY_EXISTS";
     case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
     case StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
+    case StatusCode::kBusy: return "BUSY";
     case StatusCode::kUnavailable: return "UNAVAILABLE";
     case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
     case StatusCode::kNotSupported: return "NOT_SUPPORTED";
@@ -37,6 +38,7 @@ int Status::ToErrno() const {
     case StatusCode::kAlreadyExists: return EEXIST;
     case StatusCode::kResourceExhausted: return ENOMEM;
     case StatusCode::kFailedPrecondition: return EINVAL;
+    case StatusCode::kBusy: return EBUSY;
     case StatusCode::kUnavailable: return EAGAIN;
     case StatusCode::kPermissionDenied: return EACCES;
     case StatusCode::kNotSupported: return EOPNOTSUPP;

@@ -18,6 +18,7 @@ enum class StatusCode {
   kAlreadyExists,      // EEXIST
   kResourceExhausted,  // ENOMEM / ENOSPC: a pool, ring or table is full.
   kFailedPrecondition, // EINVAL in verbs terms: wrong state for the call.
+  kBusy,               // EBUSY: the object is still in use (ibv_dealloc_pd(3), ibv_destroy_cq(3)).
   kUnavailable,        // EAGAIN: try again later.
   kPermissionDenied,   // EACCES
   kNotSupported,       // EOPNOTSUPP
@@ -54,6 +55,7 @@ inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move
 inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
 inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status Busy(std::string m) { return {StatusCode::kBusy, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 inline Status NotSupported(std::string m) { return {StatusCode::kNotSupported, std::move(m)}; }

@@ -106,15 +106,15 @@ Status Engine::DeallocPd(PdHandle pd) {
   if (pd == 0 || pd >= pd_in_use_.size() || !pd_in_use_[pd]) return InvalidArgument("no such PD");
   // ibv_dealloc_pd(3): EBUSY while anything still belongs to the PD.
   for (const auto& qp : qp_storage_) {
-    if (qp && qp->pd == pd) return Status(StatusCode::kFailedPrecondition, "PD still used by a QP");
+    if (qp && qp->pd == pd) return Busy("PD still used by a QP");
   }
   for (const auto& srq : srqs_) {
-    if (srq && srq->pd == pd) return Status(StatusCode::kFailedPrecondition, "PD still used by an SRQ");
+    if (srq && srq->pd == pd) return Busy("PD still used by an SRQ");
   }
   for (const AddressHandle& ah : ahs_) {
-    if (ah.valid && ah.pd == pd) return Status(StatusCode::kFailedPrecondition, "PD still used by an AH");
+    if (ah.valid && ah.pd == pd) return Busy("PD still used by an AH");
   }
-  if (mrs_.RegisteredInPd(pd) > 0) return Status(StatusCode::kFailedPrecondition, "PD still has memory regions");
+  if (mrs_.RegisteredInPd(pd) > 0) return Busy("PD still has memory regions");
   pd_in_use_[pd] = false;
   return Status::Ok();
 }
@@ -154,7 +154,7 @@ Status Engine::DestroyCq(CompletionQueue* cq) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   for (const auto& qp : qp_storage_) {
     if (qp && (qp->send_cq == cq || qp->recv_cq == cq)) {
-      return Status(StatusCode::kFailedPrecondition, "CQ still used by a QP");
+      return Busy("CQ still used by a QP");
     }
   }
   auto it = std::find_if(cqs_.begin(), cqs_.end(), [cq](const auto& p) { return p.get() == cq; });
@@ -180,7 +180,7 @@ StatusOr<SharedReceiveQueue*> Engine::CreateSrq(PdHandle pd, uint32_t max_wr, ui
 Status Engine::DestroySrq(SharedReceiveQueue* srq) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   for (const auto& qp : qp_storage_) {
-    if (qp && qp->srq == srq) return Status(StatusCode::kFailedPrecondition, "SRQ still used by a QP");
+    if (qp && qp->srq == srq) return Busy("SRQ still used by a QP");
   }
   auto it = std::find_if(srqs_.begin(), srqs_.end(), [srq](const auto& p) { return p.get() == srq; });
   if (it == srqs_.end()) return InvalidArgument("no such SRQ");

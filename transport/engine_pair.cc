@@ -60,6 +60,8 @@ Status EnginePair::SetUpEndpoint(Endpoint& e, PacketIo& io, uint8_t host, const 
   config.tx_pool = pool_.get();
   config.io = &io;
   config.clock_ns = [this] { return now_ns_; };
+  // QPNs from the pair's seed too, so that a run replays exactly.
+  if (config.random_seed == 0) config.random_seed = options.seed * 2 + host;
   e.engine = std::make_unique<Engine>(config);
   auto pd = e.engine->AllocPd();
   if (!pd.ok()) return pd.status();

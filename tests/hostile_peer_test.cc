@@ -1,0 +1,643 @@
+// The hostile-peer suite (issue 14): a peer that speaks raw RoCEv2 frames
+// into the engine's real receive path (HandleFrame and every stage behind
+// it), through a port whose transmit side the test can block, as a NIC whose
+// queue is backed up. Every scenario asserts what an RDMA NIC trusted with an
+// application's memory must guarantee:
+//   - no crash, no write outside a registered and permitted region (canaries
+//     around the region), no read of one after ibv_dereg_mr returns;
+//   - every QP healthy or in ERR with the right status;
+//   - a poll stages no more than the transmit stage holds;
+//   - every mbuf back in its pool at teardown.
+// The connection manager's scenarios (REQ and MAD storms, spoofed sources)
+// are in tests/hostile_cm_test.cc.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "pmd/mempool.h"
+#include "transport/engine.h"
+#include "transport/packet_builder.h"
+#include "transport/packet_parser.h"
+
+namespace uroce::transport {
+namespace {
+
+constexpr uint32_t kPeerQpn = 0x4242;
+constexpr uint32_t kRqPsn = 1000;
+constexpr uint32_t kSqPsn = 5000;
+constexpr uint32_t kPoolMbufs = 4095;
+constexpr uint32_t kMtu = 1024;
+constexpr int kAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                     IBV_ACCESS_REMOTE_ATOMIC;
+constexpr uint8_t kCanary = 0xC5;
+constexpr size_t kGuard = 4096;
+
+// A wire whose transmit side can refuse everything (a full TX queue).
+class BlockablePort : public PacketIo {
+ public:
+  uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override {
+    uint16_t k = 0;
+    while (k < n && !inbound.empty()) {
+      pkts[k++] = inbound.front();
+      inbound.pop_front();
+    }
+    return k;
+  }
+  uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override {
+    if (blocked) return 0;
+    for (uint16_t i = 0; i < n; ++i) outbound.push_back(pkts[i]);
+    return n;
+  }
+  bool blocked = false;
+  std::deque<rte_mbuf*> inbound, outbound;
+};
+
+struct Sent {
+  PacketFields fields;
+  const OpcodeInfo* opcode = nullptr;
+  std::vector<uint8_t> payload;
+};
+
+// Registered memory between two guard areas that must never change.
+struct GuardedRegion {
+  explicit GuardedRegion(size_t length) : bytes(new uint8_t[length + 2 * kGuard]), size(length) {
+    std::memset(bytes.get(), kCanary, length + 2 * kGuard);
+    std::memset(data(), 0, length);
+  }
+  uint8_t* data() { return bytes.get() + kGuard; }
+  uint64_t va() { return reinterpret_cast<uint64_t>(data()); }
+  bool GuardsIntact() const {
+    for (size_t i = 0; i < kGuard; ++i) {
+      if (bytes[i] != kCanary || bytes[kGuard + size + i] != kCanary) return false;
+    }
+    return true;
+  }
+  std::unique_ptr<uint8_t[]> bytes;
+  size_t size;
+};
+
+class HostilePeerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartEngine({}); }
+
+  void StartEngine(const std::function<void(EngineConfig&)>& tune) {
+    static int n = 0;
+    auto pool = pmd::CreatePktPool({.name = "hostile_pool" + std::to_string(n++),
+                                    .mbufs = kPoolMbufs,
+                                    .per_core_cache = 0,
+                                    .data_room = RTE_PKTMBUF_HEADROOM + 4096 + 256});
+    ASSERT_TRUE(pool.ok());
+    pool_ = std::move(*pool);
+    const uint8_t ours[4] = {10, 1, 0, 1}, theirs[4] = {10, 1, 0, 2};
+    our_gid_ = Ipv4MappedGid(ours);
+    peer_gid_ = Ipv4MappedGid(theirs);
+    EngineConfig config;
+    config.mac = our_mac_;
+    config.gids = {our_gid_};
+    config.tx_pool = pool_.get();
+    config.io = &port_;
+    config.clock_ns = [this] { return now_; };
+    config.random_seed = 7;
+    if (tune) tune(config);
+    engine_ = std::make_unique<Engine>(config);
+    engine_->AddNeighbor(peer_gid_, peer_mac_);
+    pd_ = *engine_->AllocPd();
+    cq_ = *engine_->CreateCq(4096);
+    qp_ = MakeConnectedQp();
+    region_ = std::make_unique<GuardedRegion>(65536);
+    keys_ = *engine_->RegMr(pd_, region_->data(), region_->size, region_->va(), kAll);
+  }
+
+  QueuePair* MakeConnectedQp() {
+    QpInitAttr init;
+    init.pd = pd_;
+    init.send_cq = cq_;
+    init.recv_cq = cq_;
+    init.cap.max_send_wr = 64;
+    init.cap.max_recv_wr = 64;
+    init.cap.max_send_sge = 2;
+    init.cap.max_recv_sge = 2;
+    QueuePair* qp = *engine_->CreateQp(init);
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = kAll;
+    EXPECT_TRUE(engine_->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS).ok());
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = kPeerQpn;
+    a.rq_psn = kRqPsn;
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 12;
+    a.ah_attr.is_global = 1;
+    std::memcpy(a.ah_attr.grh.dgid.raw, peer_gid_.data(), 16);
+    EXPECT_TRUE(engine_->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                             IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)
+                    .ok());
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = kSqPsn;
+    a.timeout = 10;
+    a.retry_cnt = 2;
+    a.rnr_retry = 1;
+    a.max_rd_atomic = 4;
+    EXPECT_TRUE(engine_->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)
+                    .ok());
+    return qp;
+  }
+
+  void TearDown() override {
+    EXPECT_TRUE(region_->GuardsIntact()) << "a byte outside the registered region changed";
+    engine_.reset();
+    for (rte_mbuf* m : port_.inbound) rte_pktmbuf_free(m);
+    for (rte_mbuf* m : port_.outbound) rte_pktmbuf_free(m);
+    port_.inbound.clear();
+    port_.outbound.clear();
+    EXPECT_EQ(pmd::AvailableMbufs(pool_.get()), kPoolMbufs) << "mbufs leaked";
+  }
+
+  // A frame from the peer (or, with `tweak`, from anyone) to `qp`.
+  void Inject(QueuePair* qp, Opcode opcode, uint32_t psn, uint32_t payload_length = 0, bool ack_request = false,
+              const std::function<void(PacketFields&)>& tweak = nullptr) {
+    PacketFields f;
+    f.dst_mac = our_mac_;
+    f.src_mac = peer_mac_;
+    f.src_gid = peer_gid_;
+    f.dst_gid = our_gid_;
+    f.udp_src_port = 0xC001;
+    f.bth.opcode = static_cast<uint8_t>(opcode);
+    f.bth.dest_qp = qp->qpn;
+    f.bth.psn = Psn(psn);
+    f.bth.ack_request = ack_request;
+    f.payload_length = payload_length;
+    if (tweak) tweak(f);
+    std::vector<uint8_t> payload(f.payload_length, 0xAB);
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+    ASSERT_NE(m, nullptr);
+    ASSERT_EQ(BuildPacket(f, payload.data(), m), BuildError::kOk);
+    port_.inbound.push_back(m);
+  }
+  void Inject(Opcode opcode, uint32_t psn, uint32_t payload_length = 0, bool ack_request = false,
+              const std::function<void(PacketFields&)>& tweak = nullptr) {
+    Inject(qp_, opcode, psn, payload_length, ack_request, tweak);
+  }
+
+  // One poll; returns what it staged beyond what was staged before (the
+  // transmit stage may keep frames while the port is blocked).
+  void PollOnce() {
+    now_ += 1000;
+    engine_->Poll();
+    const EngineCounters c = engine_->counters();
+    // The stage never holds more than it has room for (kTxStage = 512).
+    ASSERT_LE(c.tx_frames - sent_before_, 512u + port_.outbound.size()) << "staged beyond the stage";
+  }
+
+  // Polls and returns (and frees) what the engine transmitted.
+  std::vector<Sent> Transmitted(int polls = 1) {
+    for (int i = 0; i < polls; ++i) PollOnce();
+    std::vector<Sent> out;
+    for (rte_mbuf* m : port_.outbound) {
+      PacketView view;
+      EXPECT_EQ(ParsePacket(m, ParseOptions{}, &view), ParseError::kOk);
+      out.push_back(
+          {view.fields, view.opcode, std::vector<uint8_t>(view.payload, view.payload + view.fields.payload_length)});
+      rte_pktmbuf_free(m);
+    }
+    port_.outbound.clear();
+    sent_before_ = engine_->counters().tx_frames;
+    return out;
+  }
+
+  std::vector<ibv_wc> Completions() {
+    std::vector<ibv_wc> out(256);
+    out.resize(cq_->Poll(256, out.data()));
+    return out;
+  }
+
+  void PostRecv(QueuePair* qp, uint64_t wr_id, uint32_t length = 4096) {
+    ibv_sge sge{region_->va(), length, keys_.lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    const ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(engine_->PostRecv(qp, &wr, &bad), 0);
+  }
+
+  void PostSend(ibv_wr_opcode op, uint64_t addr, uint32_t length, uint32_t lkey, uint64_t wr_id = 1) {
+    ibv_sge sge{addr, length, lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = 0x10000;
+    wr.wr.rdma.rkey = 0x77;
+    const ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(engine_->PostSend(qp_, &wr, &bad), 0);
+  }
+
+  static size_t CountNaks(const std::vector<Sent>& sent, AethKind kind) {
+    size_t n = 0;
+    for (const Sent& s : sent) {
+      if (s.opcode->operation == Operation::kAcknowledge && s.fields.aeth.kind() == kind) ++n;
+    }
+    return n;
+  }
+
+  pmd::MempoolPtr pool_;
+  BlockablePort port_;
+  std::unique_ptr<Engine> engine_;
+  uint64_t now_ = 1'000'000;
+  uint64_t sent_before_ = 0;
+  Gid our_gid_{}, peer_gid_{};
+  MacAddress our_mac_{2, 0, 0, 0, 0, 1};
+  MacAddress peer_mac_{2, 0, 0, 0, 0, 2};
+  PdHandle pd_ = 0;
+  CompletionQueue* cq_ = nullptr;
+  QueuePair* qp_ = nullptr;
+  std::unique_ptr<GuardedRegion> region_;
+  MrKeys keys_;
+};
+
+// ---------------------------------------------------------------- 1: the stage
+
+// 700 SENDs to a QP with no receive posted, in one poll of 4 × 512 frames,
+// while the port accepts nothing: every one would be an RNR NAK. They wait
+// as one pending NAK; when the port drains, one RNR NAK per poll leaves.
+TEST_F(HostilePeerTest, RnrStormWithABlockedPortNeverOverrunsTheStage) {
+  engine_.reset();
+  for (rte_mbuf* m : port_.outbound) rte_pktmbuf_free(m);
+  port_.outbound.clear();
+  StartEngine([](EngineConfig& c) { c.rx_burst = 512; });
+  port_.blocked = true;
+  for (int i = 0; i < 700; ++i) Inject(Opcode::kRcSendOnly, kRqPsn, 64, true);
+  for (int poll = 0; poll < 4; ++poll) PollOnce();
+  EXPECT_TRUE(port_.outbound.empty());
+  port_.blocked = false;
+  auto sent = Transmitted();
+  EXPECT_EQ(CountNaks(sent, AethKind::kRnrNak), 1u) << "at most one RNR NAK per QP per poll";
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS) << "RNR is not an error of the responder";
+  // More SENDs in a later poll: again one.
+  for (int i = 0; i < 100; ++i) Inject(Opcode::kRcSendOnly, kRqPsn, 64, true);
+  sent = Transmitted();
+  EXPECT_EQ(CountNaks(sent, AethKind::kRnrNak), 1u);
+}
+
+// Out-of-window PSNs and fatal requests on many QPs with the port blocked:
+// NAKs wait; nothing is staged beyond the stage's room.
+TEST_F(HostilePeerTest, NakStormOnManyQpsWithABlockedPortWaitsForRoom) {
+  std::vector<QueuePair*> qps{qp_};
+  for (int i = 0; i < 40; ++i) qps.push_back(MakeConnectedQp());
+  port_.blocked = true;
+  for (int round = 0; round < 30; ++round) {
+    for (QueuePair* qp : qps) {
+      Inject(qp, Opcode::kRcSendOnly, kRqPsn + 1000 + round, 64, true);  // ahead: sequence NAK
+      Inject(qp, Opcode::kRcSendOnly, kRqPsn - 50, 64, true);           // behind: duplicate, re-ACK
+    }
+    PollOnce();
+  }
+  port_.blocked = false;
+  auto sent = Transmitted(3);
+  EXPECT_EQ(CountNaks(sent, AethKind::kNak), qps.size()) << "one sequence NAK per gap and QP";
+  for (QueuePair* qp : qps) EXPECT_EQ(qp->state.load(), IBV_QPS_RTS);
+}
+
+// A READ flood while blocked: responses wait for room, none is lost or
+// overruns, and they all leave once the port drains.
+TEST_F(HostilePeerTest, ReadResponsesWaitForRoomWhileThePortIsBlocked) {
+  std::vector<QueuePair*> qps{qp_};
+  for (int i = 0; i < 20; ++i) qps.push_back(MakeConnectedQp());
+  port_.blocked = true;
+  const uint64_t va = region_->va();
+  const uint32_t rkey = keys_.rkey;
+  for (QueuePair* qp : qps) {
+    for (uint32_t k = 0; k < 4; ++k) {
+      Inject(qp, Opcode::kRcRdmaReadRequest, kRqPsn + k * 32, 0, true, [&](PacketFields& f) {
+        f.reth.virtual_address = va;
+        f.reth.rkey = rkey;
+        f.reth.dma_length = 32 * kMtu;
+      });
+    }
+  }
+  for (int poll = 0; poll < 20; ++poll) PollOnce();
+  EXPECT_GT(engine_->counters().tx_queue_full_polls, 0u) << "the port refused and responses waited";
+  port_.blocked = false;
+  size_t responses = 0;
+  for (int poll = 0; poll < 200; ++poll) {
+    for (const Sent& s : Transmitted()) {
+      if (s.opcode->operation == Operation::kRdmaReadResponse) ++responses;
+    }
+  }
+  EXPECT_EQ(responses, qps.size() * 4 * 32);
+  for (QueuePair* qp : qps) EXPECT_EQ(qp->state.load(), IBV_QPS_RTS);
+}
+
+// ---------------------------------------------------------------- 2: deregistration
+
+// A 32 KiB READ is streaming when the application deregisters the region:
+// not one more byte of it leaves, the requester gets a NAK.
+TEST_F(HostilePeerTest, DeregisteringEndsAReadResponseInFlight) {
+  engine_.reset();
+  StartEngine([](EngineConfig& c) { c.per_qp_packet_budget = 4; });
+  std::memset(region_->data(), 0x5A, 32 * kMtu);
+  const uint64_t va = region_->va();
+  const uint32_t rkey = keys_.rkey;
+  Inject(Opcode::kRcRdmaReadRequest, kRqPsn, 0, true, [&](PacketFields& f) {
+    f.reth.virtual_address = va;
+    f.reth.rkey = rkey;
+    f.reth.dma_length = 32 * kMtu;
+  });
+  auto sent = Transmitted();
+  ASSERT_EQ(sent.size(), 4u) << "the budget lets four responses out per poll";
+  ASSERT_TRUE(engine_->DeregMr(keys_.lkey).ok());
+  // The application may free the memory now; poison it to see any later read.
+  std::memset(region_->data(), 0xEE, 32 * kMtu);
+  sent = Transmitted(5);
+  for (const Sent& s : sent) {
+    EXPECT_NE(s.opcode->operation, Operation::kRdmaReadResponse) << "a response after ibv_dereg_mr returned";
+    for (uint8_t b : s.payload) ASSERT_NE(b, 0xEE);
+  }
+  ASSERT_EQ(CountNaks(sent, AethKind::kNak), 1u);
+  EXPECT_EQ(sent.back().fields.aeth.value(), uint8_t(NakCode::kRemoteAccessError));
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_ERR);
+  std::memset(region_->data(), 0, 32 * kMtu);
+}
+
+// A three-packet WRITE whose region is deregistered after the first packet:
+// the middle and last packets write nothing and are not ACKed.
+TEST_F(HostilePeerTest, DeregisteringAbortsAWriteInProgress) {
+  const uint64_t va = region_->va();
+  const uint32_t rkey = keys_.rkey;
+  Inject(Opcode::kRcRdmaWriteFirst, kRqPsn, kMtu, false, [&](PacketFields& f) {
+    f.reth.virtual_address = va;
+    f.reth.rkey = rkey;
+    f.reth.dma_length = 3 * kMtu;
+  });
+  Transmitted();
+  EXPECT_EQ(region_->data()[0], 0xAB);
+  ASSERT_TRUE(engine_->DeregMr(keys_.lkey).ok());
+  Inject(Opcode::kRcRdmaWriteMiddle, kRqPsn + 1, kMtu);
+  Inject(Opcode::kRcRdmaWriteLast, kRqPsn + 2, kMtu, true);
+  auto sent = Transmitted();
+  for (size_t i = kMtu; i < 3 * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0) << "byte " << i << " written";
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].fields.aeth.kind(), AethKind::kNak);
+  EXPECT_EQ(sent[0].fields.aeth.value(), uint8_t(NakCode::kRemoteAccessError));
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_ERR);
+}
+
+// The requester's own SGEs: a 64-packet SEND whose buffer is deregistered
+// after half of it left completes with IBV_WC_LOC_PROT_ERR, and no later
+// packet reads the buffer.
+TEST_F(HostilePeerTest, DeregisteringALocalBufferFailsTheSendInProgress) {
+  engine_.reset();
+  StartEngine([](EngineConfig& c) { c.per_qp_packet_budget = 8; });
+  std::memset(region_->data(), 0x11, 32 * kMtu);
+  PostSend(IBV_WR_SEND, region_->va(), 32 * kMtu, keys_.lkey, 9);
+  auto sent = Transmitted();
+  ASSERT_EQ(sent.size(), 8u);
+  ASSERT_TRUE(engine_->DeregMr(keys_.lkey).ok());
+  std::memset(region_->data(), 0xEE, 32 * kMtu);
+  sent = Transmitted(4);
+  for (const Sent& s : sent) {
+    for (uint8_t b : s.payload) ASSERT_NE(b, 0xEE) << "a packet read the buffer after ibv_dereg_mr";
+  }
+  auto wc = Completions();
+  ASSERT_FALSE(wc.empty());
+  EXPECT_EQ(wc[0].wr_id, 9u);
+  EXPECT_EQ(wc[0].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_ERR);
+  std::memset(region_->data(), 0, 32 * kMtu);
+}
+
+// A READ of ours whose target buffer is deregistered between two response
+// packets: the second is not scattered, the READ fails locally.
+TEST_F(HostilePeerTest, DeregisteringAReadTargetFailsTheRead) {
+  PostSend(IBV_WR_RDMA_READ, region_->va(), 2 * kMtu, keys_.lkey, 4);
+  auto sent = Transmitted();
+  ASSERT_EQ(sent.size(), 1u);
+  Inject(Opcode::kRcRdmaReadResponseFirst, kSqPsn, kMtu);
+  Transmitted();
+  EXPECT_EQ(region_->data()[0], 0xAB);
+  ASSERT_TRUE(engine_->DeregMr(keys_.lkey).ok());
+  Inject(Opcode::kRcRdmaReadResponseLast, kSqPsn + 1, kMtu);
+  Transmitted();
+  for (size_t i = kMtu; i < 2 * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0);
+  auto wc = Completions();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_ERR);
+}
+
+// ---------------------------------------------------------------- 3: duplicate READs
+
+class DuplicateReadTest : public HostilePeerTest {
+ protected:
+  // A 256-byte READ the responder accepted and answered.
+  void AnswerOneRead() {
+    for (int i = 0; i < 256; ++i) region_->data()[i] = static_cast<uint8_t>(i);
+    va_ = region_->va();
+    rkey_ = keys_.rkey;
+    Inject(Opcode::kRcRdmaReadRequest, kRqPsn, 0, true, [&](PacketFields& f) {
+      f.reth.virtual_address = va_;
+      f.reth.rkey = rkey_;
+      f.reth.dma_length = 256;
+    });
+    auto sent = Transmitted();
+    ASSERT_EQ(sent.size(), 1u);
+    ASSERT_EQ(sent[0].payload.size(), 256u);
+  }
+  void InjectDuplicate(uint32_t psn, uint32_t rkey, uint64_t va, uint32_t length) {
+    Inject(Opcode::kRcRdmaReadRequest, psn, 0, true, [=](PacketFields& f) {
+      f.reth.virtual_address = va;
+      f.reth.rkey = rkey;
+      f.reth.dma_length = length;
+    });
+  }
+  static size_t ResponseBytes(const std::vector<Sent>& sent) {
+    size_t n = 0;
+    for (const Sent& s : sent) {
+      if (s.opcode->operation == Operation::kRdmaReadResponse) n += s.payload.size();
+    }
+    return n;
+  }
+  uint64_t va_ = 0;
+  uint32_t rkey_ = 0;
+};
+
+TEST_F(DuplicateReadTest, ARememberedDuplicateIsAnsweredAgain) {
+  AnswerOneRead();
+  InjectDuplicate(kRqPsn, rkey_, va_, 256);
+  auto sent = Transmitted();
+  EXPECT_EQ(ResponseBytes(sent), 256u);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+}
+
+TEST_F(DuplicateReadTest, RevokedRemoteReadIsNotReplayed) {
+  AnswerOneRead();
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTS;
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  ASSERT_TRUE(engine_->ModifyQp(qp_, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS).ok());
+  InjectDuplicate(kRqPsn, rkey_, va_, 256);
+  auto sent = Transmitted();
+  EXPECT_EQ(ResponseBytes(sent), 0u) << "a READ after remote read was revoked";
+}
+
+// 49 guessed keys: no byte comes back, and the QP stops at the first one
+// that claims a remembered PSN (a brute force is not free).
+TEST_F(DuplicateReadTest, WrongKeysAsDuplicatesEarnNothing) {
+  AnswerOneRead();
+  size_t bytes = 0;
+  for (uint32_t tag = 1; tag < 50; ++tag) {
+    InjectDuplicate(kRqPsn - tag, (rkey_ & ~0xFFu) | ((rkey_ + tag) & 0xFF), va_, 256);  // PSNs never used
+    bytes += ResponseBytes(Transmitted());
+  }
+  EXPECT_EQ(bytes, 0u);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS) << "unremembered PSNs are dropped silently";
+  InjectDuplicate(kRqPsn, (rkey_ & ~0xFFu) | ((rkey_ + 1) & 0xFF), va_, 256);
+  auto sent = Transmitted();
+  EXPECT_EQ(ResponseBytes(sent), 0u);
+  EXPECT_EQ(CountNaks(sent, AethKind::kNak), 1u);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_ERR);
+}
+
+// A spoofed duplicate asking for 4 GiB of a remembered READ: refused, no
+// stream that would hold ACKs back.
+TEST_F(DuplicateReadTest, AnOversizedDuplicateIsRefused) {
+  AnswerOneRead();
+  InjectDuplicate(kRqPsn, rkey_, va_, 0xFFFFFFFFu);
+  auto sent = Transmitted();
+  EXPECT_EQ(ResponseBytes(sent), 0u);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_ERR);
+}
+
+TEST_F(DuplicateReadTest, AnOversizedNewReadIsAnInvalidRequest) {
+  InjectDuplicate(kRqPsn, keys_.rkey, region_->va(), 0x80000001u);
+  auto sent = Transmitted();
+  EXPECT_EQ(ResponseBytes(sent), 0u);
+  ASSERT_EQ(CountNaks(sent, AethKind::kNak), 1u);
+  EXPECT_EQ(sent[0].fields.aeth.value(), uint8_t(NakCode::kInvalidRequest));
+}
+
+// ---------------------------------------------------------------- 6: protection domains
+
+TEST_F(HostilePeerTest, APdInUseCannotBeFreedAndIsNotReusedAtOnce) {
+  PdHandle other = *engine_->AllocPd();
+  auto mr = engine_->RegMr(other, region_->data(), 64, region_->va(), kAll);
+  ASSERT_TRUE(mr.ok());
+  EXPECT_EQ(engine_->DeallocPd(other).ToErrno(), EBUSY);
+  ASSERT_TRUE(engine_->DeregMr(mr->lkey).ok());
+  ASSERT_TRUE(engine_->DeallocPd(other).ok());
+  PdHandle next = *engine_->AllocPd();
+  EXPECT_NE(next, other) << "a freed PD handle was handed out again at once";
+  EXPECT_EQ(engine_->DeallocPd(pd_).ToErrno(), EBUSY) << "QP, MR and CQ still use it";
+}
+
+// ---------------------------------------------------------------- 7: sources
+
+// An ACK for our SEND from an unrelated IP, or with a foreign P_Key, does not
+// complete it; the real peer's does.
+TEST_F(HostilePeerTest, ForgedAcksFromOtherAddressesAreDropped) {
+  PostSend(IBV_WR_SEND, region_->va(), 64, keys_.lkey, 3);
+  Transmitted();
+  const uint8_t stranger[4] = {10, 9, 9, 9};
+  Inject(Opcode::kRcAcknowledge, kSqPsn, 0, false, [&](PacketFields& f) { f.src_gid = Ipv4MappedGid(stranger); });
+  Inject(Opcode::kRcAcknowledge, kSqPsn, 0, false, [&](PacketFields& f) { f.dst_gid = Ipv4MappedGid(stranger); });
+  Inject(Opcode::kRcAcknowledge, kSqPsn, 0, false, [](PacketFields& f) { f.bth.pkey = 0x8001; });
+  Transmitted();
+  EXPECT_TRUE(Completions().empty());
+  EXPECT_EQ(engine_->counters().rx_path_mismatch, 2u);
+  EXPECT_EQ(engine_->counters().rx_bad_pkey, 1u);
+  Inject(Opcode::kRcAcknowledge, kSqPsn);
+  Transmitted();
+  auto wc = Completions();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+}
+
+TEST_F(HostilePeerTest, QpNumbersAreNotSequential) {
+  std::set<uint32_t> qpns;
+  uint32_t sequential = 0, previous = qp_->qpn;
+  for (int i = 0; i < 32; ++i) {
+    QueuePair* qp = MakeConnectedQp();
+    qpns.insert(qp->qpn);
+    if (qp->qpn == previous + 1) ++sequential;
+    previous = qp->qpn;
+    EXPECT_GE(qp->qpn, 0x11u);
+    EXPECT_LE(qp->qpn, 0xFFFFFFu);
+  }
+  EXPECT_EQ(qpns.size(), 32u);
+  EXPECT_LT(sequential, 4u);
+}
+
+// ---------------------------------------------------------------- forged responses
+
+// Forged READ responses and atomic ACKs for PSNs we never asked for, NAKs and
+// ACKs outside the window: ignored, no memory written, the QP healthy.
+TEST_F(HostilePeerTest, ForgedResponsesOutsideTheWindowAreIgnored) {
+  PostSend(IBV_WR_RDMA_READ, region_->va(), 256, keys_.lkey, 5);
+  Transmitted();
+  for (uint32_t d = 1; d < 200; d += 7) {
+    Inject(Opcode::kRcRdmaReadResponseOnly, kSqPsn + d, 256);
+    Inject(Opcode::kRcRdmaReadResponseOnly, kSqPsn - d, 256);
+    Inject(Opcode::kRcAtomicAcknowledge, kSqPsn + d);
+    Inject(Opcode::kRcAcknowledge, kSqPsn + d, 0, false, [](PacketFields& f) {
+      f.aeth.syndrome = AethFields::Syndrome(AethKind::kNak, uint8_t(NakCode::kRemoteAccessError));
+    });
+    Inject(Opcode::kRcAcknowledge, kSqPsn - d - 1, 0, false, [](PacketFields& f) {
+      f.aeth.syndrome = AethFields::Syndrome(AethKind::kNak, uint8_t(NakCode::kRemoteAccessError));
+    });
+  }
+  Transmitted();
+  for (int i = 0; i < 256; ++i) ASSERT_EQ(region_->data()[i], 0);
+  EXPECT_TRUE(Completions().empty());
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+  // The real response still completes the READ.
+  Inject(Opcode::kRcRdmaReadResponseOnly, kSqPsn, 256);
+  Transmitted();
+  auto wc = Completions();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(region_->data()[0], 0xAB);
+}
+
+// Malformed and out-of-order opcodes on a live QP: the responder NAKs and
+// stops, nothing lands.
+TEST_F(HostilePeerTest, OpcodeSequenceViolationsWriteNothing) {
+  Inject(Opcode::kRcRdmaWriteMiddle, kRqPsn, kMtu);
+  auto sent = Transmitted();
+  EXPECT_EQ(CountNaks(sent, AethKind::kNak), 1u);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_ERR);
+  for (int i = 0; i < 4096; ++i) ASSERT_EQ(region_->data()[i], 0);
+}
+
+// Writes that reach out of the region by one byte, at both ends.
+TEST_F(HostilePeerTest, WritesAtTheRegionsEdgesAreRefused) {
+  for (int side = 0; side < 2; ++side) {
+    QueuePair* qp = MakeConnectedQp();
+    const uint64_t va = side == 0 ? region_->va() - 1 : region_->va() + region_->size - 63;
+    const uint32_t rkey = keys_.rkey;
+    Inject(qp, Opcode::kRcRdmaWriteOnly, kRqPsn, 64, true, [&](PacketFields& f) {
+      f.reth.virtual_address = va;
+      f.reth.rkey = rkey;
+      f.reth.dma_length = 64;
+    });
+    auto sent = Transmitted();
+    EXPECT_EQ(CountNaks(sent, AethKind::kNak), 1u);
+    EXPECT_EQ(qp->state.load(), IBV_QPS_ERR);
+  }
+}
+
+}  // namespace
+}  // namespace uroce::transport
