@@ -128,6 +128,7 @@ NeighborMessage ParseNd(const uint8_t* frame, size_t length, NeighborMessage msg
   std::memcpy(msg.target_ip.data(), nd.target, 16);
   if (solicitation) std::memcpy(msg.sender_ip.data(), ip.src, 16);
   else msg.sender_ip = msg.target_ip;
+  msg.solicited = !solicitation && (nd.flags.load() & kNaFlagSolicited) != 0;
   // Options: each at least 8 bytes, none of length 0 (RFC 4861 7.1.1).
   const uint8_t wanted = solicitation ? kNdOptionSourceLinkLayer : kNdOptionTargetLinkLayer;
   size_t off = sizeof(NdMessage);

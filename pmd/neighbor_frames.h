@@ -85,6 +85,9 @@ struct NeighborMessage {
   bool has_sender_mac = false;
   // ARP: the target protocol address; NS/NA: the target address.
   transport::Gid target_ip{};
+  // NA: the Solicited flag (RFC 4861 4.4): set only in an answer to a
+  // solicitation. False for the other kinds.
+  bool solicited = false;
   transport::MacAddress eth_src{};
 };
 

@@ -1,5 +1,6 @@
 #include "pmd/neighbor_resolver.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -13,6 +14,11 @@ using transport::Gid;
 using transport::MacAddress;
 
 void Bump(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -39,13 +45,30 @@ const Gid* NeighborResolver::SourceFor(const Gid& ip) const {
   return nullptr;
 }
 
-void NeighborResolver::Learn(const Gid& ip, const MacAddress& mac) {
-  for (const Learned& r : recent_) {
-    if (r.ip == ip && r.mac == mac) return;
+uint64_t NeighborResolver::PendingBit(const Gid& ip) {
+  // FNV-1a over the address: cheap, and spreads IPv4-mapped addresses (whose
+  // first 12 bytes are all the same) over the 64 bits.
+  uint64_t h = 1469598103934665603ull;
+  for (uint8_t b : ip) h = (h ^ b) * 1099511628211ull;
+  return uint64_t{1} << (h % 64);
+}
+
+void NeighborResolver::PassOn(const Gid& ip, const MacAddress& mac, Heard heard) {
+  if (heard == Heard::kAnswer) {
+    // Not for an address we are asking about: refused here, without
+    // taking a ring slot. (A hash: the control path checks exactly.)
+    if ((pending_bits_.load(std::memory_order_acquire) & PendingBit(ip)) == 0) {
+      Bump(counters_.refused);
+      return;
+    }
+  } else {
+    for (const Learned& r : recent_) {
+      if (r.heard == Heard::kRequest && r.ip == ip && r.mac == mac) return;
+    }
   }
-  if (!learned_.TryPush(Learned{ip, mac})) return;  // full: the next request asks again
-  recent_[recent_next_++ % (sizeof(recent_) / sizeof(recent_[0]))] = Learned{ip, mac};
-  Bump(counters_.learned);
+  const Learned l{ip, mac, heard, NowNs()};
+  if (!learned_.TryPush(l)) return;  // full: the resolver asks again
+  if (heard == Heard::kRequest) recent_[recent_next_++ % (sizeof(recent_) / sizeof(recent_[0]))] = l;
 }
 
 void NeighborResolver::Answer(rte_mbuf* m) {
@@ -59,8 +82,8 @@ void NeighborResolver::HandleFrame(rte_mbuf* m) {
   if (rte_pktmbuf_is_contiguous(m)) {
     msg = ParseNeighborMessage(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m));
   }
-  // RFC 826: the sender's pair is merged when we are the target; answers to
-  // our own requests carry the pair we asked for.
+  // What may be learned from each is decided on the control path
+  // (DrainLearned; the rule is in neighbor_resolver.h).
   switch (msg.kind) {
     case NeighborMessageKind::kArpRequest:
     case NeighborMessageKind::kNeighborSolicitation: {
@@ -69,7 +92,7 @@ void NeighborResolver::HandleFrame(rte_mbuf* m) {
       // A solicitation without a source link-layer option (duplicate address
       // detection, or a sender that wants a multicast answer) is not answered.
       if (!IsOurs(msg.target_ip) || !msg.has_sender_mac) break;
-      Learn(msg.sender_ip, msg.sender_mac);
+      PassOn(msg.sender_ip, msg.sender_mac, Heard::kRequest);  // a refresh at most
       // The answer reuses the request's buffer: no allocation on this thread.
       rte_pktmbuf_reset(m);
       uint8_t* out = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, kMaxNeighborFrame));
@@ -87,8 +110,13 @@ void NeighborResolver::HandleFrame(rte_mbuf* m) {
       const bool arp = msg.kind == NeighborMessageKind::kArpReply;
       Bump(arp ? counters_.arp_replies_received : counters_.nd_advertisements_received);
       // An ARP reply must be addressed to one of our addresses; an
-      // advertisement names its own target.
-      if (msg.has_sender_mac && (!arp || IsOurs(msg.target_ip))) Learn(msg.sender_ip, msg.sender_mac);
+      // advertisement names its own target and, as an answer, carries the
+      // Solicited flag (RFC 4861 7.2.4). Anything else answers nobody.
+      if (msg.has_sender_mac && (arp ? IsOurs(msg.target_ip) : msg.solicited)) {
+        PassOn(msg.sender_ip, msg.sender_mac, Heard::kAnswer);
+      } else {
+        Bump(counters_.refused);
+      }
       break;
     }
     case NeighborMessageKind::kNone:
@@ -99,8 +127,64 @@ void NeighborResolver::HandleFrame(rte_mbuf* m) {
 }
 
 void NeighborResolver::DrainLearned() {
+  const auto now = Clock::now();
+  bool pending_changed = false;
   Learned l;
-  while (learned_.TryPop(&l)) engine_->AddNeighbor(l.ip, l.mac);
+  while (learned_.TryPop(&l)) {
+    MacAddress held;
+    const bool holds = engine_->LookupNeighbor(l.ip, &held);
+    if (l.heard == Heard::kRequest) {
+      // RFC 826 / RFC 4861 7.2.3 would add or replace; the strict rule:
+      // only an entry we hold with this very MAC is refreshed.
+      if (holds && held == l.mac) {
+        engine_->AddNeighbor(l.ip, l.mac);
+      } else {
+        Bump(counters_.refused);
+      }
+      continue;
+    }
+    // An answer: to an outstanding request of ours, received after we asked.
+    auto it = std::find_if(pending_.begin(), pending_.end(), [&](const Pending& p) {
+      return p.ip == l.ip && l.at_ns >= p.asked_ns && now < p.expires;
+    });
+    if (it == pending_.end() || (holds && held != l.mac)) {
+      Bump(counters_.refused);
+      continue;
+    }
+    engine_->AddNeighbor(l.ip, l.mac);
+    Bump(counters_.learned);
+    // Answered: a second answer (another MAC for the same address) is
+    // unsolicited.
+    pending_.erase(it);
+    pending_changed = true;
+  }
+  if (pending_changed) PublishPending();
+}
+
+void NeighborResolver::Prune(Clock::time_point now) {
+  const size_t pending_before = pending_.size();
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [now](const Pending& p) { return now >= p.expires; }),
+                 pending_.end());
+  failures_.erase(
+      std::remove_if(failures_.begin(), failures_.end(), [now](const Failure& f) { return now >= f.until; }),
+      failures_.end());
+  if (pending_.size() != pending_before) PublishPending();
+}
+
+void NeighborResolver::PublishPending() {
+  uint64_t bits = 0;
+  for (const Pending& p : pending_) bits |= PendingBit(p.ip);
+  pending_bits_.store(bits, std::memory_order_release);
+}
+
+size_t NeighborResolver::pending_entries() {
+  std::lock_guard<std::mutex> lock(resolve_mutex_);
+  return pending_.size();
+}
+
+size_t NeighborResolver::failure_entries() {
+  std::lock_guard<std::mutex> lock(resolve_mutex_);
+  return failures_.size();
 }
 
 bool NeighborResolver::SendRequest(const Gid& ip, const Gid& source) {
@@ -138,9 +222,36 @@ Status NeighborResolver::Resolve(const Gid& ip, unsigned timeout_ms) {
                            " from for " + GidToString(ip));
   }
   std::lock_guard<std::mutex> lock(resolve_mutex_);
-  using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(timeout_ms);
+  const auto linger = std::chrono::milliseconds(options_.failure_cache_ms);
+  Prune(start);
+  // What arrived before this call is judged against the requests outstanding
+  // before it (an answer that came before we asked is not an answer).
+  DrainLearned();
+  if (engine_->LookupNeighbor(ip, nullptr)) return Status::Ok();
+  for (const Failure& f : failures_) {
+    if (f.ip == ip) {
+      Bump(counters_.resolve_cached_failures);
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(f.until - start).count();
+      return Unavailable(std::string("no ") + protocol + " answer for " + GidToString(ip) +
+                         " (it went unanswered moments ago; not asking again for " + std::to_string(left) +
+                         " ms); is the peer up and on this link?");
+    }
+  }
+  // Outstanding from now until a while after the deadline, so that a late
+  // answer still counts.
+  auto pending = std::find_if(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.ip == ip; });
+  if (pending == pending_.end()) {
+    if (pending_.size() >= kMaxPending) {
+      pending_.erase(std::min_element(pending_.begin(), pending_.end(),
+                                      [](const Pending& a, const Pending& b) { return a.expires < b.expires; }));
+    }
+    pending_.push_back(Pending{ip, NowNs(), deadline + linger});
+  } else {
+    pending->expires = std::max(pending->expires, deadline + linger);
+  }
+  PublishPending();
   auto next_request = start;
   unsigned sent = 0;
   for (;;) {
@@ -159,6 +270,11 @@ Status NeighborResolver::Resolve(const Gid& ip, unsigned timeout_ms) {
     }
   }
   Bump(counters_.resolve_timeouts);
+  if (failures_.size() >= kMaxFailures) {
+    failures_.erase(std::min_element(failures_.begin(), failures_.end(),
+                                     [](const Failure& a, const Failure& b) { return a.until < b.until; }));
+  }
+  failures_.push_back(Failure{ip, Clock::now() + linger});
   return Unavailable(std::string("no ") + protocol + " answer for " + GidToString(ip) + " within " +
                      std::to_string(timeout_ms) + " ms (" + std::to_string(sent) +
                      " requests sent from " + GidToString(*source) + " " + MacToString(options_.mac) +
@@ -180,6 +296,8 @@ NeighborCounters NeighborResolver::counters() const {
   c.ignored = get(counters_.ignored);
   c.tx_queue_full = get(counters_.tx_queue_full);
   c.resolve_timeouts = get(counters_.resolve_timeouts);
+  c.refused = get(counters_.refused);
+  c.resolve_cached_failures = get(counters_.resolve_cached_failures);
   return c;
 }
 

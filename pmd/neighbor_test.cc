@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "pmd/config.h"
@@ -31,6 +32,8 @@ Gid Ip(const char* text) {
 
 const MacAddress kMacA = {0x02, 0, 0, 0, 0, 0x0a};
 const MacAddress kMacB = {0x02, 0, 0, 0, 0, 0x0b};
+const MacAddress kMacC = {0x02, 0, 0, 0, 0, 0x0c};  // a third station on the link: the attacker
+const MacAddress kMacD = {0x02, 0, 0, 0, 0, 0x0d};
 
 TEST(NeighborFramesTest, ArpRequestAndReply) {
   uint8_t frame[kMaxNeighborFrame];
@@ -120,7 +123,8 @@ class ResolverPairTest : public ::testing::Test {
     ASSERT_TRUE(StartPort(pair_.port_b, pc).ok());
   }
 
-  void MakeSide(int i, const std::vector<Gid>& gids, const MacAddress& mac, unsigned timeout_ms = 3000) {
+  void MakeSide(int i, const std::vector<Gid>& gids, const MacAddress& mac, unsigned timeout_ms = 3000,
+                unsigned failure_cache_ms = 1000) {
     io_[i] = std::make_unique<EthPortIo>(i == 0 ? pair_.port_a : pair_.port_b, 0);
     NeighborResolver::Options o;
     o.mac = mac;
@@ -128,6 +132,7 @@ class ResolverPairTest : public ::testing::Test {
     o.pool = pool_.get();
     o.timeout_ms = timeout_ms;
     o.retry_ms = 20;
+    o.failure_cache_ms = failure_cache_ms;
     resolver_[i] = std::make_unique<NeighborResolver>(o);
     transport::EngineConfig c;
     c.mac = mac;
@@ -150,6 +155,31 @@ class ResolverPairTest : public ::testing::Test {
     for (auto& s : side_) {
       if (s.engine) s.engine->Poll();
     }
+    if (on_poll_) on_poll_();
+  }
+
+  // Hands `frame` to side i's resolver as if its engine had received it
+  // (what a third station on the link can send).
+  void Inject(int i, const uint8_t* frame, size_t length) {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+    ASSERT_NE(m, nullptr);
+    uint8_t* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(length)));
+    ASSERT_NE(p, nullptr);
+    std::memcpy(p, frame, length);
+    resolver_[i]->HandleFrame(m);
+  }
+
+  // "`ip` is at `mac`", an ARP reply to side i (whose address is `to`).
+  void InjectArpReply(int i, const Gid& ip, const MacAddress& mac, const Gid& to) {
+    uint8_t frame[kMaxNeighborFrame];
+    const size_t n = BuildArpReply(frame, mac, ip, side_[i].mac, to);
+    Inject(i, frame, n);
+  }
+
+  MacAddress NeighborOf(int i, const Gid& ip) {
+    MacAddress mac{};
+    EXPECT_TRUE(side_[i].engine->LookupNeighbor(ip, &mac)) << GidToString(ip);
+    return mac;
   }
 
   // One SEND from A to B, checked byte for byte.
@@ -205,6 +235,7 @@ class ResolverPairTest : public ::testing::Test {
   std::unique_ptr<EthPortIo> io_[2];
   std::unique_ptr<NeighborResolver> resolver_[2];
   transport::Endpoint side_[2];
+  std::function<void()> on_poll_;  // runs on every poll, while a resolution waits
 };
 
 TEST_F(ResolverPairTest, QpsConnectOverArpWithoutStaticEntries) {
@@ -217,13 +248,16 @@ TEST_F(ResolverPairTest, QpsConnectOverArpWithoutStaticEntries) {
   EXPECT_EQ(mac, kMacB);
   ASSERT_TRUE(side_[1].engine->LookupNeighbor(Ip("10.7.0.1"), &mac));
   EXPECT_EQ(mac, kMacA);
-  // A asked; B answered and learned A from the request, so B never had to ask.
+  // Each side asked and the other answered: a request binds nothing (only
+  // the answer to our own request does), so B asked for A itself.
   const NeighborCounters a = resolver_[0]->counters(), b = resolver_[1]->counters();
   EXPECT_GE(a.arp_requests_sent, 1u);
   EXPECT_GE(a.arp_replies_received, 1u);
   EXPECT_GE(b.arp_requests_received, 1u);
   EXPECT_GE(b.arp_replies_sent, 1u);
-  EXPECT_EQ(b.arp_requests_sent, 0u);
+  EXPECT_GE(b.arp_requests_sent, 1u);
+  EXPECT_EQ(a.learned, 1u);
+  EXPECT_EQ(b.learned, 1u);
   EXPECT_GE(side_[0].engine->counters().tx_raw_frames, 1u);
   SendOnce(qps->first, qps->second);
 }
@@ -281,6 +315,149 @@ TEST_F(ResolverPairTest, OwnAddressIsRefused) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   s = resolver_[0]->Resolve(Ip("fd00::5"));  // no IPv6 address to ask from
   EXPECT_NE(s.message().find("no local IPv6 address"), std::string::npos) << s.message();
+}
+
+// Issue 14 item 9: ARP and ND have no authentication; a station that
+// answers what nobody asked must not bind (or rebind) an address.
+TEST_F(ResolverPairTest, UnsolicitedReplyForANewAddressIsNotLearned) {
+  MakeSide(0, {Ip("10.10.0.1")}, kMacA, /*timeout_ms=*/60);
+  MakeSide(1, {Ip("10.10.0.2")}, kMacB);
+  // C claims 10.10.0.50 before anyone asked for it.
+  InjectArpReply(0, Ip("10.10.0.50"), kMacC, Ip("10.10.0.1"));
+  Status s = resolver_[0]->Resolve(Ip("10.10.0.50"), 60);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_FALSE(side_[0].engine->LookupNeighbor(Ip("10.10.0.50"), nullptr));
+  EXPECT_GE(resolver_[0]->counters().refused, 1u);
+  EXPECT_EQ(resolver_[0]->counters().learned, 0u);
+}
+
+TEST_F(ResolverPairTest, UnsolicitedAdvertisementForANewAddressIsNotLearned) {
+  MakeSide(0, {Ip("fd00:10::1")}, kMacA, /*timeout_ms=*/60);
+  MakeSide(1, {Ip("fd00:10::2")}, kMacB);
+  uint8_t frame[kMaxNeighborFrame];
+  // Solicited and Override set, as an answer would have them: still nobody asked.
+  const size_t n = BuildNeighborAdvertisement(frame, kMacC, Ip("fd00:10::50"), kMacA, Ip("fd00:10::1"));
+  Inject(0, frame, n);
+  Status s = resolver_[0]->Resolve(Ip("fd00:10::50"), 60);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_FALSE(side_[0].engine->LookupNeighbor(Ip("fd00:10::50"), nullptr));
+}
+
+TEST_F(ResolverPairTest, UnsolicitedReplyForAKnownAddressKeepsItsMac) {
+  MakeSide(0, {Ip("10.11.0.1"), Ip("fd00:11::1")}, kMacA);
+  MakeSide(1, {Ip("10.11.0.2"), Ip("fd00:11::2")}, kMacB);
+  ASSERT_TRUE(resolver_[0]->Resolve(Ip("10.11.0.2")).ok());
+  ASSERT_TRUE(resolver_[0]->Resolve(Ip("fd00:11::2")).ok());
+  EXPECT_EQ(NeighborOf(0, Ip("10.11.0.2")), kMacB);
+  // C says B's addresses are at C: a reply, an advertisement (Override set),
+  // and a request aimed at A from B's address (RFC 826 would merge it).
+  InjectArpReply(0, Ip("10.11.0.2"), kMacC, Ip("10.11.0.1"));
+  uint8_t frame[kMaxNeighborFrame];
+  size_t n = BuildNeighborAdvertisement(frame, kMacC, Ip("fd00:11::2"), kMacA, Ip("fd00:11::1"));
+  Inject(0, frame, n);
+  n = BuildArpRequest(frame, kMacC, Ip("10.11.0.2"), Ip("10.11.0.1"));
+  Inject(0, frame, n);
+  n = BuildNeighborSolicitation(frame, kMacC, Ip("fd00:11::2"), Ip("fd00:11::1"));
+  Inject(0, frame, n);
+  // A resolution drains what arrived; both entries keep B's MAC.
+  ASSERT_TRUE(resolver_[0]->Resolve(Ip("10.11.0.2")).ok());
+  ASSERT_TRUE(resolver_[0]->Resolve(Ip("fd00:11::2")).ok());
+  EXPECT_EQ(NeighborOf(0, Ip("10.11.0.2")), kMacB);
+  EXPECT_EQ(NeighborOf(0, Ip("fd00:11::2")), kMacB);
+  EXPECT_GE(resolver_[0]->counters().refused, 4u);
+  // The requests were still answered (to the MAC they came from).
+  EXPECT_GE(resolver_[0]->counters().arp_replies_sent, 1u);
+  EXPECT_GE(resolver_[0]->counters().nd_advertisements_sent, 1u);
+
+  // A static entry is not changed by what arrives either.
+  side_[0].engine->AddNeighbor(Ip("10.11.0.3"), kMacD);
+  InjectArpReply(0, Ip("10.11.0.3"), kMacC, Ip("10.11.0.1"));
+  ASSERT_TRUE(resolver_[0]->Resolve(Ip("10.11.0.3")).ok());
+  EXPECT_EQ(NeighborOf(0, Ip("10.11.0.3")), kMacD);
+}
+
+TEST_F(ResolverPairTest, SolicitedReplyIsLearned) {
+  MakeSide(0, {Ip("10.12.0.1"), Ip("fd00:12::1")}, kMacA, /*timeout_ms=*/2000);
+  MakeSide(1, {Ip("10.12.0.2")}, kMacB);
+  // Nobody on the ring has 10.12.0.77; C answers A's request for it.
+  bool answered = false;
+  on_poll_ = [&] {
+    if (!answered && resolver_[0]->counters().arp_requests_sent >= 1) {
+      answered = true;
+      InjectArpReply(0, Ip("10.12.0.77"), kMacC, Ip("10.12.0.1"));
+    }
+  };
+  Status s = resolver_[0]->Resolve(Ip("10.12.0.77"));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(NeighborOf(0, Ip("10.12.0.77")), kMacC);
+  EXPECT_EQ(resolver_[0]->counters().learned, 1u);
+  EXPECT_EQ(resolver_[0]->pending_entries(), 0u);  // answered: no longer outstanding
+  // A second answer, with another MAC, answers nothing: the first one stands.
+  on_poll_ = nullptr;
+  InjectArpReply(0, Ip("10.12.0.77"), kMacD, Ip("10.12.0.1"));
+  ASSERT_TRUE(resolver_[0]->Resolve(Ip("10.12.0.77")).ok());
+  EXPECT_EQ(NeighborOf(0, Ip("10.12.0.77")), kMacC);
+
+  // IPv6: an advertisement answering our solicitation is learned; one
+  // without the Solicited flag is not an answer (RFC 4861 7.2.4).
+  answered = false;
+  on_poll_ = [&] {
+    if (answered || resolver_[0]->counters().nd_solicitations_sent < 1) return;
+    answered = true;
+    uint8_t frame[kMaxNeighborFrame];
+    const size_t n = BuildNeighborAdvertisement(frame, kMacD, Ip("fd00:12::77"), kMacA, Ip("fd00:12::1"));
+    uint8_t* icmp = frame + 14 + 40;
+    transport::StoreBe32(icmp + 4, kNaFlagOverride);  // unsolicited
+    transport::StoreBe16(icmp + 2, 0);
+    transport::StoreBe16(icmp + 2, Icmpv6Checksum(frame + 14 + 8, frame + 14 + 24, icmp, n - 14 - 40));
+    ASSERT_EQ(ParseNeighborMessage(frame, n).kind, NeighborMessageKind::kNeighborAdvertisement);
+    Inject(0, frame, n);
+    const size_t m = BuildNeighborAdvertisement(frame, kMacC, Ip("fd00:12::77"), kMacA, Ip("fd00:12::1"));
+    Inject(0, frame, m);
+  };
+  s = resolver_[0]->Resolve(Ip("fd00:12::77"));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(NeighborOf(0, Ip("fd00:12::77")), kMacC);
+  on_poll_ = nullptr;
+}
+
+TEST_F(ResolverPairTest, RequestsNeverCreateEntries) {
+  MakeSide(0, {Ip("10.13.0.1")}, kMacA, /*timeout_ms=*/60);
+  MakeSide(1, {Ip("10.13.0.2")}, kMacB);
+  uint8_t frame[kMaxNeighborFrame];
+  const size_t n = BuildArpRequest(frame, kMacC, Ip("10.13.0.9"), Ip("10.13.0.1"));
+  Inject(0, frame, n);
+  EXPECT_EQ(resolver_[0]->counters().arp_replies_sent, 1u);  // answered...
+  Status s = resolver_[0]->Resolve(Ip("10.13.0.9"), 60);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();  // ...but not learned
+  EXPECT_FALSE(side_[0].engine->LookupNeighbor(Ip("10.13.0.9"), nullptr));
+}
+
+TEST_F(ResolverPairTest, FailuresAreCachedAndTablesBounded) {
+  MakeSide(0, {Ip("10.14.0.1")}, kMacA, /*timeout_ms=*/30, /*failure_cache_ms=*/60000);
+  MakeSide(1, {Ip("10.14.0.2")}, kMacB);
+  Status s = resolver_[0]->Resolve(Ip("10.14.0.99"));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  const uint64_t sent = resolver_[0]->counters().arp_requests_sent;
+  EXPECT_GE(sent, 1u);
+  // Asked again at once: fails without a request on the wire.
+  s = resolver_[0]->Resolve(Ip("10.14.0.99"));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("no ARP answer for 10.14.0.99"), std::string::npos) << s.message();
+  EXPECT_EQ(resolver_[0]->counters().arp_requests_sent, sent);
+  EXPECT_EQ(resolver_[0]->counters().resolve_cached_failures, 1u);
+  EXPECT_EQ(resolver_[0]->counters().resolve_timeouts, 1u);
+  // Many addresses nobody answers: the tables stay within their bounds.
+  for (int i = 0; i < 100; ++i) {
+    (void)resolver_[0]->Resolve(Ip(("10.14.1." + std::to_string(i)).c_str()), 1);
+  }
+  EXPECT_LE(resolver_[0]->pending_entries(), NeighborResolver::kMaxPending);
+  EXPECT_LE(resolver_[0]->failure_entries(), NeighborResolver::kMaxFailures);
+  EXPECT_EQ(resolver_[0]->failure_entries(), NeighborResolver::kMaxFailures);
+  // A late answer to a request still outstanding is taken.
+  InjectArpReply(0, Ip("10.14.1.99"), kMacC, Ip("10.14.0.1"));
+  ASSERT_TRUE(resolver_[0]->Resolve(Ip("10.14.1.99")).ok());
+  EXPECT_EQ(NeighborOf(0, Ip("10.14.1.99")), kMacC);
 }
 
 }  // namespace
