@@ -142,7 +142,7 @@ StatusOr<ibv_qp_state> ValidateQpModify(ibv_qp_type type, ibv_qp_state current, 
   if (!(mask & IBV_QP_STATE)) return Invalid("IBV_QP_STATE missing from the attribute mask");
   // Enum fields come from C callers and may hold any value (common/raw_enum.h).
   if (!ValidState(RawEnum(attr.qp_state))) return Invalid("unknown target state");
-  if ((mask & IBV_QP_CUR_STATE) && RawEnum(attr.cur_qp_state) != static_cast<int>(current)) {
+  if ((mask & IBV_QP_CUR_STATE) && RawEnum(attr.cur_qp_state) != RawEnum(current)) {
     return Invalid(std::string("cur_qp_state ") + QpStateName(attr.cur_qp_state) + " but the QP is in " +
                    QpStateName(current));
   }
