@@ -220,8 +220,11 @@ class Builder {
       c_.telemetry = b;
     } else if (k == "args") {
       for (const std::string& a : Split(v, ' ')) c_.eal.extra_args.push_back(a);
+    } else if (k == "allow_driver_load") {
+      if (!ParseBool(v, &b)) return Bad(where, "expected yes or no");
+      c_.eal.allow_driver_load = b;
     } else {
-      return Unknown("eal", k, "lcores, hugepages, memory, file_prefix, log_level, telemetry, args");
+      return Unknown("eal", k, "lcores, hugepages, memory, file_prefix, log_level, telemetry, args, allow_driver_load");
     }
     return Status::Ok();
   }
@@ -400,6 +403,15 @@ Status CrossCheck(UroceConfig& c) {
     if (sides.size() != 2) {
       return InvalidArgument("ring pair '" + pair + "' needs both sides: ring:" + pair + ":a and ring:" + pair + ":b");
     }
+  }
+  // EAL's -d / --driver-path dlopen()s a file: code from wherever the
+  // configuration (UROCE_CONFIG, --set) points would run in this process,
+  // e.g. in any verbs program. Only when the configuration says so by name.
+  // After every key is read: allow_driver_load may follow args.
+  if (const std::string d = FindDriverLoadArgument(c.eal.extra_args); !d.empty() && !c.eal.allow_driver_load) {
+    return InvalidArgument("[eal] args: '" + d +
+                           "' makes EAL load a shared object (DPDK's -d / --driver-path), which runs its code in "
+                           "this process; refused unless the configuration sets [eal] allow_driver_load = yes");
   }
   if (!c.telemetry) c.eal.extra_args.push_back("--no-telemetry");
   return Status::Ok();

@@ -10,7 +10,10 @@
 //   file_prefix = NAME    --file-prefix; empty: unique per process
 //   log_level = *:warning --log-level
 //   telemetry = yes       the DPDK telemetry socket (uroce stats reads it)
-//   args = ...            more EAL arguments, split at blanks
+//   args = ...            more EAL arguments, split at blanks; -d /
+//                         --driver-path (load a shared object: run its code)
+//                         only with allow_driver_load = yes
+//   allow_driver_load = no   yes: [eal] args may load EAL drivers from files
 //
 //   [engine]
 //   progress = inline     engine: engines poll on their own lcores

@@ -207,6 +207,68 @@ TEST(ConfigTest, EngineProgressNeedsWorkerLcores) {
   EXPECT_EQ(ErrorOf(std::string(base) + "lcore=1\n"), "");
 }
 
+// Issue 14 item 9: EAL's -d loads a shared object (runs its code); the
+// configuration (UROCE_CONFIG, --set) does not get to do that by accident.
+TEST(ConfigTest, EalDriverLoadNeedsAllowDriverLoad) {
+  const std::string base = "[endpoint.a]\nport=ring:p:a\nipv4=1.2.3.4\n[endpoint.b]\nport=ring:p:b\nipv4=1.2.3.5\n";
+  const char* loads[] = {
+      "-d /tmp/evil.so",          "-d/tmp/evil.so",        "-vd /tmp/evil.so",
+      "--driver-path /tmp/x.so",  "--driver-path=/tmp/x.so", "--driver /tmp/x.so",
+      "--d=/tmp/x.so",            "--iova-mode=va -d x.so",
+  };
+  for (const char* args : loads) {
+    const std::string text = base + "[eal]\nargs = " + args + "\n";
+    const std::string e = ErrorOf(text);
+    EXPECT_NE(e.find("[eal] args: '"), std::string::npos) << args << ": " << e;
+    EXPECT_NE(e.find("allow_driver_load = yes"), std::string::npos) << args << ": " << e;
+    // Allowed by name, in either order of the keys.
+    auto ok = LoadConfigText(text + "allow_driver_load = yes\n", "t.ini");
+    EXPECT_TRUE(ok.ok()) << args << ": " << ok.status().ToString();
+    if (ok.ok()) {
+      EXPECT_TRUE(ok->eal.allow_driver_load);
+    }
+    auto ok2 = LoadConfigText(base + "[eal]\nallow_driver_load = 1\nargs = " + args + "\n", "t.ini");
+    EXPECT_TRUE(ok2.ok()) << args << ": " << ok2.status().ToString();
+  }
+  // From the command line too.
+  auto o = ParseOverride("eal.args=-d/tmp/evil.so");
+  ASSERT_TRUE(o.ok());
+  EXPECT_NE(ErrorOf(base, {*o}).find("allow_driver_load"), std::string::npos);
+  auto allow = ParseOverride("eal.allow_driver_load=yes");
+  ASSERT_TRUE(allow.ok());
+  EXPECT_EQ(ErrorOf(base, {*o, *allow}), "");
+
+  // Not a driver load: other options, and a 'd' that is another option's value.
+  const char* fine[] = {"--iova-mode=va", "-a 0000:00:04.0", "-ad", "-l 0-1", "--no-telemetry", "--huge-dir /d",
+                        "-m 64"};
+  for (const char* args : fine) {
+    const std::string e = ErrorOf(base + "[eal]\nargs = " + args + "\n");
+    EXPECT_EQ(e, "") << args;
+  }
+  EXPECT_NE(ErrorOf(base + "[eal]\nallow_driver_load = maybe\n").find("expected yes or no"), std::string::npos);
+  // The default is no.
+  auto c = LoadConfigText(base, "t.ini");
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->eal.allow_driver_load);
+}
+
+TEST(ConfigTest, FindDriverLoadArgument) {
+  EXPECT_EQ(FindDriverLoadArgument({"--lcores", "0-1", "-d", "x.so"}), "-d");
+  EXPECT_EQ(FindDriverLoadArgument({"-hvdx.so"}), "-hvdx.so");
+  EXPECT_EQ(FindDriverLoadArgument({"-ldd"}), "");  // -l's value is "dd"
+  EXPECT_EQ(FindDriverLoadArgument({"--driver-path=x"}), "--driver-path=x");
+  EXPECT_EQ(FindDriverLoadArgument({"--driver-paths"}), "");  // not an abbreviation of it
+  EXPECT_EQ(FindDriverLoadArgument({"--", "-"}), "");
+  // StartEal refuses it as well, for an EalConfig built by hand (before EAL
+  // is touched: this test never starts EAL).
+  EalConfig eal;
+  eal.extra_args = {"-d", "/tmp/evil.so"};
+  Status s = StartEal(eal);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("allow_driver_load"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(EalRunning());
+}
+
 TEST(ConfigTest, LcoreLists) {
   EXPECT_EQ(ParseLcoreList("0"), (std::vector<unsigned>{0}));
   EXPECT_EQ(ParseLcoreList("0-2"), (std::vector<unsigned>{0, 1, 2}));

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <filesystem>
 #include <string>
@@ -31,6 +32,31 @@ std::string UniqueFilePrefix() {
   char tag_hex[8];
   std::snprintf(tag_hex, sizeof(tag_hex), "%06x", tag);
   return "uroce-" + std::to_string(getpid()) + "-" + tag_hex + "-" + std::to_string(counter++);
+}
+
+std::string FindDriverLoadArgument(const std::vector<std::string>& args) {
+  static const std::string kLong = "driver-path";
+  // DPDK 22.11's EAL short options (lib/eal/common/eal_common_options.c,
+  // eal_short_options): these take an argument, so what follows them in the
+  // same word is that argument, not more options. Any other letter is
+  // treated as a flag, so that a 'd' after it is still found.
+  static const std::string kWithArgument = "abcdlLmnrsS";
+  for (const std::string& a : args) {
+    if (a.rfind("--", 0) == 0) {
+      const size_t eq = a.find('=');
+      const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      // getopt_long(3): "Long option names may be abbreviated if the
+      // abbreviation is unique".
+      if (!name.empty() && kLong.rfind(name, 0) == 0) return a;
+    } else if (a.size() >= 2 && a[0] == '-') {
+      // getopt(3): several options in one word ("-vd lib.so").
+      for (size_t i = 1; i < a.size(); ++i) {
+        if (a[i] == 'd') return a;
+        if (kWithArgument.find(a[i]) != std::string::npos) break;
+      }
+    }
+  }
+  return "";
 }
 
 std::vector<std::string> EalArguments(const EalConfig& config) {
@@ -61,6 +87,13 @@ Status StartEal(const EalConfig& config) {
   }
   if (g_state == EalState::kStopped) {
     return FailedPrecondition("DPDK EAL cannot be started twice in one process");
+  }
+  // Checked again here (the configuration checks it first, naming the key),
+  // for whoever builds an EalConfig by hand.
+  if (const std::string d = FindDriverLoadArgument(config.extra_args); !d.empty() && !config.allow_driver_load) {
+    return InvalidArgument("EAL argument '" + d +
+                           "' loads a shared object into this process (DPDK's -d / --driver-path); refused unless "
+                           "[eal] allow_driver_load = yes");
   }
   EalConfig resolved = config;
   if (resolved.file_prefix.empty()) resolved.file_prefix = UniqueFilePrefix();
@@ -98,7 +131,9 @@ Status StopEal() {
   // behind; remove it so that test runs do not accumulate directories.
   std::error_code ignored;
   std::filesystem::remove_all(std::filesystem::path("/var/run/dpdk") / g_file_prefix, ignored);
-  if (const char* xdg = getenv("XDG_RUNTIME_DIR"); xdg != nullptr && getuid() != 0) {
+  // secure_getenv(3): a set-user-ID program ignores the caller's
+  // environment, which would otherwise choose what remove_all deletes.
+  if (const char* xdg = secure_getenv("XDG_RUNTIME_DIR"); xdg != nullptr && getuid() != 0) {
     std::filesystem::remove_all(std::filesystem::path(xdg) / "dpdk" / g_file_prefix, ignored);
   }
   if (ret < 0) return IoError(std::string("rte_eal_cleanup failed: ") + rte_strerror(-ret));

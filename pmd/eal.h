@@ -22,7 +22,17 @@ struct EalConfig {
   std::vector<std::string> vdevs;  // each becomes --vdev ARG.
   std::string log_level;           // --log-level, e.g. "*:warning"; empty: EAL's.
   std::vector<std::string> extra_args;  // passed to EAL as they are.
+  // EAL's -d / --driver-path loads a shared object, i.e. runs its code in
+  // this process. Refused in extra_args unless this is set (the
+  // configuration's [eal] allow_driver_load).
+  bool allow_driver_load = false;
 };
+
+// The first of `args` that makes EAL load a shared object (DPDK's -d LIB or
+// --driver-path LIB), in any form getopt_long(3) takes: "-d X", "-dX",
+// "-vdX" (after flags that take no argument), "--driver-path=X", or an
+// abbreviation such as "--driver"; empty when there is none.
+std::string FindDriverLoadArgument(const std::vector<std::string>& args);
 
 // "uroce-<pid>-<random tag>-<n>": unique per process (even across PID
 // namespaces, as in Bazel's sandbox) and per call.
@@ -32,7 +42,8 @@ std::string UniqueFilePrefix();
 std::vector<std::string> EalArguments(const EalConfig& config);
 
 // Starts EAL. Fails with kFailedPrecondition if it already runs in this
-// process, and with the rte_errno text if EAL refuses.
+// process, kInvalidArgument for a driver load not allowed (see above), and
+// with the rte_errno text if EAL refuses.
 Status StartEal(const EalConfig& config);
 
 // True between a successful StartEal and StopEal.

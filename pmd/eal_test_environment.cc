@@ -24,7 +24,7 @@ class EalEnvironment : public ::testing::Environment {
     // A test that runs engines on their own lcore sets UROCE_TEST_LCORES=0-1
     // (cc_test env). With fewer than two CPUs, lcore 1 shares CPU 0: slower,
     // but the same code runs.
-    if (const char* lcores = std::getenv("UROCE_TEST_LCORES"); lcores != nullptr && *lcores != '\0') {
+    if (const char* lcores = secure_getenv("UROCE_TEST_LCORES"); lcores != nullptr && *lcores != '\0') {
       config.lcores = lcores;
       cpu_set_t cpus;
       if (config.lcores == "0-1" && sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&

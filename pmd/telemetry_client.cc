@@ -17,7 +17,9 @@ std::string TelemetrySocketPath(const std::string& file_prefix) {
   // EAL's eal_get_runtime_dir rule (DPDK lib/eal/linux/eal.c).
   std::string base = "/var/run";
   if (getuid() != 0) {
-    const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+    // secure_getenv(3): not the caller's choice of socket in a set-user-ID
+    // program.
+    const char* xdg = secure_getenv("XDG_RUNTIME_DIR");
     base = xdg != nullptr ? xdg : "/tmp";
   }
   return base + "/dpdk/" + file_prefix + "/dpdk_telemetry.v2";

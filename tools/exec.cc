@@ -36,9 +36,12 @@ std::string Absolute(const std::string& path) {
 }
 
 // The directory holding `name`: $env_var, or api/<subdir> beside this binary
-// in Bazel's output tree, or in its runfiles.
+// in Bazel's output tree, or in its runfiles. Environment variables here
+// choose which libraries a program loads, so they are read with
+// secure_getenv(3): ignored in a set-user-ID (secure-execution) process,
+// as the dynamic loader ignores LD_LIBRARY_PATH there.
 std::string FindLibraryDir(const char* env_var, const char* subdir, const char* name) {
-  if (const char* env = getenv(env_var); env != nullptr && *env != '\0') {
+  if (const char* env = secure_getenv(env_var); env != nullptr && *env != '\0') {
     return HasFile(env, name) ? Absolute(env) : "";
   }
   char self[PATH_MAX];
@@ -52,7 +55,7 @@ std::string FindLibraryDir(const char* env_var, const char* subdir, const char* 
        {dir + "/../" + rel, exe + ".runfiles/uroce/" + rel, dir + "/uroce.runfiles/uroce/" + rel}) {
     if (HasFile(candidate, name)) return Absolute(candidate);
   }
-  if (const char* rf = getenv("RUNFILES_DIR"); rf != nullptr && HasFile(std::string(rf) + "/uroce/" + rel, name)) {
+  if (const char* rf = secure_getenv("RUNFILES_DIR"); rf != nullptr && HasFile(std::string(rf) + "/uroce/" + rel, name)) {
     return Absolute(std::string(rf) + "/uroce/" + rel);
   }
   return "";
@@ -97,7 +100,7 @@ int ExecCommand(int argc, char** argv) {
       return 2;
     }
     setenv("UROCE_CONFIG", abs.c_str(), 1);
-  } else if (getenv("UROCE_CONFIG") == nullptr) {
+  } else if (secure_getenv("UROCE_CONFIG") == nullptr) {
     std::fprintf(stderr, "uroce exec: give --config FILE (or set UROCE_CONFIG)\n");
     return 2;
   }
@@ -114,13 +117,13 @@ int ExecCommand(int argc, char** argv) {
       !rdmacm.empty() && rdmacm != lib) {
     path += ":" + rdmacm;
   }
-  if (const char* old = getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0') path += std::string(":") + old;
+  if (const char* old = secure_getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0') path += std::string(":") + old;
   setenv("LD_LIBRARY_PATH", path.c_str(), 1);
   // The libfabric provider: optional (a verbs-only build may lack it).
   if (const std::string fabric = FindLibraryDir("UROCE_FABRIC_LIB_DIR", "fabric", "liburoce-fi.so");
       !fabric.empty()) {
     std::string providers = fabric;
-    if (const char* old = getenv("FI_PROVIDER_PATH"); old != nullptr && *old != '\0') {
+    if (const char* old = secure_getenv("FI_PROVIDER_PATH"); old != nullptr && *old != '\0') {
       providers += std::string(":") + old;
     }
     setenv("FI_PROVIDER_PATH", providers.c_str(), 1);

@@ -38,11 +38,16 @@ Provider& Provider::Get() {
 void Provider::LoadConfigOnce() {
   if (loaded_) return;
   loaded_ = true;
-  const char* path = std::getenv("UROCE_CONFIG");
+  // secure_getenv(3): the configuration chooses the ports and EAL's
+  // arguments, so a set-user-ID (or otherwise secure-execution) program
+  // linked with this library does not take it from its caller's
+  // environment, as glibc's loader ignores LD_LIBRARY_PATH there.
+  const char* path = secure_getenv("UROCE_CONFIG");
   if (path == nullptr || *path == '\0') {
     std::fprintf(stderr,
-                 "uroce: UROCE_CONFIG is not set: no uroce devices (set it to a configuration file, or run the "
-                 "program with `uroce exec --config FILE -- PROGRAM`)\n");
+                 "uroce: UROCE_CONFIG is not set (or ignored: secure execution, see secure_getenv(3)): no uroce "
+                 "devices (set it to a configuration file, or run the program with `uroce exec --config FILE -- "
+                 "PROGRAM`)\n");
     return;
   }
   auto config = pmd::LoadConfigFile(path);
