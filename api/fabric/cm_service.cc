@@ -14,7 +14,7 @@ int ConnectionRequestClose(fid* f) {
   // request without answering may close it. Unanswered requests are
   // rejected so the caller is not left waiting.
   auto* request = reinterpret_cast<ConnectionRequest*>(f);
-  if (!request->answered.exchange(true)) (void)request->cm->Reject(request->id, nullptr, 0);
+  if (MarkAnswered(request)) (void)request->cm->Reject(request->id, nullptr, 0);
   request->cm->Release(request->id);
   delete request;
   return 0;
@@ -29,14 +29,14 @@ int NoOpsSet(fid*, const char*, uint64_t, void*, void*) { return -FI_ENOSYS; }
 fi_ops kConnectionRequestOps = {sizeof(fi_ops), ConnectionRequestClose, NoBind, NoControl, NoOpsOpen, NoTostr,
                                 NoOpsSet};
 
-void WriteCmEvent(cq::EventQueue* eq, uint32_t event, fid* f, fi_info* info, const std::vector<uint8_t>& data) {
+ssize_t WriteCmEvent(cq::EventQueue* eq, uint32_t event, fid* f, fi_info* info, const std::vector<uint8_t>& data) {
   std::vector<uint8_t> bytes(sizeof(fi_eq_cm_entry) + data.size());
   fi_eq_cm_entry entry{};
   entry.fid = f;
   entry.info = info;
   std::memcpy(bytes.data(), &entry, sizeof(entry));
   if (!data.empty()) std::memcpy(bytes.data() + sizeof(entry), data.data(), data.size());
-  eq->WriteEvent(event, bytes.data(), bytes.size());
+  return eq->WriteEvent(event, bytes.data(), bytes.size());
 }
 
 void WriteCmError(cq::EventQueue* eq, fid* f, int err, int prov_errno, const std::vector<uint8_t>& data) {
@@ -90,13 +90,95 @@ void CmService::Unregister(uint64_t key) {
   targets_.erase(key);
 }
 
+void CmService::ResolveThenConnect(uint64_t key, transport::Engine* engine, transport::PdHandle pd,
+                                   transport::ConnectionManager* cm, const transport::CmConnectParams& params) {
+  std::lock_guard<std::mutex> lock(jobs_mutex_);
+  ResolveJob job;
+  job.key = key;
+  job.engine = engine;
+  job.pd = pd;
+  job.cm = cm;
+  job.params = params;
+  jobs_.push_back(std::move(job));
+  if (!resolver_started_) {
+    // Never joined, as the service itself: it sleeps while there is no work.
+    std::thread([this] { ResolverLoop(); }).detach();
+    resolver_started_ = true;
+  }
+  jobs_ready_.notify_one();
+}
+
+void CmService::ResolverLoop() {
+  for (;;) {
+    ResolveJob job;
+    {
+      std::unique_lock<std::mutex> lock(jobs_mutex_);
+      jobs_ready_.wait(lock, [this] { return !jobs_.empty(); });
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    // CreateAh asks the engine's resolver (ARP/ND) for a missing MAC; no lock
+    // of ours is held meanwhile, so events and other connects go on.
+    const transport::Gid& peer = job.params.remote.gid;
+    const bool v4 = transport::IsIpv4MappedGid(peer);
+    const auto& gids = job.engine->config().gids;
+    int sgid = -1;
+    for (size_t i = 0; i < gids.size(); ++i) {
+      if (gids[i] == job.params.local_gid || (sgid < 0 && transport::IsIpv4MappedGid(gids[i]) == v4)) {
+        sgid = static_cast<int>(i);
+      }
+    }
+    transport::MacAddress mac{};
+    bool resolved = job.engine->LookupNeighbor(peer, &mac);
+    if (!resolved && sgid >= 0) {
+      ibv_ah_attr attr{};
+      attr.is_global = 1;
+      attr.port_num = 1;
+      attr.grh.sgid_index = static_cast<uint8_t>(sgid);
+      attr.grh.hop_limit = 64;
+      std::memcpy(attr.grh.dgid.raw, peer.data(), 16);
+      auto ah = job.engine->CreateAh(job.pd, attr);
+      if (ah.ok()) (void)job.engine->DestroyAh(*ah);
+      resolved = job.engine->LookupNeighbor(peer, &mac);
+    }
+    FinishConnect(job, resolved, mac);
+  }
+}
+
+void CmService::FinishConnect(ResolveJob& job, bool resolved, const transport::MacAddress& mac) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = targets_.find(job.key);
+  Endpoint* ep = it == targets_.end() ? nullptr : it->second.ep;
+  if (ep == nullptr) return;  // closed meanwhile
+  std::lock_guard<std::mutex> ep_lock(ep->mutex);
+  if (!ep->resolving) return;
+  ep->resolving = false;
+  if (resolved) {
+    job.params.has_remote_mac = true;
+    job.params.remote_mac = mac;
+    auto id = job.cm->Connect(job.params, job.key);
+    if (id.ok()) {
+      ep->connection = *id;
+      ep->has_connection = true;
+      return;
+    }
+  }
+  // fi_cm(3): a connect that fails is reported on the EQ as an error event.
+  ep->state.store(EndpointState::kShutdown, std::memory_order_release);
+  if (ep->eq != nullptr) WriteCmError(ep->eq, &ep->ep.fid, FI_EHOSTUNREACH, 0, {});
+}
+
 // mutex_ held.
 void CmService::Dispatch(transport::ConnectionManager* cm, transport::CmEvent& event) {
   using transport::CmEventType;
   if (event.type == CmEventType::kConnectRequest) {
     auto it = targets_.find(event.listen_tag);
     PassiveEndpoint* pep = it == targets_.end() ? nullptr : it->second.pep;
-    if (pep == nullptr || pep->eq == nullptr) {
+    // Refused at once (REJ, nothing kept) when nobody listens any more, or
+    // when the listener has as many requests out as it may: the EQ must not
+    // fill (fi_eq(3): an overrun EQ is unusable for good).
+    if (pep == nullptr || pep->eq == nullptr ||
+        pep->unanswered->load(std::memory_order_acquire) >= pep->max_unanswered) {
       (void)cm->Reject(event.id, nullptr, 0);
       cm->Release(event.id);
       return;
@@ -107,6 +189,7 @@ void CmService::Dispatch(transport::ConnectionManager* cm, transport::CmEvent& e
     request->handle.ops = &kConnectionRequestOps;
     request->cm = cm;
     request->id = event.id;
+    request->unanswered = pep->unanswered;
     if (info == nullptr) {
       (void)cm->Reject(event.id, nullptr, 0);
       cm->Release(event.id);
@@ -126,7 +209,17 @@ void CmService::Dispatch(transport::ConnectionManager* cm, transport::CmEvent& e
     std::memcpy(info->dest_addr, &ss, len);
     info->dest_addrlen = len;
     info->handle = &request->handle;
-    WriteCmEvent(pep->eq, FI_CONNREQ, &pep->pep.fid, info, event.private_data);
+    pep->unanswered->fetch_add(1, std::memory_order_acq_rel);
+    if (WriteCmEvent(pep->eq, FI_CONNREQ, &pep->pep.fid, info, event.private_data) < 0) {
+      // Not queued (the EQ is full or out of memory): nobody will answer
+      // it, so refuse it now and keep nothing.
+      MarkAnswered(request);
+      (void)cm->Reject(event.id, nullptr, 0);
+      cm->Release(event.id);
+      info->handle = nullptr;
+      FreeInfo(info);
+      delete request;
+    }
     return;
   }
   auto it = targets_.find(event.tag);

@@ -13,10 +13,13 @@
 // passive endpoint that is gone is rejected). Control path only.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "api/fabric/objects.h"
@@ -37,9 +40,31 @@ class CmService {
   // After this returns no event is delivered to the object any more.
   void Unregister(uint64_t key);
 
+  // fi_connect to a peer whose MAC the neighbour table lacks: resolves it
+  // (ARP/ND, up to the resolver's timeout) on the service's own thread, so
+  // that neither the caller nor the connection managers' Poll waits, then
+  // sends the REQ for endpoint `key` (registered, ep->resolving set). If it
+  // does not resolve, the endpoint's EQ gets an FI_EHOSTUNREACH error event.
+  void ResolveThenConnect(uint64_t key, transport::Engine* engine, transport::PdHandle pd,
+                          transport::ConnectionManager* cm, const transport::CmConnectParams& params);
+
  private:
   CmService();
   void Dispatch(transport::ConnectionManager* cm, transport::CmEvent& event);
+
+  struct ResolveJob {
+    uint64_t key = 0;
+    transport::Engine* engine = nullptr;
+    transport::PdHandle pd = 0;
+    transport::ConnectionManager* cm = nullptr;
+    transport::CmConnectParams params;
+  };
+  void ResolverLoop();
+  void FinishConnect(ResolveJob& job, bool resolved, const transport::MacAddress& mac);
+  std::mutex jobs_mutex_;  // jobs_, resolver_started_
+  std::condition_variable jobs_ready_;
+  std::deque<ResolveJob> jobs_;
+  bool resolver_started_ = false;
 
   struct Target {
     PassiveEndpoint* pep = nullptr;

@@ -429,7 +429,7 @@ int EndpointClose(fid* f) {
       ep->has_connection = false;
     }
     if (ep->request != nullptr) {
-      if (!ep->request->answered.exchange(true)) {
+      if (MarkAnswered(ep->request)) {
         (void)cm->Reject(ep->request->id, nullptr, 0);
         cm->Release(ep->request->id);
       }
@@ -602,7 +602,7 @@ int Connect(fid_ep* e, const void* addr, const void* param, size_t paramlen) {
   if (paramlen > kCmDataSize || (paramlen != 0 && param == nullptr)) return -FI_EINVAL;
   if (int r = Enable(ep); r != 0) return r;
   std::lock_guard<std::mutex> lock(ep->mutex);
-  if (ep->has_connection || ep->request != nullptr) return -FI_EOPBADSTATE;
+  if (ep->has_connection || ep->request != nullptr || ep->resolving) return -FI_EOPBADSTATE;
   const sockaddr* dest = static_cast<const sockaddr*>(addr);
   if (dest == nullptr) dest = static_cast<const sockaddr*>(ep->info->dest_addr);
   transport::CmConnectParams params;
@@ -620,9 +620,23 @@ int Connect(fid_ep* e, const void* addr, const void* param, size_t paramlen) {
     const auto* bytes = static_cast<const uint8_t*>(param);
     params.private_data.assign(bytes, bytes + paramlen);
   }
+  size_t len = 0;
+  // fi_connect(3) is asynchronous: its result comes as an EQ event. A peer
+  // the neighbour table lacks is resolved (ARP/ND, seconds if nobody
+  // answers) on the CM service's thread, never in the caller's progress.
+  transport::MacAddress mac;
+  if (!ep->domain->engine->LookupNeighbor(params.remote.gid, &mac)) {
+    GidToSockaddr(params.remote.gid, params.remote.port, &ep->peer, &len);
+    ep->resolving = true;
+    ep->state.store(EndpointState::kConnecting, std::memory_order_release);
+    CmService::Get().ResolveThenConnect(ep->registry_key, ep->domain->engine, ep->domain->pd, ep->domain->cm,
+                                        params);
+    return 0;
+  }
+  params.has_remote_mac = true;
+  params.remote_mac = mac;
   auto id = ep->domain->cm->Connect(params, ep->registry_key);
   if (!id.ok()) return id.status().code() == StatusCode::kNotFound ? -FI_EADDRNOTAVAIL : -FI_EINVAL;
-  size_t len = 0;
   GidToSockaddr(params.remote.gid, params.remote.port, &ep->peer, &len);
   ep->connection = *id;
   ep->has_connection = true;
@@ -636,7 +650,7 @@ int Accept(fid_ep* e, const void* param, size_t paramlen) {
   if (int r = Enable(ep); r != 0) return r;
   std::lock_guard<std::mutex> lock(ep->mutex);
   if (ep->request == nullptr || ep->has_connection) return -FI_EOPBADSTATE;
-  if (ep->request->answered.exchange(true)) return -FI_EOPBADSTATE;
+  if (!MarkAnswered(ep->request)) return -FI_EOPBADSTATE;
   transport::CmAcceptParams params;
   static_cast<transport::CmQpParams&>(params) = QpParams(ep);
   if (paramlen != 0) {

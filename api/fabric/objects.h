@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -66,7 +67,18 @@ struct ConnectionRequest {
   transport::ConnectionManager* cm = nullptr;
   transport::CmConnectionId id = 0;
   std::atomic<bool> answered{false};
+  // The listener's count of requests handed out and not answered yet
+  // (shared: the passive endpoint may be closed first).
+  std::shared_ptr<std::atomic<unsigned>> unanswered;
 };
+
+// Marks `request` answered (accepted, rejected, or closed); true the first
+// time only. Frees its place among its listener's unanswered requests.
+inline bool MarkAnswered(ConnectionRequest* request) {
+  if (request->answered.exchange(true)) return false;
+  if (request->unanswered) request->unanswered->fetch_sub(1, std::memory_order_acq_rel);
+  return true;
+}
 
 struct PassiveEndpoint {
   fid_pep pep;  // first
@@ -78,6 +90,13 @@ struct PassiveEndpoint {
   transport::ConnectionManager* cm = nullptr;
   uint64_t registry_key = 0;
   bool listening = false;
+  // fi_control(FI_BACKLOG) before fi_listen; 0: the connection manager's
+  // default. FI_CONNREQ events handed out and not answered yet are bounded
+  // by it (and by half the EQ: the EQ must never overrun, fi_eq(3) makes an
+  // overrun EQ unusable for good).
+  int backlog = 0;
+  unsigned max_unanswered = transport::kCmDefaultBacklog;
+  std::shared_ptr<std::atomic<unsigned>> unanswered = std::make_shared<std::atomic<unsigned>>(0);
   std::mutex mutex;
 };
 
@@ -106,6 +125,9 @@ struct Endpoint {
   std::mutex mutex;  // control path: state, addresses, CM ids
   std::atomic<EndpointState> state{EndpointState::kCreated};
   ConnectionRequest* request = nullptr;  // passive: from info->handle
+  // Active: fi_connect is waiting for the peer's MAC (ARP/ND, off the
+  // caller's thread); the REQ goes once it resolves.
+  bool resolving = false;
   bool has_connection = false;
   transport::CmConnectionId connection = 0;
   uint64_t registry_key = 0;

@@ -9,8 +9,11 @@
 
 #include <rdma/providers/fi_prov.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "api/fabric/cm_service.h"
 #include "api/fabric/info.h"
@@ -244,6 +247,21 @@ int DomainOpen(fid_fabric* fabric, fi_info* info, fid_domain** out, void* contex
 
 // ---- Passive endpoint (fi_endpoint(3), fi_cm(3)) ----
 
+// The sizes the EQs were opened with (fi_eq_attr::size; 0 became
+// cq::kDefaultEqSize), for the listeners bound to them. Keyed by object: an
+// EQ closed and another opened at its address overwrites its entry.
+std::mutex eq_sizes_mutex;
+std::map<const cq::EventQueue*, size_t>& EqSizes() {
+  static auto* sizes = new std::map<const cq::EventQueue*, size_t>();
+  return *sizes;
+}
+
+size_t EqSize(const cq::EventQueue* eq) {
+  std::lock_guard<std::mutex> lock(eq_sizes_mutex);
+  auto it = EqSizes().find(eq);
+  return it == EqSizes().end() ? cq::kDefaultEqSize : it->second;
+}
+
 int PepClose(fid* f) {
   auto* pep = reinterpret_cast<PassiveEndpoint*>(f);
   CmService::Get().Unregister(pep->registry_key);
@@ -275,10 +293,22 @@ int PepBind(fid* f, fid* bfid, uint64_t flags) {
   return 0;
 }
 
+// fi_endpoint(3) FI_BACKLOG: "(int *) ... the size of the backlog queue for
+// this passive endpoint", taken at fi_listen.
+int PepControl(fid* f, int command, void* arg) {
+  auto* pep = reinterpret_cast<PassiveEndpoint*>(f);
+  if (command != FI_BACKLOG) return -FI_ENOSYS;
+  if (arg == nullptr) return -FI_EINVAL;
+  std::lock_guard<std::mutex> lock(pep->mutex);
+  if (pep->listening) return -FI_EOPBADSTATE;
+  pep->backlog = *static_cast<int*>(arg);
+  return 0;
+}
+
 fi_ops kPepOps = {sizeof(fi_ops),
                   PepClose,
                   PepBind,
-                  Enosys<decltype(fi_ops::control)>::Call,
+                  PepControl,
                   Enosys<decltype(fi_ops::ops_open)>::Call,
                   Enosys<decltype(fi_ops::tostr)>::Call,
                   Enosys<decltype(fi_ops::ops_set)>::Call};
@@ -311,7 +341,15 @@ int PepListen(fid_pep* p) {
   transport::Gid gid{};
   uint16_t port = 0;
   SockaddrToGid(reinterpret_cast<sockaddr*>(&pep->local), &gid, &port);
-  auto bound = pep->cm->Listen(port, pep->registry_key);
+  // Requests out at once: the backlog, and never more than half the EQ, so
+  // that FI_CONNREQs alone cannot overrun it (fi_eq(3): an overrun EQ stays
+  // so, and the listener with it). The connection manager refuses the rest
+  // (REJ "no resources") without keeping anything.
+  unsigned backlog = pep->backlog > 0 ? static_cast<unsigned>(pep->backlog) : transport::kCmDefaultBacklog;
+  backlog = std::min<unsigned>(backlog, transport::kCmMaxBacklog);
+  backlog = std::max<size_t>(1, std::min<size_t>(backlog, EqSize(pep->eq) / 2));
+  pep->max_unanswered = backlog;
+  auto bound = pep->cm->Listen(port, pep->registry_key, backlog);
   if (!bound.ok()) return bound.status().code() == StatusCode::kAlreadyExists ? -FI_EADDRINUSE : -FI_EINVAL;
   if (auto* in = reinterpret_cast<sockaddr_in*>(&pep->local); in->sin_family == AF_INET) {
     in->sin_port = htons(*bound);
@@ -327,7 +365,7 @@ int PepReject(fid_pep* p, fid_t handle, const void* param, size_t paramlen) {
   if (handle == nullptr || handle->fclass != FI_CLASS_CONNREQ) return -FI_EINVAL;
   if (paramlen > transport::kCmRejPrivateDataSize || (paramlen != 0 && param == nullptr)) return -FI_EINVAL;
   auto* request = reinterpret_cast<ConnectionRequest*>(handle);
-  if (request->answered.exchange(true)) return -FI_EINVAL;
+  if (!MarkAnswered(request)) return -FI_EINVAL;
   Status s = request->cm->Reject(request->id, static_cast<const uint8_t*>(param), paramlen);
   request->cm->Release(request->id);
   delete request;
@@ -401,6 +439,10 @@ int EqOpen(fid_fabric*, fi_eq_attr* attr, fid_eq** out, void* context) {
   if (attr == nullptr || out == nullptr) return -FI_EINVAL;
   auto eq = cq::EventQueue::Open(*attr, context);
   if (!eq.ok()) return eq.status().code() == StatusCode::kNotSupported ? -FI_ENOSYS : -FI_EINVAL;
+  {
+    std::lock_guard<std::mutex> lock(eq_sizes_mutex);
+    EqSizes()[eq->get()] = attr->size == 0 ? cq::kDefaultEqSize : attr->size;
+  }
   *out = eq->release()->fid();
   return 0;
 }

@@ -457,7 +457,11 @@ int rdma_resolve_route(rdma_cm_id* id, int /*timeout_ms*/) {
   return ours->sync ? WaitSync(ours, RDMA_CM_EVENT_ROUTE_RESOLVED) : 0;
 }
 
-int rdma_listen(rdma_cm_id* id, int /*backlog*/) {
+int rdma_listen(rdma_cm_id* id, int backlog) {
+  // rdma_listen(3): "backlog - backlog of incoming connection requests".
+  // Requests beyond it are refused (REJ "no resources") by the connection
+  // manager, which keeps no state for them; 0 or less: its default.
+  const unsigned queue = backlog > 0 ? static_cast<unsigned>(backlog) : transport::kCmDefaultBacklog;
   if (id == nullptr) return Fail(EINVAL);
   CmId* ours = CmId::From(id);
   std::vector<std::pair<int, ConnectionManager*>> targets;
@@ -485,7 +489,7 @@ int rdma_listen(rdma_cm_id* id, int /*backlog*/) {
   if (ours->state != IdState::kBound) return Fail(EINVAL);
   uint16_t port = transport::SockaddrPort(&id->route.addr.src_addr);
   for (const auto& [device, cm] : targets) {
-    auto listening = cm->Listen(port, ours->tag);
+    auto listening = cm->Listen(port, ours->tag, queue);
     if (!listening.ok()) {
       for (const auto& [done_cm, done_port] : ours->listens) (void)done_cm->StopListening(done_port);
       ours->listens.clear();
