@@ -194,7 +194,10 @@ class HostilePeerTest : public ::testing::Test {
   // transmit stage may keep frames while the port is blocked).
   void PollOnce() {
     now_ += 1000;
-    engine_->Poll();
+    const unsigned moved = engine_->Poll();
+    // A poll's work is bounded, whatever arrives: at most four receive
+    // bursts in, at most a stage (512) out.
+    ASSERT_LE(moved, 4u * engine_->config().rx_burst + 512u) << "an unbounded poll";
     const EngineCounters c = engine_->counters();
     // The stage never holds more than it has room for (kTxStage = 512).
     ASSERT_LE(c.tx_frames - sent_before_, 512u + port_.outbound.size()) << "staged beyond the stage";
@@ -340,6 +343,36 @@ TEST_F(HostilePeerTest, ReadResponsesWaitForRoomWhileThePortIsBlocked) {
   }
   EXPECT_EQ(responses, qps.size() * 4 * 32);
   for (QueuePair* qp : qps) EXPECT_EQ(qp->state.load(), IBV_QPS_RTS);
+}
+
+// 1000 copies of an old SEND and of an answered READ in one poll: one ACK and
+// at most the READ's replay room of answers, never one per copy.
+TEST_F(HostilePeerTest, DuplicateStormIsAnsweredOncePerPoll) {
+  PostRecv(qp_, 1);
+  Inject(Opcode::kRcSendOnly, kRqPsn, 64, true);
+  const uint64_t va = region_->va();
+  const uint32_t rkey = keys_.rkey;
+  Inject(Opcode::kRcRdmaReadRequest, kRqPsn + 1, 0, true, [&](PacketFields& f) {
+    f.reth.virtual_address = va;
+    f.reth.rkey = rkey;
+    f.reth.dma_length = 64;
+  });
+  ASSERT_EQ(Transmitted().size(), 1u) << "the READ response acknowledges the SEND too";
+  for (int i = 0; i < 1000; ++i) {
+    Inject(Opcode::kRcSendOnly, kRqPsn, 64, true);
+    Inject(Opcode::kRcRdmaReadRequest, kRqPsn + 1, 0, true, [&](PacketFields& f) {
+      f.reth.virtual_address = va;
+      f.reth.rkey = rkey;
+      f.reth.dma_length = 64;
+    });
+  }
+  size_t frames = 0;
+  for (int poll = 0; poll < 20; ++poll) frames += Transmitted().size();
+  // Each poll takes 128 frames; per poll, one coalesced ACK and at most the
+  // duplicate room (max_dest_rd_atomic = 4) of READ answers.
+  EXPECT_LE(frames, 16u * (1 + 4));
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+  EXPECT_EQ(Completions().size(), 1u) << "the SEND completed once";
 }
 
 // ---------------------------------------------------------------- 2: deregistration

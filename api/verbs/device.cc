@@ -124,8 +124,10 @@ int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t siz
   return static_cast<int>(len);
 }
 
+// rdma-core reads SYSFS_PATH with secure_getenv too: a set-user-ID program
+// must not take a path from its caller's environment.
 const char* ibv_get_sysfs_path(void) {
-  const char* env = getenv("SYSFS_PATH");
+  const char* env = secure_getenv("SYSFS_PATH");
   return env != nullptr ? env : "/sys";
 }
 
