@@ -256,6 +256,35 @@ class HostilePeerTest : public ::testing::Test {
     }
     return n;
   }
+  // Acknowledgements of one QP (each QP's UDP source port is its own).
+  static std::vector<Sent> AcknowledgementsOf(const std::vector<Sent>& sent, const QueuePair* qp) {
+    std::vector<Sent> out;
+    for (const Sent& s : sent) {
+      if (s.opcode->operation == Operation::kAcknowledge && s.fields.udp_src_port == qp->path.udp_source_port) {
+        out.push_back(s);
+      }
+    }
+    return out;
+  }
+
+  // Blocks the port and fills the 512-frame transmit stage with READ
+  // responses of other QPs, so that whatever comes next finds no room.
+  std::vector<QueuePair*> FillTheStage() {
+    port_.blocked = true;
+    std::vector<QueuePair*> readers;
+    const uint64_t va = region_->va();
+    const uint32_t rkey = keys_.rkey;
+    for (int i = 0; i < 20; ++i) {
+      readers.push_back(MakeConnectedQp());
+      Inject(readers.back(), Opcode::kRcRdmaReadRequest, kRqPsn, 0, true, [&](PacketFields& f) {
+        f.reth.virtual_address = va;
+        f.reth.rkey = rkey;
+        f.reth.dma_length = 32 * kMtu;
+      });
+    }
+    for (int poll = 0; poll < 4; ++poll) PollOnce();
+    return readers;
+  }
 
   pmd::MempoolPtr pool_;
   BlockablePort port_;
@@ -275,25 +304,58 @@ class HostilePeerTest : public ::testing::Test {
 // ---------------------------------------------------------------- 1: the stage
 
 // 700 SENDs to a QP with no receive posted, in one poll of 4 × 512 frames,
-// while the port accepts nothing: every one would be an RNR NAK. They wait
-// as one pending NAK; when the port drains, one RNR NAK per poll leaves.
-TEST_F(HostilePeerTest, RnrStormWithABlockedPortNeverOverrunsTheStage) {
+// while the port accepts nothing and the stage is full: every one would be an
+// RNR NAK. They wait as one pending NAK (a sequence NAK says less and does not
+// replace it); when the port drains, one RNR NAK leaves, and one per poll
+// after that whatever the peer sends.
+TEST_F(HostilePeerTest, RnrStormWithAFullStageWaitsAsOneNak) {
   engine_.reset();
-  for (rte_mbuf* m : port_.outbound) rte_pktmbuf_free(m);
-  port_.outbound.clear();
   StartEngine([](EngineConfig& c) { c.rx_burst = 512; });
-  port_.blocked = true;
+  FillTheStage();
+  const uint64_t full_before = engine_->counters().tx_stage_full;
   for (int i = 0; i < 700; ++i) Inject(Opcode::kRcSendOnly, kRqPsn, 64, true);
+  Inject(Opcode::kRcSendOnly, kRqPsn + 3, 64, true);  // ahead: would be a sequence NAK
   for (int poll = 0; poll < 4; ++poll) PollOnce();
+  EXPECT_GT(engine_->counters().tx_stage_full, full_before) << "the NAK found no room and waited";
   EXPECT_TRUE(port_.outbound.empty());
   port_.blocked = false;
-  auto sent = Transmitted();
-  EXPECT_EQ(CountNaks(sent, AethKind::kRnrNak), 1u) << "at most one RNR NAK per QP per poll";
+  std::vector<Sent> sent;
+  for (int poll = 0; poll < 200; ++poll) {
+    auto more = Transmitted();
+    sent.insert(sent.end(), more.begin(), more.end());
+  }
+  auto ours = AcknowledgementsOf(sent, qp_);
+  ASSERT_EQ(ours.size(), 1u) << "one acknowledgement for 701 requests";
+  EXPECT_EQ(ours[0].fields.aeth.kind(), AethKind::kRnrNak) << "the RNR NAK, not the sequence NAK";
+  EXPECT_EQ(ours[0].fields.bth.psn.value(), kRqPsn);
   EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS) << "RNR is not an error of the responder";
   // More SENDs in a later poll: again one.
   for (int i = 0; i < 100; ++i) Inject(Opcode::kRcSendOnly, kRqPsn, 64, true);
   sent = Transmitted();
   EXPECT_EQ(CountNaks(sent, AethKind::kRnrNak), 1u);
+}
+
+// An RNR NAK waits for room; meanwhile the application posts a receive and
+// the requester's retransmission of the SEND is accepted. The NAK is stale:
+// what leaves is the ACK of the SEND, not a NAK that would cost an RNR retry.
+TEST_F(HostilePeerTest, ANakForAPsnAcceptedSinceIsNotSent) {
+  FillTheStage();
+  Inject(Opcode::kRcSendOnly, kRqPsn, 64, false);
+  PollOnce();
+  PostRecv(qp_, 1);
+  Inject(Opcode::kRcSendOnly, kRqPsn, 64, false);  // the retransmission, no AckReq
+  PollOnce();
+  port_.blocked = false;
+  std::vector<Sent> sent;
+  for (int poll = 0; poll < 200; ++poll) {
+    auto more = Transmitted();
+    sent.insert(sent.end(), more.begin(), more.end());
+  }
+  auto ours = AcknowledgementsOf(sent, qp_);
+  ASSERT_EQ(ours.size(), 1u);
+  EXPECT_EQ(ours[0].fields.aeth.kind(), AethKind::kAck);
+  EXPECT_EQ(ours[0].fields.bth.psn.value(), kRqPsn);
+  EXPECT_EQ(Completions().size(), 1u);
 }
 
 // Out-of-window PSNs and fatal requests on many QPs with the port blocked:
@@ -429,7 +491,7 @@ TEST_F(HostilePeerTest, DeregisteringAbortsAWriteInProgress) {
   EXPECT_EQ(qp_->state.load(), IBV_QPS_ERR);
 }
 
-// The requester's own SGEs: a 64-packet SEND whose buffer is deregistered
+// The requester's own SGEs: a 32-packet SEND whose buffer is deregistered
 // after half of it left completes with IBV_WC_LOC_PROT_ERR, and no later
 // packet reads the buffer.
 TEST_F(HostilePeerTest, DeregisteringALocalBufferFailsTheSendInProgress) {
@@ -516,6 +578,25 @@ TEST_F(DuplicateReadTest, ARememberedDuplicateIsAnsweredAgain) {
   EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
 }
 
+// The requester's go-back-N retry of the rest of a READ whose first packets
+// arrived: PSN first + k, address + k·MTU, length − k·MTU. It is answered.
+TEST_F(DuplicateReadTest, TheRestOfARememberedReadIsAnsweredAgain) {
+  va_ = region_->va();
+  rkey_ = keys_.rkey;
+  Inject(Opcode::kRcRdmaReadRequest, kRqPsn, 0, true, [&](PacketFields& f) {
+    f.reth.virtual_address = va_;
+    f.reth.rkey = rkey_;
+    f.reth.dma_length = 4 * kMtu;
+  });
+  ASSERT_EQ(ResponseBytes(Transmitted()), 4 * kMtu);
+  InjectDuplicate(kRqPsn + 2, rkey_, va_ + 2 * kMtu, 2 * kMtu);
+  auto sent = Transmitted();
+  EXPECT_EQ(ResponseBytes(sent), 2 * kMtu);
+  ASSERT_FALSE(sent.empty());
+  EXPECT_EQ(sent[0].fields.bth.psn.value(), kRqPsn + 2);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+}
+
 TEST_F(DuplicateReadTest, RevokedRemoteReadIsNotReplayed) {
   AnswerOneRead();
   ibv_qp_attr a{};
@@ -538,15 +619,19 @@ TEST_F(DuplicateReadTest, WrongKeysAsDuplicatesEarnNothing) {
   }
   EXPECT_EQ(bytes, 0u);
   EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS) << "unremembered PSNs are dropped silently";
-  InjectDuplicate(kRqPsn, (rkey_ & ~0xFFu) | ((rkey_ + 1) & 0xFF), va_, 256);
+  // A key that is valid for the very same bytes (a second registration), but
+  // not the one the READ used: the replay refuses it on the key alone.
+  auto second = engine_->RegMr(pd_, region_->data(), region_->size, region_->va(), kAll);
+  ASSERT_TRUE(second.ok());
+  InjectDuplicate(kRqPsn, second->rkey, va_, 256);
   auto sent = Transmitted();
   EXPECT_EQ(ResponseBytes(sent), 0u);
   EXPECT_EQ(CountNaks(sent, AethKind::kNak), 1u);
   EXPECT_EQ(qp_->state.load(), IBV_QPS_ERR);
 }
 
-// A spoofed duplicate asking for 4 GiB of a remembered READ: refused, no
-// stream that would hold ACKs back.
+// A spoofed duplicate asking for 4 GiB at a remembered READ's PSN: it does not
+// match what was remembered, so no stream that would hold ACKs back.
 TEST_F(DuplicateReadTest, AnOversizedDuplicateIsRefused) {
   AnswerOneRead();
   InjectDuplicate(kRqPsn, rkey_, va_, 0xFFFFFFFFu);

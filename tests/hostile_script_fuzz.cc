@@ -16,7 +16,9 @@
 // the script, the invariants of issue 14, each an abort:
 //   - every mbuf is back in its pool once the engine is gone;
 //   - no byte outside the registered slots (guards) changed;
-//   - no byte of a slot changed while it was deregistered.
+//   - no byte of a slot changed while it was not registered;
+//   - no frame that left carried a byte of a slot read while it was not
+//     registered (such slots hold a poison pattern nothing else sends).
 // Built with --config=fuzz it is a fuzzer (ASan + UBSan); otherwise
 // `hostile_script_fuzz_replay` runs its corpus in every CI run.
 #include <cstddef>
@@ -45,6 +47,20 @@ constexpr uint8_t kGuard = 0xC5;
 constexpr int kAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                      IBV_ACCESS_REMOTE_ATOMIC;
 constexpr uint32_t kPeerQpn = 0x42;
+// Unregistered slots hold this; no frame may carry a run of it. The script's
+// own fill bytes avoid it.
+constexpr uint8_t kPoison = 0xEE;
+constexpr size_t kPoisonRun = 64;  // longer than any run of atomic results (8 bytes each)
+
+bool CarriesPoison(const rte_mbuf* m) {
+  const uint8_t* p = rte_pktmbuf_mtod(m, const uint8_t*);
+  size_t run = 0;
+  for (uint32_t i = 0; i < rte_pktmbuf_data_len(m); ++i) {
+    run = p[i] == kPoison ? run + 1 : 0;
+    if (run >= kPoisonRun) return true;
+  }
+  return false;
+}
 
 class ScriptPort : public PacketIo {
  public:
@@ -58,7 +74,10 @@ class ScriptPort : public PacketIo {
   }
   uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override {
     if (blocked) return 0;
-    for (uint16_t i = 0; i < n; ++i) rte_pktmbuf_free(pkts[i]);
+    for (uint16_t i = 0; i < n; ++i) {
+      if (CarriesPoison(pkts[i])) abort();  // read memory that was not registered
+      rte_pktmbuf_free(pkts[i]);
+    }
     return n;
   }
   ~ScriptPort() override {
@@ -93,8 +112,7 @@ class Script {
 struct Slot {
   bool registered = false;
   MrKeys keys;
-  bool watched = false;  // deregistered: nothing may change it now
-  std::vector<uint8_t> snapshot;
+  std::vector<uint8_t> snapshot;  // while not registered: nothing may change it
 };
 
 struct World {
@@ -104,6 +122,7 @@ struct World {
   PdHandle pd = 0;
   CompletionQueue* cq = nullptr;
   std::vector<QueuePair*> qps;  // two RC, one UD
+  uint32_t ah = 0;               // to the peer, for UD sends
   std::vector<uint8_t> arena;
   Slot slots[kSlots];
   uint64_t now = 1'000'000;
@@ -196,7 +215,14 @@ void MakeWorld(World& w) {
   w.qps.push_back(*w.engine->CreateQp(init));
   for (QueuePair* qp : w.qps) Connect(w, qp, kAll);
   w.arena.assign(kGuardBytes + kSlots * (kSlotBytes + kGuardBytes), kGuard);
-  for (size_t i = 0; i < kSlots; ++i) std::memset(w.slot_data(i), 0, kSlotBytes);
+  for (size_t i = 0; i < kSlots; ++i) {
+    std::memset(w.slot_data(i), kPoison, kSlotBytes);
+    w.slots[i].snapshot.assign(w.slot_data(i), w.slot_data(i) + kSlotBytes);
+  }
+  ibv_ah_attr ah{};
+  ah.is_global = 1;
+  std::memcpy(ah.grh.dgid.raw, w.peer.data(), 16);
+  w.ah = *w.engine->CreateAh(w.pd, ah);
   ConnectionManager::Options cm;
   cm.clock_ns = [&w] { return w.now; };
   cm.random_seed = 3;
@@ -251,7 +277,8 @@ void StepFrame(World& w, Script& s) {
   f.immediate_data = s.u32();
   f.atomic_ack_eth.original_remote_data = s.u64();
   f.payload_length = s.u16() % 1100;
-  std::memset(payload, s.u8(), f.payload_length);
+  const uint8_t fill = s.u8();
+  std::memset(payload, fill == kPoison ? 0 : fill, f.payload_length);
   Inject(w, f, payload);
 }
 
@@ -274,12 +301,14 @@ void StepRegister(World& w, Script& s) {
   const size_t index = static_cast<size_t>(&slot - w.slots);
   const int access = s.u8() & kAll;
   if (slot.registered) return;
+  // Untouched while it was not registered; the application then reuses it.
+  if (std::memcmp(slot.snapshot.data(), w.slot_data(index), kSlotBytes) != 0) abort();
+  std::memset(w.slot_data(index), 0, kSlotBytes);
   auto keys = w.engine->RegMr(w.pd, w.slot_data(index), kSlotBytes, reinterpret_cast<uint64_t>(w.slot_data(index)),
                               access | IBV_ACCESS_LOCAL_WRITE);
   if (!keys.ok()) return;
   slot.registered = true;
   slot.keys = *keys;
-  slot.watched = false;
 }
 
 void StepDeregister(World& w, Script& s) {
@@ -288,8 +317,9 @@ void StepDeregister(World& w, Script& s) {
   if (!slot.registered) return;
   if (!w.engine->DeregMr(slot.keys.lkey).ok()) abort();
   slot.registered = false;
-  // From now on nothing of ours or the peer's may touch it.
-  slot.watched = true;
+  // From now on nothing of ours or the peer's may touch it: poisoned, so that
+  // a read shows in what leaves, and kept, so that a write shows here.
+  std::memset(w.slot_data(index), kPoison, kSlotBytes);
   slot.snapshot.assign(w.slot_data(index), w.slot_data(index) + kSlotBytes);
 }
 
@@ -330,7 +360,8 @@ void StepPoll(World& w, Script& s) {
 }
 
 void StepPost(World& w, Script& s) {
-  QueuePair* qp = w.qps[s.u8() % 2];  // the RC QPs
+  const uint8_t which = s.u8();
+  QueuePair* qp = w.qps[which % 3];
   const uint8_t kind = s.u8();
   const size_t slot = s.u8() % kSlots;
   ibv_sge sge{reinterpret_cast<uint64_t>(w.slot_data(slot)) + s.u16() % 4096, s.u16() % 4097u,
@@ -358,6 +389,15 @@ void StepPost(World& w, Script& s) {
   } else {
     wr.wr.rdma.remote_addr = s.u64();
     wr.wr.rdma.rkey = s.u32();
+  }
+  ibv_ah ah{};
+  if (qp->type == IBV_QPT_UD) {
+    ah.handle = w.ah;
+    wr.opcode = (kind & 1) ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+    sge.length %= 1025;
+    wr.wr.ud.ah = &ah;
+    wr.wr.ud.remote_qpn = kPeerQpn;
+    wr.wr.ud.remote_qkey = 0x11111111;
   }
   const ibv_send_wr* bad = nullptr;
   (void)w.engine->PostSend(qp, &wr, &bad);
@@ -426,8 +466,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     for (size_t i = 0; i < kSlots; ++i) {
       const Slot& slot = w.slots[i];
-      if (slot.watched && std::memcmp(slot.snapshot.data(), w.slot_data(i), kSlotBytes) != 0) {
-        abort();  // written after ibv_dereg_mr returned
+      if (!slot.registered && std::memcmp(slot.snapshot.data(), w.slot_data(i), kSlotBytes) != 0) {
+        abort();  // written while not registered (after ibv_dereg_mr returned)
       }
     }
     for (size_t i = 0; i < w.arena.size(); ++i) {

@@ -249,6 +249,10 @@ bool Engine::ScatterToWqe(const QueuePair* qp, const SendWqe& w, uint64_t offset
   while (i < w.num_sge && offset >= w.sge[i].length) offset -= w.sge[i++].length;
   while (length > 0 && i < w.num_sge) {
     const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, w.sge[i].length - offset));
+    if (chunk == 0) {  // an empty SGE names no memory
+      ++i;
+      continue;
+    }
     // Checked again for every packet: the region may be gone since the
     // request started (ibv_dereg_mr(3) ends every use before it returns).
     uint8_t* host = nullptr;

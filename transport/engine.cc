@@ -34,6 +34,16 @@ class Engine::ProgressToken {
 
 namespace {
 
+// The QPN generator: seeded with the configured value (tests), or with 256
+// bits of the system's entropy, so that a peer who sees a few QPNs cannot
+// search the seed space for the rest.
+std::mt19937_64 RandomSeed(uint64_t configured) {
+  if (configured != 0) return std::mt19937_64(configured);
+  std::random_device device;
+  std::seed_seq seq{device(), device(), device(), device(), device(), device(), device(), device()};
+  return std::mt19937_64(seq);
+}
+
 uint64_t TscNanoseconds() {
   static const double ns_per_cycle = 1e9 / double(rte_get_tsc_hz());
   return static_cast<uint64_t>(double(rte_get_tsc_cycles()) * ns_per_cycle);
@@ -63,7 +73,7 @@ Engine::Engine(const EngineConfig& config)
     : config_(config),
       mrs_(1u << 16),
       pd_in_use_(1),
-      random_(config.random_seed != 0 ? config.random_seed : std::random_device()()),
+      random_(RandomSeed(config.random_seed)),
       qp_table_(config.max_qps, nullptr) {
   limits_.max_mtu = LargestIbMtu(config.port_mtu);
   limits_.gid_table_size = static_cast<uint8_t>(std::min<size_t>(config.gids.size(), 255));
@@ -120,10 +130,10 @@ Status Engine::DeallocPd(PdHandle pd) {
 }
 
 StatusOr<MrKeys> Engine::RegMr(PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access) {
-  {
-    std::lock_guard<std::mutex> lock(control_mutex_);
-    if (pd == 0 || pd >= pd_in_use_.size() || !pd_in_use_[pd]) return InvalidArgument("no such PD");
-  }
+  // Held across the registration, so that DeallocPd cannot free the PD in
+  // between and leave a region in a dead (later reused) PD.
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  if (pd == 0 || pd >= pd_in_use_.size() || !pd_in_use_[pd]) return InvalidArgument("no such PD");
   return mrs_.Register(pd, addr, length, iova, access);
 }
 
@@ -786,9 +796,9 @@ void Engine::FlushQueues(QueuePair* qp) {
   }
   resp.reads_count = 0;
   resp.duplicate_jobs = 0;
-  // A NAK that put the QP in error still goes out (IBTA 9.9.3.1: the
-  // requester learns why); a plain ACK is moot now.
-  if (!resp.ack_is_nak()) resp.ack_pending = false;
+  // A fatal NAK that put the QP in error still goes out (IBTA 9.9.3.1: the
+  // requester learns why); an ACK, a sequence or an RNR NAK is moot now.
+  if (resp.pending_rank() != 3) resp.ack_pending = false;
   if (qp->srq == nullptr) {
     RecvWqe r;
     while (qp->recv_ring.TryPop(&r)) {

@@ -77,17 +77,16 @@ void Engine::HandleFrame(rte_mbuf* m) {
     rte_pktmbuf_free(m);
     return;
   }
-  qp->counters.rx_packets++;
-  qp->counters.rx_bytes += view.fields.payload_length;
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
   // The packet's service must match the QP's (IBTA 9.6.1.1).
   const TransportService want = qp->type == IBV_QPT_RC   ? TransportService::kRc
                                 : qp->type == IBV_QPT_UC ? TransportService::kUc
                                                          : TransportService::kUd;
   const OpcodeInfo& info = *view.opcode;
-  // P_Key (IBTA 10.9.3): the port's table holds only the default key; the
-  // low 15 bits must match and one side must be a full member (bit 15).
-  if ((view.fields.bth.pkey & 0x7FFF) != (kDefaultPkey & 0x7FFF) || (view.fields.bth.pkey & 0x8000) == 0) {
+  // P_Key (IBTA 10.9.3): the port's table holds only the default key, a
+  // full member; the low 15 bits must match (a limited member's key too, as
+  // one side, ours, is a full member).
+  if ((view.fields.bth.pkey & 0x7FFF) != (kDefaultPkey & 0x7FFF)) {
     counters_.rx_bad_pkey++;
     rte_pktmbuf_free(m);
     return;
@@ -101,6 +100,8 @@ void Engine::HandleFrame(rte_mbuf* m) {
     rte_pktmbuf_free(m);
     return;
   }
+  qp->counters.rx_packets++;
+  qp->counters.rx_bytes += view.fields.payload_length;
   if (info.service != want || state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_ERR) {
     counters_.rx_dropped++;
   } else if (info.role == PacketRole::kRequest) {

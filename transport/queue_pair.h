@@ -108,6 +108,10 @@ struct ReadRecord {
 
 struct AtomicReplay {
   Psn psn;
+  // What the request named, so that a duplicate must name the same (and the
+  // region must still allow it) to get the result again.
+  uint32_t rkey = 0;
+  uint64_t virtual_address = 0;
   uint64_t original = 0;
   bool valid = false;
 };
@@ -138,6 +142,19 @@ struct ResponderState {
   Psn ack_psn;
   uint8_t ack_syndrome = 0;
   bool ack_is_nak() const { return ack_pending && AethFields{ack_syndrome, 0}.kind() != AethKind::kAck; }
+  // Which pending acknowledgement says more: a fatal NAK (3: the QP stops)
+  // over an RNR NAK (2: wait, then resend) over a PSN sequence NAK (1: resend)
+  // over an ACK (0).
+  static int AcknowledgeRank(uint8_t syndrome) {
+    const AethFields aeth{syndrome, 0};
+    switch (aeth.kind()) {
+      case AethKind::kAck: return 0;
+      case AethKind::kRnrNak: return 2;
+      case AethKind::kNak: return aeth.value() == uint8_t(NakCode::kPsnSequenceError) ? 1 : 3;
+      default: return 0;
+    }
+  }
+  int pending_rank() const { return ack_pending ? AcknowledgeRank(ack_syndrome) : -1; }
   // READ responses being sent (ring of max_dest_rd_atomic + 1).
   std::vector<ReadResponseJob> reads;  // 2 * max_dest_rd_atomic slots, see EnqueueResponse
   uint32_t reads_head = 0, reads_count = 0, duplicate_jobs = 0;

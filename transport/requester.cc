@@ -94,6 +94,10 @@ bool Engine::CopyFromWqe(const QueuePair* qp, const SendWqe& w, uint64_t offset,
   while (i < w.num_sge && offset >= w.sge[i].length) offset -= w.sge[i++].length;
   while (length > 0 && i < w.num_sge) {
     const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, w.sge[i].length - offset));
+    if (chunk == 0) {  // an empty SGE names no memory (StartSendWqe skips it too)
+      ++i;
+      continue;
+    }
     // The check of StartSendWqe is not enough: ibv_dereg_mr may have ended
     // the region since (IBTA 10.6.3.1, every access is checked).
     uint8_t* host = nullptr;

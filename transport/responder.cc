@@ -35,35 +35,21 @@ void Engine::ListForAck(QueuePair* qp) {
 void Engine::QueueAck(QueuePair* qp, Psn psn) {
   ResponderState& s = qp->resp;
   // A pending NAK already acknowledges everything before its PSN, and says
-  // more (retry from here / wait / stop): it is not replaced by an ACK.
-  if (s.ack_is_nak()) return;
+  // more (retry from here / wait / stop): it is not replaced by an ACK, unless
+  // the responder has since accepted the very PSN it NAKed (the requester
+  // resent it while the NAK waited for room): then the NAK is stale.
+  if (s.ack_is_nak() && (s.pending_rank() == 3 || psn.DistanceFrom(s.ack_psn) < 0)) return;
   s.ack_pending = true;
   s.ack_psn = psn;
   s.ack_syndrome = AethFields::Syndrome(AethKind::kAck, kAethInvalidCredits);
   ListForAck(qp);
 }
 
-namespace {
-
-// Which pending acknowledgement says more: a fatal NAK (the QP stops) over an
-// RNR NAK (wait, then resend) over a PSN sequence NAK (resend) over an ACK.
-int AcknowledgeRank(uint8_t syndrome) {
-  const AethFields aeth{syndrome, 0};
-  switch (aeth.kind()) {
-    case AethKind::kAck: return 0;
-    case AethKind::kRnrNak: return 2;
-    case AethKind::kNak: return aeth.value() == uint8_t(NakCode::kPsnSequenceError) ? 1 : 3;
-    default: return 0;
-  }
-}
-
-}  // namespace
-
 void Engine::QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome) {
   ResponderState& s = qp->resp;
   // Every NAK of one poll names the PSN the responder waits for, so one is
   // enough: the one that says most.
-  if (s.ack_pending && AcknowledgeRank(s.ack_syndrome) > AcknowledgeRank(syndrome)) return;
+  if (s.pending_rank() > ResponderState::AcknowledgeRank(syndrome)) return;
   s.ack_pending = true;
   s.ack_psn = psn;
   s.ack_syndrome = syndrome;
@@ -87,14 +73,13 @@ bool Engine::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
 }
 
 void Engine::SendNak(QueuePair* qp, Psn psn, NakCode code) {
-  qp->counters.naks_sent++;
-  counters_.naks_sent++;
   QueueNak(qp, psn, AethFields::Syndrome(AethKind::kNak, static_cast<uint8_t>(code)));
 }
 
 void Engine::SendRnrNak(QueuePair* qp, Psn psn) {
-  // Receiver not ready (IBTA 9.7.5.1.4): RNR NAK with our timer. Counted when
-  // it leaves (SendPendingAcks): a storm of SENDs makes one per poll.
+  // Receiver not ready (IBTA 9.7.5.1.4): RNR NAK with our timer. NAKs are
+  // counted when they leave (SendPendingAcks): a storm of SENDs makes one per
+  // poll.
   QueueNak(qp, psn, AethFields::Syndrome(AethKind::kRnrNak, qp->attr.min_rnr_timer));
 }
 
@@ -115,6 +100,14 @@ void Engine::SendPendingAcks() {
   size_t kept = 0;
   for (QueuePair* qp : ack_list_) {
     ResponderState& s = qp->resp;
+    // A sequence or RNR NAK that waited while the responder accepted its PSN
+    // (the requester resent it) would make the requester go back, or spend
+    // an RNR retry, for nothing: it becomes the ACK of what arrived.
+    const int rank = s.pending_rank();
+    if ((rank == 1 || rank == 2) && s.expected_psn.DistanceFrom(s.ack_psn) > 0) {
+      s.ack_psn = s.expected_psn - 1;
+      s.ack_syndrome = AethFields::Syndrome(AethKind::kAck, kAethInvalidCredits);
+    }
     // An ACK must not overtake READ or atomic responses still queued: the
     // requester would take it as a sign they were lost. Without room (or a
     // buffer) it waits for the next poll.
@@ -122,9 +115,15 @@ void Engine::SendPendingAcks() {
       ack_list_[kept++] = qp;
       continue;
     }
-    if (s.ack_pending && AethFields{s.ack_syndrome, 0}.kind() == AethKind::kRnrNak) {
-      qp->counters.rnr_naks_sent++;
-      counters_.rnr_naks_sent++;
+    if (s.ack_pending) {
+      const AethKind kind = AethFields{s.ack_syndrome, 0}.kind();
+      if (kind == AethKind::kRnrNak) {
+        qp->counters.rnr_naks_sent++;
+        counters_.rnr_naks_sent++;
+      } else if (kind == AethKind::kNak) {
+        qp->counters.naks_sent++;
+        counters_.naks_sent++;
+      }
     }
     s.ack_pending = false;
     qp->ack_listed = false;
@@ -235,8 +234,19 @@ void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
       counters_.rx_dropped++;
       return;
     }
+    const AtomicEthFields& request = p.fields.atomic_eth;
     for (const AtomicReplay& a : s.atomics) {
       if (a.valid && a.psn.value() == p.fields.bth.psn.value()) {
+        // The duplicate must be the request (same key and address), and the
+        // region must still allow it (DESIGN: every duplicate passes the
+        // checks of the first); otherwise it earns nothing.
+        uint8_t* host = nullptr;
+        if (request.rkey != a.rkey || request.virtual_address != a.virtual_address ||
+            mrs_.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
+                MrCheck::kOk) {
+          counters_.rx_dropped++;
+          return;
+        }
         ReadResponseJob job;
         job.next_psn = p.fields.bth.psn;
         job.first_psn = p.fields.bth.psn;
@@ -262,11 +272,16 @@ void Engine::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
   ResponderState& s = qp->resp;
   const Psn psn = p.fields.bth.psn;
   const RethFields& reth = p.fields.reth;
+  // Newest first, and only records the PSN window has not left behind (a
+  // record 2^22 PSNs old could otherwise shadow a newer one after a wrap).
   const ReadRecord* record = nullptr;
-  for (const ReadRecord& r : s.read_history) {
-    if (r.valid && psn.DistanceFrom(r.first_psn) >= 0 && uint32_t(psn.DistanceFrom(r.first_psn)) < r.packets) {
+  const uint32_t n = static_cast<uint32_t>(s.read_history.size());
+  for (uint32_t k = 1; k <= n && record == nullptr; ++k) {
+    const ReadRecord& r = s.read_history[(s.read_history_next + n - k) % n];
+    const int32_t age = s.expected_psn.DistanceFrom(r.first_psn);
+    if (r.valid && age > 0 && age < (1 << 22) && psn.DistanceFrom(r.first_psn) >= 0 &&
+        uint32_t(psn.DistanceFrom(r.first_psn)) < r.packets) {
       record = &r;
-      break;
     }
   }
   if (record == nullptr) {
@@ -278,7 +293,8 @@ void Engine::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
     ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
     return;
   }
-  if (skipped > record->length || reth.virtual_address != record->virtual_address + skipped || reth.dma_length != record->length - skipped) {
+  if (skipped > record->length || reth.virtual_address != record->virtual_address + skipped ||
+      reth.dma_length != record->length - skipped) {
     ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
     return;
   }
@@ -311,7 +327,9 @@ bool Engine::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
   s.reads[(s.reads_head + s.reads_count) % s.reads.size()] = job;
   ++s.reads_count;
   if (job.duplicate) ++s.duplicate_jobs;
-  s.ack_pending = false;  // the response acknowledges everything before it
+  // The response acknowledges everything before it; a pending NAK still says
+  // more and goes out after it.
+  if (!s.ack_is_nak()) s.ack_pending = false;
   return true;
 }
 
@@ -569,7 +587,7 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
         original = __atomic_fetch_add(word, a.swap_or_add_data, __ATOMIC_SEQ_CST);
       }
       if (!s.atomics.empty()) {
-        s.atomics[s.atomics_next] = AtomicReplay{psn, original, true};
+        s.atomics[s.atomics_next] = AtomicReplay{psn, a.rkey, a.virtual_address, original, true};
         s.atomics_next = (s.atomics_next + 1) % static_cast<uint32_t>(s.atomics.size());
       }
       ++s.msn;
