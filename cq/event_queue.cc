@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <new>
 #include <string>
 
@@ -205,21 +206,32 @@ ssize_t EventQueue::WriteError(const fi_eq_err_entry& error) {
   return Enqueue(std::move(stored), sizeof(fi_eq_err_entry));
 }
 
-size_t EventQueue::DropEventsFor(const struct fid* fid) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const size_t before = events_.size();
-  events_.erase(std::remove_if(events_.begin(), events_.end(),
-                               [fid](const StoredEvent& e) {
-                                 if (e.is_error) return e.error.fid == fid;
-                                 // fi_eq_entry and fi_eq_cm_entry both begin
-                                 // with the fid (fi_eq(3)).
-                                 struct fid* owner = nullptr;
-                                 if (e.bytes.size() < sizeof(owner)) return false;
-                                 std::memcpy(&owner, e.bytes.data(), sizeof(owner));
-                                 return owner == fid;
-                               }),
-                events_.end());
-  return before - events_.size();
+size_t EventQueue::DropEventsFor(const struct fid* fid) { return DropEventsFor(fid, nullptr); }
+
+size_t EventQueue::DropEventsFor(
+    const struct fid* fid, const std::function<void(uint32_t event, const std::vector<uint8_t>& bytes)>& dropped) {
+  std::vector<StoredEvent> removed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto names_fid = [fid](const StoredEvent& e) {
+      if (e.is_error) return e.error.fid == fid;
+      // fi_eq_entry and fi_eq_cm_entry both begin with the fid (fi_eq(3)).
+      struct fid* owner = nullptr;
+      if (e.bytes.size() < sizeof(owner)) return false;
+      std::memcpy(&owner, e.bytes.data(), sizeof(owner));
+      return owner == fid;
+    };
+    auto first = std::stable_partition(events_.begin(), events_.end(),
+                                       [&](const StoredEvent& e) { return !names_fid(e); });
+    std::move(first, events_.end(), std::back_inserter(removed));
+    events_.erase(first, events_.end());
+  }
+  if (dropped) {
+    for (const StoredEvent& e : removed) {
+      if (!e.is_error) dropped(e.event, e.bytes);
+    }
+  }
+  return removed.size();
 }
 
 void EventQueue::Signal() {

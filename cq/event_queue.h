@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -61,6 +62,8 @@ class EventQueue {
   fid_eq* fid() { return &fid_.eq; }
   EndpointBindings& bindings() { return bindings_; }
   const EndpointBindings& bindings() const { return bindings_; }
+  // The events it holds (fi_eq_attr::size; 0 became kDefaultEqSize).
+  size_t capacity() const { return capacity_; }
 
   // Provider side, any thread: queue an event, or an error event (err_data is
   // copied). Returns the bytes queued or a negative fabric errno.
@@ -71,6 +74,12 @@ class EventQueue {
   // fi_close, so no reader may see it in an event any more (ofi_rxm closes
   // endpoints whose events may still be queued). Returns how many it removed.
   size_t DropEventsFor(const struct fid* fid);
+  // The same, and hands each removed event that is not an error event (its
+  // type and bytes as written) to `dropped`, after the EQ's lock is released:
+  // for the provider to free what such an event owns (an FI_CONNREQ's
+  // fi_info and handle, which only a reader would have freed).
+  size_t DropEventsFor(const struct fid* fid,
+                       const std::function<void(uint32_t event, const std::vector<uint8_t>& bytes)>& dropped);
   // Wakes threads blocked in fi_eq_sread, which return -FI_EAGAIN ("signaled
   // by some external source"). libfabric has no fi_eq_signal; the provider
   // may use this.

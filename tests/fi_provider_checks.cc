@@ -15,8 +15,11 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,37 +64,46 @@ struct Event {
   bool is_error = false;
 };
 
+// One event from `eq`: 1 and *ev filled when one comes within `timeout_ms`
+// (0: only one already there), 0 when none came, -1 (a test failure) for
+// any other answer of the EQ, -FI_EOVERRUN above all.
+int TryEvent(fid_eq* eq, Event* ev, int timeout_ms) {
+  *ev = Event{};
+  alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
+  const ssize_t n = timeout_ms > 0 ? fi_eq_sread(eq, &ev->type, buf, sizeof(buf), timeout_ms, 0)
+                                   : fi_eq_read(eq, &ev->type, buf, sizeof(buf), 0);
+  if (n >= static_cast<ssize_t>(sizeof(fi_eq_cm_entry))) {
+    fi_eq_cm_entry cm;
+    std::memcpy(static_cast<void*>(&cm), buf, sizeof(cm));
+    ev->entry.fid = cm.fid;
+    ev->entry.info = cm.info;
+    ev->data.assign(reinterpret_cast<char*>(buf) + sizeof(fi_eq_cm_entry), n - sizeof(fi_eq_cm_entry));
+    return 1;
+  }
+  if (n >= 0) {
+    ADD_FAILURE() << "short event " << n;
+    return -1;
+  }
+  if (n == -FI_EAVAIL) {
+    ev->is_error = true;
+    static uint8_t err_buf[256];
+    ev->error.err_data = err_buf;
+    ev->error.err_data_size = sizeof(err_buf);
+    EXPECT_GE(fi_eq_readerr(eq, &ev->error, 0), 0);
+    ev->error_data.assign(static_cast<char*>(ev->error.err_data), ev->error.err_data_size);
+    return 1;
+  }
+  if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT) return 0;
+  ADD_FAILURE() << "fi_eq_read: " << fi_strerror(static_cast<int>(-n));
+  return -1;
+}
+
 Event WaitEvent(fid_eq* eq) {
   Event ev;
-  alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
   for (;;) {
-    const ssize_t n = fi_eq_sread(eq, &ev.type, buf, sizeof(buf), 100, 0);
-    if (n >= static_cast<ssize_t>(sizeof(fi_eq_cm_entry))) {
-      fi_eq_cm_entry cm;
-      std::memcpy(static_cast<void*>(&cm), buf, sizeof(cm));
-      ev.entry.fid = cm.fid;
-      ev.entry.info = cm.info;
-      ev.data.assign(reinterpret_cast<char*>(buf) + sizeof(fi_eq_cm_entry), n - sizeof(fi_eq_cm_entry));
-      return ev;
-    }
-    if (n >= 0) {
-      ADD_FAILURE() << "short event " << n;
-      return ev;
-    }
-    if (n == -FI_EAVAIL) {
-      ev.is_error = true;
-      static uint8_t err_buf[256];
-      ev.error.err_data = err_buf;
-      ev.error.err_data_size = sizeof(err_buf);
-      EXPECT_GE(fi_eq_readerr(eq, &ev.error, 0), 0);
-      ev.error_data.assign(static_cast<char*>(ev.error.err_data), ev.error.err_data_size);
-      return ev;
-    }
-    if (n != -FI_EAGAIN && n != -FI_ETIMEDOUT) {
-      ADD_FAILURE() << "fi_eq_sread: " << fi_strerror(static_cast<int>(-n));
-      return ev;
-    }
+    const int got = TryEvent(eq, &ev, 100);
+    if (got != 0) return ev;
     if (std::chrono::steady_clock::now() > deadline) {
       ADD_FAILURE() << "no event within " << kTimeoutMs << " ms";
       return ev;
@@ -169,6 +181,14 @@ class FabricTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    // Endpoints a test opened beyond the two sides', then its own EQs
+    // (an EQ with endpoints bound cannot close).
+    for (fid_ep* ep : extra_eps_) EXPECT_EQ(fi_close(&ep->fid), 0);
+    if (pep_ != nullptr && pep_eq_ != nullptr) {
+      EXPECT_EQ(fi_close(&pep_->fid), 0);
+      pep_ = nullptr;
+    }
+    for (fid_eq* eq : extra_eqs_) EXPECT_EQ(fi_close(&eq->fid), 0);
     if (pep_ != nullptr) {
       EXPECT_EQ(fi_close(&pep_->fid), 0);
     }
@@ -195,10 +215,14 @@ class FabricTest : public ::testing::Test {
     fi_freeinfo(infos_);
   }
 
-  // The server listens on an ephemeral port; returns its address.
-  void Listen(sockaddr_in* addr) {
+  // The server listens on an ephemeral port; returns its address. With a
+  // backlog, fi_control(FI_BACKLOG) first; with an EQ, on that EQ (one of
+  // extra_eqs_) rather than the server's.
+  void Listen(sockaddr_in* addr, int backlog = 0, fid_eq* eq = nullptr) {
     FI_OK(fi_passive_ep(fabric_, server_.info, &pep_, nullptr));
-    FI_OK(fi_pep_bind(pep_, &server_.eq->fid, 0));
+    pep_eq_ = eq;
+    FI_OK(fi_pep_bind(pep_, &(eq != nullptr ? eq : server_.eq)->fid, 0));
+    if (backlog > 0) FI_OK(fi_control(&pep_->fid, FI_BACKLOG, &backlog));
     FI_OK(fi_listen(pep_));
     size_t len = sizeof(*addr);
     FI_OK(fi_getname(&pep_->fid, addr, &len));
@@ -256,10 +280,120 @@ class FabricTest : public ::testing::Test {
     EXPECT_EQ(peer.sin_port, addr.sin_port);
   }
 
+  // An EQ of `size` events (0: the provider's default), closed at TearDown.
+  fid_eq* OpenEq(size_t size) {
+    fi_eq_attr attr{};
+    attr.size = size;
+    attr.wait_obj = FI_WAIT_UNSPEC;
+    fid_eq* eq = nullptr;
+    const int r = fi_eq_open(fabric_, &attr, &eq, nullptr);
+    EXPECT_EQ(r, 0) << fi_strerror(-r);
+    if (r == 0) extra_eqs_.push_back(eq);
+    return eq;
+  }
+
+  // One more endpoint on `side`'s domain and CQ with its CM events on `eq`,
+  // enabled; closed at TearDown (or by CloseExtra). `info`: the side's own,
+  // or an FI_CONNREQ's.
+  fid_ep* OpenExtra(Side& side, fi_info* info, fid_eq* eq) {
+    fid_ep* ep = nullptr;
+    int r = fi_endpoint(side.domain, info, &ep, nullptr);
+    EXPECT_EQ(r, 0) << fi_strerror(-r);
+    if (r != 0) return nullptr;
+    extra_eps_.push_back(ep);
+    EXPECT_EQ(fi_ep_bind(ep, &eq->fid, 0), 0);
+    EXPECT_EQ(fi_ep_bind(ep, &side.cq->fid, FI_TRANSMIT | FI_RECV), 0);
+    EXPECT_EQ(fi_enable(ep), 0);
+    return ep;
+  }
+
+  void CloseExtra(fid_ep* ep) {
+    auto it = std::find(extra_eps_.begin(), extra_eps_.end(), ep);
+    ASSERT_NE(it, extra_eps_.end());
+    extra_eps_.erase(it);
+    EXPECT_EQ(fi_close(&ep->fid), 0);
+  }
+
+  // A new caller (client_, events on client_.eq) connects to `addr` and the
+  // listener, whose events are on `server_eq`, accepts it: FI_CONNECTED on
+  // both sides.
+  void ConnectOnce(const sockaddr_in& addr, fid_eq* server_eq) {
+    fid_ep* caller = OpenExtra(client_, client_.info, client_.eq);
+    ASSERT_NE(caller, nullptr);
+    const char hello[] = "once more";
+    FI_OK(fi_connect(caller, &addr, hello, sizeof(hello)));
+    Event req = WaitEvent(server_eq);
+    ASSERT_FALSE(req.is_error) << fi_strerror(req.error.err);
+    ASSERT_EQ(req.type, FI_CONNREQ);
+    EXPECT_EQ(req.data.substr(0, sizeof(hello)), std::string(hello, sizeof(hello)));
+    fid_ep* answer = OpenExtra(server_, req.entry.info, server_eq);
+    fi_freeinfo(req.entry.info);
+    ASSERT_NE(answer, nullptr);
+    FI_OK(fi_accept(answer, nullptr, 0));
+    Event connected = WaitEvent(client_.eq);
+    ASSERT_FALSE(connected.is_error) << fi_strerror(connected.error.err);
+    EXPECT_EQ(connected.type, FI_CONNECTED);
+    EXPECT_EQ(connected.entry.fid, &caller->fid);
+    Event accepted = WaitEvent(server_eq);
+    ASSERT_FALSE(accepted.is_error) << fi_strerror(accepted.error.err);
+    EXPECT_EQ(accepted.type, FI_CONNECTED);
+    EXPECT_EQ(accepted.entry.fid, &answer->fid);
+  }
+
+  // What a wave of callers nobody answers yet leaves: the FI_CONNREQs on the
+  // listener's EQ (and which caller each is, by its connection data) and the
+  // callers refused at once.
+  struct Wave {
+    std::vector<Event> requests;
+    std::vector<size_t> request_caller;
+    std::set<size_t> refused;
+  };
+
+  // Each of `eps` (client_'s, events on client_.eq) connects to `addr` with
+  // its index as connection data; returns once every one is either an
+  // FI_CONNREQ on `server_eq` or refused (FI_ECONNREFUSED) on client_.eq.
+  void ConnectWave(const std::vector<fid_ep*>& eps, const sockaddr_in& addr, fid_eq* server_eq, Wave* wave) {
+    for (uint32_t i = 0; i < eps.size(); ++i) FI_OK(fi_connect(eps[i], &addr, &i, sizeof(i)));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (wave->requests.size() + wave->refused.size() < eps.size()) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+          << wave->requests.size() << " requests and " << wave->refused.size() << " refusals of " << eps.size();
+      Event ev;
+      int got = TryEvent(server_eq, &ev, 2);
+      ASSERT_GE(got, 0);
+      if (got == 1) {
+        ASSERT_FALSE(ev.is_error) << "listener: " << fi_strerror(ev.error.err);
+        ASSERT_EQ(ev.type, FI_CONNREQ);
+        EXPECT_EQ(ev.entry.fid, &pep_->fid);
+        ASSERT_NE(ev.entry.info, nullptr);
+        ASSERT_GE(ev.data.size(), sizeof(uint32_t));
+        uint32_t caller = 0;
+        std::memcpy(&caller, ev.data.data(), sizeof(caller));
+        ASSERT_LT(caller, eps.size());
+        EXPECT_EQ(wave->refused.count(caller), 0u) << "caller " << caller << " both refused and queued";
+        wave->requests.push_back(ev);
+        wave->request_caller.push_back(caller);
+      }
+      got = TryEvent(client_.eq, &ev, 2);
+      ASSERT_GE(got, 0);
+      if (got == 1) {
+        // Nobody has answered: the only outcome a caller may have is a refusal.
+        ASSERT_TRUE(ev.is_error) << "event " << ev.type << " before any answer";
+        EXPECT_EQ(ev.error.err, FI_ECONNREFUSED) << fi_strerror(ev.error.err);
+        auto it = std::find_if(eps.begin(), eps.end(), [&](fid_ep* ep) { return &ep->fid == ev.error.fid; });
+        ASSERT_NE(it, eps.end());
+        EXPECT_TRUE(wave->refused.insert(static_cast<size_t>(it - eps.begin())).second);
+      }
+    }
+  }
+
   fi_info* infos_ = nullptr;
   fid_fabric* fabric_ = nullptr;
   fid_pep* pep_ = nullptr;
+  fid_eq* pep_eq_ = nullptr;  // the listener's EQ when it is not server_.eq
   Side client_, server_;
+  std::vector<fid_ep*> extra_eps_;
+  std::vector<fid_eq*> extra_eqs_;
 };
 
 TEST_F(FabricTest, GetinfoDescribesBothDevices) {
@@ -431,6 +565,256 @@ TEST_F(FabricTest, BadArgumentsGetErrorCodes) {
   // The CQ is bound: it cannot close.
   EXPECT_EQ(fi_close(&client_.cq->fid), -FI_EBUSY);
   EXPECT_EQ(fi_close(&ep->fid), 0);
+}
+
+// fi_endpoint(3) FI_BACKLOG, fi_cm(3) fi_listen. A listener with a backlog
+// of 4 and 12 callers nobody answers yet: at most 4 FI_CONNREQs are queued,
+// the other 8 callers are refused at once (an FI_ECONNREFUSED error event on
+// their EQ, not a wait until they time out); once the application has
+// answered the 4 the listener takes requests again. (Without the bound every
+// request was queued until the EQ overran, and an overrun EQ, fi_eq(3),
+// stays so: the listener never reported another request.)
+TEST_F(FabricTest, BacklogBoundsQueuedRequestsAndTheListenerGoesOn) {
+  constexpr size_t kBacklog = 4;
+  sockaddr_in addr{};
+  ASSERT_NO_FATAL_FAILURE(Listen(&addr, static_cast<int>(kBacklog)));
+  std::vector<fid_ep*> eps;
+  for (int i = 0; i < 12; ++i) {
+    eps.push_back(OpenExtra(client_, client_.info, client_.eq));
+    ASSERT_NE(eps.back(), nullptr);
+  }
+  Wave wave;
+  ASSERT_NO_FATAL_FAILURE(ConnectWave(eps, addr, server_.eq, &wave));
+  ASSERT_EQ(wave.requests.size(), kBacklog);
+  EXPECT_EQ(wave.refused.size(), eps.size() - kBacklog);
+  // The application answers: the first accepted, the others rejected with
+  // data, which their callers get.
+  fid_ep* answer = OpenExtra(server_, wave.requests[0].entry.info, server_.eq);
+  ASSERT_NE(answer, nullptr);
+  FI_OK(fi_accept(answer, nullptr, 0));
+  const char busy[] = "busy";
+  for (size_t i = 1; i < wave.requests.size(); ++i) {
+    FI_OK(fi_reject(pep_, wave.requests[i].entry.info->handle, busy, sizeof(busy)));
+  }
+  for (Event& request : wave.requests) fi_freeinfo(request.entry.info);
+  size_t connected = 0, rejected = 0;
+  for (size_t i = 0; i < wave.requests.size(); ++i) {
+    Event outcome = WaitEvent(client_.eq);
+    if (!outcome.is_error) {
+      EXPECT_EQ(outcome.type, FI_CONNECTED);
+      EXPECT_EQ(outcome.entry.fid, &eps[wave.request_caller[0]]->fid);
+      ++connected;
+    } else {
+      EXPECT_EQ(outcome.error.err, FI_ECONNREFUSED) << fi_strerror(outcome.error.err);
+      EXPECT_EQ(outcome.error_data.substr(0, sizeof(busy)), std::string(busy, sizeof(busy)));
+      ++rejected;
+    }
+  }
+  EXPECT_EQ(connected, 1u);
+  EXPECT_EQ(rejected, kBacklog - 1);
+  Event accepted = WaitEvent(server_.eq);
+  ASSERT_FALSE(accepted.is_error) << fi_strerror(accepted.error.err);
+  EXPECT_EQ(accepted.type, FI_CONNECTED);
+  EXPECT_EQ(accepted.entry.fid, &answer->fid);
+  // Twelve callers, twelve outcomes: no late FI_CONNREQ, nothing else.
+  Event late;
+  EXPECT_EQ(TryEvent(server_.eq, &late, 300), 0) << "late event " << late.type;
+  EXPECT_EQ(TryEvent(client_.eq, &late, 0), 0) << "late event " << late.type;
+  for (size_t i = 0; i < eps.size(); ++i) {
+    if (eps[i] != eps[wave.request_caller[0]]) {
+      ASSERT_NO_FATAL_FAILURE(CloseExtra(eps[i]));
+    }
+  }
+  // The answered requests freed their places: a second wave is bounded the
+  // same way, not refused altogether.
+  eps.clear();
+  for (int i = 0; i < 6; ++i) {
+    eps.push_back(OpenExtra(client_, client_.info, client_.eq));
+    ASSERT_NE(eps.back(), nullptr);
+  }
+  Wave second;
+  ASSERT_NO_FATAL_FAILURE(ConnectWave(eps, addr, server_.eq, &second));
+  ASSERT_EQ(second.requests.size(), kBacklog);
+  EXPECT_EQ(second.refused.size(), eps.size() - kBacklog);
+  for (Event& request : second.requests) {
+    FI_OK(fi_reject(pep_, request.entry.info->handle, nullptr, 0));
+    fi_freeinfo(request.entry.info);
+  }
+  for (size_t i = 0; i < second.requests.size(); ++i) {
+    Event outcome = WaitEvent(client_.eq);
+    ASSERT_TRUE(outcome.is_error) << outcome.type;
+    EXPECT_EQ(outcome.error.err, FI_ECONNREFUSED);
+  }
+  // And a caller that is answered connects.
+  ASSERT_NO_FATAL_FAILURE(ConnectOnce(addr, server_.eq));
+}
+
+// fi_eq(3): an EQ holds attr.size events, and a write beyond that overruns it
+// for good. A listener on an EQ of 8 events has at most half of it in
+// FI_CONNREQs at once and refuses the rest, so 5 waves of 10 callers (each
+// wave alone more requests than the EQ holds) never overrun it (TryEvent
+// fails on -FI_EOVERRUN), and it still takes a connection afterwards.
+TEST_F(FabricTest, ListenerOnASmallEqSurvivesMoreRequestsThanItHolds) {
+  constexpr size_t kEqSize = 8;
+  fid_eq* small = OpenEq(kEqSize);
+  ASSERT_NE(small, nullptr);
+  sockaddr_in addr{};
+  ASSERT_NO_FATAL_FAILURE(Listen(&addr, 0, small));
+  size_t queued = 0;
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE("wave " + std::to_string(round));
+    std::vector<fid_ep*> eps;
+    for (int i = 0; i < 10; ++i) {
+      eps.push_back(OpenExtra(client_, client_.info, client_.eq));
+      ASSERT_NE(eps.back(), nullptr);
+    }
+    Wave wave;
+    ASSERT_NO_FATAL_FAILURE(ConnectWave(eps, addr, small, &wave));
+    EXPECT_GE(wave.requests.size(), 1u);
+    EXPECT_LE(wave.requests.size(), kEqSize / 2);
+    queued += wave.requests.size();
+    for (Event& request : wave.requests) {
+      FI_OK(fi_reject(pep_, request.entry.info->handle, nullptr, 0));
+      fi_freeinfo(request.entry.info);
+    }
+    for (size_t i = 0; i < wave.requests.size(); ++i) {
+      Event outcome = WaitEvent(client_.eq);
+      ASSERT_TRUE(outcome.is_error) << outcome.type;
+      EXPECT_EQ(outcome.error.err, FI_ECONNREFUSED);
+    }
+    for (fid_ep* ep : eps) {
+      ASSERT_NO_FATAL_FAILURE(CloseExtra(ep));
+    }
+  }
+  EXPECT_GT(queued, kEqSize);
+  // The accepted endpoint's events go to the same small EQ.
+  ASSERT_NO_FATAL_FAILURE(ConnectOnce(addr, small));
+}
+
+// fi_cm(3): fi_connect is asynchronous, its outcome an EQ event. To an
+// address nobody answers ARP for, the call returns at once (the address is
+// resolved on the provider's resolver thread, which gives up after the
+// resolver's 3 s), and the EQ then reports FI_EHOSTUNREACH. Meanwhile the
+// connection manager goes on: another connection is set up, start to end,
+// before that error comes; and an endpoint closed while its address is being
+// resolved hears nothing more.
+TEST_F(FabricTest, ConnectToAnAddressNobodyAnswersFailsOnTheEqAndBlocksNothing) {
+  sockaddr_in addr{};
+  ASSERT_NO_FATAL_FAILURE(Listen(&addr));
+  // One connection first, so that the listener's MAC is known: the resolver
+  // thread, like the port's ARP, resolves one address at a time, and what is
+  // tested here is the connection manager, not that queue.
+  ASSERT_NO_FATAL_FAILURE(ConnectOnce(addr, server_.eq));
+  fid_eq* lost_eq = OpenEq(0);
+  ASSERT_NE(lost_eq, nullptr);
+  fid_ep* lost = OpenExtra(client_, client_.info, lost_eq);
+  ASSERT_NE(lost, nullptr);
+  fid_ep* closed = OpenExtra(client_, client_.info, lost_eq);
+  ASSERT_NE(closed, nullptr);
+  // On the ring's subnet (10.99.0.1 and .2), held by nobody; each used once
+  // (the resolver remembers a failure for a while).
+  sockaddr_in nowhere{};
+  nowhere.sin_family = AF_INET;
+  nowhere.sin_port = htons(4791);
+  ASSERT_EQ(inet_pton(AF_INET, "10.99.0.77", &nowhere.sin_addr), 1);
+  const auto start = std::chrono::steady_clock::now();
+  FI_OK(fi_connect(lost, &nowhere, nullptr, 0));
+  const auto call = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(inet_pton(AF_INET, "10.99.0.78", &nowhere.sin_addr), 1);
+  FI_OK(fi_connect(closed, &nowhere, nullptr, 0));
+  ASSERT_NO_FATAL_FAILURE(CloseExtra(closed));
+  // Nobody has answered yet (that takes the resolver's seconds): the call
+  // did not wait for it, and nothing is on the EQ.
+  Event ev;
+  EXPECT_EQ(TryEvent(lost_eq, &ev, 0), 0) << "fi_connect waited for the resolution";
+  ASSERT_NO_FATAL_FAILURE(ConnectOnce(addr, server_.eq));
+  EXPECT_EQ(TryEvent(lost_eq, &ev, 0), 0) << "the other connection waited for the resolution";
+  Event unreachable = WaitEvent(lost_eq);
+  ASSERT_TRUE(unreachable.is_error) << "event " << unreachable.type;
+  EXPECT_EQ(unreachable.error.err, FI_EHOSTUNREACH) << fi_strerror(unreachable.error.err);
+  EXPECT_EQ(unreachable.error.fid, &lost->fid);
+  std::printf("fi_connect to 10.99.0.77 returned in %.3f ms; FI_EHOSTUNREACH after %.3f s\n",
+              std::chrono::duration<double, std::milli>(call).count(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  // Only that one error: the closed endpoint's resolution reports nothing.
+  EXPECT_EQ(TryEvent(lost_eq, &ev, 0), 0) << "event " << ev.type;
+}
+
+// The provider knows each EQ's size (a listener takes at most half of it in
+// requests) from the EQ object itself, so fi_close of an EQ leaves nothing
+// behind: 10,000 EQs of assorted sizes opened and closed; then an EQ opened
+// right after a 2-event one was closed (most likely at its address) listens
+// with its own size (a backlog of 3 holds 3 requests, not the 1 of a 2-event
+// EQ), and connections work.
+TEST_F(FabricTest, TenThousandEqsOpenedAndClosedLeaveNothingBehind) {
+  for (int i = 0; i < 10000; ++i) {
+    fi_eq_attr attr{};
+    attr.size = i % 3 == 0 ? 0 : static_cast<size_t>(i % 64) + 1;
+    attr.wait_obj = i % 2 == 0 ? FI_WAIT_NONE : FI_WAIT_UNSPEC;
+    fid_eq* eq = nullptr;
+    ASSERT_EQ(fi_eq_open(fabric_, &attr, &eq, nullptr), 0) << i;
+    ASSERT_EQ(fi_close(&eq->fid), 0) << i;
+  }
+  fi_eq_attr tiny_attr{};
+  tiny_attr.size = 2;
+  fid_eq* tiny = nullptr;
+  FI_OK(fi_eq_open(fabric_, &tiny_attr, &tiny, nullptr));
+  FI_OK(fi_close(&tiny->fid));
+  fid_eq* eq = OpenEq(0);
+  ASSERT_NE(eq, nullptr);
+  sockaddr_in addr{};
+  ASSERT_NO_FATAL_FAILURE(Listen(&addr, 3, eq));
+  std::vector<fid_ep*> eps;
+  for (int i = 0; i < 5; ++i) {
+    eps.push_back(OpenExtra(client_, client_.info, client_.eq));
+    ASSERT_NE(eps.back(), nullptr);
+  }
+  Wave wave;
+  ASSERT_NO_FATAL_FAILURE(ConnectWave(eps, addr, eq, &wave));
+  EXPECT_EQ(wave.requests.size(), 3u);
+  for (Event& request : wave.requests) {
+    FI_OK(fi_reject(pep_, request.entry.info->handle, nullptr, 0));
+    fi_freeinfo(request.entry.info);
+  }
+  for (size_t i = 0; i < wave.requests.size(); ++i) {
+    Event outcome = WaitEvent(client_.eq);
+    ASSERT_TRUE(outcome.is_error) << outcome.type;
+    EXPECT_EQ(outcome.error.err, FI_ECONNREFUSED);
+  }
+  ASSERT_NO_FATAL_FAILURE(ConnectOnce(addr, eq));
+}
+
+// fi_cm(3): an FI_CONNREQ's info and handle are the application's once it
+// reads the event. A listener closed with a request still queued, never
+// read, takes it along: the provider frees it and refuses the caller at once
+// with a consumer reject (IBTA 12.6.7 table 112, reason 28), rather than
+// leaking it (AddressSanitizer's leak check sees that) and leaving the caller
+// to its timeout (FI_ETIMEDOUT) or the request's expiry (REJ reason 4).
+TEST_F(FabricTest, ListenerClosedWithARequestQueuedRefusesItsCaller) {
+  sockaddr_in addr{};
+  ASSERT_NO_FATAL_FAILURE(Listen(&addr));
+  fid_ep* caller = OpenExtra(client_, client_.info, client_.eq);
+  ASSERT_NE(caller, nullptr);
+  FI_OK(fi_connect(caller, &addr, nullptr, 0));
+  // Queued (FI_PEEK leaves it there), then the listener goes.
+  alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
+  uint32_t type = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
+  ssize_t n = -FI_EAGAIN;
+  while (n == -FI_EAGAIN && std::chrono::steady_clock::now() < deadline) {
+    n = fi_eq_read(server_.eq, &type, buf, sizeof(buf), FI_PEEK);
+  }
+  ASSERT_GE(n, static_cast<ssize_t>(sizeof(fi_eq_cm_entry))) << fi_strerror(static_cast<int>(-n));
+  ASSERT_EQ(type, FI_CONNREQ);
+  FI_OK(fi_close(&pep_->fid));
+  pep_ = nullptr;
+  Event ev;
+  EXPECT_EQ(TryEvent(server_.eq, &ev, 0), 0) << "the closed listener's event is still queued";
+  Event refused = WaitEvent(client_.eq);
+  ASSERT_TRUE(refused.is_error) << "event " << refused.type;
+  EXPECT_EQ(refused.error.fid, &caller->fid);
+  EXPECT_EQ(refused.error.err, FI_ECONNREFUSED) << fi_strerror(refused.error.err);
+  EXPECT_EQ(refused.error.prov_errno, 28);
 }
 
 }  // namespace

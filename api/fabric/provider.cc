@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <mutex>
+#include <vector>
 
 #include "api/fabric/cm_service.h"
 #include "api/fabric/info.h"
@@ -247,21 +247,6 @@ int DomainOpen(fid_fabric* fabric, fi_info* info, fid_domain** out, void* contex
 
 // ---- Passive endpoint (fi_endpoint(3), fi_cm(3)) ----
 
-// The sizes the EQs were opened with (fi_eq_attr::size; 0 became
-// cq::kDefaultEqSize), for the listeners bound to them. Keyed by object: an
-// EQ closed and another opened at its address overwrites its entry.
-std::mutex eq_sizes_mutex;
-std::map<const cq::EventQueue*, size_t>& EqSizes() {
-  static auto* sizes = new std::map<const cq::EventQueue*, size_t>();
-  return *sizes;
-}
-
-size_t EqSize(const cq::EventQueue* eq) {
-  std::lock_guard<std::mutex> lock(eq_sizes_mutex);
-  auto it = EqSizes().find(eq);
-  return it == EqSizes().end() ? cq::kDefaultEqSize : it->second;
-}
-
 int PepClose(fid* f) {
   auto* pep = reinterpret_cast<PassiveEndpoint*>(f);
   CmService::Get().Unregister(pep->registry_key);
@@ -272,7 +257,21 @@ int PepClose(fid* f) {
     (void)pep->cm->StopListening(port);
   }
   if (pep->eq != nullptr) {
-    pep->eq->DropEventsFor(&pep->pep.fid);
+    // fi_cm(3): an FI_CONNREQ's info, and the request behind its handle, are
+    // the application's once it reads the event (fi_accept/fi_reject, then
+    // fi_freeinfo). The ones still queued will never be read: free them and
+    // refuse their callers now (the handle's close rejects an unanswered
+    // request), rather than leak them and leave the callers to time out.
+    // No FI_CONNREQ for this listener is written after Unregister above.
+    pep->eq->DropEventsFor(&pep->pep.fid, [](uint32_t event, const std::vector<uint8_t>& bytes) {
+      if (event != FI_CONNREQ || bytes.size() < sizeof(fi_eq_cm_entry)) return;
+      fi_eq_cm_entry entry;
+      std::memcpy(static_cast<void*>(&entry), bytes.data(), sizeof(entry));
+      if (entry.info == nullptr) return;
+      if (entry.info->handle != nullptr) (void)fi_close(entry.info->handle);
+      entry.info->handle = nullptr;
+      FreeInfo(entry.info);
+    });
     pep->eq->bindings().Remove();
   }
   FreeInfo(pep->info);
@@ -347,7 +346,11 @@ int PepListen(fid_pep* p) {
   // (REJ "no resources") without keeping anything.
   unsigned backlog = pep->backlog > 0 ? static_cast<unsigned>(pep->backlog) : transport::kCmDefaultBacklog;
   backlog = std::min<unsigned>(backlog, transport::kCmMaxBacklog);
-  backlog = std::max<size_t>(1, std::min<size_t>(backlog, EqSize(pep->eq) / 2));
+  // The EQ's size is the EQ object's own (fi_eq_attr::size as opened), so
+  // nothing outlives fi_close of the EQ (fi_eq(3): after fi_close the EQ and
+  // everything of it are gone; a provider-side table keyed by its address
+  // kept an entry per EQ ever opened).
+  backlog = std::max<size_t>(1, std::min<size_t>(backlog, pep->eq->capacity() / 2));
   pep->max_unanswered = backlog;
   auto bound = pep->cm->Listen(port, pep->registry_key, backlog);
   if (!bound.ok()) return bound.status().code() == StatusCode::kAlreadyExists ? -FI_EADDRINUSE : -FI_EINVAL;
@@ -439,10 +442,6 @@ int EqOpen(fid_fabric*, fi_eq_attr* attr, fid_eq** out, void* context) {
   if (attr == nullptr || out == nullptr) return -FI_EINVAL;
   auto eq = cq::EventQueue::Open(*attr, context);
   if (!eq.ok()) return eq.status().code() == StatusCode::kNotSupported ? -FI_ENOSYS : -FI_EINVAL;
-  {
-    std::lock_guard<std::mutex> lock(eq_sizes_mutex);
-    EqSizes()[eq->get()] = attr->size == 0 ? cq::kDefaultEqSize : attr->size;
-  }
   *out = eq->release()->fid();
   return 0;
 }
