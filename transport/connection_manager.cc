@@ -113,6 +113,7 @@ struct ConnectionManager::Impl {
     // Passive: counted in its listener's backlog while kReqReceived, and
     // forgotten at expires_ns if still unanswered.
     bool in_backlog = false;
+    bool mra_sent = false;  // passive: an MRA extended the request's life
     uint64_t expires_ns = 0;
     // MRAs honoured and the time they added (IBTA 12.6.6; bounded).
     unsigned mras = 0;
@@ -195,6 +196,9 @@ struct ConnectionManager::Impl {
     return SendMad(to, mac, bytes);
   }
   bool SendToPeer(const Connection& c, const uint8_t* mad) { return SendMad(c.peer.gid, c.peer_mac, mad); }
+  // Passive side, while the user decides on a request: MRA for the REQ, and
+  // the request lives as long as the caller now waits (bounded).
+  void SendMra(Connection& c);
   void SendAndWait(Connection& c, const CmMad& mad);
   void SendAnswer(Connection& c, const CmMad& mad);
   void SendRej(const Gid& to, const MacAddress& mac, uint64_t tid, uint32_t local_id, uint32_t remote_id, CmMessageKind kind,
@@ -636,12 +640,17 @@ void ConnectionManager::Impl::HandleReq(const Gid& source, const MacAddress& sou
   auto known = by_remote.find({source, req.local_comm_id});
   if (known != by_remote.end()) {
     // A duplicate REQ (IBTA 12.9.6.1): our REP (or REJ) went missing; say it
-    // again. While the user still decides, stay silent.
+    // again. While the user still decides, the caller is about to give up:
+    // tell it to wait (MRA, IBTA 12.6.6), as the kernel's rdma_cm does (its
+    // delayed MRA is sent for the first duplicate REQ, never for a REQ the
+    // user answers at once, so a quick accept is REQ/REP/RTU as before).
     counters.duplicates++;
     Connection* c = Find(known->second);
     if (c != nullptr && c->have_answer && (c->state == State::kRepSent || c->state == State::kEstablished ||
                                            c->state == State::kClosed)) {
       SendToPeer(*c, c->answer.data());
+    } else if (c != nullptr && c->state == State::kReqReceived) {
+      SendMra(*c);
     }
     return;
   }
@@ -816,6 +825,26 @@ void ConnectionManager::Impl::HandleRej(const Gid& source, const CmRej& rej) {
       counters.duplicates++;
       return;
   }
+}
+
+void ConnectionManager::Impl::SendMra(Connection& c) {
+  CmMad mad;
+  mad.header.transaction_id = c.transaction_id;
+  CmMra mra;
+  mra.local_comm_id = c.local_id;
+  mra.remote_comm_id = c.remote_id;
+  mra.message_mraed = CmMessageKind::kReq;
+  mra.service_timeout = kMraServiceTimeout;
+  mad.message = mra;
+  if (SendMad(c.peer.gid, c.peer_mac, mad)) counters.mras_sent++;
+  // The first MRA extends the request's life once (a later duplicate only
+  // gets the MRA again, in case it was lost): a caller cannot keep a backlog
+  // place for ever by repeating its REQ.
+  if (c.mra_sent) return;
+  c.mra_sent = true;
+  const uint64_t asked = 4096ull << kMraServiceTimeout;
+  c.expires_ns = std::max(c.expires_ns, Now() + std::min(asked + options.response_timeout_ns,
+                                                         options.max_request_lifetime_ns));
 }
 
 void ConnectionManager::Impl::HandleMra(const Gid& source, const CmMra& mra) {

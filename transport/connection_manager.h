@@ -66,6 +66,12 @@
 namespace uroce::transport {
 
 // IBTA Annex A11: the RDMA IP CM service ID of TCP-like port `port`.
+// The service timeout of the MRA a passive side sends for a request its user
+// has not answered (4.096 us * 2^24, 69 s: the kernel's rdma_cm asks for the
+// same, CMA_CM_MRA_SETTING). A uroce caller honours at most
+// Options::max_mra_extension_ns of it.
+inline constexpr uint8_t kMraServiceTimeout = 24;
+
 inline constexpr uint64_t kRdmaIpServiceIdBase = 0x0000000001060000ull;
 inline constexpr uint64_t IpServiceId(uint16_t port) { return kRdmaIpServiceIdBase | port; }
 
@@ -179,6 +185,7 @@ struct CmCounters {
   uint64_t backlog_rejects = 0;   // REQs beyond a listener's backlog (REJ "no resources")
   uint64_t requests_expired = 0;  // requests nobody answered in time (REJ "timeout")
   uint64_t mras_ignored = 0;      // MRAs from another source, or beyond the bound
+  uint64_t mras_sent = 0;         // MRAs for requests the user had not answered yet
   uint64_t address_handles_evicted = 0;
 };
 

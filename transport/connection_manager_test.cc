@@ -583,6 +583,33 @@ TEST_F(ConnectionManagerTest, CallerGivingUpWithdrawsTheRequest) {
   EXPECT_EQ(cm(1).Accept(request.id, accept, 1).code(), StatusCode::kFailedPrecondition);
 }
 
+// The user takes longer to accept than the caller's REQ retries last (16 ms
+// here): the caller's duplicate REQ draws an MRA (IBTA 12.6.6, as the kernel's
+// rdma_cm sends), the caller waits, and the late accept still connects.
+TEST_F(ConnectionManagerTest, SlowAcceptIsCoveredByAnMra) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(5100, 1).ok());
+  QueuePair* qa = NewRcQp(0);
+  CmConnectParams params;
+  params.qp = qa;
+  params.remote = {side(1).gid, 5100};
+  auto id = cm(0).Connect(params, 5);
+  ASSERT_TRUE(id.ok());
+  CmEvent request;
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, &request));
+  Settle(3 * (kMaxRetries + 1) * kResponseTimeoutNs / 1000);  // three times the caller's patience
+  EXPECT_GE(cm(1).counters().mras_sent, 1u);
+  for (const CmEvent& e : events_[0]) EXPECT_NE(e.type, CmEventType::kUnreachable) << "the caller gave up";
+  CmAcceptParams accept;
+  accept.qp = NewRcQp(1);
+  ASSERT_TRUE(cm(1).Accept(request.id, accept, 2).ok());
+  CmEvent e;
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kEstablished, &e));
+  EXPECT_EQ(e.id, *id);
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kEstablished, &e));
+  EXPECT_EQ(StateOf(0, qa), IBV_QPS_RTS);
+}
+
 TEST_F(ConnectionManagerTest, PeerThatNeverAnswersIsUnreachableAfterEveryRetry) {
   Start();
   ASSERT_TRUE(cm(1).Listen(5000, 1).ok());
