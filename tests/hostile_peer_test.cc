@@ -24,6 +24,7 @@
 #include "transport/engine.h"
 #include "transport/packet_builder.h"
 #include "transport/packet_parser.h"
+#include "transport/scripted_port.h"
 
 namespace uroce::transport {
 namespace {
@@ -37,26 +38,6 @@ constexpr int kAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCE
                      IBV_ACCESS_REMOTE_ATOMIC;
 constexpr uint8_t kCanary = 0xC5;
 constexpr size_t kGuard = 4096;
-
-// A wire whose transmit side can refuse everything (a full TX queue).
-class BlockablePort : public PacketIo {
- public:
-  uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override {
-    uint16_t k = 0;
-    while (k < n && !inbound.empty()) {
-      pkts[k++] = inbound.front();
-      inbound.pop_front();
-    }
-    return k;
-  }
-  uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override {
-    if (blocked) return 0;
-    for (uint16_t i = 0; i < n; ++i) outbound.push_back(pkts[i]);
-    return n;
-  }
-  bool blocked = false;
-  std::deque<rte_mbuf*> inbound, outbound;
-};
 
 struct Sent {
   PacketFields fields;
@@ -157,10 +138,7 @@ class HostilePeerTest : public ::testing::Test {
   void TearDown() override {
     EXPECT_TRUE(region_->GuardsIntact()) << "a byte outside the registered region changed";
     engine_.reset();
-    for (rte_mbuf* m : port_.inbound) rte_pktmbuf_free(m);
-    for (rte_mbuf* m : port_.outbound) rte_pktmbuf_free(m);
-    port_.inbound.clear();
-    port_.outbound.clear();
+    port_.FreeAll();
     EXPECT_EQ(pmd::AvailableMbufs(pool_.get()), kPoolMbufs) << "mbufs leaked";
   }
 
@@ -287,7 +265,7 @@ class HostilePeerTest : public ::testing::Test {
   }
 
   pmd::MempoolPtr pool_;
-  BlockablePort port_;
+  ScriptedPort port_;
   std::unique_ptr<Engine> engine_;
   uint64_t now_ = 1'000'000;
   uint64_t sent_before_ = 0;

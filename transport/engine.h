@@ -272,6 +272,7 @@ class Engine {
   bool EnqueueResponse(QueuePair* qp, const ReadResponseJob& job);
   void RunReadResponses(QueuePair* qp);
   void HandleDuplicateRead(QueuePair* qp, const PacketView& packet);
+  bool RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) const;
   void ListForAck(QueuePair* qp);
   void QueueAck(QueuePair* qp, Psn psn);
   void QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome);

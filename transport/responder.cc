@@ -23,6 +23,29 @@ constexpr uint64_t kMaxMessageBytes = 1ull << 31;
 
 bool IsSend(Operation op) { return op == Operation::kSend; }
 
+// A READ response job names the region by key and address (checked again for
+// every packet), never by a pointer.
+ReadResponseJob ReadJob(Psn psn, const RethFields& reth, bool duplicate) {
+  ReadResponseJob job;
+  job.next_psn = psn;
+  job.first_psn = psn;
+  job.rkey = reth.rkey;
+  job.virtual_address = reth.virtual_address;
+  job.length = reth.dma_length;
+  job.duplicate = duplicate;
+  return job;
+}
+
+ReadResponseJob AtomicJob(Psn psn, uint64_t original, bool duplicate) {
+  ReadResponseJob job;
+  job.next_psn = psn;
+  job.first_psn = psn;
+  job.atomic = true;
+  job.original = original;
+  job.duplicate = duplicate;
+  return job;
+}
+
 }  // namespace
 
 void Engine::ListForAck(QueuePair* qp) {
@@ -247,13 +270,7 @@ void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
           counters_.rx_dropped++;
           return;
         }
-        ReadResponseJob job;
-        job.next_psn = p.fields.bth.psn;
-        job.first_psn = p.fields.bth.psn;
-        job.atomic = true;
-        job.original = a.original;
-        job.duplicate = true;
-        EnqueueResponse(qp, job);
+        EnqueueResponse(qp, AtomicJob(p.fields.bth.psn, a.original, /*duplicate=*/true));
         return;
       }
     }
@@ -261,6 +278,15 @@ void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
   }
   // SEND / WRITE: acknowledge again, with the newest PSN (IBTA o9-20).
   QueueAck(qp, s.expected_psn - 1);
+}
+
+// The QP allows remote reads and the key covers the whole range (IBTA
+// 9.7.5.1.3 / 10.6.3.1), for a new READ and a replayed one alike.
+bool Engine::RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) const {
+  if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0) return false;
+  uint8_t* host = nullptr;
+  return reth.dma_length == 0 || mrs_.CheckRemote(reth.rkey, qp->pd, reth.virtual_address, reth.dma_length,
+                                                  IBV_ACCESS_REMOTE_READ, &host) == MrCheck::kOk;
 }
 
 // A duplicate READ request (IBTA 9.7.5.1.1): answered again only if it is
@@ -298,21 +324,11 @@ void Engine::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
     ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
     return;
   }
-  uint8_t* host = nullptr;
-  if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0 ||
-      (reth.dma_length > 0 && mrs_.CheckRemote(reth.rkey, qp->pd, reth.virtual_address, reth.dma_length,
-                                               IBV_ACCESS_REMOTE_READ, &host) != MrCheck::kOk)) {
+  if (!RemoteReadAllowed(qp, reth)) {
     ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
     return;
   }
-  ReadResponseJob job;
-  job.next_psn = psn;
-  job.first_psn = psn;
-  job.rkey = reth.rkey;
-  job.virtual_address = reth.virtual_address;
-  job.length = reth.dma_length;
-  job.duplicate = true;
-  EnqueueResponse(qp, job);
+  EnqueueResponse(qp, ReadJob(psn, reth, /*duplicate=*/true));
 }
 
 // The queue holds max_dest_rd_atomic new requests (the requester may have no
@@ -522,26 +538,16 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
       break;
     }
     case Operation::kRdmaReadRequest: {
-      uint8_t* host = nullptr;
-      const bool allowed = (access & IBV_ACCESS_REMOTE_READ) != 0;
       const RethFields& reth = p.fields.reth;
       if (reth.dma_length > kMaxMessageBytes) {
         ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
-      if (!allowed || (reth.dma_length > 0 && mrs_.CheckRemote(reth.rkey, qp->pd, reth.virtual_address,
-                                                               reth.dma_length, IBV_ACCESS_REMOTE_READ,
-                                                               &host) != MrCheck::kOk)) {
+      if (!RemoteReadAllowed(qp, reth)) {
         ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
       }
-      ReadResponseJob job;
-      job.next_psn = psn;
-      job.first_psn = psn;
-      job.rkey = reth.rkey;
-      job.virtual_address = reth.virtual_address;
-      job.length = reth.dma_length;
-      if (!EnqueueResponse(qp, job)) {
+      if (!EnqueueResponse(qp, ReadJob(psn, reth, /*duplicate=*/false))) {
         // More READs/atomics outstanding than max_dest_rd_atomic allows.
         ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
@@ -592,12 +598,7 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
       }
       ++s.msn;
       s.expected_psn = psn + 1;
-      ReadResponseJob job;
-      job.next_psn = psn;
-      job.first_psn = psn;
-      job.atomic = true;
-      job.original = original;
-      EnqueueResponse(qp, job);
+      EnqueueResponse(qp, AtomicJob(psn, original, /*duplicate=*/false));
       return;
     }
     default:

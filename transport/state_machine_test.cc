@@ -11,6 +11,7 @@
 #include "transport/engine.h"
 #include "transport/packet_builder.h"
 #include "transport/packet_parser.h"
+#include "transport/scripted_port.h"
 
 namespace uroce::transport {
 namespace {
@@ -20,24 +21,6 @@ constexpr uint32_t kRqPsn = 1000;
 constexpr uint32_t kSqPsn = 5000;
 constexpr int kAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                      IBV_ACCESS_REMOTE_ATOMIC;
-
-// A wire the test holds both ends of.
-class ScriptedPort : public PacketIo {
- public:
-  uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override {
-    uint16_t k = 0;
-    while (k < n && !inbound.empty()) {
-      pkts[k++] = inbound.front();
-      inbound.pop_front();
-    }
-    return k;
-  }
-  uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override {
-    for (uint16_t i = 0; i < n; ++i) outbound.push_back(pkts[i]);
-    return n;
-  }
-  std::deque<rte_mbuf*> inbound, outbound;
-};
 
 struct Sent {
   PacketFields fields;
@@ -109,10 +92,7 @@ class StateMachineTest : public ::testing::Test {
 
   void TearDown() override {
     engine_.reset();
-    for (rte_mbuf* m : port_.inbound) rte_pktmbuf_free(m);
-    for (rte_mbuf* m : port_.outbound) rte_pktmbuf_free(m);
-    port_.inbound.clear();
-    port_.outbound.clear();
+    port_.FreeAll();
     EXPECT_EQ(pmd::AvailableMbufs(pool_.get()), 1023u) << "mbufs leaked";
   }
 
