@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <vector>
 
@@ -35,6 +34,7 @@
 #include "transport/connection_manager.h"
 #include "transport/engine.h"
 #include "transport/packet_builder.h"
+#include "transport/scripted_port.h"
 
 namespace uroce::transport {
 namespace {
@@ -61,31 +61,6 @@ bool CarriesPoison(const rte_mbuf* m) {
   }
   return false;
 }
-
-class ScriptPort : public PacketIo {
- public:
-  uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override {
-    uint16_t k = 0;
-    while (k < n && !inbound.empty()) {
-      pkts[k++] = inbound.front();
-      inbound.pop_front();
-    }
-    return k;
-  }
-  uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override {
-    if (blocked) return 0;
-    for (uint16_t i = 0; i < n; ++i) {
-      if (CarriesPoison(pkts[i])) abort();  // read memory that was not registered
-      rte_pktmbuf_free(pkts[i]);
-    }
-    return n;
-  }
-  ~ScriptPort() override {
-    for (rte_mbuf* m : inbound) rte_pktmbuf_free(m);
-  }
-  bool blocked = false;
-  std::deque<rte_mbuf*> inbound;
-};
 
 // The input, read a byte at a time; zeros once it is used up.
 class Script {
@@ -116,7 +91,7 @@ struct Slot {
 };
 
 struct World {
-  ScriptPort port;
+  ScriptedPort port;
   std::unique_ptr<Engine> engine;
   std::unique_ptr<ConnectionManager> cm;
   PdHandle pd = 0;
@@ -233,6 +208,16 @@ void MakeWorld(World& w) {
   (void)w.cm->Listen(7471, 1);
 }
 
+// One engine poll; what left the port is checked for poison and freed.
+void PollEngine(World& w) {
+  w.engine->Poll();
+  for (rte_mbuf* m : w.port.outbound) {
+    if (CarriesPoison(m)) abort();  // read memory that was not registered
+    rte_pktmbuf_free(m);
+  }
+  w.port.outbound.clear();
+}
+
 void Inject(World& w, const PacketFields& f, const uint8_t* payload) {
   rte_mbuf* m = rte_pktmbuf_alloc(Pool());
   if (m == nullptr) abort();  // the engine holds every buffer: a leak
@@ -347,7 +332,7 @@ void StepPoll(World& w, Script& s) {
   const uint8_t how = s.u8();
   for (int i = 0; i <= (how & 7); ++i) {
     w.now += (how & 8) ? 50'000'000 : 2'000;  // sometimes let timers fire
-    w.engine->Poll();
+    PollEngine(w);
   }
   ibv_wc wc[64];
   while (w.cq->Poll(64, wc) > 0) {
@@ -429,7 +414,7 @@ void StepMad(World& w, Script& s) {
   f.payload_length = kMadBytes;
   Inject(w, f, mad);
   w.now += 2'000;
-  w.engine->Poll();
+  PollEngine(w);
   w.cm->Poll();
 }
 
@@ -461,7 +446,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     w.port.blocked = false;
     for (int i = 0; i < 8; ++i) {
       w.now += 1'000'000;
-      w.engine->Poll();
+      PollEngine(w);
       w.cm->Poll();
     }
     for (size_t i = 0; i < kSlots; ++i) {
@@ -476,6 +461,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     w.cm.reset();
     w.engine.reset();
+    w.port.FreeAll();
   }
   if (uroce::pmd::AvailableMbufs(pool) != kPoolMbufs) abort();  // a buffer leaked
   return 0;
