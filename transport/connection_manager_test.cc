@@ -506,6 +506,51 @@ TEST_F(ConnectionManagerTest, ConnectOverIpv6UsesThePortsIpv6Address) {
   EXPECT_EQ(to.bytes, from.bytes);
 }
 
+// Loopback: a connection manager connects to its own listener through its
+// own address (rdma_cm clients and servers in one process, UCX's self
+// checks), IPv4 and IPv6, and nothing reaches the port.
+TEST_F(ConnectionManagerTest, ConnectsToItsOwnListenerThroughItsOwnAddress) {
+  Start();
+  ASSERT_TRUE(cm(0).Listen(7300, 5).ok());
+  for (int round = 0; round < 2; ++round) {
+    QueuePair* client = NewRcQp(0);
+    QueuePair* server = NewRcQp(0);
+    CmConnectParams params;
+    params.qp = client;
+    params.remote = {round == 0 ? side(0).gid : side(0).gid6, 7300};
+    params.local_ack_timeout = 10;
+    auto id = cm(0).Connect(params, 30 + round);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    CmEvent request;
+    ASSERT_TRUE(WaitEvent(0, CmEventType::kConnectRequest, &request));
+    EXPECT_EQ(request.listen_tag, 5u);
+    EXPECT_EQ(request.peer.gid, params.remote.gid);
+    CmAcceptParams accept;
+    accept.qp = server;
+    accept.local_ack_timeout = 10;
+    ASSERT_TRUE(cm(0).Accept(request.id, accept, 40 + round).ok());
+    CmEvent e1, e2;
+    ASSERT_TRUE(WaitEvent(0, CmEventType::kEstablished, &e1));
+    ASSERT_TRUE(WaitEvent(0, CmEventType::kEstablished, &e2));
+    EXPECT_TRUE((e1.id == *id && e2.id == request.id) || (e2.id == *id && e1.id == request.id));
+
+    Buffer to = Register(0, 512, 0);
+    Buffer from = Register(0, 512, static_cast<uint8_t>(0x70 + round));
+    PostRecv(0, server, to, 9);
+    ASSERT_EQ(PostSend(0, client, IBV_WR_SEND, from, 512, 8), 0);
+    ASSERT_EQ(WaitCompletions(0, 2).size(), 2u);
+    EXPECT_EQ(to.bytes, from.bytes);
+
+    ASSERT_TRUE(cm(0).Disconnect(*id).ok());
+    ASSERT_TRUE(WaitEvent(0, CmEventType::kDisconnected, &e1));
+    ASSERT_TRUE(WaitEvent(0, CmEventType::kDisconnected, &e2));
+    EXPECT_EQ(StateOf(0, client), IBV_QPS_ERR);
+    EXPECT_EQ(StateOf(0, server), IBV_QPS_ERR);
+  }
+  EXPECT_GT(side(0).engine->counters().loopback_frames, 0u);
+  EXPECT_EQ(side(1).engine->counters().rx_frames, 0u) << "a frame to our own address reached the wire";
+}
+
 TEST_F(ConnectionManagerTest, RejectCarriesReasonAndPrivateData) {
   Start();
   ASSERT_TRUE(cm(1).Listen(5000, 1).ok());

@@ -86,11 +86,21 @@ Engine::~Engine() {
   ProgressToken token(this);
   rte_pktmbuf_free_bulk(tx_stage_, tx_count_);
   tx_count_ = 0;
+  rte_pktmbuf_free_bulk(loopback_stage_, loopback_count_);
+  loopback_count_ = 0;
   rte_mbuf* m = nullptr;
   while (raw_tx_.TryPop(&m)) rte_pktmbuf_free(m);
 }
 
 uint64_t Engine::Now() const { return config_.clock_ns ? config_.clock_ns() : TscNanoseconds(); }
+
+bool Engine::IsLoopbackGid(const Gid& gid) const {
+  if (!config_.loopback) return false;
+  for (const Gid& own : config_.gids) {
+    if (own == gid) return true;
+  }
+  return false;
+}
 
 // ---------------------------------------------------------------- control path
 
@@ -229,13 +239,19 @@ StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
   // so that a nearly full table still finds the last free slot. A QPN that
   // cannot be guessed makes a blind forged packet miss (the address and
   // P_Key checks of HandleFrame are the other half).
-  std::uniform_int_distribution<uint32_t> any_qpn(0x11, 0xFFFFFF);
+  // A leased range (EngineConfig::qpn_base/qpn_count) narrows the draw.
+  const uint32_t lowest = std::max<uint32_t>(0x11, config_.qpn_base);
+  const uint32_t highest =
+      config_.qpn_count == 0 ? 0xFFFFFF : std::min<uint32_t>(0xFFFFFF, config_.qpn_base + config_.qpn_count - 1);
+  if (lowest > highest) return ResourceExhausted("the leased QPN range is empty");
+  std::uniform_int_distribution<uint32_t> any_qpn(lowest, highest);
   uint32_t candidate = any_qpn(random_);
-  for (uint32_t tries = 0; qpn == 0 && tries < 32 + config_.max_qps; ++tries) {
+  const uint32_t walk = std::min<uint32_t>(config_.max_qps, highest - lowest + 1);
+  for (uint32_t tries = 0; qpn == 0 && tries < 32 + walk; ++tries) {
     if (tries < 32) {
       candidate = any_qpn(random_);
     } else {
-      candidate = candidate + 1 > 0xFFFFFF ? 0x11 : candidate + 1;
+      candidate = candidate + 1 > highest ? lowest : candidate + 1;
     }
     // QP1's slot stays free for the GSI QP.
     if (candidate % config_.max_qps == 1 % config_.max_qps) continue;
@@ -286,6 +302,11 @@ bool Engine::ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why
   path->traffic_class = ah.grh.traffic_class;
   path->hop_limit = ah.grh.hop_limit ? ah.grh.hop_limit : 64;
   path->flow_label = ah.grh.flow_label & 0xFFFFF;
+  if (IsLoopbackGid(dgid) && (dmac == nullptr || *dmac == config_.mac)) {
+    path->dmac = config_.mac;
+    path->loopback = true;
+    return true;
+  }
   if (dmac != nullptr) {
     path->dmac = *dmac;
     return true;
@@ -302,6 +323,10 @@ bool Engine::ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why
 }
 
 bool Engine::LookupNeighbor(const Gid& ip, MacAddress* mac) const {
+  if (IsLoopbackGid(ip)) {
+    if (mac != nullptr) *mac = config_.mac;
+    return true;
+  }
   std::lock_guard<std::mutex> lock(control_mutex_);
   for (const auto& entry : neighbors_) {
     if (entry.first == ip) {
@@ -349,6 +374,7 @@ bool AddressVectorGid(const ibv_ah_attr& ah, Gid* gid) {
 
 Status Engine::ResolveNeighborIfMissing(const ibv_ah_attr& ah, const char* call) {
   Gid dgid;
+  // LookupNeighbor knows our own GIDs: loopback needs no ARP or ND.
   if (!config_.resolve_neighbor || !AddressVectorGid(ah, &dgid) || LookupNeighbor(dgid, nullptr)) {
     return Status::Ok();
   }
@@ -842,6 +868,7 @@ unsigned Engine::Poll() {
   const uint64_t before = counters_.rx_frames + counters_.tx_frames;
 
   FlushTx();  // what a full queue left last time goes first
+  ReceiveLoopback();
   ReceiveBurst();
   SendPendingAcks();
   for (QueuePair* qp : active_qps_) RunQp(qp);
@@ -853,6 +880,20 @@ unsigned Engine::Poll() {
   const unsigned moved = static_cast<unsigned>(counters_.rx_frames + counters_.tx_frames - before);
   progress_busy_.store(false, std::memory_order_release);
   return moved;
+}
+
+void Engine::ReceiveLoopback() {
+  // Only what the last poll staged: anything the receive path stages to
+  // ourselves now waits for the next poll, so one poll's work stays bounded.
+  const uint32_t n = loopback_count_;
+  if (n == 0) return;
+  for (uint32_t i = 0; i < n; ++i) {
+    counters_.rx_frames++;
+    counters_.rx_bytes += rte_pktmbuf_pkt_len(loopback_stage_[i]);
+    HandleFrame(loopback_stage_[i]);
+  }
+  std::memmove(loopback_stage_, loopback_stage_ + n, (loopback_count_ - n) * sizeof(rte_mbuf*));
+  loopback_count_ -= n;
 }
 
 void Engine::ReceiveBurst() {

@@ -73,6 +73,17 @@ struct EngineConfig {
   // IBTA leaves the choice to the CA); 0: seeded from std::random_device.
   // Tests give a seed so that runs replay.
   uint64_t random_seed = 0;
+  // Loopback, as on an RDMA NIC: a destination that is one of `gids` is this
+  // engine itself; its frames go from the transmit side straight to the
+  // receive side and never reach `io`. Off where something outside the
+  // engine must see them (a daemon's switch that owns other processes' QPs
+  // behind the same addresses).
+  bool loopback = true;
+  // QPNs come from [qpn_base, qpn_base + qpn_count) (a range leased from a
+  // uroce daemon, which switches frames to processes by destination QPN);
+  // qpn_count 0: the whole 24-bit space. QPNs 0 and 1 are never drawn.
+  uint32_t qpn_base = 0;
+  uint32_t qpn_count = 0;
 };
 
 struct EngineCounters {
@@ -86,6 +97,9 @@ struct EngineCounters {
   // RC/UC frames whose IP addresses are not the QP's path, and frames whose
   // P_Key is not ours: counted and dropped (IBTA 9.6.1.1, 10.9.3).
   uint64_t rx_path_mismatch = 0, rx_bad_pkey = 0;
+  // Frames to our own GIDs, handed from transmit to receive (also counted in
+  // tx_frames and, when received, rx_frames; never in the port's counters).
+  uint64_t loopback_frames = 0;
 };
 
 // One QP as the counters see it (Engine::QpStatsSnapshot).
@@ -167,7 +181,8 @@ class Engine {
   Status DestroyAh(uint32_t handle);
   // Static neighbour entry (the pmd layer's ARP/ND fills these too).
   void AddNeighbor(const Gid& ip, const MacAddress& mac);
-  // The MAC of `ip`, if the neighbour table has it.
+  // The MAC of `ip`, if the neighbour table has it; our own GIDs (with
+  // loopback) are our own MAC.
   bool LookupNeighbor(const Gid& ip, MacAddress* mac) const;
   // Every QP of this engine (for shutdown: flush, then destroy).
   std::vector<QueuePair*> QueuePairs() const;
@@ -216,6 +231,8 @@ class Engine {
   // control_mutex_ held: `qp` is one of ours (compared, not dereferenced).
   bool OwnsQpLocked(const QueuePair* qp) const;
   uint64_t Now() const;
+  // `gid` is one of ours and loopback is on.
+  bool IsLoopbackGid(const Gid& gid) const;
   // `dmac`: the MAC to use; null: the neighbour table's.
   bool ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why, const MacAddress* dmac = nullptr) const;
   StatusOr<uint32_t> CreateAhWithMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress* dmac);
@@ -225,7 +242,10 @@ class Engine {
   // Transmit staging: frames built this poll wait here until tx_burst takes
   // them; a full TX queue keeps them for the next poll.
   bool TxRoom(uint32_t frames) const { return tx_count_ + frames <= kTxStage; }
+  bool LoopbackRoom() const { return loopback_count_ < kTxStage; }
   void Stage(rte_mbuf* m);
+  // Takes the frames that loopback staged last poll into the receive path.
+  void ReceiveLoopback();
   void FlushTx();
   void StageRawFrames();
 
@@ -325,8 +345,12 @@ class Engine {
   std::vector<CompletionQueue*> forwarding_cqs_;
 
   PendingPacket pending_tx_;  // between StartPacket and FinishPacket
+  bool pending_loopback_ = false;
   rte_mbuf* tx_stage_[kTxStage];
   uint32_t tx_count_ = 0;
+  // Frames to ourselves (PathInfo::loopback), received at the next poll.
+  rte_mbuf* loopback_stage_[kTxStage];
+  uint32_t loopback_count_ = 0;
   std::vector<rte_mbuf*> rx_burst_;
   EngineCounters counters_;
   MpmcRing<AsyncEvent> async_events_{256};

@@ -25,7 +25,7 @@ rte_mbuf* Engine::StartPacket(const PathInfo& path, PacketFields& f, uint8_t** p
   f.udp_src_port = path.udp_source_port;
   // Nothing is built without room in the transmit stage: every caller keeps
   // its work (pending ACK/NAK, READ job, request) for the next poll.
-  if (!TxRoom(1)) {
+  if (path.loopback ? !LoopbackRoom() : !TxRoom(1)) {
     counters_.tx_stage_full++;
     return nullptr;
   }
@@ -43,12 +43,22 @@ rte_mbuf* Engine::StartPacket(const PathInfo& path, PacketFields& f, uint8_t** p
   }
   *payload = pending.payload;
   pending_tx_ = pending;
+  pending_loopback_ = path.loopback;
   return m;
 }
 
 void Engine::FinishPacket(rte_mbuf* m) {
   transport::FinishPacket(pending_tx_);
-  Stage(m);
+  if (!pending_loopback_) {
+    Stage(m);
+    return;
+  }
+  // StartPacket checked the room. The frame is whole (ICRC included), so the
+  // receive side checks it as any other.
+  loopback_stage_[loopback_count_++] = m;
+  counters_.tx_frames++;
+  counters_.tx_bytes += rte_pktmbuf_pkt_len(m);
+  counters_.loopback_frames++;
 }
 
 void Engine::HandleFrame(rte_mbuf* m) {

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -703,6 +704,30 @@ TEST_F(EngineTest, LostAtomicRequestOrResponseIsRecovered) {
 
 namespace uroce::transport {
 namespace {
+
+// A QPN range leased from a daemon (EngineConfig::qpn_base/qpn_count): every
+// QPN comes from it, drawn at random, until the range is full. (One QPN of
+// the 64 shares QP 1's table slot, 0x120001 % max_qps, which stays free for
+// the GSI QP.)
+TEST_F(EngineTest, QpnsComeFromTheLeasedRange) {
+  EnginePairOptions options;
+  options.engine_template.qpn_base = 0x120000;
+  options.engine_template.qpn_count = 64;
+  options.engine_template.max_qps = 1024;
+  Start(options);
+  std::vector<uint32_t> qpns;
+  for (int i = 0; i < 63; ++i) {
+    auto qp = pair_->CreateUdQp(pair_->a(), 1);
+    ASSERT_TRUE(qp.ok()) << i << ": " << qp.status().ToString();
+    qpns.push_back((*qp)->qpn);
+    EXPECT_GE((*qp)->qpn, 0x120000u);
+    EXPECT_LT((*qp)->qpn, 0x120040u);
+  }
+  std::sort(qpns.begin(), qpns.end());
+  EXPECT_EQ(std::adjacent_find(qpns.begin(), qpns.end()), qpns.end()) << "a QPN handed out twice";
+  auto full = pair_->CreateUdQp(pair_->a(), 1);
+  EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
+}
 
 TEST(TimerTableTest, LocalAckTimeoutFollowsIbta) {
   EXPECT_EQ(LocalAckTimeoutNs(0), 0u);  // "infinite"

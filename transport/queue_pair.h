@@ -33,6 +33,10 @@ struct PathInfo {
   uint8_t hop_limit = 64;
   uint32_t flow_label = 0;
   uint16_t udp_source_port = 0xC000;
+  // The destination is one of this engine's own GIDs: its frames are handed
+  // to the engine's own receive path, never to the port (an RDMA NIC's
+  // loopback; Engine::ResolvePath decides).
+  bool loopback = false;
 };
 
 struct QpCaps {
