@@ -158,6 +158,7 @@ class Builder {
   Status Section(const std::string& section, const std::vector<rte_cfgfile_entry>& entries) {
     if (section == "eal") return Each(section, entries, [this](auto& k, auto& v, auto& e) { return Eal(k, v, e); });
     if (section == "engine") return Each(section, entries, [this](auto& k, auto& v, auto& e) { return Engine(k, v, e); });
+    if (section == "daemon") return Each(section, entries, [this](auto& k, auto& v, auto& e) { return Daemon(k, v, e); });
     if (section.rfind("endpoint.", 0) == 0) {
       EndpointConfig ep;
       ep.name = section.substr(std::strlen("endpoint."));
@@ -179,7 +180,7 @@ class Builder {
       c_.endpoints.push_back(std::move(ep));
       return Status::Ok();
     }
-    return InvalidArgument("unknown section [" + section + "] (known: [eal], [engine], [endpoint.NAME])");
+    return InvalidArgument("unknown section [" + section + "] (known: [eal], [engine], [daemon], [endpoint.NAME])");
   }
 
  private:
@@ -261,6 +262,25 @@ class Builder {
     return Status::Ok();
   }
 
+  Status Daemon(const std::string& k, const std::string& v, const std::string& where) {
+    uint64_t n = 0;
+    if (k == "socket") {
+      if (v.empty() || v[0] != '/' || v.size() >= 100) return Bad(where, "expected an absolute path under 100 bytes");
+      c_.daemon.socket = v;
+    } else if (k == "idle_us") {
+      if (!ParseUnsigned(v, 0, 100000, &n)) return Bad(where, "expected microseconds, 0..100000");
+      c_.daemon.idle_us = static_cast<uint32_t>(n);
+    } else if (k == "max_processes") {
+      if (!ParseUnsigned(v, 1, kDaemonMaxProcesses, &n)) {
+        return Bad(where, "expected 1.." + std::to_string(kDaemonMaxProcesses));
+      }
+      c_.daemon.max_processes = static_cast<uint32_t>(n);
+    } else {
+      return Unknown("daemon", k, "socket, idle_us, max_processes");
+    }
+    return Status::Ok();
+  }
+
   Status Endpoint(const std::string& k, const std::string& v, const std::string& where, EndpointConfig& ep, Gid& ipv4,
                   Gid& ipv6, std::vector<Gid>& extra) {
     uint64_t n = 0;
@@ -330,6 +350,19 @@ class Builder {
     } else if (k == "promiscuous") {
       if (!ParseBool(v, &b)) return Bad(where, "expected yes or no");
       ep.promiscuous = b;
+    } else if (k == "loopback") {
+      if (!ParseBool(v, &b)) return Bad(where, "expected yes or no");
+      ep.loopback = b;
+    } else if (k == "qpn_range") {
+      // BASE+COUNT, as a uroce daemon leases it: QPNs BASE..BASE+COUNT-1.
+      const size_t plus = v.find('+');
+      uint64_t base = 0, count = 0;
+      if (plus == std::string::npos || !ParseUnsigned(v.substr(0, plus), 0, 0xFFFFFF, &base) ||
+          !ParseUnsigned(v.substr(plus + 1), 1, 0x1000000, &count) || base + count > 0x1000000) {
+        return Bad(where, "expected BASE+COUNT inside the 24-bit QPN space");
+      }
+      ep.qpn_base = static_cast<uint32_t>(base);
+      ep.qpn_count = static_cast<uint32_t>(count);
     } else if (k == "link_timeout_ms" || k == "resolve_timeout_ms") {
       const uint64_t least = k == "link_timeout_ms" ? 0 : 1;  // link 0: do not wait
       if (!ParseUnsigned(v, least, 3'600'000, &n)) {
@@ -350,7 +383,7 @@ class Builder {
     } else {
       return Unknown("endpoint." + ep.name, k,
                      "port, ipv4, ipv6, gids, mac, lcore, mtu, rx_descriptors, tx_descriptors, mbufs, "
-                     "promiscuous, link_timeout_ms, resolve_timeout_ms, neighbors");
+                     "promiscuous, loopback, qpn_range, link_timeout_ms, resolve_timeout_ms, neighbors");
     }
     return Status::Ok();
   }

@@ -23,6 +23,11 @@
 //   progress_idle_us = 50 verbs library, inline progress: longest idle sleep
 //                         of its progress thread (api/verbs/provider.h)
 //
+//   [daemon]              `uroce daemon` only
+//   socket = /run/uroce/uroce.sock   its control socket (programs: UROCE_DAEMON)
+//   idle_us = 50          the switch's longest sleep while no frame moves
+//   max_processes = 64    processes attached at once (at most 254)
+//
 //   [endpoint.NAME]       one port with one engine (any number of them)
 //   port = ring:PAIR:a    one side of an in-process net_ring pair
 //   port = net_memif0,role=server,socket=/tmp/x.sock   any vdev string
@@ -41,6 +46,8 @@
 //                               0: start without waiting for it
 //   resolve_timeout_ms = 3000   ARP/ND: give up on a neighbour after this
 //   neighbors = IP=MAC,...      static neighbour entries (no ARP for them)
+//   loopback = yes        frames to our own GIDs stay in the engine
+//   qpn_range = BASE+COUNT      QPNs from this range only (a daemon's lease)
 //
 // Comments start with ';' (rte_cfgfile's default comment character).
 #pragma once
@@ -84,6 +91,20 @@ struct EndpointConfig {
   unsigned link_timeout_ms = 10000;
   unsigned resolve_timeout_ms = 3000;
   std::vector<std::pair<transport::Gid, transport::MacAddress>> neighbors;
+  // Loopback (transport::EngineConfig::loopback): frames to our own GIDs
+  // stay in the engine. A process attached to a daemon sets no: the daemon
+  // switches them, since other processes' QPs share the addresses.
+  bool loopback = true;
+  // QPNs leased from a daemon: qpn_base..qpn_base+qpn_count-1 (0: all).
+  uint32_t qpn_base = 0, qpn_count = 0;
+};
+
+// `uroce daemon` (tools/daemon.cc): its control socket and switch.
+constexpr uint32_t kDaemonMaxProcesses = 254;  // QPN leases 1..254 << 16
+struct DaemonConfig {
+  std::string socket = "/run/uroce/uroce.sock";
+  uint32_t idle_us = 50;  // the switch's longest sleep when no frame moves
+  uint32_t max_processes = 64;
 };
 
 struct EngineTunables {
@@ -103,6 +124,7 @@ struct UroceConfig {
   bool telemetry = true;
   ProgressMode progress = ProgressMode::kInline;
   EngineTunables engine;
+  DaemonConfig daemon;
   std::vector<EndpointConfig> endpoints;
 
   // The endpoint called `name`, or null.

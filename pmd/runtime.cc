@@ -66,6 +66,35 @@ void RemoveStaleMemifSocket(const std::string& vdev) {
   if (refused) unlink(path.c_str());
 }
 
+// "0-1" asks EAL to pin lcore 1 to CPU 1; on a machine (or cgroup) without
+// CPU 1, EAL refuses to start. Such lcores run on the first CPU this process
+// may use instead ("1@0"): slower when they spin, but the demo and tests
+// still run anywhere. Explicit lcore@cpu maps are left as they are.
+std::string FitLcoresToCpus(const std::string& lcores) {
+  if (lcores.find_first_of("@(") != std::string::npos) return lcores;
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return lcores;
+  int first = -1;
+  for (int c = 0; c < CPU_SETSIZE && first < 0; ++c) {
+    if (CPU_ISSET(c, &cpus)) first = c;
+  }
+  if (first < 0) return lcores;
+  std::string out;
+  bool changed = false;
+  for (unsigned l : ParseLcoreList(lcores)) {
+    out += out.empty() ? "" : ",";
+    out += std::to_string(l);
+    if (l >= CPU_SETSIZE || !CPU_ISSET(l, &cpus)) {
+      out += "@" + std::to_string(first);
+      changed = true;
+    }
+  }
+  if (changed) UROCE_LOG(WARNING, "lcores %s: not every CPU is here; running them as %s\n", lcores.c_str(), out.c_str());
+  return changed ? out : lcores;
+}
+
+}  // namespace
+
 // Buffers for the largest frame the port may carry: RoCE frames are at most
 // a 4096-byte path MTU plus headers; af_packet wants 2 KiB at least.
 uint16_t DataRoomFor(uint32_t mtu) {
@@ -102,35 +131,6 @@ Status CheckAfPacketFrameSize(const EndpointConfig& ec) {
                          std::to_string(framesz) + ", blocksz " + std::to_string(blocksz) + " given); add framesz=" +
                          std::to_string(need) + ",blocksz=" + std::to_string(block) + " to the port arguments");
 }
-
-// "0-1" asks EAL to pin lcore 1 to CPU 1; on a machine (or cgroup) without
-// CPU 1, EAL refuses to start. Such lcores run on the first CPU this process
-// may use instead ("1@0"): slower when they spin, but the demo and tests
-// still run anywhere. Explicit lcore@cpu maps are left as they are.
-std::string FitLcoresToCpus(const std::string& lcores) {
-  if (lcores.find_first_of("@(") != std::string::npos) return lcores;
-  cpu_set_t cpus;
-  if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return lcores;
-  int first = -1;
-  for (int c = 0; c < CPU_SETSIZE && first < 0; ++c) {
-    if (CPU_ISSET(c, &cpus)) first = c;
-  }
-  if (first < 0) return lcores;
-  std::string out;
-  bool changed = false;
-  for (unsigned l : ParseLcoreList(lcores)) {
-    out += out.empty() ? "" : ",";
-    out += std::to_string(l);
-    if (l >= CPU_SETSIZE || !CPU_ISSET(l, &cpus)) {
-      out += "@" + std::to_string(first);
-      changed = true;
-    }
-  }
-  if (changed) UROCE_LOG(WARNING, "lcores %s: not every CPU is here; running them as %s\n", lcores.c_str(), out.c_str());
-  return changed ? out : lcores;
-}
-
-}  // namespace
 
 Status StartEalFor(const UroceConfig& config) {
   for (const std::string& vdev : config.eal.vdevs) RemoveStaleMemifSocket(vdev);
@@ -345,6 +345,9 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   cfg.max_unacked_packets = config_.engine.max_unacked_packets;
   cfg.rx_burst = config_.engine.rx_burst;
   cfg.per_qp_packet_budget = config_.engine.per_qp_packet_budget;
+  cfg.loopback = ec.loopback;
+  cfg.qpn_base = ec.qpn_base;
+  cfg.qpn_count = ec.qpn_count;
   NeighborResolver* resolver = ep->neighbors.get();
   cfg.non_roce_handler = [resolver](rte_mbuf* m) { resolver->HandleFrame(m); };
   cfg.resolve_neighbor = [resolver](const transport::Gid& ip) { return resolver->Resolve(ip); };

@@ -34,6 +34,12 @@ namespace uroce::pmd {
 // died), then StartEal(config.eal).
 Status StartEalFor(const UroceConfig& config);
 
+// The data room of a pool's buffers for ports of Ethernet MTU `mtu`.
+uint16_t DataRoomFor(uint32_t mtu);
+// For a net_af_packet port: its ring frames hold the largest frame `ec`'s
+// MTU allows, or an error that says which port arguments to add.
+Status CheckAfPacketFrameSize(const EndpointConfig& ec);
+
 struct ShutdownReport {
   unsigned qps_flushed = 0;   // QPs moved to the error state (work flushed)
   unsigned mbufs_in_pools = 0;

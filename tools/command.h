@@ -11,5 +11,6 @@ int DumpCommand(int argc, char** argv);  // tools/dump.cc
 int PerfCommand(int argc, char** argv);  // tools/perf.cc
 int StatsCommand(int argc, char** argv); // tools/stats.cc
 int ExecCommand(int argc, char** argv);  // tools/exec.cc
+int DaemonCommand(int argc, char** argv);  // tools/daemon.cc
 
 }  // namespace uroce::tools

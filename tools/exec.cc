@@ -4,7 +4,8 @@
 // the program's dependencies on Debian's rdma-core libraries resolve to
 // uroce's; libfabric links libibverbs.so.1 too), adds the directory of liburoce-fi.so to
 // FI_PROVIDER_PATH (where libfabric looks for external providers,
-// fi_provider(7)), and names the configuration in UROCE_CONFIG, then execs the
+// fi_provider(7)), and names the configuration in UROCE_CONFIG (without
+// --config and UROCE_CONFIG, the program attaches to `uroce daemon`), then execs the
 // program: its exit status, signals and stdio are the program's own.
 //
 // The libraries are found, in order: $UROCE_VERBS_LIB_DIR (and
@@ -66,7 +67,8 @@ int Usage() {
   std::fprintf(stderr,
                "usage: uroce exec [--config FILE] -- PROGRAM [ARGS...]\n"
                "  runs PROGRAM with uroce's libibverbs.so.1, librdmacm.so.1 and libfabric provider\n"
-               "  (liburoce-fi.so, provider \"uroce\"); uroce devices from FILE, or from $UROCE_CONFIG\n");
+               "  (liburoce-fi.so, provider \"uroce\"); uroce devices from FILE, or from $UROCE_CONFIG, or else\n"
+               "  the host's devices from the running `uroce daemon` ($UROCE_DAEMON or /run/uroce/uroce.sock)\n");
   return 2;
 }
 
@@ -134,10 +136,10 @@ int ExecCommand(int argc, char** argv) {
       return 2;
     }
     setenv("UROCE_CONFIG", abs.c_str(), 1);
-  } else if (secure_getenv("UROCE_CONFIG") == nullptr) {
-    std::fprintf(stderr, "uroce exec: give --config FILE (or set UROCE_CONFIG)\n");
-    return 2;
   }
+  // Neither --config nor UROCE_CONFIG: the program attaches to the running
+  // uroce daemon (UROCE_DAEMON, or /run/uroce/uroce.sock); the library says
+  // how to start one if there is none.
   const std::string lib = FindLibraryDir("UROCE_VERBS_LIB_DIR", "verbs", "libibverbs.so.1");
   if (lib.empty()) {
     std::fprintf(stderr,

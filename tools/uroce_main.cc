@@ -18,6 +18,7 @@ constexpr Subcommand kSubcommands[] = {
     {"dump", uroce::tools::DumpCommand, "decode the RoCEv2 frames of a pcap file and check their ICRC"},
     {"perf", uroce::tools::PerfCommand, "latency, bandwidth and message rate per RDMA operation (like perftest)"},
     {"stats", uroce::tools::StatsCommand, "counters of a running uroce process, from DPDK telemetry"},
+    {"daemon", uroce::tools::DaemonCommand, "the host's uroce device, shared by every process: daemon --config FILE"},
     {"exec", uroce::tools::ExecCommand, "run an unmodified verbs program over uroce: exec [--config FILE] -- PROGRAM ..."},
 };
 

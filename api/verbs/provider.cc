@@ -1,5 +1,6 @@
 #include "api/verbs/provider.h"
 
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -18,6 +19,8 @@ namespace {
 void OnExit() { Provider::Get().Shutdown(); }
 
 constexpr int kExitLingerMs = 100;
+// How often the progress thread looks whether the daemon is still there.
+constexpr int kDaemonCheckMs = 20;
 
 // A GUID from the MAC, EUI-64 style, as rxe makes its node GUID.
 uint64_t GuidFromMac(const transport::MacAddress& mac) {
@@ -25,6 +28,23 @@ uint64_t GuidFromMac(const transport::MacAddress& mac) {
   uint64_t guid = 0;
   std::memcpy(&guid, b, 8);  // network order in memory, as ibv_get_device_guid(3) returns it
   return guid;
+}
+
+// An attached process's EAL main lcore may run on any CPU this process may
+// use (the daemon's configuration pins nothing: its engines are the
+// processes' own, driven by their threads).
+std::vector<pmd::ConfigOverride> DaemonOverrides() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+  std::string cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    if (!cpus.empty()) cpus += ',';
+    cpus += std::to_string(cpu);
+  }
+  if (cpus.empty()) return {};
+  return {pmd::ConfigOverride{"eal", "lcores", "0@(" + cpus + ")"}};
 }
 
 }  // namespace
@@ -43,17 +63,29 @@ void Provider::LoadConfigOnce() {
   // linked with this library does not take it from its caller's
   // environment, as glibc's loader ignores LD_LIBRARY_PATH there.
   const char* path = secure_getenv("UROCE_CONFIG");
-  if (path == nullptr || *path == '\0') {
-    std::fprintf(stderr,
-                 "uroce: UROCE_CONFIG is not set (or ignored: secure execution, see secure_getenv(3)): no uroce "
-                 "devices (set it to a configuration file, or run the program with `uroce exec --config FILE -- "
-                 "PROGRAM`)\n");
-    return;
-  }
-  auto config = pmd::LoadConfigFile(path);
-  if (!config.ok()) {
-    std::fprintf(stderr, "uroce: %s: %s: no uroce devices\n", path, config.status().ToString().c_str());
-    return;
+  StatusOr<pmd::UroceConfig> config = NotFound("");
+  if (path != nullptr && *path != '\0') {
+    config = pmd::LoadConfigFile(path);
+    if (!config.ok()) {
+      std::fprintf(stderr, "uroce: %s: %s: no uroce devices\n", path, config.status().ToString().c_str());
+      return;
+    }
+  } else {
+    // No configuration of our own: the host's devices, from the daemon.
+    auto session = pmd::DaemonSession::Attach(pmd::DaemonSocketPath());
+    if (!session.ok()) {
+      // (secure_getenv(3) ignores UROCE_CONFIG in a secure-execution process.)
+      std::fprintf(stderr, "uroce: UROCE_CONFIG is not set, and %s: no uroce devices\n",
+                   session.status().message().c_str());
+      return;
+    }
+    const std::string origin = "uroce daemon at " + (*session)->socket_path();
+    config = pmd::LoadConfigText((*session)->config_text(), origin, DaemonOverrides());
+    if (!config.ok()) {
+      std::fprintf(stderr, "uroce: %s: %s: no uroce devices\n", origin.c_str(), config.status().ToString().c_str());
+      return;
+    }
+    daemon_ = std::move(*session);
   }
   config_ = std::move(*config);
   config_ok_ = true;
@@ -280,7 +312,12 @@ void Provider::ProgressLoop() {
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   unsigned backoff_us = 0;
   uint64_t seen_app_polls = 0;
+  auto next_daemon_check = std::chrono::steady_clock::now();
   while (!stop_.load(std::memory_order_acquire)) {
+    if (daemon_ && std::chrono::steady_clock::now() >= next_daemon_check) {
+      next_daemon_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDaemonCheckMs);
+      WatchDaemon();
+    }
     unsigned work = 0;
     // An application thread that polls drives the engines (inline mode);
     // then this thread only signals CQs and events, and sleeps.
@@ -304,6 +341,16 @@ void Provider::ProgressLoop() {
     backoff_us = backoff_us == 0 ? 1 : std::min(backoff_us * 2, idle_us_);
     std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
   }
+}
+
+void Provider::WatchDaemon() {
+  if (daemon_gone_ || !daemon_->DaemonGone()) return;
+  daemon_gone_ = true;
+  std::fprintf(stderr, "uroce: the uroce daemon at %s is gone: every QP moves to the error state\n",
+               daemon_->socket_path().c_str());
+  // The same flush as at exit: the engines stay, the QPs end in ERR with
+  // their work completed as flushed (IBV_WC_WR_FLUSH_ERR), CQs stay readable.
+  runtime_->FlushQueuePairs();
 }
 
 void Provider::Shutdown() {

@@ -25,6 +25,7 @@
 
 #include "api/verbs/objects.h"
 #include "pmd/config.h"
+#include "pmd/daemon_client.h"
 #include "pmd/runtime.h"
 
 namespace uroce::verbs {
@@ -33,8 +34,10 @@ class Provider {
  public:
   static Provider& Get();
 
-  // ibv_get_device_list(3): the devices of UROCE_CONFIG (loaded once; an
-  // unset variable or a bad file gives no devices and one message).
+  // ibv_get_device_list(3): the devices of UROCE_CONFIG, or, without it, of
+  // the uroce daemon this process attaches to (UROCE_DAEMON or
+  // /run/uroce/uroce.sock). Loaded once; a bad file or no daemon gives no
+  // devices and one message.
   const std::vector<Device*>& Devices();
 
   // Starts EAL and the runtime (once); the engine of `device`'s endpoint.
@@ -77,6 +80,9 @@ class Provider {
   void LoadConfigOnce();
   int StartRuntimeLocked();
   void ProgressLoop();
+  // Attached to a daemon: once it is gone, every QP goes to the error state
+  // (its work completes as flushed), so that nothing waits for ever.
+  void WatchDaemon();
   unsigned SignalArmedCqs();
   unsigned PumpAsyncEvents();
 
@@ -89,6 +95,8 @@ class Provider {
   bool start_failed_ = false;
   bool inline_ = true;
   unsigned idle_us_ = 50;
+  std::unique_ptr<pmd::DaemonSession> daemon_;  // attached mode only
+  bool daemon_gone_ = false;                     // progress thread only
 
   std::mutex objects_mutex_;  // the lists below
   std::vector<Cq*> cqs_;

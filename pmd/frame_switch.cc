@@ -1,0 +1,303 @@
+#include "pmd/frame_switch.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "pmd/neighbor_frames.h"
+#include "transport/opcode.h"
+#include "transport/wire_types.h"
+
+namespace uroce::pmd {
+
+using transport::Gid;
+using transport::LoadBe16;
+using transport::LoadBe24;
+
+struct FrameSwitch::FrameInfo {
+  enum class Kind { kOther, kRoce, kNeighbor } kind = Kind::kOther;
+  Gid src_ip{}, dst_ip{};
+  uint32_t dest_qpn = 0;
+  bool ud = false;
+  uint32_t src_qpn = 0;  // UD: DETH source QP
+};
+
+namespace {
+
+constexpr size_t kEthernetHeader = 14;
+constexpr size_t kIpv4MinHeader = 20;
+constexpr size_t kIpv6Header = 40;
+constexpr size_t kUdpHeader = 8;
+constexpr size_t kBth = 12;
+constexpr size_t kDeth = 8;
+constexpr uint8_t kIpProtocolUdp = 17;
+
+}  // namespace
+
+FrameSwitch::FrameSwitch(const Options& options) : options_(options), burst_(options.burst) {
+  attached_.reserve(kPorts);
+  ports_[kUplink].io = options.uplink;
+}
+
+FrameSwitch::~FrameSwitch() {
+  for (Port& p : ports_) {
+    rte_pktmbuf_free_bulk(p.stage, p.staged);
+    p.staged = 0;
+  }
+}
+
+Status FrameSwitch::Attach(uint32_t slot, transport::PacketIo* io) {
+  if (slot < kSwitchFirstSlot || slot > kSwitchLastSlot) return InvalidArgument("switch slot out of range");
+  if (io == nullptr) return InvalidArgument("switch port without I/O");
+  if (ports_[slot].io != nullptr) return AlreadyExists("switch slot in use");
+  ports_[slot].counters = {};
+  ports_[slot].io = io;
+  attached_.push_back(slot);
+  return Status::Ok();
+}
+
+void FrameSwitch::Detach(uint32_t slot) {
+  if (slot < kSwitchFirstSlot || slot > kSwitchLastSlot || ports_[slot].io == nullptr) return;
+  Port& p = ports_[slot];
+  rte_pktmbuf_free_bulk(p.stage, p.staged);
+  p.staged = 0;
+  p.io = nullptr;
+  attached_.erase(std::remove(attached_.begin(), attached_.end(), slot), attached_.end());
+}
+
+bool FrameSwitch::IsOurs(const Gid& gid) const {
+  for (const Gid& own : options_.gids) {
+    if (own == gid) return true;
+  }
+  return false;
+}
+
+// Ethernet II, untagged; IPv4 (no fragments) or IPv6 (UDP as the next
+// header, as RoCEv2 sends it: IBTA A17.4); UDP to 4791; a whole BTH, and a
+// DETH for the UD opcodes. Everything read is inside the first segment.
+bool FrameSwitch::Inspect(const rte_mbuf* m, FrameInfo* info) const {
+  const uint8_t* p = rte_pktmbuf_mtod(m, const uint8_t*);
+  const size_t len = rte_pktmbuf_data_len(m);
+  if (len < kEthernetHeader) return false;
+  const uint16_t ether_type = LoadBe16(p + 12);
+  size_t l4 = 0;
+  uint8_t protocol = 0;
+  if (ether_type == transport::kEtherTypeIpv4) {
+    if (len < kEthernetHeader + kIpv4MinHeader) return false;
+    const uint8_t* ip = p + kEthernetHeader;
+    if ((ip[0] >> 4) != 4) return false;
+    const size_t ihl = (ip[0] & 0x0F) * 4u;
+    if (ihl < kIpv4MinHeader) return false;
+    protocol = ip[9];
+    info->src_ip = transport::Ipv4MappedGid(ip + 12);
+    info->dst_ip = transport::Ipv4MappedGid(ip + 16);
+    // Fragments are not RoCE (RoCEv2 sets DF and never fragments).
+    if ((LoadBe16(ip + 6) & 0x3FFF) != 0) protocol = 0;
+    l4 = kEthernetHeader + ihl;
+  } else if (ether_type == transport::kEtherTypeIpv6) {
+    if (len < kEthernetHeader + kIpv6Header) return false;
+    const uint8_t* ip = p + kEthernetHeader;
+    if ((ip[0] >> 4) != 6) return false;
+    protocol = ip[6];
+    std::memcpy(info->src_ip.data(), ip + 8, 16);
+    std::memcpy(info->dst_ip.data(), ip + 24, 16);
+    l4 = kEthernetHeader + kIpv6Header;
+    if (protocol == kIpProtocolIcmpv6) {
+      info->kind = FrameInfo::Kind::kNeighbor;  // ParseNeighborMessage checks the rest
+      return true;
+    }
+  } else if (ether_type == kEtherTypeArp) {
+    info->kind = FrameInfo::Kind::kNeighbor;
+    return true;
+  } else {
+    info->kind = FrameInfo::Kind::kOther;
+    return true;
+  }
+  if (protocol != kIpProtocolUdp) {
+    info->kind = FrameInfo::Kind::kOther;
+    return true;
+  }
+  if (len < l4 + kUdpHeader) return false;
+  if (LoadBe16(p + l4 + 2) != transport::kRoceV2UdpPort) {
+    info->kind = FrameInfo::Kind::kOther;
+    return true;
+  }
+  const size_t bth = l4 + kUdpHeader;
+  if (len < bth + kBth) return false;
+  info->kind = FrameInfo::Kind::kRoce;
+  info->dest_qpn = LoadBe24(p + bth + 5);
+  const uint8_t opcode = p[bth];
+  info->ud = opcode == static_cast<uint8_t>(transport::Opcode::kUdSendOnly) ||
+             opcode == static_cast<uint8_t>(transport::Opcode::kUdSendOnlyWithImmediate);
+  if (info->ud) {
+    if (len < bth + kBth + kDeth) return false;
+    info->src_qpn = LoadBe24(p + bth + kBth + 5);
+  }
+  return true;
+}
+
+unsigned FrameSwitch::Poll() {
+  unsigned moved = 0;
+  // The uplink, then every process: one burst each, so no port starves
+  // another.
+  const uint16_t n = ports_[kUplink].io->RxBurst(burst_.data(), static_cast<uint16_t>(burst_.size()));
+  for (uint16_t i = 0; i < n; ++i) FromUplink(burst_[i]);
+  moved += n;
+  for (size_t k = 0; k < attached_.size(); ++k) {
+    const uint32_t slot = attached_[k];
+    const uint16_t got = ports_[slot].io->RxBurst(burst_.data(), static_cast<uint16_t>(burst_.size()));
+    for (uint16_t i = 0; i < got; ++i) FromProcess(slot, burst_[i]);
+    moved += got;
+  }
+  FlushAll();
+  return moved;
+}
+
+void FrameSwitch::FromUplink(rte_mbuf* m) {
+  Port& up = ports_[kUplink];
+  up.counters.rx_frames++;
+  up.counters.rx_bytes += rte_pktmbuf_pkt_len(m);
+  FrameInfo info;
+  if (!Inspect(m, &info)) return Drop(kUplink, m, &counters_.malformed);
+  switch (info.kind) {
+    case FrameInfo::Kind::kRoce:
+      if (!IsOurs(info.dst_ip)) return Drop(kUplink, m, &counters_.not_for_us);
+      return ToRoceOwner(kUplink, info.dest_qpn, m);
+    case FrameInfo::Kind::kNeighbor:
+      return AnswerNeighbor(m);
+    case FrameInfo::Kind::kOther:
+      return Drop(kUplink, m, &counters_.not_for_us);
+  }
+}
+
+void FrameSwitch::FromProcess(uint32_t slot, rte_mbuf* m) {
+  Port& port = ports_[slot];
+  port.counters.rx_frames++;
+  port.counters.rx_bytes += rte_pktmbuf_pkt_len(m);
+  FrameInfo info;
+  if (!Inspect(m, &info)) return Drop(slot, m, &counters_.malformed);
+  // A process speaks as the host only: the uplink's MAC as the source.
+  const uint8_t* eth = rte_pktmbuf_mtod(m, const uint8_t*);
+  if (std::memcmp(eth + 6, options_.mac.data(), 6) != 0) return Drop(slot, m, &counters_.spoofed);
+  switch (info.kind) {
+    case FrameInfo::Kind::kRoce: {
+      if (!IsOurs(info.src_ip)) return Drop(slot, m, &counters_.spoofed);
+      // UD carries its source QPN (DETH): it must be one the process leased,
+      // or QP 1, its own GSI QP. RC and UC name no source QPN on the wire.
+      if (info.ud && info.src_qpn != 1 && SlotOfQpn(info.src_qpn) != slot) return Drop(slot, m, &counters_.spoofed);
+      if (IsOurs(info.dst_ip)) {
+        counters_.local_frames++;
+        return ToRoceOwner(slot, info.dest_qpn, m);
+      }
+      return StageTo(kUplink, m);
+    }
+    case FrameInfo::Kind::kNeighbor: {
+      // Only the process's own ARP requests and neighbour solicitations go
+      // out; answers for the host's addresses are the switch's.
+      const NeighborMessage msg = ParseNeighborMessage(eth, rte_pktmbuf_data_len(m));
+      if (msg.kind != NeighborMessageKind::kArpRequest && msg.kind != NeighborMessageKind::kNeighborSolicitation) {
+        return Drop(slot, m, &counters_.not_for_us);
+      }
+      if (!IsOurs(msg.sender_ip)) return Drop(slot, m, &counters_.spoofed);
+      return StageTo(kUplink, m);
+    }
+    case FrameInfo::Kind::kOther:
+      return Drop(slot, m, &counters_.not_for_us);
+  }
+}
+
+void FrameSwitch::ToRoceOwner(uint32_t from, uint32_t qpn, rte_mbuf* m) {
+  if (qpn == 1) return Drop(from, m, &counters_.cm_unrouted);
+  const uint32_t slot = SlotOfQpn(qpn);
+  if (slot < kSwitchFirstSlot || slot > kSwitchLastSlot || ports_[slot].io == nullptr) {
+    return Drop(from, m, &counters_.unknown_qpn);
+  }
+  StageTo(slot, m);
+}
+
+void FrameSwitch::AnswerNeighbor(rte_mbuf* m) {
+  const NeighborMessage msg = ParseNeighborMessage(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m));
+  switch (msg.kind) {
+    case NeighborMessageKind::kArpRequest:
+    case NeighborMessageKind::kNeighborSolicitation: {
+      if (!IsOurs(msg.target_ip) || !msg.has_sender_mac) return Drop(kUplink, m, &counters_.not_for_us);
+      // Answer in place: the request's buffer is big enough for the answer.
+      uint8_t frame[kMaxNeighborFrame];
+      const size_t len = msg.kind == NeighborMessageKind::kArpRequest
+                             ? BuildArpReply(frame, options_.mac, msg.target_ip, msg.sender_mac, msg.sender_ip)
+                             : BuildNeighborAdvertisement(frame, options_.mac, msg.target_ip, msg.sender_mac,
+                                                          msg.sender_ip);
+      rte_pktmbuf_free(m);
+      rte_mbuf* answer = rte_pktmbuf_alloc(options_.pool);
+      if (answer == nullptr) {
+        counters_.alloc_failures++;
+        return;
+      }
+      char* data = rte_pktmbuf_append(answer, static_cast<uint16_t>(len));
+      if (data == nullptr) {
+        rte_pktmbuf_free(answer);
+        counters_.alloc_failures++;
+        return;
+      }
+      std::memcpy(data, frame, len);
+      counters_.neighbor_answers++;
+      return StageTo(kUplink, answer);
+    }
+    case NeighborMessageKind::kArpReply:
+    case NeighborMessageKind::kNeighborAdvertisement:
+      return CopyToProcesses(m);
+    case NeighborMessageKind::kNone:
+      return Drop(kUplink, m, &counters_.not_for_us);
+  }
+}
+
+void FrameSwitch::CopyToProcesses(rte_mbuf* m) {
+  for (const uint32_t slot : attached_) {
+    rte_mbuf* copy = rte_pktmbuf_copy(m, options_.pool, 0, UINT32_MAX);
+    if (copy == nullptr) {
+      counters_.alloc_failures++;
+      continue;
+    }
+    counters_.neighbor_copies++;
+    StageTo(slot, copy);
+  }
+  rte_pktmbuf_free(m);
+}
+
+void FrameSwitch::StageTo(uint32_t slot, rte_mbuf* m) {
+  Port& p = ports_[slot];
+  if (p.staged == kStage) {
+    p.counters.tx_full++;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  p.stage[p.staged++] = m;
+}
+
+void FrameSwitch::Drop(uint32_t from, rte_mbuf* m, uint64_t* reason) {
+  ++*reason;
+  ports_[from].counters.rx_dropped++;
+  rte_pktmbuf_free(m);
+}
+
+void FrameSwitch::FlushAll() {
+  auto flush = [](Port& p) {
+    if (p.staged == 0) return;
+    uint64_t bytes = 0;
+    for (uint16_t i = 0; i < p.staged; ++i) bytes += rte_pktmbuf_pkt_len(p.stage[i]);
+    const uint16_t sent = p.io->TxBurst(p.stage, p.staged);
+    // A switch does not hold frames for a slow port: what its queue cannot
+    // take is dropped (the transport's retransmission recovers it).
+    for (uint16_t i = sent; i < p.staged; ++i) {
+      bytes -= rte_pktmbuf_pkt_len(p.stage[i]);
+      rte_pktmbuf_free(p.stage[i]);
+    }
+    p.counters.tx_full += p.staged - sent;
+    p.counters.tx_frames += sent;
+    p.counters.tx_bytes += bytes;
+    p.staged = 0;
+  };
+  flush(ports_[kUplink]);
+  for (const uint32_t slot : attached_) flush(ports_[slot]);
+}
+
+}  // namespace uroce::pmd

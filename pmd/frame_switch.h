@@ -1,0 +1,134 @@
+// The data path of `uroce daemon`: a switch between the host's uplink (a DPDK
+// port) and the shared-memory ports of the processes attached to the daemon.
+//
+// Every attached process runs its own engine for its own QPs (its memory
+// stays in the process) with QPNs from a leased range: slot S (1..254) owns
+// QPNs S<<16 .. (S<<16)+0xFFFF. The switch reads the destination QPN of each
+// RoCEv2 frame (BTH, IBTA 9.2) and hands the frame to the process that owns
+// it, whether the frame came from the wire or from another process on the
+// host (frames between processes never touch the wire). Everything to
+// another host goes to the uplink.
+//
+// Isolation: a process may send only as the host (its Ethernet source is the
+// uplink's MAC, its IP source one of the uplink's addresses) and, for UD,
+// only from a QPN it leased (DETH source QPN); it receives only frames for
+// its own QPNs. Frames from the wire are never trusted: malformed or foreign
+// frames are counted and dropped.
+//
+// ARP and IPv6 neighbour discovery on the uplink: the switch answers requests
+// for the uplink's addresses (it owns them, as uroce's engines do on their
+// ports), passes the processes' own requests to the wire, and copies every
+// answer from the wire to every process (each learns only answers to its own
+// requests: NeighborResolver's strict learning).
+//
+// Not yet: connection management MADs (destination QPN 1) are counted and
+// dropped; routing them to the listener's or the connection's process is
+// the next step (README).
+//
+// Threads: one (the daemon's switch loop); Attach and Detach are called
+// between two Polls on that same thread. The fast path (Poll) allocates only
+// mbufs, takes no lock and makes no system call.
+#pragma once
+
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/headers.h"
+#include "transport/packet_io.h"
+
+namespace uroce::pmd {
+
+constexpr uint32_t kSwitchQpnShift = 16;
+constexpr uint32_t kSwitchFirstSlot = 1;
+constexpr uint32_t kSwitchLastSlot = 254;
+
+struct SwitchPortCounters {
+  uint64_t rx_frames = 0, rx_bytes = 0;  // frames the port gave the switch
+  uint64_t tx_frames = 0, tx_bytes = 0;  // frames the switch gave the port
+  uint64_t rx_dropped = 0;               // its frames the switch refused
+  uint64_t tx_full = 0;                  // frames for it dropped: its queue was full
+};
+
+struct SwitchCounters {
+  uint64_t local_frames = 0;        // process to process, never on the wire
+  uint64_t unknown_qpn = 0;         // no process owns the destination QPN
+  uint64_t not_for_us = 0;          // RoCE to another address, or not RoCE/ARP/ND
+  uint64_t malformed = 0;           // too short or inconsistent headers
+  uint64_t spoofed = 0;             // a process sent as someone else
+  uint64_t cm_unrouted = 0;         // MADs to QP 1: not routed yet
+  uint64_t neighbor_answers = 0;    // ARP replies / NAs the switch sent
+  uint64_t neighbor_copies = 0;     // answers copied to processes
+  uint64_t alloc_failures = 0;
+};
+
+class FrameSwitch {
+ public:
+  struct Options {
+    transport::MacAddress mac{};           // the uplink's
+    std::vector<transport::Gid> gids;      // the uplink's addresses
+    transport::PacketIo* uplink = nullptr;
+    rte_mempool* pool = nullptr;           // for answers and copies
+    uint16_t burst = 32;
+  };
+
+  explicit FrameSwitch(const Options& options);
+  ~FrameSwitch();
+  FrameSwitch(const FrameSwitch&) = delete;
+  FrameSwitch& operator=(const FrameSwitch&) = delete;
+
+  // Slot `slot` (kSwitchFirstSlot..kSwitchLastSlot) is a process's port now.
+  Status Attach(uint32_t slot, transport::PacketIo* io);
+  // The slot is free again; frames still staged for it are freed. Its
+  // counters are kept until the next Attach.
+  void Detach(uint32_t slot);
+  bool attached(uint32_t slot) const { return slot < kPorts && ports_[slot].io != nullptr; }
+
+  // One round: a burst from the uplink and from every process, switched and
+  // transmitted. Returns the frames moved.
+  unsigned Poll();
+
+  const SwitchCounters& counters() const { return counters_; }
+  // Slot 0 is the uplink.
+  const SwitchPortCounters& port_counters(uint32_t slot) const { return ports_[slot].counters; }
+
+  static uint32_t SlotOfQpn(uint32_t qpn) { return qpn >> kSwitchQpnShift; }
+
+ private:
+  static constexpr uint32_t kPorts = kSwitchLastSlot + 1;
+  static constexpr uint32_t kUplink = 0;
+  static constexpr uint16_t kStage = 256;
+
+  struct Port {
+    transport::PacketIo* io = nullptr;
+    rte_mbuf* stage[kStage];
+    uint16_t staged = 0;
+    SwitchPortCounters counters;
+  };
+
+  // The parts of a frame the switch decides on.
+  struct FrameInfo;
+  bool Inspect(const rte_mbuf* m, FrameInfo* info) const;
+  bool IsOurs(const transport::Gid& gid) const;
+
+  void FromUplink(rte_mbuf* m);
+  void FromProcess(uint32_t slot, rte_mbuf* m);
+  void ToRoceOwner(uint32_t from, uint32_t qpn, rte_mbuf* m);
+  void AnswerNeighbor(rte_mbuf* m);
+  void CopyToProcesses(rte_mbuf* m);
+  void StageTo(uint32_t slot, rte_mbuf* m);
+  void Drop(uint32_t from, rte_mbuf* m, uint64_t* reason);
+  void FlushAll();
+
+  Options options_;
+  std::array<Port, kPorts> ports_{};
+  std::vector<uint32_t> attached_;  // slots in use, for Poll
+  std::vector<rte_mbuf*> burst_;
+  SwitchCounters counters_;
+};
+
+}  // namespace uroce::pmd

@@ -1,0 +1,209 @@
+// The daemon's switch: frames go to the process that owns the destination
+// QPN, from the wire and between processes; processes cannot speak as
+// someone else; ARP for the host is answered; every buffer comes back.
+#include "pmd/frame_switch.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <vector>
+
+#include "pmd/mempool.h"
+#include "pmd/neighbor_frames.h"
+#include "transport/opcode.h"
+#include "transport/packet_builder.h"
+
+namespace uroce::pmd {
+namespace {
+
+using transport::Gid;
+using transport::MacAddress;
+using transport::Opcode;
+
+// A port as the switch sees it: frames queued for it to receive, frames it
+// was given, and a transmit queue that may be made to refuse.
+class QueuePort : public transport::PacketIo {
+ public:
+  ~QueuePort() override { Clear(); }
+  uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override {
+    uint16_t k = 0;
+    while (k < n && !in.empty()) {
+      pkts[k++] = in.front();
+      in.pop_front();
+    }
+    return k;
+  }
+  uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override {
+    const uint16_t take = std::min<uint16_t>(n, tx_room);
+    for (uint16_t i = 0; i < take; ++i) out.push_back(pkts[i]);
+    return take;
+  }
+  void Clear() {
+    for (rte_mbuf* m : in) rte_pktmbuf_free(m);
+    for (rte_mbuf* m : out) rte_pktmbuf_free(m);
+    in.clear();
+    out.clear();
+  }
+  std::deque<rte_mbuf*> in;
+  std::vector<rte_mbuf*> out;
+  uint16_t tx_room = UINT16_MAX;
+};
+
+Gid Ip(uint8_t last) {
+  const uint8_t b[4] = {10, 0, 0, last};
+  return transport::Ipv4MappedGid(b);
+}
+
+const MacAddress kHostMac = {0x02, 0, 0, 0, 0, 0x01};
+const MacAddress kPeerMac = {0x02, 0, 0, 0, 0, 0x02};
+
+class FrameSwitchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto pool = CreatePktPool({.name = "switch_test", .mbufs = 1023, .per_core_cache = 0});
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    pool_ = std::move(*pool);
+    FrameSwitch::Options o;
+    o.mac = kHostMac;
+    o.gids = {Ip(1)};
+    o.uplink = &uplink_;
+    o.pool = pool_.get();
+    switch_ = std::make_unique<FrameSwitch>(o);
+    ASSERT_TRUE(switch_->Attach(1, &proc_[0]).ok());
+    ASSERT_TRUE(switch_->Attach(2, &proc_[1]).ok());
+  }
+  void TearDown() override {
+    switch_.reset();
+    uplink_.Clear();
+    for (auto& p : proc_) p.Clear();
+    EXPECT_EQ(AvailableMbufs(pool_.get()), 1023u) << "a buffer leaked";
+  }
+
+  // A RoCEv2 frame from (smac, sip) to (dmac, dip), QPN `qpn`.
+  rte_mbuf* Roce(const MacAddress& smac, const Gid& sip, const MacAddress& dmac, const Gid& dip, uint32_t qpn,
+                 Opcode op = Opcode::kRcSendOnly, uint32_t src_qpn = 0) {
+    transport::PacketFields f;
+    f.src_mac = smac;
+    f.dst_mac = dmac;
+    f.src_gid = sip;
+    f.dst_gid = dip;
+    f.udp_src_port = 0xC000;
+    f.bth.opcode = static_cast<uint8_t>(op);
+    f.bth.dest_qp = qpn;
+    f.deth.src_qp = src_qpn;
+    f.deth.qkey = 0x1234;
+    f.payload_length = 16;
+    const uint8_t payload[16] = {};
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+    EXPECT_NE(m, nullptr);
+    EXPECT_EQ(transport::BuildPacket(f, payload, m), transport::BuildError::kOk);
+    return m;
+  }
+  rte_mbuf* Raw(const uint8_t* bytes, size_t len) {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+    std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(len)), bytes, len);
+    return m;
+  }
+
+  QueuePort uplink_;
+  QueuePort proc_[2];
+  MempoolPtr pool_;
+  std::unique_ptr<FrameSwitch> switch_;
+};
+
+TEST_F(FrameSwitchTest, FramesFromTheWireGoToTheOwnerOfTheirQpn) {
+  uplink_.in.push_back(Roce(kPeerMac, Ip(2), kHostMac, Ip(1), 0x010005));
+  uplink_.in.push_back(Roce(kPeerMac, Ip(2), kHostMac, Ip(1), 0x02FFFF));
+  uplink_.in.push_back(Roce(kPeerMac, Ip(2), kHostMac, Ip(1), 0x030001));  // nobody's
+  uplink_.in.push_back(Roce(kPeerMac, Ip(2), kHostMac, Ip(9), 0x010005));  // not our address
+  uplink_.in.push_back(Roce(kPeerMac, Ip(2), kHostMac, Ip(1), 1));         // CM: not routed yet
+  switch_->Poll();
+  EXPECT_EQ(proc_[0].out.size(), 1u);
+  EXPECT_EQ(proc_[1].out.size(), 1u);
+  EXPECT_EQ(switch_->counters().unknown_qpn, 1u);
+  EXPECT_EQ(switch_->counters().not_for_us, 1u);
+  EXPECT_EQ(switch_->counters().cm_unrouted, 1u);
+  EXPECT_EQ(switch_->port_counters(0).rx_dropped, 3u);
+}
+
+TEST_F(FrameSwitchTest, ProcessesReachEachOtherThroughTheHostAddressWithoutTheWire) {
+  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(1), 0x020010));
+  proc_[1].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(1), 0x010020));
+  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(1), 0x010030));  // to itself
+  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kPeerMac, Ip(2), 0x000777));  // another host
+  switch_->Poll();
+  EXPECT_EQ(proc_[1].out.size(), 1u);
+  EXPECT_EQ(proc_[0].out.size(), 2u);
+  EXPECT_EQ(uplink_.out.size(), 1u);
+  EXPECT_EQ(switch_->counters().local_frames, 3u);
+}
+
+TEST_F(FrameSwitchTest, AProcessCannotSpeakAsAnotherAddressMacOrQpn) {
+  proc_[0].in.push_back(Roce(kPeerMac, Ip(1), kPeerMac, Ip(2), 5));   // another MAC
+  proc_[0].in.push_back(Roce(kHostMac, Ip(7), kPeerMac, Ip(2), 5));   // another IP
+  // UD from a QPN of slot 2's lease, and from its own.
+  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kPeerMac, Ip(2), 5, Opcode::kUdSendOnly, 0x020001));
+  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kPeerMac, Ip(2), 5, Opcode::kUdSendOnly, 0x010001));
+  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kPeerMac, Ip(2), 1, Opcode::kUdSendOnly, 1));  // its GSI QP
+  switch_->Poll();
+  EXPECT_EQ(switch_->counters().spoofed, 3u);
+  EXPECT_EQ(uplink_.out.size(), 2u);
+  EXPECT_EQ(switch_->port_counters(1).rx_dropped, 3u);
+}
+
+TEST_F(FrameSwitchTest, ArpForTheHostIsAnsweredAndAnswersReachEveryProcess) {
+  uint8_t frame[kMaxNeighborFrame];
+  // A peer asks for our address: the switch answers on the uplink.
+  uplink_.in.push_back(Raw(frame, BuildArpRequest(frame, kPeerMac, Ip(2), Ip(1))));
+  // A process asks for the peer's: out on the uplink; the reply to every process.
+  proc_[0].in.push_back(Raw(frame, BuildArpRequest(frame, kHostMac, Ip(1), Ip(2))));
+  switch_->Poll();
+  ASSERT_EQ(uplink_.out.size(), 2u);
+  size_t replies = 0;
+  for (rte_mbuf* m : uplink_.out) {
+    NeighborMessage msg = ParseNeighborMessage(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m));
+    if (msg.kind == NeighborMessageKind::kArpReply) {
+      ++replies;
+      EXPECT_EQ(msg.sender_ip, Ip(1));
+      EXPECT_EQ(msg.sender_mac, kHostMac);
+    }
+  }
+  EXPECT_EQ(replies, 1u);
+  uplink_.in.push_back(Raw(frame, BuildArpReply(frame, kPeerMac, Ip(2), kHostMac, Ip(1))));
+  switch_->Poll();
+  EXPECT_EQ(proc_[0].out.size(), 1u);
+  EXPECT_EQ(proc_[1].out.size(), 1u);
+  // A process may not answer for the host.
+  proc_[1].in.push_back(Raw(frame, BuildArpReply(frame, kHostMac, Ip(1), kPeerMac, Ip(2))));
+  switch_->Poll();
+  EXPECT_EQ(uplink_.out.size(), 2u);
+}
+
+TEST_F(FrameSwitchTest, MalformedFramesAreCountedAndFreed) {
+  const uint8_t tiny[10] = {};
+  uplink_.in.push_back(Raw(tiny, sizeof(tiny)));
+  rte_mbuf* cut = Roce(kPeerMac, Ip(2), kHostMac, Ip(1), 0x010005);
+  rte_pktmbuf_trim(cut, rte_pktmbuf_pkt_len(cut) - 14 - 20 - 8 - 4);  // BTH cut short
+  uplink_.in.push_back(cut);
+  switch_->Poll();
+  EXPECT_EQ(switch_->counters().malformed, 2u);
+  EXPECT_TRUE(proc_[0].out.empty());
+}
+
+TEST_F(FrameSwitchTest, DetachedSlotsReceiveNothingAndAFullPortDrops) {
+  switch_->Detach(2);
+  EXPECT_FALSE(switch_->attached(2));
+  uplink_.in.push_back(Roce(kPeerMac, Ip(2), kHostMac, Ip(1), 0x020001));
+  proc_[0].tx_room = 0;
+  uplink_.in.push_back(Roce(kPeerMac, Ip(2), kHostMac, Ip(1), 0x010001));
+  switch_->Poll();
+  EXPECT_EQ(switch_->counters().unknown_qpn, 1u);
+  EXPECT_EQ(switch_->port_counters(1).tx_full, 1u);
+  EXPECT_TRUE(proc_[0].out.empty());
+  EXPECT_EQ(switch_->Attach(1, &proc_[1]).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(switch_->Attach(0, &proc_[1]).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(switch_->Attach(255, &proc_[1]).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace uroce::pmd

@@ -1,0 +1,508 @@
+// `uroce daemon [--config FILE] [--set SECTION.KEY=VALUE]`: the host's uroce
+// device, shared by every process, as the kernel's rxe is.
+//
+// The daemon owns the uplink ([endpoint.NAME], a DPDK port) and a control
+// socket ([daemon] socket, default /run/uroce/uroce.sock, mode 0660). A
+// process that opens a uroce device with no configuration of its own
+// attaches through the socket (pmd/daemon_protocol.h): the daemon leases it a
+// slot (QPNs slot<<16 ..), starts a memif port for it, and hands it a
+// configuration on that port with the uplink's addresses and MAC. The process
+// runs its own engine for its own QPs (its memory never leaves it); the
+// daemon's FrameSwitch (pmd/frame_switch.h) moves frames between the uplink
+// and the processes by destination QPN, and between processes on the host
+// without touching the wire.
+//
+// Foreground, logs to stderr. SIGINT/SIGTERM stop it: the sessions close, so
+// every attached process moves its QPs to the error state (their work
+// completes as flushed), then the ports close and the socket goes.
+//
+// One thread: the switch loop also serves the control socket between polls
+// (a ppoll(2) that doubles as the idle sleep), so the switch needs no lock.
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <rte_bus_vdev.h>
+#include <rte_dev.h>
+#include <rte_ethdev.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "pmd/config.h"
+#include "pmd/daemon_protocol.h"
+#include "pmd/eth_port_io.h"
+#include "pmd/frame_switch.h"
+#include "pmd/mempool.h"
+#include "pmd/port.h"
+#include "pmd/runtime.h"
+#include "pmd/shutdown_signal.h"
+#include "tools/command.h"
+#include "tools/config_flags.h"
+
+namespace uroce::tools {
+namespace {
+
+using pmd::DaemonConfig;
+using pmd::EndpointConfig;
+
+void Log(const char* format, ...) __attribute__((format(printf, 1, 2)));
+void Log(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  std::fprintf(stderr, "uroce daemon: ");
+  std::vfprintf(stderr, format, args);
+  std::fputc('\n', stderr);
+  va_end(args);
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: uroce daemon --config FILE [--set SECTION.KEY=VALUE ...]\n"
+               "  the host's uroce device: the uplink of [endpoint.NAME], shared by every process that opens\n"
+               "  a uroce device without a configuration of its own ([daemon] socket, default %s;\n"
+               "  programs find it there or by UROCE_DAEMON). SIGINT/SIGTERM stop it.\n",
+               DaemonConfig{}.socket.c_str());
+  return 2;
+}
+
+// One attached process.
+struct Session {
+  int fd = -1;
+  int64_t pid = 0;
+  std::string program;
+  uint32_t slot = 0;  // 0: not attached yet
+  std::string vdev;   // its memif port's device name
+  uint16_t port_id = 0;
+  std::unique_ptr<pmd::EthPortIo> io;
+};
+
+class Daemon {
+ public:
+  explicit Daemon(const pmd::UroceConfig& config) : config_(config), uplink_config_(config.endpoints[0]) {}
+  ~Daemon() { Stop(); }
+
+  // The control socket first (a second daemon stops here, before EAL).
+  Status Listen();
+  Status StartUplink();
+  void Run();
+  void Stop();
+
+ private:
+  void ServeControl(int timeout_us);
+  void Accept();
+  void HandleMessage(Session& s);
+  Status AttachSession(Session& s, const pmd::AttachRequest& request);
+  void Release(Session& s);
+  std::string StatsText() const;
+  void Reply(Session& s, const std::string& text);
+  uint32_t FreeSlot();
+
+  pmd::UroceConfig config_;
+  EndpointConfig uplink_config_;
+  int listen_fd_ = -1;
+  std::string socket_path_;
+  pmd::MempoolPtr pool_;
+  unsigned pool_size_ = 0;
+  uint16_t uplink_port_ = 0;
+  bool uplink_started_ = false;
+  transport::MacAddress mac_{};
+  std::unique_ptr<pmd::EthPortIo> uplink_io_;
+  std::unique_ptr<pmd::FrameSwitch> switch_;
+  std::vector<std::unique_ptr<Session>> sessions_;
+  uint32_t next_slot_ = pmd::kSwitchFirstSlot;
+  uint64_t next_port_number_ = 0;
+  std::mt19937_64 random_{std::random_device{}()};
+  bool stopped_ = false;
+};
+
+Status Daemon::Listen() {
+  socket_path_ = config_.daemon.socket;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path_.size() >= sizeof(addr.sun_path)) return InvalidArgument("[daemon] socket: path too long");
+  std::memcpy(addr.sun_path, socket_path_.data(), socket_path_.size());
+  // Somebody answering there is a daemon already: refuse, and leave it be.
+  int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (probe < 0) return IoError(std::string("socket: ") + std::strerror(errno));
+  const bool answered = connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  const int probe_errno = errno;
+  close(probe);
+  if (answered) {
+    return AlreadyExists("another uroce daemon is running on " + socket_path_ +
+                         " (stop it first, or give this one another [daemon] socket)");
+  }
+  if (probe_errno == ECONNREFUSED) unlink(socket_path_.c_str());  // left by a daemon that died
+  // The socket's directory (/run/uroce by default).
+  const size_t slash = socket_path_.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    const std::string dir = socket_path_.substr(0, slash);
+    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      return IoError("cannot create " + dir + ": " + std::strerror(errno));
+    }
+  }
+  listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0) return IoError(std::string("socket: ") + std::strerror(errno));
+  // Mode 0660: the owner and its group attach (the umask must not let others
+  // in between bind and chmod).
+  const mode_t old_mask = umask(0117);
+  const int bound = bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int bind_errno = errno;
+  umask(old_mask);
+  if (bound != 0) return IoError("cannot bind " + socket_path_ + ": " + std::strerror(bind_errno));
+  if (chmod(socket_path_.c_str(), 0660) != 0 || listen(listen_fd_, 64) != 0) {
+    return IoError("cannot listen on " + socket_path_ + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+Status Daemon::StartUplink() {
+  const EndpointConfig& ec = uplink_config_;
+  auto id = pmd::PortByName(ec.device_name);
+  if (!id.ok()) return NotFound("uplink '" + ec.port + "': EAL made no port " + ec.device_name);
+  uplink_port_ = *id;
+  if (ec.port.rfind("net_af_packet", 0) == 0) UROCE_RETURN_IF_ERROR(pmd::CheckAfPacketFrameSize(ec));
+  // One pool for the uplink and every process port: the switch only moves
+  // buffers between them. Processes come and go; each port's receive ring
+  // holds buffers while it lives.
+  pool_size_ = std::max<unsigned>(ec.mbufs, 32767);
+  auto pool = pmd::CreatePktPool({.name = "uroce_daemon", .mbufs = pool_size_, .data_room = pmd::DataRoomFor(ec.mtu)});
+  if (!pool.ok()) return pool.status();
+  pool_ = std::move(*pool);
+  pmd::PortConfig port;
+  port.rx_pool = pool_.get();
+  port.rx_descriptors = ec.rx_descriptors;
+  port.tx_descriptors = ec.tx_descriptors;
+  port.mtu = static_cast<uint16_t>(ec.mtu);
+  port.promiscuous = ec.promiscuous;
+  UROCE_RETURN_IF_ERROR(pmd::StartPort(uplink_port_, port));
+  uplink_started_ = true;
+  if (ec.mac_from_port) {
+    rte_ether_addr mac;
+    if (rte_eth_macaddr_get(uplink_port_, &mac) != 0 || !rte_is_unicast_ether_addr(&mac) ||
+        rte_is_zero_ether_addr(&mac)) {
+      return InvalidArgument("uplink '" + ec.port + "' has no unicast MAC: give [endpoint." + ec.name + "] mac");
+    }
+    std::memcpy(mac_.data(), mac.addr_bytes, 6);
+  } else {
+    mac_ = ec.mac;
+  }
+  uplink_io_ = std::make_unique<pmd::EthPortIo>(uplink_port_, 0);
+  pmd::FrameSwitch::Options options;
+  options.mac = mac_;
+  options.gids = ec.gids;
+  options.uplink = uplink_io_.get();
+  options.pool = pool_.get();
+  switch_ = std::make_unique<pmd::FrameSwitch>(options);
+  std::string gids;
+  for (const auto& g : ec.gids) gids += (gids.empty() ? "" : ", ") + pmd::GidToString(g);
+  Log("uroce0 on %s (%s), MAC %s, addresses %s; control socket %s", ec.port.c_str(), ec.name.c_str(),
+      pmd::MacToString(mac_).c_str(), gids.c_str(), socket_path_.c_str());
+  return Status::Ok();
+}
+
+void Daemon::Run() {
+  using Clock = std::chrono::steady_clock;
+  // An idle sleep of idle_us means what it says (the default timer slack
+  // is 50 us: every frame that found the switch asleep would wait that).
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  const uint32_t idle_us = config_.daemon.idle_us;
+  unsigned idle_polls = 0;
+  auto next_control = Clock::now();
+  while (!pmd::ShutdownRequested()) {
+    const unsigned moved = switch_->Poll();
+    idle_polls = moved != 0 ? 0 : idle_polls + 1;
+    // Frames moving: look at the control socket once a millisecond. Idle: the
+    // look is the sleep (ppoll with the idle time), so a new process or a
+    // frame is served within idle_us.
+    if (idle_polls > 256) {
+      ServeControl(static_cast<int>(idle_us));
+      next_control = Clock::now() + std::chrono::milliseconds(1);
+    } else if (Clock::now() >= next_control) {
+      ServeControl(0);
+      next_control = Clock::now() + std::chrono::milliseconds(1);
+    }
+  }
+  Log("stopping (%s)", pmd::ShutdownSignal() == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+void Daemon::ServeControl(int timeout_us) {
+  std::vector<pollfd> fds;
+  fds.push_back({listen_fd_, POLLIN, 0});
+  for (const auto& s : sessions_) fds.push_back({s->fd, POLLIN, 0});
+  timespec timeout{0, static_cast<long>(timeout_us) * 1000};
+  if (ppoll(fds.data(), fds.size(), &timeout, nullptr) <= 0) return;
+  // Sessions first (their indices match fds[1..]), then new connections.
+  for (size_t i = fds.size() - 1; i >= 1; --i) {
+    if (fds[i].revents == 0) continue;
+    Session& s = *sessions_[i - 1];
+    if (fds[i].revents & POLLIN) HandleMessage(s);
+    if (s.fd < 0 || (fds[i].revents & (POLLHUP | POLLERR))) {
+      Release(s);
+      sessions_.erase(sessions_.begin() + static_cast<long>(i - 1));
+    }
+  }
+  if (fds[0].revents & POLLIN) Accept();
+}
+
+void Daemon::Accept() {
+  for (;;) {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    // A bounded number of sessions, attached or not: a local process cannot
+    // exhaust the daemon's descriptors.
+    if (sessions_.size() >= config_.daemon.max_processes + 16) {
+      const char busy[] = "ERROR too many sessions";
+      send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL);
+      close(fd);
+      continue;
+    }
+    auto s = std::make_unique<Session>();
+    s->fd = fd;
+    sessions_.push_back(std::move(s));
+  }
+}
+
+void Daemon::Reply(Session& s, const std::string& text) {
+  if (send(s.fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+    close(s.fd);
+    s.fd = -1;  // released by the caller
+  }
+}
+
+void Daemon::HandleMessage(Session& s) {
+  std::vector<char> buf(pmd::kMaxControlMessage + 1);
+  const ssize_t n = recv(s.fd, buf.data(), buf.size(), MSG_DONTWAIT);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+    close(s.fd);
+    s.fd = -1;
+    return;
+  }
+  if (n < 0) return;
+  const std::string_view message(buf.data(), static_cast<size_t>(n));
+  if (message == "STATS") return Reply(s, StatsText());
+  auto request = pmd::ParseAttachRequest(message);
+  Status status = request.ok() ? (s.slot != 0 ? FailedPrecondition("already attached") : AttachSession(s, *request))
+                               : request.status();
+  if (!status.ok()) {
+    Log("refused a control message (%zd bytes): %s", n, status.message().c_str());
+    Reply(s, "ERROR " + status.message());
+  }
+}
+
+uint32_t Daemon::FreeSlot() {
+  // Round robin: a slot that was just released is taken last, so frames
+  // still on their way to a process that ended find no new owner.
+  for (uint32_t tries = 0; tries < pmd::kSwitchLastSlot; ++tries) {
+    const uint32_t slot = next_slot_;
+    next_slot_ = next_slot_ >= pmd::kSwitchLastSlot ? pmd::kSwitchFirstSlot : next_slot_ + 1;
+    if (!switch_->attached(slot)) return slot;
+  }
+  return 0;
+}
+
+Status Daemon::AttachSession(Session& s, const pmd::AttachRequest& request) {
+  uint32_t attached = 0;
+  for (const auto& other : sessions_) attached += other->slot != 0;
+  if (attached >= config_.daemon.max_processes) {
+    return ResourceExhausted("the daemon serves " + std::to_string(attached) + " processes already ([daemon] max_processes)");
+  }
+  const uint32_t slot = FreeSlot();
+  if (slot == 0) return ResourceExhausted("no free slot");
+  // memif's sockets are abstract by default (no file, reachable from this
+  // network namespace): the port's secret, sent only over this session,
+  // keeps other local processes off it.
+  char secret[17];
+  std::snprintf(secret, sizeof(secret), "%016llx", static_cast<unsigned long long>(random_()));
+  const uint64_t number = next_port_number_++;
+  s.vdev = "net_memif_uroce" + std::to_string(number);
+  const std::string memif_socket = socket_path_ + ".memif" + std::to_string(number);
+  const std::string devargs = s.vdev + ",role=server,id=0,socket=" + memif_socket + ",secret=" + secret;
+  if (rte_dev_probe(devargs.c_str()) != 0) {
+    s.vdev.clear();
+    return IoError("cannot create the process's memif port");
+  }
+  auto id = pmd::PortByName(s.vdev);
+  if (!id.ok()) {
+    rte_eal_hotplug_remove("vdev", s.vdev.c_str());
+    s.vdev.clear();
+    return IoError("the process's memif port did not appear");
+  }
+  s.port_id = *id;
+  pmd::PortConfig port;
+  port.rx_pool = pool_.get();
+  port.mtu = static_cast<uint16_t>(uplink_config_.mtu);
+  Status started = pmd::StartPort(s.port_id, port);
+  if (!started.ok()) {
+    rte_eal_hotplug_remove("vdev", s.vdev.c_str());
+    s.vdev.clear();
+    return started;
+  }
+  s.io = std::make_unique<pmd::EthPortIo>(s.port_id, 0);
+  UROCE_RETURN_IF_ERROR(switch_->Attach(slot, s.io.get()));
+  s.slot = slot;
+  s.pid = request.pid;
+  s.program = request.program;
+
+  pmd::AttachGrant grant;
+  grant.slot = slot;
+  grant.endpoint_name = uplink_config_.name;
+  grant.memif_socket = memif_socket;
+  grant.memif_secret = secret;
+  grant.mac = mac_;
+  grant.gids = uplink_config_.gids;
+  grant.mtu = uplink_config_.mtu;
+  Reply(s, pmd::FormatAttachReply(grant));
+  Log("attached pid %lld (%s): slot %u, QPNs 0x%06x-0x%06x", static_cast<long long>(s.pid), s.program.c_str(), slot,
+      slot << pmd::kSwitchQpnShift, ((slot + 1) << pmd::kSwitchQpnShift) - 1);
+  return Status::Ok();
+}
+
+void Daemon::Release(Session& s) {
+  if (s.fd >= 0) {
+    close(s.fd);
+    s.fd = -1;
+  }
+  if (s.slot != 0) {
+    const pmd::SwitchPortCounters& c = switch_->port_counters(s.slot);
+    Log("released pid %lld (%s): slot %u; frames from it %llu, to it %llu, dropped %llu",
+        static_cast<long long>(s.pid), s.program.c_str(), s.slot, static_cast<unsigned long long>(c.rx_frames),
+        static_cast<unsigned long long>(c.tx_frames),
+        static_cast<unsigned long long>(c.rx_dropped + c.tx_full));
+    switch_->Detach(s.slot);
+    s.slot = 0;
+  }
+  s.io.reset();
+  if (!s.vdev.empty()) {
+    // Stopped, then removed: removing the device closes the port and frees
+    // what its rings held.
+    rte_eth_dev_stop(s.port_id);
+    rte_eal_hotplug_remove("vdev", s.vdev.c_str());
+    s.vdev.clear();
+  }
+}
+
+std::string Daemon::StatsText() const {
+  std::string out = "OK\n";
+  char line[512];
+  for (const auto& s : sessions_) {
+    if (s->slot == 0) continue;
+    const pmd::SwitchPortCounters& c = switch_->port_counters(s->slot);
+    std::snprintf(line, sizeof(line),
+                  "process pid=%lld program=%s slot=%u qpns=0x%06x-0x%06x rx_frames=%llu rx_bytes=%llu "
+                  "tx_frames=%llu tx_bytes=%llu dropped=%llu\n",
+                  static_cast<long long>(s->pid), s->program.c_str(), s->slot, s->slot << pmd::kSwitchQpnShift,
+                  ((s->slot + 1) << pmd::kSwitchQpnShift) - 1, static_cast<unsigned long long>(c.rx_frames),
+                  static_cast<unsigned long long>(c.rx_bytes), static_cast<unsigned long long>(c.tx_frames),
+                  static_cast<unsigned long long>(c.tx_bytes),
+                  static_cast<unsigned long long>(c.rx_dropped + c.tx_full));
+    out += line;
+  }
+  const pmd::SwitchPortCounters& u = switch_->port_counters(0);
+  const pmd::SwitchCounters& k = switch_->counters();
+  std::snprintf(line, sizeof(line),
+                "uplink rx_frames=%llu tx_frames=%llu rx_dropped=%llu tx_full=%llu\n"
+                "switch local_frames=%llu unknown_qpn=%llu not_for_us=%llu malformed=%llu spoofed=%llu "
+                "cm_unrouted=%llu neighbor_answers=%llu neighbor_copies=%llu alloc_failures=%llu\n",
+                static_cast<unsigned long long>(u.rx_frames), static_cast<unsigned long long>(u.tx_frames),
+                static_cast<unsigned long long>(u.rx_dropped), static_cast<unsigned long long>(u.tx_full),
+                static_cast<unsigned long long>(k.local_frames), static_cast<unsigned long long>(k.unknown_qpn),
+                static_cast<unsigned long long>(k.not_for_us), static_cast<unsigned long long>(k.malformed),
+                static_cast<unsigned long long>(k.spoofed), static_cast<unsigned long long>(k.cm_unrouted),
+                static_cast<unsigned long long>(k.neighbor_answers),
+                static_cast<unsigned long long>(k.neighbor_copies),
+                static_cast<unsigned long long>(k.alloc_failures));
+  out += line;
+  return out;
+}
+
+void Daemon::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  // Closing the sessions tells every process (its progress thread moves its
+  // QPs to the error state).
+  for (auto& s : sessions_) Release(*s);
+  sessions_.clear();
+  switch_.reset();
+  uplink_io_.reset();
+  if (uplink_started_) {
+    Status closed = pmd::ClosePort(uplink_port_);
+    if (!closed.ok()) Log("closing the uplink: %s", closed.message().c_str());
+  }
+  if (listen_fd_ >= 0) {
+    close(listen_fd_);
+    unlink(socket_path_.c_str());
+    listen_fd_ = -1;
+  }
+  if (pool_) {
+    const unsigned back = pmd::AvailableMbufs(pool_.get());
+    Log("stopped; mbufs back in the pool: %u of %u", back, pool_size_);
+  }
+}
+
+}  // namespace
+
+int DaemonCommand(int argc, char** argv) {
+  ConfigFlags flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string error;
+    if (TakeConfigFlag(argc, argv, &i, &flags, &error)) {
+      if (!error.empty()) {
+        std::fprintf(stderr, "uroce daemon: %s\n", error.c_str());
+        return 2;
+      }
+      continue;
+    }
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      Usage();
+      return 0;
+    }
+    std::fprintf(stderr, "uroce daemon: unknown argument '%s'\n", argv[i]);
+    return Usage();
+  }
+  if (flags.file.empty()) {
+    std::fprintf(stderr, "uroce daemon: give --config FILE (its [endpoint.NAME] is the uplink)\n");
+    return Usage();
+  }
+  auto config = LoadToolConfig(flags, "");
+  if (!config.ok()) {
+    std::fprintf(stderr, "uroce daemon: %s\n", config.status().ToString().c_str());
+    return 2;
+  }
+  if (config->endpoints.size() != 1) {
+    std::fprintf(stderr, "uroce daemon: the configuration needs exactly one [endpoint.NAME], the uplink (%zu given)\n",
+                 config->endpoints.size());
+    return 2;
+  }
+  if (config->endpoints[0].kind == pmd::PortKind::kRingPair) {
+    std::fprintf(stderr, "uroce daemon: the uplink must be a DPDK device (a vdev or a PCI NIC), not a ring pair\n");
+    return 2;
+  }
+  pmd::InstallShutdownSignals();
+  Daemon daemon(*config);
+  Status s = daemon.Listen();
+  if (s.ok()) s = pmd::StartEalFor(*config);
+  if (s.ok()) s = daemon.StartUplink();
+  if (!s.ok()) {
+    Log("%s", s.message().c_str());
+    daemon.Stop();
+    return 1;
+  }
+  daemon.Run();
+  daemon.Stop();
+  return 0;
+}
+
+}  // namespace uroce::tools
