@@ -23,26 +23,19 @@ std::string ProgramName() {
   return name.empty() ? "unknown" : TameProgramName(name);
 }
 
-}  // namespace
-
-std::string DaemonSocketPath() {
-  const char* env = secure_getenv("UROCE_DAEMON");
-  return env != nullptr && *env != '\0' ? env : DaemonConfig{}.socket;
-}
-
-StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string& socket_path) {
+// A connected SOCK_SEQPACKET socket to the daemon, replies bounded by 10 s.
+StatusOr<int> ConnectToDaemon(const std::string& socket_path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.empty() || socket_path.size() >= sizeof(addr.sun_path)) {
     return InvalidArgument("daemon socket path '" + socket_path + "' is empty or too long");
   }
   std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
-  std::unique_ptr<DaemonSession> session(new DaemonSession());
-  session->socket_path_ = socket_path;
-  session->fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (session->fd_ < 0) return IoError(std::string("socket: ") + std::strerror(errno));
-  if (connect(session->fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return IoError(std::string("socket: ") + std::strerror(errno));
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
     const int e = errno;
+    close(fd);
     if (e == ENOENT || e == ECONNREFUSED) {
       return NotFound("no uroce daemon at " + socket_path +
                       " (start one: `uroce daemon --config FILE`; or give this program a configuration of its own: "
@@ -52,8 +45,36 @@ StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string
   }
   // The daemon answers at once (it only starts a port): bound the wait.
   timeval limit{10, 0};
-  setsockopt(session->fd_, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  setsockopt(session->fd_, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  return fd;
+}
+
+}  // namespace
+
+StatusOr<std::string> QueryDaemonStats(const std::string& socket_path) {
+  auto fd = ConnectToDaemon(socket_path);
+  if (!fd.ok()) return fd.status();
+  std::vector<char> reply(kMaxControlMessage + 1);
+  ssize_t n = -1;
+  if (send(*fd, "STATS", 5, MSG_NOSIGNAL) == 5) n = recv(*fd, reply.data(), reply.size(), 0);
+  close(*fd);
+  const std::string text(reply.data(), n > 0 ? static_cast<size_t>(n) : 0);
+  if (text.rfind("OK\n", 0) != 0) return IoError("uroce daemon at " + socket_path + " did not answer STATS");
+  return text.substr(3);
+}
+
+std::string DaemonSocketPath() {
+  const char* env = secure_getenv("UROCE_DAEMON");
+  return env != nullptr && *env != '\0' ? env : DaemonConfig{}.socket;
+}
+
+StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string& socket_path) {
+  auto fd = ConnectToDaemon(socket_path);
+  if (!fd.ok()) return fd.status();
+  std::unique_ptr<DaemonSession> session(new DaemonSession());
+  session->socket_path_ = socket_path;
+  session->fd_ = *fd;
   AttachRequest request;
   request.pid = getpid();
   request.program = ProgramName();
@@ -78,6 +99,22 @@ StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string
 
 DaemonSession::~DaemonSession() {
   if (fd_ >= 0) close(fd_);
+}
+
+Status DaemonSession::ClaimPort(uint16_t port, bool listen) {
+  std::lock_guard<std::mutex> lock(request_mutex_);
+  if (gone_) return Unavailable("the uroce daemon is gone");
+  const std::string message = FormatPortClaim({port, listen});
+  if (send(fd_, message.data(), message.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(message.size())) {
+    return Unavailable(std::string("uroce daemon: cannot send: ") + std::strerror(errno));
+  }
+  char reply[512];
+  const ssize_t n = recv(fd_, reply, sizeof(reply), 0);
+  if (n <= 0) return Unavailable("uroce daemon did not answer");
+  const std::string_view text(reply, static_cast<size_t>(n));
+  if (text == "OK") return Status::Ok();
+  if (text.rfind("ERROR ", 0) == 0) return AlreadyExists(std::string(text.substr(6)));
+  return Internal("uroce daemon: unexpected answer");
 }
 
 bool DaemonSession::DaemonGone() {

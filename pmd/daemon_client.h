@@ -5,7 +5,9 @@
 // Threads: Attach on the control path; DaemonGone from any one thread.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "common/status.h"
@@ -15,6 +17,10 @@ namespace uroce::pmd {
 
 // UROCE_DAEMON (read with secure_getenv(3)), or the default socket.
 std::string DaemonSocketPath();
+
+// The daemon's STATS answer (attached processes, uplink, switch counters),
+// without attaching. kNotFound when nobody listens at `socket_path`.
+StatusOr<std::string> QueryDaemonStats(const std::string& socket_path);
 
 class DaemonSession {
  public:
@@ -32,6 +38,9 @@ class DaemonSession {
   // True once the daemon closed the session (it stopped or died). One
   // non-blocking system call: for a progress thread, never the fast path.
   bool DaemonGone();
+  // Claims (listen) or releases a CM port host-wide: kAlreadyExists when
+  // another process on the host listens on it. Control path; any thread.
+  Status ClaimPort(uint16_t port, bool listen);
 
  private:
   DaemonSession() = default;
@@ -39,7 +48,8 @@ class DaemonSession {
   uint32_t slot_ = 0;
   std::string config_text_;
   std::string socket_path_;
-  bool gone_ = false;
+  std::atomic<bool> gone_{false};
+  std::mutex request_mutex_;  // one request and its reply at a time
 };
 
 }  // namespace uroce::pmd

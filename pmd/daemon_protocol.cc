@@ -87,6 +87,20 @@ StatusOr<AttachRequest> ParseAttachRequest(std::string_view message) {
   return request;
 }
 
+std::string FormatPortClaim(const PortClaim& claim) {
+  return std::string(claim.listen ? "LISTEN " : "UNLISTEN ") + std::to_string(claim.port);
+}
+
+StatusOr<PortClaim> ParsePortClaim(std::string_view message) {
+  const std::vector<std::string_view> words = Words(message);
+  uint64_t port = 0;
+  if (message.size() > 64 || words.size() != 2 || (words[0] != "LISTEN" && words[0] != "UNLISTEN") ||
+      !ParseDecimal(words[1], 65535, &port) || port == 0) {
+    return InvalidArgument("expected LISTEN PORT or UNLISTEN PORT (1..65535)");
+  }
+  return PortClaim{static_cast<uint16_t>(port), words[0] == "LISTEN"};
+}
+
 std::string FormatAttachReply(const AttachGrant& grant) {
   std::string gids, neighbors;
   for (const transport::Gid& gid : grant.gids) {

@@ -7,6 +7,14 @@
 //                       ERROR <why>
 //   process -> daemon   STATS
 //   daemon  -> process  OK\n<one line per attached process, then the switch>
+//   process -> daemon   LISTEN PORT | UNLISTEN PORT   (an attached process)
+//   daemon  -> process  OK | ERROR <why>
+//
+// The daemon routes connection management MADs (QP 1) between the
+// processes: a REQ to the process that listens on its port (the rdma_cm IP
+// service, IBTA A11), every other CM message to the process whose
+// communication ID it names as the receiver's: an attached process draws its
+// IDs from slot << kDaemonCommIdShift.
 //
 // The configuration the daemon hands out is an ordinary uroce configuration
 // (pmd/config.h): a memif client port to the daemon, the uplink's addresses
@@ -30,6 +38,15 @@
 namespace uroce::pmd {
 
 constexpr size_t kMaxControlMessage = 16384;
+constexpr uint32_t kDaemonCommIdShift = 24;
+
+// LISTEN/UNLISTEN PORT.
+struct PortClaim {
+  uint16_t port = 0;
+  bool listen = true;
+};
+std::string FormatPortClaim(const PortClaim& claim);
+StatusOr<PortClaim> ParsePortClaim(std::string_view message);
 
 struct AttachRequest {
   int64_t pid = 0;

@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <variant>
 
 #include "pmd/neighbor_frames.h"
+#include "transport/cm_mad.h"
 #include "transport/opcode.h"
+#include "transport/packet_builder.h"
 #include "transport/wire_types.h"
 
 namespace uroce::pmd {
@@ -19,6 +23,8 @@ struct FrameSwitch::FrameInfo {
   uint32_t dest_qpn = 0;
   bool ud = false;
   uint32_t src_qpn = 0;  // UD: DETH source QP
+  size_t payload = 0;    // UD: offset of the datagram's payload (a MAD on QP 1)
+  size_t payload_length = 0;
 };
 
 namespace {
@@ -29,6 +35,7 @@ constexpr size_t kIpv6Header = 40;
 constexpr size_t kUdpHeader = 8;
 constexpr size_t kBth = 12;
 constexpr size_t kDeth = 8;
+constexpr size_t kIcrc = 4;
 constexpr uint8_t kIpProtocolUdp = 17;
 
 }  // namespace
@@ -55,8 +62,24 @@ Status FrameSwitch::Attach(uint32_t slot, transport::PacketIo* io) {
   return Status::Ok();
 }
 
+Status FrameSwitch::Listen(uint16_t port, uint32_t slot) {
+  if (!attached(slot) || slot == kUplink) return InvalidArgument("no such switch slot");
+  if (listeners_[port] != 0 && listeners_[port] != slot) {
+    return AlreadyExists("port " + std::to_string(port) + " is listened on by another process on this host");
+  }
+  listeners_[port] = static_cast<uint8_t>(slot);
+  return Status::Ok();
+}
+
+void FrameSwitch::Unlisten(uint16_t port, uint32_t slot) {
+  if (listeners_[port] == slot) listeners_[port] = 0;
+}
+
 void FrameSwitch::Detach(uint32_t slot) {
   if (slot < kSwitchFirstSlot || slot > kSwitchLastSlot || ports_[slot].io == nullptr) return;
+  for (uint8_t& owner : listeners_) {
+    if (owner == slot) owner = 0;
+  }
   Port& p = ports_[slot];
   rte_pktmbuf_free_bulk(p.stage, p.staged);
   p.staged = 0;
@@ -129,8 +152,10 @@ bool FrameSwitch::Inspect(const rte_mbuf* m, FrameInfo* info) const {
   info->ud = opcode == static_cast<uint8_t>(transport::Opcode::kUdSendOnly) ||
              opcode == static_cast<uint8_t>(transport::Opcode::kUdSendOnlyWithImmediate);
   if (info->ud) {
-    if (len < bth + kBth + kDeth) return false;
+    if (len < bth + kBth + kDeth + kIcrc) return false;
     info->src_qpn = LoadBe24(p + bth + kBth + 5);
+    info->payload = bth + kBth + kDeth;
+    info->payload_length = len - info->payload - kIcrc;
   }
   return true;
 }
@@ -161,7 +186,7 @@ void FrameSwitch::FromUplink(rte_mbuf* m) {
   switch (info.kind) {
     case FrameInfo::Kind::kRoce:
       if (!IsOurs(info.dst_ip)) return Drop(kUplink, m, &counters_.not_for_us);
-      return ToRoceOwner(kUplink, info.dest_qpn, m);
+      return ToRoceOwner(kUplink, info, m);
     case FrameInfo::Kind::kNeighbor:
       return AnswerNeighbor(m);
     case FrameInfo::Kind::kOther:
@@ -186,7 +211,7 @@ void FrameSwitch::FromProcess(uint32_t slot, rte_mbuf* m) {
       if (info.ud && info.src_qpn != 1 && SlotOfQpn(info.src_qpn) != slot) return Drop(slot, m, &counters_.spoofed);
       if (IsOurs(info.dst_ip)) {
         counters_.local_frames++;
-        return ToRoceOwner(slot, info.dest_qpn, m);
+        return ToRoceOwner(slot, info, m);
       }
       return StageTo(kUplink, m);
     }
@@ -205,13 +230,97 @@ void FrameSwitch::FromProcess(uint32_t slot, rte_mbuf* m) {
   }
 }
 
-void FrameSwitch::ToRoceOwner(uint32_t from, uint32_t qpn, rte_mbuf* m) {
-  if (qpn == 1) return Drop(from, m, &counters_.cm_unrouted);
-  const uint32_t slot = SlotOfQpn(qpn);
+void FrameSwitch::ToRoceOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m) {
+  if (info.dest_qpn == 1) return ToCmOwner(from, info, m);
+  const uint32_t slot = SlotOfQpn(info.dest_qpn);
   if (slot < kSwitchFirstSlot || slot > kSwitchLastSlot || ports_[slot].io == nullptr) {
     return Drop(from, m, &counters_.unknown_qpn);
   }
   StageTo(slot, m);
+}
+
+// A CM MAD (IBTA 12.6) to the process it is for. Only well-formed CM MADs
+// are routed: DecodeCmMad checks the header and every field the CM reads.
+void FrameSwitch::ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m) {
+  transport::CmMad mad;
+  if (!info.ud ||
+      transport::DecodeCmMad(rte_pktmbuf_mtod_offset(m, const uint8_t*, info.payload), info.payload_length, &mad) !=
+          transport::CmMadError::kOk) {
+    return Drop(from, m, &counters_.cm_unrouted);
+  }
+  uint32_t slot = 0;
+  if (const auto* req = std::get_if<transport::CmReq>(&mad.message)) {
+    if ((req->service_id & ~uint64_t{0xFFFF}) != transport::kRdmaIpServiceIdBase) {
+      RejectRequest(from, info, mad.header.transaction_id, req->local_comm_id, m);
+      return Drop(from, m, &counters_.cm_no_listener);
+    }
+    slot = listeners_[req->service_id & 0xFFFF];
+    if (slot == 0) {
+      RejectRequest(from, info, mad.header.transaction_id, req->local_comm_id, m);
+      return Drop(from, m, &counters_.cm_no_listener);
+    }
+  } else {
+    // Every other CM message names the receiver's communication ID as its
+    // remote one.
+    const uint32_t remote_comm_id =
+        std::visit([](const auto& message) -> uint32_t {
+          if constexpr (std::is_same_v<std::decay_t<decltype(message)>, transport::CmReq>) {
+            return 0;
+          } else {
+            return message.remote_comm_id;
+          }
+        }, mad.message);
+    slot = remote_comm_id >> kSwitchCommIdShift;
+  }
+  if (slot < kSwitchFirstSlot || slot > kSwitchLastSlot || ports_[slot].io == nullptr) {
+    return Drop(from, m, &counters_.cm_unrouted);
+  }
+  counters_.cm_routed++;
+  StageTo(slot, m);
+}
+
+// REJ "invalid service ID" (IBTA 12.6.7, table 112) for a REQ nobody on the
+// host listens for, as a connection manager would answer it: to the REQ's
+// Ethernet and IP source, from QP 1 to QP 1 with the GSI Q_Key (13.5.1),
+// naming the caller's communication ID. The caller fails at once instead of
+// retrying into a timeout.
+void FrameSwitch::RejectRequest(uint32_t from, const FrameInfo& info, uint64_t transaction_id, uint32_t caller_id,
+                                const rte_mbuf* request) {
+  constexpr uint32_t kGsiQkey = 0x80010000;
+  const uint8_t* eth = rte_pktmbuf_mtod(request, const uint8_t*);
+  transport::CmMad mad;
+  mad.header.transaction_id = transaction_id;
+  transport::CmRej rej;
+  rej.remote_comm_id = caller_id;
+  rej.message_rejected = transport::CmMessageKind::kReq;
+  rej.reason = transport::kRejInvalidServiceId;
+  mad.message = rej;
+  uint8_t payload[transport::kMadBytes];
+  transport::EncodeCmMad(mad, payload);
+  transport::PacketFields f;
+  std::memcpy(f.dst_mac.data(), eth + 6, 6);
+  f.src_mac = options_.mac;
+  f.ip_version = transport::IsIpv4MappedGid(info.dst_ip) ? transport::IpVersion::kIpv4 : transport::IpVersion::kIpv6;
+  f.src_gid = info.dst_ip;
+  f.dst_gid = info.src_ip;
+  f.udp_src_port = 0xC000;
+  f.bth.opcode = static_cast<uint8_t>(transport::Opcode::kUdSendOnly);
+  f.bth.dest_qp = 1;
+  f.deth.qkey = kGsiQkey;
+  f.deth.src_qp = 1;
+  f.payload_length = transport::kMadBytes;
+  rte_mbuf* answer = rte_pktmbuf_alloc(options_.pool);
+  if (answer == nullptr) {
+    counters_.alloc_failures++;
+    return;
+  }
+  if (transport::BuildPacket(f, payload, answer) != transport::BuildError::kOk) {
+    rte_pktmbuf_free(answer);
+    counters_.alloc_failures++;
+    return;
+  }
+  counters_.cm_rejects++;
+  StageTo(from, answer);
 }
 
 void FrameSwitch::AnswerNeighbor(rte_mbuf* m) {

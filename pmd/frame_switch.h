@@ -21,9 +21,12 @@
 // answer from the wire to every process (each learns only answers to its own
 // requests: NeighborResolver's strict learning).
 //
-// Not yet: connection management MADs (destination QPN 1) are counted and
-// dropped; routing them to the listener's or the connection's process is
-// the next step (README).
+// Connection management MADs (to QP 1, IBTA 12) are routed as well: a REQ
+// to the process that listens on its port (rdma_cm's IP service ID, IBTA
+// A11), every other CM message to the process whose communication ID it
+// names as the receiver's (attached processes draw their IDs from
+// slot << 24). A REQ nobody on the host listens for is rejected by the
+// switch itself (REJ "invalid service ID"), as a connection manager would.
 //
 // Threads: one (the daemon's switch loop); Attach and Detach are called
 // between two Polls on that same thread. The fast path (Poll) allocates only
@@ -46,6 +49,7 @@ namespace uroce::pmd {
 constexpr uint32_t kSwitchQpnShift = 16;
 constexpr uint32_t kSwitchFirstSlot = 1;
 constexpr uint32_t kSwitchLastSlot = 254;
+constexpr uint32_t kSwitchCommIdShift = 24;  // a slot's CM communication IDs
 
 struct SwitchPortCounters {
   uint64_t rx_frames = 0, rx_bytes = 0;  // frames the port gave the switch
@@ -60,7 +64,10 @@ struct SwitchCounters {
   uint64_t not_for_us = 0;          // RoCE to another address, or not RoCE/ARP/ND
   uint64_t malformed = 0;           // too short or inconsistent headers
   uint64_t spoofed = 0;             // a process sent as someone else
-  uint64_t cm_unrouted = 0;         // MADs to QP 1: not routed yet
+  uint64_t cm_routed = 0;           // CM MADs handed to their process
+  uint64_t cm_no_listener = 0;      // REQs for a port nobody listens on
+  uint64_t cm_rejects = 0;          // REJs the switch sent for them
+  uint64_t cm_unrouted = 0;         // other MADs to QP 1 no process owns
   uint64_t neighbor_answers = 0;    // ARP replies / NAs the switch sent
   uint64_t neighbor_copies = 0;     // answers copied to processes
   uint64_t alloc_failures = 0;
@@ -87,6 +94,12 @@ class FrameSwitch {
   // counters are kept until the next Attach.
   void Detach(uint32_t slot);
   bool attached(uint32_t slot) const { return slot < kPorts && ports_[slot].io != nullptr; }
+  // CM REQs for `port` go to `slot` (an attached one). kAlreadyExists if
+  // another slot listens on it.
+  Status Listen(uint16_t port, uint32_t slot);
+  void Unlisten(uint16_t port, uint32_t slot);
+  // The slot listening on `port`, 0 if none.
+  uint32_t listener(uint16_t port) const { return listeners_[port]; }
 
   // One round: a burst from the uplink and from every process, switched and
   // transmitted. Returns the frames moved.
@@ -117,7 +130,10 @@ class FrameSwitch {
 
   void FromUplink(rte_mbuf* m);
   void FromProcess(uint32_t slot, rte_mbuf* m);
-  void ToRoceOwner(uint32_t from, uint32_t qpn, rte_mbuf* m);
+  void ToRoceOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m);
+  void ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m);
+  void RejectRequest(uint32_t from, const FrameInfo& info, uint64_t transaction_id, uint32_t caller_id,
+                     const rte_mbuf* request);
   void AnswerNeighbor(rte_mbuf* m);
   void CopyToProcesses(rte_mbuf* m);
   void StageTo(uint32_t slot, rte_mbuf* m);
@@ -127,6 +143,7 @@ class FrameSwitch {
   Options options_;
   std::array<Port, kPorts> ports_{};
   std::vector<uint32_t> attached_;  // slots in use, for Poll
+  std::array<uint8_t, 65536> listeners_{};  // CM port -> slot (0: none)
   std::vector<rte_mbuf*> burst_;
   SwitchCounters counters_;
 };

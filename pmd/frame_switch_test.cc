@@ -10,6 +10,7 @@
 
 #include "pmd/mempool.h"
 #include "pmd/neighbor_frames.h"
+#include "transport/cm_mad.h"
 #include "transport/opcode.h"
 #include "transport/packet_builder.h"
 
@@ -99,6 +100,25 @@ class FrameSwitchTest : public ::testing::Test {
     EXPECT_EQ(transport::BuildPacket(f, payload, m), transport::BuildError::kOk);
     return m;
   }
+  // A CM MAD to QP 1 (UD, from QP 1), as a connection manager sends it.
+  rte_mbuf* Mad(const MacAddress& smac, const Gid& sip, const transport::CmMad& mad) {
+    transport::PacketFields f;
+    f.src_mac = smac;
+    f.dst_mac = kHostMac;
+    f.src_gid = sip;
+    f.dst_gid = Ip(1);
+    f.udp_src_port = 0xC000;
+    f.bth.opcode = static_cast<uint8_t>(Opcode::kUdSendOnly);
+    f.bth.dest_qp = 1;
+    f.deth.src_qp = 1;
+    f.deth.qkey = 0x80010000;
+    f.payload_length = transport::kMadBytes;
+    uint8_t payload[transport::kMadBytes];
+    transport::EncodeCmMad(mad, payload);
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+    EXPECT_EQ(transport::BuildPacket(f, payload, m), transport::BuildError::kOk);
+    return m;
+  }
   rte_mbuf* Raw(const uint8_t* bytes, size_t len) {
     rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
     std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(len)), bytes, len);
@@ -177,6 +197,63 @@ TEST_F(FrameSwitchTest, ArpForTheHostIsAnsweredAndAnswersReachEveryProcess) {
   proc_[1].in.push_back(Raw(frame, BuildArpReply(frame, kHostMac, Ip(1), kPeerMac, Ip(2))));
   switch_->Poll();
   EXPECT_EQ(uplink_.out.size(), 2u);
+}
+
+TEST_F(FrameSwitchTest, CmRequestsGoToTheListenerAndAnswersToTheirCommunicationId) {
+  ASSERT_TRUE(switch_->Listen(7174, 2).ok());
+  EXPECT_EQ(switch_->Listen(7174, 1).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(switch_->listener(7174), 2u);
+  transport::CmMad req_mad;
+  transport::CmReq req;
+  req.local_comm_id = 0x12345678;
+  req.service_id = transport::IpServiceId(7174);
+  req.local_qpn = 0x777;
+  req.starting_psn = 1;
+  req.path_mtu = 3;  // IBV_MTU_1024
+  req_mad.message = req;
+  uplink_.in.push_back(Mad(kPeerMac, Ip(2), req_mad));        // from another host
+  proc_[0].in.push_back(Mad(kHostMac, Ip(1), req_mad));       // from a process on this host
+  req.service_id = transport::IpServiceId(7175);
+  req_mad.message = req;
+  uplink_.in.push_back(Mad(kPeerMac, Ip(2), req_mad));        // nobody listens
+  transport::CmMad rep_mad;
+  transport::CmRep rep;
+  rep.local_comm_id = 0x02000001;
+  rep.remote_comm_id = 0x01000042;  // slot 1's
+  rep.local_qpn = 0x020005;
+  rep_mad.message = rep;
+  proc_[1].in.push_back(Mad(kHostMac, Ip(1), rep_mad));
+  rep.remote_comm_id = 0x07000042;  // nobody's
+  rep_mad.message = rep;
+  uplink_.in.push_back(Mad(kPeerMac, Ip(2), rep_mad));
+  switch_->Poll();
+  EXPECT_EQ(proc_[1].out.size(), 2u) << "both REQs reach the listener";
+  EXPECT_EQ(proc_[0].out.size(), 1u) << "the REP reaches the caller";
+  // The REQ nobody listens for is rejected to its caller, on the uplink.
+  ASSERT_EQ(uplink_.out.size(), 1u);
+  {
+    rte_mbuf* m = uplink_.out[0];
+    const uint8_t* p = rte_pktmbuf_mtod(m, const uint8_t*);
+    EXPECT_EQ(0, std::memcmp(p, kPeerMac.data(), 6));
+    transport::CmMad answer;
+    const size_t mad_at = 14 + 20 + 8 + 12 + 8;
+    ASSERT_EQ(transport::DecodeCmMad(p + mad_at, rte_pktmbuf_data_len(m) - mad_at - 4, &answer),
+              transport::CmMadError::kOk);
+    const auto* rej = std::get_if<transport::CmRej>(&answer.message);
+    ASSERT_NE(rej, nullptr);
+    EXPECT_EQ(rej->reason, transport::kRejInvalidServiceId);
+    EXPECT_EQ(rej->remote_comm_id, 0x12345678u);
+  }
+  EXPECT_EQ(switch_->counters().cm_rejects, 1u);
+  EXPECT_EQ(switch_->counters().cm_routed, 3u);
+  EXPECT_EQ(switch_->counters().cm_no_listener, 1u);
+  EXPECT_EQ(switch_->counters().cm_unrouted, 1u);
+  // A process that goes takes its ports with it.
+  switch_->Detach(2);
+  EXPECT_EQ(switch_->listener(7174), 0u);
+  ASSERT_TRUE(switch_->Listen(7174, 1).ok());
+  switch_->Unlisten(7174, 2);
+  EXPECT_EQ(switch_->listener(7174), 1u) << "only the listener itself stops listening";
 }
 
 TEST_F(FrameSwitchTest, MalformedFramesAreCountedAndFreed) {

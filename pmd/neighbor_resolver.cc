@@ -214,7 +214,10 @@ Status NeighborResolver::Resolve(const Gid& ip, unsigned timeout_ms) {
   const bool v4 = transport::IsIpv4MappedGid(ip);
   const char* protocol = v4 ? "ARP" : "neighbour discovery";
   if (IsOurs(ip)) {
-    return InvalidArgument(GidToString(ip) + " is this port's own address; uroce does not loop frames back");
+    // Our own address: the engine's loopback (or, attached to a daemon, the
+    // static entry that sends it through the daemon's switch) needs no ARP.
+    if (engine_->LookupNeighbor(ip, nullptr)) return Status::Ok();
+    return InvalidArgument(GidToString(ip) + " is this port's own address, and its loopback is off");
   }
   const Gid* source = SourceFor(ip);
   if (source == nullptr) {

@@ -52,13 +52,13 @@ lib=$(dirname "$(readlink -f "$(dirname "$UROCE")/../api/verbs/libibverbs.so.1" 
 # A sanitizer build of the library needs its runtime preloaded into Debian's
 # program (as `uroce exec` does); nothing in a normal build.
 runtime=$(ldd "$lib/libibverbs.so.1" 2>/dev/null | awk '/lib[at]san\.so/ {print $3; exit}')
-out=$(env -u UROCE_CONFIG UROCE_CONFIG= UROCE_DAEMON="$TMP/no-daemon.sock" LD_LIBRARY_PATH="$lib" \
+out=$(env -u UROCE_CONFIG UROCE_CONFIG= UROCE_DAEMON="/tmp/uroce-no-daemon-$$.sock" LD_LIBRARY_PATH="$lib" \
         ${runtime:+LD_PRELOAD=$runtime ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0} timeout 30 ibv_devinfo 2>&1)
 rc=$?
 echo "$out"
 [[ $rc -ne 0 ]] || fail "ibv_devinfo without UROCE_CONFIG exited 0"
 grep -q "UROCE_CONFIG is not set" <<<"$out" || fail "no message about UROCE_CONFIG"
-grep -q "no uroce daemon at $TMP/no-daemon.sock" <<<"$out" || fail "no message about the missing daemon"
+grep -q "no uroce daemon at /tmp/uroce-no-daemon-$$.sock" <<<"$out" || fail "no message about the missing daemon"
 grep -q "uroce daemon --config" <<<"$out" || fail "the message does not say how to start a daemon"
 grep -q "No IB devices found" <<<"$out" || fail "ibv_devinfo did not see an empty list"
 [[ $(grep -c "UROCE_CONFIG" <<<"$out") -eq 1 ]] || fail "the message was not printed once"

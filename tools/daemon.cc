@@ -55,6 +55,8 @@
 namespace uroce::tools {
 namespace {
 
+static_assert(pmd::kDaemonCommIdShift == pmd::kSwitchCommIdShift, "the switch routes by the IDs the daemon leases");
+
 using pmd::DaemonConfig;
 using pmd::EndpointConfig;
 
@@ -293,6 +295,15 @@ void Daemon::HandleMessage(Session& s) {
   if (n < 0) return;
   const std::string_view message(buf.data(), static_cast<size_t>(n));
   if (message == "STATS") return Reply(s, StatsText());
+  if (message.rfind("LISTEN ", 0) == 0 || message.rfind("UNLISTEN ", 0) == 0) {
+    auto claim = pmd::ParsePortClaim(message);
+    Status status = !claim.ok() ? claim.status()
+                    : s.slot == 0 ? FailedPrecondition("not attached")
+                    : claim->listen ? switch_->Listen(claim->port, s.slot)
+                                    : (switch_->Unlisten(claim->port, s.slot), Status::Ok());
+    if (!status.ok()) Log("pid %lld: %s", static_cast<long long>(s.pid), status.message().c_str());
+    return Reply(s, status.ok() ? "OK" : "ERROR " + status.message());
+  }
   auto request = pmd::ParseAttachRequest(message);
   Status status = request.ok() ? (s.slot != 0 ? FailedPrecondition("already attached") : AttachSession(s, *request))
                                : request.status();
@@ -415,12 +426,15 @@ std::string Daemon::StatsText() const {
   std::snprintf(line, sizeof(line),
                 "uplink rx_frames=%llu tx_frames=%llu rx_dropped=%llu tx_full=%llu\n"
                 "switch local_frames=%llu unknown_qpn=%llu not_for_us=%llu malformed=%llu spoofed=%llu "
-                "cm_unrouted=%llu neighbor_answers=%llu neighbor_copies=%llu alloc_failures=%llu\n",
+                "cm_routed=%llu cm_no_listener=%llu cm_rejects=%llu cm_unrouted=%llu neighbor_answers=%llu neighbor_copies=%llu "
+                "alloc_failures=%llu\n",
                 static_cast<unsigned long long>(u.rx_frames), static_cast<unsigned long long>(u.tx_frames),
                 static_cast<unsigned long long>(u.rx_dropped), static_cast<unsigned long long>(u.tx_full),
                 static_cast<unsigned long long>(k.local_frames), static_cast<unsigned long long>(k.unknown_qpn),
                 static_cast<unsigned long long>(k.not_for_us), static_cast<unsigned long long>(k.malformed),
-                static_cast<unsigned long long>(k.spoofed), static_cast<unsigned long long>(k.cm_unrouted),
+                static_cast<unsigned long long>(k.spoofed), static_cast<unsigned long long>(k.cm_routed),
+                static_cast<unsigned long long>(k.cm_no_listener), static_cast<unsigned long long>(k.cm_rejects),
+                static_cast<unsigned long long>(k.cm_unrouted),
                 static_cast<unsigned long long>(k.neighbor_answers),
                 static_cast<unsigned long long>(k.neighbor_copies),
                 static_cast<unsigned long long>(k.alloc_failures));

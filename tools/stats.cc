@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "pmd/daemon_client.h"
 #include "pmd/telemetry_client.h"
 #include "tools/command.h"
 #include "tools/config_flags.h"
@@ -16,8 +17,11 @@ namespace {
 int StatsUsage() {
   std::fprintf(stderr,
                "usage: uroce stats (--file-prefix PREFIX | --config FILE | --socket PATH) [--json]\n"
+               "       uroce stats --daemon [SOCKET]\n"
                "  PREFIX is the running process's EAL --file-prefix ([eal] file_prefix), e.g.\n"
-               "  uroce-pair-a for a process started with configs/pair-a.ini.\n");
+               "  uroce-pair-a for a process started with configs/pair-a.ini. --daemon: the processes\n"
+               "  attached to a uroce daemon (SOCKET, or $UROCE_DAEMON, or /run/uroce/uroce.sock),\n"
+               "  the uplink's and the switch's counters.\n");
   return 2;
 }
 
@@ -67,6 +71,13 @@ int StatsCommand(int argc, char** argv) {
     if (TakeConfigFlag(argc, argv, &i, &flags, &error)) {
       if (!error.empty()) return Fail(error);
       continue;
+    }
+    if (!std::strcmp(argv[i], "--daemon")) {
+      const std::string path = i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : pmd::DaemonSocketPath();
+      auto text = pmd::QueryDaemonStats(path);
+      if (!text.ok()) return Fail(text.status().message());
+      std::printf("uroce daemon at %s\n%s", path.c_str(), text->c_str());
+      return 0;
     }
     if (!std::strcmp(argv[i], "--json")) {
       json = true;

@@ -42,6 +42,11 @@ enum class CmAttribute : uint16_t {
 // "Message REJected" / "Message MRAed" (IBTA 12.6.6, 12.6.7).
 enum class CmMessageKind : uint8_t { kReq = 0, kRep = 1, kOther = 2 };
 
+// The RDMA IP CM service's IDs (IBTA Annex A11.2.1; rdma_cm's port space
+// RDMA_PS_TCP): 0x0000000001060000 | port.
+inline constexpr uint64_t kRdmaIpServiceIdBase = 0x0000000001060000ull;
+inline constexpr uint64_t IpServiceId(uint16_t port) { return kRdmaIpServiceIdBase | port; }
+
 // Reject reasons used here (IBTA table 112).
 inline constexpr uint16_t kRejTimeout = 4;
 inline constexpr uint16_t kRejInvalidCommId = 6;

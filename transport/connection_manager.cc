@@ -487,7 +487,7 @@ void ConnectionManager::Impl::Erase(std::map<CmConnectionId, Connection>::iterat
 
 CmConnectionId ConnectionManager::Impl::NewLocalId() {
   while (true) {
-    const auto id = static_cast<CmConnectionId>(random());
+    const auto id = static_cast<CmConnectionId>(options.comm_id_base | (random() & options.comm_id_mask));
     if (id != 0 && connections.count(id) == 0) return id;
   }
 }
@@ -1016,20 +1016,38 @@ ConnectionManager::~ConnectionManager() {
 
 StatusOr<uint16_t> ConnectionManager::Listen(uint16_t port, uint64_t tag, unsigned backlog) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  if (port == 0) port = impl_->NewPort();
-  if (port == 0) return ResourceExhausted("no free port");
-  Impl::Listener listener;
-  listener.tag = tag;
-  listener.backlog = backlog == 0 ? kCmDefaultBacklog : std::min(backlog, kCmMaxBacklog);
-  if (!impl_->listeners.emplace(port, listener).second) {
-    return AlreadyExists("port " + std::to_string(port) + " is already listened on");
+  const bool any_port = port == 0;
+  // A port taken by another process on the host (listen_hook) is taken:
+  // with port 0, try a few others.
+  for (int tries = 0; tries < (any_port ? 16 : 1); ++tries) {
+    if (any_port) port = impl_->NewPort();
+    if (port == 0) return ResourceExhausted("no free port");
+    if (impl_->listeners.count(port) != 0) {
+      return AlreadyExists("port " + std::to_string(port) + " is already listened on");
+    }
+    if (impl_->options.listen_hook) {
+      Status claimed = impl_->options.listen_hook(port, true);
+      if (!claimed.ok()) {
+        if (any_port && claimed.code() == StatusCode::kAlreadyExists) continue;
+        return claimed;
+      }
+    }
+    Impl::Listener listener;
+    listener.tag = tag;
+    listener.backlog = backlog == 0 ? kCmDefaultBacklog : std::min(backlog, kCmMaxBacklog);
+    impl_->listeners.emplace(port, listener);
+    return port;
   }
-  return port;
+  return ResourceExhausted("no free port on the host");
 }
 
 Status ConnectionManager::StopListening(uint16_t port) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (impl_->listeners.erase(port) == 0) return NotFound("nobody listens on port " + std::to_string(port));
+  if (impl_->options.listen_hook) {
+    Status released = impl_->options.listen_hook(port, false);
+    (void)released;  // the daemon forgets it with the process anyway
+  }
   return Status::Ok();
 }
 

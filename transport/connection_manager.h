@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "transport/cm_mad.h"
 #include "transport/engine.h"
 #include "transport/headers.h"
 
@@ -72,8 +73,6 @@ namespace uroce::transport {
 // Options::max_mra_extension_ns of it.
 inline constexpr uint8_t kMraServiceTimeout = 24;
 
-inline constexpr uint64_t kRdmaIpServiceIdBase = 0x0000000001060000ull;
-inline constexpr uint64_t IpServiceId(uint16_t port) { return kRdmaIpServiceIdBase | port; }
 
 // Private data sizes (IBTA 12.6.5 / 12.6.8 / 12.6.7 / 12.6.10 / 12.6.11): what
 // is left for the user of each message.
@@ -232,6 +231,16 @@ class ConnectionManager {
     // max_mras messages; any beyond are ignored.
     uint64_t max_mra_extension_ns = 8'000'000'000;
     unsigned max_mras = 4;
+    // Attached to a uroce daemon, which routes CM MADs between the
+    // processes that share the host's addresses: our local communication IDs
+    // come from comm_id_base | (random & comm_id_mask) (the daemon routes
+    // every answer by the receiver's ID), and `listen_hook` claims (true) or
+    // releases (false) a port host-wide before Listen takes it or after
+    // StopListening drops it (the daemon routes REQs by port). Defaults: any
+    // 32-bit ID, no hook.
+    uint32_t comm_id_base = 0;
+    uint32_t comm_id_mask = 0xFFFFFFFF;
+    std::function<Status(uint16_t port, bool listen)> listen_hook;
   };
 
   // Creates QP 1 on `engine` (PD `pd`) and posts its receive buffers. One per

@@ -51,6 +51,13 @@ StatusOr<transport::ConnectionManager*> ConnectionManagers::ForDevice(size_t ind
     pmd::Runtime::Endpoint& ep = runtime->endpoint(index);
     transport::ConnectionManager::Options options;
     options.local_gid = ep.endpoint.gid;
+    if (pmd::DaemonSession* daemon = Provider::Get().daemon_session(); daemon != nullptr) {
+      // Attached to a daemon: it routes CM MADs between the processes on
+      // the host by our communication IDs and listened ports.
+      options.comm_id_base = daemon->slot() << pmd::kDaemonCommIdShift;
+      options.comm_id_mask = (1u << pmd::kDaemonCommIdShift) - 1;
+      options.listen_hook = [daemon](uint16_t port, bool listen) { return daemon->ClaimPort(port, listen); };
+    }
     auto cm = transport::ConnectionManager::Create(ep.endpoint.engine.get(), ep.endpoint.pd, options);
     if (!cm.ok()) return cm.status();
     cms_[index] = std::move(*cm);

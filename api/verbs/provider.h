@@ -70,6 +70,8 @@ class Provider {
 
   bool inline_progress() const { return inline_; }
   pmd::Runtime* runtime() { return runtime_.get(); }
+  // The daemon this process is attached to, or null (process-private mode).
+  pmd::DaemonSession* daemon_session() { return daemon_.get(); }
   const pmd::UroceConfig* config() const { return config_ok_ ? &config_ : nullptr; }
 
   // atexit: stop the thread, flush and shut the runtime down.

@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# `uroce daemon`: one host device shared by every process (issue 15, first
+# part). A network namespace stands for a host; its uplink is one end of a
+# veth pair (net_af_packet), whose other end is in a second namespace. In the
+# host namespace:
+#   1. a second daemon on the same socket refuses to start;
+#   2. programs with no configuration of their own (`uroce exec -- PROG`)
+#      see the daemon's device: ibv_devices, and ibv_devinfo -v with the
+#      uplink's IPv4 and IPv6 addresses as RoCE v2 GIDs;
+#   3. two processes talk through the host's own address: ibv_rc_pingpong
+#      over IPv4 and IPv6 GIDs, ib_write_bw and ib_read_lat (perftest);
+#   4. rdma_cm between two processes on the host (rping IPv4/IPv6, ucmatose,
+#      rdma_server/rdma_client), and a REQ nobody listens for rejected;
+#   5. kill -9 of one of three processes: the other two finish, and the daemon
+#      releases the killed one within a second;
+#   6. SIGTERM to the daemon during a long run: both processes stop within
+#      seconds (their QPs flushed to the error state), the daemon exits 0 with
+#      every mbuf back in its pool and its socket removed.
+# Needs root (namespaces). Every process runs under `timeout`; the namespaces
+# go on every exit path. No assertion on speed.
+#   args: UROCE VETH_TOOL
+set -uo pipefail
+UROCE=$1
+VETH=$2
+id=$$
+ns=uroce-d$id-h
+ns_peer=uroce-d$id-p
+if_h=ud$id-h
+if_p=ud$id-p
+TMP=$(mktemp -d /tmp/uroce-daemon-test.XXXXXX)  # short: socket paths have 108 bytes
+SOCK=$TMP/uroce.sock
+FAILS=0
+pids=()
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+# shellcheck disable=SC2317  # run by the EXIT trap
+cleanup() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  "$VETH" down "$ns" "$ns_peer" >/dev/null 2>&1 || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "FAIL: daemon_test needs root to make network namespaces"
+  exit 1
+fi
+if ! out=$("$VETH" up "$ns" "$ns_peer" "$if_h" "$if_p" 2>&1); then
+  echo "$out"
+  echo "FAIL: cannot make network namespaces and a veth pair here; this test needs them"
+  exit 1
+fi
+
+cat > "$TMP/daemon.ini" <<EOF
+[eal]
+lcores = 0
+hugepages = no
+memory = 256
+file_prefix = uroce-daemon-test-$id
+log_level = *:error
+telemetry = no
+[daemon]
+socket = $SOCK
+[endpoint.eth0]
+port = net_af_packet0,iface=$if_h,qpairs=1
+ipv4 = 10.76.0.1
+ipv6 = fd00:76::1
+mtu = 1500
+EOF
+
+# A command in the host namespace. An array, not a function: started with &,
+# $! is then the program itself (ip netns exec and timeout exec it), so that
+# signals reach it.
+IN_NS=(ip netns exec "$ns")
+export UROCE_DAEMON=$SOCK
+unset UROCE_CONFIG
+
+start_daemon() {
+  "${IN_NS[@]}" timeout -k 5 300 "$UROCE" daemon --config "$TMP/daemon.ini" > "$TMP/daemon.log" 2>&1 &
+  daemon_pid=$!
+  pids+=("$daemon_pid")
+  for _ in $(seq 100); do
+    grep -q "control socket" "$TMP/daemon.log" 2>/dev/null && [[ -S $SOCK ]] && return 0
+    kill -0 "$daemon_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$TMP/daemon.log"
+  echo "FAIL: the daemon did not start"
+  exit 1
+}
+
+# True once something in the host namespace listens on TCP port $1.
+listening() { "${IN_NS[@]}" ss -ltnH "sport = :$1" 2>/dev/null | grep -q .; }
+# Waits (at most $2 s) until TCP port $1 listens; false if it never does.
+wait_listening() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    listening "$1" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# run_pair NAME LIMIT EXPECT PROGRAM ARGS... : server, then the client once
+# the server listens; both must exit 0 within LIMIT s and print EXPECT.
+run_pair() {
+  local name=$1 limit=$2 expect=$3 prog=$4
+  shift 4
+  local port=$((20000 + RANDOM % 20000))
+  "${IN_NS[@]}" timeout -k 5 "$limit" "$UROCE" exec -- "$prog" -p "$port" "$@" > "$TMP/$name.server" 2>&1 &
+  local spid=$! waited=0
+  until listening "$port"; do
+    sleep 0.1
+    waited=$((waited + 1))
+    if ! kill -0 "$spid" 2>/dev/null || [[ $waited -gt $((limit * 10)) ]]; then break; fi
+  done
+  "${IN_NS[@]}" timeout -k 5 "$limit" "$UROCE" exec -- "$prog" -p "$port" "$@" 127.0.0.1 > "$TMP/$name.client" 2>&1
+  local crc=$?
+  wait "$spid"
+  local src=$?
+  if [[ $crc -ne 0 || $src -ne 0 ]] || ! grep -q "$expect" "$TMP/$name.client" || ! grep -q "$expect" "$TMP/$name.server"; then
+    fail "$name: server rc=$src client rc=$crc"
+    echo "--- server:"; cat "$TMP/$name.server"; echo "--- client:"; cat "$TMP/$name.client"
+    return 1
+  fi
+  echo "ok: $name: $(grep "$expect" "$TMP/$name.client" | tail -1)"
+}
+
+echo "== the daemon; a second one on the same socket refuses"
+start_daemon
+out=$("${IN_NS[@]}" timeout 30 "$UROCE" daemon --config "$TMP/daemon.ini" 2>&1)
+rc=$?
+[[ $rc -ne 0 ]] || fail "a second daemon started on the same socket"
+grep -q "another uroce daemon is running on $SOCK" <<<"$out" || fail "no clear message from the second daemon: $out"
+[[ -S $SOCK ]] || fail "the second daemon removed the first one's socket"
+mode=$(stat -c %a "$SOCK")
+[[ $mode == 660 ]] || fail "the control socket's mode is $mode, not 660"
+
+echo "== programs without a configuration see the daemon's device"
+out=$("${IN_NS[@]}" timeout 60 "$UROCE" exec -- ibv_devices 2>&1) || fail "ibv_devices: $out"
+grep -q "uroce0" <<<"$out" || fail "ibv_devices does not list uroce0: $out"
+out=$("${IN_NS[@]}" timeout 60 "$UROCE" exec -- ibv_devinfo -v 2>&1) || fail "ibv_devinfo -v: $out"
+grep -qE "GID\[ *0\]:.*::ffff:10.76.0.1, RoCE v2" <<<"$out" || fail "no IPv4 GID in ibv_devinfo -v"
+grep -qE "GID\[ *1\]:.*fd00:76::1, RoCE v2" <<<"$out" || fail "no IPv6 GID in ibv_devinfo -v"
+
+echo "== two processes through the host's own address"
+run_pair rc_pingpong_v4 60 "iters in" ibv_rc_pingpong -g 0 -n 500
+run_pair rc_pingpong_v6 60 "iters in" ibv_rc_pingpong -g 1 -n 500 -s 8000
+run_pair write_bw 90 "remote address:" ib_write_bw -x 0 -n 200 -s 65536
+run_pair read_lat 90 "remote address:" ib_read_lat -x 0 -n 200
+
+# run_cm_pair NAME LIMIT EXPECT "SERVER COMMAND" "CLIENT COMMAND": rdma_cm on
+# both sides, no TCP: the client starts again while the server has not
+# listened yet (the daemon rejects a REQ nobody listens for), up to 20 times.
+run_cm_pair() {
+  local name=$1 limit=$2 expect=$3 scmd=$4 ccmd=$5 attempt crc
+  # shellcheck disable=SC2086  # the commands are word lists
+  "${IN_NS[@]}" timeout -k 5 "$limit" "$UROCE" exec -- $scmd > "$TMP/$name.server" 2>&1 &
+  local spid=$!
+  for attempt in $(seq 20); do
+    # shellcheck disable=SC2086
+    "${IN_NS[@]}" timeout -k 5 "$limit" "$UROCE" exec -- $ccmd > "$TMP/$name.client" 2>&1
+    crc=$?
+    [[ $crc -eq 0 ]] && break
+    kill -0 "$spid" 2>/dev/null || break
+    grep -qE "REJECTED|Connection refused|Unexpected CM event" "$TMP/$name.client" || break
+    sleep 0.5
+  done
+  # A client that failed for good leaves a server that would wait its whole
+  # limit: end it.
+  [[ $crc -ne 0 ]] && kill -TERM "$spid" 2>/dev/null
+  wait "$spid"
+  local src=$?
+  if [[ $crc -ne 0 || $src -ne 0 ]] || ! grep -q -- "$expect" "$TMP/$name.client"; then
+    fail "$name: server rc=$src client rc=$crc (client attempts: $attempt)"
+    echo "--- server:"; cat "$TMP/$name.server"; echo "--- client:"; cat "$TMP/$name.client"
+    return 1
+  fi
+  echo "ok: $name: $(grep -- "$expect" "$TMP/$name.client" | tail -1 | cut -c1-100)"
+}
+
+echo "== rdma_cm between two processes through the host's own address"
+cport=$((20000 + RANDOM % 20000))
+run_cm_pair rping_v4 90 "ping data: rdma-ping-19: " "rping -s -a 10.76.0.1 -p $cport -C 20 -S 64 -V" \
+  "rping -c -a 10.76.0.1 -p $cport -C 20 -S 64 -V -v"
+run_cm_pair rping_v6 90 "ping data: rdma-ping-19: " "rping -s -a fd00:76::1 -p $((cport + 1)) -C 20 -S 4000 -V" \
+  "rping -c -a fd00:76::1 -p $((cport + 1)) -C 20 -S 4000 -V -v"
+run_cm_pair ucmatose 90 "return status 0" "ucmatose -b 10.76.0.1 -p $((cport + 2)) -c 4 -C 20 -S 1000" \
+  "ucmatose -s 10.76.0.1 -p $((cport + 2)) -c 4 -C 20 -S 1000"
+run_cm_pair rdma_server_client 90 "rdma_client: end 0" "rdma_server -s 10.76.0.1 -p $((cport + 3))" \
+  "rdma_client -s 10.76.0.1 -p $((cport + 3))"
+# A REQ nobody listens for is rejected at once by the daemon.
+out=$("${IN_NS[@]}" timeout 30 "$UROCE" exec -- rping -c -a 10.76.0.1 -p $((cport + 4)) -C 1 -v 2>&1)
+grep -qE "REJECTED|Connection refused|Unexpected CM event|error" <<<"$out" || fail "no reject for a port nobody listens on: $out"
+
+echo "== kill -9 of one of three processes"
+port=$((20000 + RANDOM % 20000))
+"${IN_NS[@]}" timeout -k 5 60 "$UROCE" exec -- ib_write_bw -x 0 -p $((port + 1)) > "$TMP/victim.log" 2>&1 &
+victim=$!
+pids+=("$victim")
+"${IN_NS[@]}" timeout -k 5 90 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 20000 -p "$port" > "$TMP/kill.server" 2>&1 &
+spid=$!
+wait_listening "$port" 30 && wait_listening $((port + 1)) 30 || fail "the servers did not start" 
+"${IN_NS[@]}" timeout -k 5 90 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 20000 -p "$port" 127.0.0.1 > "$TMP/kill.client" 2>&1 &
+cpid=$!
+sleep 1
+victim_pid=$(pgrep -x ib_write_bw | head -1)
+[[ -n $victim_pid ]] && kill -KILL "$victim_pid" 2>/dev/null || { fail "no victim process to kill"; victim_pid=none; }
+killed_at=$(date +%s.%N)
+released=""
+for _ in $(seq 50); do
+  if grep -q "released pid $victim_pid " "$TMP/daemon.log"; then
+    released=$(date +%s.%N)
+    break
+  fi
+  sleep 0.05
+done
+[[ -n $released ]] || fail "the daemon did not release the killed process"
+[[ -n $released ]] && echo "released $(awk "BEGIN { printf \"%.2f\", $released - $killed_at }") s after kill -9"
+out=$(timeout 30 "$UROCE" stats --daemon "$SOCK" 2>&1) || fail "uroce stats --daemon: $out"
+echo "$out"
+grep -q "process pid=$victim_pid " <<<"$out" && fail "uroce stats still lists the killed process"
+[[ $(grep -c "^process pid=" <<<"$out") -eq 2 ]] || fail "uroce stats does not list the two other processes"
+wait "$cpid" || fail "the client of the other pair failed after the kill: $(cat "$TMP/kill.client")"
+wait "$spid" || fail "the server of the other pair failed after the kill: $(cat "$TMP/kill.server")"
+grep -q "iters in" "$TMP/kill.client" || fail "the other pair did not finish"
+
+echo "== SIGTERM to the daemon during a run"
+port=$((20000 + RANDOM % 20000))
+"${IN_NS[@]}" timeout -k 5 120 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 100000000 -p "$port" > "$TMP/term.server" 2>&1 &
+spid=$!
+wait_listening "$port" 30 || fail "the server did not start"
+"${IN_NS[@]}" timeout -k 5 120 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 100000000 -p "$port" 127.0.0.1 > "$TMP/term.client" 2>&1 &
+cpid=$!
+sleep 2
+kill -TERM "$daemon_pid"
+stopped_at=$(date +%s)
+drc=0
+wait "$daemon_pid" || drc=$?
+[[ $drc -eq 0 ]] || fail "the daemon exited $drc after SIGTERM"
+wait "$cpid"
+crc=$?
+wait "$spid"
+src=$?
+took=$(( $(date +%s) - stopped_at ))
+echo "the programs ended ${took} s after SIGTERM (exit $src, $crc)"
+[[ $crc -ne 124 && $crc -ne 137 && $src -ne 124 && $src -ne 137 ]] || fail "a program hung after the daemon stopped"
+[[ $took -le 30 ]] || fail "the programs took $took s to end after the daemon stopped"
+grep -q "is gone: every QP moves to the error state" "$TMP/term.client" || fail "the client did not notice the daemon go"
+grep -qE "mbufs back in the pool: ([0-9]+) of \1$" "$TMP/daemon.log" || fail "the daemon's mbufs did not all come back"
+[[ ! -e $SOCK ]] || fail "the daemon left its socket behind"
+
+echo "--- daemon log"
+cat "$TMP/daemon.log"
+[[ $FAILS -eq 0 ]] && echo PASS || { echo "$FAILS failure(s)"; exit 1; }
