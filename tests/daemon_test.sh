@@ -11,9 +11,11 @@
 #      over IPv4 and IPv6 GIDs, ib_write_bw and ib_read_lat (perftest);
 #   4. rdma_cm between two processes on the host (rping IPv4/IPv6, ucmatose,
 #      rdma_server/rdma_client), and a REQ nobody listens for rejected;
-#   5. kill -9 of one of three processes: the other two finish, and the daemon
+#   5. two hosts, a daemon in each namespace: rping across the veth (ARP
+#      answered by each daemon for its own address);
+#   6. kill -9 of one of three processes: the other two finish, and the daemon
 #      releases the killed one within a second;
-#   6. SIGTERM to the daemon during a long run: both processes stop within
+#   7. SIGTERM to the daemon during a long run: both processes stop within
 #      seconds (their QPs flushed to the error state), the daemon exits 0 with
 #      every mbuf back in its pool and its socket removed.
 # Needs root (namespaces). Every process runs under `timeout`; the namespaces
@@ -192,6 +194,47 @@ run_cm_pair rdma_server_client 90 "rdma_client: end 0" "rdma_server -s 10.76.0.1
 # A REQ nobody listens for is rejected at once by the daemon.
 out=$("${IN_NS[@]}" timeout 30 "$UROCE" exec -- rping -c -a 10.76.0.1 -p $((cport + 4)) -C 1 -v 2>&1)
 grep -qE "REJECTED|Connection refused|Unexpected CM event|error" <<<"$out" || fail "no reject for a port nobody listens on: $out"
+
+echo "== two hosts: a daemon in each namespace, across the veth"
+sed -e "s|iface=$if_h|iface=$if_p|" -e "s|10.76.0.1|10.76.0.2|" -e "s|fd00:76::1|fd00:76::2|" \
+  -e "s|socket = .*|socket = $TMP/peer.sock|" -e "s|file_prefix = .*|file_prefix = uroce-daemon-test-$id-p|" \
+  "$TMP/daemon.ini" > "$TMP/peer.ini"
+IN_PEER=(ip netns exec "$ns_peer" env UROCE_DAEMON="$TMP/peer.sock")
+"${IN_PEER[@]}" timeout -k 5 120 "$UROCE" daemon --config "$TMP/peer.ini" > "$TMP/peer-daemon.log" 2>&1 &
+peer_daemon=$!
+pids+=("$peer_daemon")
+for _ in $(seq 100); do
+  grep -q "control socket" "$TMP/peer-daemon.log" 2>/dev/null && [[ -S $TMP/peer.sock ]] && break
+  sleep 0.1
+done
+[[ -S $TMP/peer.sock ]] || fail "the second host's daemon did not start: $(cat "$TMP/peer-daemon.log")"
+# rping from the second host to a server on the first: ARP through both
+# daemons (each answers for its own address), CM and data over the wire.
+"${IN_NS[@]}" timeout -k 5 60 "$UROCE" exec -- rping -s -a 10.76.0.1 -p $((cport + 5)) -C 20 -S 1000 -V \
+  > "$TMP/cross.server" 2>&1 &
+spid=$!
+for attempt in $(seq 20); do
+  "${IN_PEER[@]}" timeout -k 5 60 "$UROCE" exec -- rping -c -a 10.76.0.1 -p $((cport + 5)) -C 20 -S 1000 -V -v \
+    > "$TMP/cross.client" 2>&1
+  crc=$?
+  [[ $crc -eq 0 ]] && break
+  grep -qE "REJECTED|Connection refused|Unexpected CM event" "$TMP/cross.client" || break
+  sleep 0.5
+done
+[[ $crc -ne 0 ]] && kill -TERM "$spid" 2>/dev/null
+wait "$spid"
+src=$?
+if [[ $crc -ne 0 || $src -ne 0 ]] || ! grep -q "ping data: rdma-ping-19: " "$TMP/cross.client"; then
+  fail "rping across two hosts: server rc=$src client rc=$crc"
+  cat "$TMP/cross.server" "$TMP/cross.client"
+else
+  echo "ok: rping across two hosts, each behind its daemon"
+fi
+out=$(timeout 30 "$UROCE" stats --daemon "$TMP/peer.sock" 2>&1)
+grep -qE "^uplink rx_frames=[1-9]" <<<"$out" || fail "the second host's uplink carried nothing: $out"
+grep -qE "neighbor_answers=[1-9]" <<<"$out" || fail "the second host's daemon answered no ARP: $out"
+kill -TERM "$peer_daemon"
+wait "$peer_daemon" || fail "the second host's daemon did not stop cleanly: $(cat "$TMP/peer-daemon.log")"
 
 echo "== kill -9 of one of three processes"
 port=$((20000 + RANDOM % 20000))

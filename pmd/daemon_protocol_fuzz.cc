@@ -1,0 +1,29 @@
+// libFuzzer target for the daemon's control messages (pmd/daemon_protocol.h),
+// which come from local processes the daemon does not trust and from a
+// daemon a process reaches by path: any bytes, to every parser. What a
+// parser accepts must survive formatting and parsing again unchanged.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "pmd/config.h"
+#include "pmd/daemon_protocol.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace uroce::pmd;
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  if (auto request = ParseAttachRequest(text); request.ok()) {
+    auto again = ParseAttachRequest(FormatAttachRequest(*request));
+    if (!again.ok() || again->pid != request->pid || again->program != request->program) abort();
+  }
+  if (auto claim = ParsePortClaim(text); claim.ok()) {
+    auto again = ParsePortClaim(FormatPortClaim(*claim));
+    if (!again.ok() || again->port != claim->port || again->listen != claim->listen) abort();
+  }
+  if (auto reply = ParseAttachReply(text); reply.ok()) {
+    // The configuration a daemon hands out is checked like any other file.
+    (void)LoadConfigText(reply->config_text, "fuzz");
+  }
+  return 0;
+}
