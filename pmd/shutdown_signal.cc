@@ -15,11 +15,12 @@ void OnSignal(int signo) { g_signal.store(signo, std::memory_order_relaxed); }
 
 }  // namespace
 
-void InstallShutdownSignals() {
+void InstallShutdownSignals(SecondSignal second) {
   struct sigaction sa = {};
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;  // the second signal takes the default action
+  // kEndsProcess: the second signal takes the default action.
+  sa.sa_flags = second == SecondSignal::kEndsProcess ? SA_RESETHAND : 0;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   // A peer that went away must be an error on the write, not the end of

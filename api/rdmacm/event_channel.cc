@@ -126,29 +126,52 @@ void rdma_destroy_event_channel(rdma_event_channel* channel) {
   if (channel == nullptr) return;
   Registry& registry = GetRegistry();
   std::lock_guard<std::mutex> lock(registry.mutex);
-  DeleteEventChannel(EventChannel::From(channel));
+  EventChannel* ours = EventChannel::From(channel);
+  if (ours->waiters == 0) {
+    DeleteEventChannel(ours);
+    return;
+  }
+  // rdma_destroy_event_channel(3) wants no thread in rdma_get_cm_event; a
+  // program that destroys the channel under a waiting thread anyway (rping
+  // at exit) must not make that thread read freed memory. With rdma-core,
+  // such a thread stays blocked in read(2) until the process ends; here it
+  // stays blocked too, and the channel's memory stays (only in this misuse).
+  ours->destroyed = true;
 }
 
 int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (channel == nullptr || event == nullptr) return Fail(EINVAL);
   Registry& registry = GetRegistry();
   EventChannel* ours = EventChannel::From(channel);
+  const int fd = channel->fd;
+  std::unique_lock<std::mutex> lock(registry.mutex);
   for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(registry.mutex);
-      if (!ours->queue.empty()) {
-        Event* next = PopEvent(ours);
-        Charged(&next->event)->events_unacked++;
-        *event = &next->event;
-        return 0;
-      }
+    if (ours->destroyed) {
+      // Destroyed under us: block as rdma-core's read(2) on it would.
+      lock.unlock();
+      for (;;) pause();
+    }
+    if (!ours->queue.empty()) {
+      Event* next = PopEvent(ours);
+      Charged(&next->event)->events_unacked++;
+      *event = &next->event;
+      return 0;
     }
     // The application may have made the fd non-blocking (rdma_cm(7) shows
     // it): then there is nothing to wait for.
-    const int flags = fcntl(channel->fd, F_GETFL);
+    const int flags = fcntl(fd, F_GETFL);
     if (flags >= 0 && (flags & O_NONBLOCK) != 0) return Fail(EAGAIN);
-    pollfd pfd{channel->fd, POLLIN, 0};
-    if (poll(&pfd, 1, -1) < 0 && errno != EINTR) return -1;
+    ours->waiters++;
+    lock.unlock();
+    pollfd pfd{fd, POLLIN, 0};
+    const int polled = poll(&pfd, 1, -1);
+    const int poll_errno = errno;
+    lock.lock();
+    ours->waiters--;
+    if (polled < 0 && poll_errno != EINTR && !ours->destroyed) {
+      errno = poll_errno;
+      return -1;
+    }
   }
 }
 

@@ -40,6 +40,11 @@ struct Event {
 struct EventChannel {
   rdma_event_channel channel{};  // first
   std::deque<Event*> queue;
+  // Threads inside rdma_get_cm_event on it. A channel destroyed while one
+  // waits (rping's main thread does so while its CM thread is blocked) is
+  // only marked: the waiter must not wake up in freed memory.
+  unsigned waiters = 0;
+  bool destroyed = false;
   static EventChannel* From(rdma_event_channel* c) { return reinterpret_cast<EventChannel*>(c); }
 };
 
