@@ -15,14 +15,14 @@ void OnSignal(int signo) { g_signal.store(signo, std::memory_order_relaxed); }
 
 }  // namespace
 
-void InstallShutdownSignals(SecondSignal second) {
+void InstallShutdownSignals() {
   struct sigaction sa = {};
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);
-  // kEndsProcess: the second signal takes the default action.
-  sa.sa_flags = second == SecondSignal::kEndsProcess ? SA_RESETHAND : 0;
-  sigaction(SIGINT, &sa, nullptr);
+  sa.sa_flags = 0;  // SIGTERM: every one just asks again (see the header)
   sigaction(SIGTERM, &sa, nullptr);
+  sa.sa_flags = SA_RESETHAND;  // SIGINT: the second takes the default action
+  sigaction(SIGINT, &sa, nullptr);
   // A peer that went away must be an error on the write, not the end of
   // this process: drivers write to UNIX sockets without MSG_NOSIGNAL
   // (virtio_user's vhost-user messages at close, after the backend exited).

@@ -2,24 +2,23 @@
 // a flag (the one async-signal-safe thing to do); the application's loops
 // check ShutdownRequested() and then shut the Runtime down, which stops the
 // engine lcores, flushes the QPs and checks that every mbuf is back in its
-// pool. A second signal of the same kind ends the process at once (the
-// handler is installed with SA_RESETHAND), for a loop that never checks,
-// unless the process asks otherwise (SecondSignal).
+// pool.
+//
+// A second SIGINT ends the process at once (its handler is installed with
+// SA_RESETHAND): a person pressing Ctrl-C again means it. A second SIGTERM
+// does not: it comes from tools, not people, and tools send it twice
+// without meaning to; timeout(1), for one, signals its command and then the
+// command's whole process group, so a process under timeout gets SIGTERM
+// twice, and a second one that killed it would cut its clean stop short
+// (memif_test's server was killed that way, at random, mid-shutdown).
+// SIGKILL still ends a process that does not stop.
 #pragma once
 
 namespace uroce::pmd {
 
-// What a second SIGINT/SIGTERM does while the first is being handled.
-// kIsIgnored is for a process whose clean stop others depend on (uroce
-// daemon: its sessions must close and its socket go): timeout(1), for one,
-// sends the signal twice (to the process and to its process group), so the
-// second would otherwise kill it in the middle of its stop. SIGKILL still
-// ends it.
-enum class SecondSignal { kEndsProcess, kIsIgnored };
-
 // Any thread, once per process (later calls re-arm the handlers). Also
 // ignores SIGPIPE, so a closed peer socket is an error, not a death.
-void InstallShutdownSignals(SecondSignal second = SecondSignal::kEndsProcess);
+void InstallShutdownSignals();
 
 // Any thread; async-signal-safe.
 bool ShutdownRequested();

@@ -504,7 +504,7 @@ int DaemonCommand(int argc, char** argv) {
     std::fprintf(stderr, "uroce daemon: the uplink must be a DPDK device (a vdev or a PCI NIC), not a ring pair\n");
     return 2;
   }
-  pmd::InstallShutdownSignals(pmd::SecondSignal::kIsIgnored);
+  pmd::InstallShutdownSignals();
   Daemon daemon(*config);
   Status s = daemon.Listen();
   if (s.ok()) s = pmd::StartEalFor(*config);
