@@ -209,6 +209,9 @@ void FrameSwitch::FromProcess(uint32_t slot, rte_mbuf* m) {
       // UD carries its source QPN (DETH): it must be one the process leased,
       // or QP 1, its own GSI QP. RC and UC name no source QPN on the wire.
       if (info.ud && info.src_qpn != 1 && SlotOfQpn(info.src_qpn) != slot) return Drop(slot, m, &counters_.spoofed);
+      // From QP 1 (shared by name by every process): only CM MADs that
+      // speak for the process's own connections.
+      if (info.ud && info.src_qpn == 1 && !SpeaksForSlot(slot, info, m)) return Drop(slot, m, &counters_.spoofed);
       if (IsOurs(info.dst_ip)) {
         counters_.local_frames++;
         return ToRoceOwner(slot, info, m);
@@ -237,6 +240,23 @@ void FrameSwitch::ToRoceOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m)
     return Drop(from, m, &counters_.unknown_qpn);
   }
   StageTo(slot, m);
+}
+
+// Every process sends its CM MADs from QP 1, so the source QPN says nothing:
+// a MAD must be a CM message whose sender's communication ID (every CM
+// message carries it, IBTA 12.6) is one of the process's, so that no process
+// can disconnect, reject or answer for another's connection. A REJ with no
+// sender ID (a REQ refused before any state was made, 12.6.7) names only
+// the caller's own ID and passes.
+bool FrameSwitch::SpeaksForSlot(uint32_t slot, const FrameInfo& info, const rte_mbuf* m) const {
+  transport::CmMad mad;
+  if (transport::DecodeCmMad(rte_pktmbuf_mtod_offset(m, const uint8_t*, info.payload), info.payload_length, &mad) !=
+      transport::CmMadError::kOk) {
+    return false;
+  }
+  const uint32_t local_comm_id = std::visit([](const auto& message) { return message.local_comm_id; }, mad.message);
+  if (local_comm_id == 0) return std::holds_alternative<transport::CmRej>(mad.message);
+  return local_comm_id >> kSwitchCommIdShift == slot;
 }
 
 // A CM MAD (IBTA 12.6) to the process it is for. Only well-formed CM MADs

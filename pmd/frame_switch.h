@@ -11,8 +11,9 @@
 //
 // Isolation: a process may send only as the host (its Ethernet source is the
 // uplink's MAC, its IP source one of the uplink's addresses) and, for UD,
-// only from a QPN it leased (DETH source QPN); it receives only frames for
-// its own QPNs. Frames from the wire are never trusted: malformed or foreign
+// only from a QPN it leased (DETH source QPN) or from QP 1 with CM messages
+// of its own connections (their sender's communication ID); it receives only
+// frames for its own QPNs and its own connections' CM messages. Frames from the wire are never trusted: malformed or foreign
 // frames are counted and dropped.
 //
 // ARP and IPv6 neighbour discovery on the uplink: the switch answers requests
@@ -132,6 +133,7 @@ class FrameSwitch {
   void FromProcess(uint32_t slot, rte_mbuf* m);
   void ToRoceOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m);
   void ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m);
+  bool SpeaksForSlot(uint32_t slot, const FrameInfo& info, const rte_mbuf* m) const;
   void RejectRequest(uint32_t from, const FrameInfo& info, uint64_t transaction_id, uint32_t caller_id,
                      const rte_mbuf* request);
   void AnswerNeighbor(rte_mbuf* m);

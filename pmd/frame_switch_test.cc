@@ -164,11 +164,12 @@ TEST_F(FrameSwitchTest, AProcessCannotSpeakAsAnotherAddressMacOrQpn) {
   // UD from a QPN of slot 2's lease, and from its own.
   proc_[0].in.push_back(Roce(kHostMac, Ip(1), kPeerMac, Ip(2), 5, Opcode::kUdSendOnly, 0x020001));
   proc_[0].in.push_back(Roce(kHostMac, Ip(1), kPeerMac, Ip(2), 5, Opcode::kUdSendOnly, 0x010001));
-  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kPeerMac, Ip(2), 1, Opcode::kUdSendOnly, 1));  // its GSI QP
+  // From QP 1 (every process's GSI QP) only CM messages go: 16 bytes are none.
+  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kPeerMac, Ip(2), 1, Opcode::kUdSendOnly, 1));
   switch_->Poll();
-  EXPECT_EQ(switch_->counters().spoofed, 3u);
-  EXPECT_EQ(uplink_.out.size(), 2u);
-  EXPECT_EQ(switch_->port_counters(1).rx_dropped, 3u);
+  EXPECT_EQ(switch_->counters().spoofed, 4u);
+  EXPECT_EQ(uplink_.out.size(), 1u);
+  EXPECT_EQ(switch_->port_counters(1).rx_dropped, 4u);
 }
 
 TEST_F(FrameSwitchTest, ArpForTheHostIsAnsweredAndAnswersReachEveryProcess) {
@@ -205,7 +206,7 @@ TEST_F(FrameSwitchTest, CmRequestsGoToTheListenerAndAnswersToTheirCommunicationI
   EXPECT_EQ(switch_->listener(7174), 2u);
   transport::CmMad req_mad;
   transport::CmReq req;
-  req.local_comm_id = 0x12345678;
+  req.local_comm_id = 0x01345678;  // slot 1's: the process on slot 1 sends it too
   req.service_id = transport::IpServiceId(7174);
   req.local_qpn = 0x777;
   req.starting_psn = 1;
@@ -242,12 +243,24 @@ TEST_F(FrameSwitchTest, CmRequestsGoToTheListenerAndAnswersToTheirCommunicationI
     const auto* rej = std::get_if<transport::CmRej>(&answer.message);
     ASSERT_NE(rej, nullptr);
     EXPECT_EQ(rej->reason, transport::kRejInvalidServiceId);
-    EXPECT_EQ(rej->remote_comm_id, 0x12345678u);
+    EXPECT_EQ(rej->remote_comm_id, 0x01345678u);
   }
   EXPECT_EQ(switch_->counters().cm_rejects, 1u);
   EXPECT_EQ(switch_->counters().cm_routed, 3u);
   EXPECT_EQ(switch_->counters().cm_no_listener, 1u);
   EXPECT_EQ(switch_->counters().cm_unrouted, 1u);
+  // A process may not speak for another's connection: slot 2 sending a DREQ
+  // with slot 1's communication ID as its own is dropped.
+  transport::CmMad dreq_mad;
+  transport::CmDreq dreq;
+  dreq.local_comm_id = 0x01000042;
+  dreq.remote_comm_id = 0x02000001;
+  dreq_mad.message = dreq;
+  proc_[1].in.push_back(Mad(kHostMac, Ip(1), dreq_mad));
+  const uint64_t spoofed = switch_->counters().spoofed;
+  switch_->Poll();
+  EXPECT_EQ(switch_->counters().spoofed, spoofed + 1);
+  EXPECT_EQ(proc_[1].out.size(), 2u) << "the forged DREQ reached nobody";
   // A process that goes takes its ports with it.
   switch_->Detach(2);
   EXPECT_EQ(switch_->listener(7174), 0u);

@@ -126,7 +126,7 @@ class Daemon {
   std::vector<std::unique_ptr<Session>> sessions_;
   uint32_t next_slot_ = pmd::kSwitchFirstSlot;
   uint64_t next_port_number_ = 0;
-  std::mt19937_64 random_{std::random_device{}()};
+  std::vector<pollfd> control_fds_;
   bool stopped_ = false;
 };
 
@@ -241,7 +241,8 @@ void Daemon::Run() {
 }
 
 void Daemon::ServeControl(int timeout_us) {
-  std::vector<pollfd> fds;
+  std::vector<pollfd>& fds = control_fds_;  // kept: no allocation per look
+  fds.clear();
   fds.push_back({listen_fd_, POLLIN, 0});
   for (const auto& s : sessions_) fds.push_back({s->fd, POLLIN, 0});
   timespec timeout{0, static_cast<long>(timeout_us) * 1000};
@@ -335,8 +336,12 @@ Status Daemon::AttachSession(Session& s, const pmd::AttachRequest& request) {
   // memif's sockets are abstract by default (no file, reachable from this
   // network namespace): the port's secret, sent only over this session,
   // keeps other local processes off it.
+  // 64 bits straight from the kernel's generator (std::random_device reads
+  // it on Linux), one draw per attach.
+  std::random_device entropy;
+  const uint64_t secret_bits = (static_cast<uint64_t>(entropy()) << 32) | entropy();
   char secret[17];
-  std::snprintf(secret, sizeof(secret), "%016llx", static_cast<unsigned long long>(random_()));
+  std::snprintf(secret, sizeof(secret), "%016llx", static_cast<unsigned long long>(secret_bits));
   const uint64_t number = next_port_number_++;
   s.vdev = "net_memif_uroce" + std::to_string(number);
   const std::string memif_socket = socket_path_ + ".memif" + std::to_string(number);
