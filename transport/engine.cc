@@ -890,7 +890,7 @@ void Engine::ReceiveLoopback() {
   for (uint32_t i = 0; i < n; ++i) {
     counters_.rx_frames++;
     counters_.rx_bytes += rte_pktmbuf_pkt_len(loopback_stage_[i]);
-    HandleFrame(loopback_stage_[i]);
+    HandleFrame(loopback_stage_[i], /*from_loopback=*/true);
   }
   std::memmove(loopback_stage_, loopback_stage_ + n, (loopback_count_ - n) * sizeof(rte_mbuf*));
   loopback_count_ -= n;

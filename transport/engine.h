@@ -258,7 +258,8 @@ class Engine {
   // FinishPacket. Null when no buffer is free (the caller retries later).
   rte_mbuf* StartPacket(const PathInfo& path, PacketFields& fields, uint8_t** payload);
   void FinishPacket(rte_mbuf* m);
-  void HandleFrame(rte_mbuf* m);
+  // from_loopback: taken from our own loopback stage, not from the port.
+  void HandleFrame(rte_mbuf* m, bool from_loopback = false);
 
   // Requester (requester.cc).
   void RunRequester(QueuePair* qp);

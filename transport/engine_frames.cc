@@ -61,7 +61,7 @@ void Engine::FinishPacket(rte_mbuf* m) {
   counters_.loopback_frames++;
 }
 
-void Engine::HandleFrame(rte_mbuf* m) {
+void Engine::HandleFrame(rte_mbuf* m, bool from_loopback) {
   PacketView view;
   ParseOptions options;
   options.verify_icrc = true;
@@ -78,6 +78,15 @@ void Engine::HandleFrame(rte_mbuf* m) {
     } else {
       counters_.rx_parse_errors++;
     }
+    rte_pktmbuf_free(m);
+    return;
+  }
+  // With loopback, frames from our own addresses come only from the loopback
+  // stage: one from the port that claims our address is forged (a NIC does
+  // not receive its own frames), and would otherwise pass the path check of
+  // a QP connected to ourselves, or reach the CM as if we had sent it.
+  if (!from_loopback && IsLoopbackGid(view.fields.src_gid)) {
+    counters_.rx_path_mismatch++;
     rte_pktmbuf_free(m);
     return;
   }

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "transport/cm_test_frames.h"
 #include "transport/engine_pair.h"
 
 namespace uroce::transport {
@@ -1049,6 +1050,20 @@ TEST_F(LoopbackTest, ManySmallSendsThroughAFullLoopbackStageAllArrive) {
   for (const ibv_wc& wc : wcs) ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
   EXPECT_GT(a().engine->counters().tx_stage_full, 0u) << "the stage never filled: the test tests nothing";
   ExpectNothingOnTheWire();
+}
+
+// A frame from the port claiming one of our own addresses is forged: with
+// loopback, our own frames never come from the wire.
+TEST_F(LoopbackTest, FrameFromTheWireWithOurOwnSourceAddressIsDropped) {
+  Start();
+  CmMad mad;
+  mad.message = CmDrep{};
+  ASSERT_TRUE(InjectMad(*pair_->b().engine, pair_->pool(), MadFrom{a().mac, a().gid}, a().mac, a().gid, mad));
+  for (int i = 0; i < 10; ++i) pair_->PollOnce();
+  const EngineCounters ca = a().engine->counters();
+  EXPECT_EQ(ca.rx_frames, 1u);
+  EXPECT_EQ(ca.rx_path_mismatch, 1u);
+  EXPECT_EQ(ca.rx_unknown_qp, 0u) << "it got as far as the QP lookup";
 }
 
 }  // namespace
