@@ -176,7 +176,11 @@ class Builder {
       if (ep.has_ipv4) ep.gids.push_back(ipv4);
       if (ep.has_ipv6) ep.gids.push_back(ipv6);
       ep.gids.insert(ep.gids.end(), extra_gids.begin(), extra_gids.end());
-      if (ep.gids.empty()) return InvalidArgument("[" + section + "] needs an address: ipv4, ipv6 or gids");
+      // A kernel port with no address of its own takes the interface's
+      // (the daemon reads them when it opens the port).
+      if (ep.gids.empty() && ep.kind != PortKind::kKernel) {
+        return InvalidArgument("[" + section + "] needs an address: ipv4, ipv6 or gids");
+      }
       c_.endpoints.push_back(std::move(ep));
       return Status::Ok();
     }
@@ -298,13 +302,20 @@ class Builder {
         ep.kind = PortKind::kRingPair;
         ep.ring_pair = rest.substr(0, colon);
         ep.ring_side = rest[colon + 1];
+      } else if (v.rfind("kernel:", 0) == 0) {
+        const std::string name = v.substr(7);
+        if (name.empty() || name.size() >= 16 || name.find_first_of(" \t,/:") != std::string::npos) {
+          return Bad(where, "a kernel port is kernel:IFNAME (an interface name, at most 15 characters)");
+        }
+        ep.kind = PortKind::kKernel;
+        ep.interface = name;
       } else if (LooksLikePciAddress(v)) {
         ep.kind = PortKind::kPci;
         ep.device_name = v;
       } else {
         const std::string name = v.substr(0, v.find(','));
         if (name.empty() || name.find_first_of(" \t") != std::string::npos) {
-          return Bad(where, "expected ring:PAIR:a|b, a vdev string (net_memif0,...) or a PCI address");
+          return Bad(where, "expected ring:PAIR:a|b, kernel:IFNAME, a vdev string (net_memif0,...) or a PCI address");
         }
         ep.kind = PortKind::kVdev;
         ep.device_name = name;
@@ -353,6 +364,16 @@ class Builder {
     } else if (k == "loopback") {
       if (!ParseBool(v, &b)) return Bad(where, "expected yes or no");
       ep.loopback = b;
+    } else if (k == "kernel_io") {
+      if (v == "auto") {
+        ep.kernel_io = KernelIo::kAuto;
+      } else if (v == "af_xdp") {
+        ep.kernel_io = KernelIo::kAfXdp;
+      } else if (v == "af_packet") {
+        ep.kernel_io = KernelIo::kAfPacket;
+      } else {
+        return Bad(where, "expected auto, af_xdp or af_packet");
+      }
     } else if (k == "qpn_range") {
       // BASE+COUNT, as a uroce daemon leases it: QPNs BASE..BASE+COUNT-1.
       const size_t plus = v.find('+');
@@ -383,7 +404,7 @@ class Builder {
     } else {
       return Unknown("endpoint." + ep.name, k,
                      "port, ipv4, ipv6, gids, mac, lcore, mtu, rx_descriptors, tx_descriptors, mbufs, "
-                     "promiscuous, loopback, qpn_range, link_timeout_ms, resolve_timeout_ms, neighbors");
+                     "promiscuous, loopback, kernel_io, qpn_range, link_timeout_ms, resolve_timeout_ms, neighbors");
     }
     return Status::Ok();
   }
@@ -418,6 +439,12 @@ Status CrossCheck(UroceConfig& c) {
         }
         c.eal.pci = true;
         c.eal.extra_args.insert(c.eal.extra_args.end(), {"-a", ep.device_name});
+        break;
+      case PortKind::kKernel:
+        // The daemon opens it after EAL (pmd/kernel_uplink.h); nothing for EAL.
+        if (!devices.insert("kernel:" + ep.interface).second) {
+          return InvalidArgument(where + " port: kernel:" + ep.interface + " is used twice");
+        }
         break;
     }
     if (c.progress == ProgressMode::kEngine) {

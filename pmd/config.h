@@ -32,7 +32,13 @@
 //   port = ring:PAIR:a    one side of an in-process net_ring pair
 //   port = net_memif0,role=server,socket=/tmp/x.sock   any vdev string
 //   port = 0000:00:04.0   a PCI NIC (its address)
-//   ipv4 = 10.0.0.1       uroce's own IPv4 address (GID 0, IPv4-mapped)
+//   port = kernel:eth0    `uroce daemon` only: the kernel's own interface,
+//                         shared with the kernel (its addresses and MAC;
+//                         RoCEv2 steered to uroce by an XDP program)
+//   kernel_io = auto      kernel ports: af_xdp, af_packet, or auto (af_xdp,
+//                         else af_packet)
+//   ipv4 = 10.0.0.1       uroce's own IPv4 address (GID 0, IPv4-mapped);
+//                         kernel ports: the interface's addresses unless given
 //   ipv6 = fd00::1        uroce's own IPv6 address (next GID); an empty
 //                         ipv4 or ipv6 means none (--set endpoint.a.ipv4=)
 //   gids = ADDR,ADDR      more GIDs (IPv4 or IPv6 text), after those two
@@ -69,7 +75,11 @@ enum class PortKind {
   kRingPair,  // one side of an in-process net_ring pair (CreateRingPair)
   kVdev,      // any DPDK virtual device, given to EAL as --vdev
   kPci,       // a PCI NIC, allowed with -a
+  kKernel,    // a kernel interface the kernel keeps using (`uroce daemon` only)
 };
+
+// How a kernel port reaches its interface (pmd/kernel_uplink.h).
+enum class KernelIo { kAuto, kAfXdp, kAfPacket };
 
 struct EndpointConfig {
   std::string name;  // NAME of [endpoint.NAME]
@@ -78,6 +88,8 @@ struct EndpointConfig {
   std::string ring_pair;    // kRingPair: the pair's name
   char ring_side = 'a';     // kRingPair: 'a' or 'b'
   std::string device_name;  // kVdev: the name before the first ','; kPci: the address
+  std::string interface;    // kKernel: the kernel interface's name
+  KernelIo kernel_io = KernelIo::kAuto;
   std::vector<transport::Gid> gids;  // the GID table: ipv4, ipv6, then `gids`
   bool has_ipv4 = false, has_ipv6 = false;
   bool mac_from_port = true;

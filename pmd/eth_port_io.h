@@ -28,3 +28,35 @@ class EthPortIo final : public transport::PacketIo {
 };
 
 }  // namespace uroce::pmd
+
+namespace uroce::pmd {
+
+// Every receive queue of a port, one transmit queue: a kernel interface's
+// NIC spreads received frames over its queues (RSS), and an af_xdp port has
+// a socket per queue, so one poller reads them all, each in turn. Transmit
+// goes through queue 0 (one thread sends; the NIC's queues all reach the
+// wire).
+class MultiQueuePortIo final : public transport::PacketIo {
+ public:
+  MultiQueuePortIo(uint16_t port_id, uint16_t queues) : port_id_(port_id), queues_(queues == 0 ? 1 : queues) {}
+
+  // Up to n frames, from the queues in turn (the next call starts after the
+  // last queue that gave any, so a busy queue cannot starve the others).
+  uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override {
+    uint16_t got = 0;
+    for (uint16_t i = 0; i < queues_ && got < n; ++i) {
+      const uint16_t q = next_;
+      next_ = static_cast<uint16_t>(next_ + 1 == queues_ ? 0 : next_ + 1);
+      got = static_cast<uint16_t>(got + rte_eth_rx_burst(port_id_, q, pkts + got, static_cast<uint16_t>(n - got)));
+    }
+    return got;
+  }
+  uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override { return rte_eth_tx_burst(port_id_, 0, pkts, n); }
+
+ private:
+  const uint16_t port_id_;
+  const uint16_t queues_;
+  uint16_t next_ = 0;
+};
+
+}  // namespace uroce::pmd

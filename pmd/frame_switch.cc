@@ -188,6 +188,9 @@ void FrameSwitch::FromUplink(rte_mbuf* m) {
       if (!IsOurs(info.dst_ip)) return Drop(kUplink, m, &counters_.not_for_us);
       return ToRoceOwner(kUplink, info, m);
     case FrameInfo::Kind::kNeighbor:
+      // A kernel uplink: the kernel answers for its addresses (an af_packet
+      // port shows us its traffic too).
+      if (options_.kernel_neighbors) return Drop(kUplink, m, &counters_.not_for_us);
       return AnswerNeighbor(m);
     case FrameInfo::Kind::kOther:
       return Drop(kUplink, m, &counters_.not_for_us);
@@ -226,6 +229,7 @@ void FrameSwitch::FromProcess(uint32_t slot, rte_mbuf* m) {
         return Drop(slot, m, &counters_.not_for_us);
       }
       if (!IsOurs(msg.sender_ip)) return Drop(slot, m, &counters_.spoofed);
+      if (options_.kernel_neighbors) return AskNeighbor(slot, m);
       return StageTo(kUplink, m);
     }
     case FrameInfo::Kind::kOther:
@@ -356,20 +360,8 @@ void FrameSwitch::AnswerNeighbor(rte_mbuf* m) {
                              : BuildNeighborAdvertisement(frame, options_.mac, msg.target_ip, msg.sender_mac,
                                                           msg.sender_ip);
       rte_pktmbuf_free(m);
-      rte_mbuf* answer = rte_pktmbuf_alloc(options_.pool);
-      if (answer == nullptr) {
-        counters_.alloc_failures++;
-        return;
-      }
-      char* data = rte_pktmbuf_append(answer, static_cast<uint16_t>(len));
-      if (data == nullptr) {
-        rte_pktmbuf_free(answer);
-        counters_.alloc_failures++;
-        return;
-      }
-      std::memcpy(data, frame, len);
       counters_.neighbor_answers++;
-      return StageTo(kUplink, answer);
+      return StageNeighborFrame(kUplink, frame, len);
     }
     case NeighborMessageKind::kArpReply:
     case NeighborMessageKind::kNeighborAdvertisement:
@@ -377,6 +369,61 @@ void FrameSwitch::AnswerNeighbor(rte_mbuf* m) {
     case NeighborMessageKind::kNone:
       return Drop(kUplink, m, &counters_.not_for_us);
   }
+}
+
+// Kernel mode: the answer would reach the kernel, not the process, so the
+// question goes to the daemon. One of the host's own addresses is answered
+// at once (the switch reaches them).
+void FrameSwitch::AskNeighbor(uint32_t slot, rte_mbuf* m) {
+  const NeighborMessage msg = ParseNeighborMessage(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m));
+  NeighborQuestion q;
+  q.slot = slot;
+  q.ipv6 = msg.kind == NeighborMessageKind::kNeighborSolicitation;
+  q.target = msg.target_ip;
+  q.sender_ip = msg.sender_ip;
+  q.sender_mac = msg.sender_mac;
+  rte_pktmbuf_free(m);
+  if (IsOurs(q.target)) return AnswerNeighborQuestion(q, options_.mac);
+  if (questions_ == kQuestions) {
+    counters_.neighbor_questions_dropped++;
+    return;
+  }
+  counters_.neighbor_questions++;
+  question_queue_[questions_++] = q;
+}
+
+size_t FrameSwitch::TakeNeighborQuestions(NeighborQuestion* out, size_t max) {
+  const size_t n = std::min(max, questions_);
+  std::copy(question_queue_.begin(), question_queue_.begin() + static_cast<long>(n), out);
+  std::copy(question_queue_.begin() + static_cast<long>(n), question_queue_.begin() + static_cast<long>(questions_),
+            question_queue_.begin());
+  questions_ -= n;
+  return n;
+}
+
+void FrameSwitch::AnswerNeighborQuestion(const NeighborQuestion& q, const transport::MacAddress& mac) {
+  if (q.slot < kSwitchFirstSlot || q.slot > kSwitchLastSlot || ports_[q.slot].io == nullptr) return;
+  uint8_t frame[kMaxNeighborFrame];
+  const size_t len = q.ipv6 ? BuildNeighborAdvertisement(frame, mac, q.target, q.sender_mac, q.sender_ip)
+                            : BuildArpReply(frame, mac, q.target, q.sender_mac, q.sender_ip);
+  counters_.neighbor_answers++;
+  StageNeighborFrame(q.slot, frame, len);
+}
+
+void FrameSwitch::StageNeighborFrame(uint32_t slot, const uint8_t* frame, size_t length) {
+  rte_mbuf* answer = rte_pktmbuf_alloc(options_.pool);
+  if (answer == nullptr) {
+    counters_.alloc_failures++;
+    return;
+  }
+  char* data = rte_pktmbuf_append(answer, static_cast<uint16_t>(length));
+  if (data == nullptr) {
+    rte_pktmbuf_free(answer);
+    counters_.alloc_failures++;
+    return;
+  }
+  std::memcpy(data, frame, length);
+  StageTo(slot, answer);
 }
 
 void FrameSwitch::CopyToProcesses(rte_mbuf* m) {

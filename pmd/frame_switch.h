@@ -22,6 +22,11 @@
 // answer from the wire to every process (each learns only answers to its own
 // requests: NeighborResolver's strict learning).
 //
+// When the uplink shares a kernel interface (Options::kernel_neighbors), the
+// kernel owns the host's addresses: the switch answers no ARP/ND from the
+// wire, and the processes' requests become questions the daemon answers from
+// the kernel's neighbour table (TakeNeighborQuestions, AnswerNeighborQuestion).
+//
 // Connection management MADs (to QP 1, IBTA 12) are routed as well: a REQ
 // to the process that listens on its port (rdma_cm's IP service ID, IBTA
 // A11), every other CM message to the process whose communication ID it
@@ -71,7 +76,18 @@ struct SwitchCounters {
   uint64_t cm_unrouted = 0;         // other MADs to QP 1 no process owns
   uint64_t neighbor_answers = 0;    // ARP replies / NAs the switch sent
   uint64_t neighbor_copies = 0;     // answers copied to processes
+  uint64_t neighbor_questions = 0;  // kernel mode: requests handed to the daemon
+  uint64_t neighbor_questions_dropped = 0;  // ... while its queue was full
   uint64_t alloc_failures = 0;
+};
+
+// A process's ARP request or neighbour solicitation, in kernel mode.
+struct NeighborQuestion {
+  uint32_t slot = 0;
+  bool ipv6 = false;              // a neighbour solicitation (else ARP)
+  transport::Gid target{};        // the address asked for
+  transport::Gid sender_ip{};     // the asker's (one of the host's)
+  transport::MacAddress sender_mac{};
 };
 
 class FrameSwitch {
@@ -82,6 +98,8 @@ class FrameSwitch {
     transport::PacketIo* uplink = nullptr;
     rte_mempool* pool = nullptr;           // for answers and copies
     uint16_t burst = 32;
+    // The kernel owns the addresses and answers ARP/ND (a kernel uplink).
+    bool kernel_neighbors = false;
   };
 
   explicit FrameSwitch(const Options& options);
@@ -105,6 +123,17 @@ class FrameSwitch {
   // One round: a burst from the uplink and from every process, switched and
   // transmitted. Returns the frames moved.
   unsigned Poll();
+
+  // Kernel mode: the processes' neighbour questions since the last call (at
+  // most kQuestions are kept; more are dropped and counted, and the
+  // process's resolver asks again).
+  static constexpr size_t kQuestions = 64;
+  size_t TakeNeighborQuestions(NeighborQuestion* out, size_t max);
+  bool has_neighbor_questions() const { return questions_ != 0; }
+  // Answers `question` for the process that asked (if it is still attached):
+  // an ARP reply or neighbour advertisement that says `target` is at `mac`,
+  // sent with the next Poll. Between two Polls, on the switch's thread.
+  void AnswerNeighborQuestion(const NeighborQuestion& question, const transport::MacAddress& mac);
 
   const SwitchCounters& counters() const { return counters_; }
   // Slot 0 is the uplink.
@@ -137,6 +166,8 @@ class FrameSwitch {
   void RejectRequest(uint32_t from, const FrameInfo& info, uint64_t transaction_id, uint32_t caller_id,
                      const rte_mbuf* request);
   void AnswerNeighbor(rte_mbuf* m);
+  void AskNeighbor(uint32_t slot, rte_mbuf* m);
+  void StageNeighborFrame(uint32_t slot, const uint8_t* frame, size_t length);
   void CopyToProcesses(rte_mbuf* m);
   void StageTo(uint32_t slot, rte_mbuf* m);
   void Drop(uint32_t from, rte_mbuf* m, uint64_t* reason);
@@ -147,6 +178,8 @@ class FrameSwitch {
   std::vector<uint32_t> attached_;  // slots in use, for Poll
   std::array<uint8_t, 65536> listeners_{};  // CM port -> slot (0: none)
   std::vector<rte_mbuf*> burst_;
+  std::array<NeighborQuestion, kQuestions> question_queue_{};
+  size_t questions_ = 0;
   SwitchCounters counters_;
 };
 

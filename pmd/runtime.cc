@@ -210,6 +210,12 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
       e->port_id = *id;
       break;
     }
+    case PortKind::kKernel:
+      // The kernel owns the interface's addresses and answers ARP/ND for
+      // them: only the daemon, which asks the kernel for neighbours on
+      // behalf of every process, can share it.
+      return InvalidArgument("port '" + ec.port + "' shares a kernel interface: run `uroce daemon` with it and attach "
+                             "programs to the daemon (no UROCE_CONFIG)");
   }
   rte_eth_dev_info info;
   if (rte_eth_dev_info_get(e->port_id, &info) == 0 && info.driver_name != nullptr) e->driver = info.driver_name;

@@ -45,6 +45,9 @@
 #include "pmd/daemon_protocol.h"
 #include "pmd/eth_port_io.h"
 #include "pmd/frame_switch.h"
+#include "pmd/kernel_interface.h"
+#include "pmd/kernel_neighbors.h"
+#include "pmd/kernel_uplink.h"
 #include "pmd/mempool.h"
 #include "pmd/port.h"
 #include "pmd/runtime.h"
@@ -103,7 +106,10 @@ class Daemon {
   void Stop();
 
  private:
+  Status StartKernelUplink();
   void ServeControl(int timeout_us);
+  void ServeNeighborQuestions();
+  void RecheckNeighbors(bool ask);
   void Accept();
   void HandleMessage(Session& s);
   Status AttachSession(Session& s, const pmd::AttachRequest& request);
@@ -122,6 +128,15 @@ class Daemon {
   bool uplink_started_ = false;
   transport::MacAddress mac_{};
   std::unique_ptr<pmd::EthPortIo> uplink_io_;
+  // A kernel interface's uplink (port = kernel:IFNAME) and the kernel's
+  // neighbour table, with the processes' questions it has not answered yet.
+  std::unique_ptr<pmd::KernelUplink> kernel_uplink_;
+  std::unique_ptr<pmd::KernelNeighbors> kernel_neighbors_;
+  struct PendingQuestion {
+    pmd::NeighborQuestion question;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::vector<PendingQuestion> pending_questions_;
   std::unique_ptr<pmd::FrameSwitch> switch_;
   std::vector<std::unique_ptr<Session>> sessions_;
   uint32_t next_slot_ = pmd::kSwitchFirstSlot;
@@ -171,6 +186,7 @@ Status Daemon::Listen() {
 }
 
 Status Daemon::StartUplink() {
+  if (uplink_config_.kind == pmd::PortKind::kKernel) return StartKernelUplink();
   const EndpointConfig& ec = uplink_config_;
   auto id = pmd::PortByName(ec.device_name);
   if (!id.ok()) return NotFound("uplink '" + ec.port + "': EAL made no port " + ec.device_name);
@@ -215,6 +231,100 @@ Status Daemon::StartUplink() {
   return Status::Ok();
 }
 
+// The kernel's own interface, shared: its MAC and (unless the configuration
+// names some) its addresses; af_xdp with uroce's XDP program, or af_packet.
+Status Daemon::StartKernelUplink() {
+  EndpointConfig& ec = uplink_config_;
+  auto kif = pmd::ReadKernelInterface(ec.interface);
+  if (!kif.ok()) return kif.status();
+  if (ec.gids.empty()) ec.gids = kif->gids;
+  if (ec.gids.empty()) {
+    return FailedPrecondition("interface " + ec.interface +
+                              " has no IPv4 or global IPv6 address to be the device's GIDs (or give ipv4/ipv6)");
+  }
+  if (!ec.mac_from_port && ec.mac != kif->mac) {
+    return InvalidArgument("[endpoint." + ec.name + "] mac: a kernel port sends as its interface, " +
+                           pmd::MacToString(kif->mac));
+  }
+  pool_size_ = std::max<unsigned>(ec.mbufs, 32767);
+  auto pool = pmd::CreatePktPool({.name = "uroce_daemon", .mbufs = pool_size_, .data_room = pmd::DataRoomFor(ec.mtu)});
+  if (!pool.ok()) return pool.status();
+  pool_ = std::move(*pool);
+  std::string notes;
+  auto uplink = pmd::KernelUplink::Open(ec, *kif, pool_.get(), &notes);
+  for (size_t start = 0; start < notes.size();) {
+    const size_t end = notes.find('\n', start);
+    Log("%s", notes.substr(start, end - start).c_str());
+    start = end == std::string::npos ? notes.size() : end + 1;
+  }
+  if (!uplink.ok()) return uplink.status();
+  kernel_uplink_ = std::move(*uplink);
+  uplink_port_ = kernel_uplink_->port_id();
+  mac_ = kif->mac;
+  kernel_neighbors_ = std::make_unique<pmd::KernelNeighbors>();
+  UROCE_RETURN_IF_ERROR(kernel_neighbors_->Open(kif->if_index));
+  pmd::FrameSwitch::Options options;
+  options.mac = mac_;
+  options.gids = ec.gids;
+  options.uplink = kernel_uplink_->io();
+  options.pool = pool_.get();
+  options.kernel_neighbors = true;
+  switch_ = std::make_unique<pmd::FrameSwitch>(options);
+  std::string gids;
+  for (const auto& g : ec.gids) gids += (gids.empty() ? "" : ", ") + pmd::GidToString(g);
+  Log("uroce0 on %s, shared with the kernel, MAC %s, addresses %s; control socket %s",
+      kernel_uplink_->Describe().c_str(), pmd::MacToString(mac_).c_str(), gids.c_str(), socket_path_.c_str());
+  return Status::Ok();
+}
+
+// Kernel uplink: the processes' ARP/ND questions, answered from the kernel's
+// table; one it does not know yet is asked for and answered when the kernel
+// has it (a neighbour event), or dropped after the resolver's own time
+// (the process then reports the address unreachable).
+void Daemon::ServeNeighborQuestions() {
+  pmd::NeighborQuestion questions[pmd::FrameSwitch::kQuestions];
+  const size_t n = switch_->TakeNeighborQuestions(questions, pmd::FrameSwitch::kQuestions);
+  for (size_t i = 0; i < n; ++i) {
+    const pmd::NeighborQuestion& q = questions[i];
+    transport::MacAddress mac;
+    const auto answer = kernel_neighbors_->Lookup(q.target, &mac);
+    if (answer == pmd::KernelNeighbors::Answer::kKnown) {
+      switch_->AnswerNeighborQuestion(q, mac);
+      continue;
+    }
+    if (answer == pmd::KernelNeighbors::Answer::kUnreachable) continue;
+    const bool asked = std::any_of(pending_questions_.begin(), pending_questions_.end(), [&](const auto& p) {
+      return p.question.slot == q.slot && p.question.target == q.target;
+    });
+    if (!asked && pending_questions_.size() < pmd::FrameSwitch::kQuestions) {
+      pending_questions_.push_back(
+          {q, std::chrono::steady_clock::now() + std::chrono::milliseconds(uplink_config_.resolve_timeout_ms)});
+    }
+  }
+}
+
+// ask: look the pending ones up again (after a neighbour event); otherwise
+// only drop those past their deadline.
+void Daemon::RecheckNeighbors(bool ask) {
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < pending_questions_.size();) {
+    transport::MacAddress mac;
+    const pmd::NeighborQuestion& q = pending_questions_[i].question;
+    bool done = now >= pending_questions_[i].deadline;
+    if (!done && ask) {
+      const auto answer = kernel_neighbors_->Lookup(q.target, &mac);
+      if (answer == pmd::KernelNeighbors::Answer::kKnown) switch_->AnswerNeighborQuestion(q, mac);
+      done = answer != pmd::KernelNeighbors::Answer::kAsked;
+    }
+    if (done) {
+      pending_questions_[i] = pending_questions_.back();
+      pending_questions_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
 void Daemon::Run() {
   using Clock = std::chrono::steady_clock;
   // An idle sleep of idle_us means what it says (the default timer slack
@@ -226,6 +336,7 @@ void Daemon::Run() {
   while (!pmd::ShutdownRequested()) {
     const unsigned moved = switch_->Poll();
     idle_polls = moved != 0 ? 0 : idle_polls + 1;
+    if (switch_->has_neighbor_questions()) ServeNeighborQuestions();
     // Frames moving: look at the control socket once a millisecond. Idle: the
     // look is the sleep (ppoll with the idle time), so a new process or a
     // frame is served within idle_us.
@@ -245,10 +356,22 @@ void Daemon::ServeControl(int timeout_us) {
   fds.clear();
   fds.push_back({listen_fd_, POLLIN, 0});
   for (const auto& s : sessions_) fds.push_back({s->fd, POLLIN, 0});
+  // Kernel uplink: the neighbour table's events, last.
+  const bool neighbors = kernel_neighbors_ != nullptr;
+  if (neighbors) fds.push_back({kernel_neighbors_->event_fd(), POLLIN, 0});
   timespec timeout{0, static_cast<long>(timeout_us) * 1000};
-  if (ppoll(fds.data(), fds.size(), &timeout, nullptr) <= 0) return;
+  const int ready = ppoll(fds.data(), fds.size(), &timeout, nullptr);
+  // A question waits for a neighbour event (then the kernel is asked again)
+  // or for its deadline.
+  if (neighbors && ready > 0 && (fds.back().revents & POLLIN)) {
+    kernel_neighbors_->DrainEvents();
+    RecheckNeighbors(/*ask=*/true);
+  } else if (!pending_questions_.empty()) {
+    RecheckNeighbors(/*ask=*/false);
+  }
+  if (ready <= 0) return;
   // Sessions first (their indices match fds[1..]), then new connections.
-  for (size_t i = fds.size() - 1; i >= 1; --i) {
+  for (size_t i = sessions_.size(); i >= 1; --i) {
     if (fds[i].revents == 0) continue;
     Session& s = *sessions_[i - 1];
     if (fds[i].revents & POLLIN) HandleMessage(s);
@@ -456,6 +579,16 @@ void Daemon::Stop() {
   sessions_.clear();
   switch_.reset();
   uplink_io_.reset();
+  pending_questions_.clear();
+  kernel_neighbors_.reset();
+  // DPDK 22.11's af_xdp driver never takes back the buffers it gave the
+  // kernel: its fill ring (ETH_AF_XDP_DFLT_NUM_DESCS, 2048 per queue,
+  // refilled after every receive) and sends not yet completed (up to the
+  // ring size per queue). They stay out until the pool is freed.
+  const unsigned af_xdp_held = kernel_uplink_ && kernel_uplink_->af_xdp()
+                                   ? kernel_uplink_->queues() * (2048u + uplink_config_.rx_descriptors)
+                                   : 0;
+  kernel_uplink_.reset();  // stops and removes the port; af_xdp detaches its program
   if (uplink_started_) {
     Status closed = pmd::ClosePort(uplink_port_);
     if (!closed.ok()) Log("closing the uplink: %s", closed.message().c_str());
@@ -467,7 +600,13 @@ void Daemon::Stop() {
   }
   if (pool_) {
     const unsigned back = pmd::AvailableMbufs(pool_.get());
-    Log("stopped; mbufs back in the pool: %u of %u", back, pool_size_);
+    if (af_xdp_held != 0 && back < pool_size_ && pool_size_ - back <= af_xdp_held) {
+      Log("stopped; mbufs back in the pool: %u of %u; the other %u were given to the kernel by DPDK's af_xdp driver "
+          "(at most %u), which returns them only with the pool",
+          back, pool_size_, pool_size_ - back, af_xdp_held);
+    } else {
+      Log("stopped; mbufs back in the pool: %u of %u", back, pool_size_);
+    }
   }
 }
 
@@ -506,7 +645,9 @@ int DaemonCommand(int argc, char** argv) {
     return 2;
   }
   if (config->endpoints[0].kind == pmd::PortKind::kRingPair) {
-    std::fprintf(stderr, "uroce daemon: the uplink must be a DPDK device (a vdev or a PCI NIC), not a ring pair\n");
+    std::fprintf(stderr,
+                 "uroce daemon: the uplink must be a DPDK device (a vdev or a PCI NIC) or a kernel interface "
+                 "(kernel:IFNAME), not a ring pair\n");
     return 2;
   }
   pmd::InstallShutdownSignals();

@@ -1,0 +1,238 @@
+#include "pmd/kernel_uplink.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <rte_bus_vdev.h>
+#include <rte_dev.h>
+#include <rte_ethdev.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "pmd/port.h"
+#include "pmd/runtime.h"
+#include "xdp/steer_program.h"
+
+namespace uroce::pmd {
+namespace {
+
+constexpr char kLockDirectory[] = "/run/uroce";
+constexpr uint16_t kRoceV2Port = 4791;
+
+// One daemon per interface: the lock names the network namespace (its
+// inode) and the interface, and dies with its holder, even by kill -9.
+StatusOr<int> LockInterface(const std::string& name) {
+  struct stat ns {};
+  if (stat("/proc/self/ns/net", &ns) != 0) ns.st_ino = 0;
+  if (mkdir(kLockDirectory, 0755) != 0 && errno != EEXIST) {
+    return IoError(std::string("cannot create ") + kLockDirectory + ": " + std::strerror(errno));
+  }
+  const std::string path = std::string(kLockDirectory) + "/kernel-" + std::to_string(ns.st_ino) + "-" + name + ".lock";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return IoError("cannot open " + path + ": " + std::strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return AlreadyExists("another uroce daemon uses interface " + name + " (" + path + " is locked)");
+  }
+  return fd;
+}
+
+// The XDP program attached to the interface now, if any: 0, or its id and
+// name.
+uint32_t AttachedProgram(uint32_t if_index, std::string* name) {
+  uint32_t id = 0;
+  if (bpf_xdp_query_id(static_cast<int>(if_index), 0, &id) != 0 || id == 0) return 0;
+  const int fd = bpf_prog_get_fd_by_id(id);
+  if (fd >= 0) {
+    bpf_prog_info info{};
+    uint32_t length = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &length) == 0) *name = info.name;
+    close(fd);
+  }
+  return id;
+}
+
+std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<KernelUplink>> KernelUplink::Open(const EndpointConfig& ec, const KernelInterface& kif,
+                                                           rte_mempool* pool, std::string* notes) {
+  std::unique_ptr<KernelUplink> up(new KernelUplink());
+  up->interface_ = kif.name;
+  auto lock = LockInterface(kif.name);
+  if (!lock.ok()) return lock.status();
+  up->lock_fd_ = *lock;
+  if (!kif.up) return FailedPrecondition("interface " + kif.name + " is down (ip link set " + kif.name + " up)");
+  if (ec.mtu > kif.mtu) {
+    return InvalidArgument("mtu " + std::to_string(ec.mtu) + " is above interface " + kif.name + "'s mtu " +
+                           std::to_string(kif.mtu));
+  }
+  Status xdp = NotSupported("kernel_io = af_packet");
+  if (ec.kernel_io != KernelIo::kAfPacket) {
+    xdp = up->OpenAfXdp(ec, kif, pool);
+    if (xdp.ok()) {
+      up->BindUdpGuards(notes);
+      return up;
+    }
+    up->RemovePort();
+    if (ec.kernel_io == KernelIo::kAfXdp) return xdp;
+    *notes += "af_xdp on " + kif.name + " failed (" + xdp.message() +
+              "); falling back to af_packet: the kernel sees every RoCE frame as well\n";
+  }
+  Status packet = up->OpenAfPacket(ec, kif, pool);
+  if (!packet.ok()) {
+    up->RemovePort();
+    return packet;
+  }
+  up->BindUdpGuards(notes);
+  return up;
+}
+
+Status KernelUplink::OpenAfXdp(const EndpointConfig& ec, const KernelInterface& kif, rte_mempool* pool) {
+  std::string name;
+  const uint32_t id = AttachedProgram(kif.if_index, &name);
+  if (id != 0) {
+    // Ours, left by a daemon that died (we hold the interface's lock, so no
+    // live daemon uses it): replace it. Anybody else's stays.
+    if (name != xdp::kSteerProgramName) {
+      return FailedPrecondition("interface " + kif.name + " already runs XDP program " + std::to_string(id) + " (" +
+                                name + ")");
+    }
+    if (bpf_xdp_detach(static_cast<int>(kif.if_index), 0, nullptr) != 0) {
+      return IoError("cannot detach the stale uroce XDP program " + std::to_string(id) + " from " + kif.name);
+    }
+  }
+  // The driver loads the program from a file name: a memory file, reached
+  // through /proc, so nothing is left on disk.
+  program_fd_ = memfd_create("uroce_steer.bpf.o", MFD_CLOEXEC);
+  if (program_fd_ < 0) return IoError(Errno("memfd_create"));
+  const std::string_view object = xdp::SteerProgramObject();
+  if (write(program_fd_, object.data(), object.size()) != static_cast<ssize_t>(object.size())) {
+    return IoError(Errno("writing the XDP program"));
+  }
+  queues_ = static_cast<uint16_t>(std::min<uint32_t>(kif.queues, 64));
+  vdev_ = "net_af_xdp_" + kif.name;
+  const std::string devargs = vdev_ + ",iface=" + kif.name + ",start_queue=0,queue_count=" + std::to_string(queues_) +
+                              ",xdp_prog=/proc/self/fd/" + std::to_string(program_fd_);
+  UROCE_RETURN_IF_ERROR(StartProbed(devargs, ec, pool, queues_));
+  af_xdp_ = true;
+  return Status::Ok();
+}
+
+Status KernelUplink::OpenAfPacket(const EndpointConfig& ec, const KernelInterface& kif, rte_mempool* pool) {
+  // Ring frames that hold the largest frame of this MTU whole (see
+  // CheckAfPacketFrameSize: tpacket's header comes first), tiling blocks of
+  // whole pages.
+  const uint32_t page = static_cast<uint32_t>(sysconf(_SC_PAGESIZE));
+  const uint32_t largest = std::min<uint32_t>(ec.mtu, 4096 + 128) + 14;
+  const uint32_t frame = (66 + largest + 255) / 256 * 256;
+  const uint32_t block = std::lcm(frame, page);
+  queues_ = 1;
+  vdev_ = "net_af_packet_" + kif.name;
+  const std::string devargs = vdev_ + ",iface=" + kif.name + ",qpairs=1,framesz=" + std::to_string(frame) +
+                              ",blocksz=" + std::to_string(block) + ",framecnt=" + std::to_string(block / frame * 64);
+  EndpointConfig check = ec;
+  check.port = devargs;
+  UROCE_RETURN_IF_ERROR(CheckAfPacketFrameSize(check));
+  UROCE_RETURN_IF_ERROR(StartProbed(devargs, ec, pool, 1));
+  af_xdp_ = false;
+  return Status::Ok();
+}
+
+Status KernelUplink::StartProbed(const std::string& devargs, const EndpointConfig& ec, rte_mempool* pool,
+                                 uint16_t queues) {
+  if (rte_dev_probe(devargs.c_str()) != 0) {
+    const std::string device = vdev_;
+    vdev_.clear();
+    return IoError("DPDK could not create " + device + " (its log above says why)");
+  }
+  auto id = PortByName(vdev_);
+  if (!id.ok()) return IoError(vdev_ + " made no port");
+  port_id_ = *id;
+  PortConfig port;
+  port.rx_pool = pool;
+  port.rx_queues = queues;
+  port.tx_queues = queues;  // af_xdp pairs every receive queue with a transmit queue
+  port.rx_descriptors = ec.rx_descriptors;
+  port.tx_descriptors = ec.tx_descriptors;
+  port.mtu = static_cast<uint16_t>(ec.mtu);
+  port.promiscuous = false;  // frames for the host's MAC only, as the kernel gets them
+  UROCE_RETURN_IF_ERROR(StartPort(port_id_, port));
+  started_ = true;
+  io_ = std::make_unique<MultiQueuePortIo>(port_id_, queues);
+  return Status::Ok();
+}
+
+void KernelUplink::BindUdpGuards(std::string* notes) {
+  // Bound, never read: RoCE frames the kernel also gets fill its buffer
+  // and are dropped there, instead of drawing ICMP port unreachable.
+  const int families[2] = {AF_INET, AF_INET6};
+  for (int i = 0; i < 2; ++i) {
+    const int fd = socket(families[i], SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;  // no IPv6 in this kernel, say
+    int bound = -1;
+    if (families[i] == AF_INET) {
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(kRoceV2Port);
+      bound = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    } else {
+      const int only = 1;
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &only, sizeof(only));
+      sockaddr_in6 a{};
+      a.sin6_family = AF_INET6;
+      a.sin6_port = htons(kRoceV2Port);
+      bound = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    }
+    if (bound != 0) {
+      if (errno == EADDRINUSE) {
+        *notes += std::string("UDP port 4791 (") + (i == 0 ? "IPv4" : "IPv6") +
+                  ") is taken on this host: is the kernel's rdma_rxe on it? It would answer uroce's peers too\n";
+      }
+      close(fd);
+      continue;
+    }
+    guard_fds_[i] = fd;
+  }
+}
+
+void KernelUplink::RemovePort() {
+  io_.reset();
+  if (!vdev_.empty()) {
+    if (started_) rte_eth_dev_stop(port_id_);
+    // Removing the device closes the port: the driver frees its rings'
+    // buffers, and af_xdp detaches its program.
+    rte_eal_hotplug_remove("vdev", vdev_.c_str());
+    vdev_.clear();
+  }
+  started_ = false;
+  if (program_fd_ >= 0) {
+    close(program_fd_);
+    program_fd_ = -1;
+  }
+}
+
+KernelUplink::~KernelUplink() {
+  RemovePort();
+  for (int& fd : guard_fds_) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  if (lock_fd_ >= 0) close(lock_fd_);
+}
+
+std::string KernelUplink::Describe() const {
+  return std::string(af_xdp_ ? "net_af_xdp" : "net_af_packet") + " on " + interface_ + " (" + std::to_string(queues_) +
+         (queues_ == 1 ? " queue)" : " queues)");
+}
+
+}  // namespace uroce::pmd
