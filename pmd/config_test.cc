@@ -103,6 +103,29 @@ ipv6 = fd00::1
   EXPECT_EQ(c->progress, ProgressMode::kInline);  // the default
 }
 
+// The daemon's uplink on a kernel interface: nothing for EAL (the daemon
+// opens it), the interface's addresses unless some are given.
+TEST(ConfigTest, KernelPortsNeedNoAddressAndStayOutOfEal) {
+  auto c = LoadConfigText("[endpoint.up]\nport = kernel:eth0\nkernel_io = af_packet\n", "t.ini");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->endpoints[0].kind, PortKind::kKernel);
+  EXPECT_EQ(c->endpoints[0].interface, "eth0");
+  EXPECT_EQ(c->endpoints[0].kernel_io, KernelIo::kAfPacket);
+  EXPECT_TRUE(c->endpoints[0].gids.empty());
+  EXPECT_TRUE(c->eal.vdevs.empty());
+  EXPECT_FALSE(c->eal.pci);
+  c = LoadConfigText("[endpoint.up]\nport = kernel:ens3\nipv4 = 10.0.0.5\n", "t.ini");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->endpoints[0].kernel_io, KernelIo::kAuto);
+  EXPECT_EQ(c->endpoints[0].gids.size(), 1u);
+  EXPECT_NE(ErrorOf("[endpoint.up]\nport = kernel:\n").find("kernel:IFNAME"), std::string::npos);
+  EXPECT_NE(ErrorOf("[endpoint.up]\nport = kernel:a-name-much-too-long\n").find("at most 15"), std::string::npos);
+  EXPECT_NE(ErrorOf("[endpoint.up]\nport = kernel:eth0,x=1\n").find("kernel:IFNAME"), std::string::npos);
+  EXPECT_NE(ErrorOf("[endpoint.up]\nport = kernel:eth0\nkernel_io = dpdk\n").find("af_xdp"), std::string::npos);
+  EXPECT_NE(ErrorOf("[endpoint.a]\nport = kernel:eth0\n[endpoint.b]\nport = kernel:eth0\n").find("used twice"),
+            std::string::npos);
+}
+
 TEST(ConfigTest, OverridesWinAndCanAddEndpoints) {
   std::vector<ConfigOverride> o;
   for (const char* s : {"endpoint.a.ipv4=10.1.1.1", "engine.progress=inline", "eal.hugepages=yes",

@@ -4,7 +4,10 @@
 // picks the uplink or one of two process slots; the fix-up byte may make the
 // frame's addresses the host's (Ethernet source or destination, IPv4
 // destination) so that the fuzzer gets past the cheap checks into the CM
-// routing and the neighbour answers. After every input: every buffer the
+// routing and the neighbour answers. An input whose first byte has its top
+// bit set runs the switch in kernel mode (a kernel uplink: the processes'
+// neighbour requests become questions, each answered after every Poll).
+// After every input: every buffer the
 // switch handed out or kept is back in the pool, or it aborts.
 #include <cstddef>
 #include <cstdint>
@@ -75,6 +78,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.gids = {uroce::transport::Ipv4MappedGid(kHostIp)};
   options.uplink = &w.ports[0];
   options.pool = w.pool.get();
+  options.kernel_neighbors = size > 0 && (data[0] & 0x80) != 0;
+  NeighborQuestion questions[FrameSwitch::kQuestions];
   {
     FrameSwitch sw(options);
     if (!sw.Attach(1, &w.ports[1]).ok() || !sw.Attach(2, &w.ports[2]).ok()) abort();
@@ -102,7 +107,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if ((fixups & 8) && take >= 30) std::memcpy(bytes + 26, kHostIp, 4);          // IPv4 from the host
       w.ports[port].in.push_back(m);
       ++frames;
-      if (fixups & 0x80) sw.Poll();
+      if (fixups & 0x80) {
+        sw.Poll();
+        const size_t n = sw.TakeNeighborQuestions(questions, FrameSwitch::kQuestions);
+        for (size_t i = 0; i < n; ++i) sw.AnswerNeighborQuestion(questions[i], kHostMac);
+      }
       if (fixups & 0x40) sw.Detach(1 + (fixups & 1));
     }
     for (int i = 0; i < 8; ++i) sw.Poll();

@@ -200,6 +200,70 @@ TEST_F(FrameSwitchTest, ArpForTheHostIsAnsweredAndAnswersReachEveryProcess) {
   EXPECT_EQ(uplink_.out.size(), 2u);
 }
 
+// A kernel uplink: the kernel answers ARP/ND for the host and gets the
+// answers to requests, so the switch answers nothing from the wire and hands
+// the processes' requests to the daemon as questions.
+TEST_F(FrameSwitchTest, KernelModeTurnsNeighbourRequestsIntoQuestionsForTheDaemon) {
+  switch_.reset();
+  FrameSwitch::Options o;
+  o.mac = kHostMac;
+  o.gids = {Ip(1)};
+  o.uplink = &uplink_;
+  o.pool = pool_.get();
+  o.kernel_neighbors = true;
+  switch_ = std::make_unique<FrameSwitch>(o);
+  ASSERT_TRUE(switch_->Attach(1, &proc_[0]).ok());
+  ASSERT_TRUE(switch_->Attach(2, &proc_[1]).ok());
+  uint8_t frame[kMaxNeighborFrame];
+  // From the wire: a request for the host's address and a reply; neither is
+  // answered nor copied (the kernel's).
+  uplink_.in.push_back(Raw(frame, BuildArpRequest(frame, kPeerMac, Ip(2), Ip(1))));
+  uplink_.in.push_back(Raw(frame, BuildArpReply(frame, kPeerMac, Ip(2), kHostMac, Ip(1))));
+  // Process 2 asks for the peer, process 1 for the host itself.
+  proc_[1].in.push_back(Raw(frame, BuildArpRequest(frame, kHostMac, Ip(1), Ip(2))));
+  proc_[0].in.push_back(Raw(frame, BuildArpRequest(frame, kHostMac, Ip(1), Ip(1))));
+  switch_->Poll();
+  EXPECT_TRUE(uplink_.out.empty());
+  EXPECT_TRUE(proc_[1].out.empty());
+  // The host's own address is answered at once, as the uplink's MAC.
+  ASSERT_EQ(proc_[0].out.size(), 1u);
+  NeighborMessage own = ParseNeighborMessage(rte_pktmbuf_mtod(proc_[0].out[0], const uint8_t*),
+                                             rte_pktmbuf_data_len(proc_[0].out[0]));
+  EXPECT_EQ(own.kind, NeighborMessageKind::kArpReply);
+  EXPECT_EQ(own.sender_mac, kHostMac);
+  ASSERT_TRUE(switch_->has_neighbor_questions());
+  NeighborQuestion q[FrameSwitch::kQuestions];
+  ASSERT_EQ(switch_->TakeNeighborQuestions(q, FrameSwitch::kQuestions), 1u);
+  EXPECT_FALSE(switch_->has_neighbor_questions());
+  EXPECT_EQ(q[0].slot, 2u);
+  EXPECT_FALSE(q[0].ipv6);
+  EXPECT_EQ(q[0].target, Ip(2));
+  // The daemon's answer (from the kernel's table) reaches only the asker.
+  switch_->AnswerNeighborQuestion(q[0], kPeerMac);
+  switch_->Poll();
+  ASSERT_EQ(proc_[1].out.size(), 1u);
+  NeighborMessage answer = ParseNeighborMessage(rte_pktmbuf_mtod(proc_[1].out[0], const uint8_t*),
+                                                rte_pktmbuf_data_len(proc_[1].out[0]));
+  EXPECT_EQ(answer.kind, NeighborMessageKind::kArpReply);
+  EXPECT_EQ(answer.sender_ip, Ip(2));
+  EXPECT_EQ(answer.sender_mac, kPeerMac);
+  EXPECT_EQ(proc_[0].out.size(), 1u);
+  EXPECT_TRUE(uplink_.out.empty());
+  // A flood of questions is bounded; the rest are counted and dropped.
+  for (unsigned i = 0; i < FrameSwitch::kQuestions + 10; ++i) {
+    proc_[0].in.push_back(Raw(frame, BuildArpRequest(frame, kHostMac, Ip(1), Ip(static_cast<uint8_t>(10 + i)))));
+  }
+  for (int i = 0; i < 8; ++i) switch_->Poll();
+  EXPECT_EQ(switch_->counters().neighbor_questions_dropped, 10u);
+  EXPECT_EQ(switch_->TakeNeighborQuestions(q, FrameSwitch::kQuestions), FrameSwitch::kQuestions);
+  // An answer for a process that left goes nowhere.
+  q[0].slot = 2;
+  switch_->Detach(2);
+  switch_->AnswerNeighborQuestion(q[0], kPeerMac);
+  switch_->Poll();
+  EXPECT_EQ(proc_[1].out.size(), 1u);
+}
+
 TEST_F(FrameSwitchTest, CmRequestsGoToTheListenerAndAnswersToTheirCommunicationId) {
   ASSERT_TRUE(switch_->Listen(7174, 2).ok());
   EXPECT_EQ(switch_->Listen(7174, 1).code(), StatusCode::kAlreadyExists);
