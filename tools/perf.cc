@@ -2,7 +2,10 @@
 // perftest's ib_send_lat / ib_write_bw / ... . With --port ring one process
 // runs both sides over a net_ring pair; with memif or afpacket a server and a
 // client process exchange QPNs, PSNs, addresses and rkeys over a side
-// channel (tools/side_channel.h) and then measure over DPDK.
+// channel (tools/side_channel.h) and then measure over DPDK. With --port
+// daemon both attach to the running `uroce daemon` (UROCE_DAEMON or its
+// default socket) as any program does, and their frames cross its switch:
+// the same measurement with the daemon in the path.
 #include <rte_cycles.h>
 #include <unistd.h>
 
@@ -17,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "pmd/daemon_client.h"
 #include "pmd/eal.h"
 #include "pmd/runtime.h"
 #include "pmd/shutdown_signal.h"
@@ -56,13 +60,15 @@ struct Options {
 int Usage() {
   std::fprintf(stderr,
                "usage: uroce perf [--test T[,T...]|all] [--size BYTES[,BYTES...]] [--iters N] [--qps N]\n"
-               "                  [--window N] [--port ring|memif|afpacket] [--role server|client]\n"
+               "                  [--window N] [--port ring|memif|afpacket|daemon] [--role server|client]\n"
                "                  [--control PATH|HOST:PORT] [--verify] [--csv] [--quiet]\n"
                "                  [--config FILE] [--set SECTION.KEY=VALUE ...]\n"
                "  tests: send_lat write_lat read_lat atomic_lat send_bw write_bw read_bw\n"
                "  --port ring runs both sides in this process (configs/ring.ini); memif and\n"
                "  afpacket run one side per process (configs/pair-a.ini / pair-b.ini,\n"
                "  veth-a.ini / veth-b.ini for the server / client), started in any order.\n"
+               "  daemon: each side attaches to the running uroce daemon (UROCE_DAEMON or\n"
+               "  /run/uroce/uroce.sock) like any program, so its switch is in the path.\n"
                "  Latency: median and p99 of half a round trip (send, write) or a whole one\n"
                "  (read, atomic), like perftest. --verify checks every byte that moves.\n"
                "  --control: the side channel, a UNIX socket PATH (default\n"
@@ -152,7 +158,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       o->window = static_cast<uint32_t>(std::strtoul(v.c_str(), nullptr, 10));
       if (o->window == 0 || o->window > 4096) return false;
     } else if (flag == "--port") {
-      if (v != "ring" && v != "memif" && v != "afpacket") return false;
+      if (v != "ring" && v != "memif" && v != "afpacket" && v != "daemon") return false;
       o->port = v;
     } else if (flag == "--role") {
       if (v != "server" && v != "client") return false;
@@ -171,6 +177,10 @@ bool ParseArgs(int argc, char** argv, Options* o) {
   }
   if (o->port != "ring" && o->role.empty()) {
     std::fprintf(stderr, "uroce perf: --port %s needs --role server or --role client\n", o->port.c_str());
+    return false;
+  }
+  if (o->port == "daemon" && !o->config.file.empty()) {
+    std::fprintf(stderr, "uroce perf: --port daemon takes its configuration from the daemon; drop --config\n");
     return false;
   }
   if (o->control.empty()) o->control = "/tmp/uroce-perf-" + o->port + ".sock";
@@ -266,9 +276,21 @@ class PerfProcess {
   explicit PerfProcess(const Options& o) : o_(o) {}
 
   Status Start(const std::string& builtin) {
-    auto config = LoadToolConfig(o_.config, builtin);
-    if (!config.ok()) return config.status();
-    config_ = *config;
+    if (o_.port == "daemon") {
+      // The configuration the daemon hands out, with the caller's --set
+      // overrides (lcores, say) applied on top.
+      auto session = pmd::DaemonSession::Attach(pmd::DaemonSocketPath());
+      if (!session.ok()) return session.status();
+      auto config = pmd::LoadConfigText((*session)->config_text(),
+                                        "uroce daemon at " + (*session)->socket_path(), o_.config.overrides);
+      if (!config.ok()) return config.status();
+      config_ = *config;
+      daemon_ = std::move(*session);
+    } else {
+      auto config = LoadToolConfig(o_.config, builtin);
+      if (!config.ok()) return config.status();
+      config_ = *config;
+    }
     pmd::InstallShutdownSignals();
     UROCE_RETURN_IF_ERROR(pmd::StartEalFor(config_));
     auto rt = pmd::Runtime::Start(config_);
@@ -322,6 +344,7 @@ class PerfProcess {
  private:
   const Options& o_;
   pmd::UroceConfig config_;
+  std::unique_ptr<pmd::DaemonSession> daemon_;  // --port daemon: attached while it lives
   std::unique_ptr<pmd::Runtime> rt_;
 };
 
