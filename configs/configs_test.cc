@@ -10,7 +10,7 @@ namespace uroce {
 namespace {
 
 TEST(ConfigsTest, EveryFileLoads) {
-  for (const char* name : {"ring", "pair-a", "pair-b", "veth-a", "veth-b"}) {
+  for (const char* name : {"ring", "pair-a", "pair-b", "veth-a", "veth-b", "daemon-kernel"}) {
     auto c = pmd::LoadConfigFile(std::string("configs/") + name + ".ini");
     EXPECT_TRUE(c.ok()) << name << ": " << c.status().ToString();
   }
