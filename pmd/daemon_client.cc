@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -15,6 +16,15 @@
 
 namespace uroce::pmd {
 namespace {
+
+// PEER/UNPEER messages waiting for room in the socket, and PEER_GONE
+// notifications waiting for the progress thread: a lease has 65536 QPNs, so
+// twice that is more than any well-behaved process or daemon queues.
+constexpr size_t kMaxQueued = 2 * (size_t{1} << kDaemonQpnShift);
+// Messages DaemonGone reads at most per call (the rest wait for the next).
+constexpr int kMaxReadsPerCheck = 64;
+
+bool WouldBlock(int e) { return e == EAGAIN || e == EWOULDBLOCK || e == EINTR; }
 
 std::string ProgramName() {
   std::ifstream comm("/proc/self/comm");
@@ -108,22 +118,102 @@ Status DaemonSession::ClaimPort(uint16_t port, bool listen) {
   if (send(fd_, message.data(), message.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(message.size())) {
     return Unavailable(std::string("uroce daemon: cannot send: ") + std::strerror(errno));
   }
-  char reply[512];
-  const ssize_t n = recv(fd_, reply, sizeof(reply), 0);
-  if (n <= 0) return Unavailable("uroce daemon did not answer");
-  const std::string_view text(reply, static_cast<size_t>(n));
-  if (text == "OK") return Status::Ok();
-  if (text.rfind("ERROR ", 0) == 0) return AlreadyExists(std::string(text.substr(6)));
-  return Internal("uroce daemon: unexpected answer");
+  read_buffer_.resize(kMaxControlMessage + 1);
+  for (;;) {
+    // Bounded by the socket's receive timeout (10 s) per message.
+    const ssize_t n = recv(fd_, read_buffer_.data(), read_buffer_.size(), 0);
+    if (n == 0) gone_ = true;
+    if (n <= 0) return Unavailable("uroce daemon did not answer");
+    const std::string_view text(read_buffer_.data(), static_cast<size_t>(n));
+    if (QueueIfNotification(text)) continue;  // not ours to answer: kept, and read on
+    if (text == "OK") return Status::Ok();
+    if (text.rfind("ERROR ", 0) == 0) return AlreadyExists(std::string(text.substr(6)));
+    return Internal("uroce daemon: unexpected answer");
+  }
 }
+
+bool DaemonSession::QueueIfNotification(std::string_view message) {
+  if (!IsNotification(message)) return false;
+  auto gone = ParsePeersGone(message);
+  if (!gone.ok()) {
+    std::fprintf(stderr, "uroce: ignored a malformed notification from the uroce daemon: %s\n",
+                 gone.status().message().c_str());
+    return true;
+  }
+  std::lock_guard<std::mutex> lock(gone_mutex_);
+  for (const PeerGone& g : *gone) {
+    if ((g.qpn >> kDaemonQpnShift) != slot_) continue;  // not one of our QPs
+    if (peers_gone_.size() >= kMaxQueued) {
+      if (!peers_gone_overflowed_) std::fprintf(stderr, "uroce: too many PEER_GONE notifications queued: some lost\n");
+      peers_gone_overflowed_ = true;
+      break;
+    }
+    peers_gone_.push_back(g);
+  }
+  return true;
+}
+
+std::vector<PeerGone> DaemonSession::TakePeersGone() {
+  std::lock_guard<std::mutex> lock(gone_mutex_);
+  std::vector<PeerGone> out;
+  out.swap(peers_gone_);
+  return out;
+}
+
+void DaemonSession::Send(std::string message) {
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  if (gone_) return;
+  // In order: nothing overtakes a message that waits.
+  if (outbox_.empty()) {
+    if (send(fd_, message.data(), message.size(), MSG_NOSIGNAL | MSG_DONTWAIT) ==
+        static_cast<ssize_t>(message.size())) {
+      return;
+    }
+    if (!WouldBlock(errno)) return;  // the daemon is gone: DaemonGone says so
+  }
+  if (outbox_.size() >= kMaxQueued) {
+    if (!outbox_overflowed_) std::fprintf(stderr, "uroce: the uroce daemon does not read its socket: PEER records lost\n");
+    outbox_overflowed_ = true;
+    return;
+  }
+  outbox_.push_back(std::move(message));
+}
+
+void DaemonSession::RegisterPeer(const PeerRecord& record) { Send(FormatPeer(record)); }
+
+void DaemonSession::UnregisterPeer(uint32_t qpn) { Send(FormatUnpeer(qpn)); }
 
 bool DaemonSession::DaemonGone() {
   if (gone_) return true;
-  char byte;
-  const ssize_t n = recv(fd_, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
-  // 0: the daemon closed its end (orderly stop or death); an error other
-  // than "nothing to read" means the same.
-  gone_ = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  {
+    std::lock_guard<std::mutex> lock(outbox_mutex_);
+    while (!outbox_.empty()) {
+      const std::string& m = outbox_.front();
+      if (send(fd_, m.data(), m.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(m.size())) {
+        if (!WouldBlock(errno)) outbox_.clear();  // the daemon is gone: the read below says so
+        break;
+      }
+      outbox_.pop_front();
+    }
+  }
+  // A thread waiting for a reply reads the socket now: it queues what it
+  // finds and notices the end of the session itself.
+  std::unique_lock<std::mutex> lock(request_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return gone_;
+  read_buffer_.resize(kMaxControlMessage + 1);
+  for (int i = 0; i < kMaxReadsPerCheck; ++i) {
+    const ssize_t n = recv(fd_, read_buffer_.data(), read_buffer_.size(), MSG_DONTWAIT);
+    // 0: the daemon closed its end (orderly stop or death); an error other
+    // than "nothing to read" means the same.
+    if (n == 0 || (n < 0 && !WouldBlock(errno))) {
+      gone_ = true;
+      break;
+    }
+    if (n < 0) break;
+    // Anything but a notification is a late reply to a request that gave up
+    // waiting: nobody wants it.
+    (void)QueueIfNotification(std::string_view(read_buffer_.data(), static_cast<size_t>(n)));
+  }
   return gone_;
 }
 

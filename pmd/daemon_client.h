@@ -2,13 +2,16 @@
 // noticing when the daemon is gone. The verbs provider attaches when the
 // program has no configuration of its own (no UROCE_CONFIG).
 //
-// Threads: Attach on the control path; DaemonGone from any one thread.
+// Threads: Attach on the control path; DaemonGone and TakePeersGone from any
+// one thread (the provider's progress thread); the rest from any thread.
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "pmd/daemon_protocol.h"
@@ -35,21 +38,45 @@ class DaemonSession {
   uint32_t slot() const { return slot_; }
   const std::string& config_text() const { return config_text_; }
   const std::string& socket_path() const { return socket_path_; }
-  // True once the daemon closed the session (it stopped or died). One
-  // non-blocking system call: for a progress thread, never the fast path.
+  // True once the daemon closed the session (it stopped or died). Reads
+  // what the daemon sent unasked (PEER_GONE, queued for TakePeersGone) and
+  // sends what RegisterPeer/UnregisterPeer could not send at once. A few
+  // non-blocking system calls: for a progress thread, never the fast path.
   bool DaemonGone();
   // Claims (listen) or releases a CM port host-wide: kAlreadyExists when
   // another process on the host listens on it. Control path; any thread.
   Status ClaimPort(uint16_t port, bool listen);
 
+  // Our QP `record.qpn` is connected to a QP at one of the host's addresses
+  // (PEER), or no longer (UNPEER). Fire and forget, never blocks: a message
+  // the socket cannot take now waits, in order, for the next DaemonGone.
+  // Control path; any thread.
+  void RegisterPeer(const PeerRecord& record);
+  void UnregisterPeer(uint32_t qpn);
+  // The PEER_GONE notifications received so far (our QPs whose peer's
+  // process ended), oldest first; only QPNs of our own lease.
+  std::vector<PeerGone> TakePeersGone();
+
  private:
   DaemonSession() = default;
+  void Send(std::string message);
+  // A message the daemon sent: a notification is queued (true); anything
+  // else is a reply (false).
+  bool QueueIfNotification(std::string_view message);
   int fd_ = -1;
   uint32_t slot_ = 0;
   std::string config_text_;
   std::string socket_path_;
   std::atomic<bool> gone_{false};
-  std::mutex request_mutex_;  // one request and its reply at a time
+  std::mutex request_mutex_;  // one request and its reply at a time; whoever reads the socket
+  std::vector<char> read_buffer_;  // request_mutex_
+
+  std::mutex outbox_mutex_;  // PEER/UNPEER not sent yet, in order (bounded)
+  std::deque<std::string> outbox_;
+  bool outbox_overflowed_ = false;
+  std::mutex gone_mutex_;  // PEER_GONE received, not taken yet (bounded)
+  std::vector<PeerGone> peers_gone_;
+  bool peers_gone_overflowed_ = false;
 };
 
 }  // namespace uroce::pmd

@@ -12,6 +12,13 @@ constexpr size_t kMaxProgramName = 64;
 constexpr std::string_view kAttach = "ATTACH";
 constexpr std::string_view kOk = "OK";
 constexpr std::string_view kError = "ERROR";
+constexpr std::string_view kPeer = "PEER";
+constexpr std::string_view kUnpeer = "UNPEER";
+constexpr std::string_view kPeerGone = "PEER_GONE";
+// An IPv6 address in text is at most 45 characters (INET6_ADDRSTRLEN - 1).
+constexpr size_t kMaxAddressText = 45;
+// PEER qpn=16777215 dest=<45> dest_qpn=16777215, with room to spare.
+constexpr size_t kMaxPeerMessage = 128;
 
 bool SafeNameChar(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
@@ -40,6 +47,26 @@ bool ParseDecimal(std::string_view text, uint64_t max, uint64_t* out) {
   }
   *out = v;
   return true;
+}
+
+// "KEY=VALUE" with this key: the value; false otherwise.
+bool TakeValue(std::string_view word, std::string_view key, std::string_view* value) {
+  if (word.size() <= key.size() || word.substr(0, key.size()) != key || word[key.size()] != '=') return false;
+  *value = word.substr(key.size() + 1);
+  return true;
+}
+
+// A QPN a connected QP may have: 24 bits, not QP0 or QP1 (IBTA 3.5.2).
+bool ParseConnectedQpn(std::string_view text, uint32_t* qpn) {
+  uint64_t v = 0;
+  if (!ParseDecimal(text, kMaxQpn, &v) || v < 2) return false;
+  *qpn = static_cast<uint32_t>(v);
+  return true;
+}
+
+bool HasControlCharacters(std::string_view message) {
+  return std::any_of(message.begin(), message.end(),
+                     [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
 }
 
 }  // namespace
@@ -99,6 +126,85 @@ StatusOr<PortClaim> ParsePortClaim(std::string_view message) {
     return InvalidArgument("expected LISTEN PORT or UNLISTEN PORT (1..65535)");
   }
   return PortClaim{static_cast<uint16_t>(port), words[0] == "LISTEN"};
+}
+
+std::string FormatPeer(const PeerRecord& record) {
+  return std::string(kPeer) + " qpn=" + std::to_string(record.qpn) + " dest=" + GidToString(record.dest) +
+         " dest_qpn=" + std::to_string(record.dest_qpn);
+}
+
+StatusOr<PeerRecord> ParsePeer(std::string_view message) {
+  if (message.size() > kMaxPeerMessage || HasControlCharacters(message)) {
+    return InvalidArgument("PEER: too long, or control characters");
+  }
+  const std::vector<std::string_view> words = Words(message);
+  std::string_view qpn, dest, dest_qpn;
+  if (words.size() != 4 || words[0] != kPeer || !TakeValue(words[1], "qpn", &qpn) ||
+      !TakeValue(words[2], "dest", &dest) || !TakeValue(words[3], "dest_qpn", &dest_qpn)) {
+    return InvalidArgument("expected PEER qpn=QPN dest=IP dest_qpn=QPN");
+  }
+  PeerRecord record;
+  if (!ParseConnectedQpn(qpn, &record.qpn) || !ParseConnectedQpn(dest_qpn, &record.dest_qpn)) {
+    return InvalidArgument("PEER: a QPN is 2..16777215");
+  }
+  const bool address_chars = std::all_of(dest.begin(), dest.end(), [](char c) {
+    return std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.';
+  });
+  if (dest.empty() || dest.size() > kMaxAddressText || !address_chars ||
+      !ParseIpAddress(std::string(dest), &record.dest)) {
+    return InvalidArgument("PEER: dest is not an IPv4 or IPv6 address");
+  }
+  return record;
+}
+
+std::string FormatUnpeer(uint32_t qpn) { return std::string(kUnpeer) + " qpn=" + std::to_string(qpn); }
+
+StatusOr<uint32_t> ParseUnpeer(std::string_view message) {
+  const std::vector<std::string_view> words = Words(message);
+  std::string_view value;
+  uint32_t qpn = 0;
+  if (message.size() > 64 || HasControlCharacters(message) || words.size() != 2 || words[0] != kUnpeer ||
+      !TakeValue(words[1], "qpn", &value) || !ParseConnectedQpn(value, &qpn)) {
+    return InvalidArgument("expected UNPEER qpn=QPN (2..16777215)");
+  }
+  return qpn;
+}
+
+std::vector<std::string> FormatPeersGone(const std::vector<PeerGone>& gone) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < gone.size(); ++i) {
+    if (i % kMaxPeersGonePerMessage == 0) out.emplace_back(kPeerGone);
+    out.back() += " " + std::to_string(gone[i].qpn) + ":" + std::to_string(gone[i].dest_qpn);
+  }
+  return out;
+}
+
+StatusOr<std::vector<PeerGone>> ParsePeersGone(std::string_view message) {
+  if (message.size() > kMaxControlMessage || HasControlCharacters(message)) {
+    return InvalidArgument("PEER_GONE: too long, or control characters");
+  }
+  // Exactly as IsNotification sees it: a reader tells the two apart by it.
+  const std::vector<std::string_view> words = Words(message);
+  if (!IsNotification(message) || words.size() < 2 || words.size() > kMaxPeersGonePerMessage + 1) {
+    return InvalidArgument("expected PEER_GONE QPN:QPN ... (1 to 512)");
+  }
+  std::vector<PeerGone> gone;
+  gone.reserve(words.size() - 1);
+  for (size_t i = 1; i < words.size(); ++i) {
+    const size_t colon = words[i].find(':');
+    PeerGone g;
+    if (colon == std::string_view::npos || !ParseConnectedQpn(words[i].substr(0, colon), &g.qpn) ||
+        !ParseConnectedQpn(words[i].substr(colon + 1), &g.dest_qpn)) {
+      return InvalidArgument("PEER_GONE: expected QPN:QPN (2..16777215)");
+    }
+    gone.push_back(g);
+  }
+  return gone;
+}
+
+bool IsNotification(std::string_view message) {
+  return message.size() > kPeerGone.size() && message.substr(0, kPeerGone.size()) == kPeerGone &&
+         message[kPeerGone.size()] == ' ';
 }
 
 std::string FormatAttachReply(const AttachGrant& grant) {

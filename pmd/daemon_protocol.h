@@ -9,6 +9,21 @@
 //   daemon  -> process  OK\n<one line per attached process, then the switch>
 //   process -> daemon   LISTEN PORT | UNLISTEN PORT   (an attached process)
 //   daemon  -> process  OK | ERROR <why>
+//   process -> daemon   PEER qpn=Q dest=IP dest_qpn=D   (no reply)
+//                       UNPEER qpn=Q                     (no reply)
+//   daemon  -> process  PEER_GONE Q:D[ Q:D ...]          (a notification)
+//
+// Connections between processes on the host (issue 15, isolation): when a
+// process connects an RC or UC QP Q of its own lease to QP D at one of the
+// host's addresses, it tells the daemon (PEER); when it destroys or resets Q,
+// UNPEER. When the process that holds D's slot ends (exit, kill -9: its
+// session closes), the daemon tells every other process with such a record
+// PEER_GONE Q:D, and that process moves Q to the error state (its work
+// completes as flushed) instead of waiting for retry exhaustion, or for
+// ever. PEER and UNPEER get no reply: a reply could be taken for the answer
+// to a request of another thread (LISTEN); the daemon logs and ignores a bad
+// one. PEER_GONE is the only message the daemon sends unasked: a reader
+// waiting for a reply queues it (IsNotification) and reads on.
 //
 // The daemon routes connection management MADs (QP 1) between the
 // processes: a REQ to the process that listens on its port (the rdma_cm IP
@@ -39,6 +54,33 @@ namespace uroce::pmd {
 
 constexpr size_t kMaxControlMessage = 16384;
 constexpr uint32_t kDaemonCommIdShift = 24;
+constexpr uint32_t kDaemonQpnShift = 16;  // a slot's QPNs: slot << 16 .. + 0xFFFF
+constexpr uint32_t kMaxQpn = 0xFFFFFF;    // QPNs are 24 bits (IBTA 9.2, BTH DestQP)
+
+// PEER / UNPEER: a process's connection to a QP on the host.
+struct PeerRecord {
+  uint32_t qpn = 0;       // the process's own QP
+  transport::Gid dest{};  // the peer's address (one of the host's)
+  uint32_t dest_qpn = 0;  // the peer's QP
+};
+std::string FormatPeer(const PeerRecord& record);
+StatusOr<PeerRecord> ParsePeer(std::string_view message);
+std::string FormatUnpeer(uint32_t qpn);
+StatusOr<uint32_t> ParseUnpeer(std::string_view message);
+
+// PEER_GONE: QP `qpn` of the receiver was connected to `dest_qpn`, whose
+// process ended.
+struct PeerGone {
+  uint32_t qpn = 0;
+  uint32_t dest_qpn = 0;
+  bool operator==(const PeerGone& o) const { return qpn == o.qpn && dest_qpn == o.dest_qpn; }
+};
+constexpr size_t kMaxPeersGonePerMessage = 512;  // 512 * 18 bytes, well under kMaxControlMessage
+// As many messages as it takes (kMaxPeersGonePerMessage each); none for none.
+std::vector<std::string> FormatPeersGone(const std::vector<PeerGone>& gone);
+StatusOr<std::vector<PeerGone>> ParsePeersGone(std::string_view message);
+// True for a message the daemon sends unasked (PEER_GONE), never a reply.
+bool IsNotification(std::string_view message);
 
 // LISTEN/UNLISTEN PORT.
 struct PortClaim {

@@ -21,6 +21,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = ParsePortClaim(FormatPortClaim(*claim));
     if (!again.ok() || again->port != claim->port || again->listen != claim->listen) abort();
   }
+  if (auto peer = ParsePeer(text); peer.ok()) {
+    auto again = ParsePeer(FormatPeer(*peer));
+    if (!again.ok() || again->qpn != peer->qpn || again->dest != peer->dest || again->dest_qpn != peer->dest_qpn ||
+        peer->qpn > kMaxQpn || peer->dest_qpn > kMaxQpn) {
+      abort();
+    }
+  }
+  if (auto qpn = ParseUnpeer(text); qpn.ok()) {
+    auto again = ParseUnpeer(FormatUnpeer(*qpn));
+    if (!again.ok() || *again != *qpn) abort();
+  }
+  if (auto gone = ParsePeersGone(text); gone.ok()) {
+    // A notification is never taken for a reply, and the other way round.
+    if (!IsNotification(text) || gone->empty() || gone->size() > kMaxPeersGonePerMessage) abort();
+    const auto messages = FormatPeersGone(*gone);
+    if (messages.size() != 1 || messages[0].size() > kMaxControlMessage) abort();
+    auto again = ParsePeersGone(messages[0]);
+    if (!again.ok() || *again != *gone) abort();
+  }
+  if (IsNotification(text) && (ParseAttachReply(text).ok() || ParsePortClaim(text).ok())) abort();
   if (auto reply = ParseAttachReply(text); reply.ok()) {
     // The configuration a daemon hands out is checked like any other file.
     (void)LoadConfigText(reply->config_text, "fuzz");

@@ -84,5 +84,87 @@ TEST(DaemonProtocolTest, ErrorRepliesCarryTheDaemonsReason) {
   }
 }
 
+TEST(DaemonProtocolTest, PeerRecordsRoundTrip) {
+  PeerRecord r;
+  r.qpn = (3u << 16) + 17;
+  ASSERT_TRUE(ParseIpAddress("10.76.0.1", &r.dest));
+  r.dest_qpn = (5u << 16) + 2;
+  EXPECT_EQ(FormatPeer(r), "PEER qpn=196625 dest=10.76.0.1 dest_qpn=327682");
+  auto parsed = ParsePeer(FormatPeer(r));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->qpn, r.qpn);
+  EXPECT_EQ(parsed->dest, r.dest);
+  EXPECT_EQ(parsed->dest_qpn, r.dest_qpn);
+  ASSERT_TRUE(ParseIpAddress("fd00:76::1", &r.dest));
+  r.dest_qpn = kMaxQpn;
+  parsed = ParsePeer(FormatPeer(r));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->dest, r.dest);
+  EXPECT_EQ(parsed->dest_qpn, kMaxQpn);
+  // The IPv4-mapped form names the same address.
+  parsed = ParsePeer("PEER qpn=2 dest=::ffff:10.76.0.1 dest_qpn=3");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  transport::Gid v4;
+  ASSERT_TRUE(ParseIpAddress("10.76.0.1", &v4));
+  EXPECT_EQ(parsed->dest, v4);
+
+  auto unpeer = ParseUnpeer(FormatUnpeer(196625));
+  ASSERT_TRUE(unpeer.ok()) << unpeer.status().ToString();
+  EXPECT_EQ(*unpeer, 196625u);
+}
+
+TEST(DaemonProtocolTest, MalformedPeerRecordsAreRefused) {
+  for (const char* bad :
+       {"", "PEER", "PEER qpn=2", "PEER qpn=2 dest=10.0.0.1", "PEER qpn=2 dest=10.0.0.1 dest_qpn=",
+        "PEER qpn=0 dest=10.0.0.1 dest_qpn=5", "PEER qpn=1 dest=10.0.0.1 dest_qpn=5",
+        "PEER qpn=2 dest=10.0.0.1 dest_qpn=16777216", "PEER qpn=99999999999999999999 dest=10.0.0.1 dest_qpn=5",
+        "PEER qpn=-2 dest=10.0.0.1 dest_qpn=5", "PEER qpn=2 dest=10.0.0.256 dest_qpn=5",
+        "PEER qpn=2 dest=host dest_qpn=5", "PEER qpn=2 dest=fe80::1%eth0 dest_qpn=5", "PEER qpn=2 dest= dest_qpn=5",
+        "PEER dest=10.0.0.1 qpn=2 dest_qpn=5", "PEER qpn=2 dest=10.0.0.1 dest_qpn=5 extra=1",
+        "PEER qpn=2 qpn=2 dest=10.0.0.1", "PEER qpn=2 dest=10.0.0.1 dest_qpn=5\n", "PEER qpn 2 dest=10.0.0.1 dest_qpn=5",
+        "PEERS qpn=2 dest=10.0.0.1 dest_qpn=5", "peer qpn=2 dest=10.0.0.1 dest_qpn=5",
+        "PEER qpn=2 dest=1:2:3:4:5:6:7:8:9 dest_qpn=5", "PEER qpnx=2 dest=10.0.0.1 dest_qpn=5"}) {
+    auto parsed = ParsePeer(bad);
+    EXPECT_FALSE(parsed.ok()) << "'" << bad << "' was accepted";
+  }
+  std::string with_newline = "PEER qpn=2 dest=10.0.0.1 dest_qpn=5\n";
+  EXPECT_FALSE(ParsePeer(with_newline).ok());
+  EXPECT_FALSE(ParsePeer("PEER qpn=2 dest=10.0.0.1 dest_qpn=5" + std::string(200, ' ')).ok());
+  for (const char* bad : {"", "UNPEER", "UNPEER qpn=", "UNPEER qpn=1", "UNPEER qpn=16777216", "UNPEER 5",
+                          "UNPEER qpn=5 qpn=6", "UNPEER qpn=5x", "UNPEERqpn=5"}) {
+    EXPECT_FALSE(ParseUnpeer(bad).ok()) << "'" << bad << "' was accepted";
+  }
+}
+
+TEST(DaemonProtocolTest, PeersGoneAreNotificationsInBoundedMessages) {
+  std::vector<PeerGone> gone;
+  EXPECT_TRUE(FormatPeersGone(gone).empty());
+  for (uint32_t i = 0; i < 2 * kMaxPeersGonePerMessage + 3; ++i) gone.push_back({(7u << 16) + i, kMaxQpn - i});
+  const std::vector<std::string> messages = FormatPeersGone(gone);
+  ASSERT_EQ(messages.size(), 3u);
+  std::vector<PeerGone> back;
+  for (const std::string& m : messages) {
+    EXPECT_LE(m.size(), kMaxControlMessage);
+    EXPECT_TRUE(IsNotification(m)) << m.substr(0, 40);
+    auto parsed = ParsePeersGone(m);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    back.insert(back.end(), parsed->begin(), parsed->end());
+  }
+  EXPECT_EQ(back, gone);
+  EXPECT_EQ(FormatPeersGone({{196625, 327682}}), std::vector<std::string>{"PEER_GONE 196625:327682"});
+  // Replies are never notifications.
+  for (const char* reply : {"OK", "ERROR PEER_GONE", "OK slot=3\n", "PEER_GONE", "PEER_GONEX 2:3", ""}) {
+    EXPECT_FALSE(IsNotification(reply)) << reply;
+  }
+  for (const char* bad : {"PEER_GONE", "PEER_GONE ", "PEER_GONE 2", "PEER_GONE 2:", "PEER_GONE :3", "PEER_GONE 1:3",
+                          "PEER_GONE 2:16777216", "PEER_GONE 2:3 4", "PEER_GONE 2:3:4", "PEER_GONE 2;3",
+                          "PEER_GONE 2:3\n4:5", "OK", "peer_gone 2:3", " PEER_GONE 2:3"}) {
+    EXPECT_FALSE(ParsePeersGone(bad).ok()) << "'" << bad << "' was accepted";
+  }
+  std::string too_many = "PEER_GONE";
+  for (size_t i = 0; i <= kMaxPeersGonePerMessage; ++i) too_many += " 2:3";
+  EXPECT_FALSE(ParsePeersGone(too_many).ok());
+}
+
 }  // namespace
 }  // namespace uroce::pmd

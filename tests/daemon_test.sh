@@ -13,8 +13,9 @@
 #      rdma_server/rdma_client), and a REQ nobody listens for rejected;
 #   5. two hosts, a daemon in each namespace: rping across the veth (ARP
 #      answered by each daemon for its own address);
-#   6. kill -9 of one of three processes: the other two finish, and the daemon
-#      releases the killed one within a second;
+#   6. kill -9 of one of four processes: its local peer (connected to it)
+#      ends within 2 s with its work flushed, the other two finish, and the
+#      daemon releases the killed one within a second;
 #   7. SIGTERM to the daemon during a long run: both processes stop within
 #      seconds (their QPs flushed to the error state), the daemon exits 0 with
 #      every mbuf back in its pool and its socket removed.
@@ -236,34 +237,76 @@ grep -qE "neighbor_answers=[1-9]" <<<"$out" || fail "the second host's daemon an
 kill -TERM "$peer_daemon"
 wait "$peer_daemon" || fail "the second host's daemon did not stop cleanly: $(cat "$TMP/peer-daemon.log")"
 
-echo "== kill -9 of one of three processes"
+echo "== kill -9 of one of four processes: its local peer's QP fails at once, the others carry on"
+# Two ibv_rc_pingpong pairs: the server of the second (the victim) is killed
+# mid-run. Its client, connected to it through the daemon, must end within
+# 2 s with its work flushed (the daemon tells it: PEER_GONE). Without that it
+# ended by retry exhaustion (0.7-0.9 s after the kill here, ibv_rc_pingpong's
+# timeout 14 and retry count 7), or would wait for ever for a message when
+# no send of its own was outstanding. The first pair must finish.
 port=$((20000 + RANDOM % 20000))
-"${IN_NS[@]}" timeout -k 5 60 "$UROCE" exec -- ib_write_bw -x 0 -p $((port + 1)) > "$TMP/victim.log" 2>&1 &
-victim=$!
-pids+=("$victim")
+vport=$((port + 1))
+# The programs' own pids (uroce exec execs them): by their exact command line.
+prog_pid() { pgrep -x -f "$1" | head -1; }
 "${IN_NS[@]}" timeout -k 5 90 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 20000 -p "$port" > "$TMP/kill.server" 2>&1 &
 spid=$!
-wait_listening "$port" 30 && wait_listening $((port + 1)) 30 || fail "the servers did not start" 
+"${IN_NS[@]}" timeout -k 5 90 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 100000000 -p "$vport" > "$TMP/victim.log" 2>&1 &
+victim=$!
+pids+=("$victim")
+wait_listening "$port" 30 && wait_listening "$vport" 30 || fail "the servers did not start"
 "${IN_NS[@]}" timeout -k 5 90 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 20000 -p "$port" 127.0.0.1 > "$TMP/kill.client" 2>&1 &
 cpid=$!
+"${IN_NS[@]}" timeout -k 5 90 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 100000000 -p "$vport" 127.0.0.1 \
+  > "$TMP/peer.client" 2>&1 &
+peer_client=$!
+pids+=("$peer_client")
 sleep 1
-victim_pid=$(pgrep -x ib_write_bw | head -1)
+victim_pid=$(prog_pid "ibv_rc_pingpong -g 0 -n 100000000 -p $vport")
+peer_client_pid=$(prog_pid "ibv_rc_pingpong -g 0 -n 100000000 -p $vport 127.0.0.1")
+other_pids="$(prog_pid "ibv_rc_pingpong -g 0 -n 20000 -p $port") $(prog_pid "ibv_rc_pingpong -g 0 -n 20000 -p $port 127.0.0.1")"
 [[ -n $victim_pid ]] && kill -KILL "$victim_pid" 2>/dev/null || { fail "no victim process to kill"; victim_pid=none; }
 killed_at=$(date +%s.%N)
-released=""
-for _ in $(seq 50); do
-  if grep -q "released pid $victim_pid " "$TMP/daemon.log"; then
-    released=$(date +%s.%N)
-    break
-  fi
-  sleep 0.05
+# How fast the daemon releases the victim, and how fast its local peer ends.
+released="" peer_ended=""
+for _ in $(seq 250); do
+  now=$(date +%s.%N)
+  [[ -z $released ]] && grep -q "released pid $victim_pid " "$TMP/daemon.log" && released=$now
+  [[ -z $peer_ended ]] && ! kill -0 "$peer_client" 2>/dev/null && peer_ended=$now
+  [[ -n $released && -n $peer_ended ]] && break
+  sleep 0.02
 done
-[[ -n $released ]] || fail "the daemon did not release the killed process"
-[[ -n $released ]] && echo "released $(awk "BEGIN { printf \"%.2f\", $released - $killed_at }") s after kill -9"
+since_kill() { awk "BEGIN { printf \"%.2f\", $1 - $killed_at }"; }
+if [[ -n $released ]]; then
+  echo "released $(since_kill "$released") s after kill -9"
+  awk "BEGIN { exit !($released - $killed_at > 1.0) }" && fail "the daemon took more than a second to release the killed process"
+else
+  fail "the daemon did not release the killed process"
+fi
+if [[ -z $peer_ended ]]; then
+  fail "the killed process's local peer did not end within 5 s of the kill"
+  kill -KILL "$peer_client_pid" "$peer_client" 2>/dev/null
+fi
+wait "$peer_client"
+peer_rc=$?
+if [[ -n $peer_ended ]]; then
+  took=$(since_kill "$peer_ended")
+  echo "the killed process's local peer ended $took s after kill -9 (exit $peer_rc)"
+  awk "BEGIN { exit !($took > 2.0) }" && fail "the killed process's local peer took $took s to end (more than 2 s)"
+fi
+# Its work flushed (IBV_WC_WR_FLUSH_ERR), not failed by retry exhaustion
+# (IBV_WC_RETRY_EXC_ERR).
+[[ $peer_rc -ne 0 && $peer_rc -ne 124 && $peer_rc -ne 137 ]] || fail "the killed process's local peer exited $peer_rc"
+grep -q "Failed status Work Request Flushed Error" "$TMP/peer.client" ||
+  fail "the killed process's local peer did not see its work flushed: $(cat "$TMP/peer.client")"
+grep -q "lost their peer on this host" "$TMP/peer.client" || fail "the local peer was not told its peer is gone"
+grep -q "told pid $peer_client_pid (ibv_rc_pingpong) that 1 of its QPs lost their peer in pid $victim_pid" \
+  "$TMP/daemon.log" || fail "the daemon did not tell the killed process's local peer"
 out=$(timeout 30 "$UROCE" stats --daemon "$SOCK" 2>&1) || fail "uroce stats --daemon: $out"
 echo "$out"
 grep -q "process pid=$victim_pid " <<<"$out" && fail "uroce stats still lists the killed process"
-[[ $(grep -c "^process pid=" <<<"$out") -eq 2 ]] || fail "uroce stats does not list the two other processes"
+for p in $other_pids; do
+  grep -q "process pid=$p .* peers=1 " <<<"$out" || fail "uroce stats does not list pid $p of the other pair, with its QP's peer"
+done
 wait "$cpid" || fail "the client of the other pair failed after the kill: $(cat "$TMP/kill.client")"
 wait "$spid" || fail "the server of the other pair failed after the kill: $(cat "$TMP/kill.server")"
 grep -q "iters in" "$TMP/kill.client" || fail "the other pair did not finish"

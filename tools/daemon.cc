@@ -92,6 +92,11 @@ struct Session {
   std::string vdev;   // its memif port's device name
   uint16_t port_id = 0;
   std::unique_ptr<pmd::EthPortIo> io;
+  // Its QPs connected to QPs on this host (PEER): local QPN -> the peer's
+  // QPN. Keys are QPNs of its own lease, so at most 65536 entries.
+  std::map<uint32_t, uint32_t> peers;
+  uint64_t peer_messages_refused = 0;  // malformed or not its own (the first few are logged)
+  uint64_t peers_gone_told = 0;        // PEER_GONE sent to it
 };
 
 class Daemon {
@@ -410,30 +415,88 @@ void Daemon::Reply(Session& s, const std::string& text) {
 
 void Daemon::HandleMessage(Session& s) {
   std::vector<char> buf(pmd::kMaxControlMessage + 1);
-  const ssize_t n = recv(s.fd, buf.data(), buf.size(), MSG_DONTWAIT);
-  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-    close(s.fd);
-    s.fd = -1;
-    return;
-  }
-  if (n < 0) return;
-  const std::string_view message(buf.data(), static_cast<size_t>(n));
-  if (message == "STATS") return Reply(s, StatsText());
-  if (message.rfind("LISTEN ", 0) == 0 || message.rfind("UNLISTEN ", 0) == 0) {
-    auto claim = pmd::ParsePortClaim(message);
-    Status status = !claim.ok() ? claim.status()
-                    : s.slot == 0 ? FailedPrecondition("not attached")
-                    : claim->listen ? switch_->Listen(claim->port, s.slot)
-                                    : (switch_->Unlisten(claim->port, s.slot), Status::Ok());
-    if (!status.ok()) Log("pid %lld: %s", static_cast<long long>(s.pid), status.message().c_str());
-    return Reply(s, status.ok() ? "OK" : "ERROR " + status.message());
-  }
-  auto request = pmd::ParseAttachRequest(message);
-  Status status = request.ok() ? (s.slot != 0 ? FailedPrecondition("already attached") : AttachSession(s, *request))
-                               : request.status();
-  if (!status.ok()) {
-    Log("refused a control message (%zd bytes): %s", n, status.message().c_str());
-    Reply(s, "ERROR " + status.message());
+  // PEER/UNPEER (no reply) come in bursts when a process connects many QPs:
+  // up to 64 messages per look, so its socket does not fill up.
+  for (int i = 0; i < 64 && s.fd >= 0; ++i) {
+    const ssize_t n = recv(s.fd, buf.data(), buf.size(), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      close(s.fd);
+      s.fd = -1;
+      return;
+    }
+    if (n < 0) return;
+    const std::string_view message(buf.data(), static_cast<size_t>(n));
+    if (message == "STATS") {
+      Reply(s, StatsText());
+      continue;
+    }
+    if (message.rfind("PEER ", 0) == 0 || message.rfind("UNPEER ", 0) == 0) {
+      // Fire and forget (pmd/daemon_protocol.h): a bad one is counted, the
+      // first few logged, never answered.
+      const bool peer = message[0] == 'P';
+      pmd::PeerRecord record;
+      Status status = Status::Ok();
+      if (peer) {
+        auto parsed = pmd::ParsePeer(message);
+        if (parsed.ok()) record = *parsed;
+        status = parsed.status();
+      } else {
+        auto parsed = pmd::ParseUnpeer(message);
+        if (parsed.ok()) record.qpn = *parsed;
+        status = parsed.status();
+      }
+      const uint32_t qpn = record.qpn;
+      if (!status.ok()) {
+        // malformed: logged below
+      } else if (s.slot == 0) {
+        status = FailedPrecondition("PEER/UNPEER: not attached");
+      } else if (pmd::FrameSwitch::SlotOfQpn(qpn) != s.slot) {
+        status = PermissionDenied("PEER/UNPEER: QPN " + std::to_string(qpn) + " is not of its lease");
+      } else if (!peer) {
+        s.peers.erase(qpn);
+      } else if (std::find(uplink_config_.gids.begin(), uplink_config_.gids.end(), record.dest) ==
+                 uplink_config_.gids.end()) {
+        status = InvalidArgument("PEER: " + pmd::GidToString(record.dest) + " is not one of this host's addresses");
+      } else if (s.peers.size() >= (size_t{1} << pmd::kDaemonQpnShift) && s.peers.count(qpn) == 0) {
+        status = ResourceExhausted("PEER: 65536 records already");  // cannot happen: keys are its lease
+      } else {
+        const uint32_t dest_slot = pmd::FrameSwitch::SlotOfQpn(record.dest_qpn);
+        if (dest_slot < pmd::kSwitchFirstSlot || dest_slot > pmd::kSwitchLastSlot || !switch_->attached(dest_slot)) {
+          // Its peer's process ended before this record came (or never
+          // was): told at once, as if it had been there.
+          s.peers.erase(qpn);
+          for (const std::string& m : pmd::FormatPeersGone({{qpn, record.dest_qpn}})) {
+            if (send(s.fd, m.data(), m.size(), MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(m.size())) {
+              s.peers_gone_told++;
+            }
+          }
+        } else {
+          s.peers[qpn] = record.dest_qpn;
+        }
+      }
+      if (!status.ok() && ++s.peer_messages_refused <= 8) {
+        Log("pid %lld: ignored: %s%s", static_cast<long long>(s.pid), status.message().c_str(),
+            s.peer_messages_refused == 8 ? " (no more of these logged for it)" : "");
+      }
+      continue;
+    }
+    if (message.rfind("LISTEN ", 0) == 0 || message.rfind("UNLISTEN ", 0) == 0) {
+      auto claim = pmd::ParsePortClaim(message);
+      Status status = !claim.ok() ? claim.status()
+                      : s.slot == 0 ? FailedPrecondition("not attached")
+                      : claim->listen ? switch_->Listen(claim->port, s.slot)
+                                      : (switch_->Unlisten(claim->port, s.slot), Status::Ok());
+      if (!status.ok()) Log("pid %lld: %s", static_cast<long long>(s.pid), status.message().c_str());
+      Reply(s, status.ok() ? "OK" : "ERROR " + status.message());
+      continue;
+    }
+    auto request = pmd::ParseAttachRequest(message);
+    Status status = request.ok() ? (s.slot != 0 ? FailedPrecondition("already attached") : AttachSession(s, *request))
+                                 : request.status();
+    if (!status.ok()) {
+      Log("refused a control message (%zd bytes): %s", n, status.message().c_str());
+      Reply(s, "ERROR " + status.message());
+    }
   }
 }
 
@@ -521,6 +584,37 @@ void Daemon::Release(Session& s) {
         static_cast<unsigned long long>(c.tx_frames),
         static_cast<unsigned long long>(c.rx_dropped + c.tx_full));
     switch_->Detach(s.slot);
+    // Its local peers (issue 15): every other process's QP connected to one
+    // of its QPs is told, and moves to the error state at once instead of
+    // retrying into the void (or waiting for ever for a message). Not when
+    // the daemon stops: every session closes then, which tells them more.
+    for (const auto& other : sessions_) {
+      if (stopped_ || other.get() == &s || other->slot == 0 || other->fd < 0) continue;
+      std::vector<pmd::PeerGone> gone;
+      for (auto it = other->peers.begin(); it != other->peers.end();) {
+        if (pmd::FrameSwitch::SlotOfQpn(it->second) != s.slot) {
+          ++it;
+          continue;
+        }
+        gone.push_back({it->first, it->second});
+        it = other->peers.erase(it);
+      }
+      if (gone.empty()) continue;
+      size_t lost = 0;
+      for (const std::string& m : pmd::FormatPeersGone(gone)) {
+        // Never blocks the switch: a process that does not read its socket
+        // loses the notification (its QPs then end by retry exhaustion).
+        if (send(other->fd, m.data(), m.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(m.size()) &&
+            (errno == EAGAIN || errno == EWOULDBLOCK)) {
+          lost++;  // (any other error: that process is gone too)
+        }
+      }
+      other->peers_gone_told += gone.size();
+      Log("told pid %lld (%s) that %zu of its QPs lost their peer in pid %lld%s", static_cast<long long>(other->pid),
+          other->program.c_str(), gone.size(), static_cast<long long>(s.pid),
+          lost != 0 ? " (its socket was full: some notifications lost)" : "");
+    }
+    s.peers.clear();
     s.slot = 0;
   }
   s.io.reset();
@@ -541,12 +635,13 @@ std::string Daemon::StatsText() const {
     const pmd::SwitchPortCounters& c = switch_->port_counters(s->slot);
     std::snprintf(line, sizeof(line),
                   "process pid=%lld program=%s slot=%u qpns=0x%06x-0x%06x rx_frames=%llu rx_bytes=%llu "
-                  "tx_frames=%llu tx_bytes=%llu dropped=%llu\n",
+                  "tx_frames=%llu tx_bytes=%llu dropped=%llu peers=%zu peers_gone=%llu\n",
                   static_cast<long long>(s->pid), s->program.c_str(), s->slot, s->slot << pmd::kSwitchQpnShift,
                   ((s->slot + 1) << pmd::kSwitchQpnShift) - 1, static_cast<unsigned long long>(c.rx_frames),
                   static_cast<unsigned long long>(c.rx_bytes), static_cast<unsigned long long>(c.tx_frames),
                   static_cast<unsigned long long>(c.tx_bytes),
-                  static_cast<unsigned long long>(c.rx_dropped + c.tx_full));
+                  static_cast<unsigned long long>(c.rx_dropped + c.tx_full), s->peers.size(),
+                  static_cast<unsigned long long>(s->peers_gone_told));
     out += line;
   }
   const pmd::SwitchPortCounters& u = switch_->port_counters(0);

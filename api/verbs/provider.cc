@@ -47,6 +47,11 @@ std::vector<pmd::ConfigOverride> DaemonOverrides() {
   return {pmd::ConfigOverride{"eal", "lcores", "0@(" + cpus + ")"}};
 }
 
+// A QP with a peer: RTR and after, until the error state.
+bool IsConnectedState(ibv_qp_state state) {
+  return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD || state == IBV_QPS_SQE;
+}
+
 }  // namespace
 
 Provider& Provider::Get() {
@@ -191,12 +196,127 @@ void Provider::UnregisterContext(Context* context) {
 }
 
 void Provider::RegisterQp(Qp* qp) {
-  std::lock_guard<std::mutex> lock(objects_mutex_);
-  qps_.push_back(qp);
+  {
+    std::lock_guard<std::mutex> lock(objects_mutex_);
+    qps_.push_back(qp);
+  }
+  const ibv_qp_type type = qp->ibv()->qp_type;
+  if (daemon_ && (type == IBV_QPT_RC || type == IBV_QPT_UC)) {
+    std::lock_guard<std::mutex> lock(peers_mutex_);
+    unconnected_.push_back(qp);
+  }
 }
 void Provider::UnregisterQp(Qp* qp) {
+  ForgetQp(qp);  // done already by ibv_destroy_qp; harmless again
   std::lock_guard<std::mutex> lock(objects_mutex_);
   qps_.erase(std::remove(qps_.begin(), qps_.end(), qp), qps_.end());
+}
+
+void Provider::NoteConnectedLocked(Qp* qp, const transport::Gid& dest, uint32_t dest_qpn) {
+  unconnected_.erase(std::remove(unconnected_.begin(), unconnected_.end(), qp), unconnected_.end());
+  // Only peers on this host: a remote peer's daemon does not know our
+  // process (its QP ends by retry exhaustion, as with any NIC).
+  const std::vector<transport::Gid>& ours = config_.endpoints[qp->context->device->index].gids;
+  if (std::find(ours.begin(), ours.end(), dest) == ours.end()) {
+    DropPeerLocked(qp);
+    return;
+  }
+  const uint32_t qpn = qp->ibv()->qp_num;
+  auto it = peers_.find(qpn);
+  if (it != peers_.end() && it->second.qp == qp && it->second.dest_qpn == dest_qpn) return;
+  peers_[qpn] = PeerOf{qp, dest_qpn};
+  daemon_->RegisterPeer(pmd::PeerRecord{qpn, dest, dest_qpn});
+}
+
+void Provider::DropPeerLocked(Qp* qp) {
+  const uint32_t qpn = qp->ibv()->qp_num;
+  auto it = peers_.find(qpn);
+  if (it == peers_.end() || it->second.qp != qp) return;
+  peers_.erase(it);
+  daemon_->UnregisterPeer(qpn);
+}
+
+void Provider::NoteQpModified(Qp* qp, const ibv_qp_attr& attr, int mask) {
+  const ibv_qp_type type = qp->ibv()->qp_type;
+  if (!daemon_ || !(mask & IBV_QP_STATE) || (type != IBV_QPT_RC && type != IBV_QPT_UC)) return;
+  std::lock_guard<std::mutex> lock(peers_mutex_);
+  switch (attr.qp_state) {
+    case IBV_QPS_RESET:
+    case IBV_QPS_INIT:
+      // Not connected (again): a later RTR connects it anew.
+      DropPeerLocked(qp);
+      if (std::find(unconnected_.begin(), unconnected_.end(), qp) == unconnected_.end()) unconnected_.push_back(qp);
+      break;
+    case IBV_QPS_RTR:
+      // INIT -> RTR carries the path and the peer's QPN (the engine took them).
+      if ((mask & IBV_QP_AV) && (mask & IBV_QP_DEST_QPN)) {
+        transport::Gid dest;
+        std::memcpy(dest.data(), attr.ah_attr.grh.dgid.raw, dest.size());
+        NoteConnectedLocked(qp, dest, attr.dest_qp_num);
+      }
+      break;
+    case IBV_QPS_ERR:
+      // Nothing to connect any more; a record stays until reset or destroy.
+      unconnected_.erase(std::remove(unconnected_.begin(), unconnected_.end(), qp), unconnected_.end());
+      break;
+    default:
+      break;
+  }
+}
+
+void Provider::ForgetQp(Qp* qp) {
+  if (!daemon_) return;
+  std::lock_guard<std::mutex> lock(peers_mutex_);
+  unconnected_.erase(std::remove(unconnected_.begin(), unconnected_.end(), qp), unconnected_.end());
+  DropPeerLocked(qp);
+}
+
+void Provider::WatchPeers() {
+  std::lock_guard<std::mutex> lock(peers_mutex_);
+  // Our QPs whose peer's process ended (PEER_GONE): to the error state, as
+  // the engine moves a QP on a fatal error. A notification for a QP that was
+  // destroyed, reset or connected elsewhere since is stale: ignored.
+  unsigned moved = 0;
+  std::string names;
+  for (const pmd::PeerGone& g : daemon_->TakePeersGone()) {
+    auto it = peers_.find(g.qpn);
+    if (it == peers_.end() || it->second.dest_qpn != g.dest_qpn) continue;
+    Qp* qp = it->second.qp;
+    peers_.erase(it);
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    if (!qp->context->engine->ModifyQp(qp->engine_qp, attr, IBV_QP_STATE, g.qpn).ok()) continue;
+    if (++moved <= 4) {
+      char name[48];
+      std::snprintf(name, sizeof(name), "%s0x%06x (peer 0x%06x)", names.empty() ? "" : ", ", g.qpn, g.dest_qpn);
+      names += name;
+    }
+  }
+  if (moved != 0) {
+    std::fprintf(stderr,
+                 "uroce: %u QP(s) lost their peer on this host, whose process ended: they move to the error state "
+                 "(QP %s%s)\n",
+                 moved, names.c_str(), moved > 4 ? ", ..." : "");
+  }
+  // QPs the connection manager connected (rdma_cm): it moves them through
+  // RTR inside the engine, past ibv_modify_qp.
+  for (size_t i = 0; i < unconnected_.size();) {
+    Qp* qp = unconnected_[i];
+    const ibv_qp_state state = qp->engine_qp->state.load(std::memory_order_acquire);
+    if (!IsConnectedState(state) && state != IBV_QPS_ERR) {
+      ++i;
+      continue;
+    }
+    ibv_qp_attr attr{};
+    if (IsConnectedState(state) && qp->context->engine->QueryQp(qp->engine_qp, &attr, nullptr).ok() &&
+        IsConnectedState(attr.qp_state)) {
+      transport::Gid dest;
+      std::memcpy(dest.data(), attr.ah_attr.grh.dgid.raw, dest.size());
+      NoteConnectedLocked(qp, dest, attr.dest_qp_num);  // takes it off the list
+      continue;
+    }
+    unconnected_.erase(unconnected_.begin() + static_cast<long>(i));
+  }
 }
 void Provider::RegisterSrq(Srq* srq) {
   std::lock_guard<std::mutex> lock(objects_mutex_);
@@ -344,7 +464,11 @@ void Provider::ProgressLoop() {
 }
 
 void Provider::WatchDaemon() {
-  if (daemon_gone_ || !daemon_->DaemonGone()) return;
+  if (daemon_gone_) return;
+  if (!daemon_->DaemonGone()) {
+    WatchPeers();
+    return;
+  }
   daemon_gone_ = true;
   std::fprintf(stderr, "uroce: the uroce daemon at %s is gone: every QP moves to the error state\n",
                daemon_->socket_path().c_str());

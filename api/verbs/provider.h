@@ -21,6 +21,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "api/verbs/objects.h"
@@ -68,6 +69,17 @@ class Provider {
   void RegisterSrq(Srq* srq);
   void UnregisterSrq(Srq* srq);
 
+  // Attached to a daemon (issue 15, isolation): the daemon learns which of
+  // our RC/UC QPs are connected to QPs on the host (PEER/UNPEER, control
+  // path only), and when such a peer's process ends, the progress thread
+  // moves our QP to the error state (its work completes as flushed, an
+  // IBV_EVENT_QP_FATAL follows). QPs the connection manager moves (rdma_cm)
+  // are found by the progress thread within kDaemonCheckMs.
+  // After ibv_modify_qp(3) succeeded with these attributes:
+  void NoteQpModified(Qp* qp, const ibv_qp_attr& attr, int mask);
+  // Before the engine destroys `qp` (ibv_destroy_qp).
+  void ForgetQp(Qp* qp);
+
   bool inline_progress() const { return inline_; }
   pmd::Runtime* runtime() { return runtime_.get(); }
   // The daemon this process is attached to, or null (process-private mode).
@@ -85,6 +97,14 @@ class Provider {
   // Attached to a daemon: once it is gone, every QP goes to the error state
   // (its work completes as flushed), so that nothing waits for ever.
   void WatchDaemon();
+  // Progress thread, daemon attached: PEER_GONE notifications to the error
+  // state; QPs connected without ibv_modify_qp (the connection manager's)
+  // to PEER records.
+  void WatchPeers();
+  // peers_mutex_ held: `qp` is connected to `dest`:`dest_qpn` (RTR or later).
+  void NoteConnectedLocked(Qp* qp, const transport::Gid& dest, uint32_t dest_qpn);
+  // peers_mutex_ held: forget `qp`'s PEER record, if it has one (UNPEER).
+  void DropPeerLocked(Qp* qp);
   unsigned SignalArmedCqs();
   unsigned PumpAsyncEvents();
 
@@ -111,6 +131,19 @@ class Provider {
   // stays out of its way (on a machine with as many busy threads as cores,
   // a second spinning thread only takes time slices from the one that polls).
   std::atomic<uint64_t> app_polls_{0};
+
+  // Attached mode: our QPs' connections to QPs on the host, as the daemon
+  // knows them. A Qp here (in either) is not destroyed: ibv_destroy_qp takes
+  // it out first (ForgetQp), under the same lock.
+  struct PeerOf {
+    Qp* qp = nullptr;
+    uint32_t dest_qpn = 0;
+  };
+  std::mutex peers_mutex_;
+  std::unordered_map<uint32_t, PeerOf> peers_;  // by our QPN
+  // RC/UC QPs not seen connected yet: the progress thread looks whether the
+  // connection manager moved them (one atomic load each per look).
+  std::vector<Qp*> unconnected_;
 
   std::thread thread_;
   std::atomic<bool> stop_{false};

@@ -322,6 +322,8 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   uroce::Status s = q->context->engine->ModifyQp(q->engine_qp, *attr, attr_mask);
   if (!s.ok()) return s.ToErrno();
   if (attr_mask & IBV_QP_STATE) qp->state = attr->qp_state;
+  // Attached to a daemon: it learns the connection (control path only).
+  Provider::Get().NoteQpModified(q, *attr, attr_mask);
   return 0;
 }
 
@@ -341,6 +343,8 @@ int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr*
 
 int ibv_destroy_qp(ibv_qp* qp) {
   Qp* q = Qp::From(qp);
+  // First: the progress thread must not look at a QP the engine destroys.
+  Provider::Get().ForgetQp(q);
   uroce::Status s = q->context->engine->DestroyQp(q->engine_qp);
   if (!s.ok()) return s.ToErrno();
   Provider::Get().UnregisterQp(q);
