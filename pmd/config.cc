@@ -302,6 +302,8 @@ class Builder {
         ep.kind = PortKind::kRingPair;
         ep.ring_pair = rest.substr(0, colon);
         ep.ring_side = rest[colon + 1];
+      } else if (v == "shm:daemon") {
+        ep.kind = PortKind::kShm;
       } else if (v.rfind("kernel:", 0) == 0) {
         const std::string name = v.substr(7);
         if (name.empty() || name.size() >= 16 || name.find_first_of(" \t,/:") != std::string::npos) {
@@ -439,6 +441,10 @@ Status CrossCheck(UroceConfig& c) {
         }
         c.eal.pci = true;
         c.eal.extra_args.insert(c.eal.extra_args.end(), {"-a", ep.device_name});
+        break;
+      case PortKind::kShm:
+        // Shared memory from the daemon: no DPDK device.
+        if (!devices.insert("shm:daemon").second) return InvalidArgument(where + " port: shm:daemon is used twice");
         break;
       case PortKind::kKernel:
         // The daemon opens it after EAL (pmd/kernel_uplink.h); nothing for EAL.

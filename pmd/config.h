@@ -32,6 +32,8 @@
 //   port = ring:PAIR:a    one side of an in-process net_ring pair
 //   port = net_memif0,role=server,socket=/tmp/x.sock   any vdev string
 //   port = 0000:00:04.0   a PCI NIC (its address)
+//   port = shm:daemon     a process's port to `uroce daemon`, in the
+//                         configuration the daemon hands out (only there)
 //   port = kernel:eth0    `uroce daemon` only: the kernel's own interface,
 //                         shared with the kernel (its addresses and MAC;
 //                         RoCEv2 steered to uroce by an XDP program)
@@ -76,6 +78,7 @@ enum class PortKind {
   kVdev,      // any DPDK virtual device, given to EAL as --vdev
   kPci,       // a PCI NIC, allowed with -a
   kKernel,    // a kernel interface the kernel keeps using (`uroce daemon` only)
+  kShm,       // a process's shared-memory port to `uroce daemon` (pmd/shm_channel.h)
 };
 
 // How a kernel port reaches its interface (pmd/kernel_uplink.h).
@@ -89,6 +92,9 @@ struct EndpointConfig {
   char ring_side = 'a';     // kRingPair: 'a' or 'b'
   std::string device_name;  // kVdev: the name before the first ','; kPci: the address
   std::string interface;    // kKernel: the kernel interface's name
+  // kShm: the file the daemon sent with its reply (DaemonSession::shm_fd);
+  // a configuration text cannot name it, the attaching code sets it.
+  int shm_fd = -1;
   KernelIo kernel_io = KernelIo::kAuto;
   std::vector<transport::Gid> gids;  // the GID table: ipv4, ipv6, then `gids`
   bool has_ipv4 = false, has_ipv6 = false;

@@ -92,8 +92,21 @@ StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string
   if (send(session->fd_, message.data(), message.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(message.size())) {
     return IoError("uroce daemon at " + socket_path + ": cannot send: " + std::strerror(errno));
   }
+  // The reply, and the port's shared-memory file as SCM_RIGHTS (unix(7)).
   std::vector<char> reply(kMaxControlMessage + 1);
-  const ssize_t n = recv(session->fd_, reply.data(), reply.size(), 0);
+  iovec iov{reply.data(), reply.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof(control);
+  const ssize_t n = recvmsg(session->fd_, &mh, MSG_CMSG_CLOEXEC);
+  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
+      std::memcpy(&session->shm_fd_, CMSG_DATA(c), sizeof(int));
+    }
+  }
   if (n <= 0) {
     return IoError("uroce daemon at " + socket_path + " did not answer" +
                    (n < 0 ? std::string(": ") + std::strerror(errno) : std::string(" (it closed the session)")));
@@ -102,12 +115,25 @@ StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string
   if (!parsed.ok()) {
     return Status(parsed.status().code(), "uroce daemon at " + socket_path + ": " + parsed.status().message());
   }
+  if (session->shm_fd_ < 0 || (mh.msg_flags & MSG_CTRUNC) != 0) {
+    return IoError("uroce daemon at " + socket_path + ": the reply carried no port (an older daemon?)");
+  }
   session->slot_ = parsed->slot;
   session->config_text_ = std::move(parsed->config_text);
   return session;
 }
 
+StatusOr<UroceConfig> DaemonSession::LoadConfig(const std::vector<ConfigOverride>& overrides) const {
+  auto config = LoadConfigText(config_text_, "uroce daemon at " + socket_path_, overrides);
+  if (!config.ok()) return config;
+  for (EndpointConfig& ep : config->endpoints) {
+    if (ep.kind == PortKind::kShm) ep.shm_fd = shm_fd_;
+  }
+  return config;
+}
+
 DaemonSession::~DaemonSession() {
+  if (shm_fd_ >= 0) close(shm_fd_);
   if (fd_ >= 0) close(fd_);
 }
 

@@ -224,7 +224,9 @@ std::string FormatAttachReply(const AttachGrant& grant) {
   text += "[eal]\nhugepages = no\nlog_level = *:error\ntelemetry = no\n";
   text += "[engine]\nprogress = inline\n";
   text += "[endpoint." + grant.endpoint_name + "]\n";
-  text += "port = net_memif0,role=client,id=0,socket=" + grant.memif_socket + ",secret=" + grant.memif_secret + "\n";
+  // The port is the file that comes with this reply (shm_fd, set by the
+  // process from the ancillary data): nothing in the text names it.
+  text += "port = shm:daemon\n";
   text += "gids = " + gids + "\n";
   text += "mac = " + MacToString(grant.mac) + "\n";
   text += "mtu = " + std::to_string(grant.mtu) + "\n";

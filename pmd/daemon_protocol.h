@@ -32,7 +32,9 @@
 // IDs from slot << kDaemonCommIdShift.
 //
 // The configuration the daemon hands out is an ordinary uroce configuration
-// (pmd/config.h): a memif client port to the daemon, the uplink's addresses
+// (pmd/config.h): a shared-memory port to the daemon (`port = shm:daemon`,
+// pmd/shm_channel.h; the file itself travels with the OK reply as
+// SCM_RIGHTS ancillary data), the uplink's addresses
 // and MAC, loopback off and the leased QPN range. So an attached process
 // runs exactly the runtime a process-private one does.
 //
@@ -103,12 +105,6 @@ StatusOr<AttachRequest> ParseAttachRequest(std::string_view message);
 struct AttachGrant {
   uint32_t slot = 0;  // QPNs slot<<16 .. (slot<<16)+0xFFFF
   std::string endpoint_name;
-  std::string memif_socket;  // the process is this memif socket's client
-  // memif's connection secret (at most 24 characters): memif sockets are
-  // abstract (anyone in the network namespace may connect), the secret
-  // travels only over the control socket (mode 0660), so only the process
-  // it was handed to can take the slot's port.
-  std::string memif_secret;
   transport::MacAddress mac{};
   std::vector<transport::Gid> gids;  // the uplink's, GID table order
   uint32_t mtu = 1500;

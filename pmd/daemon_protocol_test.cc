@@ -41,12 +41,10 @@ TEST(DaemonProtocolTest, MalformedRequestsAreRefusedWithAReason) {
   EXPECT_FALSE(ParseAttachRequest(with_nul).ok());
 }
 
-TEST(DaemonProtocolTest, GrantIsAConfigurationOnTheDaemonsMemifPort) {
+TEST(DaemonProtocolTest, GrantIsAConfigurationOnTheDaemonsSharedMemoryPort) {
   AttachGrant g;
   g.slot = 7;
   g.endpoint_name = "eth0";
-  g.memif_socket = "/run/uroce/uroce.sock.memif3";
-  g.memif_secret = "0123456789abcdef";
   g.mac = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
   ASSERT_TRUE(ParseIpAddress("10.1.2.3", &g.gids.emplace_back()));
   ASSERT_TRUE(ParseIpAddress("fd00::3", &g.gids.emplace_back()));
@@ -59,8 +57,9 @@ TEST(DaemonProtocolTest, GrantIsAConfigurationOnTheDaemonsMemifPort) {
   ASSERT_EQ(config->endpoints.size(), 1u);
   const EndpointConfig& ep = config->endpoints[0];
   EXPECT_EQ(ep.name, "eth0");
-  EXPECT_EQ(ep.port,
-            "net_memif0,role=client,id=0,socket=/run/uroce/uroce.sock.memif3,secret=0123456789abcdef");
+  EXPECT_EQ(ep.port, "shm:daemon");
+  EXPECT_EQ(ep.kind, PortKind::kShm);
+  EXPECT_EQ(ep.shm_fd, -1);  // the process sets it from the file the reply carries
   EXPECT_EQ(ep.gids, g.gids);
   EXPECT_FALSE(ep.mac_from_port);
   EXPECT_EQ(ep.mac, g.mac);

@@ -210,6 +210,8 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
       e->port_id = *id;
       break;
     }
+    case PortKind::kShm:
+      return StartShmEndpoint(ec);
     case PortKind::kKernel:
       // The kernel owns the interface's addresses and answers ARP/ND for
       // them: only the daemon, which asks the kernel for neighbours on
@@ -333,6 +335,41 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   }
 
   ep->io = std::make_unique<EthPortIo>(ep->port_id, 0);
+  return StartEngine(ep, ec);
+}
+
+// A process attached to `uroce daemon`: its port is the shared memory the
+// daemon sent (no DPDK device, no link to wait for), its MAC the uplink's.
+Status Runtime::StartShmEndpoint(const EndpointConfig& ec) {
+  if (ec.shm_fd < 0) return InvalidArgument("port shm:daemon comes only from uroce daemon (attach to one)");
+  if (ec.mac_from_port) return InvalidArgument("port shm:daemon needs the uplink's mac");
+  auto e = std::make_unique<Endpoint>();
+  e->name = ec.name;
+  e->config = ec;
+  e->port_id = RTE_MAX_ETHPORTS;
+  e->driver = "uroce_daemon_shm";
+  auto shm = ShmChannel::Map(ec.shm_fd);
+  if (!shm.ok()) return shm.status();
+  e->shm = std::move(*shm);
+  if (e->shm->max_frame() < ec.mtu + RTE_ETHER_HDR_LEN) {
+    return InvalidArgument("the daemon's port holds frames of " + std::to_string(e->shm->max_frame()) +
+                           " bytes, less than mtu " + std::to_string(ec.mtu) + " needs");
+  }
+  auto pool = CreatePktPool({.name = "uroce_" + ec.name,
+                             .mbufs = ec.mbufs,
+                             .per_core_cache = 0,
+                             .data_room = DataRoomFor(ec.mtu)});
+  if (!pool.ok()) return pool.status();
+  e->pool = std::move(*pool);
+  e->pool_size = ec.mbufs;
+  e->io = std::make_unique<ShmPortIo>(e->shm.get(), e->pool.get());
+  e->endpoint.mac = ec.mac;
+  Endpoint* ep = e.get();
+  endpoints_.push_back(std::move(e));
+  return StartEngine(ep, ec);
+}
+
+Status Runtime::StartEngine(Endpoint* ep, const EndpointConfig& ec) {
   NeighborResolver::Options nopt;
   nopt.mac = ep->endpoint.mac;
   nopt.addresses = ec.gids;
@@ -433,6 +470,17 @@ ShutdownReport Runtime::Shutdown() {
   // 4. Ports: what is still queued for us is received and freed, then the
   //    port stops (a NIC returns the buffers of its RX ring then).
   for (auto& e : endpoints_) {
+    if (e->shm) {
+      rte_mbuf* burst[64];
+      for (int i = 0; i < 1024; ++i) {
+        const uint16_t n = e->io->RxBurst(burst, 64);
+        if (n == 0) break;
+        rte_pktmbuf_free_bulk(burst, n);
+      }
+      e->io.reset();
+      e->shm.reset();
+      continue;
+    }
     if (!e->port_started) continue;  // ethdev refuses (and logs) a burst on a stopped port
     rte_mbuf* burst[64];
     for (int i = 0; i < 1024; ++i) {
@@ -442,7 +490,7 @@ ShutdownReport Runtime::Shutdown() {
     }
   }
   for (auto& e : endpoints_) {
-    if (e->config.kind != PortKind::kRingPair) {
+    if (e->config.kind != PortKind::kRingPair && e->config.kind != PortKind::kShm) {
       Status s = ClosePort(e->port_id);
       if (!s.ok()) UROCE_LOG(WARNING, "%s\n", s.ToString().c_str());
     }

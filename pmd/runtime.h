@@ -24,6 +24,7 @@
 #include "pmd/mempool.h"
 #include "pmd/neighbor_resolver.h"
 #include "pmd/ring_pair.h"
+#include "pmd/shm_channel.h"
 #include "transport/engine.h"
 #include "transport/engine_pair.h"
 
@@ -53,12 +54,13 @@ class Runtime {
   struct Endpoint {
     std::string name;
     EndpointConfig config;
-    uint16_t port_id = 0;
+    uint16_t port_id = 0;  // RTE_MAX_ETHPORTS (none) for a daemon's shared-memory port
     std::string driver;
     MempoolPtr pool;
     unsigned pool_size = 0;
     bool port_started = false;  // false: a memif client that never connected
-    std::unique_ptr<EthPortIo> io;
+    std::unique_ptr<ShmChannel> shm;  // kShm: the port's shared memory
+    std::unique_ptr<transport::PacketIo> io;
     std::unique_ptr<NeighborResolver> neighbors;
     transport::Endpoint endpoint;  // engine, pd, cq, gid (the first), mac
   };
@@ -95,6 +97,9 @@ class Runtime {
  private:
   explicit Runtime(const UroceConfig& config) : config_(config) {}
   Status StartEndpoint(const EndpointConfig& ec);
+  // The rest of StartEndpoint once the port moves frames: neighbours, engine.
+  Status StartEngine(Endpoint* ep, const EndpointConfig& ec);
+  Status StartShmEndpoint(const EndpointConfig& ec);
 
   UroceConfig config_;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;

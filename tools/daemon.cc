@@ -1,12 +1,14 @@
 // `uroce daemon [--config FILE] [--set SECTION.KEY=VALUE]`: the host's uroce
 // device, shared by every process, as the kernel's rxe is.
 //
-// The daemon owns the uplink ([endpoint.NAME], a DPDK port) and a control
+// The daemon owns the uplink ([endpoint.NAME]: a DPDK port, or the kernel's
+// own interface shared with the kernel, pmd/kernel_uplink.h) and a control
 // socket ([daemon] socket, default /run/uroce/uroce.sock, mode 0660). A
 // process that opens a uroce device with no configuration of its own
 // attaches through the socket (pmd/daemon_protocol.h): the daemon leases it a
-// slot (QPNs slot<<16 ..), starts a memif port for it, and hands it a
-// configuration on that port with the uplink's addresses and MAC. The process
+// slot (QPNs slot<<16 ..), makes a shared-memory port for it
+// (pmd/shm_channel.h), and hands it the port and a configuration on it with
+// the uplink's addresses and MAC. The process
 // runs its own engine for its own QPs (its memory never leaves it); the
 // daemon's FrameSwitch (pmd/frame_switch.h) moves frames between the uplink
 // and the processes by destination QPN, and between processes on the host
@@ -21,8 +23,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
-#include <rte_bus_vdev.h>
-#include <rte_dev.h>
 #include <rte_ethdev.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -37,7 +37,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -51,6 +50,7 @@
 #include "pmd/mempool.h"
 #include "pmd/port.h"
 #include "pmd/runtime.h"
+#include "pmd/shm_channel.h"
 #include "pmd/shutdown_signal.h"
 #include "tools/command.h"
 #include "tools/config_flags.h"
@@ -89,9 +89,8 @@ struct Session {
   int64_t pid = 0;
   std::string program;
   uint32_t slot = 0;  // 0: not attached yet
-  std::string vdev;   // its memif port's device name
-  uint16_t port_id = 0;
-  std::unique_ptr<pmd::EthPortIo> io;
+  std::unique_ptr<pmd::ShmChannel> channel;  // its port (pmd/shm_channel.h)
+  std::unique_ptr<pmd::ShmPortIo> io;
   // Its QPs connected to QPs on this host (PEER): local QPN -> the peer's
   // QPN. Keys are QPNs of its own lease, so at most 65536 entries.
   std::map<uint32_t, uint32_t> peers;
@@ -121,6 +120,7 @@ class Daemon {
   void Release(Session& s);
   std::string StatsText() const;
   void Reply(Session& s, const std::string& text);
+  void ReplyWithFile(Session& s, const std::string& text, int file);
   uint32_t FreeSlot();
 
   pmd::UroceConfig config_;
@@ -145,7 +145,6 @@ class Daemon {
   std::unique_ptr<pmd::FrameSwitch> switch_;
   std::vector<std::unique_ptr<Session>> sessions_;
   uint32_t next_slot_ = pmd::kSwitchFirstSlot;
-  uint64_t next_port_number_ = 0;
   std::vector<pollfd> control_fds_;
   bool stopped_ = false;
 };
@@ -406,6 +405,26 @@ void Daemon::Accept() {
   }
 }
 
+// A reply with a file descriptor as SCM_RIGHTS ancillary data (unix(7)).
+void Daemon::ReplyWithFile(Session& s, const std::string& text, int file) {
+  iovec iov{const_cast<char*>(text.data()), text.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &file, sizeof(int));
+  if (sendmsg(s.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+    close(s.fd);
+    s.fd = -1;  // released by the caller
+  }
+}
+
 void Daemon::Reply(Session& s, const std::string& text) {
   if (send(s.fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
     close(s.fd);
@@ -519,40 +538,15 @@ Status Daemon::AttachSession(Session& s, const pmd::AttachRequest& request) {
   }
   const uint32_t slot = FreeSlot();
   if (slot == 0) return ResourceExhausted("no free slot");
-  // memif's sockets are abstract by default (no file, reachable from this
-  // network namespace): the port's secret, sent only over this session,
-  // keeps other local processes off it.
-  // 64 bits straight from the kernel's generator (std::random_device reads
-  // it on Linux), one draw per attach.
-  std::random_device entropy;
-  const uint64_t secret_bits = (static_cast<uint64_t>(entropy()) << 32) | entropy();
-  char secret[17];
-  std::snprintf(secret, sizeof(secret), "%016llx", static_cast<unsigned long long>(secret_bits));
-  const uint64_t number = next_port_number_++;
-  s.vdev = "net_memif_uroce" + std::to_string(number);
-  const std::string memif_socket = socket_path_ + ".memif" + std::to_string(number);
-  const std::string devargs = s.vdev + ",role=server,id=0,socket=" + memif_socket + ",secret=" + secret;
-  if (rte_dev_probe(devargs.c_str()) != 0) {
-    s.vdev.clear();
-    return IoError("cannot create the process's memif port");
-  }
-  auto id = pmd::PortByName(s.vdev);
-  if (!id.ok()) {
-    rte_eal_hotplug_remove("vdev", s.vdev.c_str());
-    s.vdev.clear();
-    return IoError("the process's memif port did not appear");
-  }
-  s.port_id = *id;
-  pmd::PortConfig port;
-  port.rx_pool = pool_.get();
-  port.mtu = static_cast<uint16_t>(uplink_config_.mtu);
-  Status started = pmd::StartPort(s.port_id, port);
-  if (!started.ok()) {
-    rte_eal_hotplug_remove("vdev", s.vdev.c_str());
-    s.vdev.clear();
-    return started;
-  }
-  s.io = std::make_unique<pmd::EthPortIo>(s.port_id, 0);
+  // The process's port: two rings in a sealed memory file that only this
+  // session's reply carries (SCM_RIGHTS), so no other process can reach it.
+  // Jumbo frames get fewer slots: the file's pages are real memory once the
+  // rings have gone round.
+  const uint32_t max_frame = uplink_config_.mtu + 18;  // Ethernet header and a VLAN tag
+  auto channel = pmd::ShmChannel::Create(uplink_config_.mtu > 4096 ? 256 : 1024, max_frame);
+  if (!channel.ok()) return channel.status();
+  s.channel = std::move(*channel);
+  s.io = std::make_unique<pmd::ShmPortIo>(s.channel.get(), pool_.get());
   UROCE_RETURN_IF_ERROR(switch_->Attach(slot, s.io.get()));
   s.slot = slot;
   s.pid = request.pid;
@@ -561,12 +555,10 @@ Status Daemon::AttachSession(Session& s, const pmd::AttachRequest& request) {
   pmd::AttachGrant grant;
   grant.slot = slot;
   grant.endpoint_name = uplink_config_.name;
-  grant.memif_socket = memif_socket;
-  grant.memif_secret = secret;
   grant.mac = mac_;
   grant.gids = uplink_config_.gids;
   grant.mtu = uplink_config_.mtu;
-  Reply(s, pmd::FormatAttachReply(grant));
+  ReplyWithFile(s, pmd::FormatAttachReply(grant), s.channel->fd());
   Log("attached pid %lld (%s): slot %u, QPNs 0x%06x-0x%06x", static_cast<long long>(s.pid), s.program.c_str(), slot,
       slot << pmd::kSwitchQpnShift, ((slot + 1) << pmd::kSwitchQpnShift) - 1);
   return Status::Ok();
@@ -617,14 +609,10 @@ void Daemon::Release(Session& s) {
     s.peers.clear();
     s.slot = 0;
   }
+  // Detached from the switch first: nothing reads the rings any more when
+  // they are unmapped, whenever and however the process ended.
   s.io.reset();
-  if (!s.vdev.empty()) {
-    // Stopped, then removed: removing the device closes the port and frees
-    // what its rings held.
-    rte_eth_dev_stop(s.port_id);
-    rte_eal_hotplug_remove("vdev", s.vdev.c_str());
-    s.vdev.clear();
-  }
+  s.channel.reset();
 }
 
 std::string Daemon::StatsText() const {

@@ -281,8 +281,7 @@ class PerfProcess {
       // overrides (lcores, say) applied on top.
       auto session = pmd::DaemonSession::Attach(pmd::DaemonSocketPath());
       if (!session.ok()) return session.status();
-      auto config = pmd::LoadConfigText((*session)->config_text(),
-                                        "uroce daemon at " + (*session)->socket_path(), o_.config.overrides);
+      auto config = (*session)->LoadConfig(o_.config.overrides);
       if (!config.ok()) return config.status();
       config_ = *config;
       daemon_ = std::move(*session);

@@ -85,7 +85,7 @@ void Provider::LoadConfigOnce() {
       return;
     }
     const std::string origin = "uroce daemon at " + (*session)->socket_path();
-    config = pmd::LoadConfigText((*session)->config_text(), origin, DaemonOverrides());
+    config = (*session)->LoadConfig(DaemonOverrides());
     if (!config.ok()) {
       std::fprintf(stderr, "uroce: %s: %s: no uroce devices\n", origin.c_str(), config.status().ToString().c_str());
       return;
@@ -166,7 +166,8 @@ int Provider::Open(Device* device, Context* context) {
   context->engine = ep.endpoint.engine.get();
   context->engine_config = &context->engine->config();
   context->port_mtu = ep.config.mtu;
-  context->active_before_link = ep.config.link_timeout_ms == 0;
+  // A daemon's shared-memory port is up while the process is attached.
+  context->active_before_link = ep.config.link_timeout_ms == 0 || ep.config.kind == pmd::PortKind::kShm;
   context->port_id = ep.port_id;
   context->mac = ep.endpoint.mac;
   return 0;
