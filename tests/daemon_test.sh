@@ -311,6 +311,45 @@ wait "$cpid" || fail "the client of the other pair failed after the kill: $(cat 
 wait "$spid" || fail "the server of the other pair failed after the kill: $(cat "$TMP/kill.server")"
 grep -q "iters in" "$TMP/kill.client" || fail "the other pair did not finish"
 
+echo "== kill -9 of an rdma_cm server: its client gets DISCONNECTED at once"
+# rping ignores flushed completions and waits for RDMA_CM_EVENT_DISCONNECTED
+# (the kernel's rdma_cm sends DREQ for a process that exits): the client's
+# connection manager must end the connection itself when the daemon says
+# the peer's process is gone, or the client waits for ever.
+rport=$((20000 + RANDOM % 20000))
+"${IN_NS[@]}" timeout -k 5 60 "$UROCE" exec -- rping -s -a 10.76.0.1 -p "$rport" -C 10000000 > "$TMP/rkill.server" 2>&1 &
+pids+=("$!")
+rclient=""
+for attempt in $(seq 20); do
+  "${IN_NS[@]}" timeout -k 5 60 "$UROCE" exec -- rping -c -a 10.76.0.1 -p "$rport" -C 10000000 -v \
+    > "$TMP/rkill.client" 2>&1 &
+  rclient=$!
+  pids+=("$rclient")
+  sleep 1
+  kill -0 "$rclient" 2>/dev/null && grep -q "ping data" "$TMP/rkill.client" && break
+  wait "$rclient" 2>/dev/null  # rejected before the server listened: again
+done
+rserver_pid=$(prog_pid "rping -s -a 10.76.0.1 -p $rport -C 10000000")
+if [[ -z $rserver_pid ]] || ! kill -0 "$rclient" 2>/dev/null; then
+  fail "the rping pair did not get going: $(tail -3 "$TMP/rkill.client")"
+else
+  kill -KILL "$rserver_pid"
+  killed_at=$(date +%s.%N)
+  ended=""
+  for _ in $(seq 250); do
+    kill -0 "$rclient" 2>/dev/null || { ended=$(date +%s.%N); break; }
+    sleep 0.02
+  done
+  if [[ -z $ended ]]; then
+    fail "rping's client did not end within 5 s of its server's kill -9: $(tail -3 "$TMP/rkill.client")"
+    kill -TERM "$rclient" 2>/dev/null
+  else
+    echo "rping's client ended $(since_kill "$ended") s after its server's kill -9"
+  fi
+  wait "$rclient" 2>/dev/null
+  grep -q "DISCONNECT EVENT" "$TMP/rkill.client" || fail "rping's client saw no DISCONNECTED: $(tail -3 "$TMP/rkill.client")"
+fi
+
 echo "== SIGTERM to the daemon during a run"
 port=$((20000 + RANDOM % 20000))
 "${IN_NS[@]}" timeout -k 5 120 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 100000000 -p "$port" > "$TMP/term.server" 2>&1 &

@@ -1313,6 +1313,27 @@ Status ConnectionManager::Disconnect(CmConnectionId id) {
   }
 }
 
+bool ConnectionManager::PeerGone(uint32_t qpn, uint32_t remote_qpn) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Impl& m = *impl_;
+  for (auto& [id, c] : m.connections) {
+    if (c.qpn != qpn || c.remote_qpn != remote_qpn) continue;
+    switch (c.state) {
+      case State::kRepSent:
+      case State::kEstablished:
+      case State::kDreqSent:
+        c.waiting = false;
+        m.ToError(c);
+        c.state = State::kTimewait;
+        m.Emit(c, CmEventType::kDisconnected);
+        return true;
+      default:
+        break;
+    }
+  }
+  return false;
+}
+
 void ConnectionManager::Release(CmConnectionId id) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   Impl& m = *impl_;

@@ -267,6 +267,12 @@ class ConnectionManager {
   // Either side, once established (or while connecting: gives up): moves the
   // QP to ERR, sends DREQ; kDisconnected follows.
   Status Disconnect(CmConnectionId id);
+  // The connection of our QP `qpn` to QP `remote_qpn` lost its peer for good
+  // (a uroce daemon saw the peer's process end): as if the peer's side had
+  // sent DREQ before it went (the kernel's rdma_cm does so for a process
+  // that exits), the QP moves to ERR and kDisconnected follows, with no DREQ
+  // to a peer that cannot answer. False if no live connection matches.
+  bool PeerGone(uint32_t qpn, uint32_t remote_qpn);
   // Forgets a connection that has ended (after kDisconnected, kRejected or
   // kUnreachable, or a request the user will not answer). Until then the CM
   // keeps answering duplicates for it.

@@ -762,6 +762,30 @@ TEST_F(ConnectionManagerTest, DisconnectFromThePassiveSide) {
   EXPECT_EQ(cm(1).Disconnect(c.id[1]).code(), StatusCode::kFailedPrecondition);
 }
 
+// A uroce daemon saw the peer's process end: this side's connection ends at
+// once with kDisconnected (its QP in ERR, its work flushed), as if the
+// peer's kernel had sent DREQ on its way out; nothing goes on the wire.
+TEST_F(ConnectionManagerTest, PeerGoneEndsTheConnectionAtOnce) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(6003, 1).ok());
+  Connected c = ConnectAndAccept(6003);
+  ASSERT_NE(c.id[0], 0u);
+  Buffer in_a = Register(0, 64, 0);
+  PostRecv(0, c.qp[0], in_a, 41);
+  // Another pair of QPNs names no connection of ours.
+  EXPECT_FALSE(cm(0).PeerGone(c.qp[0]->qpn, c.qp[1]->qpn + 1));
+  const uint64_t sent = cm(0).counters().mads_sent;
+  ASSERT_TRUE(cm(0).PeerGone(c.qp[0]->qpn, c.qp[1]->qpn));
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kDisconnected, nullptr));
+  auto flushed = WaitCompletions(0, 1);
+  ASSERT_EQ(flushed.size(), 1u);
+  EXPECT_EQ(flushed[0].wr_id, 41u);
+  EXPECT_EQ(flushed[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(cm(0).counters().mads_sent, sent);  // no DREQ to a peer that is gone
+  EXPECT_FALSE(cm(0).PeerGone(c.qp[0]->qpn, c.qp[1]->qpn));  // once
+  EXPECT_EQ(cm(0).Disconnect(c.id[0]).code(), StatusCode::kFailedPrecondition);
+}
+
 TEST_F(ConnectionManagerTest, BothSidesDisconnectingAtOnceEndOnce) {
   Start();
   ASSERT_TRUE(cm(1).Listen(6002, 1).ok());

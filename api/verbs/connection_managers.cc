@@ -40,6 +40,11 @@ uint16_t ConnectionManagers::AddSink(Sink sink) {
   return sink_count_;
 }
 
+void ConnectionManagers::PeerGone(size_t index, uint32_t qpn, uint32_t remote_qpn) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (index < cms_.size() && cms_[index]) cms_[index]->PeerGone(qpn, remote_qpn);
+}
+
 StatusOr<transport::ConnectionManager*> ConnectionManagers::ForDevice(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   pmd::Runtime* runtime = Provider::Get().runtime();
@@ -64,6 +69,8 @@ StatusOr<transport::ConnectionManager*> ConnectionManagers::ForDevice(size_t ind
   }
   if (!thread_started_) {
     thread_started_ = true;
+    Provider::Get().SetPeerGoneHook(
+        [this](size_t device, uint32_t qpn, uint32_t dest_qpn) { PeerGone(device, qpn, dest_qpn); });
     std::thread([this] { Loop(); }).detach();
   }
   return cms_[index].get();

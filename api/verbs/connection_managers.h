@@ -49,6 +49,10 @@ class ConnectionManagers {
   // (the runtime must be running: Provider::StartRuntime or a verbs context),
   // and the polling thread with it.
   StatusOr<transport::ConnectionManager*> ForDevice(size_t index);
+  // The connection of device `index`'s QP `qpn` to `remote_qpn` lost its
+  // peer (ConnectionManager::PeerGone); nothing if the device has no
+  // connection manager yet or no such connection.
+  void PeerGone(size_t index, uint32_t qpn, uint32_t remote_qpn);
 
  private:
   ConnectionManagers() = default;

@@ -273,6 +273,23 @@ void Provider::ForgetQp(Qp* qp) {
 }
 
 void Provider::WatchPeers() {
+  std::vector<std::array<uint32_t, 3>> lost;
+  WatchPeersLocked(&lost);
+  if (lost.empty()) return;
+  // Their rdma_cm connections end with DISCONNECTED, as when the kernel's
+  // rdma_cm sends DREQ for a process that exits: rping and the like wait for
+  // that event, not for flushed completions. After peers_mutex_: the CM's
+  // event sinks may take it.
+  std::function<void(size_t, uint32_t, uint32_t)> hook;
+  {
+    std::lock_guard<std::mutex> lock(hook_mutex_);
+    hook = peer_gone_hook_;
+  }
+  if (!hook) return;
+  for (const auto& l : lost) hook(l[0], l[1], l[2]);
+}
+
+void Provider::WatchPeersLocked(std::vector<std::array<uint32_t, 3>>* lost) {
   std::lock_guard<std::mutex> lock(peers_mutex_);
   // Our QPs whose peer's process ended (PEER_GONE): to the error state, as
   // the engine moves a QP on a fatal error. A notification for a QP that was
@@ -287,6 +304,7 @@ void Provider::WatchPeers() {
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_ERR;
     if (!qp->context->engine->ModifyQp(qp->engine_qp, attr, IBV_QP_STATE, g.qpn).ok()) continue;
+    lost->push_back({static_cast<uint32_t>(qp->context->device->index), g.qpn, g.dest_qpn});
     if (++moved <= 4) {
       char name[48];
       std::snprintf(name, sizeof(name), "%s0x%06x (peer 0x%06x)", names.empty() ? "" : ", ", g.qpn, g.dest_qpn);

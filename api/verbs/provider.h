@@ -16,7 +16,9 @@
 //   sleeps with a bounded exponential backoff ([engine] progress_idle_us).
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,6 +36,12 @@ namespace uroce::verbs {
 class Provider {
  public:
   static Provider& Get();
+  // Called for every QP of ours whose peer's process on the host ended
+  // (after the QP moved to ERR), from the progress thread, no lock held.
+  void SetPeerGoneHook(std::function<void(size_t device, uint32_t qpn, uint32_t dest_qpn)> hook) {
+    std::lock_guard<std::mutex> lock(hook_mutex_);
+    peer_gone_hook_ = std::move(hook);
+  }
 
   // ibv_get_device_list(3): the devices of UROCE_CONFIG, or, without it, of
   // the uroce daemon this process attaches to (UROCE_DAEMON or
@@ -101,6 +109,8 @@ class Provider {
   // state; QPs connected without ibv_modify_qp (the connection manager's)
   // to PEER records.
   void WatchPeers();
+  // peers_mutex_ taken: the QPs moved to ERR, as {device, qpn, dest_qpn}.
+  void WatchPeersLocked(std::vector<std::array<uint32_t, 3>>* lost);
   // peers_mutex_ held: `qp` is connected to `dest`:`dest_qpn` (RTR or later).
   void NoteConnectedLocked(Qp* qp, const transport::Gid& dest, uint32_t dest_qpn);
   // peers_mutex_ held: forget `qp`'s PEER record, if it has one (UNPEER).
@@ -140,6 +150,10 @@ class Provider {
     uint32_t dest_qpn = 0;
   };
   std::mutex peers_mutex_;
+  // The connection managers' (api/verbs/connection_managers): a lost peer's
+  // rdma_cm connection ends with DISCONNECTED. Set once, before it is used.
+  std::function<void(size_t device, uint32_t qpn, uint32_t dest_qpn)> peer_gone_hook_;
+  std::mutex hook_mutex_;
   std::unordered_map<uint32_t, PeerOf> peers_;  // by our QPN
   // RC/UC QPs not seen connected yet: the progress thread looks whether the
   // connection manager moved them (one atomic load each per look).
