@@ -104,6 +104,7 @@ struct ConnectionManager::Impl {
     bool waiting = false;
     uint64_t deadline_ns = 0;
     unsigned retries_left = 0;
+    uint64_t resend_ns = 0;  // between resends of `outstanding`
     // The last answer, repeated when the peer's message comes again.
     std::array<uint8_t, kMadBytes> answer{};
     bool have_answer = false;
@@ -199,7 +200,9 @@ struct ConnectionManager::Impl {
   // Passive side, while the user decides on a request: MRA for the REQ, and
   // the request lives as long as the caller now waits (bounded).
   void SendMra(Connection& c);
-  void SendAndWait(Connection& c, const CmMad& mad);
+  // Sends `mad` and resends it every resend_ns (0: response_timeout_ns) up
+  // to `retries` times (-1: max_retries) until answered.
+  void SendAndWait(Connection& c, const CmMad& mad, uint64_t resend_ns = 0, int retries = -1);
   void SendAnswer(Connection& c, const CmMad& mad);
   void SendRej(const Gid& to, const MacAddress& mac, uint64_t tid, uint32_t local_id, uint32_t remote_id, CmMessageKind kind,
                uint16_t reason, const uint8_t* data, size_t length);
@@ -437,11 +440,12 @@ bool ConnectionManager::Impl::SendMad(const Gid& to, const MacAddress& mac, cons
   return true;
 }
 
-void ConnectionManager::Impl::SendAndWait(Connection& c, const CmMad& mad) {
+void ConnectionManager::Impl::SendAndWait(Connection& c, const CmMad& mad, uint64_t resend_ns, int retries) {
   EncodeCmMad(mad, c.outstanding.data());
   c.waiting = true;
-  c.retries_left = options.max_retries;
-  c.deadline_ns = Now() + options.response_timeout_ns;
+  c.retries_left = retries < 0 ? options.max_retries : static_cast<unsigned>(retries);
+  c.resend_ns = resend_ns != 0 ? resend_ns : options.response_timeout_ns;
+  c.deadline_ns = Now() + c.resend_ns;
   c.mras = 0;
   c.mra_extension_ns = 0;
   SendToPeer(c, c.outstanding.data());
@@ -955,7 +959,7 @@ void ConnectionManager::Impl::RunTimers() {
     if (!c.waiting || now < c.deadline_ns) continue;
     if (c.retries_left > 0) {
       c.retries_left--;
-      c.deadline_ns = now + options.response_timeout_ns;
+      c.deadline_ns = now + c.resend_ns;
       counters.retransmits++;
       SendToPeer(c, c.outstanding.data());
     } else {
@@ -1160,7 +1164,15 @@ Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& p
   m.LeaveBacklog(*c);
   c->state = State::kRepSent;
   // The REP is both what we wait an RTU for and the answer to a duplicate REQ.
-  m.SendAndWait(*c, mad);
+  // The caller said how long its CM may take to answer (the REQ's Local CM
+  // Response Timeout, 4.096 us * 2^t, IBTA 12.7.24; the kernel's rdma_cm
+  // sends 20, ~4.3 s) and how often to try (Max CM Retries): wait that long
+  // for the RTU, resending the REP at least every second, rather than our
+  // own 50 ms * max_retries, which a slow peer (rxe under qemu) outlasts.
+  const uint64_t peer_ns = uint64_t{4096} << std::min<uint8_t>(c->req.local_cm_response_timeout, 31);
+  const uint64_t resend_ns = std::clamp<uint64_t>(peer_ns, m.options.response_timeout_ns, 1'000'000'000);
+  const int retries = std::max<int>(static_cast<int>(m.options.max_retries), c->req.max_cm_retries);
+  m.SendAndWait(*c, mad, resend_ns, retries);
   c->answer = c->outstanding;
   c->have_answer = true;
   return Status::Ok();

@@ -87,7 +87,9 @@ int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* out, size_t
   // not there yet is DOWN — unless the configuration says not to wait for the
   // link (link_timeout_ms = 0), where frames wait in the engine meanwhile.
   rte_eth_link link;
-  const bool up = rte_eth_link_get_nowait(ctx->port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+  // (A daemon's shared-memory port has no DPDK port: port_id RTE_MAX_ETHPORTS.)
+  const bool up = ctx->port_id < RTE_MAX_ETHPORTS && rte_eth_link_get_nowait(ctx->port_id, &link) == 0 &&
+                  link.link_status == RTE_ETH_LINK_UP;
   a.state = (up || ctx->active_before_link) ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   a.max_mtu = IBV_MTU_4096;
   a.active_mtu = ActiveMtu(ctx->port_mtu);
