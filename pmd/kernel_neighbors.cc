@@ -42,6 +42,19 @@ void AddAddress(AddressRequest* r, size_t fixed, uint16_t type, const uint8_t* b
   r->header.nlmsg_len = static_cast<uint32_t>(NLMSG_ALIGN(r->header.nlmsg_len) + RTA_SPACE(length));
 }
 
+// A neighbour-table request about `gid` on interface `if_index`.
+AddressRequest NeighborRequest(uint16_t type, uint16_t flags, uint32_t if_index, const Gid& gid) {
+  const uint8_t* bytes;
+  size_t length;
+  AddressRequest r{};
+  r.header.nlmsg_type = type;
+  r.header.nlmsg_flags = flags;
+  r.neighbor.ndm_family = static_cast<unsigned char>(FamilyOf(gid, &bytes, &length));
+  r.neighbor.ndm_ifindex = static_cast<int>(if_index);
+  AddAddress(&r, sizeof(ndmsg), NDA_DST, bytes, length);
+  return r;
+}
+
 Gid GidFrom(int family, const void* bytes) {
   if (family == AF_INET) return transport::Ipv4MappedGid(static_cast<const uint8_t*>(bytes));
   Gid gid;
@@ -97,14 +110,7 @@ Status KernelNeighbors::NextHop(const Gid& destination, Gid* next_hop) {
 KernelNeighbors::Answer KernelNeighbors::Lookup(const Gid& destination, transport::MacAddress* mac) {
   Gid hop;
   if (!NextHop(destination, &hop).ok()) return Answer::kUnreachable;
-  const uint8_t* bytes;
-  size_t length;
-  const int family = FamilyOf(hop, &bytes, &length);
-  AddressRequest r{};
-  r.header.nlmsg_type = RTM_GETNEIGH;
-  r.neighbor.ndm_family = static_cast<unsigned char>(family);
-  r.neighbor.ndm_ifindex = static_cast<int>(if_index_);
-  AddAddress(&r, sizeof(ndmsg), NDA_DST, bytes, length);
+  AddressRequest r = NeighborRequest(RTM_GETNEIGH, 0, if_index_, hop);
   uint16_t state = NUD_NONE;
   bool has_mac = false;
   Status s = queries_.Request(&r.header, [&](const nlmsghdr& h) {
@@ -127,14 +133,9 @@ KernelNeighbors::Answer KernelNeighbors::Lookup(const Gid& destination, transpor
   if (s.ok() && (state & NUD_INCOMPLETE)) return Answer::kAsked;  // already being resolved
   // Unknown, failed or not yet asked: ask the kernel to resolve it (as
   // `ip neigh replace ADDR dev IF use` does). A failed entry is asked again.
-  AddressRequest use{};
-  use.header.nlmsg_type = RTM_NEWNEIGH;
-  use.header.nlmsg_flags = NLM_F_CREATE | NLM_F_REPLACE;
-  use.neighbor.ndm_family = static_cast<unsigned char>(family);
-  use.neighbor.ndm_ifindex = static_cast<int>(if_index_);
+  AddressRequest use = NeighborRequest(RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_REPLACE, if_index_, hop);
   use.neighbor.ndm_state = NUD_NONE;
   use.neighbor.ndm_flags = NTF_USE;
-  AddAddress(&use, sizeof(ndmsg), NDA_DST, bytes, length);
   if (!queries_.Request(&use.header, [](const nlmsghdr&) {}).ok()) return Answer::kUnreachable;
   return Answer::kAsked;
 }

@@ -225,13 +225,7 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
     UROCE_RETURN_IF_ERROR(CheckAfPacketFrameSize(ec));
   }
 
-  auto pool = CreatePktPool({.name = "uroce_" + ec.name,
-                             .mbufs = ec.mbufs,
-                             .per_core_cache = 0,
-                             .data_room = DataRoomFor(ec.mtu)});
-  if (!pool.ok()) return pool.status();
-  e->pool = std::move(*pool);
-  e->pool_size = ec.mbufs;
+  UROCE_RETURN_IF_ERROR(CreatePool(e.get(), ec));
 
   PortConfig port;
   port.rx_pool = e->pool.get();
@@ -338,6 +332,19 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   return StartEngine(ep, ec);
 }
 
+// The endpoint's packet pool: its port's receive buffers and every frame
+// its engine builds.
+Status Runtime::CreatePool(Endpoint* e, const EndpointConfig& ec) {
+  auto pool = CreatePktPool({.name = "uroce_" + ec.name,
+                             .mbufs = ec.mbufs,
+                             .per_core_cache = 0,
+                             .data_room = DataRoomFor(ec.mtu)});
+  if (!pool.ok()) return pool.status();
+  e->pool = std::move(*pool);
+  e->pool_size = ec.mbufs;
+  return Status::Ok();
+}
+
 // A process attached to `uroce daemon`: its port is the shared memory the
 // daemon sent (no DPDK device, no link to wait for), its MAC the uplink's.
 Status Runtime::StartShmEndpoint(const EndpointConfig& ec) {
@@ -355,13 +362,7 @@ Status Runtime::StartShmEndpoint(const EndpointConfig& ec) {
     return InvalidArgument("the daemon's port holds frames of " + std::to_string(e->shm->max_frame()) +
                            " bytes, less than mtu " + std::to_string(ec.mtu) + " needs");
   }
-  auto pool = CreatePktPool({.name = "uroce_" + ec.name,
-                             .mbufs = ec.mbufs,
-                             .per_core_cache = 0,
-                             .data_room = DataRoomFor(ec.mtu)});
-  if (!pool.ok()) return pool.status();
-  e->pool = std::move(*pool);
-  e->pool_size = ec.mbufs;
+  UROCE_RETURN_IF_ERROR(CreatePool(e.get(), ec));
   e->io = std::make_unique<ShmPortIo>(e->shm.get(), e->pool.get());
   e->endpoint.mac = ec.mac;
   Endpoint* ep = e.get();

@@ -100,6 +100,7 @@ class Runtime {
   // The rest of StartEndpoint once the port moves frames: neighbours, engine.
   Status StartEngine(Endpoint* ep, const EndpointConfig& ec);
   Status StartShmEndpoint(const EndpointConfig& ec);
+  Status CreatePool(Endpoint* e, const EndpointConfig& ec);
 
   UroceConfig config_;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
