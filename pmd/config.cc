@@ -302,8 +302,10 @@ class Builder {
         ep.kind = PortKind::kRingPair;
         ep.ring_pair = rest.substr(0, colon);
         ep.ring_side = rest[colon + 1];
-      } else if (v == "shm:daemon") {
+      } else if (v.rfind("shm:daemon:", 0) == 0) {
+        if (!ParseUnsigned(v.substr(11), 0, 7, &n)) return Bad(where, "a daemon port is shm:daemon:K, K 0..7");
         ep.kind = PortKind::kShm;
+        ep.shm_index = static_cast<unsigned>(n);
       } else if (v.rfind("kernel:", 0) == 0) {
         const std::string name = v.substr(7);
         if (name.empty() || name.size() >= 16 || name.find_first_of(" \t,/:") != std::string::npos) {
@@ -444,7 +446,7 @@ Status CrossCheck(UroceConfig& c) {
         break;
       case PortKind::kShm:
         // Shared memory from the daemon: no DPDK device.
-        if (!devices.insert("shm:daemon").second) return InvalidArgument(where + " port: shm:daemon is used twice");
+        if (!devices.insert(ep.port).second) return InvalidArgument(where + " port: " + ep.port + " is used twice");
         break;
       case PortKind::kKernel:
         // The daemon opens it after EAL (pmd/kernel_uplink.h); nothing for EAL.

@@ -32,7 +32,7 @@
 //   port = ring:PAIR:a    one side of an in-process net_ring pair
 //   port = net_memif0,role=server,socket=/tmp/x.sock   any vdev string
 //   port = 0000:00:04.0   a PCI NIC (its address)
-//   port = shm:daemon     a process's port to `uroce daemon`, in the
+//   port = shm:daemon:K   a process's port to `uroce daemon` (its K-th uplink), in the
 //                         configuration the daemon hands out (only there)
 //   port = kernel:eth0    `uroce daemon` only: the kernel's own interface,
 //                         shared with the kernel (its addresses and MAC;
@@ -95,6 +95,7 @@ struct EndpointConfig {
   // kShm: the file the daemon sent with its reply (DaemonSession::shm_fd);
   // a configuration text cannot name it, the attaching code sets it.
   int shm_fd = -1;
+  unsigned shm_index = 0;  // kShm: `port = shm:daemon:K`, the K-th file
   KernelIo kernel_io = KernelIo::kAuto;
   std::vector<transport::Gid> gids;  // the GID table: ipv4, ipv6, then `gids`
   bool has_ipv4 = false, has_ipv6 = false;

@@ -95,7 +95,7 @@ StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string
   // The reply, and the port's shared-memory file as SCM_RIGHTS (unix(7)).
   std::vector<char> reply(kMaxControlMessage + 1);
   iovec iov{reply.data(), reply.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxUplinks)];
   msghdr mh{};
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
@@ -103,8 +103,12 @@ StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string
   mh.msg_controllen = sizeof(control);
   const ssize_t n = recvmsg(session->fd_, &mh, MSG_CMSG_CLOEXEC);
   for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
-      std::memcpy(&session->shm_fd_, CMSG_DATA(c), sizeof(int));
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int file;
+      std::memcpy(&file, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      session->shm_fds_.push_back(file);  // closed with the session, even when refused below
     }
   }
   if (n <= 0) {
@@ -115,7 +119,7 @@ StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string
   if (!parsed.ok()) {
     return Status(parsed.status().code(), "uroce daemon at " + socket_path + ": " + parsed.status().message());
   }
-  if (session->shm_fd_ < 0 || (mh.msg_flags & MSG_CTRUNC) != 0) {
+  if (session->shm_fds_.empty() || (mh.msg_flags & MSG_CTRUNC) != 0) {
     return IoError("uroce daemon at " + socket_path + ": the reply carried no port (an older daemon?)");
   }
   session->slot_ = parsed->slot;
@@ -127,13 +131,18 @@ StatusOr<UroceConfig> DaemonSession::LoadConfig(const std::vector<ConfigOverride
   auto config = LoadConfigText(config_text_, "uroce daemon at " + socket_path_, overrides);
   if (!config.ok()) return config;
   for (EndpointConfig& ep : config->endpoints) {
-    if (ep.kind == PortKind::kShm) ep.shm_fd = shm_fd_;
+    if (ep.kind != PortKind::kShm) continue;
+    if (ep.shm_index >= shm_fds_.size()) {
+      return InvalidArgument("uroce daemon at " + socket_path_ + ": [endpoint." + ep.name + "] names port " +
+                             std::to_string(ep.shm_index) + " of " + std::to_string(shm_fds_.size()));
+    }
+    ep.shm_fd = shm_fds_[ep.shm_index];
   }
   return config;
 }
 
 DaemonSession::~DaemonSession() {
-  if (shm_fd_ >= 0) close(shm_fd_);
+  for (int fd : shm_fds_) close(fd);
   if (fd_ >= 0) close(fd_);
 }
 

@@ -39,10 +39,9 @@ class DaemonSession {
   uint32_t slot() const { return slot_; }
   const std::string& config_text() const { return config_text_; }
   const std::string& socket_path() const { return socket_path_; }
-  // The process's port: the shared-memory file that came with the reply
-  // (pmd/shm_channel.h), for EndpointConfig::shm_fd. Owned by the session.
-  int shm_fd() const { return shm_fd_; }
-  // The handed-out configuration, its port set to shm_fd(), with `overrides`.
+  // The handed-out configuration, each port set to its shared-memory file
+  // (pmd/shm_channel.h; they came with the reply and belong to the
+  // session), with `overrides`.
   StatusOr<UroceConfig> LoadConfig(const std::vector<ConfigOverride>& overrides) const;
   // True once the daemon closed the session (it stopped or died). Reads
   // what the daemon sent unasked (PEER_GONE, queued for TakePeersGone) and
@@ -70,7 +69,7 @@ class DaemonSession {
   // else is a reply (false).
   bool QueueIfNotification(std::string_view message);
   int fd_ = -1;
-  int shm_fd_ = -1;
+  std::vector<int> shm_fds_;  // one per uplink, in order
   uint32_t slot_ = 0;
   std::string config_text_;
   std::string socket_path_;

@@ -208,32 +208,36 @@ bool IsNotification(std::string_view message) {
 }
 
 std::string FormatAttachReply(const AttachGrant& grant) {
-  std::string gids, neighbors;
-  for (const transport::Gid& gid : grant.gids) {
-    if (!gids.empty()) {
-      gids += ',';
-      neighbors += ',';
-    }
-    gids += GidToString(gid);
-    // Loopback is the daemon's (other processes' QPs share these addresses):
-    // our own addresses are reached through the switch, at the uplink's MAC.
-    neighbors += GidToString(gid) + "=" + MacToString(grant.mac);
-  }
   std::string text = std::string(kOk) + " slot=" + std::to_string(grant.slot) + "\n";
   text += "; handed out by uroce daemon: slot " + std::to_string(grant.slot) + "\n";
   text += "[eal]\nhugepages = no\nlog_level = *:error\ntelemetry = no\n";
   text += "[engine]\nprogress = inline\n";
-  text += "[endpoint." + grant.endpoint_name + "]\n";
-  // The port is the file that comes with this reply (shm_fd, set by the
-  // process from the ancillary data): nothing in the text names it.
-  text += "port = shm:daemon\n";
-  text += "gids = " + gids + "\n";
-  text += "mac = " + MacToString(grant.mac) + "\n";
-  text += "mtu = " + std::to_string(grant.mtu) + "\n";
-  text += "loopback = no\n";
-  text += "qpn_range = " + std::to_string(grant.slot << 16) + "+65536\n";
-  text += "neighbors = " + neighbors + "\n";
-  text += "link_timeout_ms = 10000\n";
+  for (size_t k = 0; k < grant.endpoints.size(); ++k) {
+    const GrantEndpoint& e = grant.endpoints[k];
+    std::string gids, neighbors;
+    for (const transport::Gid& gid : e.gids) {
+      if (!gids.empty()) {
+        gids += ',';
+        neighbors += ',';
+      }
+      gids += GidToString(gid);
+      // Loopback is the daemon's (other processes' QPs share these
+      // addresses): our own addresses are reached through the switch, at
+      // the uplink's MAC.
+      neighbors += GidToString(gid) + "=" + MacToString(e.mac);
+    }
+    text += "[endpoint." + e.name + "]\n";
+    // The port is the K-th file that comes with this reply (shm_fd, set by
+    // the process from the ancillary data): the text names only K.
+    text += "port = shm:daemon:" + std::to_string(k) + "\n";
+    text += "gids = " + gids + "\n";
+    text += "mac = " + MacToString(e.mac) + "\n";
+    text += "mtu = " + std::to_string(e.mtu) + "\n";
+    text += "loopback = no\n";
+    text += "qpn_range = " + std::to_string(grant.slot << 16) + "+65536\n";
+    text += "neighbors = " + neighbors + "\n";
+    text += "link_timeout_ms = 10000\n";
+  }
   return text;
 }
 

@@ -32,10 +32,10 @@
 // IDs from slot << kDaemonCommIdShift.
 //
 // The configuration the daemon hands out is an ordinary uroce configuration
-// (pmd/config.h): a shared-memory port to the daemon (`port = shm:daemon`,
-// pmd/shm_channel.h; the file itself travels with the OK reply as
-// SCM_RIGHTS ancillary data), the uplink's addresses
-// and MAC, loopback off and the leased QPN range. So an attached process
+// (pmd/config.h): per uplink, a shared-memory port to the daemon (`port =
+// shm:daemon:K`, pmd/shm_channel.h; the files travel with the OK reply as
+// SCM_RIGHTS ancillary data, K-th for K), the uplink's addresses and MAC,
+// loopback off and the leased QPN range. So an attached process
 // runs exactly the runtime a process-private one does.
 //
 // Messages from either side are bounded (kMaxControlMessage) and parsed
@@ -101,13 +101,19 @@ std::string FormatAttachRequest(const AttachRequest& request);
 // kInvalidArgument with the reason for anything but a well-formed ATTACH.
 StatusOr<AttachRequest> ParseAttachRequest(std::string_view message);
 
-// What the daemon tells a process about the device it attaches to.
-struct AttachGrant {
-  uint32_t slot = 0;  // QPNs slot<<16 .. (slot<<16)+0xFFFF
-  std::string endpoint_name;
+// What the daemon tells a process about the devices it attaches to: one
+// per uplink, in order (device uroceK, `port = shm:daemon:K`, the K-th file
+// of the reply's SCM_RIGHTS).
+struct GrantEndpoint {
+  std::string name;  // the uplink's [endpoint.NAME]
   transport::MacAddress mac{};
   std::vector<transport::Gid> gids;  // the uplink's, GID table order
   uint32_t mtu = 1500;
+};
+constexpr size_t kMaxUplinks = 8;
+struct AttachGrant {
+  uint32_t slot = 0;  // QPNs slot<<16 .. (slot<<16)+0xFFFF, on every device
+  std::vector<GrantEndpoint> endpoints;
 };
 
 // "OK slot=S\n" and the process's configuration.

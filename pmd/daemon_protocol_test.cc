@@ -42,23 +42,38 @@ TEST(DaemonProtocolTest, MalformedRequestsAreRefusedWithAReason) {
 }
 
 TEST(DaemonProtocolTest, GrantIsAConfigurationOnTheDaemonsSharedMemoryPort) {
-  AttachGrant g;
-  g.slot = 7;
-  g.endpoint_name = "eth0";
+  AttachGrant grant;
+  grant.slot = 7;
+  grant.endpoints.reserve(2);  // g and h stay valid
+  GrantEndpoint& g = grant.endpoints.emplace_back();
+  g.name = "eth0";
   g.mac = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
   ASSERT_TRUE(ParseIpAddress("10.1.2.3", &g.gids.emplace_back()));
   ASSERT_TRUE(ParseIpAddress("fd00::3", &g.gids.emplace_back()));
   g.mtu = 1500;
-  auto reply = ParseAttachReply(FormatAttachReply(g));
+  // A second uplink: a second device on the same lease.
+  GrantEndpoint& h = grant.endpoints.emplace_back();
+  h.name = "eth1";
+  h.mac = {0x52, 0x54, 0x00, 0x12, 0x34, 0x57};
+  ASSERT_TRUE(ParseIpAddress("10.9.9.9", &h.gids.emplace_back()));
+  h.mtu = 9000;
+  auto reply = ParseAttachReply(FormatAttachReply(grant));
   ASSERT_TRUE(reply.ok()) << reply.status().ToString();
   EXPECT_EQ(reply->slot, 7u);
   auto config = LoadConfigText(reply->config_text, "test");
   ASSERT_TRUE(config.ok()) << config.status().ToString() << "\n" << reply->config_text;
-  ASSERT_EQ(config->endpoints.size(), 1u);
+  ASSERT_EQ(config->endpoints.size(), 2u);
   const EndpointConfig& ep = config->endpoints[0];
   EXPECT_EQ(ep.name, "eth0");
-  EXPECT_EQ(ep.port, "shm:daemon");
+  EXPECT_EQ(ep.port, "shm:daemon:0");
   EXPECT_EQ(ep.kind, PortKind::kShm);
+  EXPECT_EQ(ep.shm_index, 0u);
+  const EndpointConfig& second = config->endpoints[1];
+  EXPECT_EQ(second.name, "eth1");
+  EXPECT_EQ(second.shm_index, 1u);
+  EXPECT_EQ(second.mtu, 9000u);
+  EXPECT_EQ(second.mac, h.mac);
+  EXPECT_EQ(second.qpn_base, 7u << 16);
   EXPECT_EQ(ep.shm_fd, -1);  // the process sets it from the file the reply carries
   EXPECT_EQ(ep.gids, g.gids);
   EXPECT_FALSE(ep.mac_from_port);

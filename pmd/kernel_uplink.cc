@@ -172,7 +172,17 @@ Status KernelUplink::StartProbed(const std::string& devargs, const EndpointConfi
   return Status::Ok();
 }
 
+// The guard sockets are the process's, shared by its kernel uplinks (a
+// second bind of port 4791 would fail): the first uplink binds them, the
+// last one to close closes them. Control path, one thread.
+namespace {
+int g_guard_fds[2] = {-1, -1};
+int g_guard_users = 0;
+}  // namespace
+
 void KernelUplink::BindUdpGuards(std::string* notes) {
+  guarded_ = true;
+  if (g_guard_users++ != 0) return;
   // Bound, never read: RoCE frames the kernel also gets fill its buffer
   // and are dropped there, instead of drawing ICMP port unreachable.
   const int families[2] = {AF_INET, AF_INET6};
@@ -201,7 +211,7 @@ void KernelUplink::BindUdpGuards(std::string* notes) {
       close(fd);
       continue;
     }
-    guard_fds_[i] = fd;
+    g_guard_fds[i] = fd;
   }
 }
 
@@ -223,9 +233,11 @@ void KernelUplink::RemovePort() {
 
 KernelUplink::~KernelUplink() {
   RemovePort();
-  for (int& fd : guard_fds_) {
-    if (fd >= 0) close(fd);
-    fd = -1;
+  if (guarded_ && --g_guard_users == 0) {
+    for (int& fd : g_guard_fds) {
+      if (fd >= 0) close(fd);
+      fd = -1;
+    }
   }
   if (lock_fd_ >= 0) close(lock_fd_);
 }

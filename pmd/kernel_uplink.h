@@ -68,7 +68,7 @@ class KernelUplink {
   bool started_ = false;
   int program_fd_ = -1;  // the XDP object, a memfd the driver opens by path
   int lock_fd_ = -1;     // one daemon per interface (flock, released on death)
-  int guard_fds_[2] = {-1, -1};
+  bool guarded_ = false;  // holds a share of the process's UDP 4791 guards
   std::unique_ptr<MultiQueuePortIo> io_;
 };
 

@@ -348,8 +348,8 @@ Status Runtime::CreatePool(Endpoint* e, const EndpointConfig& ec) {
 // A process attached to `uroce daemon`: its port is the shared memory the
 // daemon sent (no DPDK device, no link to wait for), its MAC the uplink's.
 Status Runtime::StartShmEndpoint(const EndpointConfig& ec) {
-  if (ec.shm_fd < 0) return InvalidArgument("port shm:daemon comes only from uroce daemon (attach to one)");
-  if (ec.mac_from_port) return InvalidArgument("port shm:daemon needs the uplink's mac");
+  if (ec.shm_fd < 0) return InvalidArgument("port shm:daemon:K comes only from uroce daemon (attach to one)");
+  if (ec.mac_from_port) return InvalidArgument("port shm:daemon:K needs the uplink's mac");
   auto e = std::make_unique<Endpoint>();
   e->name = ec.name;
   e->config = ec;

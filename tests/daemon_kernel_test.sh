@@ -12,7 +12,10 @@
 #   3. kernel_io = af_packet: rping across, and the kernel sends no ICMP port
 #      unreachable for the RoCE frames it also sees;
 #   4. auto with somebody else's XDP program on the interface: the daemon
-#      leaves it, says so, and falls back to af_packet; rping across.
+#      leaves it, says so, and falls back to af_packet; rping across;
+#   5. two uplinks in one daemon (a second veth pair to a third namespace):
+#      programs see uroce0 and uroce1; ib_write_bw over uroce1, and rping to
+#      each peer (rdma_cm picks the device the host's route leads through).
 # Needs root (namespaces, XDP). Every process runs under `timeout`; the
 # namespaces go on every exit path. No assertion on speed.
 #   args: UROCE OTHER_XDP_OBJECT
@@ -22,6 +25,7 @@ OTHER_XDP=$2
 id=$$
 ns_a=uroce-k$id-a
 ns_b=uroce-k$id-b
+ns_c=uroce-k$id-c
 if_a=uk$id-a
 if_b=uk$id-b
 TMP=$(mktemp -d /tmp/uroce-kernel-test.XXXXXX)
@@ -30,9 +34,14 @@ pids=()
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  # Each pid is timeout(1): its program first (SIGKILL is not passed on).
+  for p in "${pids[@]}"; do
+    pkill -KILL -P "$p" 2>/dev/null || true
+    kill -KILL "$p" 2>/dev/null || true
+  done
   ip netns del "$ns_a" 2>/dev/null || true
   ip netns del "$ns_b" 2>/dev/null || true
+  ip netns del "$ns_c" 2>/dev/null || true
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -258,6 +267,75 @@ grep -q "uroce0 on net_af_packet on $if_a" "$TMP/a.log" || fail "daemon a did no
 rdma rping_fallback 60 "rdma-ping-4:" rping -s -a 10.75.0.2 -C 5 -v -- rping -c -a 10.75.0.2 -C 5 -v
 stop_daemon a
 [[ $(xdp_prog "$ns_a" "$if_a") == other_pass ]] || fail "the foreign XDP program was touched"
+ip -n "$ns_a" link set dev "$if_a" xdp off
+
+echo "== 5. two uplinks in one daemon"
+if_a2=uk$id-a2
+if_c=uk$id-c
+ip netns add "$ns_c" && ip link add "$if_a2" netns "$ns_a" type veth peer name "$if_c" netns "$ns_c" ||
+  fail "cannot make the third namespace"
+C=(ip netns exec "$ns_c")
+ip -n "$ns_c" link set lo up
+ip -n "$ns_a" link set "$if_a2" up
+ip -n "$ns_c" link set "$if_c" up
+ip -n "$ns_a" addr add 10.75.1.1/24 dev "$if_a2"
+ip -n "$ns_c" addr add 10.75.1.2/24 dev "$if_c"
+write_config a A "$if_a" af_xdp
+printf '[endpoint.second]\nport = kernel:%s\nkernel_io = af_xdp\n' "$if_a2" >> "$TMP/a.ini"
+"${A[@]}" timeout -k 5 300 "$UROCE" daemon --config "$TMP/a.ini" > "$TMP/a.log" 2>&1 &
+a_pid=$!
+pids+=("$a_pid")
+write_config c C "$if_c" af_xdp
+"${C[@]}" timeout -k 5 300 "$UROCE" daemon --config "$TMP/c.ini" > "$TMP/c.log" 2>&1 &
+c_pid=$!
+pids+=("$c_pid")
+for _ in $(seq 100); do
+  grep -q "uroce1 on" "$TMP/a.log" && grep -q "control socket" "$TMP/c.log" && break
+  sleep 0.1
+done
+grep -q "uroce0 on net_af_xdp on $if_a " "$TMP/a.log" && grep -q "uroce1 on net_af_xdp on $if_a2 " "$TMP/a.log" ||
+  fail "daemon a does not have both uplinks: $(cat "$TMP/a.log")"
+grep -q "UDP port 4791" "$TMP/a.log" && fail "daemon a's second uplink warned about its own UDP guard: $(cat "$TMP/a.log")"
+devices=$(UROCE_DAEMON=$TMP/a.sock "${A[@]}" timeout 30 "$UROCE" exec -- ibv_devices 2>&1)
+grep -q "uroce0" <<<"$devices" && grep -q "uroce1" <<<"$devices" || fail "ibv_devices through daemon a: $devices"
+# ib_write_bw over uroce1 from A to C, rping to C (through uroce1, by the
+# route) and to B (through uroce0).
+UROCE_DAEMON=$TMP/c.sock "${C[@]}" timeout -k 5 60 "$UROCE" exec -- ib_write_bw -d uroce0 -x 0 -s 65536 -n 500 \
+  -p 18518 > "$TMP/wbw2.server" 2>&1 &
+wsrv=$!
+for _ in $(seq 100); do "${C[@]}" ss -ltnH "sport = :18518" | grep -q . && break; sleep 0.1; done
+if UROCE_DAEMON=$TMP/a.sock "${A[@]}" timeout -k 5 60 "$UROCE" exec -- ib_write_bw -d uroce1 -x 0 -s 65536 -n 500 \
+  -p 18518 10.75.1.2 > "$TMP/wbw2.client" 2>&1 && grep -q "65536  *500" "$TMP/wbw2.client"; then
+  echo "ok: ib_write_bw over uroce1: $(grep "65536  *500" "$TMP/wbw2.client")"
+else
+  fail "ib_write_bw over uroce1: $(tail -5 "$TMP/wbw2.client")"
+fi
+wait "$wsrv"
+for peer in "C 10.75.1.2 c" "B 10.75.0.2 b"; do
+  read -r ns_name addr dsock <<<"$peer"
+  local_ns=("${C[@]}")
+  [[ $ns_name == B ]] && local_ns=("${B[@]}")
+  UROCE_DAEMON=$TMP/$dsock.sock "${local_ns[@]}" timeout -k 5 60 "$UROCE" exec -- rping -s -a "$addr" -C 5 \
+    > "$TMP/r2.server" 2>&1 &
+  rsrv=$!
+  ok_r=0
+  for _ in $(seq 20); do
+    if UROCE_DAEMON=$TMP/a.sock "${A[@]}" timeout -k 5 30 "$UROCE" exec -- rping -c -a "$addr" -C 5 -v \
+      > "$TMP/r2.client" 2>&1; then ok_r=1; break; fi
+    grep -qE "REJECTED|Connection refused|Unexpected CM event" "$TMP/r2.client" || break
+    sleep 0.5
+  done
+  wait "$rsrv"
+  if [[ $ok_r -eq 1 ]] && grep -q "rdma-ping-4:" "$TMP/r2.client"; then
+    echo "ok: rping from A to $addr through daemon a's uplinks"
+  else
+    fail "rping from A to $addr: $(tail -3 "$TMP/r2.client")"
+  fi
+done
+stats=$(UROCE_DAEMON=$TMP/a.sock timeout 30 "$UROCE" stats --daemon "$TMP/a.sock" 2>&1)
+grep -qE "^uplink rx_frames=[1-9][0-9]* .*device=uroce1 name=second" <<<"$stats" || fail "uroce1's uplink carried nothing: $stats"
+stop_daemon a
+stop_daemon c
 stop_daemon b
 
 if [[ $FAILS -ne 0 ]]; then

@@ -76,8 +76,9 @@ void Log(const char* format, ...) {
 int Usage() {
   std::fprintf(stderr,
                "usage: uroce daemon --config FILE [--set SECTION.KEY=VALUE ...]\n"
-               "  the host's uroce device: the uplink of [endpoint.NAME], shared by every process that opens\n"
-               "  a uroce device without a configuration of its own ([daemon] socket, default %s;\n"
+               "  the host's uroce devices, uroce0.. (one per [endpoint.NAME], the uplinks: a DPDK port, or\n"
+               "  port = kernel:IFNAME to share the machine's NIC with the kernel), shared by every process\n"
+               "  that opens a uroce device without a configuration of its own ([daemon] socket, default %s;\n"
                "  programs find it there or by UROCE_DAEMON). SIGINT/SIGTERM stop it.\n",
                DaemonConfig{}.socket.c_str());
   return 2;
@@ -89,8 +90,9 @@ struct Session {
   int64_t pid = 0;
   std::string program;
   uint32_t slot = 0;  // 0: not attached yet
-  std::unique_ptr<pmd::ShmChannel> channel;  // its port (pmd/shm_channel.h)
-  std::unique_ptr<pmd::ShmPortIo> io;
+  // Its ports (pmd/shm_channel.h), one per uplink, in the uplinks' order.
+  std::vector<std::unique_ptr<pmd::ShmChannel>> channels;
+  std::vector<std::unique_ptr<pmd::ShmPortIo>> ios;
   // Its QPs connected to QPs on this host (PEER): local QPN -> the peer's
   // QPN. Keys are QPNs of its own lease, so at most 65536 entries.
   std::map<uint32_t, uint32_t> peers;
@@ -100,49 +102,60 @@ struct Session {
 
 class Daemon {
  public:
-  explicit Daemon(const pmd::UroceConfig& config) : config_(config), uplink_config_(config.endpoints[0]) {}
+  explicit Daemon(const pmd::UroceConfig& config) : config_(config) {}
   ~Daemon() { Stop(); }
 
   // The control socket first (a second daemon stops here, before EAL).
   Status Listen();
-  Status StartUplink();
+  Status StartUplinks();
   void Run();
   void Stop();
 
  private:
-  Status StartKernelUplink();
+  struct Uplink;
+  Status StartPortUplink(Uplink& u);
+  Status StartKernelUplink(Uplink& u);
   void ServeControl(int timeout_us);
-  void ServeNeighborQuestions();
-  void RecheckNeighbors(bool ask);
+  void ServeNeighborQuestions(Uplink& u);
+  void RecheckNeighbors(Uplink& u, bool ask);
+  bool IsHostAddress(const transport::Gid& gid) const;
   void Accept();
   void HandleMessage(Session& s);
   Status AttachSession(Session& s, const pmd::AttachRequest& request);
   void Release(Session& s);
   std::string StatsText() const;
   void Reply(Session& s, const std::string& text);
-  void ReplyWithFile(Session& s, const std::string& text, int file);
+  void ReplyWithFiles(Session& s, const std::string& text, const std::vector<int>& files);
   uint32_t FreeSlot();
+  // A process's counters over every uplink's switch.
+  pmd::SwitchPortCounters SlotCounters(uint32_t slot) const;
+
+  // One per [endpoint.NAME]: device uroceK of every attached process.
+  struct Uplink {
+    EndpointConfig config;
+    std::string device;  // "uroce0", ...
+    uint16_t port = 0;
+    bool started = false;
+    transport::MacAddress mac{};
+    std::unique_ptr<pmd::EthPortIo> io;
+    // A kernel interface's uplink (port = kernel:IFNAME) and the kernel's
+    // neighbour table, with the processes' questions it has not answered yet.
+    std::unique_ptr<pmd::KernelUplink> kernel;
+    std::unique_ptr<pmd::KernelNeighbors> neighbors;
+    struct PendingQuestion {
+      pmd::NeighborQuestion question;
+      std::chrono::steady_clock::time_point deadline;
+    };
+    std::vector<PendingQuestion> pending;
+    std::unique_ptr<pmd::FrameSwitch> sw;
+  };
 
   pmd::UroceConfig config_;
-  EndpointConfig uplink_config_;
   int listen_fd_ = -1;
   std::string socket_path_;
-  pmd::MempoolPtr pool_;
+  pmd::MempoolPtr pool_;  // every uplink's and every process port's buffers
   unsigned pool_size_ = 0;
-  uint16_t uplink_port_ = 0;
-  bool uplink_started_ = false;
-  transport::MacAddress mac_{};
-  std::unique_ptr<pmd::EthPortIo> uplink_io_;
-  // A kernel interface's uplink (port = kernel:IFNAME) and the kernel's
-  // neighbour table, with the processes' questions it has not answered yet.
-  std::unique_ptr<pmd::KernelUplink> kernel_uplink_;
-  std::unique_ptr<pmd::KernelNeighbors> kernel_neighbors_;
-  struct PendingQuestion {
-    pmd::NeighborQuestion question;
-    std::chrono::steady_clock::time_point deadline;
-  };
-  std::vector<PendingQuestion> pending_questions_;
-  std::unique_ptr<pmd::FrameSwitch> switch_;
+  std::vector<std::unique_ptr<Uplink>> uplinks_;
   std::vector<std::unique_ptr<Session>> sessions_;
   uint32_t next_slot_ = pmd::kSwitchFirstSlot;
   std::vector<pollfd> control_fds_;
@@ -189,56 +202,76 @@ Status Daemon::Listen() {
   return Status::Ok();
 }
 
-Status Daemon::StartUplink() {
-  if (uplink_config_.kind == pmd::PortKind::kKernel) return StartKernelUplink();
-  const EndpointConfig& ec = uplink_config_;
-  auto id = pmd::PortByName(ec.device_name);
-  if (!id.ok()) return NotFound("uplink '" + ec.port + "': EAL made no port " + ec.device_name);
-  uplink_port_ = *id;
-  if (ec.port.rfind("net_af_packet", 0) == 0) UROCE_RETURN_IF_ERROR(pmd::CheckAfPacketFrameSize(ec));
-  // One pool for the uplink and every process port: the switch only moves
-  // buffers between them. Processes come and go; each port's receive ring
-  // holds buffers while it lives.
-  pool_size_ = std::max<unsigned>(ec.mbufs, 32767);
-  auto pool = pmd::CreatePktPool({.name = "uroce_daemon", .mbufs = pool_size_, .data_room = pmd::DataRoomFor(ec.mtu)});
+Status Daemon::StartUplinks() {
+  // One pool for every uplink and every process port: the switches only
+  // move buffers between them. Processes come and go; each port's receive
+  // ring holds buffers while it lives.
+  unsigned mbufs = 0;
+  uint32_t mtu = 0;
+  for (const EndpointConfig& ec : config_.endpoints) {
+    mbufs += ec.mbufs;
+    mtu = std::max(mtu, ec.mtu);
+  }
+  pool_size_ = std::max<unsigned>(mbufs, 32767);
+  auto pool = pmd::CreatePktPool({.name = "uroce_daemon", .mbufs = pool_size_, .data_room = pmd::DataRoomFor(mtu)});
   if (!pool.ok()) return pool.status();
   pool_ = std::move(*pool);
+  for (const EndpointConfig& ec : config_.endpoints) {
+    auto u = std::make_unique<Uplink>();
+    u->config = ec;
+    u->device = "uroce" + std::to_string(uplinks_.size());
+    uplinks_.push_back(std::move(u));
+    Uplink& up = *uplinks_.back();
+    Status s = ec.kind == pmd::PortKind::kKernel ? StartKernelUplink(up) : StartPortUplink(up);
+    if (!s.ok()) return Status(s.code(), "[endpoint." + ec.name + "] " + s.message());
+    std::string gids;
+    for (const auto& g : up.config.gids) gids += (gids.empty() ? "" : ", ") + pmd::GidToString(g);
+    Log("%s on %s, MAC %s, addresses %s; control socket %s", up.device.c_str(),
+        up.kernel ? (up.kernel->Describe() + ", shared with the kernel").c_str()
+                  : (ec.port + " (" + ec.name + ")").c_str(),
+        pmd::MacToString(up.mac).c_str(), gids.c_str(), socket_path_.c_str());
+  }
+  return Status::Ok();
+}
+
+// A DPDK port with addresses of its own: the switch answers ARP/ND for them.
+Status Daemon::StartPortUplink(Uplink& u) {
+  const EndpointConfig& ec = u.config;
+  auto id = pmd::PortByName(ec.device_name);
+  if (!id.ok()) return NotFound("uplink '" + ec.port + "': EAL made no port " + ec.device_name);
+  u.port = *id;
+  if (ec.port.rfind("net_af_packet", 0) == 0) UROCE_RETURN_IF_ERROR(pmd::CheckAfPacketFrameSize(ec));
   pmd::PortConfig port;
   port.rx_pool = pool_.get();
   port.rx_descriptors = ec.rx_descriptors;
   port.tx_descriptors = ec.tx_descriptors;
   port.mtu = static_cast<uint16_t>(ec.mtu);
   port.promiscuous = ec.promiscuous;
-  UROCE_RETURN_IF_ERROR(pmd::StartPort(uplink_port_, port));
-  uplink_started_ = true;
+  UROCE_RETURN_IF_ERROR(pmd::StartPort(u.port, port));
+  u.started = true;
   if (ec.mac_from_port) {
     rte_ether_addr mac;
-    if (rte_eth_macaddr_get(uplink_port_, &mac) != 0 || !rte_is_unicast_ether_addr(&mac) ||
-        rte_is_zero_ether_addr(&mac)) {
+    if (rte_eth_macaddr_get(u.port, &mac) != 0 || !rte_is_unicast_ether_addr(&mac) || rte_is_zero_ether_addr(&mac)) {
       return InvalidArgument("uplink '" + ec.port + "' has no unicast MAC: give [endpoint." + ec.name + "] mac");
     }
-    std::memcpy(mac_.data(), mac.addr_bytes, 6);
+    std::memcpy(u.mac.data(), mac.addr_bytes, 6);
   } else {
-    mac_ = ec.mac;
+    u.mac = ec.mac;
   }
-  uplink_io_ = std::make_unique<pmd::EthPortIo>(uplink_port_, 0);
+  u.io = std::make_unique<pmd::EthPortIo>(u.port, 0);
   pmd::FrameSwitch::Options options;
-  options.mac = mac_;
+  options.mac = u.mac;
   options.gids = ec.gids;
-  options.uplink = uplink_io_.get();
+  options.uplink = u.io.get();
   options.pool = pool_.get();
-  switch_ = std::make_unique<pmd::FrameSwitch>(options);
-  std::string gids;
-  for (const auto& g : ec.gids) gids += (gids.empty() ? "" : ", ") + pmd::GidToString(g);
-  Log("uroce0 on %s (%s), MAC %s, addresses %s; control socket %s", ec.port.c_str(), ec.name.c_str(),
-      pmd::MacToString(mac_).c_str(), gids.c_str(), socket_path_.c_str());
+  u.sw = std::make_unique<pmd::FrameSwitch>(options);
   return Status::Ok();
 }
 
 // The kernel's own interface, shared: its MAC and (unless the configuration
 // names some) its addresses; af_xdp with uroce's XDP program, or af_packet.
-Status Daemon::StartKernelUplink() {
-  EndpointConfig& ec = uplink_config_;
+Status Daemon::StartKernelUplink(Uplink& u) {
+  EndpointConfig& ec = u.config;
   auto kif = pmd::ReadKernelInterface(ec.interface);
   if (!kif.ok()) return kif.status();
   if (ec.gids.empty()) ec.gids = kif->gids;
@@ -247,13 +280,8 @@ Status Daemon::StartKernelUplink() {
                               " has no IPv4 or global IPv6 address to be the device's GIDs (or give ipv4/ipv6)");
   }
   if (!ec.mac_from_port && ec.mac != kif->mac) {
-    return InvalidArgument("[endpoint." + ec.name + "] mac: a kernel port sends as its interface, " +
-                           pmd::MacToString(kif->mac));
+    return InvalidArgument("mac: a kernel port sends as its interface, " + pmd::MacToString(kif->mac));
   }
-  pool_size_ = std::max<unsigned>(ec.mbufs, 32767);
-  auto pool = pmd::CreatePktPool({.name = "uroce_daemon", .mbufs = pool_size_, .data_room = pmd::DataRoomFor(ec.mtu)});
-  if (!pool.ok()) return pool.status();
-  pool_ = std::move(*pool);
   std::string notes;
   auto uplink = pmd::KernelUplink::Open(ec, *kif, pool_.get(), &notes);
   for (size_t start = 0; start < notes.size();) {
@@ -262,67 +290,70 @@ Status Daemon::StartKernelUplink() {
     start = end == std::string::npos ? notes.size() : end + 1;
   }
   if (!uplink.ok()) return uplink.status();
-  kernel_uplink_ = std::move(*uplink);
-  uplink_port_ = kernel_uplink_->port_id();
-  mac_ = kif->mac;
-  kernel_neighbors_ = std::make_unique<pmd::KernelNeighbors>();
-  UROCE_RETURN_IF_ERROR(kernel_neighbors_->Open(kif->if_index));
+  u.kernel = std::move(*uplink);
+  u.port = u.kernel->port_id();
+  u.mac = kif->mac;
+  u.neighbors = std::make_unique<pmd::KernelNeighbors>();
+  UROCE_RETURN_IF_ERROR(u.neighbors->Open(kif->if_index));
   pmd::FrameSwitch::Options options;
-  options.mac = mac_;
+  options.mac = u.mac;
   options.gids = ec.gids;
-  options.uplink = kernel_uplink_->io();
+  options.uplink = u.kernel->io();
   options.pool = pool_.get();
   options.kernel_neighbors = true;
-  switch_ = std::make_unique<pmd::FrameSwitch>(options);
-  std::string gids;
-  for (const auto& g : ec.gids) gids += (gids.empty() ? "" : ", ") + pmd::GidToString(g);
-  Log("uroce0 on %s, shared with the kernel, MAC %s, addresses %s; control socket %s",
-      kernel_uplink_->Describe().c_str(), pmd::MacToString(mac_).c_str(), gids.c_str(), socket_path_.c_str());
+  u.sw = std::make_unique<pmd::FrameSwitch>(options);
   return Status::Ok();
+}
+
+bool Daemon::IsHostAddress(const transport::Gid& gid) const {
+  for (const auto& u : uplinks_) {
+    if (std::find(u->config.gids.begin(), u->config.gids.end(), gid) != u->config.gids.end()) return true;
+  }
+  return false;
 }
 
 // Kernel uplink: the processes' ARP/ND questions, answered from the kernel's
 // table; one it does not know yet is asked for and answered when the kernel
 // has it (a neighbour event), or dropped after the resolver's own time
 // (the process then reports the address unreachable).
-void Daemon::ServeNeighborQuestions() {
+void Daemon::ServeNeighborQuestions(Uplink& u) {
   pmd::NeighborQuestion questions[pmd::FrameSwitch::kQuestions];
-  const size_t n = switch_->TakeNeighborQuestions(questions, pmd::FrameSwitch::kQuestions);
+  const size_t n = u.sw->TakeNeighborQuestions(questions, pmd::FrameSwitch::kQuestions);
   for (size_t i = 0; i < n; ++i) {
     const pmd::NeighborQuestion& q = questions[i];
     transport::MacAddress mac;
-    const auto answer = kernel_neighbors_->Lookup(q.target, &mac);
+    const auto answer = u.neighbors->Lookup(q.target, &mac);
     if (answer == pmd::KernelNeighbors::Answer::kKnown) {
-      switch_->AnswerNeighborQuestion(q, mac);
+      u.sw->AnswerNeighborQuestion(q, mac);
       continue;
     }
     if (answer == pmd::KernelNeighbors::Answer::kUnreachable) continue;
-    const bool asked = std::any_of(pending_questions_.begin(), pending_questions_.end(), [&](const auto& p) {
+    const bool asked = std::any_of(u.pending.begin(), u.pending.end(), [&](const auto& p) {
       return p.question.slot == q.slot && p.question.target == q.target;
     });
-    if (!asked && pending_questions_.size() < pmd::FrameSwitch::kQuestions) {
-      pending_questions_.push_back(
-          {q, std::chrono::steady_clock::now() + std::chrono::milliseconds(uplink_config_.resolve_timeout_ms)});
+    if (!asked && u.pending.size() < pmd::FrameSwitch::kQuestions) {
+      u.pending.push_back(
+          {q, std::chrono::steady_clock::now() + std::chrono::milliseconds(u.config.resolve_timeout_ms)});
     }
   }
 }
 
 // ask: look the pending ones up again (after a neighbour event); otherwise
 // only drop those past their deadline.
-void Daemon::RecheckNeighbors(bool ask) {
+void Daemon::RecheckNeighbors(Uplink& u, bool ask) {
   const auto now = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < pending_questions_.size();) {
+  for (size_t i = 0; i < u.pending.size();) {
     transport::MacAddress mac;
-    const pmd::NeighborQuestion& q = pending_questions_[i].question;
-    bool done = now >= pending_questions_[i].deadline;
+    const pmd::NeighborQuestion& q = u.pending[i].question;
+    bool done = now >= u.pending[i].deadline;
     if (!done && ask) {
-      const auto answer = kernel_neighbors_->Lookup(q.target, &mac);
-      if (answer == pmd::KernelNeighbors::Answer::kKnown) switch_->AnswerNeighborQuestion(q, mac);
+      const auto answer = u.neighbors->Lookup(q.target, &mac);
+      if (answer == pmd::KernelNeighbors::Answer::kKnown) u.sw->AnswerNeighborQuestion(q, mac);
       done = answer != pmd::KernelNeighbors::Answer::kAsked;
     }
     if (done) {
-      pending_questions_[i] = pending_questions_.back();
-      pending_questions_.pop_back();
+      u.pending[i] = u.pending.back();
+      u.pending.pop_back();
     } else {
       ++i;
     }
@@ -338,9 +369,12 @@ void Daemon::Run() {
   unsigned idle_polls = 0;
   auto next_control = Clock::now();
   while (!pmd::ShutdownRequested()) {
-    const unsigned moved = switch_->Poll();
+    unsigned moved = 0;
+    for (auto& u : uplinks_) {
+      moved += u->sw->Poll();
+      if (u->sw->has_neighbor_questions()) ServeNeighborQuestions(*u);
+    }
     idle_polls = moved != 0 ? 0 : idle_polls + 1;
-    if (switch_->has_neighbor_questions()) ServeNeighborQuestions();
     // Frames moving: look at the control socket once a millisecond. Idle: the
     // look is the sleep (ppoll with the idle time), so a new process or a
     // frame is served within idle_us.
@@ -360,18 +394,24 @@ void Daemon::ServeControl(int timeout_us) {
   fds.clear();
   fds.push_back({listen_fd_, POLLIN, 0});
   for (const auto& s : sessions_) fds.push_back({s->fd, POLLIN, 0});
-  // Kernel uplink: the neighbour table's events, last.
-  const bool neighbors = kernel_neighbors_ != nullptr;
-  if (neighbors) fds.push_back({kernel_neighbors_->event_fd(), POLLIN, 0});
+  // Kernel uplinks: their neighbour tables' events, after the sessions.
+  const size_t first_neighbor_fd = fds.size();
+  for (const auto& u : uplinks_) {
+    if (u->neighbors) fds.push_back({u->neighbors->event_fd(), POLLIN, 0});
+  }
   timespec timeout{0, static_cast<long>(timeout_us) * 1000};
   const int ready = ppoll(fds.data(), fds.size(), &timeout, nullptr);
   // A question waits for a neighbour event (then the kernel is asked again)
   // or for its deadline.
-  if (neighbors && ready > 0 && (fds.back().revents & POLLIN)) {
-    kernel_neighbors_->DrainEvents();
-    RecheckNeighbors(/*ask=*/true);
-  } else if (!pending_questions_.empty()) {
-    RecheckNeighbors(/*ask=*/false);
+  size_t k = first_neighbor_fd;
+  for (auto& u : uplinks_) {
+    if (!u->neighbors) continue;
+    if (ready > 0 && (fds[k++].revents & POLLIN)) {
+      u->neighbors->DrainEvents();
+      RecheckNeighbors(*u, /*ask=*/true);
+    } else if (!u->pending.empty()) {
+      RecheckNeighbors(*u, /*ask=*/false);
+    }
   }
   if (ready <= 0) return;
   // Sessions first (their indices match fds[1..]), then new connections.
@@ -405,20 +445,20 @@ void Daemon::Accept() {
   }
 }
 
-// A reply with a file descriptor as SCM_RIGHTS ancillary data (unix(7)).
-void Daemon::ReplyWithFile(Session& s, const std::string& text, int file) {
+// A reply with file descriptors as SCM_RIGHTS ancillary data (unix(7)).
+void Daemon::ReplyWithFiles(Session& s, const std::string& text, const std::vector<int>& files) {
   iovec iov{const_cast<char*>(text.data()), text.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * pmd::kMaxUplinks)] = {};
   msghdr mh{};
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
   mh.msg_control = control;
-  mh.msg_controllen = sizeof(control);
+  mh.msg_controllen = CMSG_SPACE(sizeof(int) * files.size());
   cmsghdr* c = CMSG_FIRSTHDR(&mh);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &file, sizeof(int));
+  c->cmsg_len = CMSG_LEN(sizeof(int) * files.size());
+  std::memcpy(CMSG_DATA(c), files.data(), sizeof(int) * files.size());
   if (sendmsg(s.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
     close(s.fd);
     s.fd = -1;  // released by the caller
@@ -473,14 +513,13 @@ void Daemon::HandleMessage(Session& s) {
         status = PermissionDenied("PEER/UNPEER: QPN " + std::to_string(qpn) + " is not of its lease");
       } else if (!peer) {
         s.peers.erase(qpn);
-      } else if (std::find(uplink_config_.gids.begin(), uplink_config_.gids.end(), record.dest) ==
-                 uplink_config_.gids.end()) {
+      } else if (!IsHostAddress(record.dest)) {
         status = InvalidArgument("PEER: " + pmd::GidToString(record.dest) + " is not one of this host's addresses");
       } else if (s.peers.size() >= (size_t{1} << pmd::kDaemonQpnShift) && s.peers.count(qpn) == 0) {
         status = ResourceExhausted("PEER: 65536 records already");  // cannot happen: keys are its lease
       } else {
         const uint32_t dest_slot = pmd::FrameSwitch::SlotOfQpn(record.dest_qpn);
-        if (dest_slot < pmd::kSwitchFirstSlot || dest_slot > pmd::kSwitchLastSlot || !switch_->attached(dest_slot)) {
+        if (dest_slot < pmd::kSwitchFirstSlot || dest_slot > pmd::kSwitchLastSlot || !uplinks_.front()->sw->attached(dest_slot)) {
           // Its peer's process ended before this record came (or never
           // was): told at once, as if it had been there.
           s.peers.erase(qpn);
@@ -501,10 +540,18 @@ void Daemon::HandleMessage(Session& s) {
     }
     if (message.rfind("LISTEN ", 0) == 0 || message.rfind("UNLISTEN ", 0) == 0) {
       auto claim = pmd::ParsePortClaim(message);
-      Status status = !claim.ok() ? claim.status()
-                      : s.slot == 0 ? FailedPrecondition("not attached")
-                      : claim->listen ? switch_->Listen(claim->port, s.slot)
-                                      : (switch_->Unlisten(claim->port, s.slot), Status::Ok());
+      // A port is claimed on every uplink's switch, or on none.
+      Status status = !claim.ok() ? claim.status() : s.slot == 0 ? FailedPrecondition("not attached") : Status::Ok();
+      for (size_t k = 0; status.ok() && k < uplinks_.size(); ++k) {
+        if (!claim->listen) {
+          uplinks_[k]->sw->Unlisten(claim->port, s.slot);
+          continue;
+        }
+        status = uplinks_[k]->sw->Listen(claim->port, s.slot);
+        if (!status.ok()) {
+          for (size_t j = 0; j < k; ++j) uplinks_[j]->sw->Unlisten(claim->port, s.slot);
+        }
+      }
       if (!status.ok()) Log("pid %lld: %s", static_cast<long long>(s.pid), status.message().c_str());
       Reply(s, status.ok() ? "OK" : "ERROR " + status.message());
       continue;
@@ -519,13 +566,27 @@ void Daemon::HandleMessage(Session& s) {
   }
 }
 
+pmd::SwitchPortCounters Daemon::SlotCounters(uint32_t slot) const {
+  pmd::SwitchPortCounters sum;
+  for (const auto& u : uplinks_) {
+    const pmd::SwitchPortCounters& c = u->sw->port_counters(slot);
+    sum.rx_frames += c.rx_frames;
+    sum.rx_bytes += c.rx_bytes;
+    sum.tx_frames += c.tx_frames;
+    sum.tx_bytes += c.tx_bytes;
+    sum.rx_dropped += c.rx_dropped;
+    sum.tx_full += c.tx_full;
+  }
+  return sum;
+}
+
 uint32_t Daemon::FreeSlot() {
   // Round robin: a slot that was just released is taken last, so frames
   // still on their way to a process that ended find no new owner.
   for (uint32_t tries = 0; tries < pmd::kSwitchLastSlot; ++tries) {
     const uint32_t slot = next_slot_;
     next_slot_ = next_slot_ >= pmd::kSwitchLastSlot ? pmd::kSwitchFirstSlot : next_slot_ + 1;
-    if (!switch_->attached(slot)) return slot;
+    if (!uplinks_.front()->sw->attached(slot)) return slot;
   }
   return 0;
 }
@@ -538,27 +599,36 @@ Status Daemon::AttachSession(Session& s, const pmd::AttachRequest& request) {
   }
   const uint32_t slot = FreeSlot();
   if (slot == 0) return ResourceExhausted("no free slot");
-  // The process's port: two rings in a sealed memory file that only this
-  // session's reply carries (SCM_RIGHTS), so no other process can reach it.
-  // Jumbo frames get fewer slots: the file's pages are real memory once the
-  // rings have gone round.
-  const uint32_t max_frame = uplink_config_.mtu + 18;  // Ethernet header and a VLAN tag
-  auto channel = pmd::ShmChannel::Create(uplink_config_.mtu > 4096 ? 256 : 1024, max_frame);
-  if (!channel.ok()) return channel.status();
-  s.channel = std::move(*channel);
-  s.io = std::make_unique<pmd::ShmPortIo>(s.channel.get(), pool_.get());
-  UROCE_RETURN_IF_ERROR(switch_->Attach(slot, s.io.get()));
+  // The process's ports, one per uplink: two rings in a sealed memory file
+  // that only this session's reply carries (SCM_RIGHTS), so no other process
+  // can reach it. Jumbo frames get fewer slots: the file's pages are real
+  // memory once the rings have gone round.
+  pmd::AttachGrant grant;
+  grant.slot = slot;
+  std::vector<int> files;
+  for (const auto& u : uplinks_) {
+    const uint32_t max_frame = u->config.mtu + 18;  // Ethernet header and a VLAN tag
+    auto channel = pmd::ShmChannel::Create(u->config.mtu > 4096 ? 256 : 1024, max_frame);
+    if (!channel.ok()) return channel.status();
+    s.channels.push_back(std::move(*channel));
+    s.ios.push_back(std::make_unique<pmd::ShmPortIo>(s.channels.back().get(), pool_.get()));
+    files.push_back(s.channels.back()->fd());
+    grant.endpoints.push_back({u->config.name, u->mac, u->config.gids, u->config.mtu});
+  }
+  // Every switch has the slot, or none (what was attached is detached again).
+  for (size_t k = 0; k < uplinks_.size(); ++k) {
+    Status attached_here = uplinks_[k]->sw->Attach(slot, s.ios[k].get());
+    if (!attached_here.ok()) {
+      for (size_t j = 0; j < k; ++j) uplinks_[j]->sw->Detach(slot);
+      s.ios.clear();
+      s.channels.clear();
+      return attached_here;
+    }
+  }
   s.slot = slot;
   s.pid = request.pid;
   s.program = request.program;
-
-  pmd::AttachGrant grant;
-  grant.slot = slot;
-  grant.endpoint_name = uplink_config_.name;
-  grant.mac = mac_;
-  grant.gids = uplink_config_.gids;
-  grant.mtu = uplink_config_.mtu;
-  ReplyWithFile(s, pmd::FormatAttachReply(grant), s.channel->fd());
+  ReplyWithFiles(s, pmd::FormatAttachReply(grant), files);
   Log("attached pid %lld (%s): slot %u, QPNs 0x%06x-0x%06x", static_cast<long long>(s.pid), s.program.c_str(), slot,
       slot << pmd::kSwitchQpnShift, ((slot + 1) << pmd::kSwitchQpnShift) - 1);
   return Status::Ok();
@@ -570,12 +640,12 @@ void Daemon::Release(Session& s) {
     s.fd = -1;
   }
   if (s.slot != 0) {
-    const pmd::SwitchPortCounters& c = switch_->port_counters(s.slot);
+    const pmd::SwitchPortCounters c = SlotCounters(s.slot);
     Log("released pid %lld (%s): slot %u; frames from it %llu, to it %llu, dropped %llu",
         static_cast<long long>(s.pid), s.program.c_str(), s.slot, static_cast<unsigned long long>(c.rx_frames),
         static_cast<unsigned long long>(c.tx_frames),
         static_cast<unsigned long long>(c.rx_dropped + c.tx_full));
-    switch_->Detach(s.slot);
+    for (auto& u : uplinks_) u->sw->Detach(s.slot);
     // Its local peers (issue 15): every other process's QP connected to one
     // of its QPs is told, and moves to the error state at once instead of
     // retrying into the void (or waiting for ever for a message). Not when
@@ -609,10 +679,10 @@ void Daemon::Release(Session& s) {
     s.peers.clear();
     s.slot = 0;
   }
-  // Detached from the switch first: nothing reads the rings any more when
+  // Detached from the switches first: nothing reads the rings any more when
   // they are unmapped, whenever and however the process ended.
-  s.io.reset();
-  s.channel.reset();
+  s.ios.clear();
+  s.channels.clear();
 }
 
 std::string Daemon::StatsText() const {
@@ -620,7 +690,7 @@ std::string Daemon::StatsText() const {
   char line[512];
   for (const auto& s : sessions_) {
     if (s->slot == 0) continue;
-    const pmd::SwitchPortCounters& c = switch_->port_counters(s->slot);
+    const pmd::SwitchPortCounters c = SlotCounters(s->slot);
     std::snprintf(line, sizeof(line),
                   "process pid=%lld program=%s slot=%u qpns=0x%06x-0x%06x rx_frames=%llu rx_bytes=%llu "
                   "tx_frames=%llu tx_bytes=%llu dropped=%llu peers=%zu peers_gone=%llu\n",
@@ -632,24 +702,28 @@ std::string Daemon::StatsText() const {
                   static_cast<unsigned long long>(s->peers_gone_told));
     out += line;
   }
-  const pmd::SwitchPortCounters& u = switch_->port_counters(0);
-  const pmd::SwitchCounters& k = switch_->counters();
-  std::snprintf(line, sizeof(line),
-                "uplink rx_frames=%llu tx_frames=%llu rx_dropped=%llu tx_full=%llu\n"
-                "switch local_frames=%llu unknown_qpn=%llu not_for_us=%llu malformed=%llu spoofed=%llu "
-                "cm_routed=%llu cm_no_listener=%llu cm_rejects=%llu cm_unrouted=%llu neighbor_answers=%llu neighbor_copies=%llu "
-                "alloc_failures=%llu\n",
-                static_cast<unsigned long long>(u.rx_frames), static_cast<unsigned long long>(u.tx_frames),
-                static_cast<unsigned long long>(u.rx_dropped), static_cast<unsigned long long>(u.tx_full),
-                static_cast<unsigned long long>(k.local_frames), static_cast<unsigned long long>(k.unknown_qpn),
-                static_cast<unsigned long long>(k.not_for_us), static_cast<unsigned long long>(k.malformed),
-                static_cast<unsigned long long>(k.spoofed), static_cast<unsigned long long>(k.cm_routed),
-                static_cast<unsigned long long>(k.cm_no_listener), static_cast<unsigned long long>(k.cm_rejects),
-                static_cast<unsigned long long>(k.cm_unrouted),
-                static_cast<unsigned long long>(k.neighbor_answers),
-                static_cast<unsigned long long>(k.neighbor_copies),
-                static_cast<unsigned long long>(k.alloc_failures));
-  out += line;
+  // Per uplink (device uroceK): its port's counters and its switch's.
+  for (const auto& up : uplinks_) {
+    const pmd::SwitchPortCounters& u = up->sw->port_counters(0);
+    const pmd::SwitchCounters& k = up->sw->counters();
+    std::snprintf(line, sizeof(line),
+                  "uplink rx_frames=%llu tx_frames=%llu rx_dropped=%llu tx_full=%llu device=%s name=%s\n"
+                  "switch local_frames=%llu unknown_qpn=%llu not_for_us=%llu malformed=%llu spoofed=%llu "
+                  "cm_routed=%llu cm_no_listener=%llu cm_rejects=%llu cm_unrouted=%llu neighbor_answers=%llu "
+                  "neighbor_copies=%llu neighbor_questions=%llu alloc_failures=%llu device=%s\n",
+                  static_cast<unsigned long long>(u.rx_frames), static_cast<unsigned long long>(u.tx_frames),
+                  static_cast<unsigned long long>(u.rx_dropped), static_cast<unsigned long long>(u.tx_full),
+                  up->device.c_str(), up->config.name.c_str(), static_cast<unsigned long long>(k.local_frames),
+                  static_cast<unsigned long long>(k.unknown_qpn), static_cast<unsigned long long>(k.not_for_us),
+                  static_cast<unsigned long long>(k.malformed), static_cast<unsigned long long>(k.spoofed),
+                  static_cast<unsigned long long>(k.cm_routed), static_cast<unsigned long long>(k.cm_no_listener),
+                  static_cast<unsigned long long>(k.cm_rejects), static_cast<unsigned long long>(k.cm_unrouted),
+                  static_cast<unsigned long long>(k.neighbor_answers),
+                  static_cast<unsigned long long>(k.neighbor_copies),
+                  static_cast<unsigned long long>(k.neighbor_questions),
+                  static_cast<unsigned long long>(k.alloc_failures), up->device.c_str());
+    out += line;
+  }
   return out;
 }
 
@@ -660,22 +734,24 @@ void Daemon::Stop() {
   // QPs to the error state).
   for (auto& s : sessions_) Release(*s);
   sessions_.clear();
-  switch_.reset();
-  uplink_io_.reset();
-  pending_questions_.clear();
-  kernel_neighbors_.reset();
   // DPDK 22.11's af_xdp driver never takes back the buffers it gave the
   // kernel: its fill ring (ETH_AF_XDP_DFLT_NUM_DESCS, 2048 per queue,
   // refilled after every receive) and sends not yet completed (up to the
   // ring size per queue). They stay out until the pool is freed.
-  const unsigned af_xdp_held = kernel_uplink_ && kernel_uplink_->af_xdp()
-                                   ? kernel_uplink_->queues() * (2048u + uplink_config_.rx_descriptors)
-                                   : 0;
-  kernel_uplink_.reset();  // stops and removes the port; af_xdp detaches its program
-  if (uplink_started_) {
-    Status closed = pmd::ClosePort(uplink_port_);
-    if (!closed.ok()) Log("closing the uplink: %s", closed.message().c_str());
+  unsigned af_xdp_held = 0;
+  for (auto& u : uplinks_) {
+    u->sw.reset();
+    u->io.reset();
+    u->pending.clear();
+    u->neighbors.reset();
+    if (u->kernel && u->kernel->af_xdp()) af_xdp_held += u->kernel->queues() * (2048u + u->config.rx_descriptors);
+    u->kernel.reset();  // stops and removes the port; af_xdp detaches its program
+    if (u->started) {
+      Status closed = pmd::ClosePort(u->port);
+      if (!closed.ok()) Log("closing %s's uplink: %s", u->device.c_str(), closed.message().c_str());
+    }
   }
+  uplinks_.clear();
   if (listen_fd_ >= 0) {
     close(listen_fd_);
     unlink(socket_path_.c_str());
@@ -714,7 +790,7 @@ int DaemonCommand(int argc, char** argv) {
     return Usage();
   }
   if (flags.file.empty()) {
-    std::fprintf(stderr, "uroce daemon: give --config FILE (its [endpoint.NAME] is the uplink)\n");
+    std::fprintf(stderr, "uroce daemon: give --config FILE (its [endpoint.NAME] sections are the uplinks)\n");
     return Usage();
   }
   auto config = LoadToolConfig(flags, "");
@@ -722,22 +798,25 @@ int DaemonCommand(int argc, char** argv) {
     std::fprintf(stderr, "uroce daemon: %s\n", config.status().ToString().c_str());
     return 2;
   }
-  if (config->endpoints.size() != 1) {
-    std::fprintf(stderr, "uroce daemon: the configuration needs exactly one [endpoint.NAME], the uplink (%zu given)\n",
-                 config->endpoints.size());
+  if (config->endpoints.empty() || config->endpoints.size() > pmd::kMaxUplinks) {
+    std::fprintf(stderr, "uroce daemon: the configuration needs 1 to %zu [endpoint.NAME] sections, the uplinks (%zu given)\n",
+                 pmd::kMaxUplinks, config->endpoints.size());
     return 2;
   }
-  if (config->endpoints[0].kind == pmd::PortKind::kRingPair) {
-    std::fprintf(stderr,
-                 "uroce daemon: the uplink must be a DPDK device (a vdev or a PCI NIC) or a kernel interface "
-                 "(kernel:IFNAME), not a ring pair\n");
-    return 2;
+  for (const pmd::EndpointConfig& ec : config->endpoints) {
+    if (ec.kind == pmd::PortKind::kRingPair || ec.kind == pmd::PortKind::kShm) {
+      std::fprintf(stderr,
+                   "uroce daemon: [endpoint.%s]: an uplink is a DPDK device (a vdev or a PCI NIC) or a kernel "
+                   "interface (kernel:IFNAME)\n",
+                   ec.name.c_str());
+      return 2;
+    }
   }
   pmd::InstallShutdownSignals();
   Daemon daemon(*config);
   Status s = daemon.Listen();
   if (s.ok()) s = pmd::StartEalFor(*config);
-  if (s.ok()) s = daemon.StartUplink();
+  if (s.ok()) s = daemon.StartUplinks();
   if (!s.ok()) {
     Log("%s", s.message().c_str());
     daemon.Stop();

@@ -17,6 +17,9 @@
 //   kUnreachable    -> UNREACHABLE, status -ETIMEDOUT
 //   kDisconnected   -> DISCONNECTED
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -66,8 +69,54 @@ bool LocalGidFor(int device, const Gid& peer, Gid* local) {
   return false;
 }
 
-// The first device with a GID of `peer`'s IP version, or -1.
+// The address the host's routes would send to `peer` from, as a GID (false
+// if there is no route): a connected UDP socket asks the routing table and
+// sends nothing (ip(7), udp(7)).
+bool RouteSourceFor(const Gid& peer, Gid* source) {
+  sockaddr_storage to{};
+  socklen_t length;
+  const bool v4 = transport::IsIpv4MappedGid(peer);
+  if (v4) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&to);
+    in->sin_family = AF_INET;
+    in->sin_port = htons(4791);
+    std::memcpy(&in->sin_addr, peer.data() + 12, 4);
+    length = sizeof(sockaddr_in);
+  } else {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&to);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(4791);
+    std::memcpy(&in6->sin6_addr, peer.data(), 16);
+    length = sizeof(sockaddr_in6);
+  }
+  const int fd = socket(to.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_storage from{};
+  socklen_t from_length = sizeof(from);
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&to), length) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&from), &from_length) == 0;
+  close(fd);
+  if (!ok) return false;
+  if (v4) {
+    *source = transport::Ipv4MappedGid(
+        reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in*>(&from)->sin_addr));
+  } else {
+    std::memcpy(source->data(), &reinterpret_cast<const sockaddr_in6*>(&from)->sin6_addr, 16);
+  }
+  return true;
+}
+
+// The device the host's routes lead to `peer` through, when one of ours has
+// the source address the kernel would use (a uroce daemon's devices have the
+// kernel's addresses: with several uplinks, as the kernel's rdma_cm picks the
+// route's netdev); otherwise the first device with a GID of `peer`'s IP
+// version; -1 if none.
 int DeviceForPeer(const Gid& peer) {
+  Gid source;
+  if (RouteSourceFor(peer, &source)) {
+    const int routed = DeviceWithGid(source);
+    if (routed >= 0) return routed;
+  }
   Gid unused;
   for (size_t d = 0; d < GetRegistry().contexts.size(); ++d) {
     if (LocalGidFor(static_cast<int>(d), peer, &unused)) return static_cast<int>(d);
