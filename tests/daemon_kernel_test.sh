@@ -115,7 +115,10 @@ stop_daemon() {  # NAME: SIGTERM, must exit 0 within 10 s
   kill -TERM "$pid" 2>/dev/null
   for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$pid" 2>/dev/null; then fail "daemon $1 did not stop on SIGTERM"; kill -KILL "$pid"; fi
+  # $pid is timeout(1) (ip netns exec execs it): the daemon's own status.
   wait "$pid" 2>/dev/null
+  local status=$?
+  [[ $status -eq 0 ]] || fail "daemon $1 exited $status on SIGTERM: $(tail -3 "$TMP/$1.log")"
 }
 
 xdp_prog() { ip -n "$1" link show "$2" | grep -o 'prog/xdp id [0-9]* name [a-z_]*' | awk '{print $5}'; }

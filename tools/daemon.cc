@@ -606,6 +606,10 @@ Status Daemon::AttachSession(Session& s, const pmd::AttachRequest& request) {
   pmd::AttachGrant grant;
   grant.slot = slot;
   std::vector<int> files;
+  // A session whose earlier ATTACH failed part-way may ask again: its ports
+  // are made anew, so port K is uplink K's.
+  s.ios.clear();
+  s.channels.clear();
   for (const auto& u : uplinks_) {
     const uint32_t max_frame = u->config.mtu + 18;  // Ethernet header and a VLAN tag
     auto channel = pmd::ShmChannel::Create(u->config.mtu > 4096 ? 256 : 1024, max_frame);
