@@ -25,7 +25,8 @@
 //
 //   [daemon]              `uroce daemon` only
 //   socket = /run/uroce/uroce.sock   its control socket (programs: UROCE_DAEMON)
-//   idle_us = 50          the switch's longest sleep while no frame moves
+//   idle_us = 1000        the switch's longest sleep while no frame moves (it
+//                         sleeps 16 us, then twice as long each time, up to this)
 //   max_processes = 64    processes attached at once (at most 254)
 //
 //   [endpoint.NAME]       one port with one engine (any number of them)
@@ -122,7 +123,7 @@ struct EndpointConfig {
 constexpr uint32_t kDaemonMaxProcesses = 254;  // QPN leases 1..254 << 16
 struct DaemonConfig {
   std::string socket = "/run/uroce/uroce.sock";
-  uint32_t idle_us = 50;  // the switch's longest sleep when no frame moves
+  uint32_t idle_us = 1000;  // the switch's longest sleep when no frame moves
   uint32_t max_processes = 64;
 };
 

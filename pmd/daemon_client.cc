@@ -143,6 +143,9 @@ StatusOr<UroceConfig> DaemonSession::LoadConfig(const std::vector<ConfigOverride
 
 DaemonSession::~DaemonSession() {
   for (int fd : shm_fds_) close(fd);
+  for (const QueuedLinkChange& c : link_changes_) {
+    if (c.fd >= 0) close(c.fd);
+  }
   if (fd_ >= 0) close(fd_);
 }
 
@@ -156,19 +159,54 @@ Status DaemonSession::ClaimPort(uint16_t port, bool listen) {
   read_buffer_.resize(kMaxControlMessage + 1);
   for (;;) {
     // Bounded by the socket's receive timeout (10 s) per message.
-    const ssize_t n = recv(fd_, read_buffer_.data(), read_buffer_.size(), 0);
+    std::vector<int> files;
+    const ssize_t n = ReadMessage(0, &files);
     if (n == 0) gone_ = true;
     if (n <= 0) return Unavailable("uroce daemon did not answer");
     const std::string_view text(read_buffer_.data(), static_cast<size_t>(n));
-    if (QueueIfNotification(text)) continue;  // not ours to answer: kept, and read on
+    if (QueueIfNotification(text, &files)) continue;  // not ours to answer: kept, and read on
+    CloseAll(&files);
     if (text == "OK") return Status::Ok();
     if (text.rfind("ERROR ", 0) == 0) return AlreadyExists(std::string(text.substr(6)));
     return Internal("uroce daemon: unexpected answer");
   }
 }
 
-bool DaemonSession::QueueIfNotification(std::string_view message) {
+ssize_t DaemonSession::ReadMessage(int flags, std::vector<int>* files) {
+  read_buffer_.resize(kMaxControlMessage + 1);
+  iovec iov{read_buffer_.data(), read_buffer_.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxUplinks)];
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof(control);
+  const ssize_t n = recvmsg(fd_, &mh, flags | MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int file;
+      std::memcpy(&file, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      files->push_back(file);
+    }
+  }
+  return n;
+}
+
+void DaemonSession::CloseAll(std::vector<int>* files) {
+  for (int f : *files) close(f);
+  files->clear();
+}
+
+bool DaemonSession::QueueIfNotification(std::string_view message, std::vector<int>* files) {
   if (!IsNotification(message)) return false;
+  if (IsLinkChange(message)) {
+    QueueLinkChange(message, files);
+    return true;
+  }
+  CloseAll(files);  // nothing else comes with a file
   auto gone = ParsePeersGone(message);
   if (!gone.ok()) {
     std::fprintf(stderr, "uroce: ignored a malformed notification from the uroce daemon: %s\n",
@@ -186,6 +224,30 @@ bool DaemonSession::QueueIfNotification(std::string_view message) {
     peers_gone_.push_back(g);
   }
   return true;
+}
+
+void DaemonSession::QueueLinkChange(std::string_view message, std::vector<int>* files) {
+  auto change = ParseLinkChange(message);
+  // A LINK carries exactly one file, an UNLINK none.
+  if (!change.ok() || files->size() != (change->add ? 1u : 0u)) {
+    std::fprintf(stderr, "uroce: ignored a malformed link notification from the uroce daemon\n");
+    CloseAll(files);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(gone_mutex_);
+  if (link_changes_.size() >= kMaxQueuedLinkChanges) {
+    CloseAll(files);  // the link is not made: the switch carries the traffic
+    return;
+  }
+  link_changes_.push_back({*change, change->add ? files->front() : -1});
+  files->clear();
+}
+
+std::vector<DaemonSession::QueuedLinkChange> DaemonSession::TakeLinkChanges() {
+  std::lock_guard<std::mutex> lock(gone_mutex_);
+  std::vector<QueuedLinkChange> out;
+  out.swap(link_changes_);
+  return out;
 }
 
 std::vector<PeerGone> DaemonSession::TakePeersGone() {
@@ -235,9 +297,9 @@ bool DaemonSession::DaemonGone() {
   // finds and notices the end of the session itself.
   std::unique_lock<std::mutex> lock(request_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return gone_;
-  read_buffer_.resize(kMaxControlMessage + 1);
   for (int i = 0; i < kMaxReadsPerCheck; ++i) {
-    const ssize_t n = recv(fd_, read_buffer_.data(), read_buffer_.size(), MSG_DONTWAIT);
+    std::vector<int> files;
+    const ssize_t n = ReadMessage(MSG_DONTWAIT, &files);
     // 0: the daemon closed its end (orderly stop or death); an error other
     // than "nothing to read" means the same.
     if (n == 0 || (n < 0 && !WouldBlock(errno))) {
@@ -247,7 +309,7 @@ bool DaemonSession::DaemonGone() {
     if (n < 0) break;
     // Anything but a notification is a late reply to a request that gave up
     // waiting: nobody wants it.
-    (void)QueueIfNotification(std::string_view(read_buffer_.data(), static_cast<size_t>(n)));
+    if (!QueueIfNotification(std::string_view(read_buffer_.data(), static_cast<size_t>(n)), &files)) CloseAll(&files);
   }
   return gone_;
 }

@@ -61,13 +61,25 @@ class DaemonSession {
   // The PEER_GONE notifications received so far (our QPs whose peer's
   // process ended), oldest first; only QPNs of our own lease.
   std::vector<PeerGone> TakePeersGone();
+  // The LINK / UNLINK notifications received so far, oldest first; a LINK's
+  // file (fd) is the taker's to close.
+  struct QueuedLinkChange {
+    LinkChange change;
+    int fd = -1;
+  };
+  std::vector<QueuedLinkChange> TakeLinkChanges();
 
  private:
   DaemonSession() = default;
   void Send(std::string message);
-  // A message the daemon sent: a notification is queued (true); anything
-  // else is a reply (false).
-  bool QueueIfNotification(std::string_view message);
+  // One message into read_buffer_ (request_mutex_), with the files that
+  // came with it; recvmsg(2)'s result.
+  ssize_t ReadMessage(int flags, std::vector<int>* files);
+  static void CloseAll(std::vector<int>* files);
+  // A message the daemon sent: a notification is queued (true; its files
+  // taken); anything else is a reply (false; its files left).
+  bool QueueIfNotification(std::string_view message, std::vector<int>* files);
+  void QueueLinkChange(std::string_view message, std::vector<int>* files);
   int fd_ = -1;
   std::vector<int> shm_fds_;  // one per uplink, in order
   uint32_t slot_ = 0;
@@ -83,6 +95,8 @@ class DaemonSession {
   std::mutex gone_mutex_;  // PEER_GONE received, not taken yet (bounded)
   std::vector<PeerGone> peers_gone_;
   bool peers_gone_overflowed_ = false;
+  static constexpr size_t kMaxQueuedLinkChanges = 1024;
+  std::vector<QueuedLinkChange> link_changes_;  // gone_mutex_
 };
 
 }  // namespace uroce::pmd

@@ -15,6 +15,8 @@ constexpr std::string_view kError = "ERROR";
 constexpr std::string_view kPeer = "PEER";
 constexpr std::string_view kUnpeer = "UNPEER";
 constexpr std::string_view kPeerGone = "PEER_GONE";
+constexpr std::string_view kLink = "LINK";
+constexpr std::string_view kUnlink = "UNLINK";
 // An IPv6 address in text is at most 45 characters (INET6_ADDRSTRLEN - 1).
 constexpr size_t kMaxAddressText = 45;
 // PEER qpn=16777215 dest=<45> dest_qpn=16777215, with room to spare.
@@ -42,7 +44,7 @@ bool ParseDecimal(std::string_view text, uint64_t max, uint64_t* out) {
   for (char c : text) {
     if (c < '0' || c > '9') return false;
     const uint64_t digit = static_cast<uint64_t>(c - '0');
-    if (v > (max - digit) / 10) return false;
+    if (digit > max || v > (max - digit) / 10) return false;
     v = v * 10 + digit;
   }
   *out = v;
@@ -202,10 +204,41 @@ StatusOr<std::vector<PeerGone>> ParsePeersGone(std::string_view message) {
   return gone;
 }
 
-bool IsNotification(std::string_view message) {
-  return message.size() > kPeerGone.size() && message.substr(0, kPeerGone.size()) == kPeerGone &&
-         message[kPeerGone.size()] == ' ';
+std::string FormatLinkChange(const LinkChange& change) {
+  return std::string(change.add ? kLink : kUnlink) + " " + std::to_string(change.uplink) + " " +
+         std::to_string(change.slot);
 }
+
+StatusOr<LinkChange> ParseLinkChange(std::string_view message) {
+  const std::vector<std::string_view> words = Words(message);
+  LinkChange change;
+  uint64_t uplink = 0, slot = 0;
+  // Strictly "LINK U S": single spaces, nothing else (a peer's message is
+  // never half-understood).
+  if (message.size() > 32 || words.size() != 3 || (words[0] != kLink && words[0] != kUnlink) ||
+      message != std::string(words[0]) + " " + std::string(words[1]) + " " + std::string(words[2]) ||
+      !ParseDecimal(words[1], kMaxUplinks - 1, &uplink) || !ParseDecimal(words[2], kDaemonMaxProcesses, &slot) ||
+      slot == 0) {
+    return InvalidArgument("expected LINK|UNLINK UPLINK SLOT (uplink 0.." + std::to_string(kMaxUplinks - 1) +
+                           ", slot 1.." + std::to_string(kDaemonMaxProcesses) + ")");
+  }
+  change.uplink = static_cast<uint32_t>(uplink);
+  change.slot = static_cast<uint32_t>(slot);
+  change.add = words[0] == kLink;
+  return change;
+}
+
+namespace {
+bool StartsWithWord(std::string_view message, std::string_view word) {
+  return message.size() > word.size() && message.substr(0, word.size()) == word && message[word.size()] == ' ';
+}
+}  // namespace
+
+bool IsLinkChange(std::string_view message) {
+  return StartsWithWord(message, kLink) || StartsWithWord(message, kUnlink);
+}
+
+bool IsNotification(std::string_view message) { return StartsWithWord(message, kPeerGone) || IsLinkChange(message); }
 
 std::string FormatAttachReply(const AttachGrant& grant) {
   std::string text = std::string(kOk) + " slot=" + std::to_string(grant.slot) + "\n";

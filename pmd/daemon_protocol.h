@@ -12,6 +12,8 @@
 //   process -> daemon   PEER qpn=Q dest=IP dest_qpn=D   (no reply)
 //                       UNPEER qpn=Q                     (no reply)
 //   daemon  -> process  PEER_GONE Q:D[ Q:D ...]          (a notification)
+//   daemon  -> process  LINK U S   + one file (SCM_RIGHTS) (a notification)
+//                       UNLINK U S                        (a notification)
 //
 // Connections between processes on the host (issue 15, isolation): when a
 // process connects an RC or UC QP Q of its own lease to QP D at one of the
@@ -24,6 +26,14 @@
 // to a request of another thread (LISTEN); the daemon logs and ignores a bad
 // one. PEER_GONE is the only message the daemon sends unasked: a reader
 // waiting for a reply queues it (IsNotification) and reads on.
+//
+// Local links (pmd/local_links.h): when the switch of uplink U has moved
+// frames between two processes, the daemon makes a shared-memory file for
+// the two and sends each LINK U S (S: the other's slot) with the file; their
+// engines then exchange frames through it, past the switch. When either
+// process ends, the daemon marks the file closed and tells the other UNLINK
+// U S. A process that gets no LINK (its socket was full, or the daemon has
+// made as many links as it makes) keeps going through the switch.
 //
 // The daemon routes connection management MADs (QP 1) between the
 // processes: a REQ to the process that listens on its port (the rdma_cm IP
@@ -81,7 +91,18 @@ constexpr size_t kMaxPeersGonePerMessage = 512;  // 512 * 18 bytes, well under k
 // As many messages as it takes (kMaxPeersGonePerMessage each); none for none.
 std::vector<std::string> FormatPeersGone(const std::vector<PeerGone>& gone);
 StatusOr<std::vector<PeerGone>> ParsePeersGone(std::string_view message);
-// True for a message the daemon sends unasked (PEER_GONE), never a reply.
+// LINK / UNLINK: a local link on uplink `uplink` to the process of `slot`.
+struct LinkChange {
+  uint32_t uplink = 0;
+  uint32_t slot = 0;
+  bool add = true;  // LINK (a file comes with it), else UNLINK
+  bool operator==(const LinkChange& o) const { return uplink == o.uplink && slot == o.slot && add == o.add; }
+};
+std::string FormatLinkChange(const LinkChange& change);
+StatusOr<LinkChange> ParseLinkChange(std::string_view message);
+bool IsLinkChange(std::string_view message);
+// True for a message the daemon sends unasked (PEER_GONE, LINK, UNLINK),
+// never a reply.
 bool IsNotification(std::string_view message);
 
 // LISTEN/UNLISTEN PORT.

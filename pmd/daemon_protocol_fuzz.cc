@@ -40,6 +40,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = ParsePeersGone(messages[0]);
     if (!again.ok() || *again != *gone) abort();
   }
+  if (auto change = ParseLinkChange(text); change.ok()) {
+    if (!IsNotification(text) || !IsLinkChange(text) || FormatLinkChange(*change) != text) abort();
+  }
   if (IsNotification(text) && (ParseAttachReply(text).ok() || ParsePortClaim(text).ok())) abort();
   if (auto reply = ParseAttachReply(text); reply.ok()) {
     // The configuration a daemon hands out is checked like any other file.

@@ -180,5 +180,25 @@ TEST(DaemonProtocolTest, PeersGoneAreNotificationsInBoundedMessages) {
   EXPECT_FALSE(ParsePeersGone(too_many).ok());
 }
 
+TEST(DaemonProtocolTest, LinkChangesAreStrictNotifications) {
+  for (const LinkChange& c : {LinkChange{0, 1, true}, LinkChange{7, 254, false}, LinkChange{3, 17, true}}) {
+    const std::string m = FormatLinkChange(c);
+    EXPECT_TRUE(IsNotification(m)) << m;
+    EXPECT_TRUE(IsLinkChange(m)) << m;
+    auto back = ParseLinkChange(m);
+    ASSERT_TRUE(back.ok()) << m << ": " << back.status().ToString();
+    EXPECT_EQ(*back, c);
+  }
+  EXPECT_EQ(FormatLinkChange({2, 5, true}), "LINK 2 5");
+  EXPECT_EQ(FormatLinkChange({0, 9, false}), "UNLINK 0 9");
+  for (const char* bad : {"LINK", "LINK 0", "LINK 0 0", "LINK 8 1", "LINK 0 255", "LINK 0 1 2", "LINK  0 1",
+                          "LINK 0 1 ", " LINK 0 1", "link 0 1", "LINK -1 3", "LINK 0 0x3", "UNLINK 0", "LINKS 0 1",
+                          "LINK 00000000000000000000001 1"}) {
+    EXPECT_FALSE(ParseLinkChange(bad).ok()) << "'" << bad << "' was accepted";
+  }
+  EXPECT_FALSE(IsNotification("LINK"));
+  EXPECT_FALSE(IsNotification("LINKS 0 1"));
+}
+
 }  // namespace
 }  // namespace uroce::pmd

@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "pmd/frame_inspect.h"
 #include "pmd/neighbor_frames.h"
 #include "transport/cm_mad.h"
 #include "transport/opcode.h"
@@ -16,29 +17,6 @@ namespace uroce::pmd {
 using transport::Gid;
 using transport::LoadBe16;
 using transport::LoadBe24;
-
-struct FrameSwitch::FrameInfo {
-  enum class Kind { kOther, kRoce, kNeighbor } kind = Kind::kOther;
-  Gid src_ip{}, dst_ip{};
-  uint32_t dest_qpn = 0;
-  bool ud = false;
-  uint32_t src_qpn = 0;  // UD: DETH source QP
-  size_t payload = 0;    // UD: offset of the datagram's payload (a MAD on QP 1)
-  size_t payload_length = 0;
-};
-
-namespace {
-
-constexpr size_t kEthernetHeader = 14;
-constexpr size_t kIpv4MinHeader = 20;
-constexpr size_t kIpv6Header = 40;
-constexpr size_t kUdpHeader = 8;
-constexpr size_t kBth = 12;
-constexpr size_t kDeth = 8;
-constexpr size_t kIcrc = 4;
-constexpr uint8_t kIpProtocolUdp = 17;
-
-}  // namespace
 
 FrameSwitch::FrameSwitch(const Options& options) : options_(options), burst_(options.burst) {
   attached_.reserve(kPorts);
@@ -84,6 +62,16 @@ void FrameSwitch::Detach(uint32_t slot) {
   rte_pktmbuf_free_bulk(p.stage, p.staged);
   p.staged = 0;
   p.io = nullptr;
+  // Its pairs may be asked for again by whoever takes the slot next, and
+  // requests not taken yet are void.
+  asked_[slot] = {};
+  for (auto& row : asked_) row[slot / 64] &= ~(uint64_t{1} << (slot % 64));
+  size_t kept = 0;
+  for (size_t i = 0; i < link_requests_; ++i) {
+    const LinkRequest& r = link_request_queue_[i];
+    if (r.a != slot && r.b != slot) link_request_queue_[kept++] = r;
+  }
+  link_requests_ = kept;
   attached_.erase(std::remove(attached_.begin(), attached_.end(), slot), attached_.end());
 }
 
@@ -92,72 +80,6 @@ bool FrameSwitch::IsOurs(const Gid& gid) const {
     if (own == gid) return true;
   }
   return false;
-}
-
-// Ethernet II, untagged; IPv4 (no fragments) or IPv6 (UDP as the next
-// header, as RoCEv2 sends it: IBTA A17.4); UDP to 4791; a whole BTH, and a
-// DETH for the UD opcodes. Everything read is inside the first segment.
-bool FrameSwitch::Inspect(const rte_mbuf* m, FrameInfo* info) const {
-  const uint8_t* p = rte_pktmbuf_mtod(m, const uint8_t*);
-  const size_t len = rte_pktmbuf_data_len(m);
-  if (len < kEthernetHeader) return false;
-  const uint16_t ether_type = LoadBe16(p + 12);
-  size_t l4 = 0;
-  uint8_t protocol = 0;
-  if (ether_type == transport::kEtherTypeIpv4) {
-    if (len < kEthernetHeader + kIpv4MinHeader) return false;
-    const uint8_t* ip = p + kEthernetHeader;
-    if ((ip[0] >> 4) != 4) return false;
-    const size_t ihl = (ip[0] & 0x0F) * 4u;
-    if (ihl < kIpv4MinHeader) return false;
-    protocol = ip[9];
-    info->src_ip = transport::Ipv4MappedGid(ip + 12);
-    info->dst_ip = transport::Ipv4MappedGid(ip + 16);
-    // Fragments are not RoCE (RoCEv2 sets DF and never fragments).
-    if ((LoadBe16(ip + 6) & 0x3FFF) != 0) protocol = 0;
-    l4 = kEthernetHeader + ihl;
-  } else if (ether_type == transport::kEtherTypeIpv6) {
-    if (len < kEthernetHeader + kIpv6Header) return false;
-    const uint8_t* ip = p + kEthernetHeader;
-    if ((ip[0] >> 4) != 6) return false;
-    protocol = ip[6];
-    std::memcpy(info->src_ip.data(), ip + 8, 16);
-    std::memcpy(info->dst_ip.data(), ip + 24, 16);
-    l4 = kEthernetHeader + kIpv6Header;
-    if (protocol == kIpProtocolIcmpv6) {
-      info->kind = FrameInfo::Kind::kNeighbor;  // ParseNeighborMessage checks the rest
-      return true;
-    }
-  } else if (ether_type == kEtherTypeArp) {
-    info->kind = FrameInfo::Kind::kNeighbor;
-    return true;
-  } else {
-    info->kind = FrameInfo::Kind::kOther;
-    return true;
-  }
-  if (protocol != kIpProtocolUdp) {
-    info->kind = FrameInfo::Kind::kOther;
-    return true;
-  }
-  if (len < l4 + kUdpHeader) return false;
-  if (LoadBe16(p + l4 + 2) != transport::kRoceV2UdpPort) {
-    info->kind = FrameInfo::Kind::kOther;
-    return true;
-  }
-  const size_t bth = l4 + kUdpHeader;
-  if (len < bth + kBth) return false;
-  info->kind = FrameInfo::Kind::kRoce;
-  info->dest_qpn = LoadBe24(p + bth + 5);
-  const uint8_t opcode = p[bth];
-  info->ud = opcode == static_cast<uint8_t>(transport::Opcode::kUdSendOnly) ||
-             opcode == static_cast<uint8_t>(transport::Opcode::kUdSendOnlyWithImmediate);
-  if (info->ud) {
-    if (len < bth + kBth + kDeth + kIcrc) return false;
-    info->src_qpn = LoadBe24(p + bth + kBth + 5);
-    info->payload = bth + kBth + kDeth;
-    info->payload_length = len - info->payload - kIcrc;
-  }
-  return true;
 }
 
 unsigned FrameSwitch::Poll() {
@@ -182,7 +104,7 @@ void FrameSwitch::FromUplink(rte_mbuf* m) {
   up.counters.rx_frames++;
   up.counters.rx_bytes += rte_pktmbuf_pkt_len(m);
   FrameInfo info;
-  if (!Inspect(m, &info)) return Drop(kUplink, m, &counters_.malformed);
+  if (!InspectFrame(m, &info)) return Drop(kUplink, m, &counters_.malformed);
   switch (info.kind) {
     case FrameInfo::Kind::kRoce:
       if (!IsOurs(info.dst_ip)) return Drop(kUplink, m, &counters_.not_for_us);
@@ -202,7 +124,7 @@ void FrameSwitch::FromProcess(uint32_t slot, rte_mbuf* m) {
   port.counters.rx_frames++;
   port.counters.rx_bytes += rte_pktmbuf_pkt_len(m);
   FrameInfo info;
-  if (!Inspect(m, &info)) return Drop(slot, m, &counters_.malformed);
+  if (!InspectFrame(m, &info)) return Drop(slot, m, &counters_.malformed);
   // A process speaks as the host only: the uplink's MAC as the source.
   const uint8_t* eth = rte_pktmbuf_mtod(m, const uint8_t*);
   if (std::memcmp(eth + 6, options_.mac.data(), 6) != 0) return Drop(slot, m, &counters_.spoofed);
@@ -243,7 +165,25 @@ void FrameSwitch::ToRoceOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m)
   if (slot < kSwitchFirstSlot || slot > kSwitchLastSlot || ports_[slot].io == nullptr) {
     return Drop(from, m, &counters_.unknown_qpn);
   }
+  if (from != kUplink && from != slot) NoteLocalPair(from, slot);
   StageTo(slot, m);
+}
+
+void FrameSwitch::NoteLocalPair(uint32_t from, uint32_t to) {
+  const uint32_t a = std::min(from, to), b = std::max(from, to);
+  uint64_t& word = asked_[a][b / 64];
+  const uint64_t bit = uint64_t{1} << (b % 64);
+  if ((word & bit) != 0 || link_requests_ == kLinkRequests) return;
+  word |= bit;
+  link_request_queue_[link_requests_++] = {a, b};
+}
+
+size_t FrameSwitch::TakeLinkRequests(LinkRequest* out, size_t max) {
+  const size_t n = std::min(max, link_requests_);
+  std::copy(link_request_queue_.begin(), link_request_queue_.begin() + n, out);
+  std::copy(link_request_queue_.begin() + n, link_request_queue_.begin() + link_requests_, link_request_queue_.begin());
+  link_requests_ -= n;
+  return n;
 }
 
 // Every process sends its CM MADs from QP 1, so the source QPN says nothing:

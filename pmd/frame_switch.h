@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "pmd/frame_inspect.h"
 #include "transport/headers.h"
 #include "transport/packet_io.h"
 
@@ -135,6 +136,17 @@ class FrameSwitch {
   // sent with the next Poll. Between two Polls, on the switch's thread.
   void AnswerNeighborQuestion(const NeighborQuestion& question, const transport::MacAddress& mac);
 
+  // Two processes whose frames to each other went through the switch: the
+  // daemon may link them straight (pmd/local_links.h). Each pair is asked
+  // for once until either detaches; at most kLinkRequests wait (more are
+  // asked for again on a later frame).
+  struct LinkRequest {
+    uint32_t a = 0, b = 0;  // slots, a < b
+  };
+  static constexpr size_t kLinkRequests = 64;
+  size_t TakeLinkRequests(LinkRequest* out, size_t max);
+  bool has_link_requests() const { return link_requests_ != 0; }
+
   const SwitchCounters& counters() const { return counters_; }
   // Slot 0 is the uplink.
   const SwitchPortCounters& port_counters(uint32_t slot) const { return ports_[slot].counters; }
@@ -153,9 +165,6 @@ class FrameSwitch {
     SwitchPortCounters counters;
   };
 
-  // The parts of a frame the switch decides on.
-  struct FrameInfo;
-  bool Inspect(const rte_mbuf* m, FrameInfo* info) const;
   bool IsOurs(const transport::Gid& gid) const;
 
   void FromUplink(rte_mbuf* m);
@@ -178,7 +187,12 @@ class FrameSwitch {
   std::vector<uint32_t> attached_;  // slots in use, for Poll
   std::array<uint8_t, 65536> listeners_{};  // CM port -> slot (0: none)
   std::vector<rte_mbuf*> burst_;
+  void NoteLocalPair(uint32_t from, uint32_t to);
   std::array<NeighborQuestion, kQuestions> question_queue_{};
+  std::array<LinkRequest, kLinkRequests> link_request_queue_{};
+  size_t link_requests_ = 0;
+  // asked_[a] bit b: the pair (a, b), a < b, was asked for.
+  std::array<std::array<uint64_t, (kPorts + 63) / 64>, kPorts> asked_{};
   size_t questions_ = 0;
   SwitchCounters counters_;
 };

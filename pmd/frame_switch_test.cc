@@ -158,6 +158,29 @@ TEST_F(FrameSwitchTest, ProcessesReachEachOtherThroughTheHostAddressWithoutTheWi
   EXPECT_EQ(switch_->counters().local_frames, 3u);
 }
 
+TEST_F(FrameSwitchTest, ProcessesThatTalkAreAskedToBeLinkedOnce) {
+  FrameSwitch::LinkRequest requests[8];
+  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(1), 0x010030));  // to itself: no pair
+  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kPeerMac, Ip(2), 0x020777));  // another host: no pair
+  switch_->Poll();
+  EXPECT_FALSE(switch_->has_link_requests());
+  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(1), 0x020010));
+  proc_[1].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(1), 0x010020));
+  switch_->Poll();
+  ASSERT_EQ(switch_->TakeLinkRequests(requests, 8), 1u);
+  EXPECT_EQ(requests[0].a, 1u);
+  EXPECT_EQ(requests[0].b, 2u);
+  // Asked once; again only after one of them left and the slot came back.
+  proc_[1].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(1), 0x010020));
+  switch_->Poll();
+  EXPECT_FALSE(switch_->has_link_requests());
+  switch_->Detach(2);
+  ASSERT_TRUE(switch_->Attach(2, &proc_[1]).ok());
+  proc_[1].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(1), 0x010020));
+  switch_->Poll();
+  EXPECT_EQ(switch_->TakeLinkRequests(requests, 8), 1u);
+}
+
 TEST_F(FrameSwitchTest, AProcessCannotSpeakAsAnotherAddressMacOrQpn) {
   proc_[0].in.push_back(Roce(kPeerMac, Ip(1), kPeerMac, Ip(2), 5));   // another MAC
   proc_[0].in.push_back(Roce(kHostMac, Ip(7), kPeerMac, Ip(2), 5));   // another IP

@@ -363,11 +363,52 @@ Status Runtime::StartShmEndpoint(const EndpointConfig& ec) {
                            " bytes, less than mtu " + std::to_string(ec.mtu) + " needs");
   }
   UROCE_RETURN_IF_ERROR(CreatePool(e.get(), ec));
-  e->io = std::make_unique<ShmPortIo>(e->shm.get(), e->pool.get());
+  e->shm_io = std::make_unique<ShmPortIo>(e->shm.get(), e->pool.get());
+  // Straight to the other processes on the host once the daemon links us
+  // (pmd/local_links.h); our lease says our slot.
+  LocalLinks::Options lo;
+  lo.daemon = e->shm_io.get();
+  lo.pool = e->pool.get();
+  lo.own_slot = ec.qpn_base >> 16;
+  lo.mac = ec.mac;
+  lo.gids = ec.gids;
+  auto links = std::make_unique<LocalLinks>(lo);
+  e->links = links.get();
+  e->io = std::move(links);
   e->endpoint.mac = ec.mac;
   Endpoint* ep = e.get();
   endpoints_.push_back(std::move(e));
   return StartEngine(ep, ec);
+}
+
+Status Runtime::ChangeLocalLink(const LinkChange& change, int fd) {
+  for (auto& e : endpoints_) {
+    if (e->links == nullptr || e->config.shm_index != change.uplink) continue;
+    if (!change.add) {
+      e->links->Remove(change.slot);
+      return Status::Ok();
+    }
+    return e->links->Add(change.slot, fd);
+  }
+  return NotFound("no port of uplink " + std::to_string(change.uplink));
+}
+
+void Runtime::ApplyLinkChanges(DaemonSession* session) {
+  for (const DaemonSession::QueuedLinkChange& q : session->TakeLinkChanges()) {
+    const Status s = ChangeLocalLink(q.change, q.fd);
+    if (q.fd >= 0) close(q.fd);
+    if (!s.ok()) {
+      std::fprintf(stderr, "uroce: no direct link to the process of slot %u (its frames keep going through the "
+                   "daemon): %s\n", q.change.slot, s.ToString().c_str());
+    }
+  }
+  ReclaimLocalLinks();
+}
+
+void Runtime::ReclaimLocalLinks() {
+  for (auto& e : endpoints_) {
+    if (e->links != nullptr) e->links->Reclaim();
+  }
 }
 
 Status Runtime::StartEngine(Endpoint* ep, const EndpointConfig& ec) {
@@ -478,7 +519,9 @@ ShutdownReport Runtime::Shutdown() {
         if (n == 0) break;
         rte_pktmbuf_free_bulk(burst, n);
       }
+      e->links = nullptr;
       e->io.reset();
+      e->shm_io.reset();
       e->shm.reset();
       continue;
     }

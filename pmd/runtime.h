@@ -19,8 +19,11 @@
 
 #include "common/status.h"
 #include "pmd/config.h"
+#include "pmd/daemon_client.h"
+#include "pmd/daemon_protocol.h"
 #include "pmd/engine_lcores.h"
 #include "pmd/eth_port_io.h"
+#include "pmd/local_links.h"
 #include "pmd/mempool.h"
 #include "pmd/neighbor_resolver.h"
 #include "pmd/ring_pair.h"
@@ -60,6 +63,8 @@ class Runtime {
     unsigned pool_size = 0;
     bool port_started = false;  // false: a memif client that never connected
     std::unique_ptr<ShmChannel> shm;  // kShm: the port's shared memory
+    std::unique_ptr<ShmPortIo> shm_io;  // kShm: the port to the daemon's switch
+    LocalLinks* links = nullptr;      // kShm: io, as what it is (pmd/local_links.h)
     std::unique_ptr<transport::PacketIo> io;
     std::unique_ptr<NeighborResolver> neighbors;
     transport::Endpoint endpoint;  // engine, pd, cq, gid (the first), mac
@@ -93,6 +98,17 @@ class Runtime {
   ShutdownReport Shutdown();
 
   const UroceConfig& config() const { return config_; }
+
+  // Attached to a daemon: a LINK (file `fd`, not taken over) or UNLINK for
+  // the endpoint of uplink change.uplink (pmd/local_links.h). Control path,
+  // any thread. kNotFound if no endpoint is that uplink's port.
+  Status ChangeLocalLink(const LinkChange& change, int fd);
+  // Unmaps the links removed since, once the engines have moved on.
+  void ReclaimLocalLinks();
+  // Both for what `session` received so far (its LINK files closed here);
+  // a link that cannot be made is said on stderr and the switch carries
+  // that traffic. For the thread that watches the daemon.
+  void ApplyLinkChanges(DaemonSession* session);
 
  private:
   explicit Runtime(const UroceConfig& config) : config_(config) {}

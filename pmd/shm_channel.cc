@@ -19,15 +19,6 @@ constexpr size_t kLine = 64;
 constexpr size_t kHeader = kLine;
 constexpr size_t kSlotHeader = 4;  // the frame's length
 
-struct Header {
-  uint64_t magic;
-  uint32_t version;
-  uint32_t slots;
-  uint32_t slot_size;
-  uint32_t max_frame;
-};
-static_assert(sizeof(Header) <= kHeader, "header fits its line");
-
 uint32_t SlotSizeFor(uint32_t max_frame) {
   return static_cast<uint32_t>((kSlotHeader + max_frame + kLine - 1) / kLine * kLine);
 }
@@ -38,6 +29,19 @@ uint32_t LoadAcquire(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_ACQ
 void StoreRelease(uint32_t* p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
 }  // namespace
+
+struct ShmChannel::Header {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t slots;
+  uint32_t slot_size;
+  uint32_t max_frame;
+  // Set by the daemon when one of a local link's two processes ended
+  // (MarkClosed): the other stops sending into it. Advice only: a process
+  // that writes it harms only its own link.
+  uint32_t closed;
+};
+
 
 // One ring: the producer's index, the consumer's (each on its own cache
 // line), then the slots.
@@ -80,12 +84,12 @@ StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(uint32_t slots, uint32_
     c->base_ = nullptr;
     return IoError(std::string("mmap of the shared port: ") + std::strerror(errno));
   }
-  Header h{kMagic, kVersion, slots, c->slot_size_, max_frame};
+  Header h{kMagic, kVersion, slots, c->slot_size_, max_frame, 0};
   std::memcpy(c->base_, &h, sizeof(h));
   return c;
 }
 
-StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Map(int fd) {
+StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Map(int fd, Side side) {
   struct stat st {};
   if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return InvalidArgument("shm channel: not a file");
   // Only a sealed file cannot shrink under us (SIGBUS).
@@ -103,7 +107,7 @@ StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Map(int fd) {
     return InvalidArgument("shm channel: inconsistent geometry");
   }
   std::unique_ptr<ShmChannel> c(new ShmChannel());
-  c->side_ = Side::kProcess;
+  c->side_ = side;
   c->slots_ = h.slots;
   c->slot_size_ = h.slot_size;
   c->max_frame_ = h.max_frame;
@@ -114,9 +118,22 @@ StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Map(int fd) {
     return IoError(std::string("mmap of the shared port: ") + std::strerror(errno));
   }
   // Pick up where the indices are (a fresh file: 0).
-  c->consumed_ = LoadAcquire(c->ring(true)->consumed());
-  c->produced_ = LoadAcquire(c->ring(false)->produced());
+  c->consumed_ = LoadAcquire(c->ring(side == Side::kProcess)->consumed());
+  c->produced_ = LoadAcquire(c->ring(side != Side::kProcess)->produced());
   return c;
+}
+
+ShmChannel::Header* ShmChannel::header() const {
+  static_assert(sizeof(Header) <= kHeader, "header fits its line");
+  return static_cast<Header*>(base_);
+}
+
+void ShmChannel::MarkClosed() { __atomic_store_n(&header()->closed, 1u, __ATOMIC_RELEASE); }
+
+bool ShmChannel::closed() const { return __atomic_load_n(&header()->closed, __ATOMIC_RELAXED) != 0; }
+
+ShmChannelTraffic ShmChannel::Traffic() const {
+  return {LoadAcquire(ring(true)->produced()), LoadAcquire(ring(false)->produced())};
 }
 
 ShmChannel::~ShmChannel() {

@@ -43,6 +43,12 @@ struct ShmChannelCounters {
   uint64_t tx_too_long = 0;     // frames longer than a slot, dropped
 };
 
+// Frames each way so far, as the shared indices say (the creator's view of
+// a file both ends can write: for display, never trusted). They wrap at 2^32.
+struct ShmChannelTraffic {
+  uint32_t to_process = 0, from_process = 0;
+};
+
 class ShmChannel {
  public:
   enum class Side { kDaemon, kProcess };
@@ -50,9 +56,12 @@ class ShmChannel {
   // The daemon's side: a new file with `slots` (a power of two, 2..65536)
   // slots of room for frames of up to `max_frame` bytes, each way.
   static StatusOr<std::unique_ptr<ShmChannel>> Create(uint32_t slots, uint32_t max_frame);
-  // The process's side, from the descriptor the daemon sent (not taken over:
+  // A process's side, from the descriptor the daemon sent (not taken over:
   // the caller closes it). kInvalidArgument for a file that is not one.
-  static StatusOr<std::unique_ptr<ShmChannel>> Map(int fd);
+  // A local link between two processes (pmd/local_links.h) is mapped by
+  // one as kDaemon (it sends on the "to process" ring) and by the other as
+  // kProcess.
+  static StatusOr<std::unique_ptr<ShmChannel>> Map(int fd, Side side = Side::kProcess);
   ~ShmChannel();
   ShmChannel(const ShmChannel&) = delete;
   ShmChannel& operator=(const ShmChannel&) = delete;
@@ -73,6 +82,13 @@ class ShmChannel {
 
   const ShmChannelCounters& counters() const { return counters_; }
 
+  // A local link whose process on the other end ended: the daemon marks it
+  // (any thread), the survivor reads it (closed(), a relaxed load of a
+  // shared line that changes once).
+  void MarkClosed();
+  bool closed() const;
+  ShmChannelTraffic Traffic() const;
+
   // The file's size for this geometry (the process checks it).
   static size_t FileSize(uint32_t slots, uint32_t slot_size);
 
@@ -80,6 +96,8 @@ class ShmChannel {
   ShmChannel() = default;
   struct Ring;
   Ring* ring(bool to_process) const;
+  struct Header;
+  Header* header() const;
 
   Side side_ = Side::kDaemon;
   int fd_ = -1;

@@ -117,6 +117,12 @@ class Daemon {
   Status StartKernelUplink(Uplink& u);
   void ServeControl(int timeout_us);
   void ServeNeighborQuestions(Uplink& u);
+  void ServeLinkRequests(size_t uplink);
+  void CloseLinksOf(uint32_t slot);
+  Session* SessionOfSlot(uint32_t slot);
+  // A notification, with one file or none; false if it could not be sent
+  // now (never blocks the switch).
+  bool Notify(Session& s, const std::string& text, int file);
   void RecheckNeighbors(Uplink& u, bool ask);
   bool IsHostAddress(const transport::Gid& gid) const;
   void Accept();
@@ -150,6 +156,19 @@ class Daemon {
     std::unique_ptr<pmd::FrameSwitch> sw;
   };
 
+  // A direct link between two processes on one uplink (pmd/local_links.h).
+  // The daemon keeps the file mapped: it marks it closed when either process
+  // ends, and shows its traffic in STATS.
+  struct LocalLink {
+    size_t uplink = 0;
+    uint32_t a = 0, b = 0;  // slots, a < b (a maps it as kDaemon: a -> b is "to process")
+    std::unique_ptr<pmd::ShmChannel> file;
+  };
+  // Each link's file is real memory once its rings have gone round (about
+  // 4 MiB at MTU 1500): a bounded number; beyond it the switch carries the
+  // traffic.
+  static constexpr size_t kMaxLinks = 256;
+
   pmd::UroceConfig config_;
   int listen_fd_ = -1;
   std::string socket_path_;
@@ -159,6 +178,8 @@ class Daemon {
   std::vector<std::unique_ptr<Session>> sessions_;
   uint32_t next_slot_ = pmd::kSwitchFirstSlot;
   std::vector<pollfd> control_fds_;
+  std::vector<LocalLink> links_;
+  uint64_t links_made_ = 0, links_refused_ = 0;
   bool stopped_ = false;
 };
 
@@ -365,21 +386,31 @@ void Daemon::Run() {
   // An idle sleep of idle_us means what it says (the default timer slack
   // is 50 us: every frame that found the switch asleep would wait that).
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-  const uint32_t idle_us = config_.daemon.idle_us;
+  // Idle, the switch sleeps ever longer, from kFirstSleepUs up to idle_us:
+  // frames between processes on the host pass it by (local links), so it
+  // mostly waits for the uplink, and on a machine with few cores a thread
+  // that wakes often takes the CPU from the processes that poll.
+  constexpr uint32_t kFirstSleepUs = 16;
+  const uint32_t idle_us = std::max<uint32_t>(config_.daemon.idle_us, 1);
+  uint32_t sleep_us = 0;
   unsigned idle_polls = 0;
   auto next_control = Clock::now();
   while (!pmd::ShutdownRequested()) {
     unsigned moved = 0;
-    for (auto& u : uplinks_) {
-      moved += u->sw->Poll();
-      if (u->sw->has_neighbor_questions()) ServeNeighborQuestions(*u);
+    for (size_t k = 0; k < uplinks_.size(); ++k) {
+      Uplink& u = *uplinks_[k];
+      moved += u.sw->Poll();
+      if (u.sw->has_neighbor_questions()) ServeNeighborQuestions(u);
+      if (u.sw->has_link_requests()) ServeLinkRequests(k);
     }
     idle_polls = moved != 0 ? 0 : idle_polls + 1;
+    if (moved != 0) sleep_us = 0;
     // Frames moving: look at the control socket once a millisecond. Idle: the
     // look is the sleep (ppoll with the idle time), so a new process or a
     // frame is served within idle_us.
     if (idle_polls > 256) {
-      ServeControl(static_cast<int>(idle_us));
+      sleep_us = std::min(idle_us, sleep_us == 0 ? kFirstSleepUs : sleep_us * 2);
+      ServeControl(static_cast<int>(sleep_us));
       next_control = Clock::now() + std::chrono::milliseconds(1);
     } else if (Clock::now() >= next_control) {
       ServeControl(0);
@@ -650,6 +681,7 @@ void Daemon::Release(Session& s) {
         static_cast<unsigned long long>(c.tx_frames),
         static_cast<unsigned long long>(c.rx_dropped + c.tx_full));
     for (auto& u : uplinks_) u->sw->Detach(s.slot);
+    CloseLinksOf(s.slot);
     // Its local peers (issue 15): every other process's QP connected to one
     // of its QPs is told, and moves to the error state at once instead of
     // retrying into the void (or waiting for ever for a message). Not when
@@ -687,6 +719,85 @@ void Daemon::Release(Session& s) {
   // they are unmapped, whenever and however the process ended.
   s.ios.clear();
   s.channels.clear();
+}
+
+Session* Daemon::SessionOfSlot(uint32_t slot) {
+  for (const auto& s : sessions_) {
+    if (s->slot == slot && s->fd >= 0) return s.get();
+  }
+  return nullptr;
+}
+
+bool Daemon::Notify(Session& s, const std::string& text, int file) {
+  iovec iov{const_cast<char*>(text.data()), text.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  if (file >= 0) {
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &file, sizeof(int));
+  }
+  return sendmsg(s.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(text.size());
+}
+
+// Processes whose frames to each other went through uplink k's switch get a
+// link of their own (pmd/local_links.h): a file like a process's port, sent
+// to both. If the second cannot be told, the first is told UNLINK and the
+// file is marked closed, so nobody sends into a link nobody reads.
+void Daemon::ServeLinkRequests(size_t k) {
+  Uplink& u = *uplinks_[k];
+  pmd::FrameSwitch::LinkRequest requests[pmd::FrameSwitch::kLinkRequests];
+  const size_t n = u.sw->TakeLinkRequests(requests, pmd::FrameSwitch::kLinkRequests);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t a = requests[i].a, b = requests[i].b;
+    Session* sa = SessionOfSlot(a);
+    Session* sb = SessionOfSlot(b);
+    if (sa == nullptr || sb == nullptr) continue;
+    if (links_.size() >= kMaxLinks) {
+      if (links_refused_++ == 0) Log("%zu local links made: further pairs of processes go through the switch", kMaxLinks);
+      continue;
+    }
+    const uint32_t max_frame = u.config.mtu + 18;
+    auto file = pmd::ShmChannel::Create(u.config.mtu > 4096 ? 256 : 1024, max_frame);
+    if (!file.ok()) {
+      Log("no local link for slots %u and %u: %s", a, b, file.status().message().c_str());
+      continue;
+    }
+    if (!Notify(*sa, pmd::FormatLinkChange({static_cast<uint32_t>(k), b, true}), (*file)->fd())) continue;
+    if (!Notify(*sb, pmd::FormatLinkChange({static_cast<uint32_t>(k), a, true}), (*file)->fd())) {
+      (*file)->MarkClosed();
+      Notify(*sa, pmd::FormatLinkChange({static_cast<uint32_t>(k), b, false}), -1);
+      continue;
+    }
+    links_made_++;
+    links_.push_back({k, a, b, std::move(*file)});
+  }
+}
+
+// The process of `slot` ended: its links are marked closed (the other side
+// sends through the switch again at once) and the other side is told to
+// let go of them.
+void Daemon::CloseLinksOf(uint32_t slot) {
+  for (size_t i = 0; i < links_.size();) {
+    LocalLink& l = links_[i];
+    if (l.a != slot && l.b != slot) {
+      ++i;
+      continue;
+    }
+    l.file->MarkClosed();
+    const uint32_t other = l.a == slot ? l.b : l.a;
+    if (Session* so = SessionOfSlot(other)) {
+      Notify(*so, pmd::FormatLinkChange({static_cast<uint32_t>(l.uplink), slot, false}), -1);
+    }
+    links_[i] = std::move(links_.back());
+    links_.pop_back();
+  }
 }
 
 std::string Daemon::StatsText() const {
@@ -728,6 +839,17 @@ std::string Daemon::StatsText() const {
                   static_cast<unsigned long long>(k.alloc_failures), up->device.c_str());
     out += line;
   }
+  // Direct links between processes (their frames pass no switch): the
+  // frames each way as the files' indices say (the processes write them).
+  for (const LocalLink& l : links_) {
+    const pmd::ShmChannelTraffic t = l.file->Traffic();
+    std::snprintf(line, sizeof(line), "link device=%s slots=%u,%u frames=%u,%u\n",
+                  uplinks_[l.uplink]->device.c_str(), l.a, l.b, t.to_process, t.from_process);
+    out += line;
+  }
+  std::snprintf(line, sizeof(line), "links now=%zu made=%llu refused=%llu\n", links_.size(),
+                static_cast<unsigned long long>(links_made_), static_cast<unsigned long long>(links_refused_));
+  out += line;
   return out;
 }
 

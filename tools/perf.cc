@@ -9,6 +9,7 @@
 #include <rte_cycles.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -295,8 +296,11 @@ class PerfProcess {
     auto rt = pmd::Runtime::Start(config_);
     if (!rt.ok()) return rt.status();
     rt_ = std::move(*rt);
+    if (daemon_) StartDaemonWatch();
     return Status::Ok();
   }
+
+  ~PerfProcess() { StopDaemonWatch(); }
 
   // Between tries on the side channel: keeps the engines going (inline mode)
   // so the peer's ARP requests and packets are answered. False on a signal.
@@ -313,6 +317,7 @@ class PerfProcess {
   // down, stops EAL; returns the exit code.
   // `sides` die before the runtime (they deregister memory from its engines).
   int Finish(int rc, std::unique_ptr<PerfSide>* side = nullptr, std::unique_ptr<PerfSide>* other = nullptr) {
+    StopDaemonWatch();
     if (rt_) {
       const bool interrupted = pmd::ShutdownRequested();
       if (interrupted) rt_->FlushQueuePairs();
@@ -341,8 +346,27 @@ class PerfProcess {
   const pmd::UroceConfig& config() const { return config_; }
 
  private:
+  // --port daemon: as the verbs library's progress thread does, reads what
+  // the daemon sends (LINK to the other process, pmd/local_links.h) every
+  // few milliseconds, off the measuring thread.
+  void StartDaemonWatch() {
+    watch_ = std::thread([this] {
+      while (!stop_watch_.load(std::memory_order_acquire)) {
+        if (daemon_->DaemonGone()) break;
+        rt_->ApplyLinkChanges(daemon_.get());
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+  }
+  void StopDaemonWatch() {
+    stop_watch_.store(true, std::memory_order_release);
+    if (watch_.joinable()) watch_.join();
+  }
+
   const Options& o_;
   pmd::UroceConfig config_;
+  std::thread watch_;
+  std::atomic<bool> stop_watch_{false};
   std::unique_ptr<pmd::DaemonSession> daemon_;  // --port daemon: attached while it lives
   std::unique_ptr<pmd::Runtime> rt_;
 };

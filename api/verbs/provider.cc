@@ -486,6 +486,8 @@ void Provider::WatchDaemon() {
   if (daemon_gone_) return;
   if (!daemon_->DaemonGone()) {
     WatchPeers();
+    // Straight links to the processes we talk to (pmd/local_links.h).
+    runtime_->ApplyLinkChanges(daemon_.get());
     return;
   }
   daemon_gone_ = true;
