@@ -8,14 +8,16 @@
 #      see the daemon's device: ibv_devices, and ibv_devinfo -v with the
 #      uplink's IPv4 and IPv6 addresses as RoCE v2 GIDs;
 #   3. two processes talk through the host's own address: ibv_rc_pingpong
-#      over IPv4 and IPv6 GIDs, ib_write_bw and ib_read_lat (perftest);
+#      over IPv4 and IPv6 GIDs, ib_write_bw and ib_read_lat (perftest), each
+#      pair linked straight by the daemon (its stats say so);
 #   4. rdma_cm between two processes on the host (rping IPv4/IPv6, ucmatose,
 #      rdma_server/rdma_client), and a REQ nobody listens for rejected;
 #   5. two hosts, a daemon in each namespace: rping across the veth (ARP
 #      answered by each daemon for its own address);
 #   6. kill -9 of one of four processes: its local peer (connected to it)
-#      ends within 2 s with its work flushed, the other two finish, and the
-#      daemon releases the killed one within a second;
+#      ends within 2 s with its work flushed, the other two finish (over
+#      their link), and the daemon releases the killed one and its link
+#      within a second;
 #   7. SIGTERM to the daemon during a long run: both processes stop within
 #      seconds (their QPs flushed to the error state), the daemon exits 0 with
 #      every mbuf back in its pool and its socket removed.
@@ -151,6 +153,10 @@ run_pair rc_pingpong_v4 60 "iters in" ibv_rc_pingpong -g 0 -n 500
 run_pair rc_pingpong_v6 60 "iters in" ibv_rc_pingpong -g 1 -n 500 -s 8000
 run_pair write_bw 90 "remote address:" ib_write_bw -x 0 -n 200 -s 65536
 run_pair read_lat 90 "remote address:" ib_read_lat -x 0 -n 200
+# Each pair's frames went through the switch only until the daemon linked
+# the two processes straight (pmd/local_links.h); links close with them.
+out=$(timeout 30 "$UROCE" stats --daemon "$SOCK" 2>&1) || fail "uroce stats --daemon: $out"
+grep -qE "^links now=0 made=([4-9]|[1-9][0-9]+) " <<<"$out" || fail "the pairs were not linked straight: $(grep links <<<"$out")"
 
 # run_cm_pair NAME LIMIT EXPECT "SERVER COMMAND" "CLIENT COMMAND": rdma_cm on
 # both sides, no TCP: the client starts again while the server has not
@@ -307,6 +313,10 @@ grep -q "process pid=$victim_pid " <<<"$out" && fail "uroce stats still lists th
 for p in $other_pids; do
   grep -q "process pid=$p .* peers=1 " <<<"$out" || fail "uroce stats does not list pid $p of the other pair, with its QP's peer"
 done
+# The other pair talks over its own link; the killed one's is gone.
+grep -qE "^link device=uroce0 slots=[0-9]+,[0-9]+ frames=[1-9][0-9]*,[1-9][0-9]*$" <<<"$out" ||
+  fail "the other pair's frames do not go over a local link"
+grep -q "^links now=1 " <<<"$out" || fail "the killed process's link was not closed"
 wait "$cpid" || fail "the client of the other pair failed after the kill: $(cat "$TMP/kill.client")"
 wait "$spid" || fail "the server of the other pair failed after the kill: $(cat "$TMP/kill.server")"
 grep -q "iters in" "$TMP/kill.client" || fail "the other pair did not finish"
