@@ -27,22 +27,39 @@ namespace {
 constexpr char kLockDirectory[] = "/run/uroce";
 constexpr uint16_t kRoceV2Port = 4791;
 
+std::string LockPath(const std::string& name, ino_t netns) {
+  return std::string(kLockDirectory) + "/kernel-" + std::to_string(netns) + "-" + name + ".lock";
+}
+
 // One daemon per interface: the lock names the network namespace (its
-// inode) and the interface, and dies with its holder, even by kill -9.
-StatusOr<int> LockInterface(const std::string& name) {
+// inode) and the interface, and dies with its holder, even by kill -9 (the
+// file stays then, and the next daemon takes it over).
+StatusOr<int> LockInterface(const std::string& name, std::string* lock_path) {
   struct stat ns {};
   if (stat("/proc/self/ns/net", &ns) != 0) ns.st_ino = 0;
   if (mkdir(kLockDirectory, 0755) != 0 && errno != EEXIST) {
     return IoError(std::string("cannot create ") + kLockDirectory + ": " + std::strerror(errno));
   }
-  const std::string path = std::string(kLockDirectory) + "/kernel-" + std::to_string(ns.st_ino) + "-" + name + ".lock";
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError("cannot open " + path + ": " + std::strerror(errno));
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  const std::string path = LockPath(name, ns.st_ino);
+  *lock_path = path;
+  // The holder removes the file when it stops (with the lock held): a file
+  // we locked after that is not the one at the path any more, so we look
+  // again (a few times; each round means another daemon came and went).
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return IoError("cannot open " + path + ": " + std::strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      close(fd);
+      return AlreadyExists("another uroce daemon uses interface " + name + " (" + path + " is locked)");
+    }
+    struct stat held {}, named {};
+    if (fstat(fd, &held) == 0 && stat(path.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+        held.st_dev == named.st_dev) {
+      return fd;
+    }
     close(fd);
-    return AlreadyExists("another uroce daemon uses interface " + name + " (" + path + " is locked)");
   }
-  return fd;
+  return Unavailable("cannot lock " + path + ": it keeps being replaced");
 }
 
 // The XDP program attached to the interface now, if any: 0, or its id and
@@ -68,7 +85,7 @@ StatusOr<std::unique_ptr<KernelUplink>> KernelUplink::Open(const EndpointConfig&
                                                            rte_mempool* pool, std::string* notes) {
   std::unique_ptr<KernelUplink> up(new KernelUplink());
   up->interface_ = kif.name;
-  auto lock = LockInterface(kif.name);
+  auto lock = LockInterface(kif.name, &up->lock_path_);
   if (!lock.ok()) return lock.status();
   up->lock_fd_ = *lock;
   if (!kif.up) return FailedPrecondition("interface " + kif.name + " is down (ip link set " + kif.name + " up)");
@@ -239,7 +256,12 @@ KernelUplink::~KernelUplink() {
       fd = -1;
     }
   }
-  if (lock_fd_ >= 0) close(lock_fd_);
+  if (lock_fd_ >= 0) {
+    // Removed while still held (see LockInterface), so no file is left
+    // behind by a daemon that stopped.
+    unlink(lock_path_.c_str());
+    close(lock_fd_);
+  }
 }
 
 std::string KernelUplink::Describe() const {

@@ -67,6 +67,7 @@ class KernelUplink {
   bool af_xdp_ = false;
   bool started_ = false;
   int program_fd_ = -1;  // the XDP object, a memfd the driver opens by path
+  std::string lock_path_;
   int lock_fd_ = -1;     // one daemon per interface (flock, released on death)
   bool guarded_ = false;  // holds a share of the process's UDP 4791 guards
   std::unique_ptr<MultiQueuePortIo> io_;
