@@ -92,34 +92,19 @@ StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string
   if (send(session->fd_, message.data(), message.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(message.size())) {
     return IoError("uroce daemon at " + socket_path + ": cannot send: " + std::strerror(errno));
   }
-  // The reply, and the port's shared-memory file as SCM_RIGHTS (unix(7)).
-  std::vector<char> reply(kMaxControlMessage + 1);
-  iovec iov{reply.data(), reply.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxUplinks)];
-  msghdr mh{};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = control;
-  mh.msg_controllen = sizeof(control);
-  const ssize_t n = recvmsg(session->fd_, &mh, MSG_CMSG_CLOEXEC);
-  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int file;
-      std::memcpy(&file, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      session->shm_fds_.push_back(file);  // closed with the session, even when refused below
-    }
-  }
+  // The reply, and the ports' shared-memory files as SCM_RIGHTS (unix(7)),
+  // closed with the session, even when refused below.
+  bool truncated = false;
+  const ssize_t n = session->ReadMessage(0, &session->shm_fds_, &truncated);
   if (n <= 0) {
     return IoError("uroce daemon at " + socket_path + " did not answer" +
                    (n < 0 ? std::string(": ") + std::strerror(errno) : std::string(" (it closed the session)")));
   }
-  auto parsed = ParseAttachReply(std::string_view(reply.data(), static_cast<size_t>(n)));
+  auto parsed = ParseAttachReply(std::string_view(session->read_buffer_.data(), static_cast<size_t>(n)));
   if (!parsed.ok()) {
     return Status(parsed.status().code(), "uroce daemon at " + socket_path + ": " + parsed.status().message());
   }
-  if (session->shm_fds_.empty() || (mh.msg_flags & MSG_CTRUNC) != 0) {
+  if (session->shm_fds_.empty() || truncated) {
     return IoError("uroce daemon at " + socket_path + ": the reply carried no port (an older daemon?)");
   }
   session->slot_ = parsed->slot;
@@ -172,7 +157,7 @@ Status DaemonSession::ClaimPort(uint16_t port, bool listen) {
   }
 }
 
-ssize_t DaemonSession::ReadMessage(int flags, std::vector<int>* files) {
+ssize_t DaemonSession::ReadMessage(int flags, std::vector<int>* files, bool* truncated) {
   read_buffer_.resize(kMaxControlMessage + 1);
   iovec iov{read_buffer_.data(), read_buffer_.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxUplinks)];
@@ -183,6 +168,7 @@ ssize_t DaemonSession::ReadMessage(int flags, std::vector<int>* files) {
   mh.msg_controllen = sizeof(control);
   const ssize_t n = recvmsg(fd_, &mh, flags | MSG_CMSG_CLOEXEC);
   if (n < 0) return n;
+  if (truncated != nullptr) *truncated = (mh.msg_flags & MSG_CTRUNC) != 0;
   for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);

@@ -73,8 +73,8 @@ class DaemonSession {
   DaemonSession() = default;
   void Send(std::string message);
   // One message into read_buffer_ (request_mutex_), with the files that
-  // came with it; recvmsg(2)'s result.
-  ssize_t ReadMessage(int flags, std::vector<int>* files);
+  // came with it (truncated: some did not fit); recvmsg(2)'s result.
+  ssize_t ReadMessage(int flags, std::vector<int>* files, bool* truncated = nullptr);
   static void CloseAll(std::vector<int>* files);
   // A message the daemon sent: a notification is queued (true; its files
   // taken); anything else is a reply (false; its files left).

@@ -8,6 +8,7 @@
 #include <deque>
 #include <vector>
 
+#include "pmd/frame_test_util.h"
 #include "pmd/mempool.h"
 #include "pmd/neighbor_frames.h"
 #include "transport/cm_mad.h"
@@ -21,39 +22,8 @@ using transport::Gid;
 using transport::MacAddress;
 using transport::Opcode;
 
-// A port as the switch sees it: frames queued for it to receive, frames it
-// was given, and a transmit queue that may be made to refuse.
-class QueuePort : public transport::PacketIo {
- public:
-  ~QueuePort() override { Clear(); }
-  uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override {
-    uint16_t k = 0;
-    while (k < n && !in.empty()) {
-      pkts[k++] = in.front();
-      in.pop_front();
-    }
-    return k;
-  }
-  uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override {
-    const uint16_t take = std::min<uint16_t>(n, tx_room);
-    for (uint16_t i = 0; i < take; ++i) out.push_back(pkts[i]);
-    return take;
-  }
-  void Clear() {
-    for (rte_mbuf* m : in) rte_pktmbuf_free(m);
-    for (rte_mbuf* m : out) rte_pktmbuf_free(m);
-    in.clear();
-    out.clear();
-  }
-  std::deque<rte_mbuf*> in;
-  std::vector<rte_mbuf*> out;
-  uint16_t tx_room = UINT16_MAX;
-};
-
-Gid Ip(uint8_t last) {
-  const uint8_t b[4] = {10, 0, 0, last};
-  return transport::Ipv4MappedGid(b);
-}
+using testing::Ip;
+using testing::QueuePort;
 
 const MacAddress kHostMac = {0x02, 0, 0, 0, 0, 0x01};
 const MacAddress kPeerMac = {0x02, 0, 0, 0, 0, 0x02};
@@ -83,21 +53,8 @@ class FrameSwitchTest : public ::testing::Test {
   // A RoCEv2 frame from (smac, sip) to (dmac, dip), QPN `qpn`.
   rte_mbuf* Roce(const MacAddress& smac, const Gid& sip, const MacAddress& dmac, const Gid& dip, uint32_t qpn,
                  Opcode op = Opcode::kRcSendOnly, uint32_t src_qpn = 0) {
-    transport::PacketFields f;
-    f.src_mac = smac;
-    f.dst_mac = dmac;
-    f.src_gid = sip;
-    f.dst_gid = dip;
-    f.udp_src_port = 0xC000;
-    f.bth.opcode = static_cast<uint8_t>(op);
-    f.bth.dest_qp = qpn;
-    f.deth.src_qp = src_qpn;
-    f.deth.qkey = 0x1234;
-    f.payload_length = 16;
-    const uint8_t payload[16] = {};
-    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+    rte_mbuf* m = testing::RoceFrame(pool_.get(), smac, sip, dmac, dip, qpn, op, src_qpn);
     EXPECT_NE(m, nullptr);
-    EXPECT_EQ(transport::BuildPacket(f, payload, m), transport::BuildError::kOk);
     return m;
   }
   // A CM MAD to QP 1 (UD, from QP 1), as a connection manager sends it.

@@ -8,6 +8,7 @@
 #include <deque>
 #include <vector>
 
+#include "pmd/frame_test_util.h"
 #include "pmd/mempool.h"
 #include "transport/opcode.h"
 #include "transport/packet_builder.h"
@@ -21,36 +22,8 @@ using transport::Opcode;
 
 constexpr unsigned kPoolSize = 2047;
 
-// The port to the daemon's switch, as a queue each way.
-class QueuePort : public transport::PacketIo {
- public:
-  ~QueuePort() override { Clear(); }
-  uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override {
-    uint16_t k = 0;
-    while (k < n && !in.empty()) {
-      pkts[k++] = in.front();
-      in.pop_front();
-    }
-    return k;
-  }
-  uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override {
-    for (uint16_t i = 0; i < n; ++i) out.push_back(pkts[i]);
-    return n;
-  }
-  void Clear() {
-    for (rte_mbuf* m : in) rte_pktmbuf_free(m);
-    for (rte_mbuf* m : out) rte_pktmbuf_free(m);
-    in.clear();
-    out.clear();
-  }
-  std::deque<rte_mbuf*> in;
-  std::vector<rte_mbuf*> out;
-};
-
-Gid Ip(uint8_t last) {
-  const uint8_t b[4] = {10, 0, 0, last};
-  return transport::Ipv4MappedGid(b);
-}
+using testing::Ip;
+using testing::QueuePort;
 
 const MacAddress kHostMac = {0x02, 0, 0, 0, 0, 0x01};
 const MacAddress kOtherMac = {0x02, 0, 0, 0, 0, 0x02};
@@ -93,21 +66,8 @@ class LocalLinksTest : public ::testing::Test {
   }
   rte_mbuf* Roce(uint32_t qpn, Opcode op = Opcode::kRcSendOnly, uint32_t src_qpn = 0, const Gid& sip = Ip(1),
                  const Gid& dip = Ip(1), const MacAddress& smac = kHostMac) {
-    transport::PacketFields f;
-    f.src_mac = smac;
-    f.dst_mac = kHostMac;
-    f.src_gid = sip;
-    f.dst_gid = dip;
-    f.udp_src_port = 0xC000;
-    f.bth.opcode = static_cast<uint8_t>(op);
-    f.bth.dest_qp = qpn;
-    f.deth.src_qp = src_qpn;
-    f.deth.qkey = 0x1234;
-    f.payload_length = 16;
-    const uint8_t payload[16] = {};
-    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+    rte_mbuf* m = testing::RoceFrame(pool_.get(), smac, sip, kHostMac, dip, qpn, op, src_qpn);
     EXPECT_NE(m, nullptr);
-    EXPECT_EQ(transport::BuildPacket(f, payload, m), transport::BuildError::kOk);
     return m;
   }
   uint16_t Send(LocalLinks* links, std::vector<rte_mbuf*> frames) {
