@@ -85,6 +85,10 @@ StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string
   std::unique_ptr<DaemonSession> session(new DaemonSession());
   session->socket_path_ = socket_path;
   session->fd_ = *fd;
+  if (const char* links = secure_getenv("UROCE_LOCAL_LINKS"); links != nullptr) {
+    const std::string_view v(links);
+    session->takes_links_ = !(v == "no" || v == "0" || v == "off" || v == "false");
+  }
   AttachRequest request;
   request.pid = getpid();
   request.program = ProgramName();
@@ -220,11 +224,15 @@ void DaemonSession::QueueLinkChange(std::string_view message, std::vector<int>* 
     CloseAll(files);
     return;
   }
-  std::lock_guard<std::mutex> lock(gone_mutex_);
-  if (link_changes_.size() >= kMaxQueuedLinkChanges) {
-    CloseAll(files);  // the link is not made: the switch carries the traffic
+  std::unique_lock<std::mutex> lock(gone_mutex_);
+  if (change->add && (!takes_links_ || link_changes_.size() >= kMaxQueuedLinkChanges)) {
+    // Not made: the switch carries the traffic, for the other side too.
+    lock.unlock();
+    CloseAll(files);
+    DeclineLink(change->uplink, change->slot);
     return;
   }
+  if (link_changes_.size() >= kMaxQueuedLinkChanges) return;  // an UNLINK: the file's closed flag says it too
   link_changes_.push_back({*change, change->add ? files->front() : -1});
   files->clear();
 }
@@ -265,6 +273,8 @@ void DaemonSession::Send(std::string message) {
 void DaemonSession::RegisterPeer(const PeerRecord& record) { Send(FormatPeer(record)); }
 
 void DaemonSession::UnregisterPeer(uint32_t qpn) { Send(FormatUnpeer(qpn)); }
+
+void DaemonSession::DeclineLink(uint32_t uplink, uint32_t slot) { Send(FormatLinkChange({uplink, slot, false})); }
 
 bool DaemonSession::DaemonGone() {
   if (gone_) return true;

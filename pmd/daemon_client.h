@@ -68,6 +68,14 @@ class DaemonSession {
     int fd = -1;
   };
   std::vector<QueuedLinkChange> TakeLinkChanges();
+  // We let go of (or could not map) the link on `uplink` to `slot`: the
+  // daemon closes it for both (UNLINK U S, fire and forget, as PEER), and
+  // our frames to that process go through the switch.
+  void DeclineLink(uint32_t uplink, uint32_t slot);
+  // UROCE_LOCAL_LINKS=no in the environment at attach: this process takes
+  // no direct links (every frame to another process goes through the
+  // daemon's switch, where its counters see it). Default: takes them.
+  bool takes_links() const { return takes_links_; }
 
  private:
   DaemonSession() = default;
@@ -83,6 +91,7 @@ class DaemonSession {
   int fd_ = -1;
   std::vector<int> shm_fds_;  // one per uplink, in order
   uint32_t slot_ = 0;
+  bool takes_links_ = true;
   std::string config_text_;
   std::string socket_path_;
   std::atomic<bool> gone_{false};

@@ -14,6 +14,7 @@
 //   daemon  -> process  PEER_GONE Q:D[ Q:D ...]          (a notification)
 //   daemon  -> process  LINK U S   + one file (SCM_RIGHTS) (a notification)
 //                       UNLINK U S                        (a notification)
+//   process -> daemon   UNLINK U S                        (no reply)
 //
 // Connections between processes on the host (issue 15, isolation): when a
 // process connects an RC or UC QP Q of its own lease to QP D at one of the
@@ -33,7 +34,11 @@
 // engines then exchange frames through it, past the switch. When either
 // process ends, the daemon marks the file closed and tells the other UNLINK
 // U S. A process that gets no LINK (its socket was full, or the daemon has
-// made as many links as it makes) keeps going through the switch.
+// made as many links as it makes, overall or for one process) keeps going
+// through the switch. A process that cannot map a LINK's file, or takes no
+// links (UROCE_LOCAL_LINKS=no), sends UNLINK U S back: the daemon marks the
+// file closed and tells the other side UNLINK, so that nobody sends into a
+// ring nobody reads.
 //
 // The daemon routes connection management MADs (QP 1) between the
 // processes: a REQ to the process that listens on its port (the rdma_cm IP

@@ -397,9 +397,12 @@ void Runtime::ApplyLinkChanges(DaemonSession* session) {
   for (const DaemonSession::QueuedLinkChange& q : session->TakeLinkChanges()) {
     const Status s = ChangeLocalLink(q.change, q.fd);
     if (q.fd >= 0) close(q.fd);
-    if (!s.ok()) {
+    if (!s.ok() && q.change.add) {
       std::fprintf(stderr, "uroce: no direct link to the process of slot %u (its frames keep going through the "
                    "daemon): %s\n", q.change.slot, s.ToString().c_str());
+      // The other side may have mapped it already: the daemon closes it for
+      // both, or that side would send into a ring nobody reads.
+      session->DeclineLink(q.change.uplink, q.change.slot);
     }
   }
   ReclaimLocalLinks();

@@ -9,7 +9,8 @@
 #      uplink's IPv4 and IPv6 addresses as RoCE v2 GIDs;
 #   3. two processes talk through the host's own address: ibv_rc_pingpong
 #      over IPv4 and IPv6 GIDs, ib_write_bw and ib_read_lat (perftest), each
-#      pair linked straight by the daemon (its stats say so);
+#      pair linked straight by the daemon (its stats say so), and a pair
+#      that takes no links (UROCE_LOCAL_LINKS=no) through the switch;
 #   4. rdma_cm between two processes on the host (rping IPv4/IPv6, ucmatose,
 #      rdma_server/rdma_client), and a REQ nobody listens for rejected;
 #   5. two hosts, a daemon in each namespace: rping across the veth (ARP
@@ -18,6 +19,8 @@
 #      ends within 2 s with its work flushed, the other two finish (over
 #      their link), and the daemon releases the killed one and its link
 #      within a second;
+#      the same for rping (rdma_cm: DISCONNECTED) and fi_pingpong (a
+#      libfabric endpoint's QP);
 #   7. SIGTERM to the daemon during a long run: both processes stop within
 #      seconds (their QPs flushed to the error state), the daemon exits 0 with
 #      every mbuf back in its pool and its socket removed.
@@ -157,6 +160,16 @@ run_pair read_lat 90 "remote address:" ib_read_lat -x 0 -n 200
 # the two processes straight (pmd/local_links.h); links close with them.
 out=$(timeout 30 "$UROCE" stats --daemon "$SOCK" 2>&1) || fail "uroce stats --daemon: $out"
 grep -qE "^links now=0 made=([4-9]|[1-9][0-9]+) " <<<"$out" || fail "the pairs were not linked straight: $(grep links <<<"$out")"
+# Processes that take no links (UROCE_LOCAL_LINKS=no) send UNLINK back: the
+# daemon closes the link for both, and its switch carries all their frames.
+local_frames() { grep -oE "^switch local_frames=[0-9]+" <<<"$1" | sed 's/.*=//'; }
+switched_before=$(local_frames "$out")
+UROCE_LOCAL_LINKS=no run_pair rc_pingpong_no_links 60 "iters in" ibv_rc_pingpong -g 0 -n 500
+out=$(timeout 30 "$UROCE" stats --daemon "$SOCK" 2>&1) || fail "uroce stats --daemon: $out"
+switched=$(( $(local_frames "$out") - switched_before ))
+echo "without links: the switch moved $switched frames; $(grep '^links' <<<"$out")"
+grep -qE "^links now=0 .* declined=1$" <<<"$out" || fail "the declined link was not closed: $(grep links <<<"$out")"
+[[ $switched -ge 2000 ]] || fail "the switch moved $switched frames of a pair that takes no links (expected >= 2000)"
 
 # run_cm_pair NAME LIMIT EXPECT "SERVER COMMAND" "CLIENT COMMAND": rdma_cm on
 # both sides, no TCP: the client starts again while the server has not
@@ -249,18 +262,20 @@ echo "== kill -9 of one of four processes: its local peer's QP fails at once, th
 # 2 s with its work flushed (the daemon tells it: PEER_GONE). Without that it
 # ended by retry exhaustion (0.7-0.9 s after the kill here, ibv_rc_pingpong's
 # timeout 14 and retry count 7), or would wait for ever for a message when
-# no send of its own was outstanding. The first pair must finish.
+# no send of its own was outstanding. The first pair must carry on: its
+# link's frame counts grow after the kill (it runs until stopped, so that
+# the stats are read while it runs, however fast it goes).
 port=$((20000 + RANDOM % 20000))
 vport=$((port + 1))
 # The programs' own pids (uroce exec execs them): by their exact command line.
 prog_pid() { pgrep -x -f "$1" | head -1; }
-"${IN_NS[@]}" timeout -k 5 90 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 20000 -p "$port" > "$TMP/kill.server" 2>&1 &
+"${IN_NS[@]}" timeout -k 5 90 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 100000000 -p "$port" > "$TMP/kill.server" 2>&1 &
 spid=$!
 "${IN_NS[@]}" timeout -k 5 90 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 100000000 -p "$vport" > "$TMP/victim.log" 2>&1 &
 victim=$!
 pids+=("$victim")
 wait_listening "$port" 30 && wait_listening "$vport" 30 || fail "the servers did not start"
-"${IN_NS[@]}" timeout -k 5 90 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 20000 -p "$port" 127.0.0.1 > "$TMP/kill.client" 2>&1 &
+"${IN_NS[@]}" timeout -k 5 90 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 100000000 -p "$port" 127.0.0.1 > "$TMP/kill.client" 2>&1 &
 cpid=$!
 "${IN_NS[@]}" timeout -k 5 90 "$UROCE" exec -- ibv_rc_pingpong -g 0 -n 100000000 -p "$vport" 127.0.0.1 \
   > "$TMP/peer.client" 2>&1 &
@@ -269,7 +284,7 @@ pids+=("$peer_client")
 sleep 1
 victim_pid=$(prog_pid "ibv_rc_pingpong -g 0 -n 100000000 -p $vport")
 peer_client_pid=$(prog_pid "ibv_rc_pingpong -g 0 -n 100000000 -p $vport 127.0.0.1")
-other_pids="$(prog_pid "ibv_rc_pingpong -g 0 -n 20000 -p $port") $(prog_pid "ibv_rc_pingpong -g 0 -n 20000 -p $port 127.0.0.1")"
+other_pids="$(prog_pid "ibv_rc_pingpong -g 0 -n 100000000 -p $port") $(prog_pid "ibv_rc_pingpong -g 0 -n 100000000 -p $port 127.0.0.1")"
 [[ -n $victim_pid ]] && kill -KILL "$victim_pid" 2>/dev/null || { fail "no victim process to kill"; victim_pid=none; }
 killed_at=$(date +%s.%N)
 # How fast the daemon releases the victim, and how fast its local peer ends.
@@ -317,9 +332,16 @@ done
 grep -qE "^link device=uroce0 slots=[0-9]+,[0-9]+ frames=[1-9][0-9]*,[1-9][0-9]*$" <<<"$out" ||
   fail "the other pair's frames do not go over a local link"
 grep -q "^links now=1 " <<<"$out" || fail "the killed process's link was not closed"
-wait "$cpid" || fail "the client of the other pair failed after the kill: $(cat "$TMP/kill.client")"
-wait "$spid" || fail "the server of the other pair failed after the kill: $(cat "$TMP/kill.server")"
-grep -q "iters in" "$TMP/kill.client" || fail "the other pair did not finish"
+link_frames() { grep -oE "^link device=uroce0 slots=[0-9]+,[0-9]+ frames=[0-9]+" <<<"$1" | sed 's/.*frames=//'; }
+before=$(link_frames "$out")
+sleep 0.5
+after=$(link_frames "$(timeout 30 "$UROCE" stats --daemon "$SOCK" 2>&1)")
+echo "the other pair's link: $before -> $after frames one way in 0.5 s"
+[[ -n $before && -n $after && $after -gt $before ]] || fail "the other pair did not carry on after the kill"
+kill -0 "$cpid" 2>/dev/null && kill -0 "$spid" 2>/dev/null || fail "the other pair ended after the kill"
+for p in $other_pids; do kill -TERM "$p" 2>/dev/null; done
+wait "$cpid" 2>/dev/null
+wait "$spid" 2>/dev/null
 
 echo "== kill -9 of an rdma_cm server: its client gets DISCONNECTED at once"
 # rping ignores flushed completions and waits for RDMA_CM_EVENT_DISCONNECTED
@@ -358,6 +380,45 @@ else
   fi
   wait "$rclient" 2>/dev/null
   grep -q "DISCONNECT EVENT" "$TMP/rkill.client" || fail "rping's client saw no DISCONNECTED: $(tail -3 "$TMP/rkill.client")"
+fi
+
+echo "== kill -9 of a libfabric server: its client's endpoint fails at once"
+# The same for a libfabric FI_EP_MSG endpoint, whose QP the connection
+# manager connects past verbs: the client's QP is known to the daemon too
+# (PEER), so it moves to the error state and the connection ends (FI_SHUTDOWN)
+# when the daemon says the server's process is gone; fi_pingpong sees its
+# work fail and exits. Before, nothing told it: it waited for retry
+# exhaustion.
+fport=$((20000 + RANDOM % 20000))
+"${IN_NS[@]}" timeout -k 5 60 "$UROCE" exec -- fi_pingpong -p uroce -e msg -S 64 -I 100000000 -B "$fport" \
+  > "$TMP/fkill.server" 2>&1 &
+pids+=("$!")
+wait_listening "$fport" 30 || fail "fi_pingpong's server did not start"
+"${IN_NS[@]}" timeout -k 5 60 "$UROCE" exec -- fi_pingpong -p uroce -e msg -S 64 -I 100000000 -P "$fport" 127.0.0.1 \
+  > "$TMP/fkill.client" 2>&1 &
+fclient=$!
+pids+=("$fclient")
+sleep 2
+fserver_pid=$(prog_pid "fi_pingpong -p uroce -e msg -S 64 -I 100000000 -B $fport")
+if [[ -z $fserver_pid ]] || ! kill -0 "$fclient" 2>/dev/null; then
+  fail "the fi_pingpong pair did not get going: $(tail -3 "$TMP/fkill.client")"
+else
+  kill -KILL "$fserver_pid"
+  killed_at=$(date +%s.%N)
+  ended=""
+  for _ in $(seq 250); do
+    kill -0 "$fclient" 2>/dev/null || { ended=$(date +%s.%N); break; }
+    sleep 0.02
+  done
+  if [[ -z $ended ]]; then
+    fail "fi_pingpong's client did not end within 5 s of its server's kill -9: $(tail -3 "$TMP/fkill.client")"
+    kill -KILL "$fclient" 2>/dev/null
+  else
+    echo "fi_pingpong's client ended $(since_kill "$ended") s after its server's kill -9"
+  fi
+  wait "$fclient" 2>/dev/null
+  grep -q "lost their peer on this host" "$TMP/fkill.client" ||
+    fail "fi_pingpong's client was not told its peer was gone: $(tail -3 "$TMP/fkill.client")"
 fi
 
 echo "== SIGTERM to the daemon during a run"

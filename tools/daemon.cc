@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -119,6 +120,9 @@ class Daemon {
   void ServeNeighborQuestions(Uplink& u);
   void ServeLinkRequests(size_t uplink);
   void CloseLinksOf(uint32_t slot);
+  // `s` let go of (or could not map) its link on `uplink` to `other`.
+  void DeclineLink(Session& s, size_t uplink, uint32_t other);
+  size_t LinksOf(uint32_t slot) const;
   Session* SessionOfSlot(uint32_t slot);
   // A notification, with one file or none; false if it could not be sent
   // now (never blocks the switch).
@@ -168,6 +172,9 @@ class Daemon {
   // 4 MiB at MTU 1500): a bounded number; beyond it the switch carries the
   // traffic.
   static constexpr size_t kMaxLinks = 256;
+  // And per process, so that one process talking to every other cannot
+  // take them all (a full mesh of 65 processes still fits).
+  static constexpr size_t kMaxLinksPerProcess = 64;
 
   pmd::UroceConfig config_;
   int listen_fd_ = -1;
@@ -179,7 +186,7 @@ class Daemon {
   uint32_t next_slot_ = pmd::kSwitchFirstSlot;
   std::vector<pollfd> control_fds_;
   std::vector<LocalLink> links_;
-  uint64_t links_made_ = 0, links_refused_ = 0;
+  uint64_t links_made_ = 0, links_refused_ = 0, links_declined_ = 0;
   bool stopped_ = false;
 };
 
@@ -569,6 +576,21 @@ void Daemon::HandleMessage(Session& s) {
       }
       continue;
     }
+    if (pmd::IsLinkChange(message)) {
+      // UNLINK U S (fire and forget): the process declines its link to S.
+      auto change = pmd::ParseLinkChange(message);
+      Status status = !change.ok()                        ? change.status()
+                      : s.slot == 0                       ? FailedPrecondition("UNLINK: not attached")
+                      : change->add                       ? InvalidArgument("LINK: only the daemon makes links")
+                      : change->uplink >= uplinks_.size() ? InvalidArgument("UNLINK: no such uplink")
+                                                          : Status::Ok();
+      if (status.ok()) {
+        DeclineLink(s, change->uplink, change->slot);
+      } else if (++s.peer_messages_refused <= 8) {
+        Log("pid %lld: ignored: %s", static_cast<long long>(s.pid), status.message().c_str());
+      }
+      continue;
+    }
     if (message.rfind("LISTEN ", 0) == 0 || message.rfind("UNLISTEN ", 0) == 0) {
       auto claim = pmd::ParsePortClaim(message);
       // A port is claimed on every uplink's switch, or on none.
@@ -763,6 +785,12 @@ void Daemon::ServeLinkRequests(size_t k) {
       if (links_refused_++ == 0) Log("%zu local links made: further pairs of processes go through the switch", kMaxLinks);
       continue;
     }
+    if (LinksOf(a) >= kMaxLinksPerProcess || LinksOf(b) >= kMaxLinksPerProcess) {
+      if (links_refused_++ == 0) {
+        Log("a process has %zu local links: its further peers go through the switch", kMaxLinksPerProcess);
+      }
+      continue;
+    }
     const uint32_t max_frame = u.config.mtu + 18;
     auto file = pmd::ShmChannel::Create(u.config.mtu > 4096 ? 256 : 1024, max_frame);
     if (!file.ok()) {
@@ -777,6 +805,30 @@ void Daemon::ServeLinkRequests(size_t k) {
     }
     links_made_++;
     links_.push_back({k, a, b, std::move(*file)});
+  }
+}
+
+size_t Daemon::LinksOf(uint32_t slot) const {
+  return static_cast<size_t>(
+      std::count_if(links_.begin(), links_.end(), [slot](const LocalLink& l) { return l.a == slot || l.b == slot; }));
+}
+
+// A process sent UNLINK U S: it could not map the link we sent it (or does
+// not take links, UROCE_LOCAL_LINKS=no). The file is marked closed, so the
+// other side goes back to the switch at once, and is told to let go of it.
+void Daemon::DeclineLink(Session& s, size_t uplink, uint32_t other) {
+  for (size_t i = 0; i < links_.size(); ++i) {
+    LocalLink& l = links_[i];
+    const bool pair = (l.a == s.slot && l.b == other) || (l.b == s.slot && l.a == other);
+    if (l.uplink != uplink || !pair) continue;
+    l.file->MarkClosed();
+    if (Session* so = SessionOfSlot(other)) {
+      Notify(*so, pmd::FormatLinkChange({static_cast<uint32_t>(uplink), s.slot, false}), -1);
+    }
+    links_[i] = std::move(links_.back());
+    links_.pop_back();
+    links_declined_++;
+    return;
   }
 }
 
@@ -847,8 +899,9 @@ std::string Daemon::StatsText() const {
                   uplinks_[l.uplink]->device.c_str(), l.a, l.b, t.to_process, t.from_process);
     out += line;
   }
-  std::snprintf(line, sizeof(line), "links now=%zu made=%llu refused=%llu\n", links_.size(),
-                static_cast<unsigned long long>(links_made_), static_cast<unsigned long long>(links_refused_));
+  std::snprintf(line, sizeof(line), "links now=%zu made=%llu refused=%llu declined=%llu\n", links_.size(),
+                static_cast<unsigned long long>(links_made_), static_cast<unsigned long long>(links_refused_),
+                static_cast<unsigned long long>(links_declined_));
   out += line;
   return out;
 }

@@ -21,6 +21,7 @@
 #include "api/fabric/objects.h"
 #include "api/fabric/provider.h"
 #include "api/fabric/unsupported.h"
+#include "api/verbs/provider.h"
 #include "transport/work_request.h"
 
 namespace uroce::fabric {
@@ -411,6 +412,11 @@ int Enable(Endpoint* ep) {
   ep->send_cq = *send_cq;
   ep->recv_cq = *recv_cq;
   ep->qp = *qp;
+  // Attached to a daemon: once the connection manager connects it to a QP
+  // of another process on the host, the daemon learns of it (PEER), and if
+  // that process ends, the QP goes to the error state and the connection
+  // ends with FI_SHUTDOWN at once (api/verbs/provider.h).
+  verbs::Provider::Get().WatchQp(engine, *qp, ep->domain->endpoint_index);
   ep->state.store(EndpointState::kEnabled, std::memory_order_release);
   return 0;
 }
@@ -438,7 +444,10 @@ int EndpointClose(fid* f) {
     }
   }
   transport::Engine* engine = ep->domain->engine;
-  if (ep->qp != nullptr) (void)engine->DestroyQp(ep->qp);
+  if (ep->qp != nullptr) {
+    verbs::Provider::Get().UnwatchQp(ep->qp);
+    (void)engine->DestroyQp(ep->qp);
+  }
   for (transport::CompletionQueue* cq : {ep->send_cq, ep->recv_cq}) {
     if (cq == nullptr) continue;
     (void)engine->AttachCompletionSinks(cq, nullptr, nullptr);

@@ -202,9 +202,9 @@ void Provider::RegisterQp(Qp* qp) {
     qps_.push_back(qp);
   }
   const ibv_qp_type type = qp->ibv()->qp_type;
-  if (daemon_ && (type == IBV_QPT_RC || type == IBV_QPT_UC)) {
-    std::lock_guard<std::mutex> lock(peers_mutex_);
-    unconnected_.push_back(qp);
+  if (type == IBV_QPT_RC || type == IBV_QPT_UC) {
+    const WatchedQp w = Watched(qp);
+    WatchQp(w.engine, w.qp, w.device);
   }
 }
 void Provider::UnregisterQp(Qp* qp) {
@@ -213,26 +213,51 @@ void Provider::UnregisterQp(Qp* qp) {
   qps_.erase(std::remove(qps_.begin(), qps_.end(), qp), qps_.end());
 }
 
-void Provider::NoteConnectedLocked(Qp* qp, const transport::Gid& dest, uint32_t dest_qpn) {
-  unconnected_.erase(std::remove(unconnected_.begin(), unconnected_.end(), qp), unconnected_.end());
+Provider::WatchedQp Provider::Watched(Qp* qp) {
+  return WatchedQp{qp->context->engine, qp->engine_qp, qp->context->device->index};
+}
+
+void Provider::WatchQp(transport::Engine* engine, transport::QueuePair* qp, size_t device) {
+  if (!daemon_) return;
+  std::lock_guard<std::mutex> lock(peers_mutex_);
+  unconnected_.push_back(WatchedQp{engine, qp, device});
+}
+
+void Provider::UnwatchQp(transport::QueuePair* qp) {
+  if (!daemon_) return;
+  std::lock_guard<std::mutex> lock(peers_mutex_);
+  ForgetLocked(qp);
+}
+
+void Provider::ForgetLocked(const transport::QueuePair* qp) {
+  unconnected_.erase(std::remove_if(unconnected_.begin(), unconnected_.end(),
+                                    [qp](const WatchedQp& w) { return w.qp == qp; }),
+                     unconnected_.end());
+  DropPeerLocked(qp);
+}
+
+void Provider::NoteConnectedLocked(const WatchedQp& w, const transport::Gid& dest, uint32_t dest_qpn) {
+  unconnected_.erase(std::remove_if(unconnected_.begin(), unconnected_.end(),
+                                    [&w](const WatchedQp& u) { return u.qp == w.qp; }),
+                     unconnected_.end());
   // Only peers on this host: a remote peer's daemon does not know our
   // process (its QP ends by retry exhaustion, as with any NIC).
-  const std::vector<transport::Gid>& ours = config_.endpoints[qp->context->device->index].gids;
+  const std::vector<transport::Gid>& ours = config_.endpoints[w.device].gids;
   if (std::find(ours.begin(), ours.end(), dest) == ours.end()) {
-    DropPeerLocked(qp);
+    DropPeerLocked(w.qp);
     return;
   }
-  const uint32_t qpn = qp->ibv()->qp_num;
+  const uint32_t qpn = w.qp->qpn;
   auto it = peers_.find(qpn);
-  if (it != peers_.end() && it->second.qp == qp && it->second.dest_qpn == dest_qpn) return;
-  peers_[qpn] = PeerOf{qp, dest_qpn};
+  if (it != peers_.end() && it->second.watched.qp == w.qp && it->second.dest_qpn == dest_qpn) return;
+  peers_[qpn] = PeerOf{w, dest_qpn};
   daemon_->RegisterPeer(pmd::PeerRecord{qpn, dest, dest_qpn});
 }
 
-void Provider::DropPeerLocked(Qp* qp) {
-  const uint32_t qpn = qp->ibv()->qp_num;
+void Provider::DropPeerLocked(const transport::QueuePair* qp) {
+  const uint32_t qpn = qp->qpn;
   auto it = peers_.find(qpn);
-  if (it == peers_.end() || it->second.qp != qp) return;
+  if (it == peers_.end() || it->second.watched.qp != qp) return;
   peers_.erase(it);
   daemon_->UnregisterPeer(qpn);
 }
@@ -240,37 +265,38 @@ void Provider::DropPeerLocked(Qp* qp) {
 void Provider::NoteQpModified(Qp* qp, const ibv_qp_attr& attr, int mask) {
   const ibv_qp_type type = qp->ibv()->qp_type;
   if (!daemon_ || !(mask & IBV_QP_STATE) || (type != IBV_QPT_RC && type != IBV_QPT_UC)) return;
+  const WatchedQp w = Watched(qp);
   std::lock_guard<std::mutex> lock(peers_mutex_);
   switch (attr.qp_state) {
     case IBV_QPS_RESET:
-    case IBV_QPS_INIT:
+    case IBV_QPS_INIT: {
       // Not connected (again): a later RTR connects it anew.
-      DropPeerLocked(qp);
-      if (std::find(unconnected_.begin(), unconnected_.end(), qp) == unconnected_.end()) unconnected_.push_back(qp);
+      DropPeerLocked(w.qp);
+      const bool listed = std::any_of(unconnected_.begin(), unconnected_.end(),
+                                      [&w](const WatchedQp& u) { return u.qp == w.qp; });
+      if (!listed) unconnected_.push_back(w);
       break;
+    }
     case IBV_QPS_RTR:
       // INIT -> RTR carries the path and the peer's QPN (the engine took them).
       if ((mask & IBV_QP_AV) && (mask & IBV_QP_DEST_QPN)) {
         transport::Gid dest;
         std::memcpy(dest.data(), attr.ah_attr.grh.dgid.raw, dest.size());
-        NoteConnectedLocked(qp, dest, attr.dest_qp_num);
+        NoteConnectedLocked(w, dest, attr.dest_qp_num);
       }
       break;
     case IBV_QPS_ERR:
       // Nothing to connect any more; a record stays until reset or destroy.
-      unconnected_.erase(std::remove(unconnected_.begin(), unconnected_.end(), qp), unconnected_.end());
+      unconnected_.erase(std::remove_if(unconnected_.begin(), unconnected_.end(),
+                                        [&w](const WatchedQp& u) { return u.qp == w.qp; }),
+                         unconnected_.end());
       break;
     default:
       break;
   }
 }
 
-void Provider::ForgetQp(Qp* qp) {
-  if (!daemon_) return;
-  std::lock_guard<std::mutex> lock(peers_mutex_);
-  unconnected_.erase(std::remove(unconnected_.begin(), unconnected_.end(), qp), unconnected_.end());
-  DropPeerLocked(qp);
-}
+void Provider::ForgetQp(Qp* qp) { UnwatchQp(qp->engine_qp); }
 
 void Provider::WatchPeers() {
   std::vector<std::array<uint32_t, 3>> lost;
@@ -299,12 +325,12 @@ void Provider::WatchPeersLocked(std::vector<std::array<uint32_t, 3>>* lost) {
   for (const pmd::PeerGone& g : daemon_->TakePeersGone()) {
     auto it = peers_.find(g.qpn);
     if (it == peers_.end() || it->second.dest_qpn != g.dest_qpn) continue;
-    Qp* qp = it->second.qp;
+    const WatchedQp w = it->second.watched;
     peers_.erase(it);
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_ERR;
-    if (!qp->context->engine->ModifyQp(qp->engine_qp, attr, IBV_QP_STATE, g.qpn).ok()) continue;
-    lost->push_back({static_cast<uint32_t>(qp->context->device->index), g.qpn, g.dest_qpn});
+    if (!w.engine->ModifyQp(w.qp, attr, IBV_QP_STATE, g.qpn).ok()) continue;
+    lost->push_back({static_cast<uint32_t>(w.device), g.qpn, g.dest_qpn});
     if (++moved <= 4) {
       char name[48];
       std::snprintf(name, sizeof(name), "%s0x%06x (peer 0x%06x)", names.empty() ? "" : ", ", g.qpn, g.dest_qpn);
@@ -320,18 +346,17 @@ void Provider::WatchPeersLocked(std::vector<std::array<uint32_t, 3>>* lost) {
   // QPs the connection manager connected (rdma_cm): it moves them through
   // RTR inside the engine, past ibv_modify_qp.
   for (size_t i = 0; i < unconnected_.size();) {
-    Qp* qp = unconnected_[i];
-    const ibv_qp_state state = qp->engine_qp->state.load(std::memory_order_acquire);
+    const WatchedQp w = unconnected_[i];
+    const ibv_qp_state state = w.qp->state.load(std::memory_order_acquire);
     if (!IsConnectedState(state) && state != IBV_QPS_ERR) {
       ++i;
       continue;
     }
     ibv_qp_attr attr{};
-    if (IsConnectedState(state) && qp->context->engine->QueryQp(qp->engine_qp, &attr, nullptr).ok() &&
-        IsConnectedState(attr.qp_state)) {
+    if (IsConnectedState(state) && w.engine->QueryQp(w.qp, &attr, nullptr).ok() && IsConnectedState(attr.qp_state)) {
       transport::Gid dest;
       std::memcpy(dest.data(), attr.ah_attr.grh.dgid.raw, dest.size());
-      NoteConnectedLocked(qp, dest, attr.dest_qp_num);  // takes it off the list
+      NoteConnectedLocked(w, dest, attr.dest_qp_num);  // takes it off the list
       continue;
     }
     unconnected_.erase(unconnected_.begin() + static_cast<long>(i));

@@ -87,6 +87,11 @@ class Provider {
   void NoteQpModified(Qp* qp, const ibv_qp_attr& attr, int mask);
   // Before the engine destroys `qp` (ibv_destroy_qp).
   void ForgetQp(Qp* qp);
+  // The same for a QP made past verbs (a libfabric endpoint's, which the
+  // connection manager connects): watched from creation (nothing if not
+  // attached to a daemon), forgotten before the engine destroys it.
+  void WatchQp(transport::Engine* engine, transport::QueuePair* qp, size_t device);
+  void UnwatchQp(transport::QueuePair* qp);
 
   bool inline_progress() const { return inline_; }
   pmd::Runtime* runtime() { return runtime_.get(); }
@@ -111,10 +116,19 @@ class Provider {
   void WatchPeers();
   // peers_mutex_ taken: the QPs moved to ERR, as {device, qpn, dest_qpn}.
   void WatchPeersLocked(std::vector<std::array<uint32_t, 3>>* lost);
-  // peers_mutex_ held: `qp` is connected to `dest`:`dest_qpn` (RTR or later).
-  void NoteConnectedLocked(Qp* qp, const transport::Gid& dest, uint32_t dest_qpn);
-  // peers_mutex_ held: forget `qp`'s PEER record, if it has one (UNPEER).
-  void DropPeerLocked(Qp* qp);
+  // An RC/UC QP of ours whose peer the daemon may have to know: a verbs QP
+  // or a libfabric endpoint's, by its engine objects.
+  struct WatchedQp {
+    transport::Engine* engine = nullptr;
+    transport::QueuePair* qp = nullptr;
+    size_t device = 0;  // the runtime endpoint (uroceN)
+  };
+  static WatchedQp Watched(Qp* qp);
+  // peers_mutex_ held: `w` is connected to `dest`:`dest_qpn` (RTR or later).
+  void NoteConnectedLocked(const WatchedQp& w, const transport::Gid& dest, uint32_t dest_qpn);
+  // peers_mutex_ held: forget the PEER record of `qp`, if it has one (UNPEER).
+  void DropPeerLocked(const transport::QueuePair* qp);
+  void ForgetLocked(const transport::QueuePair* qp);
   unsigned SignalArmedCqs();
   unsigned PumpAsyncEvents();
 
@@ -143,10 +157,10 @@ class Provider {
   std::atomic<uint64_t> app_polls_{0};
 
   // Attached mode: our QPs' connections to QPs on the host, as the daemon
-  // knows them. A Qp here (in either) is not destroyed: ibv_destroy_qp takes
-  // it out first (ForgetQp), under the same lock.
+  // knows them. A QP here (in either) is not destroyed: ibv_destroy_qp and
+  // fi_close take it out first (ForgetQp, UnwatchQp), under the same lock.
   struct PeerOf {
-    Qp* qp = nullptr;
+    WatchedQp watched;
     uint32_t dest_qpn = 0;
   };
   std::mutex peers_mutex_;
@@ -157,7 +171,7 @@ class Provider {
   std::unordered_map<uint32_t, PeerOf> peers_;  // by our QPN
   // RC/UC QPs not seen connected yet: the progress thread looks whether the
   // connection manager moved them (one atomic load each per look).
-  std::vector<Qp*> unconnected_;
+  std::vector<WatchedQp> unconnected_;
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
