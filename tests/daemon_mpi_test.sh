@@ -199,7 +199,18 @@ pids+=("$mpirun_pid")
 # A daemon that dies leaves its ranks waiting: stop the job at once then,
 # rather than at the time limit.
 died=""
+start_wait=$SECONDS
+dumped=""
 while kill -0 "$mpirun_pid" 2>/dev/null; do
+  # A hang: what each daemon sees while the ranks still run (per process
+  # frames, links, CM routing), for whoever reads the log.
+  if [[ -z $dumped ]] && (( SECONDS - start_wait > MPI_LIMIT - 15 )); then
+    dumped=yes
+    for ns in "$ns_a" "$ns_b"; do
+      echo "--- uroce stats of $ns before the time limit"
+      timeout 10 "$UROCE" stats --daemon "$TMP/$ns.sock" 2>&1
+    done
+  fi
   for ns in "$ns_a" "$ns_b"; do
     if [[ -z $died ]] && ! kill -0 "${DAEMON_PID[$ns]}" 2>/dev/null; then
       died=$ns
