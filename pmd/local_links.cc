@@ -33,7 +33,7 @@ bool LocalLinks::IsHost(const transport::Gid& gid) const {
   return false;
 }
 
-uint16_t LocalLinks::Route(const rte_mbuf* m, const Table* table) const {
+uint16_t LocalLinks::Route(const rte_mbuf* m, const Table* table) {
   FrameInfo info;
   if (!InspectFrame(m, &info) || info.kind != FrameInfo::Kind::kRoce || !IsHost(info.dst_ip)) return kToDaemon;
   const uint32_t slot = SlotOf(info.dest_qpn);
@@ -42,6 +42,11 @@ uint16_t LocalLinks::Route(const rte_mbuf* m, const Table* table) const {
   if (slot == options_.own_slot) return kToLoop;
   const ShmChannel* link = table->by_slot[slot];
   if (link == nullptr || link->closed()) return kToDaemon;
+  if (in_use_[slot] != table->generation[slot]) {
+    // A new link: not before the switch has taken what we sent it (order).
+    if (options_.daemon_channel != nullptr && !options_.daemon_channel->SendDrained()) return kToDaemon;
+    in_use_[slot] = table->generation[slot];
+  }
   return static_cast<uint16_t>(slot);
 }
 
@@ -156,6 +161,7 @@ Status LocalLinks::Add(uint32_t peer_slot, int fd) {
   auto table = std::make_unique<Table>(*current_);
   if (table->by_slot[peer_slot] == nullptr) table->slots[table->count++] = static_cast<uint8_t>(peer_slot);
   table->by_slot[peer_slot] = link->get();
+  table->generation[peer_slot] = ++generations_;  // never 0: in_use_ starts there
   std::unique_ptr<ShmChannel> old = std::move(links_[peer_slot]);
   links_[peer_slot] = std::move(*link);
   Publish(std::move(table), std::move(old));
@@ -172,6 +178,7 @@ void LocalLinks::Remove(uint32_t peer_slot) {
     if (slot == peer_slot) continue;
     table->slots[table->count++] = static_cast<uint8_t>(slot);
     table->by_slot[slot] = current_->by_slot[slot];
+    table->generation[slot] = current_->generation[slot];
   }
   Publish(std::move(table), std::move(links_[peer_slot]));
 }

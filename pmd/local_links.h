@@ -28,6 +28,15 @@
 // (DETH). Anything else is counted (rx_refused) and freed. The shared memory
 // itself is read as ShmChannel reads it (never trusted).
 //
+// Order: frames to a process went through the switch until the link came.
+// A new link carries nothing until everything we sent to the daemon before
+// it has been taken by the switch (ShmChannel::SendDrained), and the
+// receiver reads its port to the daemon before its links in each burst, so
+// the first frames over the link do not overtake the last ones through the
+// switch (RC would recover by a NAK, UC would lose a message). What remains
+// is the few microseconds between the switch taking frames and putting
+// them into the receiver's port, within one switch poll.
+//
 // Back-pressure: a full link takes nothing; the engine keeps the frames and
 // sends them on its next poll (transport/packet_io.h). A link that takes
 // nothing for kStallLimit sends in a row (its process stopped polling, or
@@ -76,6 +85,9 @@ class LocalLinks final : public transport::PacketIo {
 
   struct Options {
     transport::PacketIo* daemon = nullptr;  // the port to the switch
+    // Its shared-memory channel, to know when the switch has taken all we
+    // sent (order, above); null: a new link is used at once.
+    const ShmChannel* daemon_channel = nullptr;
     rte_mempool* pool = nullptr;            // receive buffers
     uint32_t own_slot = 0;                  // our lease: QPNs own_slot << 16 ..
     transport::MacAddress mac{};            // the uplink's (the host's)
@@ -106,11 +118,12 @@ class LocalLinks final : public transport::PacketIo {
     uint32_t count = 0;
     std::array<uint8_t, kSlots> slots{};              // the linked slots, count of them
     std::array<ShmChannel*, kSlots> by_slot{};        // slot -> its link
+    std::array<uint32_t, kSlots> generation{};         // slot -> which Add made its link
   };
   static constexpr uint16_t kToDaemon = 0;  // Route's answer; else a slot
   static constexpr uint16_t kToLoop = 0xFFFF;
 
-  uint16_t Route(const rte_mbuf* m, const Table* table) const;
+  uint16_t Route(const rte_mbuf* m, const Table* table);
   uint16_t SendRun(uint16_t destination, const Table* table, rte_mbuf** pkts, uint16_t n);
   uint16_t ReceiveFromLink(uint32_t slot, ShmChannel* link, rte_mbuf** pkts, uint16_t n);
   bool Acceptable(uint32_t from_slot, const rte_mbuf* m) const;
@@ -129,6 +142,7 @@ class LocalLinks final : public transport::PacketIo {
   uint32_t loop_head_ = 0, loop_tail_ = 0;
   uint32_t next_link_ = 0;  // round robin over the links on receive
   std::array<uint32_t, kSlots> stalled_{};  // sends in a row a link took nothing
+  std::array<uint32_t, kSlots> in_use_{};   // the generation of the link we send on (order, above)
   std::atomic<uint64_t> loop_frames_{0}, link_tx_frames_{0}, link_rx_frames_{0}, daemon_tx_frames_{0};
   std::atomic<uint64_t> rx_refused_{0}, tx_stalled_drops_{0};
   std::atomic<uint32_t> link_count_{0};  // for counters(), which may not touch a table
@@ -143,6 +157,7 @@ class LocalLinks final : public transport::PacketIo {
   };
   std::unique_ptr<Table> current_;
   std::vector<Retired> retired_;
+  uint32_t generations_ = 0;
 };
 
 }  // namespace uroce::pmd

@@ -114,6 +114,40 @@ TEST_F(LocalLinksTest, LinkedProcessesTalkStraightAndTheDaemonKeepsTheRest) {
   EXPECT_EQ(a_->counters().links, 1u);
 }
 
+TEST_F(LocalLinksTest, ANewLinkWaitsUntilTheSwitchTookWhatWentBefore) {
+  // a's port to the daemon is a real channel here: the link must not carry
+  // frames to b while frames to b still wait in it for the switch, or they
+  // would overtake them.
+  auto port = ShmChannel::Create(64, 1518);
+  ASSERT_TRUE(port.ok());
+  auto process_side = ShmChannel::Map((*port)->fd());
+  ASSERT_TRUE(process_side.ok());
+  ShmPortIo port_io(process_side->get(), pool_.get());
+  LocalLinks::Options o;
+  o.daemon = &port_io;
+  o.daemon_channel = process_side->get();
+  o.pool = pool_.get();
+  o.own_slot = 3;
+  o.mac = kHostMac;
+  o.gids = {Ip(1)};
+  a_ = std::make_unique<LocalLinks>(o);
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);  // before the link: to the switch
+  Link();
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);  // the switch has not taken the first yet
+  EXPECT_EQ(Receive(b_.get()), 0u);
+  EXPECT_EQ(a_->counters().daemon_tx_frames, 2u);
+  // The switch takes both (and passes them on); from now on the link.
+  rte_mbuf* taken[4];
+  EXPECT_EQ((*port)->Receive(taken, 4, pool_.get()), 2);
+  rte_pktmbuf_free_bulk(taken, 2);
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);
+  // And stays on it, whatever waits for the switch (a CM MAD here).
+  EXPECT_EQ(Send(a_.get(), {Roce(1, Opcode::kUdSendOnly, 1), Roce(Qpn(7, 5))}), 2);
+  EXPECT_EQ(Receive(b_.get()), 2u);
+  EXPECT_EQ(a_->counters().link_tx_frames, 2u);
+  a_.reset();  // before the channel it sends on
+}
+
 TEST_F(LocalLinksTest, ALinkedProcessMaySendOnlyAsTheHostToOurQps) {
   Link();
   // Written straight into the link as a hostile process would (its own

@@ -368,6 +368,7 @@ Status Runtime::StartShmEndpoint(const EndpointConfig& ec) {
   // (pmd/local_links.h); our lease says our slot.
   LocalLinks::Options lo;
   lo.daemon = e->shm_io.get();
+  lo.daemon_channel = e->shm.get();
   lo.pool = e->pool.get();
   lo.own_slot = ec.qpn_base >> 16;
   lo.mac = ec.mac;

@@ -176,6 +176,10 @@ uint16_t ShmChannel::Receive(rte_mbuf** pkts, uint16_t n, rte_mempool* pool) {
   return got;
 }
 
+bool ShmChannel::SendDrained() const {
+  return LoadAcquire(ring(side_ == Side::kDaemon)->consumed()) == produced_;
+}
+
 uint16_t ShmChannel::Send(rte_mbuf** pkts, uint16_t n) {
   Ring* r = ring(side_ == Side::kDaemon);
   const uint32_t consumed = LoadAcquire(r->consumed());

@@ -81,6 +81,9 @@ class ShmChannel {
   uint16_t Send(rte_mbuf** pkts, uint16_t n);
 
   const ShmChannelCounters& counters() const { return counters_; }
+  // The sending side's thread: everything we sent has been taken by the
+  // other side (one shared load).
+  bool SendDrained() const;
 
   // A local link whose process on the other end ended: the daemon marks it
   // (any thread), the survivor reads it (closed(), a relaxed load of a
