@@ -249,15 +249,18 @@ std::string FormatAttachReply(const AttachGrant& grant) {
     const GrantEndpoint& e = grant.endpoints[k];
     std::string gids, neighbors;
     for (const transport::Gid& gid : e.gids) {
-      if (!gids.empty()) {
-        gids += ',';
-        neighbors += ',';
-      }
+      if (!gids.empty()) gids += ',';
       gids += GidToString(gid);
-      // Loopback is the daemon's (other processes' QPs share these
-      // addresses): our own addresses are reached through the switch, at
-      // the uplink's MAC.
-      neighbors += GidToString(gid) + "=" + MacToString(e.mac);
+    }
+    // Loopback is the daemon's (other processes' QPs share these
+    // addresses): the host's addresses, this uplink's and every other's,
+    // are reached through this uplink's switch (it hands frames to another
+    // uplink's address to that uplink's switch), at this uplink's MAC.
+    for (const GrantEndpoint& any : grant.endpoints) {
+      for (const transport::Gid& gid : any.gids) {
+        if (!neighbors.empty()) neighbors += ',';
+        neighbors += GidToString(gid) + "=" + MacToString(e.mac);
+      }
     }
     text += "[endpoint." + e.name + "]\n";
     // The port is the K-th file that comes with this reply (shm_fd, set by

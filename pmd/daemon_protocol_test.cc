@@ -81,10 +81,16 @@ TEST(DaemonProtocolTest, GrantIsAConfigurationOnTheDaemonsSharedMemoryPort) {
   EXPECT_FALSE(ep.loopback);
   EXPECT_EQ(ep.qpn_base, 7u << 16);
   EXPECT_EQ(ep.qpn_count, 65536u);
-  // Our own addresses are reached at the uplink's MAC, through the switch.
-  ASSERT_EQ(ep.neighbors.size(), 2u);
+  // The host's addresses, this uplink's and the other's, are reached at
+  // this uplink's MAC, through its switch.
+  ASSERT_EQ(ep.neighbors.size(), 3u);
   EXPECT_EQ(ep.neighbors[0].first, g.gids[0]);
   EXPECT_EQ(ep.neighbors[0].second, g.mac);
+  EXPECT_EQ(ep.neighbors[2].first, h.gids[0]);
+  EXPECT_EQ(ep.neighbors[2].second, g.mac);
+  ASSERT_EQ(second.neighbors.size(), 3u);
+  EXPECT_EQ(second.neighbors[0].first, g.gids[0]);
+  EXPECT_EQ(second.neighbors[0].second, h.mac);
   EXPECT_EQ(config->progress, ProgressMode::kInline);
 }
 

@@ -108,7 +108,7 @@ void FrameSwitch::FromUplink(rte_mbuf* m) {
   switch (info.kind) {
     case FrameInfo::Kind::kRoce:
       if (!IsOurs(info.dst_ip)) return Drop(kUplink, m, &counters_.not_for_us);
-      return ToRoceOwner(kUplink, info, m);
+      return ToRoceOwner(kUplink, info, m, this);
     case FrameInfo::Kind::kNeighbor:
       // A kernel uplink: the kernel answers for its addresses (an af_packet
       // port shows us its traffic too).
@@ -139,7 +139,14 @@ void FrameSwitch::FromProcess(uint32_t slot, rte_mbuf* m) {
       if (info.ud && info.src_qpn == 1 && !SpeaksForSlot(slot, info, m)) return Drop(slot, m, &counters_.spoofed);
       if (IsOurs(info.dst_ip)) {
         counters_.local_frames++;
-        return ToRoceOwner(slot, info, m);
+        return ToRoceOwner(slot, info, m, this);
+      }
+      for (FrameSwitch* sibling : siblings_) {
+        if (!sibling->IsOurs(info.dst_ip)) continue;
+        // Checked here as ours; the process has the same slot there.
+        counters_.local_frames++;
+        counters_.cross_frames++;
+        return sibling->ToRoceOwner(slot, info, m, this);
       }
       return StageTo(kUplink, m);
     }
@@ -159,13 +166,15 @@ void FrameSwitch::FromProcess(uint32_t slot, rte_mbuf* m) {
   }
 }
 
-void FrameSwitch::ToRoceOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m) {
-  if (info.dest_qpn == 1) return ToCmOwner(from, info, m);
+void FrameSwitch::ToRoceOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m, FrameSwitch* origin) {
+  if (info.dest_qpn == 1) return ToCmOwner(from, info, m, origin);
   const uint32_t slot = SlotOfQpn(info.dest_qpn);
   if (slot < kSwitchFirstSlot || slot > kSwitchLastSlot || ports_[slot].io == nullptr) {
-    return Drop(from, m, &counters_.unknown_qpn);
+    return origin->Drop(from, m, &counters_.unknown_qpn);
   }
-  if (from != kUplink && from != slot) NoteLocalPair(from, slot);
+  // A link joins two processes on one uplink; across two, the switches
+  // carry the frames.
+  if (origin == this && from != kUplink && from != slot) NoteLocalPair(from, slot);
   StageTo(slot, m);
 }
 
@@ -205,23 +214,23 @@ bool FrameSwitch::SpeaksForSlot(uint32_t slot, const FrameInfo& info, const rte_
 
 // A CM MAD (IBTA 12.6) to the process it is for. Only well-formed CM MADs
 // are routed: DecodeCmMad checks the header and every field the CM reads.
-void FrameSwitch::ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m) {
+void FrameSwitch::ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m, FrameSwitch* origin) {
   transport::CmMad mad;
   if (!info.ud ||
       transport::DecodeCmMad(rte_pktmbuf_mtod_offset(m, const uint8_t*, info.payload), info.payload_length, &mad) !=
           transport::CmMadError::kOk) {
-    return Drop(from, m, &counters_.cm_unrouted);
+    return origin->Drop(from, m, &counters_.cm_unrouted);
   }
   uint32_t slot = 0;
   if (const auto* req = std::get_if<transport::CmReq>(&mad.message)) {
     if ((req->service_id & ~uint64_t{0xFFFF}) != transport::kRdmaIpServiceIdBase) {
-      RejectRequest(from, info, mad.header.transaction_id, req->local_comm_id, m);
-      return Drop(from, m, &counters_.cm_no_listener);
+      RejectRequest(from, info, mad.header.transaction_id, req->local_comm_id, m, origin);
+      return origin->Drop(from, m, &counters_.cm_no_listener);
     }
     slot = listeners_[req->service_id & 0xFFFF];
     if (slot == 0) {
-      RejectRequest(from, info, mad.header.transaction_id, req->local_comm_id, m);
-      return Drop(from, m, &counters_.cm_no_listener);
+      RejectRequest(from, info, mad.header.transaction_id, req->local_comm_id, m, origin);
+      return origin->Drop(from, m, &counters_.cm_no_listener);
     }
   } else {
     // Every other CM message names the receiver's communication ID as its
@@ -237,7 +246,7 @@ void FrameSwitch::ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m) {
     slot = remote_comm_id >> kSwitchCommIdShift;
   }
   if (slot < kSwitchFirstSlot || slot > kSwitchLastSlot || ports_[slot].io == nullptr) {
-    return Drop(from, m, &counters_.cm_unrouted);
+    return origin->Drop(from, m, &counters_.cm_unrouted);
   }
   counters_.cm_routed++;
   StageTo(slot, m);
@@ -249,7 +258,7 @@ void FrameSwitch::ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m) {
 // naming the caller's communication ID. The caller fails at once instead of
 // retrying into a timeout.
 void FrameSwitch::RejectRequest(uint32_t from, const FrameInfo& info, uint64_t transaction_id, uint32_t caller_id,
-                                const rte_mbuf* request) {
+                                const rte_mbuf* request, FrameSwitch* origin) {
   constexpr uint32_t kGsiQkey = 0x80010000;
   const uint8_t* eth = rte_pktmbuf_mtod(request, const uint8_t*);
   transport::CmMad mad;
@@ -284,7 +293,7 @@ void FrameSwitch::RejectRequest(uint32_t from, const FrameInfo& info, uint64_t t
     return;
   }
   counters_.cm_rejects++;
-  StageTo(from, answer);
+  origin->StageTo(from, answer);
 }
 
 void FrameSwitch::AnswerNeighbor(rte_mbuf* m) {
@@ -323,7 +332,9 @@ void FrameSwitch::AskNeighbor(uint32_t slot, rte_mbuf* m) {
   q.sender_ip = msg.sender_ip;
   q.sender_mac = msg.sender_mac;
   rte_pktmbuf_free(m);
-  if (IsOurs(q.target)) return AnswerNeighborQuestion(q, options_.mac);
+  bool host_address = IsOurs(q.target);
+  for (const FrameSwitch* sibling : siblings_) host_address = host_address || sibling->IsOurs(q.target);
+  if (host_address) return AnswerNeighborQuestion(q, options_.mac);
   if (questions_ == kQuestions) {
     counters_.neighbor_questions_dropped++;
     return;

@@ -67,6 +67,7 @@ struct SwitchPortCounters {
 
 struct SwitchCounters {
   uint64_t local_frames = 0;        // process to process, never on the wire
+  uint64_t cross_frames = 0;        // of them: handed to another uplink's switch (its address)
   uint64_t unknown_qpn = 0;         // no process owns the destination QPN
   uint64_t not_for_us = 0;          // RoCE to another address, or not RoCE/ARP/ND
   uint64_t malformed = 0;           // too short or inconsistent headers
@@ -121,6 +122,14 @@ class FrameSwitch {
   // The slot listening on `port`, 0 if none.
   uint32_t listener(uint16_t port) const { return listeners_[port]; }
 
+  // The daemon's other uplinks' switches (polled by the same thread): a
+  // process's RoCEv2 frame to one of their addresses is handed to that
+  // switch, to the process port of the same slot there, never to the wire
+  // (a host's frames to its own addresses stay in the host, as the kernel
+  // loops them; IBTA A17 RoCEv2 routes by IP).
+  void SetSiblings(std::vector<FrameSwitch*> siblings) { siblings_ = std::move(siblings); }
+  bool IsOurs(const transport::Gid& gid) const;
+
   // One round: a burst from the uplink and from every process, switched and
   // transmitted. Returns the frames moved.
   unsigned Poll();
@@ -165,15 +174,16 @@ class FrameSwitch {
     SwitchPortCounters counters;
   };
 
-  bool IsOurs(const transport::Gid& gid) const;
-
   void FromUplink(rte_mbuf* m);
   void FromProcess(uint32_t slot, rte_mbuf* m);
-  void ToRoceOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m);
-  void ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m);
+  // `origin`: the switch the frame came in by (another uplink's, for a
+  // frame from one of its processes to our address); answers (REJ) go back
+  // through it, to the process's port there.
+  void ToRoceOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m, FrameSwitch* origin);
+  void ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m, FrameSwitch* origin);
   bool SpeaksForSlot(uint32_t slot, const FrameInfo& info, const rte_mbuf* m) const;
   void RejectRequest(uint32_t from, const FrameInfo& info, uint64_t transaction_id, uint32_t caller_id,
-                     const rte_mbuf* request);
+                     const rte_mbuf* request, FrameSwitch* origin);
   void AnswerNeighbor(rte_mbuf* m);
   void AskNeighbor(uint32_t slot, rte_mbuf* m);
   void StageNeighborFrame(uint32_t slot, const uint8_t* frame, size_t length);
@@ -187,6 +197,7 @@ class FrameSwitch {
   std::vector<uint32_t> attached_;  // slots in use, for Poll
   std::array<uint8_t, 65536> listeners_{};  // CM port -> slot (0: none)
   std::vector<rte_mbuf*> burst_;
+  std::vector<FrameSwitch*> siblings_;
   void NoteLocalPair(uint32_t from, uint32_t to);
   std::array<NeighborQuestion, kQuestions> question_queue_{};
   std::array<LinkRequest, kLinkRequests> link_request_queue_{};

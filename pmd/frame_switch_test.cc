@@ -58,12 +58,12 @@ class FrameSwitchTest : public ::testing::Test {
     return m;
   }
   // A CM MAD to QP 1 (UD, from QP 1), as a connection manager sends it.
-  rte_mbuf* Mad(const MacAddress& smac, const Gid& sip, const transport::CmMad& mad) {
+  rte_mbuf* Mad(const MacAddress& smac, const Gid& sip, const transport::CmMad& mad, const Gid& dip = Ip(1)) {
     transport::PacketFields f;
     f.src_mac = smac;
     f.dst_mac = kHostMac;
     f.src_gid = sip;
-    f.dst_gid = Ip(1);
+    f.dst_gid = dip;
     f.udp_src_port = 0xC000;
     f.bth.opcode = static_cast<uint8_t>(Opcode::kUdSendOnly);
     f.bth.dest_qp = 1;
@@ -113,6 +113,68 @@ TEST_F(FrameSwitchTest, ProcessesReachEachOtherThroughTheHostAddressWithoutTheWi
   EXPECT_EQ(proc_[0].out.size(), 2u);
   EXPECT_EQ(uplink_.out.size(), 1u);
   EXPECT_EQ(switch_->counters().local_frames, 3u);
+}
+
+TEST_F(FrameSwitchTest, FramesToAnotherUplinksAddressCrossToItsSwitchNotTheWire) {
+  // A second uplink of the same daemon (address Ip(5), its own MAC), with
+  // the same two processes attached there (a process has one slot).
+  const MacAddress second_mac = {0x02, 0, 0, 0, 0, 0x05};
+  QueuePort second_uplink, second_proc[2];
+  FrameSwitch::Options o;
+  o.mac = second_mac;
+  o.gids = {Ip(5)};
+  o.uplink = &second_uplink;
+  o.pool = pool_.get();
+  FrameSwitch second(o);
+  ASSERT_TRUE(second.Attach(1, &second_proc[0]).ok());
+  ASSERT_TRUE(second.Attach(2, &second_proc[1]).ok());
+  switch_->SetSiblings({&second});
+  second.SetSiblings({switch_.get()});
+  ASSERT_TRUE(switch_->Listen(7000, 2).ok());
+  ASSERT_TRUE(second.Listen(7000, 2).ok());
+
+  // Process 1 on the first uplink to process 2's QP at the second's address.
+  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(5), 0x020010));
+  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(5), 0x030010));  // nobody's QPN
+  switch_->Poll();
+  second.Poll();
+  EXPECT_TRUE(uplink_.out.empty());
+  EXPECT_TRUE(second_uplink.out.empty());
+  EXPECT_EQ(second_proc[1].out.size(), 1u);  // its port on the second uplink
+  EXPECT_TRUE(proc_[1].out.empty());
+  EXPECT_EQ(switch_->counters().cross_frames, 2u);
+  EXPECT_EQ(second.counters().unknown_qpn, 1u);
+  EXPECT_EQ(switch_->port_counters(1).rx_dropped, 1u);  // the sender's port
+  EXPECT_FALSE(switch_->has_link_requests());  // links join processes on one uplink
+  EXPECT_FALSE(second.has_link_requests());
+  // And back, from the second uplink's address to the first's.
+  second_proc[1].in.push_back(Roce(second_mac, Ip(5), second_mac, Ip(1), 0x010020));
+  second.Poll();
+  switch_->Poll();
+  EXPECT_EQ(proc_[0].out.size(), 1u);
+  EXPECT_EQ(second.counters().cross_frames, 1u);
+  // A REQ for a port nobody listens on is refused back to the caller's
+  // port on its own uplink; one for a listener reaches it on the other.
+  for (auto& p : proc_) p.Clear();
+  for (auto& p : second_proc) p.Clear();
+  transport::CmMad mad;
+  transport::CmReq req;
+  req.local_comm_id = 1u << kSwitchCommIdShift | 5;
+  req.service_id = transport::kRdmaIpServiceIdBase | 7001;
+  mad.message = req;
+  proc_[0].in.push_back(Mad(kHostMac, Ip(1), mad, Ip(5)));
+  req.service_id = transport::kRdmaIpServiceIdBase | 7000;
+  mad.message = req;
+  proc_[0].in.push_back(Mad(kHostMac, Ip(1), mad, Ip(5)));
+  switch_->Poll();
+  second.Poll();
+  ASSERT_EQ(proc_[0].out.size(), 1u);  // the REJ, on the caller's own uplink
+  EXPECT_EQ(second.counters().cm_rejects, 1u);
+  EXPECT_EQ(second_proc[1].out.size(), 1u);  // the REQ, at the listener
+  EXPECT_TRUE(uplink_.out.empty());
+  EXPECT_TRUE(second_uplink.out.empty());
+  for (auto& p : proc_) p.Clear();
+  for (auto& p : second_proc) p.Clear();
 }
 
 TEST_F(FrameSwitchTest, ProcessesThatTalkAreAskedToBeLinkedOnce) {

@@ -14,7 +14,9 @@
 #   4. auto with somebody else's XDP program on the interface: the daemon
 #      leaves it, says so, and falls back to af_packet; rping across;
 #   5. two uplinks in one daemon (a second veth pair to a third namespace):
-#      programs see uroce0 and uroce1; ib_write_bw over uroce1, and rping to
+#      programs see uroce0 and uroce1; ibv_rc_pingpong from uroce0 to
+#      uroce1's address (between the switches, on no wire); ib_write_bw
+#      over uroce1, and rping to
 #      each peer (rdma_cm picks the device the host's route leads through).
 # Needs root (namespaces, XDP). Every process runs under `timeout`; the
 # namespaces go on every exit path. No assertion on speed.
@@ -314,6 +316,27 @@ else
   fail "ib_write_bw over uroce1: $(tail -5 "$TMP/wbw2.client")"
 fi
 wait "$wsrv"
+# Two processes of host A, one on each uplink, through each other's
+# address: the frames cross between the daemon's two switches, never onto
+# either wire (the host's own addresses, as the kernel loops them).
+cross_before=$(UROCE_DAEMON=$TMP/a.sock timeout 30 "$UROCE" stats --daemon "$TMP/a.sock" 2>&1 |
+  grep -oE "^uplink rx_frames=[0-9]+ tx_frames=[0-9]+" | sed 's/.*tx_frames=//' | awk '{ s += $1 } END { print s + 0 }')
+UROCE_DAEMON=$TMP/a.sock "${A[@]}" timeout -k 5 60 "$UROCE" exec -- ibv_rc_pingpong -d uroce1 -g 0 -n 500 \
+  -p 18519 > "$TMP/cross.server" 2>&1 &
+xsrv=$!
+for _ in $(seq 100); do "${A[@]}" ss -ltnH "sport = :18519" | grep -q . && break; sleep 0.1; done
+if UROCE_DAEMON=$TMP/a.sock "${A[@]}" timeout -k 5 60 "$UROCE" exec -- ibv_rc_pingpong -d uroce0 -g 0 -n 500 \
+  -p 18519 127.0.0.1 > "$TMP/cross.client" 2>&1 && wait "$xsrv"; then
+  echo "ok: ibv_rc_pingpong from uroce0 to uroce1's address: $(grep "iters in" "$TMP/cross.client")"
+else
+  fail "ibv_rc_pingpong from uroce0 to uroce1's address: $(tail -3 "$TMP/cross.client") / $(tail -3 "$TMP/cross.server")"
+fi
+stats=$(UROCE_DAEMON=$TMP/a.sock timeout 30 "$UROCE" stats --daemon "$TMP/a.sock" 2>&1)
+cross_after=$(grep -oE "^uplink rx_frames=[0-9]+ tx_frames=[0-9]+" <<<"$stats" | sed 's/.*tx_frames=//' | awk '{ s += $1 } END { print s + 0 }')
+grep -qE "^switch local_frames=[0-9]+ cross_frames=([1-9][0-9]{3,}) .*device=uroce0" <<<"$stats" ||
+  fail "uroce0's switch did not hand the pair's frames to uroce1's: $(grep '^switch' <<<"$stats")"
+echo "the uplinks sent $((cross_after - cross_before)) frames meanwhile"
+[[ $((cross_after - cross_before)) -lt 100 ]] || fail "the pair's frames went onto a wire ($cross_before -> $cross_after)"
 for peer in "C 10.75.1.2 c" "B 10.75.0.2 b"; do
   read -r ns_name addr dsock <<<"$peer"
   local_ns=("${C[@]}")

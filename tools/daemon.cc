@@ -259,6 +259,15 @@ Status Daemon::StartUplinks() {
                   : (ec.port + " (" + ec.name + ")").c_str(),
         pmd::MacToString(up.mac).c_str(), gids.c_str(), socket_path_.c_str());
   }
+  // A process's frames to another uplink's address cross between the
+  // switches, never onto a wire (FrameSwitch::SetSiblings).
+  for (auto& u : uplinks_) {
+    std::vector<pmd::FrameSwitch*> siblings;
+    for (auto& other : uplinks_) {
+      if (other != u) siblings.push_back(other->sw.get());
+    }
+    u->sw->SetSiblings(std::move(siblings));
+  }
   return Status::Ok();
 }
 
@@ -875,12 +884,13 @@ std::string Daemon::StatsText() const {
     const pmd::SwitchCounters& k = up->sw->counters();
     std::snprintf(line, sizeof(line),
                   "uplink rx_frames=%llu tx_frames=%llu rx_dropped=%llu tx_full=%llu device=%s name=%s\n"
-                  "switch local_frames=%llu unknown_qpn=%llu not_for_us=%llu malformed=%llu spoofed=%llu "
+                  "switch local_frames=%llu cross_frames=%llu unknown_qpn=%llu not_for_us=%llu malformed=%llu spoofed=%llu "
                   "cm_routed=%llu cm_no_listener=%llu cm_rejects=%llu cm_unrouted=%llu neighbor_answers=%llu "
                   "neighbor_copies=%llu neighbor_questions=%llu alloc_failures=%llu device=%s\n",
                   static_cast<unsigned long long>(u.rx_frames), static_cast<unsigned long long>(u.tx_frames),
                   static_cast<unsigned long long>(u.rx_dropped), static_cast<unsigned long long>(u.tx_full),
                   up->device.c_str(), up->config.name.c_str(), static_cast<unsigned long long>(k.local_frames),
+                  static_cast<unsigned long long>(k.cross_frames),
                   static_cast<unsigned long long>(k.unknown_qpn), static_cast<unsigned long long>(k.not_for_us),
                   static_cast<unsigned long long>(k.malformed), static_cast<unsigned long long>(k.spoofed),
                   static_cast<unsigned long long>(k.cm_routed), static_cast<unsigned long long>(k.cm_no_listener),
