@@ -341,6 +341,7 @@ ssize_t CompletionQueue::SReadFrom(void* buf, size_t count,
       return got > 0 ? static_cast<ssize_t>(got) : n;
     }
     const size_t wanted = threshold - got;
+    RunBlockHook();
     const WaitOutcome outcome =
         wait_->Wait([&] { return ReadyForWaiter(wanted); }, deadline);
     if (outcome != WaitOutcome::kReady) {
@@ -390,7 +391,9 @@ int CompletionQueue::Control(int command, void* arg) {
 
 int CompletionQueue::TryWait() {
   if (wait_ == nullptr) return -FI_EINVAL;
-  return wait_->TryWait([&] { return Available() > 0; });
+  const int result = wait_->TryWait([&] { return Available() > 0; });
+  if (result == FI_SUCCESS) RunBlockHook();  // the caller may sleep on the wait object now
+  return result;
 }
 
 int CompletionQueue::CheckClosable() const {

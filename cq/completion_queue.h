@@ -107,6 +107,13 @@ class CompletionQueue final : public CompletionSink {
     progress_hook_ = hook;
     progress_arg_ = arg;
   }
+  // Called before an application thread may block in this object's wait
+  // (sread, fi_cntr_wait, or a fi_trywait that allows it): whoever drives
+  // progress must not wait for that thread to poll again.
+  void SetBlockHook(ProgressHook hook, void* arg) {
+    block_hook_ = hook;
+    block_arg_ = arg;
+  }
 
   // The fi_ops_cq operations; any application thread.
   ssize_t ReadFrom(void* buf, size_t count, fi_addr_t* src_addr);
@@ -146,6 +153,9 @@ class CompletionQueue final : public CompletionSink {
   void RunProgressHook() {
     if (progress_hook_ != nullptr) progress_hook_(progress_arg_);
   }
+  void RunBlockHook() {
+    if (block_hook_ != nullptr) block_hook_(block_arg_);
+  }
 
   CqFid fid_;
   const fi_cq_format format_;
@@ -156,6 +166,8 @@ class CompletionQueue final : public CompletionSink {
   const std::unique_ptr<WaitObject> wait_;
   ProgressHook progress_hook_ = nullptr;
   void* progress_arg_ = nullptr;
+  ProgressHook block_hook_ = nullptr;
+  void* block_arg_ = nullptr;
 
   // Producer's cache line: written by the engine thread only.
   struct alignas(64) ProducerSide {

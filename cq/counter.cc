@@ -178,6 +178,7 @@ int Counter::Wait(uint64_t threshold, int timeout_ms) {
   auto error_changed = [&] {
     return error_.load(std::memory_order_seq_cst) != error_at_start;
   };
+  RunBlockHook();
   const WaitOutcome outcome = wait_->Wait(
       [&] { return reached() || error_changed(); },
       Deadline::AfterMilliseconds(timeout_ms));
@@ -217,12 +218,14 @@ int Counter::Control(int command, void* arg) {
 
 int Counter::TryWait() {
   if (wait_ == nullptr) return -FI_EINVAL;
-  return wait_->TryWait([&] {
+  const int result = wait_->TryWait([&] {
     return value_.load(std::memory_order_seq_cst) !=
                value_seen_.load(std::memory_order_relaxed) ||
            error_.load(std::memory_order_seq_cst) !=
                error_seen_.load(std::memory_order_relaxed);
   });
+  if (result == FI_SUCCESS) RunBlockHook();  // the caller may sleep on the wait object now
+  return result;
 }
 
 int Counter::CheckClosable() const {

@@ -55,6 +55,13 @@ class Counter final : public CompletionSink {
     progress_hook_ = hook;
     progress_arg_ = arg;
   }
+  // Called before an application thread may block in this object's wait
+  // (sread, fi_cntr_wait, or a fi_trywait that allows it): whoever drives
+  // progress must not wait for that thread to poll again.
+  void SetBlockHook(ProgressHook hook, void* arg) {
+    block_hook_ = hook;
+    block_arg_ = arg;
+  }
 
   // fi_ops_cntr; any thread.
   uint64_t Read();
@@ -84,11 +91,16 @@ class Counter final : public CompletionSink {
   void RunProgressHook() {
     if (progress_hook_ != nullptr) progress_hook_(progress_arg_);
   }
+  void RunBlockHook() {
+    if (block_hook_ != nullptr) block_hook_(block_arg_);
+  }
 
   CntrFid fid_;
   const std::unique_ptr<WaitObject> wait_;
   ProgressHook progress_hook_ = nullptr;
   void* progress_arg_ = nullptr;
+  ProgressHook block_hook_ = nullptr;
+  void* block_arg_ = nullptr;
   // seq_cst updates: step P1 of the protocol in wait_object.h.
   alignas(64) std::atomic<uint64_t> value_{0};
   std::atomic<uint64_t> error_{0};

@@ -60,6 +60,7 @@ int StartRuntime() {
 }
 
 void ProgressHook(void*) { Process().ProgressFromPoll(); }
+void BlockHook(void*) { Process().NoteBlocking(); }
 
 // ---- Memory regions (fi_mr(3)) ----
 
@@ -156,6 +157,7 @@ int CqOpen(fid_domain* d, fi_cq_attr* attr, fid_cq** out, void* context) {
   // fi_cq_read drives the engine in inline mode (manual progress underneath
   // an automatic-progress promise: the progress thread drives it too).
   (*cq)->SetProgressHook(ProgressHook, nullptr);
+  (*cq)->SetBlockHook(BlockHook, nullptr);
   (void)d;
   *out = cq->release()->fid();
   return 0;
@@ -166,6 +168,7 @@ int CntrOpen(fid_domain* d, fi_cntr_attr* attr, fid_cntr** out, void* context) {
   auto cntr = cq::Counter::Open(*attr, context);
   if (!cntr.ok()) return cntr.status().code() == StatusCode::kNotSupported ? -FI_ENOSYS : -FI_EINVAL;
   (*cntr)->SetProgressHook(ProgressHook, nullptr);
+  (*cntr)->SetBlockHook(BlockHook, nullptr);
   (void)d;
   *out = cntr->release()->fid();
   return 0;

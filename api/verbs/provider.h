@@ -18,6 +18,7 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -60,7 +61,12 @@ class Provider {
   // CQs that may need a completion event (ibv_req_notify_cq(3)).
   void RegisterCq(Cq* cq);
   // A CQ went from disarmed to armed (ReqNotifyCq).
-  void NoteArmed() { armed_.fetch_add(1, std::memory_order_acq_rel); }
+  // Wakes the progress thread: someone waits for a completion event.
+  void NoteArmed();
+  // An application thread may block now (fi_cq_sread, fi_cntr_wait, a
+  // fi_trywait that allowed it): the progress thread drives the engines
+  // until that thread polls again, instead of taking it for a poller.
+  void NoteBlocking();
   void UnregisterCq(Cq* cq);
   void RegisterContext(Context* context);
   void UnregisterContext(Context* context);
@@ -107,6 +113,13 @@ class Provider {
   void LoadConfigOnce();
   int StartRuntimeLocked();
   void ProgressLoop();
+  // Sleeps up to `us`, or until someone waits for completions (NoteArmed,
+  // NoteBlocking) or Shutdown.
+  void SleepUnlessWaitedOn(unsigned us);
+  bool WaitedOn() const {
+    return armed_.load(std::memory_order_acquire) != 0 || blocking_.load(std::memory_order_acquire);
+  }
+  void WakeProgress();
   // Attached to a daemon: once it is gone, every QP goes to the error state
   // (its work completes as flushed), so that nothing waits for ever.
   void WatchDaemon();
@@ -155,6 +168,9 @@ class Provider {
   // stays out of its way (on a machine with as many busy threads as cores,
   // a second spinning thread only takes time slices from the one that polls).
   std::atomic<uint64_t> app_polls_{0};
+  std::atomic<bool> blocking_{false};  // NoteBlocking, until the next poll
+  std::mutex wake_mutex_;
+  std::condition_variable wake_;
 
   // Attached mode: our QPs' connections to QPs on the host, as the daemon
   // knows them. A QP here (in either) is not destroyed: ibv_destroy_qp and
