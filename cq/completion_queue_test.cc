@@ -85,6 +85,28 @@ TEST(CompletionQueue, ProgressHookRunsOnEveryRead) {
   EXPECT_EQ(progress_calls, 3);
 }
 
+void CountBlocks(void* arg) { ++*static_cast<int*>(arg); }
+
+TEST(CompletionQueue, BlockHookRunsBeforeAReaderMaySleep) {
+  // The provider's progress thread must drive the engines while a reader
+  // sleeps (api/verbs/provider.h NoteBlocking): told before every sleep,
+  // and by a fi_trywait that allows one, never by one that refuses.
+  auto cq = Open(Attr(8, FI_WAIT_UNSPEC));
+  int blocks = 0;
+  cq->SetBlockHook(CountBlocks, &blocks);
+  fi_cq_data_entry entry;
+  EXPECT_EQ(fi_cq_sread(cq->fid(), &entry, 1, nullptr, 1), -FI_EAGAIN);
+  EXPECT_GE(blocks, 1);
+  blocks = 0;
+  EXPECT_EQ(cq->TryWait(), FI_SUCCESS);
+  EXPECT_EQ(blocks, 1);
+  ibv_wc wc = Wc(7);
+  cq->PushCompletions(&wc, 1);
+  EXPECT_EQ(cq->TryWait(), -FI_EAGAIN);
+  EXPECT_EQ(fi_cq_sread(cq->fid(), &entry, 1, nullptr, 1000), 1);  // no sleep: it was there
+  EXPECT_EQ(blocks, 1);
+}
+
 TEST(CompletionQueue, FromFidKnowsOnlyUroceCqs) {
   auto cq = Open(Attr(8));
   EXPECT_EQ(CompletionQueue::FromFid(cq->fid()), cq.get());

@@ -63,6 +63,22 @@ TEST(Counter, TryWaitSeesChangesSinceTheLastRead) {
   EXPECT_EQ(cntr->TryWait(), 0);
 }
 
+void CountBlocks(void* arg) { ++*static_cast<int*>(arg); }
+
+TEST(Counter, BlockHookRunsBeforeAWaiterMaySleep) {
+  auto cntr = Open(FI_WAIT_MUTEX_COND);
+  int blocks = 0;
+  cntr->SetBlockHook(CountBlocks, &blocks);
+  EXPECT_EQ(cntr->TryWait(), 0);
+  EXPECT_EQ(blocks, 1);
+  EXPECT_EQ(cntr->Wait(1, 1), -FI_ETIMEDOUT);
+  EXPECT_EQ(blocks, 2);
+  ibv_wc wc = Wc(IBV_WC_SUCCESS);
+  cntr->PushCompletions(&wc, 1);
+  EXPECT_EQ(cntr->TryWait(), -FI_EAGAIN);
+  EXPECT_EQ(blocks, 2);
+}
+
 TEST(Counter, WaitReturnsAvailWhenOnlyTheErrorValueMoved) {
   auto cntr = Open(FI_WAIT_YIELD);
   // Already changed before the wait began: not a change "while inside".
