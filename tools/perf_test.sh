@@ -29,6 +29,26 @@ head -1 <<<"$out" | grep -qx 'test,size,iters,qps,lat_median_us,lat_p99_us,lat_m
 grep -qE '^send_lat,64,100,1,[0-9.]+,[0-9.]+,[0-9.]+,' <<<"$out"
 grep -qE '^write_bw,64,100,1,,,,[0-9.]+,' <<<"$out"
 
+echo "== uroce floor: raw frames over a memif pair (the medium's floor)"
+dir=$(mktemp -d /tmp/uroce-floor.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+floor_port() {  # ROLE SIDE
+  echo "--set endpoint.$2.port=net_memif0,role=$1,id=0,socket=$dir/memif.sock,socket-abstract=no"
+  echo "--set eal.file_prefix=uroce-floor-test-$$-$2"
+}
+# shellcheck disable=SC2046  # the flags are words
+timeout 60 "$uroce" floor --role server $(floor_port server a) > "$dir/server.log" 2>&1 &
+server=$!
+# shellcheck disable=SC2046
+out=$(timeout 60 "$uroce" floor --role client --iters 500 $(floor_port client b) 2>&1) ||
+  { echo "$out"; cat "$dir/server.log"; echo "uroce floor's client failed"; exit 1; }
+wait "$server" || { cat "$dir/server.log"; echo "uroce floor's server failed"; exit 1; }
+echo "$out" | tail -2
+grep -q "5000 of 5000 streamed frames arrived" <<<"$out" || { echo "the stream lost frames"; exit 1; }
+grep -qE '^floor: size 64 lat_median_us [0-9.]+ lat_p99_us [0-9.]+ lat_mean_us [0-9.]+ rate_mmsg_per_s [0-9.]+$' \
+  <<<"$out" || { echo "no floor: line"; exit 1; }
+if "$uroce" floor --role client --size 63 2>/dev/null; then echo "floor accepted --size 63"; exit 1; fi
+
 echo "== bad arguments are refused"
 if "$uroce" perf --test nope 2>/dev/null; then echo "accepted --test nope"; exit 1; fi
 if "$uroce" perf --port memif 2>/dev/null; then echo "accepted memif without --role"; exit 1; fi

@@ -17,6 +17,7 @@ constexpr Subcommand kSubcommands[] = {
     {"soak", uroce::tools::SoakCommand, "randomized RDMA workload over a lossy in-memory link, all checked"},
     {"dump", uroce::tools::DumpCommand, "decode the RoCEv2 frames of a pcap file and check their ICRC"},
     {"perf", uroce::tools::PerfCommand, "latency, bandwidth and message rate per RDMA operation (like perftest)"},
+    {"floor", uroce::tools::FloorCommand, "raw frames bounced and streamed over perf's port, no transport: the medium's floor"},
     {"stats", uroce::tools::StatsCommand, "counters of a running uroce process, from DPDK telemetry"},
     {"daemon", uroce::tools::DaemonCommand, "the host's uroce device, shared by every process: daemon --config FILE"},
     {"exec", uroce::tools::ExecCommand, "run an unmodified verbs program over uroce: exec [--config FILE] -- PROGRAM ..."},
