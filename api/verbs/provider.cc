@@ -486,14 +486,18 @@ void Provider::NoteBlocking() {
 
 void Provider::WakeProgress() {
   // Under the mutex the sleeper checks its condition with: no lost wake-up.
-  { std::lock_guard<std::mutex> lock(wake_mutex_); }
+  {
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    wakes_.fetch_add(1, std::memory_order_release);
+  }
   wake_.notify_one();
 }
 
-void Provider::SleepUnlessWaitedOn(unsigned us) {
+void Provider::SleepUntilWoken(unsigned us, uint64_t seen_wakes) {
   std::unique_lock<std::mutex> lock(wake_mutex_);
-  wake_.wait_for(lock, std::chrono::microseconds(us),
-                 [this] { return stop_.load(std::memory_order_acquire) || WaitedOn(); });
+  wake_.wait_for(lock, std::chrono::microseconds(us), [this, seen_wakes] {
+    return stop_.load(std::memory_order_acquire) || wakes_.load(std::memory_order_acquire) != seen_wakes;
+  });
 }
 
 void Provider::ProgressLoop() {
@@ -509,6 +513,7 @@ void Provider::ProgressLoop() {
       WatchDaemon();
     }
     unsigned work = 0;
+    const uint64_t seen_wakes = wakes_.load(std::memory_order_acquire);
     // An application thread that polls drives the engines (inline mode);
     // then this thread only signals CQs and events, and sleeps. Unless a
     // thread waits for a completion (an armed CQ, a blocking fabric wait):
@@ -527,17 +532,19 @@ void Provider::ProgressLoop() {
       // way for longer: a thread that starts to wait wakes us (NoteArmed,
       // NoteBlocking); one that just stops polling is noticed within this.
       backoff_us = idle_us_;
-      SleepUnlessWaitedOn(kApplicationDrivesSleepUs);
+      SleepUntilWoken(kApplicationDrivesSleepUs, seen_wakes);
       continue;
     }
-    if (work != 0 || waited_on) {
-      // Busy, or someone waits for a completion event: stay close.
-      backoff_us = 0;
-      if (work == 0) std::this_thread::yield();
+    if (work != 0) {
+      backoff_us = 0;  // busy: at once again
       continue;
     }
+    // Nothing moved: sleep 1 us, doubling up to idle_us, also while a
+    // thread waits for a completion (it did yield-spin then, and took a CPU
+    // from everything else on the machine: a qemu guest beside it stalled);
+    // a new wait (NoteArmed, NoteBlocking) wakes it at once.
     backoff_us = backoff_us == 0 ? 1 : std::min(backoff_us * 2, idle_us_);
-    SleepUnlessWaitedOn(backoff_us);
+    SleepUntilWoken(backoff_us, seen_wakes);
   }
 }
 

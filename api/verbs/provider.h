@@ -113,9 +113,9 @@ class Provider {
   void LoadConfigOnce();
   int StartRuntimeLocked();
   void ProgressLoop();
-  // Sleeps up to `us`, or until someone waits for completions (NoteArmed,
-  // NoteBlocking) or Shutdown.
-  void SleepUnlessWaitedOn(unsigned us);
+  // Sleeps up to `us`, or until WakeProgress ran since `seen_wakes` was read
+  // (NoteArmed, NoteBlocking, Shutdown).
+  void SleepUntilWoken(unsigned us, uint64_t seen_wakes);
   bool WaitedOn() const {
     return armed_.load(std::memory_order_acquire) != 0 || blocking_.load(std::memory_order_acquire);
   }
@@ -171,6 +171,7 @@ class Provider {
   std::atomic<bool> blocking_{false};  // NoteBlocking, until the next poll
   std::mutex wake_mutex_;
   std::condition_variable wake_;
+  std::atomic<uint64_t> wakes_{0};  // WakeProgress calls
 
   // Attached mode: our QPs' connections to QPs on the host, as the daemon
   // knows them. A QP here (in either) is not destroyed: ibv_destroy_qp and
