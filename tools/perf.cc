@@ -9,6 +9,7 @@
 #include <rte_cycles.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -48,6 +49,7 @@ struct Options {
   std::vector<uint32_t> sizes = {64};
   uint64_t iters = 0;  // 0: the default (1000)
   uint32_t qps = 1;
+  uint32_t idle_qps = 0;
   uint32_t window = 0;  // 0: RunSpec::DefaultWindow
   std::string port = "ring";
   std::string role;  // server | client; empty with ring
@@ -61,7 +63,7 @@ struct Options {
 int Usage() {
   std::fprintf(stderr,
                "usage: uroce perf [--test T[,T...]|all] [--size BYTES[,BYTES...]] [--iters N] [--qps N]\n"
-               "                  [--window N] [--port ring|memif|afpacket|daemon] [--role server|client]\n"
+               "                  [--idle-qps N] [--window N] [--port ring|memif|afpacket|daemon] [--role server|client]\n"
                "                  [--control PATH|HOST:PORT] [--verify] [--csv] [--quiet]\n"
                "                  [--config FILE] [--set SECTION.KEY=VALUE ...]\n"
                "  tests: send_lat write_lat read_lat atomic_lat send_bw write_bw read_bw\n"
@@ -78,7 +80,9 @@ int Usage() {
                "  127.0.0.1 only; give 0.0.0.0:PORT or an address to serve other hosts.\n"
                "  The server waits up to 300 s for a client and 60 s for each message.\n"
                "  Limits: --size up to 1G, --iters up to 100000000, --qps up to 256,\n"
-               "  --window up to 4096, at most 4 GiB of buffer per side.\n");
+               "  --window up to 4096, at most 4 GiB of buffer per side.\n"
+               "  --idle-qps N: N more connected RC QPs on each side that never carry\n"
+               "  anything (up to 20000; what idle QPs cost every message).\n");
   return 2;
 }
 
@@ -155,6 +159,11 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     } else if (flag == "--qps") {
       o->qps = static_cast<uint32_t>(std::strtoul(v.c_str(), nullptr, 10));
       if (o->qps == 0 || o->qps > 256) return false;
+    } else if (flag == "--idle-qps") {
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+      if (*end != '\0' || v.empty() || v[0] == '-' || n > RunSpec::kMaxIdleQps) return false;
+      o->idle_qps = static_cast<uint32_t>(n);
     } else if (flag == "--window") {
       o->window = static_cast<uint32_t>(std::strtoul(v.c_str(), nullptr, 10));
       if (o->window == 0 || o->window > 4096) return false;
@@ -199,6 +208,7 @@ std::vector<RunSpec> Specs(const Options& o) {
       s.size = t == PerfTest::kAtomicLat ? 8 : size;
       s.iters = o.iters ? o.iters : 1000;
       s.qps = o.qps;
+      s.idle_qps = o.idle_qps;
       s.window = IsLatencyTest(t) ? 1 : (o.window ? o.window : RunSpec::DefaultWindow(t, s.size));
       s.window = std::max(s.window, IsLatencyTest(t) ? 1u : s.qps);
       s.verify = o.verify;
@@ -291,6 +301,10 @@ class PerfProcess {
       if (!config.ok()) return config.status();
       config_ = *config;
     }
+    // Room for --idle-qps on either side (the server learns the number only
+    // from the client's RUN): the engine's QP table is one pointer per QP.
+    config_.engine.max_qps =
+        std::max<uint32_t>(config_.engine.max_qps, RunSpec::kMaxIdleQps + RunSpec::kMaxQps + 64);
     pmd::InstallShutdownSignals();
     UROCE_RETURN_IF_ERROR(pmd::StartEalFor(config_));
     auto rt = pmd::Runtime::Start(config_);

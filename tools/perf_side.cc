@@ -115,7 +115,7 @@ uint32_t RunSpec::DefaultWindow(PerfTest t, uint32_t size) {
 std::string RunSpec::Encode() const {
   std::ostringstream o;
   o << "RUN test=" << PerfTestName(test) << " size=" << size << " iters=" << iters << " qps=" << qps
-    << " window=" << window << " verify=" << (verify ? 1 : 0);
+    << " window=" << window << " verify=" << (verify ? 1 : 0) << " idle_qps=" << idle_qps;
   return o.str();
 }
 
@@ -192,6 +192,7 @@ Status RunSpec::Validate() const {
   if (iters > kMaxIters) return over("iters", iters, 0, kMaxIters);
   if (qps == 0 || qps > kMaxQps) return over("qps", qps, 1, kMaxQps);
   if (window == 0 || window > kMaxWindow) return over("window", window, 1, kMaxWindow);
+  if (idle_qps > kMaxIdleQps) return over("idle_qps", idle_qps, 0, kMaxIdleQps);
   const Layout l = BufferLayout();
   if (l.buffer_bytes > kMaxBufferBytes) {
     return InvalidArgument(std::string(PerfTestName(test)) + " with size " + std::to_string(size) + ", window " +
@@ -205,14 +206,15 @@ Status RunSpec::Validate() const {
 StatusOr<RunSpec> RunSpec::Decode(const std::string& line) {
   RunSpec s;
   std::string name;
-  uint64_t size = 0, iters = 0, qps = 0, window = 0, verify = 0;
+  uint64_t size = 0, iters = 0, qps = 0, window = 0, verify = 0, idle_qps = 0;
   if (line.rfind("RUN ", 0) != 0 || !Field(line, "test", &name) || !ParsePerfTest(name, &s.test) ||
       !FieldU64(line, "size", &size) || !FieldU64(line, "iters", &iters) || !FieldU64(line, "qps", &qps) ||
-      !FieldU64(line, "window", &window) || !FieldU64(line, "verify", &verify) || verify > 1) {
+      !FieldU64(line, "window", &window) || !FieldU64(line, "verify", &verify) || verify > 1 ||
+      !FieldU64(line, "idle_qps", &idle_qps)) {
     return InvalidArgument("malformed RUN message: " + PrintableLine(line));
   }
   // Checked before narrowing, so 2^32 + 64 is not taken for 64.
-  if (size > kMaxSize || qps > kMaxQps || window > kMaxWindow) {
+  if (size > kMaxSize || qps > kMaxQps || window > kMaxWindow || idle_qps > kMaxIdleQps) {
     return InvalidArgument("refused RUN message (size, qps or window over its limit: " + std::to_string(kMaxSize) +
                            ", " + std::to_string(kMaxQps) + ", " + std::to_string(kMaxWindow) + "): " + PrintableLine(line));
   }
@@ -221,6 +223,7 @@ StatusOr<RunSpec> RunSpec::Decode(const std::string& line) {
   s.qps = static_cast<uint32_t>(qps);
   s.window = static_cast<uint32_t>(window);
   s.verify = verify != 0;
+  s.idle_qps = static_cast<uint32_t>(idle_qps);
   if (Status v = s.Validate(); !v.ok()) return InvalidArgument("refused RUN message: " + v.message());
   return s;
 }
@@ -317,6 +320,36 @@ Status PerfSide::Prepare() {
     UROCE_RETURN_IF_ERROR(
         engine_.ModifyQp(*qp, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
   }
+  if (spec_.idle_qps != 0) {
+    auto idle_cq = engine_.CreateCq(16);
+    if (!idle_cq.ok()) return idle_cq.status();
+    idle_cq_ = *idle_cq;
+    idle_qps_.reserve(spec_.idle_qps);
+  }
+  for (uint32_t i = 0; i < spec_.idle_qps; ++i) {
+    transport::QpInitAttr init;
+    init.type = IBV_QPT_RC;
+    init.pd = ep_.endpoint.pd;
+    init.send_cq = idle_cq_;
+    init.recv_cq = idle_cq_;
+    init.cap.max_send_wr = 1;
+    init.cap.max_recv_wr = 1;
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_sge = 1;
+    auto qp = engine_.CreateQp(init);
+    if (!qp.ok()) {
+      return Status(qp.status().code(), "idle QP " + std::to_string(i + 1) + " of " +
+                                            std::to_string(spec_.idle_qps) + ": " + qp.status().message() +
+                                            " (--set engine.max_qps=N raises the engine's limit)");
+    }
+    idle_qps_.push_back(*qp);
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    attr.qp_access_flags = kAccess;
+    UROCE_RETURN_IF_ERROR(
+        engine_.ModifyQp(*qp, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
+  }
   return Status::Ok();
 }
 
@@ -355,12 +388,20 @@ Status PerfSide::Connect(const SideInfo& remote) {
   }
   if (!found) return InvalidArgument("no local GID of the peer's IP version (" + pmd::GidToString(remote.gid) + ")");
   const ibv_mtu mtu = IbMtuFor(std::min<uint32_t>(remote.mtu_bytes, transport::MtuBytes(engine_.limits().max_mtu)));
-  for (size_t i = 0; i < qps_.size(); ++i) {
+  // Idle QPs: connected to the peer's address, at QPNs counted down from
+  // the top of the space (nothing is ever sent to them).
+  std::vector<std::pair<transport::QueuePair*, uint32_t>> all;
+  for (size_t i = 0; i < qps_.size(); ++i) all.emplace_back(qps_[i], static_cast<uint32_t>(i));
+  for (size_t i = 0; i < idle_qps_.size(); ++i) all.emplace_back(idle_qps_[i], UINT32_MAX);
+  for (size_t n = 0; n < all.size(); ++n) {
+    const bool idle = all[n].second == UINT32_MAX;
+    const size_t i = idle ? 0 : all[n].second;
+    transport::QueuePair* const qp = all[n].first;
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_RTR;
     attr.path_mtu = mtu;
-    attr.dest_qp_num = remote.qps[i].first;
-    attr.rq_psn = remote.qps[i].second;
+    attr.dest_qp_num = idle ? 0xFFFFFF - static_cast<uint32_t>(n - qps_.size()) : remote.qps[i].first;
+    attr.rq_psn = idle ? 0 : remote.qps[i].second;
     attr.max_dest_rd_atomic = 16;
     attr.min_rnr_timer = 1;  // 0.01 ms: a receiver that fell behind is asked again soon
     attr.ah_attr.is_global = 1;
@@ -368,17 +409,17 @@ Status PerfSide::Connect(const SideInfo& remote) {
     attr.ah_attr.grh.sgid_index = sgid_index;
     attr.ah_attr.grh.hop_limit = 64;
     std::memcpy(attr.ah_attr.grh.dgid.raw, remote.gid.data(), 16);
-    UROCE_RETURN_IF_ERROR(engine_.ModifyQp(qps_[i], attr,
+    UROCE_RETURN_IF_ERROR(engine_.ModifyQp(qp, attr,
                                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
     attr = {};
     attr.qp_state = IBV_QPS_RTS;
-    attr.sq_psn = psns_[i];
+    attr.sq_psn = idle ? 0 : psns_[i];
     attr.timeout = 14;  // 4.096 us * 2^14 = 67 ms
     attr.retry_cnt = 7;
     attr.rnr_retry = 7;  // infinite (IBTA 9.7.5.2.8)
     attr.max_rd_atomic = 16;
-    UROCE_RETURN_IF_ERROR(engine_.ModifyQp(qps_[i], attr,
+    UROCE_RETURN_IF_ERROR(engine_.ModifyQp(qp, attr,
                                            IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                                                IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC));
   }
@@ -749,6 +790,10 @@ void Summarize(PerfResult* r) {
 void PerfSide::Teardown() {
   for (transport::QueuePair* qp : qps_) (void)engine_.DestroyQp(qp);
   qps_.clear();
+  for (transport::QueuePair* qp : idle_qps_) (void)engine_.DestroyQp(qp);
+  idle_qps_.clear();
+  if (idle_cq_ != nullptr) (void)engine_.DestroyCq(idle_cq_);
+  idle_cq_ = nullptr;
   if (cq_ != nullptr) (void)engine_.DestroyCq(cq_);
   cq_ = nullptr;
   if (registered_) (void)engine_.DeregMr(keys_.lkey);

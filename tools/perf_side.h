@@ -39,6 +39,9 @@ struct RunSpec {
   uint32_t qps = 1;
   bool verify = false;
   uint32_t window = 1;  // messages outstanding (bandwidth tests), over all QPs
+  // Connected RC QPs on each side that never carry anything (issue 16: what
+  // idle QPs cost every message); they aim at QPNs nobody has.
+  uint32_t idle_qps = 0;
 
   // What one run may ask for. A RUN line comes from the peer, and the server
   // allocates, registers (with a remote-writable rkey) and loops by what it
@@ -47,6 +50,7 @@ struct RunSpec {
   static constexpr uint64_t kMaxIters = 100'000'000;       // latency samples: 8 bytes each
   static constexpr uint64_t kMaxQps = 256;
   static constexpr uint64_t kMaxWindow = 4096;
+  static constexpr uint64_t kMaxIdleQps = 20000;
   static constexpr uint64_t kMaxBufferBytes = uint64_t{4} << 30;  // one side's registered buffer
 
   // The window a bandwidth test uses by default: deep enough to stream, at
@@ -161,6 +165,8 @@ class PerfSide {
   bool registered_ = false;
   transport::CompletionQueue* cq_ = nullptr;
   std::vector<transport::QueuePair*> qps_;
+  transport::CompletionQueue* idle_cq_ = nullptr;  // --idle-qps: theirs, never used
+  std::vector<transport::QueuePair*> idle_qps_;
   std::vector<uint32_t> psns_;
   SideInfo remote_;
 

@@ -233,27 +233,32 @@ TEST(RunSpecTest, AbsurdRunIsRefused) {
   sane.iters = 1000;
   sane.qps = 2;
   sane.window = 64;
+  sane.idle_qps = 5;
   auto back = RunSpec::Decode(sane.Encode());
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->size, 65536u);
   EXPECT_EQ(back->window, 64u);
+  EXPECT_EQ(back->idle_qps, 5u);
 
   const char* refused[] = {
       // Over a field's own limit.
-      "RUN test=write_bw size=2147483648 iters=10 qps=1 window=2 verify=0",
-      "RUN test=send_bw size=64 iters=1000000000000 qps=1 window=2 verify=0",
-      "RUN test=send_bw size=64 iters=10 qps=100000 window=2 verify=0",
-      "RUN test=send_bw size=64 iters=10 qps=1 window=1000000 verify=0",
+      "RUN test=write_bw size=2147483648 iters=10 qps=1 window=2 verify=0 idle_qps=0",
+      "RUN test=send_bw size=64 iters=1000000000000 qps=1 window=2 verify=0 idle_qps=0",
+      "RUN test=send_bw size=64 iters=10 qps=100000 window=2 verify=0 idle_qps=0",
+      "RUN test=send_bw size=64 iters=10 qps=1 window=1000000 verify=0 idle_qps=0",
+      "RUN test=send_bw size=64 iters=10 qps=1 window=2 verify=0 idle_qps=20001",
+      "RUN test=send_bw size=64 iters=10 qps=1 window=2 verify=0 idle_qps=4294967297",
       // 2^32 + 64: not taken for 64 by narrowing.
-      "RUN test=send_lat size=4294967360 iters=10 qps=1 window=1 verify=0",
+      "RUN test=send_lat size=4294967360 iters=10 qps=1 window=1 verify=0 idle_qps=0",
       // A negative number is a huge one to strtoull.
-      "RUN test=send_lat size=-1 iters=10 qps=1 window=1 verify=0",
+      "RUN test=send_lat size=-1 iters=10 qps=1 window=1 verify=0 idle_qps=0",
       // Each field within its limit, but 1 GiB times 2 x 4096 slots of buffer.
-      "RUN test=write_bw size=1073741824 iters=10 qps=1 window=4096 verify=0",
+      "RUN test=write_bw size=1073741824 iters=10 qps=1 window=4096 verify=0 idle_qps=0",
       // Malformed.
-      "RUN test=write_bw size=64 iters=10 qps=1 window=2 verify=7",
-      "RUN test=nope size=64 iters=10 qps=1 window=2 verify=0",
+      "RUN test=write_bw size=64 iters=10 qps=1 window=2 verify=7 idle_qps=0",
+      "RUN test=nope size=64 iters=10 qps=1 window=2 verify=0 idle_qps=0",
       "RUN size=64",
+      "RUN test=send_bw size=64 iters=10 qps=1 window=2 verify=0",  // no idle_qps
   };
   for (const char* line : refused) {
     auto spec = RunSpec::Decode(line);
@@ -262,7 +267,7 @@ TEST(RunSpecTest, AbsurdRunIsRefused) {
       EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument) << line;
     }
   }
-  auto big = RunSpec::Decode("RUN test=write_bw size=1073741824 iters=10 qps=1 window=4096 verify=0");
+  auto big = RunSpec::Decode("RUN test=write_bw size=1073741824 iters=10 qps=1 window=4096 verify=0 idle_qps=0");
   EXPECT_NE(big.status().message().find("bytes of registered buffer"), std::string::npos) << big.status().ToString();
 
   // The largest INFO line (256 QPs, 24-bit QPNs and PSNs) fits in a line.

@@ -74,11 +74,12 @@ Engine::Engine(const EngineConfig& config)
       mrs_(1u << 16),
       pd_in_use_(1),
       random_(RandomSeed(config.random_seed)),
-      qp_table_(config.max_qps, nullptr) {
+      qp_table_(config.max_qps, nullptr),
+      doorbells_(config.max_qps) {
   limits_.max_mtu = LargestIbMtu(config.port_mtu);
   limits_.gid_table_size = static_cast<uint8_t>(std::min<size_t>(config.gids.size(), 255));
   rx_burst_.resize(config.rx_burst);
-  active_qps_.reserve(config.max_qps);
+  busy_qps_.reserve(config.max_qps);
   ack_list_.reserve(config.max_qps);
 }
 
@@ -275,7 +276,6 @@ StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
   {
     ProgressToken token(this);
     qp_table_[qpn % config_.max_qps] = raw;
-    active_qps_.push_back(raw);
   }
   qp_storage_.push_back(std::move(qp));
   return raw;
@@ -485,6 +485,7 @@ Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32
   }
   qp->state.store(target, std::memory_order_release);
   if (target == IBV_QPS_ERR && current != IBV_QPS_ERR) qp->flush_pending = true;
+  MarkBusy(qp);  // the next poll looks at it in its new state (we hold the token)
   return Status::Ok();
 }
 
@@ -521,7 +522,10 @@ Status Engine::DestroyQp(QueuePair* qp) {
   {
     ProgressToken token(this);
     qp_table_[qp->qpn % config_.max_qps] = nullptr;
-    active_qps_.erase(std::remove(active_qps_.begin(), active_qps_.end(), qp), active_qps_.end());
+    // Its doorbell may wait in the ring: taken first, so that no pointer to
+    // it stays behind.
+    TakeDoorbells();
+    busy_qps_.erase(std::remove(busy_qps_.begin(), busy_qps_.end(), qp), busy_qps_.end());
     ack_list_.erase(std::remove(ack_list_.begin(), ack_list_.end(), qp), ack_list_.end());
   }
   qp_storage_.erase(it);
@@ -669,9 +673,46 @@ int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** b
       qp->send_credits_used.fetch_sub(1, std::memory_order_release);
       return ENOMEM;
     }
+    RingDoorbell(qp);
   }
   *bad_wr = nullptr;
   return 0;
+}
+
+void Engine::RingDoorbell(QueuePair* qp) {
+  // seq_cst, against Retire's clear-then-look: either the engine sees our
+  // request in the ring, or we see its clear and hand the QP over again.
+  if (qp->doorbell.exchange(true, std::memory_order_seq_cst)) return;
+  // Cannot fail: every QP is in the ring at most once (its doorbell stays
+  // set until the engine retires it), and the ring holds max_qps.
+  (void)doorbells_.TryPush(qp);
+}
+
+void Engine::TakeDoorbells() {
+  QueuePair* qp = nullptr;
+  while (doorbells_.TryPop(&qp)) MarkBusy(qp);
+}
+
+bool Engine::Retire(QueuePair* qp) {
+  if (qp->flush_pending || qp->resp.reads_count != 0) return false;
+  const RequesterState& r = qp->req;
+  if (r.head != r.tail || r.rnr_resume_ns != 0) return false;
+  const bool error = qp->state.load(std::memory_order_relaxed) == IBV_QPS_ERR;
+  auto posted = [qp, error] {
+    // In the error state new receives complete as flushed too (RunQp).
+    return qp->send_ring.ApproxSize() != 0 || (error && qp->recv_ring.ApproxSize() != 0);
+  };
+  if (posted()) return false;
+  qp->doorbell.store(false, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (posted()) {
+    // A request came between the look and the clear: it stays, and so does
+    // the doorbell (a poster that saw it clear queued the QP too; harmless).
+    qp->doorbell.store(true, std::memory_order_relaxed);
+    return false;
+  }
+  qp->busy = false;
+  return true;
 }
 
 namespace {
@@ -706,6 +747,9 @@ int Engine::PostRecv(QueuePair* qp, const ibv_recv_wr* wr, const ibv_recv_wr** b
       qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
       return ENOMEM;
     }
+    // Only in the error state does a poll have to see a receive (to flush
+    // it); otherwise the responder takes it when a message comes.
+    if (qp->state.load(std::memory_order_acquire) == IBV_QPS_ERR) RingDoorbell(qp);
   }
   *bad_wr = nullptr;
   return 0;
@@ -792,6 +836,7 @@ void Engine::CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status statu
 void Engine::EnterError(QueuePair* qp) {
   if (qp->state.load(std::memory_order_relaxed) == IBV_QPS_ERR) return;
   qp->state.store(IBV_QPS_ERR, std::memory_order_release);
+  MarkBusy(qp);
   RaiseAsync(IBV_EVENT_QP_FATAL, qp->qpn, qp);
   FlushQueues(qp);
 }
@@ -871,7 +916,17 @@ unsigned Engine::Poll() {
   ReceiveLoopback();
   ReceiveBurst();
   SendPendingAcks();
-  for (QueuePair* qp : active_qps_) RunQp(qp);
+  TakeDoorbells();
+  for (size_t i = 0; i < busy_qps_.size();) {
+    QueuePair* qp = busy_qps_[i];
+    RunQp(qp);
+    if (Retire(qp)) {
+      busy_qps_[i] = busy_qps_.back();
+      busy_qps_.pop_back();
+      continue;
+    }
+    ++i;
+  }
   SendPendingAcks();
   StageRawFrames();
   FlushTx();

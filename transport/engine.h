@@ -251,6 +251,19 @@ class Engine {
 
   void ReceiveBurst();
   void RunQp(QueuePair* qp);
+  // Ready list (busy_qps_): engine thread, or the control path holding the
+  // progress token.
+  void MarkBusy(QueuePair* qp) {
+    if (qp->busy) return;
+    qp->busy = true;
+    busy_qps_.push_back(qp);
+  }
+  void TakeDoorbells();
+  // After RunQp: true if `qp` has nothing left to do and left the list's
+  // care (its doorbell cleared; a request posted meanwhile keeps it).
+  bool Retire(QueuePair* qp);
+  // A poster's side: the engine will run `qp`.
+  void RingDoorbell(QueuePair* qp);
 
   // Frame layer (engine_frames.cc).
   // Writes the headers of `fields` (addresses from `path`) into a new mbuf;
@@ -341,7 +354,12 @@ class Engine {
   // Engine-thread view of the QPs (published with release by the control path
   // under the progress token).
   std::vector<QueuePair*> qp_table_;  // indexed by qpn % max_qps
-  std::vector<QueuePair*> active_qps_;
+  // QPs with work (posted requests, requests in flight, READ responses to
+  // send, a flush): the only ones a poll runs, so idle QPs cost nothing.
+  std::vector<QueuePair*> busy_qps_;
+  // Posting threads -> engine: QPs whose doorbell they rang (each at most
+  // once at a time, so max_qps entries always suffice).
+  MpmcRing<QueuePair*> doorbells_;
   std::vector<QueuePair*> ack_list_;
   std::vector<CompletionQueue*> forwarding_cqs_;
 

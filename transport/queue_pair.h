@@ -221,6 +221,13 @@ class QueuePair {
   };
   std::vector<UdSource> ud_sources;
   bool flush_pending = false;
+
+  // The engine's ready list (Engine::Poll runs only QPs with work, issue 16):
+  // a poster that finds `doorbell` clear sets it and hands the QP to the
+  // engine's ring of QPs with new requests; the engine clears it when the QP
+  // has nothing left to do. `busy`: on the engine's list (engine thread only).
+  std::atomic<bool> doorbell{false};
+  bool busy = false;
 };
 
 }  // namespace uroce::transport

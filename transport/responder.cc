@@ -342,6 +342,7 @@ bool Engine::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
   if (!job.duplicate && s.reads_count - s.duplicate_jobs >= duplicate_room) return false;
   s.reads[(s.reads_head + s.reads_count) % s.reads.size()] = job;
   ++s.reads_count;
+  MarkBusy(qp);  // RunReadResponses sends it
   if (job.duplicate) ++s.duplicate_jobs;
   // The response acknowledges everything before it; a pending NAK still says
   // more and goes out after it.
