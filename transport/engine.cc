@@ -703,8 +703,10 @@ bool Engine::Retire(QueuePair* qp) {
     return qp->send_ring.ApproxSize() != 0 || (error && qp->recv_ring.ApproxSize() != 0);
   };
   if (posted()) return false;
-  qp->doorbell.store(false, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Both sides exchange (seq_cst): if a poster's exchange came first, ours
+  // reads it and synchronizes with it, so its request is visible to the
+  // look below; if ours came first, the poster reads false and queues it.
+  (void)qp->doorbell.exchange(false, std::memory_order_seq_cst);
   if (posted()) {
     // A request came between the look and the clear: it stays, and so does
     // the doorbell (a poster that saw it clear queued the QP too; harmless).

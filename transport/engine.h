@@ -210,6 +210,9 @@ class Engine {
   // One round: receive a burst, run timers, let QPs send, transmit. Returns
   // the packets it moved. If another thread is inside Poll, returns 0.
   unsigned Poll();
+  // QPs on the ready list (with work a poll will do). From the polling
+  // thread, or when no poll runs; for tests and stats.
+  size_t busy_qp_count() const { return busy_qps_.size(); }
 
   // Counters: engine-wide and per QP (a snapshot; exact between polls).
   EngineCounters counters() const;
