@@ -343,6 +343,25 @@ for p in $other_pids; do kill -TERM "$p" 2>/dev/null; done
 wait "$cpid" 2>/dev/null
 wait "$spid" 2>/dev/null
 
+# kill_server_expect_client_end NAME SERVER_PID CLIENT_PID CLIENT_LOG: kill -9
+# of the server; its client must end within 5 s (it is told, not timed out).
+kill_server_expect_client_end() {
+  local name=$1 server=$2 client=$3 log=$4 ended=""
+  kill -KILL "$server"
+  killed_at=$(date +%s.%N)
+  for _ in $(seq 250); do
+    kill -0 "$client" 2>/dev/null || { ended=$(date +%s.%N); break; }
+    sleep 0.02
+  done
+  if [[ -z $ended ]]; then
+    fail "$name's client did not end within 5 s of its server's kill -9: $(tail -3 "$log")"
+    kill -KILL "$client" 2>/dev/null
+  else
+    echo "$name's client ended $(since_kill "$ended") s after its server's kill -9"
+  fi
+  wait "$client" 2>/dev/null
+}
+
 echo "== kill -9 of an rdma_cm server: its client gets DISCONNECTED at once"
 # rping ignores flushed completions and waits for RDMA_CM_EVENT_DISCONNECTED
 # (the kernel's rdma_cm sends DREQ for a process that exits): the client's
@@ -365,20 +384,7 @@ rserver_pid=$(prog_pid "rping -s -a 10.76.0.1 -p $rport -C 10000000")
 if [[ -z $rserver_pid ]] || ! kill -0 "$rclient" 2>/dev/null; then
   fail "the rping pair did not get going: $(tail -3 "$TMP/rkill.client")"
 else
-  kill -KILL "$rserver_pid"
-  killed_at=$(date +%s.%N)
-  ended=""
-  for _ in $(seq 250); do
-    kill -0 "$rclient" 2>/dev/null || { ended=$(date +%s.%N); break; }
-    sleep 0.02
-  done
-  if [[ -z $ended ]]; then
-    fail "rping's client did not end within 5 s of its server's kill -9: $(tail -3 "$TMP/rkill.client")"
-    kill -TERM "$rclient" 2>/dev/null
-  else
-    echo "rping's client ended $(since_kill "$ended") s after its server's kill -9"
-  fi
-  wait "$rclient" 2>/dev/null
+  kill_server_expect_client_end rping "$rserver_pid" "$rclient" "$TMP/rkill.client"
   grep -q "DISCONNECT EVENT" "$TMP/rkill.client" || fail "rping's client saw no DISCONNECTED: $(tail -3 "$TMP/rkill.client")"
 fi
 
@@ -403,20 +409,7 @@ fserver_pid=$(prog_pid "fi_pingpong -p uroce -e msg -S 64 -I 100000000 -B $fport
 if [[ -z $fserver_pid ]] || ! kill -0 "$fclient" 2>/dev/null; then
   fail "the fi_pingpong pair did not get going: $(tail -3 "$TMP/fkill.client")"
 else
-  kill -KILL "$fserver_pid"
-  killed_at=$(date +%s.%N)
-  ended=""
-  for _ in $(seq 250); do
-    kill -0 "$fclient" 2>/dev/null || { ended=$(date +%s.%N); break; }
-    sleep 0.02
-  done
-  if [[ -z $ended ]]; then
-    fail "fi_pingpong's client did not end within 5 s of its server's kill -9: $(tail -3 "$TMP/fkill.client")"
-    kill -KILL "$fclient" 2>/dev/null
-  else
-    echo "fi_pingpong's client ended $(since_kill "$ended") s after its server's kill -9"
-  fi
-  wait "$fclient" 2>/dev/null
+  kill_server_expect_client_end fi_pingpong "$fserver_pid" "$fclient" "$TMP/fkill.client"
   grep -q "lost their peer on this host" "$TMP/fkill.client" ||
     fail "fi_pingpong's client was not told its peer was gone: $(tail -3 "$TMP/fkill.client")"
 fi

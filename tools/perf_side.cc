@@ -300,25 +300,10 @@ Status PerfSide::Prepare() {
   cq_ = *cq;
   slot_busy_.assign(std::max(out_slots_, in_slots_), 0);
   for (uint32_t i = 0; i < spec_.qps; ++i) {
-    transport::QpInitAttr init;
-    init.type = IBV_QPT_RC;
-    init.pd = ep_.endpoint.pd;
-    init.send_cq = cq_;
-    init.recv_cq = cq_;
-    init.cap.max_send_wr = std::min<uint32_t>(spec_.window + 8, 16384);
-    init.cap.max_recv_wr = std::max<uint32_t>(rq_per_qp_, 4);
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
-    auto qp = engine_.CreateQp(init);
+    auto qp = CreateRcQp(cq_, std::min<uint32_t>(spec_.window + 8, 16384), std::max<uint32_t>(rq_per_qp_, 4));
     if (!qp.ok()) return qp.status();
     qps_.push_back(*qp);
     psns_.push_back(static_cast<uint32_t>(rte_rand() & 0xFFFFFF));
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_INIT;
-    attr.port_num = 1;
-    attr.qp_access_flags = kAccess;
-    UROCE_RETURN_IF_ERROR(
-        engine_.ModifyQp(*qp, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
   }
   if (spec_.idle_qps != 0) {
     auto idle_cq = engine_.CreateCq(16);
@@ -327,30 +312,40 @@ Status PerfSide::Prepare() {
     idle_qps_.reserve(spec_.idle_qps);
   }
   for (uint32_t i = 0; i < spec_.idle_qps; ++i) {
-    transport::QpInitAttr init;
-    init.type = IBV_QPT_RC;
-    init.pd = ep_.endpoint.pd;
-    init.send_cq = idle_cq_;
-    init.recv_cq = idle_cq_;
-    init.cap.max_send_wr = 1;
-    init.cap.max_recv_wr = 1;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
-    auto qp = engine_.CreateQp(init);
+    auto qp = CreateRcQp(idle_cq_, 1, 1);
     if (!qp.ok()) {
       return Status(qp.status().code(), "idle QP " + std::to_string(i + 1) + " of " +
                                             std::to_string(spec_.idle_qps) + ": " + qp.status().message() +
                                             " (--set engine.max_qps=N raises the engine's limit)");
     }
     idle_qps_.push_back(*qp);
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_INIT;
-    attr.port_num = 1;
-    attr.qp_access_flags = kAccess;
-    UROCE_RETURN_IF_ERROR(
-        engine_.ModifyQp(*qp, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
   }
   return Status::Ok();
+}
+
+StatusOr<transport::QueuePair*> PerfSide::CreateRcQp(transport::CompletionQueue* cq, uint32_t send_wr,
+                                                     uint32_t recv_wr) {
+  transport::QpInitAttr init;
+  init.type = IBV_QPT_RC;
+  init.pd = ep_.endpoint.pd;
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.cap.max_send_wr = send_wr;
+  init.cap.max_recv_wr = recv_wr;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  auto qp = engine_.CreateQp(init);
+  if (!qp.ok()) return qp.status();
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.qp_access_flags = kAccess;
+  Status s = engine_.ModifyQp(*qp, attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (!s.ok()) {
+    (void)engine_.DestroyQp(*qp);
+    return s;
+  }
+  return *qp;
 }
 
 SideInfo PerfSide::Local() const {

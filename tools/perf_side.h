@@ -143,6 +143,8 @@ class PerfSide {
   uint8_t* out_slot(uint32_t i) { return buffer_ + uint64_t(i) * spec_.size; }
   uint8_t* in_slot(uint32_t i) { return buffer_ + uint64_t(out_slots_ + i) * spec_.size; }
   uint64_t addr_of(const uint8_t* p) const { return reinterpret_cast<uint64_t>(p); }
+  // An RC QP on `cq`, moved to INIT.
+  StatusOr<transport::QueuePair*> CreateRcQp(transport::CompletionQueue* cq, uint32_t send_wr, uint32_t recv_wr);
   Status PostRecv(uint32_t qp, uint32_t slot);
   Status PostSend(uint32_t qp, ibv_wr_opcode op, uint32_t slot, uint64_t remote, uint64_t wr_id, uint64_t add = 0);
   Status PollCompletions(int* got, ibv_wc* wcs, int max);
