@@ -93,7 +93,7 @@ Engine::~Engine() {
   while (raw_tx_.TryPop(&m)) rte_pktmbuf_free(m);
 }
 
-uint64_t Engine::Now() const { return config_.clock_ns ? config_.clock_ns() : TscNanoseconds(); }
+uint64_t Engine::ReadClock() const { return config_.clock_ns ? config_.clock_ns() : TscNanoseconds(); }
 
 bool Engine::IsLoopbackGid(const Gid& gid) const {
   if (!config_.loopback) return false;
@@ -912,6 +912,7 @@ void Engine::FlushTx() {
 unsigned Engine::Poll() {
   bool expected = false;
   if (!progress_busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) return 0;
+  now_ns_ = ReadClock();
   const uint64_t before = counters_.rx_frames + counters_.tx_frames;
 
   FlushTx();  // what a full queue left last time goes first

@@ -233,7 +233,11 @@ class Engine {
   QueuePair* LookupQp(uint32_t qpn) const;
   // control_mutex_ held: `qp` is one of ours (compared, not dereferenced).
   bool OwnsQpLocked(const QueuePair* qp) const;
-  uint64_t Now() const;
+  // The time of the current poll: the clock is read once per Poll (issue
+  // 16: it was read per QP and per timer, through a std::function hook).
+  // Only the poll's own path (receive, requester, completer) asks for it.
+  uint64_t Now() const { return now_ns_; }
+  uint64_t ReadClock() const;
   // `gid` is one of ours and loopback is on.
   bool IsLoopbackGid(const Gid& gid) const;
   // `dmac`: the MAC to use; null: the neighbour table's.
@@ -343,6 +347,7 @@ class Engine {
   QpLimits limits_;
   MemoryRegionTable mrs_;
   std::atomic<bool> progress_busy_{false};
+  uint64_t now_ns_ = 0;  // Poll sets it (Now)
 
   mutable std::mutex control_mutex_;  // control path only
   uint32_t next_pd_ = 1;
