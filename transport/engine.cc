@@ -75,7 +75,7 @@ Engine::Engine(const EngineConfig& config)
       pd_in_use_(1),
       random_(RandomSeed(config.random_seed)),
       qp_table_(config.max_qps, nullptr),
-      doorbells_(config.max_qps) {
+      doorbells_(2 * size_t{config.max_qps}) {
   limits_.max_mtu = LargestIbMtu(config.port_mtu);
   limits_.gid_table_size = static_cast<uint8_t>(std::min<size_t>(config.gids.size(), 255));
   rx_burst_.resize(config.rx_burst);
@@ -683,8 +683,10 @@ void Engine::RingDoorbell(QueuePair* qp) {
   // seq_cst, against Retire's clear-then-look: either the engine sees our
   // request in the ring, or we see its clear and hand the QP over again.
   if (qp->doorbell.exchange(true, std::memory_order_seq_cst)) return;
-  // Cannot fail: every QP is in the ring at most once (its doorbell stays
-  // set until the engine retires it), and the ring holds max_qps.
+  // Cannot fail: a QP is queued only when its doorbell goes from clear to
+  // set, and it is cleared only by Retire, at most once per poll; every poll
+  // first takes what is queued. So a QP has at most two entries (one queued
+  // before its Retire in this poll, one after), and the ring holds 2 max_qps.
   (void)doorbells_.TryPush(qp);
 }
 

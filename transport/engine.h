@@ -366,7 +366,7 @@ class Engine {
   // send, a flush): the only ones a poll runs, so idle QPs cost nothing.
   std::vector<QueuePair*> busy_qps_;
   // Posting threads -> engine: QPs whose doorbell they rang (each at most
-  // once at a time, so max_qps entries always suffice).
+  // twice at a time, so 2 max_qps entries always suffice: RingDoorbell).
   MpmcRing<QueuePair*> doorbells_;
   std::vector<QueuePair*> ack_list_;
   std::vector<CompletionQueue*> forwarding_cqs_;
