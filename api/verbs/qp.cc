@@ -27,10 +27,15 @@ Qp* FromEx(ibv_qp_ex* q) { return reinterpret_cast<Qp*>(q); }
 
 ibv_send_wr& NewWr(ibv_qp_ex* q, ibv_wr_opcode opcode) {
   Qp* qp = FromEx(q);
-  qp->wr_list.emplace_back();
-  qp->wr_sge_lists.emplace_back();
-  qp->wr_inline.emplace_back();
-  ibv_send_wr& wr = qp->wr_list.back();
+  if (qp->wr_count == qp->wr_list.size()) {
+    qp->wr_list.emplace_back();
+    qp->wr_sge_lists.emplace_back();
+    qp->wr_inline.emplace_back();
+  }
+  const size_t i = qp->wr_count++;
+  qp->wr_sge_lists[i].clear();  // keeps its capacity
+  qp->wr_inline[i].clear();
+  ibv_send_wr& wr = qp->wr_list[i];
   std::memset(&wr, 0, sizeof(wr));
   wr.wr_id = q->wr_id;
   wr.send_flags = q->wr_flags;
@@ -40,18 +45,16 @@ ibv_send_wr& NewWr(ibv_qp_ex* q, ibv_wr_opcode opcode) {
 
 ibv_send_wr* LastWr(ibv_qp_ex* q) {
   Qp* qp = FromEx(q);
-  if (qp->wr_list.empty()) {
+  if (qp->wr_count == 0) {
     qp->wr_error = EINVAL;  // a setter before any operation
     return nullptr;
   }
-  return &qp->wr_list.back();
+  return &qp->wr_list[qp->wr_count - 1];
 }
 
 void WrStart(ibv_qp_ex* q) {
   Qp* qp = FromEx(q);
-  qp->wr_list.clear();
-  qp->wr_sge_lists.clear();
-  qp->wr_inline.clear();
+  qp->wr_count = 0;
   qp->wr_error = 0;
 }
 
@@ -102,24 +105,28 @@ void WrSetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_
 }
 void WrSetSge(ibv_qp_ex* q, uint32_t lkey, uint64_t addr, uint32_t length) {
   if (LastWr(q) == nullptr) return;
-  FromEx(q)->wr_sge_lists.back().assign(1, ibv_sge{addr, length, lkey});
+  Qp* qp = FromEx(q);
+  qp->wr_sge_lists[qp->wr_count - 1].assign(1, ibv_sge{addr, length, lkey});
 }
 void WrSetSgeList(ibv_qp_ex* q, size_t n, const ibv_sge* list) {
   if (LastWr(q) == nullptr) return;
-  FromEx(q)->wr_sge_lists.back().assign(list, list + n);
+  Qp* qp = FromEx(q);
+  qp->wr_sge_lists[qp->wr_count - 1].assign(list, list + n);
 }
 void WrSetInline(ibv_qp_ex* q, void* addr, size_t length) {
   ibv_send_wr* wr = LastWr(q);
   if (wr == nullptr) return;
   wr->send_flags |= IBV_SEND_INLINE;
   const auto* p = static_cast<const uint8_t*>(addr);
-  FromEx(q)->wr_inline.back().assign(p, p + length);
+  Qp* qp = FromEx(q);
+  qp->wr_inline[qp->wr_count - 1].assign(p, p + length);
 }
 void WrSetInlineList(ibv_qp_ex* q, size_t n, const ibv_data_buf* bufs) {
   ibv_send_wr* wr = LastWr(q);
   if (wr == nullptr) return;
   wr->send_flags |= IBV_SEND_INLINE;
-  auto& data = FromEx(q)->wr_inline.back();
+  Qp* qp = FromEx(q);
+  auto& data = qp->wr_inline[qp->wr_count - 1];
   data.clear();
   for (size_t i = 0; i < n; ++i) {
     const auto* p = static_cast<const uint8_t*>(bufs[i].addr);
@@ -135,7 +142,7 @@ int WrComplete(ibv_qp_ex* q) {
     WrStart(q);
     return EINVAL == qp->wr_error ? EINVAL : qp->wr_error;
   }
-  const size_t n = qp->wr_list.size();
+  const size_t n = qp->wr_count;
   if (n == 0) return 0;
   for (size_t i = 0; i < n; ++i) {
     ibv_send_wr& wr = qp->wr_list[i];
