@@ -42,7 +42,6 @@ struct ShmChannel::Header {
   uint32_t closed;
 };
 
-
 // One ring: the producer's index, the consumer's (each on its own cache
 // line), then the slots.
 struct ShmChannel::Ring {

@@ -41,6 +41,7 @@ constexpr uint32_t kMaxSize = 1514;
 constexpr uint64_t kMaxIters = 10'000'000;
 constexpr double kReplySeconds = 1.0;   // a bounce that does not come back in this: failed
 constexpr double kServerIdleSeconds = 300.0;
+constexpr double kSendSeconds = 5.0;     // a port that takes nothing for this long: its peer is gone
 
 // What a frame asks (the byte after the EtherType).
 enum Kind : uint8_t { kPing = 1, kStream = 2, kEnd = 3, kCount = 4, kQuit = 5 };
@@ -106,18 +107,20 @@ bool Read(const rte_mbuf* m, Kind* kind, uint64_t* value) {
   return true;
 }
 
-// Sends one frame, retrying while the port is full; false on a signal.
+double Seconds(uint64_t cycles) { return static_cast<double>(cycles) / static_cast<double>(rte_get_tsc_hz()); }
+
+// Sends one frame (taken over), retrying while the port is full; false on a
+// signal or when the port took nothing for kSendSeconds (the frame is freed).
 bool SendOne(const Port& p, rte_mbuf* m) {
+  const uint64_t start = rte_rdtsc();
   while (p.io->TxBurst(&m, 1) == 0) {
-    if (pmd::ShutdownRequested()) {
+    if (pmd::ShutdownRequested() || Seconds(rte_rdtsc() - start) > kSendSeconds) {
       rte_pktmbuf_free(m);
       return false;
     }
   }
   return true;
 }
-
-double Seconds(uint64_t cycles) { return static_cast<double>(cycles) / static_cast<double>(rte_get_tsc_hz()); }
 
 int Serve(const Port& p) {
   rte_mbuf* burst[kBurst];
@@ -134,6 +137,11 @@ int Serve(const Port& p) {
       continue;
     }
     last_frame = rte_rdtsc();
+    // Leaving mid-burst: the frames not looked at yet are ours to free.
+    auto leave = [&](uint16_t from, int rc) {
+      for (uint16_t j = from; j < n; ++j) rte_pktmbuf_free(burst[j]);
+      return rc;
+    };
     for (uint16_t i = 0; i < n; ++i) {
       Kind kind;
       uint64_t value;
@@ -143,7 +151,7 @@ int Serve(const Port& p) {
       }
       switch (kind) {
         case kPing:
-          if (!SendOne(p, burst[i])) return 2;  // the same frame goes back
+          if (!SendOne(p, burst[i])) return leave(static_cast<uint16_t>(i + 1), 2);  // the same frame goes back
           break;
         case kStream:
           ++streamed;
@@ -152,14 +160,13 @@ int Serve(const Port& p) {
         case kEnd: {
           rte_pktmbuf_free(burst[i]);
           rte_mbuf* reply = Frame(p, kMinSize, kCount, streamed);
-          if (reply == nullptr || !SendOne(p, reply)) return 1;
+          if (reply == nullptr || !SendOne(p, reply)) return leave(static_cast<uint16_t>(i + 1), 1);
           streamed = 0;
           break;
         }
         case kQuit:
           rte_pktmbuf_free(burst[i]);
-          for (uint16_t j = static_cast<uint16_t>(i + 1); j < n; ++j) rte_pktmbuf_free(burst[j]);
-          return 0;
+          return leave(static_cast<uint16_t>(i + 1), 0);
         default:
           rte_pktmbuf_free(burst[i]);
           break;
@@ -247,12 +254,19 @@ int Measure(const Port& p, const Options& o) {
       if (m == nullptr) break;
       burst[built++] = m;
     }
+    if (built == 0) {
+      std::fprintf(stderr, "uroce floor: out of mbufs\n");
+      return 1;
+    }
     uint16_t done = 0;
+    const uint64_t burst_start = rte_rdtsc();
     while (done < built) {
       done = static_cast<uint16_t>(done + p.io->TxBurst(burst + done, static_cast<uint16_t>(built - done)));
-      if (pmd::ShutdownRequested()) {
+      const bool stuck = done < built && Seconds(rte_rdtsc() - burst_start) > kSendSeconds;
+      if (pmd::ShutdownRequested() || stuck) {
         rte_pktmbuf_free_bulk(burst + done, built - done);
-        return 2;
+        if (stuck) std::fprintf(stderr, "uroce floor: the port took nothing for %.0f s\n", kSendSeconds);
+        return stuck ? 1 : 2;
       }
     }
     sent += built;
