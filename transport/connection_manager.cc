@@ -240,6 +240,25 @@ struct ConnectionManager::Impl {
   }
 };
 
+namespace {
+
+// Calls the activity hook when it goes out of scope: declared before a
+// method's lock, it runs after the lock is released.
+class ActivityNotice {
+ public:
+  explicit ActivityNotice(const std::function<void()>& hook) : hook_(hook) {}
+  ~ActivityNotice() {
+    if (hook_) hook_();
+  }
+  ActivityNotice(const ActivityNotice&) = delete;
+  ActivityNotice& operator=(const ActivityNotice&) = delete;
+
+ private:
+  const std::function<void()>& hook_;
+};
+
+}  // namespace
+
 Status ConnectionManager::Impl::Init() {
   const auto& gids = engine->config().gids;
   if (gids.empty()) return InvalidArgument("the engine has no GID");
@@ -1019,6 +1038,7 @@ ConnectionManager::~ConnectionManager() {
 }
 
 StatusOr<uint16_t> ConnectionManager::Listen(uint16_t port, uint64_t tag, unsigned backlog) {
+  const ActivityNotice notice(impl_->options.activity_hook);
   std::lock_guard<std::mutex> lock(impl_->mutex);
   const bool any_port = port == 0;
   // A port taken by another process on the host (listen_hook) is taken:
@@ -1046,6 +1066,7 @@ StatusOr<uint16_t> ConnectionManager::Listen(uint16_t port, uint64_t tag, unsign
 }
 
 Status ConnectionManager::StopListening(uint16_t port) {
+  const ActivityNotice notice(impl_->options.activity_hook);
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (impl_->listeners.erase(port) == 0) return NotFound("nobody listens on port " + std::to_string(port));
   if (impl_->options.listen_hook) {
@@ -1074,6 +1095,7 @@ Status CheckQp(const CmQpParams& params) {
 }  // namespace
 
 Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& params, uint64_t tag) {
+  const ActivityNotice notice(impl_->options.activity_hook);
   Impl& m = *impl_;
   // The QP's path needs the peer's MAC in the neighbour table (ModifyQp
   // resolves a missing one, ARP/ND, and may wait seconds): resolve first,
@@ -1179,6 +1201,7 @@ Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& p
 }
 
 Status ConnectionManager::Reject(CmConnectionId request, const uint8_t* private_data, size_t length) {
+  const ActivityNotice notice(impl_->options.activity_hook);
   std::lock_guard<std::mutex> lock(impl_->mutex);
   Impl& m = *impl_;
   Impl::Connection* c = m.Find(request);
@@ -1202,6 +1225,7 @@ Status ConnectionManager::Reject(CmConnectionId request, const uint8_t* private_
 }
 
 StatusOr<CmConnectionId> ConnectionManager::Connect(const CmConnectParams& params, uint64_t tag) {
+  const ActivityNotice notice(impl_->options.activity_hook);
   Impl& m = *impl_;
   // The peer's MAC, resolved (ARP/ND) here in the caller's thread and
   // without our lock: a peer that does not answer costs the caller the
@@ -1290,6 +1314,7 @@ StatusOr<CmConnectionId> ConnectionManager::Connect(const CmConnectParams& param
 }
 
 Status ConnectionManager::Disconnect(CmConnectionId id) {
+  const ActivityNotice notice(impl_->options.activity_hook);
   std::lock_guard<std::mutex> lock(impl_->mutex);
   Impl& m = *impl_;
   Impl::Connection* c = m.Find(id);
@@ -1326,6 +1351,7 @@ Status ConnectionManager::Disconnect(CmConnectionId id) {
 }
 
 bool ConnectionManager::PeerGone(uint32_t qpn, uint32_t remote_qpn) {
+  const ActivityNotice notice(impl_->options.activity_hook);
   std::lock_guard<std::mutex> lock(impl_->mutex);
   Impl& m = *impl_;
   for (auto& [id, c] : m.connections) {
@@ -1354,10 +1380,17 @@ void ConnectionManager::Release(CmConnectionId id) {
   m.Erase(it);
 }
 
-void ConnectionManager::Poll() {
+bool ConnectionManager::Poll() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->DrainCompletions();
-  impl_->RunTimers();
+  Impl& m = *impl_;
+  const uint64_t received = m.counters.mads_received + m.counters.mads_dropped;
+  m.DrainCompletions();
+  m.RunTimers();
+  if (received != m.counters.mads_received + m.counters.mads_dropped || !m.events.empty()) return true;
+  for (const auto& [id, c] : m.connections) {
+    if (c.waiting) return true;
+  }
+  return false;
 }
 
 bool ConnectionManager::NextEvent(CmEvent* event) {

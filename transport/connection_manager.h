@@ -241,6 +241,11 @@ class ConnectionManager {
     uint32_t comm_id_base = 0;
     uint32_t comm_id_mask = 0xFFFFFFFF;
     std::function<Status(uint16_t port, bool listen)> listen_hook;
+    // Called (with no lock of the CM held) after Listen, StopListening,
+    // Accept, Reject, Connect, Disconnect and PeerGone: a caller that polls
+    // the CM seldom while nothing happens (Poll returned false) polls it
+    // soon again. Empty: nothing.
+    std::function<void()> activity_hook;
   };
 
   // Creates QP 1 on `engine` (PD `pd`) and posts its receive buffers. One per
@@ -278,8 +283,13 @@ class ConnectionManager {
   // keeps answering duplicates for it.
   void Release(CmConnectionId id);
 
-  // One round: receive MADs, resend what is due, queue events.
-  void Poll();
+  // One round: receive MADs, resend what is due, queue events. True while
+  // something needs polling soon: a MAD came in, events wait for NextEvent,
+  // or a connection waits for an answer (its resend timer runs). False: the
+  // CM is quiet; only a MAD from a peer (a new REQ, a DREQ) or a call of
+  // this side (see Options::activity_hook) changes that, and the lifetimes
+  // of unanswered requests and cached address handles are seconds long.
+  bool Poll();
   bool NextEvent(CmEvent* event);
 
   CmCounters counters() const;

@@ -2,6 +2,7 @@
 
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -12,7 +13,16 @@
 namespace uroce::verbs {
 namespace {
 
+// While a connection is being made or torn down the CM is polled every
+// millisecond (its resend timers are 50 ms). When it is quiet the interval
+// doubles up to kQuietPollInterval: the thread shares the application's
+// core under `uroce exec` (it inherits the main lcore's affinity), and on a
+// 2-core VM each wake costs the polling application tens of microseconds
+// (issue 16). A call that starts something (Connect, Listen, Accept, ...)
+// wakes it at once (Options::activity_hook); a MAD from a peer to a quiet
+// CM (a new REQ, a DREQ) waits at most kQuietPollInterval.
 constexpr auto kPollInterval = std::chrono::milliseconds(1);
+constexpr auto kQuietPollInterval = std::chrono::milliseconds(32);
 
 struct PendingEvent {
   size_t device = 0;
@@ -56,6 +66,7 @@ StatusOr<transport::ConnectionManager*> ConnectionManagers::ForDevice(size_t ind
     pmd::Runtime::Endpoint& ep = runtime->endpoint(index);
     transport::ConnectionManager::Options options;
     options.local_gid = ep.endpoint.gid;
+    options.activity_hook = [this] { Wake(); };
     if (pmd::DaemonSession* daemon = Provider::Get().daemon_session(); daemon != nullptr) {
       // Attached to a daemon: it routes CM MADs between the processes on
       // the host by our communication IDs and listened ports.
@@ -76,17 +87,33 @@ StatusOr<transport::ConnectionManager*> ConnectionManagers::ForDevice(size_t ind
   return cms_[index].get();
 }
 
+void ConnectionManagers::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    ++wakes_;
+  }
+  wake_.notify_one();
+}
+
 void ConnectionManagers::Loop() {
   prctl(PR_SET_NAME, "uroce-cm", 0, 0, 0);
   std::vector<PendingEvent> pending;
+  std::chrono::milliseconds interval = kPollInterval;
+  uint64_t seen_wakes = 0;
   for (;;) {
-    std::this_thread::sleep_for(kPollInterval);
+    {
+      std::unique_lock<std::mutex> lock(wake_mutex_);
+      wake_.wait_for(lock, interval, [&] { return wakes_ != seen_wakes; });
+      if (wakes_ != seen_wakes) interval = kPollInterval;
+      seen_wakes = wakes_;
+    }
+    bool busy = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (size_t device = 0; device < cms_.size(); ++device) {
         transport::ConnectionManager* cm = cms_[device].get();
         if (cm == nullptr) continue;
-        cm->Poll();
+        busy |= cm->Poll();
         PendingEvent p;
         p.device = device;
         p.cm = cm;
@@ -110,7 +137,9 @@ void ConnectionManagers::Loop() {
         p.cm->Release(p.event.id);
       }
     }
+    busy |= !pending.empty();
     pending.clear();
+    interval = busy ? kPollInterval : std::min(interval * 2, std::chrono::milliseconds(kQuietPollInterval));
   }
 }
 

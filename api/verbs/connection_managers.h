@@ -2,8 +2,10 @@
 // uroce device (it owns QP1 of that device's engine, so there can be only
 // one), shared by every API that connects RC QPs over it: the libfabric
 // provider (api/fabric) and librdmacm (api/rdmacm). One thread polls them
-// every millisecond and hands each event to the consumer ("sink") that made
-// the connection or the listener.
+// (every millisecond while a connection is being made or ended, up to every
+// 32 ms when all are quiet; a Connect, Listen, Accept... wakes it at once)
+// and hands each event to the consumer ("sink") that made the connection or
+// the listener.
 //
 // Tags: a consumer registers once (AddSink) and gets a sink number; the tags
 // it gives ConnectionManager::Listen/Connect/Accept are MakeTag(sink, key)
@@ -18,6 +20,7 @@
 #pragma once
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -57,6 +60,8 @@ class ConnectionManagers {
  private:
   ConnectionManagers() = default;
   void Loop();
+  // Any thread: the loop polls at once and then every millisecond again.
+  void Wake();
 
   static constexpr size_t kMaxSinks = 8;
 
@@ -65,6 +70,10 @@ class ConnectionManagers {
   std::array<Sink, kMaxSinks> sinks_{};
   uint16_t sink_count_ = 0;
   bool thread_started_ = false;
+
+  std::mutex wake_mutex_;  // wakes_ (never held while a CM is called)
+  std::condition_variable wake_;
+  uint64_t wakes_ = 0;
 };
 
 }  // namespace uroce::verbs
