@@ -16,6 +16,8 @@
 #include <set>
 #include <sstream>
 
+#include "pmd/threads.h"
+
 namespace uroce::pmd {
 namespace {
 
@@ -258,10 +260,12 @@ class Builder {
     } else if (k == "progress_idle_us") {
       if (!ParseUnsigned(v, 1, 1000000, &n)) return Bad(where, "expected 1..1000000");
       c_.engine.progress_idle_us = static_cast<uint32_t>(n);
+    } else if (k == "helper_cpus") {
+      if (!ParseCpuList(v, &c_.engine.helper_cpus)) return Bad(where, "expected a CPU list (e.g. 1 or 2-3,6), or empty");
     } else {
       return Unknown("engine", k,
                      "progress, rx_burst, max_qps, ack_request_every, max_unacked_packets, per_qp_packet_budget, "
-                     "progress_idle_us");
+                     "progress_idle_us, helper_cpus");
     }
     return Status::Ok();
   }

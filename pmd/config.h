@@ -22,6 +22,10 @@
 //   per_qp_packet_budget  the transport engine's knobs
 //   progress_idle_us = 50 verbs library, inline progress: longest idle sleep
 //                         of its progress thread (api/verbs/provider.h)
+//   helper_cpus =         CPUs for the verbs/libfabric library's helper
+//                         threads (progress, connection managers), e.g. 2-3;
+//                         empty: where the application's main thread may run
+//                         (they sleep while it polls). pmd/threads.h
 //
 //   [daemon]              `uroce daemon` only
 //   socket = /run/uroce/uroce.sock   its control socket (programs: UROCE_DAEMON)
@@ -136,6 +140,8 @@ struct EngineTunables {
   // Verbs library, inline progress: the progress thread's longest sleep when
   // idle (api/verbs/provider.h).
   uint32_t progress_idle_us = 50;
+  // CPUs of the helper threads (pmd/threads.h); empty: inherited.
+  std::vector<unsigned> helper_cpus;
 };
 
 struct UroceConfig {

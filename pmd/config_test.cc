@@ -193,6 +193,7 @@ TEST(ConfigTest, BadValuesAreNamed) {
        "[engine] progress = 'sometimes'"},
       {"[endpoint.a]\nport=net_null0\ngids=10.0.0.1,nonsense\n", "'nonsense' is not an IPv4 or IPv6 address"},
       {"[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\nneighbors=10.0.0.2\n", "'10.0.0.2' is not IP=MAC"},
+      {"[engine]\nhelper_cpus=1-\n[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\n", "[engine] helper_cpus = '1-'"},
   };
   for (const Case& c : cases) {
     const std::string e = ErrorOf(c.text);
@@ -219,6 +220,15 @@ TEST(ConfigTest, StructuralErrors) {
   EXPECT_NE(ErrorOf("[endpoint.a]\nport=net_null0,x=1\nipv4=1.2.3.4\n[endpoint.b]\nport=net_null0\nipv4=1.2.3.5\n")
                 .find("used twice"),
             std::string::npos);
+}
+
+TEST(ConfigTest, HelperCpus) {
+  auto c = LoadConfigText("[engine]\nhelper_cpus = 1,3-4\n[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\n", "t.ini");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->engine.helper_cpus, (std::vector<unsigned>{1, 3, 4}));
+  c = LoadConfigText("[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\n", "t.ini");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->engine.helper_cpus.empty());  // default: inherited
 }
 
 TEST(ConfigTest, EngineProgressNeedsWorkerLcores) {

@@ -3,12 +3,14 @@
 #include <rte_telemetry.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 
 #include "pmd/config.h"
+#include "pmd/threads.h"
 
 namespace uroce::pmd {
 namespace {
@@ -65,6 +67,22 @@ int Info(const char*, const char*, rte_tel_data* d) {
   }
   rte_tel_data_add_dict_u64(d, "endpoints", endpoints);
   rte_tel_data_add_dict_string(d, "progress", progress.c_str());
+  return 0;
+}
+
+// Every thread of the process and where it runs (pmd/threads.h): one
+// string per thread, "TID NAME cpus=LIST last_cpu=N voluntary=V
+// involuntary=I". Not under g_mutex: it reads /proc only.
+int Threads(const char*, const char*, rte_tel_data* d) {
+  rte_tel_data_start_array(d, RTE_TEL_STRING_VAL);
+  for (const ThreadPlacement& t : ReadThreadPlacements()) {
+    char line[RTE_TEL_MAX_STRING_LEN];
+    std::snprintf(line, sizeof(line), "%d %s cpus=%s last_cpu=%d voluntary=%llu involuntary=%llu", t.tid,
+                  t.name.c_str(), t.allowed_cpus.c_str(), t.last_cpu,
+                  static_cast<unsigned long long>(t.voluntary_switches),
+                  static_cast<unsigned long long>(t.involuntary_switches));
+    if (rte_tel_data_add_array_string(d, line) != 0) break;  // the array is full
+  }
   return 0;
 }
 
@@ -188,6 +206,9 @@ void RegisterTelemetryCommands() {
   std::call_once(once, [] {
     rte_telemetry_register_cmd("/uroce/info", Info, "uroce process: pid, progress mode, endpoints. No parameters");
     rte_telemetry_register_cmd("/uroce/ports", Ports, "uroce endpoint names. No parameters");
+    rte_telemetry_register_cmd("/uroce/threads", Threads,
+                               "Every thread of the process: TID, name, allowed CPUs, last CPU, context switches. "
+                               "No parameters");
     rte_telemetry_register_cmd("/uroce/port", Port,
                                "One uroce endpoint: port, addresses, engine and ARP/ND counters. Parameter: name");
     rte_telemetry_register_cmd("/uroce/qps", Qps, "Every uroce QP as NAME/QPN. No parameters");

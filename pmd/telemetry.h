@@ -10,6 +10,9 @@
 //                            parse drops, out of sequence) and ARP/ND counters
 //   /uroce/qps               "NAME/QPN" of every QP
 //   /uroce/qp,NAME/QPN       one QP: type, state, destination, counters
+//   /uroce/threads           every thread of the process: TID, name, the
+//                            CPUs it may run on, the CPU it last ran on,
+//                            voluntary and involuntary context switches
 //
 // Telemetry runs its callbacks on its own control thread; they read the
 // engines through their control path (Engine::counters, QpStatsSnapshot),

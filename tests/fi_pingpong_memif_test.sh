@@ -35,4 +35,38 @@ for ep in msg rdm; do
   fi_pingpong_pair "${ep}_ipv6_65536" "$ep" 65536 20 "$PAIR_CFG_A" "$PAIR_CFG_B" ::1
 done
 FI_PINGPONG_FLAGS=()
+
+# SIGTERM in the middle of a run ends both programs. libfabric's psm
+# provider (loaded by every fi_getinfo) installs SIGTERM/SIGINT handlers that
+# call exit(); uroce's exit handler then ran on top of the interrupted poll
+# and waited for the engine's progress token that thread held, for ever.
+sigterm_case() {
+  FI_RUNS=$((FI_RUNS + 1))
+  n=$((n + 1))
+  fi_make_memif_configs "$n"
+  local port=$((20000 + RANDOM % 20000)) waited=0
+  fi_launcher "$PAIR_CFG_A"
+  timeout -k 5 60 ${FI_LAUNCH[@]+"${FI_LAUNCH[@]}"} fi_pingpong -p "$FI_MSG_PROVIDER" -e msg -S 64 -I 1000000000 \
+    -B "$port" > "$FI_TMP/term.server" 2>&1 &
+  local spid=$!
+  until fi_listening "" "$port" || [[ $waited -gt 300 ]]; do sleep 0.1; waited=$((waited + 1)); done
+  fi_launcher "$PAIR_CFG_B"
+  timeout -k 5 60 ${FI_LAUNCH[@]+"${FI_LAUNCH[@]}"} fi_pingpong -p "$FI_MSG_PROVIDER" -e msg -S 64 -I 1000000000 \
+    -P "$port" 127.0.0.1 > "$FI_TMP/term.client" 2>&1 &
+  local cpid=$!
+  sleep 2
+  local start=$SECONDS
+  pkill -TERM -f "^fi_pingpong .*-B $port" ; pkill -TERM -f "^fi_pingpong .*-P $port"
+  wait "$spid"; local src=$?
+  wait "$cpid"; local crc=$?
+  local took=$((SECONDS - start))
+  if [[ $src -eq 124 || $src -eq 137 || $crc -eq 124 || $crc -eq 137 || $took -gt 15 ]]; then
+    fi_fail "sigterm: fi_pingpong did not end after SIGTERM (server rc=$src client rc=$crc, ${took}s)"
+    echo "--- server:"; cat "$FI_TMP/term.server"; echo "--- client:"; cat "$FI_TMP/term.client"
+    return 1
+  fi
+  echo "ok: sigterm: both ended ${took}s after SIGTERM (server rc=$src client rc=$crc)"
+}
+sigterm_case
+
 fi_finish

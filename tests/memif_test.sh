@@ -107,6 +107,8 @@ echo "$stats"
 grep -q '^endpoint a: port 0 (net_memif)' <<<"$stats" || { echo "FAIL: uroce stats shows no endpoint a"; exit 1; }
 grep -qE '^QP a/[0-9]+: RC RTS' <<<"$stats" || { echo "FAIL: uroce stats shows no QP in RTS"; exit 1; }
 grep -qE 'rx_frames=[1-9]' <<<"$stats" || { echo "FAIL: uroce stats shows no received frames"; exit 1; }
+# Where its threads run (pmd/threads.h): the main thread at least, with its CPUs.
+grep -qE '^thread [0-9]+ .*: cpus [0-9]' <<<"$stats" || { echo "FAIL: uroce stats shows no threads"; exit 1; }
 if command -v dpdk-telemetry.py >/dev/null; then
   tel=$(echo /uroce/port,a | timeout 60 dpdk-telemetry.py -f uroce-memif-test-$id-term-a 2>&1) || true
   echo "$tel"

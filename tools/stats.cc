@@ -106,7 +106,7 @@ int StatsCommand(int argc, char** argv) {
 
   if (json) {
     // The raw answers, one JSON object per line, as dpdk-telemetry.py would.
-    std::vector<std::string> commands = {"/uroce/info", "/uroce/ports"};
+    std::vector<std::string> commands = {"/uroce/info", "/uroce/threads", "/uroce/ports"};
     auto ports = Answer(*client, "/uroce/ports");
     if (!ports.ok()) return Fail(ports.status().message());
     for (const JsonValue& p : ports->items) commands.push_back("/uroce/port," + p.text);
@@ -127,6 +127,23 @@ int StatsCommand(int argc, char** argv) {
   const JsonValue* progress = info->Get("progress");
   std::printf("uroce process %s (%s progress), telemetry %s\n", pid ? pid->text.c_str() : "?",
               progress ? progress->text.c_str() : "?", socket_path.c_str());
+  // Where each thread runs: "thread TID NAME: cpus LIST, last on CPU N,
+  // context switches V voluntary / I involuntary" (older processes have no
+  // /uroce/threads: nothing printed).
+  if (auto threads = Answer(*client, "/uroce/threads"); threads.ok()) {
+    for (const JsonValue& t : threads->items) {
+      char name[64] = "", cpus[256] = "";
+      int tid = 0, last = -1;
+      unsigned long long vol = 0, invol = 0;
+      if (std::sscanf(t.text.c_str(), "%d %63s cpus=%255s last_cpu=%d voluntary=%llu involuntary=%llu", &tid, name,
+                      cpus, &last, &vol, &invol) == 6) {
+        std::printf("thread %d %s: cpus %s, last on CPU %d, context switches %llu voluntary / %llu involuntary\n", tid,
+                    name, cpus, last, vol, invol);
+      } else {
+        std::printf("thread %s\n", t.text.c_str());
+      }
+    }
+  }
   auto ports = Answer(*client, "/uroce/ports");
   if (!ports.ok()) return Fail(ports.status().message());
   for (const JsonValue& name : ports->items) {

@@ -1,7 +1,5 @@
 #include "api/verbs/connection_managers.h"
 
-#include <sys/prctl.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -9,6 +7,7 @@
 #include <utility>
 
 #include "api/verbs/provider.h"
+#include "pmd/threads.h"
 
 namespace uroce::verbs {
 namespace {
@@ -96,7 +95,8 @@ void ConnectionManagers::Wake() {
 }
 
 void ConnectionManagers::Loop() {
-  prctl(PR_SET_NAME, "uroce-cm", 0, 0, 0);
+  const pmd::UroceConfig* config = Provider::Get().config();
+  pmd::PlaceHelperThread("uroce-cm", config != nullptr ? config->engine.helper_cpus : std::vector<unsigned>{});
   std::vector<PendingEvent> pending;
   std::chrono::milliseconds interval = kPollInterval;
   uint64_t seen_wakes = 0;

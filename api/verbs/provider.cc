@@ -12,11 +12,21 @@
 #include <cstring>
 
 #include "pmd/eal.h"
+#include "pmd/threads.h"
 
 namespace uroce::verbs {
 namespace {
 
 void OnExit() { Provider::Get().Shutdown(); }
+
+// Set while this thread is inside Runtime::Progress (an engine's Poll, which
+// holds the engine's progress token). A program killed by a signal whose
+// handler calls exit() (libfabric's psm provider, loaded by every
+// fi_getinfo, installs such handlers for SIGTERM and SIGINT) runs our exit
+// handler on top of an interrupted Poll: flushing the QPs there would wait
+// for the token this very thread holds, for ever. initial-exec: the library
+// is loaded at start (it is libibverbs.so.1), so the access is one load.
+thread_local bool t_in_progress __attribute__((tls_model("initial-exec"))) = false;
 
 constexpr int kExitLingerMs = 100;
 // How often the progress thread looks whether the daemon is still there.
@@ -471,7 +481,9 @@ void Provider::ProgressFromPoll() {
     app_polls_.fetch_add(1, std::memory_order_relaxed);
     // Polling again: it is not blocked (a read, no store, while it polls).
     if (blocking_.load(std::memory_order_relaxed)) blocking_.store(false, std::memory_order_relaxed);
+    t_in_progress = true;
     runtime_->Progress();
+    t_in_progress = false;
   }
 }
 
@@ -501,6 +513,7 @@ void Provider::SleepUntilWoken(unsigned us, uint64_t seen_wakes) {
 }
 
 void Provider::ProgressLoop() {
+  pmd::PlaceHelperThread("uroce-progress", config_.engine.helper_cpus);
   // Sleeps of a few microseconds mean what they say (the default timer
   // slack is 50 us).
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
@@ -568,6 +581,16 @@ void Provider::Shutdown() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (shut_down_) return;
   shut_down_ = true;
+  if (t_in_progress) {
+    // exit() from a signal handler that interrupted this thread's Poll (see
+    // t_in_progress): the engines cannot be touched from here. The process
+    // ends without the linger and the flush; its peers see it go as they
+    // would see a crash (retries, then an error; a daemon tells them at once).
+    stop_.store(true, std::memory_order_release);
+    WakeProgress();
+    if (thread_.joinable()) thread_.join();
+    return;
+  }
   // Linger before the ports close: frames this process sent last (the ACK
   // of the peer's last message, typically) must reach the peer. On a NIC
   // they are on the wire already; a memif ring is dropped when its peer
