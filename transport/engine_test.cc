@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "testing/engine_pair.h"
 #include "transport/cm_test_frames.h"
-#include "transport/engine_pair.h"
 
 namespace uroce::transport {
 namespace {
