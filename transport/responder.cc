@@ -6,11 +6,13 @@
 // 40-byte GRH in front of the data (IBTA 11.4.1.1, RoCEv2 A17.4.5.2).
 //
 // Engine thread only.
+#include "transport/responder.h"
+
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstring>
 
-#include "transport/engine.h"
 #include "transport/opcode.h"
 
 namespace uroce::transport {
@@ -48,14 +50,23 @@ ReadResponseJob AtomicJob(Psn psn, uint64_t original, bool duplicate) {
 
 }  // namespace
 
-void Engine::ListForAck(QueuePair* qp) {
+Responder::Responder(EngineCore& core, FrameIo& frames, Completions& completions)
+    : core_(core), frames_(frames), completions_(completions) {
+  ack_list_.reserve(core.config.max_qps);
+}
+
+void Responder::ForgetQp(QueuePair* qp) {
+  ack_list_.erase(std::remove(ack_list_.begin(), ack_list_.end(), qp), ack_list_.end());
+}
+
+void Responder::ListForAck(QueuePair* qp) {
   if (!qp->ack_listed) {
     qp->ack_listed = true;
     ack_list_.push_back(qp);
   }
 }
 
-void Engine::QueueAck(QueuePair* qp, Psn psn) {
+void Responder::QueueAck(QueuePair* qp, Psn psn) {
   ResponderState& s = qp->resp;
   // A pending NAK already acknowledges everything before its PSN, and says
   // more (retry from here / wait / stop): it is not replaced by an ACK, unless
@@ -68,7 +79,7 @@ void Engine::QueueAck(QueuePair* qp, Psn psn) {
   ListForAck(qp);
 }
 
-void Engine::QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome) {
+void Responder::QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome) {
   ResponderState& s = qp->resp;
   // Every NAK of one poll names the PSN the responder waits for, so one is
   // enough: the one that says most.
@@ -81,7 +92,7 @@ void Engine::QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome) {
 
 // An acknowledgement packet (ACK, NAK or RNR NAK) for `psn`, staged now.
 // False when no buffer or no room: the caller keeps it pending.
-bool Engine::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
+bool Responder::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
   PacketFields f;
   f.bth.opcode = static_cast<uint8_t>(Opcode::kRcAcknowledge);
   f.bth.dest_qp = qp->attr.dest_qp_num;
@@ -89,17 +100,17 @@ bool Engine::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
   f.aeth.syndrome = syndrome;
   f.aeth.msn = qp->resp.msn;
   uint8_t* unused = nullptr;
-  rte_mbuf* m = StartPacket(qp->path, f, &unused);
+  rte_mbuf* m = frames_.StartPacket(qp->path, f, &unused);
   if (m == nullptr) return false;
-  FinishPacket(m);
+  frames_.FinishPacket(m);
   return true;
 }
 
-void Engine::SendNak(QueuePair* qp, Psn psn, NakCode code) {
+void Responder::SendNak(QueuePair* qp, Psn psn, NakCode code) {
   QueueNak(qp, psn, AethFields::Syndrome(AethKind::kNak, static_cast<uint8_t>(code)));
 }
 
-void Engine::SendRnrNak(QueuePair* qp, Psn psn) {
+void Responder::SendRnrNak(QueuePair* qp, Psn psn) {
   // Receiver not ready (IBTA 9.7.5.1.4): RNR NAK with our timer. NAKs are
   // counted when they leave (SendPendingAcks): a storm of SENDs makes one per
   // poll.
@@ -107,19 +118,19 @@ void Engine::SendRnrNak(QueuePair* qp, Psn psn) {
 }
 
 // Class C/D responder errors (IBTA 9.9.3.1): NAK, then the QP enters ERR.
-void Engine::ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_status recv_status) {
+void Responder::ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_status recv_status) {
   SendNak(qp, psn, code);
   ResponderState& s = qp->resp;
   if (s.have_recv) {
-    CompleteRecv(qp, s.recv, recv_status, 0, IBV_WC_RECV, 0, 0, 0,
-                 recv_status == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
+    completions_.CompleteRecv(qp, s.recv, recv_status, 0, IBV_WC_RECV, 0, 0, 0,
+                              recv_status == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
     s.have_recv = false;
   }
   s.write_in_progress = false;
-  EnterError(qp);
+  completions_.EnterError(qp);
 }
 
-void Engine::SendPendingAcks() {
+void Responder::SendPendingAcks() {
   size_t kept = 0;
   for (QueuePair* qp : ack_list_) {
     ResponderState& s = qp->resp;
@@ -142,10 +153,10 @@ void Engine::SendPendingAcks() {
       const AethKind kind = AethFields{s.ack_syndrome, 0}.kind();
       if (kind == AethKind::kRnrNak) {
         qp->counters.rnr_naks_sent++;
-        counters_.rnr_naks_sent++;
+        core_.counters.rnr_naks_sent++;
       } else if (kind == AethKind::kNak) {
         qp->counters.naks_sent++;
-        counters_.naks_sent++;
+        core_.counters.naks_sent++;
       }
     }
     s.ack_pending = false;
@@ -156,8 +167,8 @@ void Engine::SendPendingAcks() {
 
 // Copies `length` bytes at `offset` of the current receive request's buffers.
 // False if they do not fit (a local length error) or a key is bad.
-bool Engine::PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, uint32_t length,
-                         ibv_wc_status* error) {
+bool Responder::PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, uint32_t length,
+                            ibv_wc_status* error) {
   const RecvWqe& w = qp->resp.recv;
   if (offset + length > w.total_length) {
     *error = IBV_WC_LOC_LEN_ERR;
@@ -169,7 +180,7 @@ bool Engine::PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, ui
   while (length > 0 && i < w.num_sge) {
     const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, w.sge[i].length - offset));
     uint8_t* host = nullptr;
-    if (mrs_.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE, &host) !=
+    if (core_.mrs.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE, &host) !=
         MrCheck::kOk) {
       *error = IBV_WC_LOC_PROT_ERR;
       return false;
@@ -183,15 +194,15 @@ bool Engine::PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, ui
   return true;
 }
 
-void Engine::HandleUdReceive(QueuePair* qp, const PacketView& p) {
+void Responder::HandleUdReceive(QueuePair* qp, const PacketView& p) {
   // Q_Key check (IBTA 10.2.5): a mismatch drops the datagram silently.
   if (p.fields.deth.qkey != qp->attr.qkey) {
-    counters_.rx_dropped++;
+    core_.counters.rx_dropped++;
     return;
   }
   RecvWqe wqe;
-  if (!TakeRecv(qp, &wqe)) {
-    counters_.rx_dropped++;  // UD has no RNR: the datagram is lost
+  if (!completions_.TakeRecv(qp, &wqe)) {
+    core_.counters.rx_dropped++;  // UD has no RNR: the datagram is lost
     return;
   }
   qp->resp.recv = wqe;
@@ -219,15 +230,16 @@ void Engine::HandleUdReceive(QueuePair* qp, const PacketView& p) {
     flags |= IBV_WC_WITH_IMM;
     imm = htonl(p.fields.immediate_data);
   }
-  CompleteRecv(qp, wqe, ok ? IBV_WC_SUCCESS : error, ok ? kGrhBytes + p.fields.payload_length : 0, IBV_WC_RECV,
-               flags, imm, p.fields.deth.src_qp, !ok && error == IBV_WC_LOC_LEN_ERR ? qp->resp.length_overflow : 0);
+  completions_.CompleteRecv(qp, wqe, ok ? IBV_WC_SUCCESS : error, ok ? kGrhBytes + p.fields.payload_length : 0,
+                            IBV_WC_RECV, flags, imm, p.fields.deth.src_qp,
+                            !ok && error == IBV_WC_LOC_LEN_ERR ? qp->resp.length_overflow : 0);
 }
 
 // A request whose PSN is behind the expected one (IBTA 9.7.5.1.1).
-void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
+void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
   ResponderState& s = qp->resp;
   qp->counters.duplicates++;
-  counters_.duplicates++;
+  core_.counters.duplicates++;
   const Operation op = p.opcode->operation;
   if (op == Operation::kRdmaReadRequest || op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
     // Already answering this very request: the copy adds nothing.
@@ -254,7 +266,7 @@ void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
   if (op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
     // The same access rule as a new atomic: revoked access replays nothing.
     if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) == 0) {
-      counters_.rx_dropped++;
+      core_.counters.rx_dropped++;
       return;
     }
     const AtomicEthFields& request = p.fields.atomic_eth;
@@ -265,9 +277,9 @@ void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
         // checks of the first); otherwise it earns nothing.
         uint8_t* host = nullptr;
         if (request.rkey != a.rkey || request.virtual_address != a.virtual_address ||
-            mrs_.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
+            core_.mrs.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
                 MrCheck::kOk) {
-          counters_.rx_dropped++;
+          core_.counters.rx_dropped++;
           return;
         }
         EnqueueResponse(qp, AtomicJob(p.fields.bth.psn, a.original, /*duplicate=*/true));
@@ -282,10 +294,10 @@ void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
 
 // The QP allows remote reads and the key covers the whole range (IBTA
 // 9.7.5.1.3 / 10.6.3.1), for a new READ and a replayed one alike.
-bool Engine::RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) const {
+bool Responder::RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) const {
   if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0) return false;
   uint8_t* host = nullptr;
-  return reth.dma_length == 0 || mrs_.CheckRemote(reth.rkey, qp->pd, reth.virtual_address, reth.dma_length,
+  return reth.dma_length == 0 || core_.mrs.CheckRemote(reth.rkey, qp->pd, reth.virtual_address, reth.dma_length,
                                                   IBV_ACCESS_REMOTE_READ, &host) == MrCheck::kOk;
 }
 
@@ -294,7 +306,7 @@ bool Engine::RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) cons
 // key, address and length, and only after every check a new READ passes. A
 // PSN nobody remembers is dropped without an answer, so a guessed key earns
 // nothing; a remembered PSN with other parameters is an invalid request.
-void Engine::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
+void Responder::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
   ResponderState& s = qp->resp;
   const Psn psn = p.fields.bth.psn;
   const RethFields& reth = p.fields.reth;
@@ -311,7 +323,7 @@ void Engine::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
     }
   }
   if (record == nullptr) {
-    counters_.rx_dropped++;
+    core_.counters.rx_dropped++;
     return;
   }
   const uint64_t skipped = uint64_t(psn.DistanceFrom(record->first_psn)) * qp->mtu_bytes;
@@ -334,7 +346,7 @@ void Engine::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
 // The queue holds max_dest_rd_atomic new requests (the requester may have no
 // more outstanding, IBTA 9.7.5.1.3 / C9-136) plus as many answers to
 // duplicates; duplicates never take the room new requests are owed.
-bool Engine::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
+bool Responder::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
   ResponderState& s = qp->resp;
   if (s.reads.empty() || s.reads_count >= s.reads.size()) return false;
   const uint32_t duplicate_room = static_cast<uint32_t>(s.reads.size() / 2);
@@ -342,7 +354,7 @@ bool Engine::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
   if (!job.duplicate && s.reads_count - s.duplicate_jobs >= duplicate_room) return false;
   s.reads[(s.reads_head + s.reads_count) % s.reads.size()] = job;
   ++s.reads_count;
-  MarkBusy(qp);  // RunReadResponses sends it
+  core_.MarkBusy(qp);  // RunReadResponses sends it
   if (job.duplicate) ++s.duplicate_jobs;
   // The response acknowledges everything before it; a pending NAK still says
   // more and goes out after it.
@@ -350,10 +362,10 @@ bool Engine::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
   return true;
 }
 
-void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
+void Responder::HandleRequest(QueuePair* qp, const PacketView& p) {
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
   if (state != IBV_QPS_RTR && state != IBV_QPS_RTS && state != IBV_QPS_SQD) {
-    counters_.rx_dropped++;
+    core_.counters.rx_dropped++;
     return;
   }
   if (qp->type == IBV_QPT_UD) {
@@ -371,7 +383,7 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
   }
   if (distance > 0) {
     qp->counters.out_of_sequence++;
-    counters_.out_of_sequence++;
+    core_.counters.out_of_sequence++;
     if (rc) {
       // One PSN sequence error NAK per gap (IBTA 9.7.5.1.2 / C9-110).
       if (!s.nak_sent) {
@@ -421,11 +433,11 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
     case Operation::kSend: {
       if (info.starts_message()) {
         RecvWqe wqe;
-        if (!TakeRecv(qp, &wqe)) {
+        if (!completions_.TakeRecv(qp, &wqe)) {
           if (rc) {
             SendRnrNak(qp, psn);
           } else {
-            counters_.rx_dropped++;
+            core_.counters.rx_dropped++;
           }
           return;
         }
@@ -443,8 +455,8 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
                                                               : NakCode::kRemoteOperationalError,
                          error);
         } else {
-          CompleteRecv(qp, s.recv, error, 0, IBV_WC_RECV, 0, 0, 0,
-                       error == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
+          completions_.CompleteRecv(qp, s.recv, error, 0, IBV_WC_RECV, 0, 0, 0,
+                                    error == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
           s.have_recv = false;
           s.recv_offset_valid = false;
         }
@@ -461,8 +473,8 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
           flags = IBV_WC_WITH_INV;
           extra = p.fields.invalidate_rkey;
         }
-        CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.recv_offset), IBV_WC_RECV, flags, extra,
-                     0);
+        completions_.CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.recv_offset), IBV_WC_RECV,
+                                  flags, extra, 0);
         s.have_recv = false;
         s.recv_offset_valid = false;
         ++s.msn;
@@ -475,7 +487,7 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
         const bool allowed = (access & IBV_ACCESS_REMOTE_WRITE) != 0;
         if (!allowed || p.fields.reth.dma_length > kMaxMessageBytes ||
             (p.fields.reth.dma_length > 0 &&
-             mrs_.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
+             core_.mrs.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
                               IBV_ACCESS_REMOTE_WRITE, &host) != MrCheck::kOk)) {
           if (rc) ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
           return;
@@ -499,13 +511,13 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
       uint8_t* dest = nullptr;
       if (p.fields.payload_length > 0 &&
           ((access & IBV_ACCESS_REMOTE_WRITE) == 0 ||
-           mrs_.CheckRemote(s.write_rkey, qp->pd, s.write_va, p.fields.payload_length, IBV_ACCESS_REMOTE_WRITE,
+           core_.mrs.CheckRemote(s.write_rkey, qp->pd, s.write_va, p.fields.payload_length, IBV_ACCESS_REMOTE_WRITE,
                             &dest) != MrCheck::kOk)) {
         if (rc) {
           ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         } else {
           s.write_in_progress = false;  // UC: the message is lost
-          counters_.rx_dropped++;
+          core_.counters.rx_dropped++;
         }
         return;
       }
@@ -514,7 +526,7 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
       if (with_imm) {
         // The immediate consumes a receive request: check for one before
         // placing the last packet, so an RNR retry finds memory unchanged.
-        if (!s.have_recv && !TakeRecv(qp, &wqe)) {
+        if (!s.have_recv && !completions_.TakeRecv(qp, &wqe)) {
           if (rc) SendRnrNak(qp, psn);
           return;
         }
@@ -531,8 +543,8 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
         s.write_in_progress = false;
         ++s.msn;
         if (with_imm) {
-          CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.write_length),
-                       IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_WITH_IMM, htonl(p.fields.immediate_data), 0);
+          completions_.CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.write_length),
+                                    IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_WITH_IMM, htonl(p.fields.immediate_data), 0);
           s.have_recv = false;
         }
       }
@@ -572,7 +584,7 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
         ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
         return;
       }
-      if (!allowed || mrs_.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
+      if (!allowed || core_.mrs.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
                           MrCheck::kOk) {
         ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
@@ -612,11 +624,11 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
 
 // Sends queued READ responses and atomic acknowledgements, in order, within
 // the QP's packet budget (a 1 MiB READ must not starve the other QPs).
-void Engine::RunReadResponses(QueuePair* qp) {
+void Responder::RunReadResponses(QueuePair* qp) {
   ResponderState& s = qp->resp;
-  uint32_t budget = config_.per_qp_packet_budget;
+  uint32_t budget = core_.config.per_qp_packet_budget;
   const uint32_t mtu = qp->mtu_bytes;
-  while (s.reads_count > 0 && budget > 0 && TxRoom(1)) {
+  while (s.reads_count > 0 && budget > 0 && frames_.TxRoom(1)) {
     ReadResponseJob& job = s.reads[s.reads_head];
     PacketFields f;
     f.bth.dest_qp = qp->attr.dest_qp_num;
@@ -645,7 +657,7 @@ void Engine::RunReadResponses(QueuePair* qp) {
     if (payload > 0) {
       uint8_t* host = nullptr;
       if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0 ||
-          mrs_.CheckRemote(job.rkey, qp->pd, job.virtual_address + job.offset, payload, IBV_ACCESS_REMOTE_READ,
+          core_.mrs.CheckRemote(job.rkey, qp->pd, job.virtual_address + job.offset, payload, IBV_ACCESS_REMOTE_READ,
                            &host) != MrCheck::kOk) {
         ResponderFatal(qp, job.next_psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
@@ -654,10 +666,10 @@ void Engine::RunReadResponses(QueuePair* qp) {
     }
     uint8_t* dest = nullptr;
     f.payload_length = payload;
-    rte_mbuf* m = StartPacket(qp->path, f, &dest);
+    rte_mbuf* m = frames_.StartPacket(qp->path, f, &dest);
     if (m == nullptr) return;  // no buffer now; next poll
     if (payload > 0) std::memcpy(dest, source, payload);
-    FinishPacket(m);
+    frames_.FinishPacket(m);
     --budget;
     job.offset += payload;
     job.next_psn += 1;
