@@ -39,6 +39,7 @@
 #include "transport/frame_io.h"
 #include "transport/headers.h"
 #include "transport/memory_region.h"
+#include "transport/object_tables.h"
 #include "transport/packet_builder.h"
 #include "transport/packet_fields.h"
 #include "transport/packet_io.h"
@@ -151,22 +152,13 @@ class Engine {
   // A poster's side: the engine will run `qp`.
   void RingDoorbell(QueuePair* qp);
 
-  static constexpr uint32_t kMaxPds = 1u << 20;
-  static constexpr size_t kMaxNeighbors = 4096;
-
   // What the stages share: config, limits, MRs, counters, the poll's time,
   // the engine-thread QP table and ready list, async events.
   EngineCore core_;
 
   mutable std::mutex control_mutex_;  // control path only
-  uint32_t next_pd_ = 1;
-  std::vector<bool> pd_in_use_;
-  std::vector<std::unique_ptr<CompletionQueue>> cqs_;
-  std::vector<std::unique_ptr<SharedReceiveQueue>> srqs_;
-  std::vector<std::unique_ptr<QueuePair>> qp_storage_;
-  std::vector<AddressHandle> ahs_;
-  std::vector<std::pair<Gid, MacAddress>> neighbors_;
-  std::mt19937_64 random_;  // control path: QPNs
+  // PDs, CQs, SRQs, QPs, AHs, neighbours, QPNs (object_tables.h).
+  ObjectTables tables_;
 
   // Posting threads -> engine: QPs whose doorbell they rang (each at most
   // twice at a time, so 2 max_qps entries always suffice: RingDoorbell).
