@@ -50,6 +50,13 @@ ReadResponseJob AtomicJob(Psn psn, uint64_t original, bool duplicate) {
 
 }  // namespace
 
+const char* ResponderStepName(ResponderStep step) {
+  static constexpr const char* kNames[] = {"check_psn", "check_op_sequence", "check_length",
+                                           "execute",   "acknowledge",       "done"};
+  const auto i = static_cast<size_t>(step);
+  return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
+}
+
 Responder::Responder(EngineCore& core, FrameIo& frames, Completions& completions)
     : core_(core), frames_(frames), completions_(completions) {
   ack_list_.reserve(core.config.max_qps);
@@ -298,7 +305,7 @@ bool Responder::RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) c
   if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0) return false;
   uint8_t* host = nullptr;
   return reth.dma_length == 0 || core_.mrs.CheckRemote(reth.rkey, qp->pd, reth.virtual_address, reth.dma_length,
-                                                  IBV_ACCESS_REMOTE_READ, &host) == MrCheck::kOk;
+                                                       IBV_ACCESS_REMOTE_READ, &host) == MrCheck::kOk;
 }
 
 // A duplicate READ request (IBTA 9.7.5.1.1): answered again only if it is
@@ -362,6 +369,9 @@ bool Responder::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
   return true;
 }
 
+// A request goes through the steps of ResponderStep in order, as in Linux
+// rxe's responder (rxe_resp.c): each step either hands it to the next one or
+// ends it (dropped, NAKed, or answered later by a READ response).
 void Responder::HandleRequest(QueuePair* qp, const PacketView& p) {
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
   if (state != IBV_QPS_RTR && state != IBV_QPS_RTS && state != IBV_QPS_SQD) {
@@ -372,14 +382,41 @@ void Responder::HandleRequest(QueuePair* qp, const PacketView& p) {
     HandleUdReceive(qp, p);
     return;
   }
-  ResponderState& s = qp->resp;
-  const bool rc = qp->type == IBV_QPT_RC;
-  const Psn psn = p.fields.bth.psn;
-  const OpcodeInfo& info = *p.opcode;
+  const Request r{qp, p, qp->type == IBV_QPT_RC, p.fields.bth.psn, *p.opcode};
+  ResponderStep step = ResponderStep::kCheckPsn;
+  while (step != ResponderStep::kDone) step = RunStep(step, r);
+}
+
+ResponderStep Responder::RunStep(ResponderStep step, const Request& r) {
+  switch (step) {
+    case ResponderStep::kCheckPsn:
+      return CheckPsn(r);
+    case ResponderStep::kCheckOpSequence:
+      return CheckOpSequence(r);
+    case ResponderStep::kCheckLength:
+      return CheckLength(r);
+    case ResponderStep::kExecute:
+      return Execute(r);
+    case ResponderStep::kAcknowledge:
+      return Acknowledge(r);
+    case ResponderStep::kDone:
+      break;
+  }
+  return ResponderStep::kDone;
+}
+
+// The PSN: new, duplicate or ahead (IBTA 9.7.5.1.1, 9.7.5.1.2).
+ResponderStep Responder::CheckPsn(const Request& r) {
+  QueuePair* qp = r.qp;
+  const PacketView& p = r.p;
+  ResponderState& s = r.qp->resp;
+  const bool rc = r.rc;
+  const Psn psn = r.psn;
+  const OpcodeInfo& info = r.info;
   const int32_t distance = psn.DistanceFrom(s.expected_psn);
   if (distance < 0) {
     if (rc) HandleDuplicate(qp, p);
-    return;
+    return ResponderStep::kDone;
   }
   if (distance > 0) {
     qp->counters.out_of_sequence++;
@@ -390,7 +427,7 @@ void Responder::HandleRequest(QueuePair* qp, const PacketView& p) {
         s.nak_sent = true;
         SendNak(qp, s.expected_psn, NakCode::kPsnSequenceError);
       }
-      return;
+      return ResponderStep::kDone;
     }
     // UC: a lost packet loses the message; resynchronise on the next
     // first/only packet (IBTA 9.7.5.1.2 for UC).
@@ -398,14 +435,22 @@ void Responder::HandleRequest(QueuePair* qp, const PacketView& p) {
       s.write_in_progress = false;
       if (s.have_recv) s.recv_offset = 0;  // reuse the receive for the next message
       s.expected_psn = psn + 1;
-      return;
+      return ResponderStep::kDone;
     }
     s.write_in_progress = false;
     if (s.have_recv) s.recv_offset = 0;
     s.expected_psn = psn;
   }
   s.nak_sent = false;
+  return ResponderStep::kCheckOpSequence;
+}
 
+ResponderStep Responder::CheckOpSequence(const Request& r) {
+  QueuePair* qp = r.qp;
+  ResponderState& s = r.qp->resp;
+  const bool rc = r.rc;
+  const Psn psn = r.psn;
+  const OpcodeInfo& info = r.info;
   // Opcode sequence (IBTA 9.7.5.1.5 / C9-112): a message in progress must go
   // on with middle/last packets of the same kind, and nothing else may.
   const bool continues = !info.starts_message();
@@ -415,211 +460,267 @@ void Responder::HandleRequest(QueuePair* qp, const PacketView& p) {
                     (info.operation == Operation::kRdmaWrite && s.write_in_progress);
     if (!ok) {
       if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-      return;
+      return ResponderStep::kDone;
     }
   } else if (send_in_progress || s.write_in_progress) {
     if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-    return;
+    return ResponderStep::kDone;
   }
+  return ResponderStep::kCheckLength;
+}
+
+ResponderStep Responder::CheckLength(const Request& r) {
+  QueuePair* qp = r.qp;
+  const PacketView& p = r.p;
+  const bool rc = r.rc;
+  const Psn psn = r.psn;
+  const OpcodeInfo& info = r.info;
   // Payload length rules that depend on the path MTU (IBTA 9.7.5.1.3).
   if (p.fields.payload_length > qp->mtu_bytes ||
       (info.payload == PayloadRule::kFullMtu && p.fields.payload_length != qp->mtu_bytes)) {
     if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-    return;
+    return ResponderStep::kDone;
   }
+  return ResponderStep::kExecute;
+}
 
-  const unsigned access = qp->attr.qp_access_flags;
-  switch (info.operation) {
-    case Operation::kSend: {
-      if (info.starts_message()) {
-        RecvWqe wqe;
-        if (!completions_.TakeRecv(qp, &wqe)) {
-          if (rc) {
-            SendRnrNak(qp, psn);
-          } else {
-            core_.counters.rx_dropped++;
-          }
-          return;
-        }
-        s.recv = wqe;
-        s.have_recv = true;
-        s.recv_offset = 0;
-        s.recv_offset_valid = true;
-      }
-      ibv_wc_status error = IBV_WC_SUCCESS;
-      if (!PlaceInRecv(qp, s.recv_offset, p.payload, p.fields.payload_length, &error)) {
-        // Too long for the receive buffers (IBTA 9.7.5.1.6, C9-115) or a bad
-        // local key: the receive fails, the requester gets a NAK.
-        if (rc) {
-          ResponderFatal(qp, psn, error == IBV_WC_LOC_LEN_ERR ? NakCode::kInvalidRequest
-                                                              : NakCode::kRemoteOperationalError,
-                         error);
-        } else {
-          completions_.CompleteRecv(qp, s.recv, error, 0, IBV_WC_RECV, 0, 0, 0,
-                                    error == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
-          s.have_recv = false;
-          s.recv_offset_valid = false;
-        }
-        return;
-      }
-      s.recv_offset += p.fields.payload_length;
-      if (info.ends_message()) {
-        unsigned flags = 0;
-        uint32_t extra = 0;
-        if (info.has(kImmDt)) {
-          flags = IBV_WC_WITH_IMM;
-          extra = htonl(p.fields.immediate_data);
-        } else if (info.has(kIeth)) {
-          flags = IBV_WC_WITH_INV;
-          extra = p.fields.invalidate_rkey;
-        }
-        completions_.CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.recv_offset), IBV_WC_RECV,
-                                  flags, extra, 0);
-        s.have_recv = false;
-        s.recv_offset_valid = false;
-        ++s.msn;
-      }
-      break;
-    }
-    case Operation::kRdmaWrite: {
-      if (info.starts_message()) {
-        uint8_t* host = nullptr;
-        const bool allowed = (access & IBV_ACCESS_REMOTE_WRITE) != 0;
-        if (!allowed || p.fields.reth.dma_length > kMaxMessageBytes ||
-            (p.fields.reth.dma_length > 0 &&
-             core_.mrs.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
-                              IBV_ACCESS_REMOTE_WRITE, &host) != MrCheck::kOk)) {
-          if (rc) ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
-          return;
-        }
-        s.write_rkey = p.fields.reth.rkey;
-        s.write_va = p.fields.reth.virtual_address;
-        s.write_remaining = p.fields.reth.dma_length;
-        s.write_length = p.fields.reth.dma_length;
-        s.write_in_progress = true;
-      }
-      if (p.fields.payload_length > s.write_remaining ||
-          (info.ends_message() && p.fields.payload_length != s.write_remaining)) {
-        // The packets do not add up to the RETH's DMA length (C9-116).
-        if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-        s.write_in_progress = false;
-        return;
-      }
-      // Every packet of the WRITE passes the checks of the first: the region
-      // may have been deregistered (or the QP's access revoked) since, and
-      // nothing may land in memory the application no longer gives us.
-      uint8_t* dest = nullptr;
-      if (p.fields.payload_length > 0 &&
-          ((access & IBV_ACCESS_REMOTE_WRITE) == 0 ||
-           core_.mrs.CheckRemote(s.write_rkey, qp->pd, s.write_va, p.fields.payload_length, IBV_ACCESS_REMOTE_WRITE,
-                            &dest) != MrCheck::kOk)) {
-        if (rc) {
-          ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
-        } else {
-          s.write_in_progress = false;  // UC: the message is lost
-          core_.counters.rx_dropped++;
-        }
-        return;
-      }
-      RecvWqe wqe;
-      const bool with_imm = info.has(kImmDt);
-      if (with_imm) {
-        // The immediate consumes a receive request: check for one before
-        // placing the last packet, so an RNR retry finds memory unchanged.
-        if (!s.have_recv && !completions_.TakeRecv(qp, &wqe)) {
-          if (rc) SendRnrNak(qp, psn);
-          return;
-        }
-        if (!s.have_recv) {
-          s.recv = wqe;
-          s.have_recv = true;
-          s.recv_offset_valid = false;
-        }
-      }
-      if (p.fields.payload_length > 0) std::memcpy(dest, p.payload, p.fields.payload_length);
-      s.write_va += p.fields.payload_length;
-      s.write_remaining -= p.fields.payload_length;
-      if (info.ends_message()) {
-        s.write_in_progress = false;
-        ++s.msn;
-        if (with_imm) {
-          completions_.CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.write_length),
-                                    IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_WITH_IMM, htonl(p.fields.immediate_data), 0);
-          s.have_recv = false;
-        }
-      }
-      break;
-    }
-    case Operation::kRdmaReadRequest: {
-      const RethFields& reth = p.fields.reth;
-      if (reth.dma_length > kMaxMessageBytes) {
-        ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-        return;
-      }
-      if (!RemoteReadAllowed(qp, reth)) {
-        ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
-        return;
-      }
-      if (!EnqueueResponse(qp, ReadJob(psn, reth, /*duplicate=*/false))) {
-        // More READs/atomics outstanding than max_dest_rd_atomic allows.
-        ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-        return;
-      }
-      const uint32_t packets = reth.dma_length == 0 ? 1 : (reth.dma_length + qp->mtu_bytes - 1) / qp->mtu_bytes;
-      if (!s.read_history.empty()) {
-        s.read_history[s.read_history_next] =
-            ReadRecord{psn, packets, reth.rkey, reth.virtual_address, reth.dma_length, true};
-        s.read_history_next = (s.read_history_next + 1) % static_cast<uint32_t>(s.read_history.size());
-      }
-      ++s.msn;
-      s.expected_psn = psn + packets;
-      return;  // the responses acknowledge it
-    }
+ResponderStep Responder::Execute(const Request& r) {
+  switch (r.info.operation) {
+    case Operation::kSend:
+      return ExecuteSend(r);
+    case Operation::kRdmaWrite:
+      return ExecuteWrite(r);
+    case Operation::kRdmaReadRequest:
+      return ExecuteRead(r);
     case Operation::kCompareSwap:
-    case Operation::kFetchAdd: {
-      uint8_t* host = nullptr;
-      const bool allowed = (access & IBV_ACCESS_REMOTE_ATOMIC) != 0;
-      const AtomicEthFields& a = p.fields.atomic_eth;
-      if ((a.virtual_address & 7) != 0) {  // IBTA 9.4.5: naturally aligned
-        ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-        return;
-      }
-      if (!allowed || core_.mrs.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
-                          MrCheck::kOk) {
-        ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
-        return;
-      }
-      if (s.reads.empty() || s.reads_count - s.duplicate_jobs >= s.reads.size() / 2 ||
-          s.reads_count >= s.reads.size()) {
-        ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-        return;
-      }
-      // Atomic with respect to other uroce QPs of this engine and to the
-      // host's own atomics on the same word.
-      auto* word = reinterpret_cast<uint64_t*>(host);
-      uint64_t original;
-      if (info.operation == Operation::kCompareSwap) {
-        original = a.compare_data;
-        __atomic_compare_exchange_n(word, &original, a.swap_or_add_data, false, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_SEQ_CST);
-      } else {
-        original = __atomic_fetch_add(word, a.swap_or_add_data, __ATOMIC_SEQ_CST);
-      }
-      if (!s.atomics.empty()) {
-        s.atomics[s.atomics_next] = AtomicReplay{psn, a.rkey, a.virtual_address, original, true};
-        s.atomics_next = (s.atomics_next + 1) % static_cast<uint32_t>(s.atomics.size());
-      }
-      ++s.msn;
-      s.expected_psn = psn + 1;
-      EnqueueResponse(qp, AtomicJob(psn, original, /*duplicate=*/false));
-      return;
-    }
+    case Operation::kFetchAdd:
+      return ExecuteAtomic(r);
     default:
-      if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-      return;
+      if (r.rc) ResponderFatal(r.qp, r.psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+      return ResponderStep::kDone;
   }
+}
+
+ResponderStep Responder::ExecuteSend(const Request& r) {
+  QueuePair* qp = r.qp;
+  const PacketView& p = r.p;
+  ResponderState& s = r.qp->resp;
+  const bool rc = r.rc;
+  const Psn psn = r.psn;
+  const OpcodeInfo& info = r.info;
+  if (info.starts_message()) {
+    RecvWqe wqe;
+    if (!completions_.TakeRecv(qp, &wqe)) {
+      if (rc) {
+        SendRnrNak(qp, psn);
+      } else {
+        core_.counters.rx_dropped++;
+      }
+      return ResponderStep::kDone;
+    }
+    s.recv = wqe;
+    s.have_recv = true;
+    s.recv_offset = 0;
+    s.recv_offset_valid = true;
+  }
+  ibv_wc_status error = IBV_WC_SUCCESS;
+  if (!PlaceInRecv(qp, s.recv_offset, p.payload, p.fields.payload_length, &error)) {
+    // Too long for the receive buffers (IBTA 9.7.5.1.6, C9-115) or a bad
+    // local key: the receive fails, the requester gets a NAK.
+    if (rc) {
+      ResponderFatal(qp, psn, error == IBV_WC_LOC_LEN_ERR ? NakCode::kInvalidRequest
+                                                          : NakCode::kRemoteOperationalError,
+                     error);
+    } else {
+      completions_.CompleteRecv(qp, s.recv, error, 0, IBV_WC_RECV, 0, 0, 0,
+                                error == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
+      s.have_recv = false;
+      s.recv_offset_valid = false;
+    }
+    return ResponderStep::kDone;
+  }
+  s.recv_offset += p.fields.payload_length;
+  if (info.ends_message()) {
+    unsigned flags = 0;
+    uint32_t extra = 0;
+    if (info.has(kImmDt)) {
+      flags = IBV_WC_WITH_IMM;
+      extra = htonl(p.fields.immediate_data);
+    } else if (info.has(kIeth)) {
+      flags = IBV_WC_WITH_INV;
+      extra = p.fields.invalidate_rkey;
+    }
+    completions_.CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.recv_offset), IBV_WC_RECV,
+                              flags, extra, 0);
+    s.have_recv = false;
+    s.recv_offset_valid = false;
+    ++s.msn;
+  }
+  return ResponderStep::kAcknowledge;
+}
+
+ResponderStep Responder::ExecuteWrite(const Request& r) {
+  QueuePair* qp = r.qp;
+  const PacketView& p = r.p;
+  ResponderState& s = r.qp->resp;
+  const bool rc = r.rc;
+  const Psn psn = r.psn;
+  const OpcodeInfo& info = r.info;
+  const unsigned access = r.qp->attr.qp_access_flags;
+  if (info.starts_message()) {
+    uint8_t* host = nullptr;
+    const bool allowed = (access & IBV_ACCESS_REMOTE_WRITE) != 0;
+    if (!allowed || p.fields.reth.dma_length > kMaxMessageBytes ||
+        (p.fields.reth.dma_length > 0 &&
+         core_.mrs.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
+                               IBV_ACCESS_REMOTE_WRITE, &host) != MrCheck::kOk)) {
+      if (rc) ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+      return ResponderStep::kDone;
+    }
+    s.write_rkey = p.fields.reth.rkey;
+    s.write_va = p.fields.reth.virtual_address;
+    s.write_remaining = p.fields.reth.dma_length;
+    s.write_length = p.fields.reth.dma_length;
+    s.write_in_progress = true;
+  }
+  if (p.fields.payload_length > s.write_remaining ||
+      (info.ends_message() && p.fields.payload_length != s.write_remaining)) {
+    // The packets do not add up to the RETH's DMA length (C9-116).
+    if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    s.write_in_progress = false;
+    return ResponderStep::kDone;
+  }
+  // Every packet of the WRITE passes the checks of the first: the region
+  // may have been deregistered (or the QP's access revoked) since, and
+  // nothing may land in memory the application no longer gives us.
+  uint8_t* dest = nullptr;
+  if (p.fields.payload_length > 0 &&
+      ((access & IBV_ACCESS_REMOTE_WRITE) == 0 ||
+       core_.mrs.CheckRemote(s.write_rkey, qp->pd, s.write_va, p.fields.payload_length, IBV_ACCESS_REMOTE_WRITE,
+                             &dest) != MrCheck::kOk)) {
+    if (rc) {
+      ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    } else {
+      s.write_in_progress = false;  // UC: the message is lost
+      core_.counters.rx_dropped++;
+    }
+    return ResponderStep::kDone;
+  }
+  RecvWqe wqe;
+  const bool with_imm = info.has(kImmDt);
+  if (with_imm) {
+    // The immediate consumes a receive request: check for one before
+    // placing the last packet, so an RNR retry finds memory unchanged.
+    if (!s.have_recv && !completions_.TakeRecv(qp, &wqe)) {
+      if (rc) SendRnrNak(qp, psn);
+      return ResponderStep::kDone;
+    }
+    if (!s.have_recv) {
+      s.recv = wqe;
+      s.have_recv = true;
+      s.recv_offset_valid = false;
+    }
+  }
+  if (p.fields.payload_length > 0) std::memcpy(dest, p.payload, p.fields.payload_length);
+  s.write_va += p.fields.payload_length;
+  s.write_remaining -= p.fields.payload_length;
+  if (info.ends_message()) {
+    s.write_in_progress = false;
+    ++s.msn;
+    if (with_imm) {
+      completions_.CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.write_length),
+                                IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_WITH_IMM, htonl(p.fields.immediate_data), 0);
+      s.have_recv = false;
+    }
+  }
+  return ResponderStep::kAcknowledge;
+}
+
+ResponderStep Responder::ExecuteRead(const Request& r) {
+  QueuePair* qp = r.qp;
+  const PacketView& p = r.p;
+  ResponderState& s = r.qp->resp;
+  const Psn psn = r.psn;
+  const RethFields& reth = p.fields.reth;
+  if (reth.dma_length > kMaxMessageBytes) {
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  if (!RemoteReadAllowed(qp, reth)) {
+    ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    return ResponderStep::kDone;
+  }
+  if (!EnqueueResponse(qp, ReadJob(psn, reth, /*duplicate=*/false))) {
+    // More READs/atomics outstanding than max_dest_rd_atomic allows.
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  const uint32_t packets = reth.dma_length == 0 ? 1 : (reth.dma_length + qp->mtu_bytes - 1) / qp->mtu_bytes;
+  if (!s.read_history.empty()) {
+    s.read_history[s.read_history_next] =
+        ReadRecord{psn, packets, reth.rkey, reth.virtual_address, reth.dma_length, true};
+    s.read_history_next = (s.read_history_next + 1) % static_cast<uint32_t>(s.read_history.size());
+  }
+  ++s.msn;
+  s.expected_psn = psn + packets;
+  return ResponderStep::kDone;  // the responses acknowledge it
+}
+
+ResponderStep Responder::ExecuteAtomic(const Request& r) {
+  QueuePair* qp = r.qp;
+  const PacketView& p = r.p;
+  ResponderState& s = r.qp->resp;
+  const Psn psn = r.psn;
+  const OpcodeInfo& info = r.info;
+  const unsigned access = r.qp->attr.qp_access_flags;
+  uint8_t* host = nullptr;
+  const bool allowed = (access & IBV_ACCESS_REMOTE_ATOMIC) != 0;
+  const AtomicEthFields& a = p.fields.atomic_eth;
+  if ((a.virtual_address & 7) != 0) {  // IBTA 9.4.5: naturally aligned
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  if (!allowed || core_.mrs.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
+                      MrCheck::kOk) {
+    ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    return ResponderStep::kDone;
+  }
+  if (s.reads.empty() || s.reads_count - s.duplicate_jobs >= s.reads.size() / 2 ||
+      s.reads_count >= s.reads.size()) {
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  // Atomic with respect to other uroce QPs of this engine and to the
+  // host's own atomics on the same word.
+  auto* word = reinterpret_cast<uint64_t*>(host);
+  uint64_t original;
+  if (info.operation == Operation::kCompareSwap) {
+    original = a.compare_data;
+    __atomic_compare_exchange_n(word, &original, a.swap_or_add_data, false, __ATOMIC_SEQ_CST,
+                                __ATOMIC_SEQ_CST);
+  } else {
+    original = __atomic_fetch_add(word, a.swap_or_add_data, __ATOMIC_SEQ_CST);
+  }
+  if (!s.atomics.empty()) {
+    s.atomics[s.atomics_next] = AtomicReplay{psn, a.rkey, a.virtual_address, original, true};
+    s.atomics_next = (s.atomics_next + 1) % static_cast<uint32_t>(s.atomics.size());
+  }
+  ++s.msn;
+  s.expected_psn = psn + 1;
+  EnqueueResponse(qp, AtomicJob(psn, original, /*duplicate=*/false));
+  return ResponderStep::kDone;
+}
+
+// The request is done: the next PSN, and an ACK if the requester asked.
+ResponderStep Responder::Acknowledge(const Request& r) {
+  QueuePair* qp = r.qp;
+  const PacketView& p = r.p;
+  ResponderState& s = r.qp->resp;
+  const bool rc = r.rc;
+  const Psn psn = r.psn;
   s.expected_psn = psn + 1;
   if (rc && p.fields.bth.ack_request) QueueAck(qp, psn);
+  return ResponderStep::kDone;
 }
 
 // Sends queued READ responses and atomic acknowledgements, in order, within
@@ -658,7 +759,7 @@ void Responder::RunReadResponses(QueuePair* qp) {
       uint8_t* host = nullptr;
       if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0 ||
           core_.mrs.CheckRemote(job.rkey, qp->pd, job.virtual_address + job.offset, payload, IBV_ACCESS_REMOTE_READ,
-                           &host) != MrCheck::kOk) {
+                                &host) != MrCheck::kOk) {
         ResponderFatal(qp, job.next_psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
       }
