@@ -15,8 +15,8 @@
 #include "pmd/neighbor_resolver.h"
 #include "pmd/port.h"
 #include "pmd/ring_pair.h"
+#include "testing/engine_pair.h"
 #include "transport/engine.h"
-#include "transport/engine_pair.h"
 
 namespace uroce::pmd {
 namespace {

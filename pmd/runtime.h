@@ -28,8 +28,8 @@
 #include "pmd/neighbor_resolver.h"
 #include "pmd/ring_pair.h"
 #include "pmd/shm_channel.h"
+#include "transport/endpoint.h"
 #include "transport/engine.h"
-#include "transport/engine_pair.h"
 
 namespace uroce::pmd {
 

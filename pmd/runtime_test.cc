@@ -16,7 +16,7 @@
 #include "pmd/eal_test_environment.h"
 #include "pmd/shutdown_signal.h"
 #include "pmd/telemetry_client.h"
-#include "transport/engine_pair.h"
+#include "testing/engine_pair.h"
 
 namespace uroce::pmd {
 namespace {

@@ -15,7 +15,7 @@
 #include "api/uroce_fi.h"
 #include "cq/completion_queue.h"
 #include "cq/counter.h"
-#include "transport/engine_pair.h"
+#include "testing/engine_pair.h"
 
 namespace uroce::transport {
 namespace {

@@ -12,10 +12,10 @@
 #include <random>
 #include <vector>
 
+#include "testing/engine_pair.h"
 #include "transport/cm_mad.h"
 #include "transport/cm_test_frames.h"
 #include "transport/connection_manager.h"
-#include "transport/engine_pair.h"
 
 namespace uroce::transport {
 namespace {

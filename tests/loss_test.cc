@@ -3,7 +3,7 @@
 // with the same flags runs the same thing).
 #include <gtest/gtest.h>
 
-#include "transport/soak.h"
+#include "testing/soak.h"
 
 namespace uroce::transport {
 namespace {

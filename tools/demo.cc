@@ -24,7 +24,7 @@
 #include "pmd/shutdown_signal.h"
 #include "tools/command.h"
 #include "tools/config_flags.h"
-#include "transport/engine_pair.h"
+#include "transport/endpoint.h"
 
 namespace uroce::tools {
 namespace {

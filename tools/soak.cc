@@ -6,8 +6,8 @@
 #include <string>
 
 #include "pmd/eal.h"
+#include "testing/soak.h"
 #include "tools/command.h"
-#include "transport/soak.h"
 
 namespace uroce::tools {
 namespace {

@@ -4,11 +4,13 @@
 // fatal error; the local ACK timer retransmits and gives up after retry_cnt.
 //
 // Engine thread only.
+#include "transport/completer.h"
+
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstring>
 
-#include "transport/engine.h"
 #include "transport/opcode.h"
 
 namespace uroce::transport {
@@ -27,14 +29,14 @@ uint64_t RnrTimerNs(uint8_t timer_field) { return uint64_t(kRnrTimerCentiMicros[
 // Retires, in order, every SEND/WRITE whose last PSN is at or before `psn`.
 // A READ or atomic covered by `psn` but not answered means its response was
 // lost: returns false and leaves the slot for a retransmission from it.
-bool Engine::RetireThrough(QueuePair* qp, Psn psn) {
+bool Completer::RetireThrough(QueuePair* qp, Psn psn) {
   RequesterState& r = qp->req;
   while (r.head != r.tail) {
     SendSlot& slot = r.window[r.head & r.window_mask];
     if (!slot.started || slot.local_error) break;
     if (slot.last_psn.DistanceFrom(psn) > 0) break;  // not yet acknowledged
     if (slot.read_or_atomic) return false;           // its response is missing
-    CompleteSend(qp, slot, IBV_WC_SUCCESS);
+    completions_.CompleteSend(qp, slot, IBV_WC_SUCCESS);
     ++r.head;
     if (r.next_send < r.head) {
       r.next_send = r.head;
@@ -51,7 +53,7 @@ bool Engine::RetireThrough(QueuePair* qp, Psn psn) {
   return true;
 }
 
-void Engine::AcknowledgeThrough(QueuePair* qp, Psn psn) {
+void Completer::AcknowledgeThrough(QueuePair* qp, Psn psn) {
   RequesterState& r = qp->req;
   Psn next = psn + 1;
   // Never past a READ or atomic still waiting for its response: an ACK or NAK
@@ -73,7 +75,7 @@ void Engine::AcknowledgeThrough(QueuePair* qp, Psn psn) {
   const bool outstanding = r.unacked.DistanceFrom(r.sent_limit) < 0;
   if (outstanding) {
     const uint64_t t = LocalAckTimeoutNs(qp->attr.timeout);
-    r.timer_deadline_ns = t ? Now() + t : 0;
+    r.timer_deadline_ns = t ? core_.Now() + t : 0;
   } else {
     r.timer_deadline_ns = 0;
   }
@@ -82,7 +84,7 @@ void Engine::AcknowledgeThrough(QueuePair* qp, Psn psn) {
 // A response or ACK PSN is valid only inside what was sent and not yet
 // acknowledged, [unacked - 1, psn - 1]; anything else is a stale or ghost
 // packet and is ignored (IBTA 9.7.5.2.2).
-bool Engine::AckPsnValid(const QueuePair* qp, Psn psn) const {
+bool Completer::AckPsnValid(const QueuePair* qp, Psn psn) const {
   const RequesterState& r = qp->req;
   return psn.DistanceFrom(r.unacked - 1) >= 0 && (r.sent_limit - 1).DistanceFrom(psn) >= 0;
 }
@@ -90,26 +92,26 @@ bool Engine::AckPsnValid(const QueuePair* qp, Psn psn) const {
 // A gap seen in responses (or an ACK that passes an unanswered READ) asks
 // for a retransmission once; more evidence of the same gap is ignored until
 // something new is acknowledged or the timer fires (like one NAK per gap).
-void Engine::RestartOnce(QueuePair* qp, Psn psn) {
+void Completer::RestartOnce(QueuePair* qp, Psn psn) {
   RequesterState& r = qp->req;
   if (r.gap_restart_armed && r.gap_restart_psn.value() == psn.value()) return;
   r.gap_restart_armed = true;
   r.gap_restart_psn = psn;
-  RestartFrom(qp, psn);
+  requester_.RestartFrom(qp, psn);
 }
 
-void Engine::FailOldest(QueuePair* qp, ibv_wc_status status) {
+void Completer::FailOldest(QueuePair* qp, ibv_wc_status status) {
   RequesterState& r = qp->req;
   if (r.head != r.tail) {
     SendSlot& slot = r.window[r.head & r.window_mask];
     slot.signaled = true;
-    CompleteSend(qp, slot, status);
+    completions_.CompleteSend(qp, slot, status);
     ++r.head;
   }
-  EnterError(qp);
+  completions_.EnterError(qp);
 }
 
-void Engine::HandleAcknowledge(QueuePair* qp, const PacketView& p) {
+void Completer::HandleAcknowledge(QueuePair* qp, const PacketView& p) {
   RequesterState& r = qp->req;
   const Psn psn = p.fields.bth.psn;
   if (!AckPsnValid(qp, psn)) {
@@ -128,7 +130,7 @@ void Engine::HandleAcknowledge(QueuePair* qp, const PacketView& p) {
       return;
     case AethKind::kRnrNak: {
       qp->counters.rnr_naks_received++;
-      counters_.rnr_naks_received++;
+      core_.counters.rnr_naks_received++;
       RetireThrough(qp, psn - 1);
       AcknowledgeThrough(qp, psn - 1);
       // rnr_retry 7 means "retry for ever" (IBTA 9.7.5.2.8, ibv_modify_qp(3)).
@@ -139,14 +141,14 @@ void Engine::HandleAcknowledge(QueuePair* qp, const PacketView& p) {
         }
         --r.rnr_retries_left;
       }
-      RestartFrom(qp, psn);
-      r.rnr_resume_ns = Now() + RnrTimerNs(p.fields.aeth.value());
+      requester_.RestartFrom(qp, psn);
+      r.rnr_resume_ns = core_.Now() + RnrTimerNs(p.fields.aeth.value());
       r.timer_deadline_ns = 0;
       return;
     }
     case AethKind::kNak: {
       qp->counters.naks_received++;
-      counters_.naks_received++;
+      core_.counters.naks_received++;
       const auto code = static_cast<NakCode>(p.fields.aeth.value());
       if (code == NakCode::kPsnSequenceError) {
         // Everything before `psn` arrived; resend from it (IBTA 9.7.5.2.4).
@@ -154,7 +156,7 @@ void Engine::HandleAcknowledge(QueuePair* qp, const PacketView& p) {
           const SendSlot& oldest = r.window[r.head & r.window_mask];
           RestartOnce(qp, oldest.first_psn + static_cast<uint32_t>(oldest.bytes_done / qp->mtu_bytes));
         } else {
-          RestartFrom(qp, psn);
+          requester_.RestartFrom(qp, psn);
         }
         AcknowledgeThrough(qp, psn - 1);
         return;
@@ -172,7 +174,7 @@ void Engine::HandleAcknowledge(QueuePair* qp, const PacketView& p) {
 }
 
 // READ response packets (IBTA 9.7.5.1.3) and atomic acknowledgements.
-void Engine::HandleResponse(QueuePair* qp, const PacketView& p) {
+void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
   RequesterState& r = qp->req;
   const Psn psn = p.fields.bth.psn;
   if (!AckPsnValid(qp, psn)) {
@@ -209,7 +211,7 @@ void Engine::HandleResponse(QueuePair* qp, const PacketView& p) {
     if (ahead > 0) {
       // A response packet was lost: ask for the rest again (go-back-N).
       qp->counters.out_of_sequence++;
-      counters_.out_of_sequence++;
+      core_.counters.out_of_sequence++;
       RestartOnce(qp, expected);
       return;
     }
@@ -234,7 +236,7 @@ void Engine::HandleResponse(QueuePair* qp, const PacketView& p) {
   // The request is complete: retire it first, so that the acknowledgement
   // moves past it.
   --r.reads_in_flight;
-  CompleteSend(qp, slot, IBV_WC_SUCCESS);
+  completions_.CompleteSend(qp, slot, IBV_WC_SUCCESS);
   ++r.head;
   if (r.next_send < r.head) {
     r.next_send = r.head;  // it was being (re)sent; move on
@@ -243,8 +245,8 @@ void Engine::HandleResponse(QueuePair* qp, const PacketView& p) {
   AcknowledgeThrough(qp, psn);
 }
 
-bool Engine::ScatterToWqe(const QueuePair* qp, const SendWqe& w, uint64_t offset, const uint8_t* data,
-                          uint32_t length) const {
+bool Completer::ScatterToWqe(const QueuePair* qp, const SendWqe& w, uint64_t offset, const uint8_t* data,
+                             uint32_t length) const {
   uint32_t i = 0;
   while (i < w.num_sge && offset >= w.sge[i].length) offset -= w.sge[i++].length;
   while (length > 0 && i < w.num_sge) {
@@ -256,7 +258,7 @@ bool Engine::ScatterToWqe(const QueuePair* qp, const SendWqe& w, uint64_t offset
     // Checked again for every packet: the region may be gone since the
     // request started (ibv_dereg_mr(3) ends every use before it returns).
     uint8_t* host = nullptr;
-    if (mrs_.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE, &host) !=
+    if (core_.mrs.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE, &host) !=
         MrCheck::kOk) {
       return false;
     }
@@ -271,24 +273,24 @@ bool Engine::ScatterToWqe(const QueuePair* qp, const SendWqe& w, uint64_t offset
 
 // The local ACK timer (IBTA 9.7.6.1.3): nothing acknowledged in time means a
 // retransmission from the oldest unacknowledged PSN, up to retry_cnt times.
-void Engine::RunCompleterTimers(QueuePair* qp) {
+void Completer::RunTimers(QueuePair* qp) {
   RequesterState& r = qp->req;
   if (qp->type != IBV_QPT_RC || r.timer_deadline_ns == 0) return;
-  if (Now() < r.timer_deadline_ns) return;
+  if (core_.Now() < r.timer_deadline_ns) return;
   if (r.unacked.DistanceFrom(r.sent_limit) >= 0) {  // nothing outstanding
     r.timer_deadline_ns = 0;
     return;
   }
   qp->counters.timeouts++;
-  counters_.timeouts++;
+  core_.counters.timeouts++;
   if (r.retries_left == 0) {
     FailOldest(qp, IBV_WC_RETRY_EXC_ERR);
     return;
   }
   --r.retries_left;
   r.gap_restart_armed = false;
-  RestartFrom(qp, r.unacked);
-  r.timer_deadline_ns = Now() + LocalAckTimeoutNs(qp->attr.timeout);
+  requester_.RestartFrom(qp, r.unacked);
+  r.timer_deadline_ns = core_.Now() + LocalAckTimeoutNs(qp->attr.timeout);
 }
 
 }  // namespace uroce::transport

@@ -11,9 +11,9 @@
 #include <random>
 #include <vector>
 
+#include "testing/engine_pair.h"
 #include "transport/cm_mad.h"
 #include "transport/cm_test_frames.h"
-#include "transport/engine_pair.h"
 #include "transport/packet_parser.h"
 #include "transport/wire_types.h"
 

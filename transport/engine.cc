@@ -1,574 +1,47 @@
-// Engine: control path, posting, completions, errors and the poll loop. The
-// pipeline stages live in requester.cc, responder.cc and completer.cc.
+// Engine: construction, posting and the poll loop. The control calls on the
+// object tables are in object_tables.cc and modify_qp.cc; the pipeline stages
+// are classes of their own: FrameIo (frame_io.cc), Requester (requester.cc),
+// Completer (completer.cc), Responder (responder.cc), sharing an EngineCore
+// (engine_core.h) and Completions (completions.cc).
 #include "transport/engine.h"
 
 #include <rte_cycles.h>
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include "common/raw_enum.h"
 #include "transport/opcode.h"
 
 namespace uroce::transport {
 
-// The progress token: whoever holds it may touch engine-thread state. Poll
-// takes it with one compare-exchange (never waits); a control call waits for
-// it, which is between two polls.
-class Engine::ProgressToken {
- public:
-  // Control path: waits until the token is free.
-  explicit ProgressToken(const Engine* engine) : engine_(const_cast<Engine*>(engine)) {
-    bool expected = false;
-    while (!engine_->progress_busy_.compare_exchange_weak(expected, true, std::memory_order_acquire)) {
-      expected = false;
-      std::this_thread::yield();
-    }
-  }
-  ~ProgressToken() { engine_->progress_busy_.store(false, std::memory_order_release); }
-
- private:
-  Engine* engine_;
-};
-
 namespace {
-
-// The QPN generator: seeded with the configured value (tests), or with 256
-// bits of the system's entropy, so that a peer who sees a few QPNs cannot
-// search the seed space for the rest.
-std::mt19937_64 RandomSeed(uint64_t configured) {
-  if (configured != 0) return std::mt19937_64(configured);
-  std::random_device device;
-  std::seed_seq seq{device(), device(), device(), device(), device(), device(), device(), device()};
-  return std::mt19937_64(seq);
-}
 
 uint64_t TscNanoseconds() {
   static const double ns_per_cycle = 1e9 / double(rte_get_tsc_hz());
   return static_cast<uint64_t>(double(rte_get_tsc_cycles()) * ns_per_cycle);
 }
 
-// The largest IB MTU that fits the Ethernet MTU after RoCEv2's headers (IPv6
-// 40 + UDP 8 + BTH 12 + up to 28 extension bytes + ICRC 4, rounded to 80 as
-// rxe does): 1024 on a 1500-byte port.
-ibv_mtu LargestIbMtu(uint32_t port_mtu) {
-  ibv_mtu best = IBV_MTU_256;
-  for (ibv_mtu m : {IBV_MTU_256, IBV_MTU_512, IBV_MTU_1024, IBV_MTU_2048, IBV_MTU_4096}) {
-    if (MtuBytes(m) + 80 <= port_mtu) best = m;
-  }
-  return best;
-}
-
-// UDP source port: a hash of the QPN in the dynamic range, so that NIC RSS
-// keeps a QP on one queue (IBTA A17.2.3 leaves the choice to the sender).
-uint16_t UdpSourcePort(uint32_t qpn) {
-  uint32_t h = qpn * 0x9E3779B1u;
-  return static_cast<uint16_t>(0xC000 | ((h >> 16) & 0x3FFF));
-}
-
 }  // namespace
 
 Engine::Engine(const EngineConfig& config)
-    : config_(config),
-      mrs_(1u << 16),
-      pd_in_use_(1),
-      random_(RandomSeed(config.random_seed)),
-      qp_table_(config.max_qps, nullptr),
-      doorbells_(2 * size_t{config.max_qps}) {
-  limits_.max_mtu = LargestIbMtu(config.port_mtu);
-  limits_.gid_table_size = static_cast<uint8_t>(std::min<size_t>(config.gids.size(), 255));
-  rx_burst_.resize(config.rx_burst);
-  busy_qps_.reserve(config.max_qps);
-  ack_list_.reserve(config.max_qps);
-}
+    : core_(config),
+      tables_(config.random_seed),
+      doorbells_(2 * size_t{config.max_qps}),
+      completions_(core_),
+      frames_(core_, responder_, completer_),
+      requester_(core_, frames_, completions_, tables_.ahs),
+      completer_(core_, completions_, requester_),
+      responder_(core_, frames_, completions_) {}
 
 Engine::~Engine() {
-  ProgressToken token(this);
-  rte_pktmbuf_free_bulk(tx_stage_, tx_count_);
-  tx_count_ = 0;
-  rte_pktmbuf_free_bulk(loopback_stage_, loopback_count_);
-  loopback_count_ = 0;
-  rte_mbuf* m = nullptr;
-  while (raw_tx_.TryPop(&m)) rte_pktmbuf_free(m);
+  ProgressToken token(core_);
+  frames_.FreeAll();
 }
 
-uint64_t Engine::ReadClock() const { return config_.clock_ns ? config_.clock_ns() : TscNanoseconds(); }
+uint64_t Engine::ReadClock() const { return core_.config.clock_ns ? core_.config.clock_ns() : TscNanoseconds(); }
 
-bool Engine::IsLoopbackGid(const Gid& gid) const {
-  if (!config_.loopback) return false;
-  for (const Gid& own : config_.gids) {
-    if (own == gid) return true;
-  }
-  return false;
-}
-
-// ---------------------------------------------------------------- control path
-
-StatusOr<PdHandle> Engine::AllocPd() {
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  // Handles go round a large space rather than reusing the lowest free one,
-  // so that a freed handle is not at once another PD's (a stale holder of it
-  // must not reach the new PD's memory).
-  for (uint32_t tries = 0; tries < kMaxPds; ++tries) {
-    const PdHandle pd = next_pd_;
-    next_pd_ = next_pd_ + 1 >= kMaxPds ? 1 : next_pd_ + 1;
-    if (pd >= pd_in_use_.size()) pd_in_use_.resize(pd + 1, false);
-    if (!pd_in_use_[pd]) {
-      pd_in_use_[pd] = true;
-      return pd;
-    }
-  }
-  return ResourceExhausted("no free protection domain");
-}
-
-Status Engine::DeallocPd(PdHandle pd) {
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  if (pd == 0 || pd >= pd_in_use_.size() || !pd_in_use_[pd]) return InvalidArgument("no such PD");
-  // ibv_dealloc_pd(3): EBUSY while anything still belongs to the PD.
-  for (const auto& qp : qp_storage_) {
-    if (qp && qp->pd == pd) return Busy("PD still used by a QP");
-  }
-  for (const auto& srq : srqs_) {
-    if (srq && srq->pd == pd) return Busy("PD still used by an SRQ");
-  }
-  for (const AddressHandle& ah : ahs_) {
-    if (ah.valid && ah.pd == pd) return Busy("PD still used by an AH");
-  }
-  if (mrs_.RegisteredInPd(pd) > 0) return Busy("PD still has memory regions");
-  pd_in_use_[pd] = false;
-  return Status::Ok();
-}
-
-StatusOr<MrKeys> Engine::RegMr(PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access) {
-  // Held across the registration, so that DeallocPd cannot free the PD in
-  // between and leave a region in a dead (later reused) PD.
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  if (pd == 0 || pd >= pd_in_use_.size() || !pd_in_use_[pd]) return InvalidArgument("no such PD");
-  return mrs_.Register(pd, addr, length, iova, access);
-}
-
-Status Engine::DeregMr(uint32_t lkey) {
-  // Between polls, so no packet of the current burst still uses the region.
-  ProgressToken token(this);
-  return mrs_.Deregister(lkey);
-}
-
-StatusOr<CompletionQueue*> Engine::CreateCq(uint32_t min_entries) {
-  if (min_entries == 0 || min_entries > (1u << 22)) return InvalidArgument("CQ size out of range");
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  cqs_.push_back(std::make_unique<CompletionQueue>(min_entries));
-  return cqs_.back().get();
-}
-
-Status Engine::AttachCompletionSinks(CompletionQueue* cq, cq::CompletionSink* cq_sink,
-                                     cq::CompletionSink* counter_sink) {
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  ProgressToken token(this);
-  cq->AttachSinks(cq_sink, counter_sink);
-  forwarding_cqs_.erase(std::remove(forwarding_cqs_.begin(), forwarding_cqs_.end(), cq), forwarding_cqs_.end());
-  if (cq->has_sinks()) forwarding_cqs_.push_back(cq);
-  return Status::Ok();
-}
-
-Status Engine::DestroyCq(CompletionQueue* cq) {
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  for (const auto& qp : qp_storage_) {
-    if (qp && (qp->send_cq == cq || qp->recv_cq == cq)) {
-      return Busy("CQ still used by a QP");
-    }
-  }
-  auto it = std::find_if(cqs_.begin(), cqs_.end(), [cq](const auto& p) { return p.get() == cq; });
-  if (it == cqs_.end()) return InvalidArgument("no such CQ");
-  {
-    ProgressToken token(this);
-    forwarding_cqs_.erase(std::remove(forwarding_cqs_.begin(), forwarding_cqs_.end(), cq), forwarding_cqs_.end());
-  }
-  cqs_.erase(it);
-  return Status::Ok();
-}
-
-StatusOr<SharedReceiveQueue*> Engine::CreateSrq(PdHandle pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit) {
-  if (max_wr == 0 || max_wr > 16384) return InvalidArgument("SRQ max_wr out of range");
-  if (max_sge == 0 || max_sge > kMaxRecvSge) return InvalidArgument("SRQ max_sge out of range");
-  if (limit > max_wr) return InvalidArgument("SRQ limit above max_wr");
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  if (pd == 0 || pd >= pd_in_use_.size() || !pd_in_use_[pd]) return InvalidArgument("no such PD");
-  srqs_.push_back(std::make_unique<SharedReceiveQueue>(pd, max_wr, max_sge, limit));
-  return srqs_.back().get();
-}
-
-Status Engine::DestroySrq(SharedReceiveQueue* srq) {
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  for (const auto& qp : qp_storage_) {
-    if (qp && qp->srq == srq) return Busy("SRQ still used by a QP");
-  }
-  auto it = std::find_if(srqs_.begin(), srqs_.end(), [srq](const auto& p) { return p.get() == srq; });
-  if (it == srqs_.end()) return InvalidArgument("no such SRQ");
-  srqs_.erase(it);
-  return Status::Ok();
-}
-
-StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
-  if (init.type != IBV_QPT_RC && init.type != IBV_QPT_UC && init.type != IBV_QPT_UD) {
-    return Status(StatusCode::kNotSupported, "QP type not supported");
-  }
-  if (init.send_cq == nullptr || init.recv_cq == nullptr) return InvalidArgument("QP needs a send and a recv CQ");
-  const ibv_qp_cap& c = init.cap;
-  if (c.max_send_wr == 0 || c.max_send_wr > 16384) return InvalidArgument("max_send_wr out of range");
-  if (!init.srq && (c.max_recv_wr == 0 || c.max_recv_wr > 16384)) return InvalidArgument("max_recv_wr out of range");
-  if (c.max_send_sge > kMaxSendSge || c.max_recv_sge > kMaxRecvSge) return InvalidArgument("too many SGEs");
-  if (c.max_inline_data > kMaxInlineData) return InvalidArgument("max_inline_data above the device limit");
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  if (init.pd == 0 || init.pd >= pd_in_use_.size() || !pd_in_use_[init.pd]) return InvalidArgument("no such PD");
-
-  // Find a free slot; QPNs grow so that a destroyed QP's number is not reused
-  // at once (stale packets then find no QP).
-  uint32_t qpn = 0;
-  if (init.fixed_qpn != 0) {
-    // QP1, the GSI QP (IBTA 13.5.1): reserved, so never handed out below.
-    if (init.fixed_qpn != 1 || init.type != IBV_QPT_UD) {
-      return InvalidArgument("only QP 1 (UD, the GSI QP) may be asked for by number");
-    }
-    if (qp_table_[1 % config_.max_qps] != nullptr) {
-      return AlreadyExists(qp_table_[1 % config_.max_qps]->qpn == 1 ? "QP 1 exists" : "QP 1's slot is taken");
-    }
-    qpn = 1;
-  }
-  // A random 24-bit QPN (0x11 and up: 0 and 1 are the special QPs) whose
-  // table slot is free: random draws first, then a walk from a random point,
-  // so that a nearly full table still finds the last free slot. A QPN that
-  // cannot be guessed makes a blind forged packet miss (the address and
-  // P_Key checks of HandleFrame are the other half).
-  // A leased range (EngineConfig::qpn_base/qpn_count) narrows the draw.
-  const uint32_t lowest = std::max<uint32_t>(0x11, config_.qpn_base);
-  const uint32_t highest =
-      config_.qpn_count == 0 ? 0xFFFFFF : std::min<uint32_t>(0xFFFFFF, config_.qpn_base + config_.qpn_count - 1);
-  if (lowest > highest) return ResourceExhausted("the leased QPN range is empty");
-  std::uniform_int_distribution<uint32_t> any_qpn(lowest, highest);
-  uint32_t candidate = any_qpn(random_);
-  const uint32_t walk = std::min<uint32_t>(config_.max_qps, highest - lowest + 1);
-  for (uint32_t tries = 0; qpn == 0 && tries < 32 + walk; ++tries) {
-    if (tries < 32) {
-      candidate = any_qpn(random_);
-    } else {
-      candidate = candidate + 1 > highest ? lowest : candidate + 1;
-    }
-    // QP1's slot stays free for the GSI QP.
-    if (candidate % config_.max_qps == 1 % config_.max_qps) continue;
-    if (qp_table_[candidate % config_.max_qps] == nullptr) qpn = candidate;
-  }
-  if (qpn == 0) return ResourceExhausted("no free QP");
-
-  QpCaps caps;
-  caps.max_send_wr = static_cast<uint32_t>(RoundUpPow2(c.max_send_wr));
-  caps.max_recv_wr = init.srq ? 0 : static_cast<uint32_t>(RoundUpPow2(c.max_recv_wr));
-  caps.max_send_sge = std::max<uint32_t>(c.max_send_sge, 1);
-  caps.max_recv_sge = std::max<uint32_t>(c.max_recv_sge, 1);
-  caps.max_inline_data = c.max_inline_data;
-  auto qp = std::make_unique<QueuePair>(qpn, init.type, init.pd, init.send_cq, init.recv_cq, init.srq,
-                                        init.sq_sig_all, caps);
-  qp->path.udp_source_port = UdpSourcePort(qpn);
-  qp->mtu_bytes = MtuBytes(limits_.max_mtu);
-  qp->resp.atomics.resize(config_.atomic_replay_entries);
-  if (qpn == 1) qp->ud_sources.resize(caps.max_recv_wr);
-  QueuePair* raw = qp.get();
-  {
-    ProgressToken token(this);
-    qp_table_[qpn % config_.max_qps] = raw;
-  }
-  qp_storage_.push_back(std::move(qp));
-  return raw;
-}
-
-bool Engine::ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why, const MacAddress* dmac) const {
-  if (!ah.is_global) {
-    *why = "RoCE addresses need a GRH (is_global = 1)";
-    return false;
-  }
-  if (ah.grh.sgid_index >= config_.gids.size()) {
-    *why = "sgid_index " + std::to_string(ah.grh.sgid_index) + " is not in the GID table";
-    return false;
-  }
-  Gid dgid;
-  std::memcpy(dgid.data(), ah.grh.dgid.raw, 16);
-  path->dgid = dgid;
-  path->sgid = config_.gids[ah.grh.sgid_index];
-  path->ipv6 = !IsIpv4MappedGid(path->sgid);
-  if (path->ipv6 == IsIpv4MappedGid(dgid)) {
-    *why = "source and destination GIDs are of different IP versions";
-    return false;
-  }
-  path->traffic_class = ah.grh.traffic_class;
-  path->hop_limit = ah.grh.hop_limit ? ah.grh.hop_limit : 64;
-  path->flow_label = ah.grh.flow_label & 0xFFFFF;
-  if (IsLoopbackGid(dgid) && (dmac == nullptr || *dmac == config_.mac)) {
-    path->dmac = config_.mac;
-    path->loopback = true;
-    return true;
-  }
-  if (dmac != nullptr) {
-    path->dmac = *dmac;
-    return true;
-  }
-  // The neighbour table gives the MAC (static entries, or ARP/ND in pmd/).
-  for (const auto& [ip, mac] : neighbors_) {
-    if (ip == dgid) {
-      path->dmac = mac;
-      return true;
-    }
-  }
-  *why = "no neighbour entry (MAC) for the destination GID";
-  return false;
-}
-
-bool Engine::LookupNeighbor(const Gid& ip, MacAddress* mac) const {
-  if (IsLoopbackGid(ip)) {
-    if (mac != nullptr) *mac = config_.mac;
-    return true;
-  }
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  for (const auto& entry : neighbors_) {
-    if (entry.first == ip) {
-      if (mac != nullptr) *mac = entry.second;
-      return true;
-    }
-  }
-  return false;
-}
-
-std::vector<QueuePair*> Engine::QueuePairs() const {
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  std::vector<QueuePair*> out;
-  for (const auto& qp : qp_storage_) out.push_back(qp.get());
-  return out;
-}
-
-std::vector<QpStats> Engine::QpStatsSnapshot() const {
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  ProgressToken token(this);
-  std::vector<QpStats> out;
-  out.reserve(qp_storage_.size());
-  for (const auto& qp : qp_storage_) {
-    QpStats s;
-    s.qpn = qp->qpn;
-    s.type = qp->type;
-    s.state = qp->state.load(std::memory_order_acquire);
-    s.dest_qpn = qp->attr.dest_qp_num;
-    s.counters = qp->counters;
-    out.push_back(s);
-  }
-  return out;
-}
-
-namespace {
-
-// The destination GID of an address vector, if it is one that needs a MAC.
-bool AddressVectorGid(const ibv_ah_attr& ah, Gid* gid) {
-  if (!ah.is_global) return false;
-  std::memcpy(gid->data(), ah.grh.dgid.raw, 16);
-  return true;
-}
-
-}  // namespace
-
-Status Engine::ResolveNeighborIfMissing(const ibv_ah_attr& ah, const char* call) {
-  Gid dgid;
-  // LookupNeighbor knows our own GIDs: loopback needs no ARP or ND.
-  if (!config_.resolve_neighbor || !AddressVectorGid(ah, &dgid) || LookupNeighbor(dgid, nullptr)) {
-    return Status::Ok();
-  }
-  // Neither lock is held here: the resolver may wait for an answer, and in
-  // inline mode it polls this engine itself.
-  Status s = config_.resolve_neighbor(dgid);
-  if (!s.ok()) return Status(s.code(), std::string(call) + ": " + s.message());
-  return Status::Ok();
-}
-
-void Engine::AddNeighbor(const Gid& ip, const MacAddress& mac) {
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  for (auto& entry : neighbors_) {
-    if (entry.first == ip) {
-      entry.second = mac;
-      return;
-    }
-  }
-  // Bounded: the oldest entry makes room (the table is fed by ARP/ND, which
-  // peers influence).
-  if (neighbors_.size() >= kMaxNeighbors) neighbors_.erase(neighbors_.begin());
-  neighbors_.emplace_back(ip, mac);
-}
-
-bool Engine::OwnsQpLocked(const QueuePair* qp) const {
-  return std::any_of(qp_storage_.begin(), qp_storage_.end(), [qp](const auto& p) { return p.get() == qp; });
-}
-
-Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn) {
-  if (mask & IBV_QP_AV) UROCE_RETURN_IF_ERROR(ResolveNeighborIfMissing(attr.ah_attr, "ibv_modify_qp"));
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  if (!OwnsQpLocked(qp) || (expected_qpn != kAnyQpn && qp->qpn != expected_qpn)) return InvalidArgument("no such QP");
-  ProgressToken token(this);
-  const ibv_qp_state current = qp->state.load(std::memory_order_relaxed);
-  auto next = ValidateQpModify(qp->type, current, attr, mask, limits_);
-  if (!next.ok()) return next.status();
-
-  PathInfo path = qp->path;
-  if (mask & IBV_QP_AV) {
-    std::string why;
-    if (!ResolvePath(attr.ah_attr, &path, &why)) return InvalidArgument("ibv_modify_qp: " + why);
-  }
-  // Apply (IBTA 11.2.5.2): copy the given attributes.
-  ibv_qp_attr& a = qp->attr;
-  if (mask & IBV_QP_ACCESS_FLAGS) a.qp_access_flags = attr.qp_access_flags;
-  if (mask & IBV_QP_PKEY_INDEX) a.pkey_index = attr.pkey_index;
-  if (mask & IBV_QP_PORT) a.port_num = attr.port_num;
-  if (mask & IBV_QP_QKEY) a.qkey = attr.qkey;
-  if (mask & IBV_QP_AV) {
-    a.ah_attr = attr.ah_attr;
-    path.udp_source_port = qp->path.udp_source_port;
-    qp->path = path;
-  }
-  if (mask & IBV_QP_PATH_MTU) {
-    a.path_mtu = attr.path_mtu;
-    qp->mtu_bytes = MtuBytes(attr.path_mtu);
-  }
-  if (mask & IBV_QP_TIMEOUT) a.timeout = attr.timeout;
-  if (mask & IBV_QP_RETRY_CNT) {
-    a.retry_cnt = attr.retry_cnt;
-    qp->req.retries_left = attr.retry_cnt;
-  }
-  if (mask & IBV_QP_RNR_RETRY) {
-    a.rnr_retry = attr.rnr_retry;
-    qp->req.rnr_retries_left = attr.rnr_retry;
-  }
-  if (mask & IBV_QP_RQ_PSN) {
-    a.rq_psn = attr.rq_psn;
-    qp->resp.expected_psn = Psn(attr.rq_psn);
-    qp->resp.ack_psn = Psn(attr.rq_psn) - 1;
-  }
-  if (mask & IBV_QP_MIN_RNR_TIMER) a.min_rnr_timer = attr.min_rnr_timer;
-  if (mask & IBV_QP_SQ_PSN) {
-    a.sq_psn = attr.sq_psn;
-    qp->req.psn = Psn(attr.sq_psn);
-    qp->req.unacked = Psn(attr.sq_psn);
-    qp->req.sent_limit = Psn(attr.sq_psn);
-  }
-  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) a.max_rd_atomic = attr.max_rd_atomic;
-  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
-    a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
-  }
-  if (mask & IBV_QP_DEST_QPN) a.dest_qp_num = attr.dest_qp_num;
-  if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) a.en_sqd_async_notify = attr.en_sqd_async_notify;
-
-  const ibv_qp_state target = *next;
-  if (target == IBV_QPS_RTR && current == IBV_QPS_INIT) {
-    qp->resp.reads.assign(2 * std::max<uint32_t>(a.max_dest_rd_atomic, 1), ReadResponseJob{});
-    qp->resp.read_history.assign(2 * std::max<uint32_t>(a.max_dest_rd_atomic, 1), ReadRecord{});
-    qp->resp.read_history_next = 0;
-    qp->resp.reads_head = qp->resp.reads_count = qp->resp.duplicate_jobs = 0;
-  }
-  if (target == IBV_QPS_RESET) {
-    // Back to a clean QP (IBTA 10.3.1.1): queues emptied without completions.
-    qp->req = RequesterState{};
-    qp->req.window.reset(new SendSlot[qp->caps.max_send_wr]);
-    qp->req.window_mask = qp->caps.max_send_wr - 1;
-    auto atomics = std::move(qp->resp.atomics);
-    qp->resp = ResponderState{};
-    qp->resp.atomics = std::move(atomics);
-    std::fill(qp->resp.atomics.begin(), qp->resp.atomics.end(), AtomicReplay{});
-    SendWqe s;
-    while (qp->send_ring.TryPop(&s)) {}
-    RecvWqe r;
-    while (qp->recv_ring.TryPop(&r)) {}
-    qp->send_credits_used.store(0, std::memory_order_release);
-    qp->recv_credits_used.store(0, std::memory_order_release);
-  }
-  qp->state.store(target, std::memory_order_release);
-  if (target == IBV_QPS_ERR && current != IBV_QPS_ERR) qp->flush_pending = true;
-  MarkBusy(qp);  // the next poll looks at it in its new state (we hold the token)
-  return Status::Ok();
-}
-
-Status Engine::QueryQp(QueuePair* qp, ibv_qp_attr* attr, ibv_qp_init_attr* init) const {
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  if (!OwnsQpLocked(qp)) return InvalidArgument("no such QP");
-  ProgressToken token(this);
-  if (attr) {
-    *attr = qp->attr;
-    attr->qp_state = qp->state.load(std::memory_order_acquire);
-    attr->cur_qp_state = attr->qp_state;
-    attr->path_mtu = qp->attr.path_mtu;
-    attr->cap.max_send_wr = qp->caps.max_send_wr;
-    attr->cap.max_recv_wr = qp->caps.max_recv_wr;
-    attr->cap.max_send_sge = qp->caps.max_send_sge;
-    attr->cap.max_recv_sge = qp->caps.max_recv_sge;
-    attr->cap.max_inline_data = qp->caps.max_inline_data;
-    attr->sq_draining = 0;
-  }
-  if (init) {
-    std::memset(init, 0, sizeof(*init));
-    init->qp_type = qp->type;
-    init->sq_sig_all = qp->sq_sig_all;
-    init->cap = attr ? attr->cap : ibv_qp_cap{qp->caps.max_send_wr, qp->caps.max_recv_wr, qp->caps.max_send_sge,
-                                              qp->caps.max_recv_sge, qp->caps.max_inline_data};
-  }
-  return Status::Ok();
-}
-
-Status Engine::DestroyQp(QueuePair* qp) {
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  auto it = std::find_if(qp_storage_.begin(), qp_storage_.end(), [qp](const auto& p) { return p.get() == qp; });
-  if (it == qp_storage_.end()) return InvalidArgument("no such QP");
-  {
-    ProgressToken token(this);
-    qp_table_[qp->qpn % config_.max_qps] = nullptr;
-    // Its doorbell may wait in the ring: taken first, so that no pointer to
-    // it stays behind.
-    TakeDoorbells();
-    busy_qps_.erase(std::remove(busy_qps_.begin(), busy_qps_.end(), qp), busy_qps_.end());
-    ack_list_.erase(std::remove(ack_list_.begin(), ack_list_.end(), qp), ack_list_.end());
-  }
-  qp_storage_.erase(it);
-  return Status::Ok();
-}
-
-StatusOr<uint32_t> Engine::CreateAh(PdHandle pd, const ibv_ah_attr& attr) {
-  UROCE_RETURN_IF_ERROR(ResolveNeighborIfMissing(attr, "ibv_create_ah"));
-  return CreateAhWithMac(pd, attr, nullptr);
-}
-
-StatusOr<uint32_t> Engine::CreateAhToMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress& dmac) {
-  return CreateAhWithMac(pd, attr, &dmac);
-}
-
-StatusOr<uint32_t> Engine::CreateAhWithMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress* dmac) {
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  if (pd == 0 || pd >= pd_in_use_.size() || !pd_in_use_[pd]) return InvalidArgument("no such PD");
-  AddressHandle ah;
-  ah.pd = pd;
-  std::string why;
-  if (!ResolvePath(attr, &ah.path, &why, dmac)) return InvalidArgument("ibv_create_ah: " + why);
-  ah.valid = true;
-  ProgressToken token(this);
-  for (uint32_t i = 1; i < ahs_.size(); ++i) {
-    if (!ahs_[i].valid) {
-      ahs_[i] = ah;
-      return i;
-    }
-  }
-  if (ahs_.empty()) ahs_.emplace_back();  // handle 0 is never valid
-  if (ahs_.size() == ahs_.capacity()) ahs_.reserve(std::max<size_t>(64, ahs_.size() * 2));
-  ahs_.push_back(ah);
-  return static_cast<uint32_t>(ahs_.size() - 1);
-}
-
-Status Engine::DestroyAh(uint32_t handle) {
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  ProgressToken token(this);
-  if (handle == 0 || handle >= ahs_.size() || !ahs_[handle].valid) return InvalidArgument("no such AH");
-  ahs_[handle].valid = false;
-  return Status::Ok();
-}
+// ---------------------------------------------------------------- queries
 
 bool Engine::UdSourceMac(const QueuePair* qp, uint64_t wr_id, MacAddress* mac) const {
   if (qp->ud_sources.empty()) return false;
@@ -579,8 +52,8 @@ bool Engine::UdSourceMac(const QueuePair* qp, uint64_t wr_id, MacAddress* mac) c
 }
 
 EngineCounters Engine::counters() const {
-  ProgressToken token(this);
-  return counters_;
+  ProgressToken token(core_);
+  return core_.counters;
 }
 
 // ---------------------------------------------------------------- posting
@@ -692,7 +165,7 @@ void Engine::RingDoorbell(QueuePair* qp) {
 
 void Engine::TakeDoorbells() {
   QueuePair* qp = nullptr;
-  while (doorbells_.TryPop(&qp)) MarkBusy(qp);
+  while (doorbells_.TryPop(&qp)) core_.MarkBusy(qp);
 }
 
 bool Engine::Retire(QueuePair* qp) {
@@ -777,208 +250,48 @@ int Engine::PostSrqRecv(SharedReceiveQueue* srq, const ibv_recv_wr* wr, const ib
   return 0;
 }
 
-bool Engine::TakeRecv(QueuePair* qp, RecvWqe* out) {
-  if (qp->srq == nullptr) {
-    if (!qp->recv_ring.TryPop(out)) return false;
-    qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
-    return true;
-  }
-  SharedReceiveQueue* srq = qp->srq;
-  if (!srq->ring.TryPop(out)) return false;
-  const uint32_t left = srq->posted.fetch_sub(1, std::memory_order_acq_rel) - 1;
-  const uint32_t limit = srq->limit.load(std::memory_order_relaxed);
-  // ibv_modify_srq(3): the event fires once when fewer than `limit` requests
-  // remain, and disarms the limit.
-  uint32_t armed = limit;
-  if (limit != 0 && left < limit && srq->limit.compare_exchange_strong(armed, 0)) {
-    srq->limit_events.fetch_add(1, std::memory_order_relaxed);
-    RaiseAsync(IBV_EVENT_SRQ_LIMIT_REACHED, 0, srq);
-  }
-  return true;
-}
-
-// ---------------------------------------------------------------- completions
-
-void Engine::RaiseAsync(ibv_event_type type, uint32_t qpn, const void* object) {
-  AsyncEvent e;
-  e.type = type;
-  e.qpn = qpn;
-  e.object = object;
-  async_events_.TryPush(e);  // a full event ring loses the newest event only
-}
-
-void Engine::CompleteSend(QueuePair* qp, const SendSlot& slot, ibv_wc_status status) {
-  ReturnSendCredit(qp);
-  // Unsignaled requests complete silently unless they failed (ibv_post_send(3)).
-  if (status == IBV_WC_SUCCESS && !slot.signaled) return;
-  ibv_wc wc{};
-  wc.wr_id = slot.wqe.wr_id;
-  wc.status = status;
-  wc.opcode = SendCompletionOpcode(slot.wqe.opcode);
-  wc.qp_num = qp->qpn;
-  wc.byte_len = status == IBV_WC_SUCCESS ? static_cast<uint32_t>(slot.wqe.total_length) : 0;
-  if (!qp->send_cq->Push(wc)) RaiseAsync(IBV_EVENT_CQ_ERR, qp->qpn, qp->send_cq);
-}
-
-void Engine::CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status status, uint32_t byte_len,
-                          ibv_wc_opcode opcode, unsigned wc_flags, uint32_t imm_or_rkey, uint32_t src_qp,
-                          uint32_t vendor_err) {
-  ibv_wc wc{};
-  wc.vendor_err = vendor_err;
-  wc.wr_id = wqe.wr_id;
-  wc.status = status;
-  wc.opcode = opcode;
-  wc.byte_len = byte_len;
-  wc.imm_data = imm_or_rkey;
-  wc.qp_num = qp->qpn;
-  wc.src_qp = src_qp;
-  wc.wc_flags = wc_flags;
-  wc.pkey_index = 0;
-  if (!qp->recv_cq->Push(wc)) RaiseAsync(IBV_EVENT_CQ_ERR, qp->qpn, qp->recv_cq);
-}
-
-void Engine::EnterError(QueuePair* qp) {
-  if (qp->state.load(std::memory_order_relaxed) == IBV_QPS_ERR) return;
-  qp->state.store(IBV_QPS_ERR, std::memory_order_release);
-  MarkBusy(qp);
-  RaiseAsync(IBV_EVENT_QP_FATAL, qp->qpn, qp);
-  FlushQueues(qp);
-}
-
-// IBTA 10.3.1.8 / o10-2.2: in the error state every outstanding and every
-// newly posted request completes with a flush error.
-void Engine::FlushQueues(QueuePair* qp) {
-  RequesterState& req = qp->req;
-  for (; req.head != req.tail; ++req.head) {
-    SendSlot& slot = req.window[req.head & req.window_mask];
-    slot.signaled = true;  // flushed requests always complete (verbs)
-    CompleteSend(qp, slot, IBV_WC_WR_FLUSH_ERR);
-  }
-  req.next_send = req.head;
-  req.reads_in_flight = 0;
-  req.timer_deadline_ns = 0;
-  SendWqe s;
-  while (qp->send_ring.TryPop(&s)) {
-    SendSlot slot;
-    slot.wqe = s;
-    slot.signaled = true;
-    CompleteSend(qp, slot, IBV_WC_WR_FLUSH_ERR);
-  }
-  ResponderState& resp = qp->resp;
-  if (resp.have_recv) {
-    CompleteRecv(qp, resp.recv, IBV_WC_WR_FLUSH_ERR, 0, IBV_WC_RECV, 0, 0, 0);
-    resp.have_recv = false;
-  }
-  resp.reads_count = 0;
-  resp.duplicate_jobs = 0;
-  // A fatal NAK that put the QP in error still goes out (IBTA 9.9.3.1: the
-  // requester learns why); an ACK, a sequence or an RNR NAK is moot now.
-  if (resp.pending_rank() != 3) resp.ack_pending = false;
-  if (qp->srq == nullptr) {
-    RecvWqe r;
-    while (qp->recv_ring.TryPop(&r)) {
-      qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
-      CompleteRecv(qp, r, IBV_WC_WR_FLUSH_ERR, 0, IBV_WC_RECV, 0, 0, 0);
-    }
-  }
-}
-
 // ---------------------------------------------------------------- poll loop
-
-void Engine::Stage(rte_mbuf* m) {
-  tx_stage_[tx_count_++] = m;
-  counters_.tx_frames++;
-  counters_.tx_bytes += rte_pktmbuf_pkt_len(m);
-}
-
-void Engine::StageRawFrames() {
-  rte_mbuf* m = nullptr;
-  while (TxRoom(1) && raw_tx_.TryPop(&m)) {
-    counters_.tx_raw_frames++;
-    Stage(m);
-  }
-}
-
-void Engine::FlushTx() {
-  if (tx_count_ == 0) return;
-  const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(tx_count_, UINT16_MAX));
-  const uint16_t sent = config_.io->TxBurst(tx_stage_, want);
-  if (sent < tx_count_) {
-    // Keep the rest, in order, for the next poll: never spin, never drop.
-    std::memmove(tx_stage_, tx_stage_ + sent, (tx_count_ - sent) * sizeof(rte_mbuf*));
-    counters_.tx_queue_full_polls++;
-  }
-  tx_count_ -= sent;
-}
 
 unsigned Engine::Poll() {
   bool expected = false;
-  if (!progress_busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) return 0;
-  now_ns_ = ReadClock();
-  const uint64_t before = counters_.rx_frames + counters_.tx_frames;
+  if (!core_.progress_busy.compare_exchange_strong(expected, true, std::memory_order_acquire)) return 0;
+  core_.now_ns = ReadClock();
+  const uint64_t before = core_.counters.rx_frames + core_.counters.tx_frames;
 
-  FlushTx();  // what a full queue left last time goes first
-  ReceiveLoopback();
-  ReceiveBurst();
-  SendPendingAcks();
+  frames_.FlushTx();  // what a full queue left last time goes first
+  frames_.ReceiveLoopback();
+  frames_.ReceiveBurst();
+  responder_.SendPendingAcks();
   TakeDoorbells();
-  for (size_t i = 0; i < busy_qps_.size();) {
-    QueuePair* qp = busy_qps_[i];
+  for (size_t i = 0; i < core_.busy_qps.size();) {
+    QueuePair* qp = core_.busy_qps[i];
     RunQp(qp);
     if (Retire(qp)) {
-      busy_qps_[i] = busy_qps_.back();
-      busy_qps_.pop_back();
+      core_.busy_qps[i] = core_.busy_qps.back();
+      core_.busy_qps.pop_back();
       continue;
     }
     ++i;
   }
-  SendPendingAcks();
-  StageRawFrames();
-  FlushTx();
-  for (CompletionQueue* cq : forwarding_cqs_) cq->ForwardToSinks();
+  responder_.SendPendingAcks();
+  frames_.StageRawFrames();
+  frames_.FlushTx();
+  for (CompletionQueue* cq : core_.forwarding_cqs) cq->ForwardToSinks();
 
-  const unsigned moved = static_cast<unsigned>(counters_.rx_frames + counters_.tx_frames - before);
-  progress_busy_.store(false, std::memory_order_release);
+  const unsigned moved = static_cast<unsigned>(core_.counters.rx_frames + core_.counters.tx_frames - before);
+  core_.progress_busy.store(false, std::memory_order_release);
   return moved;
-}
-
-void Engine::ReceiveLoopback() {
-  // Only what the last poll staged: anything the receive path stages to
-  // ourselves now waits for the next poll, so one poll's work stays bounded.
-  const uint32_t n = loopback_count_;
-  if (n == 0) return;
-  for (uint32_t i = 0; i < n; ++i) {
-    counters_.rx_frames++;
-    counters_.rx_bytes += rte_pktmbuf_pkt_len(loopback_stage_[i]);
-    HandleFrame(loopback_stage_[i], /*from_loopback=*/true);
-  }
-  std::memmove(loopback_stage_, loopback_stage_ + n, (loopback_count_ - n) * sizeof(rte_mbuf*));
-  loopback_count_ -= n;
-}
-
-void Engine::ReceiveBurst() {
-  // Up to kRxBurstsPerPoll bursts, so that receiving keeps pace with what the
-  // QPs may send in one poll.
-  for (int burst = 0; burst < kRxBurstsPerPoll; ++burst) {
-    const uint16_t n = config_.io->RxBurst(rx_burst_.data(), static_cast<uint16_t>(rx_burst_.size()));
-    for (uint16_t i = 0; i < n; ++i) {
-      counters_.rx_frames++;
-      counters_.rx_bytes += rte_pktmbuf_pkt_len(rx_burst_[i]);
-      HandleFrame(rx_burst_[i]);
-    }
-    if (n < rx_burst_.size()) break;
-  }
 }
 
 void Engine::RunQp(QueuePair* qp) {
   if (qp->flush_pending) {
     qp->flush_pending = false;
-    RaiseAsync(IBV_EVENT_QP_FATAL, qp->qpn, qp);
-    FlushQueues(qp);
+    completions_.RaiseAsync(IBV_EVENT_QP_FATAL, qp->qpn, qp);
+    completions_.FlushQueues(qp);
   }
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
   if (state == IBV_QPS_ERR) {
-    FlushQueues(qp);  // requests posted in ERR complete as flushed
+    completions_.FlushQueues(qp);  // requests posted in ERR complete as flushed
     return;
   }
   // The responder works from RTR on (IBTA 10.3.1.2: a QP in RTR processes
@@ -988,10 +301,10 @@ void Engine::RunQp(QueuePair* qp) {
   // requester and its timers wait for RTS.
   if (state != IBV_QPS_RTR && state != IBV_QPS_RTS && state != IBV_QPS_SQD) return;
   if (state != IBV_QPS_RTR) {
-    RunCompleterTimers(qp);
-    RunRequester(qp);
+    completer_.RunTimers(qp);
+    requester_.Run(qp);
   }
-  RunReadResponses(qp);
+  responder_.RunReadResponses(qp);
 }
 
 }  // namespace uroce::transport

@@ -8,10 +8,11 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "testing/engine_pair.h"
 #include "transport/cm_test_frames.h"
-#include "transport/engine_pair.h"
 
 namespace uroce::transport {
 namespace {
@@ -83,6 +84,18 @@ class EngineTest : public ::testing::Test {
 
   std::unique_ptr<EnginePair> pair_;
 };
+
+// The responder's step names (responder.h), one per step, for logs.
+TEST(ResponderStepTest, EveryStepHasItsOwnName) {
+  const ResponderStep steps[] = {ResponderStep::kCheckPsn, ResponderStep::kCheckOpSequence,
+                                 ResponderStep::kCheckLength, ResponderStep::kExecute,
+                                 ResponderStep::kAcknowledge, ResponderStep::kDone};
+  std::vector<std::string> names;
+  for (ResponderStep step : steps) names.push_back(ResponderStepName(step));
+  EXPECT_EQ(names, (std::vector<std::string>{"check_psn", "check_op_sequence", "check_length", "execute",
+                                             "acknowledge", "done"}));
+  EXPECT_STREQ(ResponderStepName(static_cast<ResponderStep>(200)), "unknown");
+}
 
 TEST_F(EngineTest, RcSendArrivesIntactWithCompletionFields) {
   Start();

@@ -6,11 +6,13 @@
 // soon as their last packet is handed to the wire, as on a RoCE NIC.
 //
 // Engine thread only.
+#include "transport/requester.h"
+
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstring>
 
-#include "transport/engine.h"
 #include "transport/opcode.h"
 
 namespace uroce::transport {
@@ -58,7 +60,7 @@ uint64_t LocalAckTimeoutNs(uint8_t timeout) {
   return 4096ull << std::min<uint8_t>(timeout, 31);  // 4096 ns = 4.096 us
 }
 
-bool Engine::StartSendWqe(QueuePair* qp, SendSlot& slot) {
+bool Requester::StartSendWqe(QueuePair* qp, SendSlot& slot) {
   RequesterState& r = qp->req;
   const SendWqe& w = slot.wqe;
   // Local protection before any byte moves (IBTA 10.6.3.1): every SGE must
@@ -67,7 +69,7 @@ bool Engine::StartSendWqe(QueuePair* qp, SendSlot& slot) {
   for (uint32_t i = 0; i < w.num_sge; ++i) {
     uint8_t* host = nullptr;
     if (w.sge[i].length == 0) continue;
-    if (mrs_.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr, w.sge[i].length, needed, &host) != MrCheck::kOk) {
+    if (core_.mrs.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr, w.sge[i].length, needed, &host) != MrCheck::kOk) {
       return false;
     }
   }
@@ -84,8 +86,8 @@ bool Engine::StartSendWqe(QueuePair* qp, SendSlot& slot) {
   return true;
 }
 
-bool Engine::CopyFromWqe(const QueuePair* qp, const SendWqe& w, uint64_t offset, uint8_t* dest,
-                         uint32_t length) const {
+bool Requester::CopyFromWqe(const QueuePair* qp, const SendWqe& w, uint64_t offset, uint8_t* dest,
+                            uint32_t length) const {
   if (w.num_sge == 0) {  // inline data
     std::memcpy(dest, w.inline_data + offset, length);
     return true;
@@ -101,7 +103,7 @@ bool Engine::CopyFromWqe(const QueuePair* qp, const SendWqe& w, uint64_t offset,
     // The check of StartSendWqe is not enough: ibv_dereg_mr may have ended
     // the region since (IBTA 10.6.3.1, every access is checked).
     uint8_t* host = nullptr;
-    if (mrs_.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr + offset, chunk, 0, &host) != MrCheck::kOk) {
+    if (core_.mrs.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr + offset, chunk, 0, &host) != MrCheck::kOk) {
       return false;
     }
     std::memcpy(dest, host, chunk);
@@ -113,7 +115,7 @@ bool Engine::CopyFromWqe(const QueuePair* qp, const SendWqe& w, uint64_t offset,
   return true;
 }
 
-void Engine::RunRequester(QueuePair* qp) {
+void Requester::Run(QueuePair* qp) {
   RequesterState& r = qp->req;
   // Take newly posted requests into the window (credits guarantee room).
   while (r.tail - r.head <= r.window_mask) {
@@ -125,13 +127,13 @@ void Engine::RunRequester(QueuePair* qp) {
     ++r.tail;
   }
   if (r.rnr_resume_ns != 0) {
-    if (Now() < r.rnr_resume_ns) return;
+    if (core_.Now() < r.rnr_resume_ns) return;
     r.rnr_resume_ns = 0;
   }
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
   const uint32_t max_reads = std::max<uint32_t>(qp->attr.max_rd_atomic, 1);
-  uint32_t budget = config_.per_qp_packet_budget;
-  while (budget > 0 && r.next_send != r.tail && TxRoom(1)) {
+  uint32_t budget = core_.config.per_qp_packet_budget;
+  while (budget > 0 && r.next_send != r.tail && frames_.TxRoom(1)) {
     SendSlot& slot = r.window[r.next_send & r.window_mask];
     const SendWqe& w = slot.wqe;
     if (slot.local_error) break;
@@ -150,7 +152,7 @@ void Engine::RunRequester(QueuePair* qp) {
       r.psn = slot.first_psn;
     }
     if (qp->type == IBV_QPT_RC &&
-        static_cast<uint32_t>(r.psn.DistanceFrom(r.unacked)) >= config_.max_unacked_packets) {
+        static_cast<uint32_t>(r.psn.DistanceFrom(r.unacked)) >= core_.config.max_unacked_packets) {
       break;  // window full: wait for ACKs
     }
     if (slot.read_or_atomic && !slot.counted_in_flight) {
@@ -164,7 +166,7 @@ void Engine::RunRequester(QueuePair* qp) {
       r.send_offset = 0;
       if (qp->type != IBV_QPT_RC) {
         // UD and UC: no acknowledgement; complete now, in order.
-        CompleteSend(qp, slot, IBV_WC_SUCCESS);
+        completions_.CompleteSend(qp, slot, IBV_WC_SUCCESS);
         ++r.head;
       }
     }
@@ -174,16 +176,16 @@ void Engine::RunRequester(QueuePair* qp) {
     SendSlot& oldest = r.window[r.head & r.window_mask];
     if (oldest.local_error) {
       oldest.signaled = true;
-      CompleteSend(qp, oldest, IBV_WC_LOC_PROT_ERR);
+      completions_.CompleteSend(qp, oldest, IBV_WC_LOC_PROT_ERR);
       ++r.head;
-      EnterError(qp);
+      completions_.EnterError(qp);
     }
   }
 }
 
 // Builds the next packet of `slot` at r.send_offset. Returns true when the
 // message has no more packets to send in this pass.
-bool Engine::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
+bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
   RequesterState& r = qp->req;
   const SendWqe& w = slot.wqe;
   const uint32_t mtu = qp->mtu_bytes;
@@ -255,7 +257,7 @@ bool Engine::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
       }
       if (rc) {
         ++r.packets_since_ack_request;
-        f.bth.ack_request = last || r.packets_since_ack_request >= config_.ack_request_every;
+        f.bth.ack_request = last || r.packets_since_ack_request >= core_.config.ack_request_every;
       }
       r.send_offset = offset + payload;
       break;
@@ -265,7 +267,7 @@ bool Engine::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
 
   uint8_t* dest = nullptr;
   f.payload_length = payload;
-  rte_mbuf* m = StartPacket(*path, f, &dest);
+  rte_mbuf* m = frames_.StartPacket(*path, f, &dest);
   if (m == nullptr) {
     // No buffer (or no room to stage it): undo this packet's step and retry
     // on the next poll. UD too: its offset moved like any SEND's, and a retry
@@ -284,19 +286,19 @@ bool Engine::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
     slot.local_error = true;
     return false;
   }
-  FinishPacket(m);
+  frames_.FinishPacket(m);
   qp->counters.tx_packets++;
   qp->counters.tx_bytes += payload;
   if (rc && r.timer_deadline_ns == 0) {
     const uint64_t t = LocalAckTimeoutNs(qp->attr.timeout);
-    if (t != 0) r.timer_deadline_ns = Now() + t;
+    if (t != 0) r.timer_deadline_ns = core_.Now() + t;
   }
   return last || slot.read_or_atomic;
 }
 
 // Go-back-N (IBTA 9.7.5.2.x): resume sending at `psn`, which lies in one of
 // the requests already started.
-void Engine::RestartFrom(QueuePair* qp, Psn psn) {
+void Requester::RestartFrom(QueuePair* qp, Psn psn) {
   RequesterState& r = qp->req;
   for (uint64_t i = r.head; i != r.tail; ++i) {
     SendSlot& slot = r.window[i & r.window_mask];
@@ -310,7 +312,7 @@ void Engine::RestartFrom(QueuePair* qp, Psn psn) {
       }
       r.psn = slot.read_or_atomic ? slot.first_psn + static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes) : psn;
       r.packets_since_ack_request = 0;
-      counters_.retransmits++;
+      core_.counters.retransmits++;
       qp->counters.retransmits++;
       return;
     }
@@ -328,7 +330,7 @@ void Engine::RestartFrom(QueuePair* qp, Psn psn) {
     r.psn = slot.read_or_atomic ? slot.first_psn + static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes)
                                 : slot.first_psn;
     r.packets_since_ack_request = 0;
-    counters_.retransmits++;
+    core_.counters.retransmits++;
     qp->counters.retransmits++;
   } else {
     r.psn = r.sent_limit;  // nothing to resend

@@ -6,11 +6,13 @@
 // 40-byte GRH in front of the data (IBTA 11.4.1.1, RoCEv2 A17.4.5.2).
 //
 // Engine thread only.
+#include "transport/responder.h"
+
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstring>
 
-#include "transport/engine.h"
 #include "transport/opcode.h"
 
 namespace uroce::transport {
@@ -48,14 +50,30 @@ ReadResponseJob AtomicJob(Psn psn, uint64_t original, bool duplicate) {
 
 }  // namespace
 
-void Engine::ListForAck(QueuePair* qp) {
+const char* ResponderStepName(ResponderStep step) {
+  static constexpr const char* kNames[] = {"check_psn", "check_op_sequence", "check_length",
+                                           "execute",   "acknowledge",       "done"};
+  const auto i = static_cast<size_t>(step);
+  return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
+}
+
+Responder::Responder(EngineCore& core, FrameIo& frames, Completions& completions)
+    : core_(core), frames_(frames), completions_(completions) {
+  ack_list_.reserve(core.config.max_qps);
+}
+
+void Responder::ForgetQp(QueuePair* qp) {
+  ack_list_.erase(std::remove(ack_list_.begin(), ack_list_.end(), qp), ack_list_.end());
+}
+
+void Responder::ListForAck(QueuePair* qp) {
   if (!qp->ack_listed) {
     qp->ack_listed = true;
     ack_list_.push_back(qp);
   }
 }
 
-void Engine::QueueAck(QueuePair* qp, Psn psn) {
+void Responder::QueueAck(QueuePair* qp, Psn psn) {
   ResponderState& s = qp->resp;
   // A pending NAK already acknowledges everything before its PSN, and says
   // more (retry from here / wait / stop): it is not replaced by an ACK, unless
@@ -68,7 +86,7 @@ void Engine::QueueAck(QueuePair* qp, Psn psn) {
   ListForAck(qp);
 }
 
-void Engine::QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome) {
+void Responder::QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome) {
   ResponderState& s = qp->resp;
   // Every NAK of one poll names the PSN the responder waits for, so one is
   // enough: the one that says most.
@@ -81,7 +99,7 @@ void Engine::QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome) {
 
 // An acknowledgement packet (ACK, NAK or RNR NAK) for `psn`, staged now.
 // False when no buffer or no room: the caller keeps it pending.
-bool Engine::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
+bool Responder::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
   PacketFields f;
   f.bth.opcode = static_cast<uint8_t>(Opcode::kRcAcknowledge);
   f.bth.dest_qp = qp->attr.dest_qp_num;
@@ -89,17 +107,17 @@ bool Engine::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
   f.aeth.syndrome = syndrome;
   f.aeth.msn = qp->resp.msn;
   uint8_t* unused = nullptr;
-  rte_mbuf* m = StartPacket(qp->path, f, &unused);
+  rte_mbuf* m = frames_.StartPacket(qp->path, f, &unused);
   if (m == nullptr) return false;
-  FinishPacket(m);
+  frames_.FinishPacket(m);
   return true;
 }
 
-void Engine::SendNak(QueuePair* qp, Psn psn, NakCode code) {
+void Responder::SendNak(QueuePair* qp, Psn psn, NakCode code) {
   QueueNak(qp, psn, AethFields::Syndrome(AethKind::kNak, static_cast<uint8_t>(code)));
 }
 
-void Engine::SendRnrNak(QueuePair* qp, Psn psn) {
+void Responder::SendRnrNak(QueuePair* qp, Psn psn) {
   // Receiver not ready (IBTA 9.7.5.1.4): RNR NAK with our timer. NAKs are
   // counted when they leave (SendPendingAcks): a storm of SENDs makes one per
   // poll.
@@ -107,19 +125,19 @@ void Engine::SendRnrNak(QueuePair* qp, Psn psn) {
 }
 
 // Class C/D responder errors (IBTA 9.9.3.1): NAK, then the QP enters ERR.
-void Engine::ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_status recv_status) {
+void Responder::ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_status recv_status) {
   SendNak(qp, psn, code);
   ResponderState& s = qp->resp;
   if (s.have_recv) {
-    CompleteRecv(qp, s.recv, recv_status, 0, IBV_WC_RECV, 0, 0, 0,
-                 recv_status == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
+    completions_.CompleteRecv(qp, s.recv, recv_status, 0, IBV_WC_RECV, 0, 0, 0,
+                              recv_status == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
     s.have_recv = false;
   }
   s.write_in_progress = false;
-  EnterError(qp);
+  completions_.EnterError(qp);
 }
 
-void Engine::SendPendingAcks() {
+void Responder::SendPendingAcks() {
   size_t kept = 0;
   for (QueuePair* qp : ack_list_) {
     ResponderState& s = qp->resp;
@@ -142,10 +160,10 @@ void Engine::SendPendingAcks() {
       const AethKind kind = AethFields{s.ack_syndrome, 0}.kind();
       if (kind == AethKind::kRnrNak) {
         qp->counters.rnr_naks_sent++;
-        counters_.rnr_naks_sent++;
+        core_.counters.rnr_naks_sent++;
       } else if (kind == AethKind::kNak) {
         qp->counters.naks_sent++;
-        counters_.naks_sent++;
+        core_.counters.naks_sent++;
       }
     }
     s.ack_pending = false;
@@ -156,8 +174,8 @@ void Engine::SendPendingAcks() {
 
 // Copies `length` bytes at `offset` of the current receive request's buffers.
 // False if they do not fit (a local length error) or a key is bad.
-bool Engine::PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, uint32_t length,
-                         ibv_wc_status* error) {
+bool Responder::PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, uint32_t length,
+                            ibv_wc_status* error) {
   const RecvWqe& w = qp->resp.recv;
   if (offset + length > w.total_length) {
     *error = IBV_WC_LOC_LEN_ERR;
@@ -169,7 +187,7 @@ bool Engine::PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, ui
   while (length > 0 && i < w.num_sge) {
     const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, w.sge[i].length - offset));
     uint8_t* host = nullptr;
-    if (mrs_.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE, &host) !=
+    if (core_.mrs.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE, &host) !=
         MrCheck::kOk) {
       *error = IBV_WC_LOC_PROT_ERR;
       return false;
@@ -183,15 +201,15 @@ bool Engine::PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, ui
   return true;
 }
 
-void Engine::HandleUdReceive(QueuePair* qp, const PacketView& p) {
+void Responder::HandleUdReceive(QueuePair* qp, const PacketView& p) {
   // Q_Key check (IBTA 10.2.5): a mismatch drops the datagram silently.
   if (p.fields.deth.qkey != qp->attr.qkey) {
-    counters_.rx_dropped++;
+    core_.counters.rx_dropped++;
     return;
   }
   RecvWqe wqe;
-  if (!TakeRecv(qp, &wqe)) {
-    counters_.rx_dropped++;  // UD has no RNR: the datagram is lost
+  if (!completions_.TakeRecv(qp, &wqe)) {
+    core_.counters.rx_dropped++;  // UD has no RNR: the datagram is lost
     return;
   }
   qp->resp.recv = wqe;
@@ -219,15 +237,16 @@ void Engine::HandleUdReceive(QueuePair* qp, const PacketView& p) {
     flags |= IBV_WC_WITH_IMM;
     imm = htonl(p.fields.immediate_data);
   }
-  CompleteRecv(qp, wqe, ok ? IBV_WC_SUCCESS : error, ok ? kGrhBytes + p.fields.payload_length : 0, IBV_WC_RECV,
-               flags, imm, p.fields.deth.src_qp, !ok && error == IBV_WC_LOC_LEN_ERR ? qp->resp.length_overflow : 0);
+  completions_.CompleteRecv(qp, wqe, ok ? IBV_WC_SUCCESS : error, ok ? kGrhBytes + p.fields.payload_length : 0,
+                            IBV_WC_RECV, flags, imm, p.fields.deth.src_qp,
+                            !ok && error == IBV_WC_LOC_LEN_ERR ? qp->resp.length_overflow : 0);
 }
 
 // A request whose PSN is behind the expected one (IBTA 9.7.5.1.1).
-void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
+void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
   ResponderState& s = qp->resp;
   qp->counters.duplicates++;
-  counters_.duplicates++;
+  core_.counters.duplicates++;
   const Operation op = p.opcode->operation;
   if (op == Operation::kRdmaReadRequest || op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
     // Already answering this very request: the copy adds nothing.
@@ -254,7 +273,7 @@ void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
   if (op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
     // The same access rule as a new atomic: revoked access replays nothing.
     if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) == 0) {
-      counters_.rx_dropped++;
+      core_.counters.rx_dropped++;
       return;
     }
     const AtomicEthFields& request = p.fields.atomic_eth;
@@ -265,9 +284,9 @@ void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
         // checks of the first); otherwise it earns nothing.
         uint8_t* host = nullptr;
         if (request.rkey != a.rkey || request.virtual_address != a.virtual_address ||
-            mrs_.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
+            core_.mrs.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
                 MrCheck::kOk) {
-          counters_.rx_dropped++;
+          core_.counters.rx_dropped++;
           return;
         }
         EnqueueResponse(qp, AtomicJob(p.fields.bth.psn, a.original, /*duplicate=*/true));
@@ -282,11 +301,11 @@ void Engine::HandleDuplicate(QueuePair* qp, const PacketView& p) {
 
 // The QP allows remote reads and the key covers the whole range (IBTA
 // 9.7.5.1.3 / 10.6.3.1), for a new READ and a replayed one alike.
-bool Engine::RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) const {
+bool Responder::RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) const {
   if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0) return false;
   uint8_t* host = nullptr;
-  return reth.dma_length == 0 || mrs_.CheckRemote(reth.rkey, qp->pd, reth.virtual_address, reth.dma_length,
-                                                  IBV_ACCESS_REMOTE_READ, &host) == MrCheck::kOk;
+  return reth.dma_length == 0 || core_.mrs.CheckRemote(reth.rkey, qp->pd, reth.virtual_address, reth.dma_length,
+                                                       IBV_ACCESS_REMOTE_READ, &host) == MrCheck::kOk;
 }
 
 // A duplicate READ request (IBTA 9.7.5.1.1): answered again only if it is
@@ -294,7 +313,7 @@ bool Engine::RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) cons
 // key, address and length, and only after every check a new READ passes. A
 // PSN nobody remembers is dropped without an answer, so a guessed key earns
 // nothing; a remembered PSN with other parameters is an invalid request.
-void Engine::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
+void Responder::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
   ResponderState& s = qp->resp;
   const Psn psn = p.fields.bth.psn;
   const RethFields& reth = p.fields.reth;
@@ -311,7 +330,7 @@ void Engine::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
     }
   }
   if (record == nullptr) {
-    counters_.rx_dropped++;
+    core_.counters.rx_dropped++;
     return;
   }
   const uint64_t skipped = uint64_t(psn.DistanceFrom(record->first_psn)) * qp->mtu_bytes;
@@ -334,7 +353,7 @@ void Engine::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
 // The queue holds max_dest_rd_atomic new requests (the requester may have no
 // more outstanding, IBTA 9.7.5.1.3 / C9-136) plus as many answers to
 // duplicates; duplicates never take the room new requests are owed.
-bool Engine::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
+bool Responder::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
   ResponderState& s = qp->resp;
   if (s.reads.empty() || s.reads_count >= s.reads.size()) return false;
   const uint32_t duplicate_room = static_cast<uint32_t>(s.reads.size() / 2);
@@ -342,7 +361,7 @@ bool Engine::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
   if (!job.duplicate && s.reads_count - s.duplicate_jobs >= duplicate_room) return false;
   s.reads[(s.reads_head + s.reads_count) % s.reads.size()] = job;
   ++s.reads_count;
-  MarkBusy(qp);  // RunReadResponses sends it
+  core_.MarkBusy(qp);  // RunReadResponses sends it
   if (job.duplicate) ++s.duplicate_jobs;
   // The response acknowledges everything before it; a pending NAK still says
   // more and goes out after it.
@@ -350,35 +369,65 @@ bool Engine::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
   return true;
 }
 
-void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
+// A request goes through the steps of ResponderStep in order, as in Linux
+// rxe's responder (rxe_resp.c): each step either hands it to the next one or
+// ends it (dropped, NAKed, or answered later by a READ response).
+void Responder::HandleRequest(QueuePair* qp, const PacketView& p) {
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
   if (state != IBV_QPS_RTR && state != IBV_QPS_RTS && state != IBV_QPS_SQD) {
-    counters_.rx_dropped++;
+    core_.counters.rx_dropped++;
     return;
   }
   if (qp->type == IBV_QPT_UD) {
     HandleUdReceive(qp, p);
     return;
   }
-  ResponderState& s = qp->resp;
-  const bool rc = qp->type == IBV_QPT_RC;
-  const Psn psn = p.fields.bth.psn;
-  const OpcodeInfo& info = *p.opcode;
+  const Request r{qp, p, qp->type == IBV_QPT_RC, p.fields.bth.psn, *p.opcode};
+  ResponderStep step = ResponderStep::kCheckPsn;
+  while (step != ResponderStep::kDone) step = RunStep(step, r);
+}
+
+ResponderStep Responder::RunStep(ResponderStep step, const Request& r) {
+  switch (step) {
+    case ResponderStep::kCheckPsn:
+      return CheckPsn(r);
+    case ResponderStep::kCheckOpSequence:
+      return CheckOpSequence(r);
+    case ResponderStep::kCheckLength:
+      return CheckLength(r);
+    case ResponderStep::kExecute:
+      return Execute(r);
+    case ResponderStep::kAcknowledge:
+      return Acknowledge(r);
+    case ResponderStep::kDone:
+      break;
+  }
+  return ResponderStep::kDone;
+}
+
+// The PSN: new, duplicate or ahead (IBTA 9.7.5.1.1, 9.7.5.1.2).
+ResponderStep Responder::CheckPsn(const Request& r) {
+  QueuePair* qp = r.qp;
+  const PacketView& p = r.p;
+  ResponderState& s = r.qp->resp;
+  const bool rc = r.rc;
+  const Psn psn = r.psn;
+  const OpcodeInfo& info = r.info;
   const int32_t distance = psn.DistanceFrom(s.expected_psn);
   if (distance < 0) {
     if (rc) HandleDuplicate(qp, p);
-    return;
+    return ResponderStep::kDone;
   }
   if (distance > 0) {
     qp->counters.out_of_sequence++;
-    counters_.out_of_sequence++;
+    core_.counters.out_of_sequence++;
     if (rc) {
       // One PSN sequence error NAK per gap (IBTA 9.7.5.1.2 / C9-110).
       if (!s.nak_sent) {
         s.nak_sent = true;
         SendNak(qp, s.expected_psn, NakCode::kPsnSequenceError);
       }
-      return;
+      return ResponderStep::kDone;
     }
     // UC: a lost packet loses the message; resynchronise on the next
     // first/only packet (IBTA 9.7.5.1.2 for UC).
@@ -386,14 +435,22 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
       s.write_in_progress = false;
       if (s.have_recv) s.recv_offset = 0;  // reuse the receive for the next message
       s.expected_psn = psn + 1;
-      return;
+      return ResponderStep::kDone;
     }
     s.write_in_progress = false;
     if (s.have_recv) s.recv_offset = 0;
     s.expected_psn = psn;
   }
   s.nak_sent = false;
+  return ResponderStep::kCheckOpSequence;
+}
 
+ResponderStep Responder::CheckOpSequence(const Request& r) {
+  QueuePair* qp = r.qp;
+  ResponderState& s = r.qp->resp;
+  const bool rc = r.rc;
+  const Psn psn = r.psn;
+  const OpcodeInfo& info = r.info;
   // Opcode sequence (IBTA 9.7.5.1.5 / C9-112): a message in progress must go
   // on with middle/last packets of the same kind, and nothing else may.
   const bool continues = !info.starts_message();
@@ -403,220 +460,276 @@ void Engine::HandleRequest(QueuePair* qp, const PacketView& p) {
                     (info.operation == Operation::kRdmaWrite && s.write_in_progress);
     if (!ok) {
       if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-      return;
+      return ResponderStep::kDone;
     }
   } else if (send_in_progress || s.write_in_progress) {
     if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-    return;
+    return ResponderStep::kDone;
   }
+  return ResponderStep::kCheckLength;
+}
+
+ResponderStep Responder::CheckLength(const Request& r) {
+  QueuePair* qp = r.qp;
+  const PacketView& p = r.p;
+  const bool rc = r.rc;
+  const Psn psn = r.psn;
+  const OpcodeInfo& info = r.info;
   // Payload length rules that depend on the path MTU (IBTA 9.7.5.1.3).
   if (p.fields.payload_length > qp->mtu_bytes ||
       (info.payload == PayloadRule::kFullMtu && p.fields.payload_length != qp->mtu_bytes)) {
     if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-    return;
+    return ResponderStep::kDone;
   }
+  return ResponderStep::kExecute;
+}
 
-  const unsigned access = qp->attr.qp_access_flags;
-  switch (info.operation) {
-    case Operation::kSend: {
-      if (info.starts_message()) {
-        RecvWqe wqe;
-        if (!TakeRecv(qp, &wqe)) {
-          if (rc) {
-            SendRnrNak(qp, psn);
-          } else {
-            counters_.rx_dropped++;
-          }
-          return;
-        }
-        s.recv = wqe;
-        s.have_recv = true;
-        s.recv_offset = 0;
-        s.recv_offset_valid = true;
-      }
-      ibv_wc_status error = IBV_WC_SUCCESS;
-      if (!PlaceInRecv(qp, s.recv_offset, p.payload, p.fields.payload_length, &error)) {
-        // Too long for the receive buffers (IBTA 9.7.5.1.6, C9-115) or a bad
-        // local key: the receive fails, the requester gets a NAK.
-        if (rc) {
-          ResponderFatal(qp, psn, error == IBV_WC_LOC_LEN_ERR ? NakCode::kInvalidRequest
-                                                              : NakCode::kRemoteOperationalError,
-                         error);
-        } else {
-          CompleteRecv(qp, s.recv, error, 0, IBV_WC_RECV, 0, 0, 0,
-                       error == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
-          s.have_recv = false;
-          s.recv_offset_valid = false;
-        }
-        return;
-      }
-      s.recv_offset += p.fields.payload_length;
-      if (info.ends_message()) {
-        unsigned flags = 0;
-        uint32_t extra = 0;
-        if (info.has(kImmDt)) {
-          flags = IBV_WC_WITH_IMM;
-          extra = htonl(p.fields.immediate_data);
-        } else if (info.has(kIeth)) {
-          flags = IBV_WC_WITH_INV;
-          extra = p.fields.invalidate_rkey;
-        }
-        CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.recv_offset), IBV_WC_RECV, flags, extra,
-                     0);
-        s.have_recv = false;
-        s.recv_offset_valid = false;
-        ++s.msn;
-      }
-      break;
-    }
-    case Operation::kRdmaWrite: {
-      if (info.starts_message()) {
-        uint8_t* host = nullptr;
-        const bool allowed = (access & IBV_ACCESS_REMOTE_WRITE) != 0;
-        if (!allowed || p.fields.reth.dma_length > kMaxMessageBytes ||
-            (p.fields.reth.dma_length > 0 &&
-             mrs_.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
-                              IBV_ACCESS_REMOTE_WRITE, &host) != MrCheck::kOk)) {
-          if (rc) ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
-          return;
-        }
-        s.write_rkey = p.fields.reth.rkey;
-        s.write_va = p.fields.reth.virtual_address;
-        s.write_remaining = p.fields.reth.dma_length;
-        s.write_length = p.fields.reth.dma_length;
-        s.write_in_progress = true;
-      }
-      if (p.fields.payload_length > s.write_remaining ||
-          (info.ends_message() && p.fields.payload_length != s.write_remaining)) {
-        // The packets do not add up to the RETH's DMA length (C9-116).
-        if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-        s.write_in_progress = false;
-        return;
-      }
-      // Every packet of the WRITE passes the checks of the first: the region
-      // may have been deregistered (or the QP's access revoked) since, and
-      // nothing may land in memory the application no longer gives us.
-      uint8_t* dest = nullptr;
-      if (p.fields.payload_length > 0 &&
-          ((access & IBV_ACCESS_REMOTE_WRITE) == 0 ||
-           mrs_.CheckRemote(s.write_rkey, qp->pd, s.write_va, p.fields.payload_length, IBV_ACCESS_REMOTE_WRITE,
-                            &dest) != MrCheck::kOk)) {
-        if (rc) {
-          ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
-        } else {
-          s.write_in_progress = false;  // UC: the message is lost
-          counters_.rx_dropped++;
-        }
-        return;
-      }
-      RecvWqe wqe;
-      const bool with_imm = info.has(kImmDt);
-      if (with_imm) {
-        // The immediate consumes a receive request: check for one before
-        // placing the last packet, so an RNR retry finds memory unchanged.
-        if (!s.have_recv && !TakeRecv(qp, &wqe)) {
-          if (rc) SendRnrNak(qp, psn);
-          return;
-        }
-        if (!s.have_recv) {
-          s.recv = wqe;
-          s.have_recv = true;
-          s.recv_offset_valid = false;
-        }
-      }
-      if (p.fields.payload_length > 0) std::memcpy(dest, p.payload, p.fields.payload_length);
-      s.write_va += p.fields.payload_length;
-      s.write_remaining -= p.fields.payload_length;
-      if (info.ends_message()) {
-        s.write_in_progress = false;
-        ++s.msn;
-        if (with_imm) {
-          CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.write_length),
-                       IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_WITH_IMM, htonl(p.fields.immediate_data), 0);
-          s.have_recv = false;
-        }
-      }
-      break;
-    }
-    case Operation::kRdmaReadRequest: {
-      const RethFields& reth = p.fields.reth;
-      if (reth.dma_length > kMaxMessageBytes) {
-        ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-        return;
-      }
-      if (!RemoteReadAllowed(qp, reth)) {
-        ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
-        return;
-      }
-      if (!EnqueueResponse(qp, ReadJob(psn, reth, /*duplicate=*/false))) {
-        // More READs/atomics outstanding than max_dest_rd_atomic allows.
-        ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-        return;
-      }
-      const uint32_t packets = reth.dma_length == 0 ? 1 : (reth.dma_length + qp->mtu_bytes - 1) / qp->mtu_bytes;
-      if (!s.read_history.empty()) {
-        s.read_history[s.read_history_next] =
-            ReadRecord{psn, packets, reth.rkey, reth.virtual_address, reth.dma_length, true};
-        s.read_history_next = (s.read_history_next + 1) % static_cast<uint32_t>(s.read_history.size());
-      }
-      ++s.msn;
-      s.expected_psn = psn + packets;
-      return;  // the responses acknowledge it
-    }
+ResponderStep Responder::Execute(const Request& r) {
+  switch (r.info.operation) {
+    case Operation::kSend:
+      return ExecuteSend(r);
+    case Operation::kRdmaWrite:
+      return ExecuteWrite(r);
+    case Operation::kRdmaReadRequest:
+      return ExecuteRead(r);
     case Operation::kCompareSwap:
-    case Operation::kFetchAdd: {
-      uint8_t* host = nullptr;
-      const bool allowed = (access & IBV_ACCESS_REMOTE_ATOMIC) != 0;
-      const AtomicEthFields& a = p.fields.atomic_eth;
-      if ((a.virtual_address & 7) != 0) {  // IBTA 9.4.5: naturally aligned
-        ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-        return;
-      }
-      if (!allowed || mrs_.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
-                          MrCheck::kOk) {
-        ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
-        return;
-      }
-      if (s.reads.empty() || s.reads_count - s.duplicate_jobs >= s.reads.size() / 2 ||
-          s.reads_count >= s.reads.size()) {
-        ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-        return;
-      }
-      // Atomic with respect to other uroce QPs of this engine and to the
-      // host's own atomics on the same word.
-      auto* word = reinterpret_cast<uint64_t*>(host);
-      uint64_t original;
-      if (info.operation == Operation::kCompareSwap) {
-        original = a.compare_data;
-        __atomic_compare_exchange_n(word, &original, a.swap_or_add_data, false, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_SEQ_CST);
-      } else {
-        original = __atomic_fetch_add(word, a.swap_or_add_data, __ATOMIC_SEQ_CST);
-      }
-      if (!s.atomics.empty()) {
-        s.atomics[s.atomics_next] = AtomicReplay{psn, a.rkey, a.virtual_address, original, true};
-        s.atomics_next = (s.atomics_next + 1) % static_cast<uint32_t>(s.atomics.size());
-      }
-      ++s.msn;
-      s.expected_psn = psn + 1;
-      EnqueueResponse(qp, AtomicJob(psn, original, /*duplicate=*/false));
-      return;
-    }
+    case Operation::kFetchAdd:
+      return ExecuteAtomic(r);
     default:
-      if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
-      return;
+      if (r.rc) ResponderFatal(r.qp, r.psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+      return ResponderStep::kDone;
   }
+}
+
+ResponderStep Responder::ExecuteSend(const Request& r) {
+  QueuePair* qp = r.qp;
+  const PacketView& p = r.p;
+  ResponderState& s = r.qp->resp;
+  const bool rc = r.rc;
+  const Psn psn = r.psn;
+  const OpcodeInfo& info = r.info;
+  if (info.starts_message()) {
+    RecvWqe wqe;
+    if (!completions_.TakeRecv(qp, &wqe)) {
+      if (rc) {
+        SendRnrNak(qp, psn);
+      } else {
+        core_.counters.rx_dropped++;
+      }
+      return ResponderStep::kDone;
+    }
+    s.recv = wqe;
+    s.have_recv = true;
+    s.recv_offset = 0;
+    s.recv_offset_valid = true;
+  }
+  ibv_wc_status error = IBV_WC_SUCCESS;
+  if (!PlaceInRecv(qp, s.recv_offset, p.payload, p.fields.payload_length, &error)) {
+    // Too long for the receive buffers (IBTA 9.7.5.1.6, C9-115) or a bad
+    // local key: the receive fails, the requester gets a NAK.
+    if (rc) {
+      ResponderFatal(qp, psn, error == IBV_WC_LOC_LEN_ERR ? NakCode::kInvalidRequest
+                                                          : NakCode::kRemoteOperationalError,
+                     error);
+    } else {
+      completions_.CompleteRecv(qp, s.recv, error, 0, IBV_WC_RECV, 0, 0, 0,
+                                error == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
+      s.have_recv = false;
+      s.recv_offset_valid = false;
+    }
+    return ResponderStep::kDone;
+  }
+  s.recv_offset += p.fields.payload_length;
+  if (info.ends_message()) {
+    unsigned flags = 0;
+    uint32_t extra = 0;
+    if (info.has(kImmDt)) {
+      flags = IBV_WC_WITH_IMM;
+      extra = htonl(p.fields.immediate_data);
+    } else if (info.has(kIeth)) {
+      flags = IBV_WC_WITH_INV;
+      extra = p.fields.invalidate_rkey;
+    }
+    completions_.CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.recv_offset), IBV_WC_RECV,
+                              flags, extra, 0);
+    s.have_recv = false;
+    s.recv_offset_valid = false;
+    ++s.msn;
+  }
+  return ResponderStep::kAcknowledge;
+}
+
+ResponderStep Responder::ExecuteWrite(const Request& r) {
+  QueuePair* qp = r.qp;
+  const PacketView& p = r.p;
+  ResponderState& s = r.qp->resp;
+  const bool rc = r.rc;
+  const Psn psn = r.psn;
+  const OpcodeInfo& info = r.info;
+  const unsigned access = r.qp->attr.qp_access_flags;
+  if (info.starts_message()) {
+    uint8_t* host = nullptr;
+    const bool allowed = (access & IBV_ACCESS_REMOTE_WRITE) != 0;
+    if (!allowed || p.fields.reth.dma_length > kMaxMessageBytes ||
+        (p.fields.reth.dma_length > 0 &&
+         core_.mrs.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
+                               IBV_ACCESS_REMOTE_WRITE, &host) != MrCheck::kOk)) {
+      if (rc) ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+      return ResponderStep::kDone;
+    }
+    s.write_rkey = p.fields.reth.rkey;
+    s.write_va = p.fields.reth.virtual_address;
+    s.write_remaining = p.fields.reth.dma_length;
+    s.write_length = p.fields.reth.dma_length;
+    s.write_in_progress = true;
+  }
+  if (p.fields.payload_length > s.write_remaining ||
+      (info.ends_message() && p.fields.payload_length != s.write_remaining)) {
+    // The packets do not add up to the RETH's DMA length (C9-116).
+    if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    s.write_in_progress = false;
+    return ResponderStep::kDone;
+  }
+  // Every packet of the WRITE passes the checks of the first: the region
+  // may have been deregistered (or the QP's access revoked) since, and
+  // nothing may land in memory the application no longer gives us.
+  uint8_t* dest = nullptr;
+  if (p.fields.payload_length > 0 &&
+      ((access & IBV_ACCESS_REMOTE_WRITE) == 0 ||
+       core_.mrs.CheckRemote(s.write_rkey, qp->pd, s.write_va, p.fields.payload_length, IBV_ACCESS_REMOTE_WRITE,
+                             &dest) != MrCheck::kOk)) {
+    if (rc) {
+      ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    } else {
+      s.write_in_progress = false;  // UC: the message is lost
+      core_.counters.rx_dropped++;
+    }
+    return ResponderStep::kDone;
+  }
+  RecvWqe wqe;
+  const bool with_imm = info.has(kImmDt);
+  if (with_imm) {
+    // The immediate consumes a receive request: check for one before
+    // placing the last packet, so an RNR retry finds memory unchanged.
+    if (!s.have_recv && !completions_.TakeRecv(qp, &wqe)) {
+      if (rc) SendRnrNak(qp, psn);
+      return ResponderStep::kDone;
+    }
+    if (!s.have_recv) {
+      s.recv = wqe;
+      s.have_recv = true;
+      s.recv_offset_valid = false;
+    }
+  }
+  if (p.fields.payload_length > 0) std::memcpy(dest, p.payload, p.fields.payload_length);
+  s.write_va += p.fields.payload_length;
+  s.write_remaining -= p.fields.payload_length;
+  if (info.ends_message()) {
+    s.write_in_progress = false;
+    ++s.msn;
+    if (with_imm) {
+      completions_.CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.write_length),
+                                IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_WITH_IMM, htonl(p.fields.immediate_data), 0);
+      s.have_recv = false;
+    }
+  }
+  return ResponderStep::kAcknowledge;
+}
+
+ResponderStep Responder::ExecuteRead(const Request& r) {
+  QueuePair* qp = r.qp;
+  const PacketView& p = r.p;
+  ResponderState& s = r.qp->resp;
+  const Psn psn = r.psn;
+  const RethFields& reth = p.fields.reth;
+  if (reth.dma_length > kMaxMessageBytes) {
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  if (!RemoteReadAllowed(qp, reth)) {
+    ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    return ResponderStep::kDone;
+  }
+  if (!EnqueueResponse(qp, ReadJob(psn, reth, /*duplicate=*/false))) {
+    // More READs/atomics outstanding than max_dest_rd_atomic allows.
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  const uint32_t packets = reth.dma_length == 0 ? 1 : (reth.dma_length + qp->mtu_bytes - 1) / qp->mtu_bytes;
+  if (!s.read_history.empty()) {
+    s.read_history[s.read_history_next] =
+        ReadRecord{psn, packets, reth.rkey, reth.virtual_address, reth.dma_length, true};
+    s.read_history_next = (s.read_history_next + 1) % static_cast<uint32_t>(s.read_history.size());
+  }
+  ++s.msn;
+  s.expected_psn = psn + packets;
+  return ResponderStep::kDone;  // the responses acknowledge it
+}
+
+ResponderStep Responder::ExecuteAtomic(const Request& r) {
+  QueuePair* qp = r.qp;
+  const PacketView& p = r.p;
+  ResponderState& s = r.qp->resp;
+  const Psn psn = r.psn;
+  const OpcodeInfo& info = r.info;
+  const unsigned access = r.qp->attr.qp_access_flags;
+  uint8_t* host = nullptr;
+  const bool allowed = (access & IBV_ACCESS_REMOTE_ATOMIC) != 0;
+  const AtomicEthFields& a = p.fields.atomic_eth;
+  if ((a.virtual_address & 7) != 0) {  // IBTA 9.4.5: naturally aligned
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  if (!allowed || core_.mrs.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
+                      MrCheck::kOk) {
+    ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    return ResponderStep::kDone;
+  }
+  if (s.reads.empty() || s.reads_count - s.duplicate_jobs >= s.reads.size() / 2 ||
+      s.reads_count >= s.reads.size()) {
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  // Atomic with respect to other uroce QPs of this engine and to the
+  // host's own atomics on the same word.
+  auto* word = reinterpret_cast<uint64_t*>(host);
+  uint64_t original;
+  if (info.operation == Operation::kCompareSwap) {
+    original = a.compare_data;
+    __atomic_compare_exchange_n(word, &original, a.swap_or_add_data, false, __ATOMIC_SEQ_CST,
+                                __ATOMIC_SEQ_CST);
+  } else {
+    original = __atomic_fetch_add(word, a.swap_or_add_data, __ATOMIC_SEQ_CST);
+  }
+  if (!s.atomics.empty()) {
+    s.atomics[s.atomics_next] = AtomicReplay{psn, a.rkey, a.virtual_address, original, true};
+    s.atomics_next = (s.atomics_next + 1) % static_cast<uint32_t>(s.atomics.size());
+  }
+  ++s.msn;
+  s.expected_psn = psn + 1;
+  EnqueueResponse(qp, AtomicJob(psn, original, /*duplicate=*/false));
+  return ResponderStep::kDone;
+}
+
+// The request is done: the next PSN, and an ACK if the requester asked.
+ResponderStep Responder::Acknowledge(const Request& r) {
+  QueuePair* qp = r.qp;
+  const PacketView& p = r.p;
+  ResponderState& s = r.qp->resp;
+  const bool rc = r.rc;
+  const Psn psn = r.psn;
   s.expected_psn = psn + 1;
   if (rc && p.fields.bth.ack_request) QueueAck(qp, psn);
+  return ResponderStep::kDone;
 }
 
 // Sends queued READ responses and atomic acknowledgements, in order, within
 // the QP's packet budget (a 1 MiB READ must not starve the other QPs).
-void Engine::RunReadResponses(QueuePair* qp) {
+void Responder::RunReadResponses(QueuePair* qp) {
   ResponderState& s = qp->resp;
-  uint32_t budget = config_.per_qp_packet_budget;
+  uint32_t budget = core_.config.per_qp_packet_budget;
   const uint32_t mtu = qp->mtu_bytes;
-  while (s.reads_count > 0 && budget > 0 && TxRoom(1)) {
+  while (s.reads_count > 0 && budget > 0 && frames_.TxRoom(1)) {
     ReadResponseJob& job = s.reads[s.reads_head];
     PacketFields f;
     f.bth.dest_qp = qp->attr.dest_qp_num;
@@ -645,8 +758,8 @@ void Engine::RunReadResponses(QueuePair* qp) {
     if (payload > 0) {
       uint8_t* host = nullptr;
       if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0 ||
-          mrs_.CheckRemote(job.rkey, qp->pd, job.virtual_address + job.offset, payload, IBV_ACCESS_REMOTE_READ,
-                           &host) != MrCheck::kOk) {
+          core_.mrs.CheckRemote(job.rkey, qp->pd, job.virtual_address + job.offset, payload, IBV_ACCESS_REMOTE_READ,
+                                &host) != MrCheck::kOk) {
         ResponderFatal(qp, job.next_psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
       }
@@ -654,10 +767,10 @@ void Engine::RunReadResponses(QueuePair* qp) {
     }
     uint8_t* dest = nullptr;
     f.payload_length = payload;
-    rte_mbuf* m = StartPacket(qp->path, f, &dest);
+    rte_mbuf* m = frames_.StartPacket(qp->path, f, &dest);
     if (m == nullptr) return;  // no buffer now; next poll
     if (payload > 0) std::memcpy(dest, source, payload);
-    FinishPacket(m);
+    frames_.FinishPacket(m);
     --budget;
     job.offset += payload;
     job.next_psn += 1;

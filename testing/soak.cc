@@ -1,4 +1,4 @@
-#include "transport/soak.h"
+#include "testing/soak.h"
 
 #include <arpa/inet.h>
 
@@ -8,7 +8,7 @@
 #include <sstream>
 #include <vector>
 
-#include "transport/engine_pair.h"
+#include "testing/engine_pair.h"
 
 namespace uroce::transport {
 namespace {

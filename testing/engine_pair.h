@@ -14,8 +14,9 @@
 #include "pmd/eth_port_io.h"
 #include "pmd/mempool.h"
 #include "pmd/ring_pair.h"
+#include "testing/lossy_link.h"
+#include "transport/endpoint.h"
 #include "transport/engine.h"
-#include "transport/lossy_link.h"
 
 namespace uroce::transport {
 
@@ -30,39 +31,6 @@ struct EnginePairOptions {
   uint64_t ns_per_poll = 1000;  // virtual time that passes per poll round
   EngineConfig engine_template;  // tunables copied into both engines
 };
-
-// One side: an engine and the objects a test needs on it.
-struct Endpoint {
-  std::unique_ptr<Engine> engine;
-  PdHandle pd = 0;
-  CompletionQueue* cq = nullptr;
-  Gid gid{};   // 10.0.0.host, IPv4-mapped: GID index 0
-  Gid gid6{};  // fd00::host: GID index 1
-  MacAddress mac{};
-};
-
-struct RcConnectOptions {
-  ibv_mtu mtu = IBV_MTU_1024;
-  uint32_t psn_a = 0x100, psn_b = 0x200;
-  uint8_t timeout = 10;  // ~4 ms of virtual time
-  uint8_t retry_cnt = 7;
-  uint8_t rnr_retry = 7;
-  uint8_t min_rnr_timer = 1;
-  uint8_t max_rd_atomic = 16;
-  unsigned access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                    IBV_ACCESS_REMOTE_ATOMIC;
-  uint32_t max_send_wr = 256, max_recv_wr = 256;
-  ibv_qp_type type = IBV_QPT_RC;
-  SharedReceiveQueue* srq_a = nullptr;
-  SharedReceiveQueue* srq_b = nullptr;
-  // b stops at RTR (a passive responder, as perftest's READ/atomic servers).
-  bool b_stays_in_rtr = false;
-};
-
-// Creates an RC (or UC) QP on each endpoint and moves both to RTS, each
-// aimed at the other. Works for any two engines that can reach each other.
-StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(Endpoint& a, Endpoint& b,
-                                                              const RcConnectOptions& options);
 
 class EnginePair {
  public:

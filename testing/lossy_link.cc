@@ -1,4 +1,4 @@
-#include "transport/lossy_link.h"
+#include "testing/lossy_link.h"
 
 #include <algorithm>
 

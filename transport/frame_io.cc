@@ -5,17 +5,37 @@
 // sees them; bad input from the wire is counted and dropped, never trusted.
 //
 // Engine thread only.
+#include "transport/frame_io.h"
+
 #include <arpa/inet.h>
 
-#include "transport/engine.h"
+#include <algorithm>
+#include <cstring>
+
+#include "transport/completer.h"
 #include "transport/packet_builder.h"
 #include "transport/packet_parser.h"
+#include "transport/responder.h"
 
 namespace uroce::transport {
 
-rte_mbuf* Engine::StartPacket(const PathInfo& path, PacketFields& f, uint8_t** payload) {
+FrameIo::FrameIo(EngineCore& core, Responder& responder, Completer& completer)
+    : core_(core), responder_(responder), completer_(completer) {
+  rx_burst_.resize(core.config.rx_burst);
+}
+
+void FrameIo::FreeAll() {
+  rte_pktmbuf_free_bulk(tx_stage_, tx_count_);
+  tx_count_ = 0;
+  rte_pktmbuf_free_bulk(loopback_stage_, loopback_count_);
+  loopback_count_ = 0;
+  rte_mbuf* m = nullptr;
+  while (raw_tx_.TryPop(&m)) rte_pktmbuf_free(m);
+}
+
+rte_mbuf* FrameIo::StartPacket(const PathInfo& path, PacketFields& f, uint8_t** payload) {
   f.dst_mac = path.dmac;
-  f.src_mac = config_.mac;
+  f.src_mac = core_.config.mac;
   f.ip_version = path.ipv6 ? IpVersion::kIpv6 : IpVersion::kIpv4;
   f.src_gid = path.sgid;
   f.dst_gid = path.dgid;
@@ -26,19 +46,19 @@ rte_mbuf* Engine::StartPacket(const PathInfo& path, PacketFields& f, uint8_t** p
   // Nothing is built without room in the transmit stage: every caller keeps
   // its work (pending ACK/NAK, READ job, request) for the next poll.
   if (path.loopback ? !LoopbackRoom() : !TxRoom(1)) {
-    counters_.tx_stage_full++;
+    core_.counters.tx_stage_full++;
     return nullptr;
   }
-  rte_mbuf* m = rte_pktmbuf_alloc(config_.tx_pool);
+  rte_mbuf* m = rte_pktmbuf_alloc(core_.config.tx_pool);
   if (m == nullptr) {
-    counters_.tx_alloc_failures++;
+    core_.counters.tx_alloc_failures++;
     return nullptr;
   }
   PendingPacket pending;
   if (BeginPacket(f, m, &pending) != BuildError::kOk) {
     // A buffer too small for this MTU, or a bug of ours: never a bad frame.
     rte_pktmbuf_free(m);
-    counters_.tx_build_errors++;
+    core_.counters.tx_build_errors++;
     return nullptr;
   }
   *payload = pending.payload;
@@ -47,7 +67,7 @@ rte_mbuf* Engine::StartPacket(const PathInfo& path, PacketFields& f, uint8_t** p
   return m;
 }
 
-void Engine::FinishPacket(rte_mbuf* m) {
+void FrameIo::FinishPacket(rte_mbuf* m) {
   transport::FinishPacket(pending_tx_);
   if (!pending_loopback_) {
     Stage(m);
@@ -56,27 +76,27 @@ void Engine::FinishPacket(rte_mbuf* m) {
   // StartPacket checked the room. The frame is whole (ICRC included), so the
   // receive side checks it as any other.
   loopback_stage_[loopback_count_++] = m;
-  counters_.tx_frames++;
-  counters_.tx_bytes += rte_pktmbuf_pkt_len(m);
-  counters_.loopback_frames++;
+  core_.counters.tx_frames++;
+  core_.counters.tx_bytes += rte_pktmbuf_pkt_len(m);
+  core_.counters.loopback_frames++;
 }
 
-void Engine::HandleFrame(rte_mbuf* m, bool from_loopback) {
+void FrameIo::HandleFrame(rte_mbuf* m, bool from_loopback) {
   PacketView view;
   ParseOptions options;
   options.verify_icrc = true;
   const ParseError error = ParsePacket(m, options, &view);
   if (error != ParseError::kOk) {
     if (!view.is_roce && error != ParseError::kMultiSegmentMbuf) {
-      counters_.rx_non_roce++;
-      if (config_.non_roce_handler) {
-        config_.non_roce_handler(m);  // ARP, ND, ...: the handler owns the mbuf now
+      core_.counters.rx_non_roce++;
+      if (core_.config.non_roce_handler) {
+        core_.config.non_roce_handler(m);  // ARP, ND, ...: the handler owns the mbuf now
         return;
       }
     } else if (error == ParseError::kBadIcrc) {
-      counters_.rx_icrc_errors++;
+      core_.counters.rx_icrc_errors++;
     } else {
-      counters_.rx_parse_errors++;
+      core_.counters.rx_parse_errors++;
     }
     rte_pktmbuf_free(m);
     return;
@@ -85,14 +105,14 @@ void Engine::HandleFrame(rte_mbuf* m, bool from_loopback) {
   // stage: one from the port that claims our address is forged (a NIC does
   // not receive its own frames), and would otherwise pass the path check of
   // a QP connected to ourselves, or reach the CM as if we had sent it.
-  if (!from_loopback && IsLoopbackGid(view.fields.src_gid)) {
-    counters_.rx_path_mismatch++;
+  if (!from_loopback && core_.IsLoopbackGid(view.fields.src_gid)) {
+    core_.counters.rx_path_mismatch++;
     rte_pktmbuf_free(m);
     return;
   }
-  QueuePair* qp = LookupQp(view.fields.bth.dest_qp);
+  QueuePair* qp = core_.LookupQp(view.fields.bth.dest_qp);
   if (qp == nullptr) {
-    counters_.rx_unknown_qp++;
+    core_.counters.rx_unknown_qp++;
     rte_pktmbuf_free(m);
     return;
   }
@@ -106,7 +126,7 @@ void Engine::HandleFrame(rte_mbuf* m, bool from_loopback) {
   // full member; the low 15 bits must match (a limited member's key too, as
   // one side, ours, is a full member).
   if ((view.fields.bth.pkey & 0x7FFF) != (kDefaultPkey & 0x7FFF)) {
-    counters_.rx_bad_pkey++;
+    core_.counters.rx_bad_pkey++;
     rte_pktmbuf_free(m);
     return;
   }
@@ -115,28 +135,78 @@ void Engine::HandleFrame(rte_mbuf* m, bool from_loopback) {
   // stray, never an ACK or a request of this connection.
   if (qp->type != IBV_QPT_UD && state != IBV_QPS_RESET && state != IBV_QPS_INIT &&
       (view.fields.src_gid != qp->path.dgid || view.fields.dst_gid != qp->path.sgid)) {
-    counters_.rx_path_mismatch++;
+    core_.counters.rx_path_mismatch++;
     rte_pktmbuf_free(m);
     return;
   }
   qp->counters.rx_packets++;
   qp->counters.rx_bytes += view.fields.payload_length;
   if (info.service != want || state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_ERR) {
-    counters_.rx_dropped++;
+    core_.counters.rx_dropped++;
   } else if (info.role == PacketRole::kRequest) {
-    HandleRequest(qp, view);
+    responder_.HandleRequest(qp, view);
   } else if (state == IBV_QPS_RTS || state == IBV_QPS_SQD) {
-    if (info.operation == Operation::kAcknowledge) HandleAcknowledge(qp, view);
-    else HandleResponse(qp, view);
+    if (info.operation == Operation::kAcknowledge) completer_.HandleAcknowledge(qp, view);
+    else completer_.HandleResponse(qp, view);
   } else {
-    counters_.rx_dropped++;
+    core_.counters.rx_dropped++;
   }
   rte_pktmbuf_free(m);
 }
 
-QueuePair* Engine::LookupQp(uint32_t qpn) const {
-  QueuePair* qp = qp_table_[qpn % config_.max_qps];
-  return (qp != nullptr && qp->qpn == qpn) ? qp : nullptr;
+
+void FrameIo::Stage(rte_mbuf* m) {
+  tx_stage_[tx_count_++] = m;
+  core_.counters.tx_frames++;
+  core_.counters.tx_bytes += rte_pktmbuf_pkt_len(m);
+}
+
+void FrameIo::StageRawFrames() {
+  rte_mbuf* m = nullptr;
+  while (TxRoom(1) && raw_tx_.TryPop(&m)) {
+    core_.counters.tx_raw_frames++;
+    Stage(m);
+  }
+}
+
+void FrameIo::FlushTx() {
+  if (tx_count_ == 0) return;
+  const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(tx_count_, UINT16_MAX));
+  const uint16_t sent = core_.config.io->TxBurst(tx_stage_, want);
+  if (sent < tx_count_) {
+    // Keep the rest, in order, for the next poll: never spin, never drop.
+    std::memmove(tx_stage_, tx_stage_ + sent, (tx_count_ - sent) * sizeof(rte_mbuf*));
+    core_.counters.tx_queue_full_polls++;
+  }
+  tx_count_ -= sent;
+}
+
+void FrameIo::ReceiveLoopback() {
+  // Only what the last poll staged: anything the receive path stages to
+  // ourselves now waits for the next poll, so one poll's work stays bounded.
+  const uint32_t n = loopback_count_;
+  if (n == 0) return;
+  for (uint32_t i = 0; i < n; ++i) {
+    core_.counters.rx_frames++;
+    core_.counters.rx_bytes += rte_pktmbuf_pkt_len(loopback_stage_[i]);
+    HandleFrame(loopback_stage_[i], /*from_loopback=*/true);
+  }
+  std::memmove(loopback_stage_, loopback_stage_ + n, (loopback_count_ - n) * sizeof(rte_mbuf*));
+  loopback_count_ -= n;
+}
+
+void FrameIo::ReceiveBurst() {
+  // Up to kRxBurstsPerPoll bursts, so that receiving keeps pace with what the
+  // QPs may send in one poll.
+  for (int burst = 0; burst < kRxBurstsPerPoll; ++burst) {
+    const uint16_t n = core_.config.io->RxBurst(rx_burst_.data(), static_cast<uint16_t>(rx_burst_.size()));
+    for (uint16_t i = 0; i < n; ++i) {
+      core_.counters.rx_frames++;
+      core_.counters.rx_bytes += rte_pktmbuf_pkt_len(rx_burst_[i]);
+      HandleFrame(rx_burst_[i]);
+    }
+    if (n < rx_burst_.size()) break;
+  }
 }
 
 }  // namespace uroce::transport

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "transport/lossy_link.h"
+#include "testing/lossy_link.h"
 
 namespace uroce::transport {
 

@@ -1,0 +1,115 @@
+// Completions and the error state, shared by the requester, completer and
+// responder (completions.h).
+//
+// Engine thread only.
+#include "transport/completions.h"
+
+#include "transport/work_request.h"
+
+namespace uroce::transport {
+
+bool Completions::TakeRecv(QueuePair* qp, RecvWqe* out) {
+  if (qp->srq == nullptr) {
+    if (!qp->recv_ring.TryPop(out)) return false;
+    qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
+    return true;
+  }
+  SharedReceiveQueue* srq = qp->srq;
+  if (!srq->ring.TryPop(out)) return false;
+  const uint32_t left = srq->posted.fetch_sub(1, std::memory_order_acq_rel) - 1;
+  const uint32_t limit = srq->limit.load(std::memory_order_relaxed);
+  // ibv_modify_srq(3): the event fires once when fewer than `limit` requests
+  // remain, and disarms the limit.
+  uint32_t armed = limit;
+  if (limit != 0 && left < limit && srq->limit.compare_exchange_strong(armed, 0)) {
+    srq->limit_events.fetch_add(1, std::memory_order_relaxed);
+    RaiseAsync(IBV_EVENT_SRQ_LIMIT_REACHED, 0, srq);
+  }
+  return true;
+}
+
+void Completions::RaiseAsync(ibv_event_type type, uint32_t qpn, const void* object) {
+  AsyncEvent e;
+  e.type = type;
+  e.qpn = qpn;
+  e.object = object;
+  core_.async_events.TryPush(e);  // a full event ring loses the newest event only
+}
+
+void Completions::CompleteSend(QueuePair* qp, const SendSlot& slot, ibv_wc_status status) {
+  ReturnSendCredit(qp);
+  // Unsignaled requests complete silently unless they failed (ibv_post_send(3)).
+  if (status == IBV_WC_SUCCESS && !slot.signaled) return;
+  ibv_wc wc{};
+  wc.wr_id = slot.wqe.wr_id;
+  wc.status = status;
+  wc.opcode = SendCompletionOpcode(slot.wqe.opcode);
+  wc.qp_num = qp->qpn;
+  wc.byte_len = status == IBV_WC_SUCCESS ? static_cast<uint32_t>(slot.wqe.total_length) : 0;
+  if (!qp->send_cq->Push(wc)) RaiseAsync(IBV_EVENT_CQ_ERR, qp->qpn, qp->send_cq);
+}
+
+void Completions::CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status status, uint32_t byte_len,
+                               ibv_wc_opcode opcode, unsigned wc_flags, uint32_t imm_or_rkey, uint32_t src_qp,
+                               uint32_t vendor_err) {
+  ibv_wc wc{};
+  wc.vendor_err = vendor_err;
+  wc.wr_id = wqe.wr_id;
+  wc.status = status;
+  wc.opcode = opcode;
+  wc.byte_len = byte_len;
+  wc.imm_data = imm_or_rkey;
+  wc.qp_num = qp->qpn;
+  wc.src_qp = src_qp;
+  wc.wc_flags = wc_flags;
+  wc.pkey_index = 0;
+  if (!qp->recv_cq->Push(wc)) RaiseAsync(IBV_EVENT_CQ_ERR, qp->qpn, qp->recv_cq);
+}
+
+void Completions::EnterError(QueuePair* qp) {
+  if (qp->state.load(std::memory_order_relaxed) == IBV_QPS_ERR) return;
+  qp->state.store(IBV_QPS_ERR, std::memory_order_release);
+  core_.MarkBusy(qp);
+  RaiseAsync(IBV_EVENT_QP_FATAL, qp->qpn, qp);
+  FlushQueues(qp);
+}
+
+// IBTA 10.3.1.8 / o10-2.2: in the error state every outstanding and every
+// newly posted request completes with a flush error.
+void Completions::FlushQueues(QueuePair* qp) {
+  RequesterState& req = qp->req;
+  for (; req.head != req.tail; ++req.head) {
+    SendSlot& slot = req.window[req.head & req.window_mask];
+    slot.signaled = true;  // flushed requests always complete (verbs)
+    CompleteSend(qp, slot, IBV_WC_WR_FLUSH_ERR);
+  }
+  req.next_send = req.head;
+  req.reads_in_flight = 0;
+  req.timer_deadline_ns = 0;
+  SendWqe s;
+  while (qp->send_ring.TryPop(&s)) {
+    SendSlot slot;
+    slot.wqe = s;
+    slot.signaled = true;
+    CompleteSend(qp, slot, IBV_WC_WR_FLUSH_ERR);
+  }
+  ResponderState& resp = qp->resp;
+  if (resp.have_recv) {
+    CompleteRecv(qp, resp.recv, IBV_WC_WR_FLUSH_ERR, 0, IBV_WC_RECV, 0, 0, 0);
+    resp.have_recv = false;
+  }
+  resp.reads_count = 0;
+  resp.duplicate_jobs = 0;
+  // A fatal NAK that put the QP in error still goes out (IBTA 9.9.3.1: the
+  // requester learns why); an ACK, a sequence or an RNR NAK is moot now.
+  if (resp.pending_rank() != 3) resp.ack_pending = false;
+  if (qp->srq == nullptr) {
+    RecvWqe r;
+    while (qp->recv_ring.TryPop(&r)) {
+      qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
+      CompleteRecv(qp, r, IBV_WC_WR_FLUSH_ERR, 0, IBV_WC_RECV, 0, 0, 0);
+    }
+  }
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,43 @@
+// Completions, the error state and receive requests: what the requester,
+// completer and responder all need at the end of a request (a work
+// completion on a CQ, a QP moved to ERR and flushed, an async event, the next
+// receive request of a QP or its SRQ).
+//
+// Engine thread only.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "transport/engine_core.h"
+#include "transport/queue_pair.h"
+
+namespace uroce::transport {
+
+class Completions {
+ public:
+  explicit Completions(EngineCore& core) : core_(core) {}
+  Completions(const Completions&) = delete;
+  Completions& operator=(const Completions&) = delete;
+
+  void CompleteSend(QueuePair* qp, const SendSlot& slot, ibv_wc_status status);
+  // `vendor_err`: for IBV_WC_LOC_LEN_ERR, the bytes that did not fit (the cq
+  // layer reports them as olen, fi_cq(3)).
+  void CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status status, uint32_t byte_len,
+                    ibv_wc_opcode opcode, unsigned wc_flags, uint32_t imm_or_rkey, uint32_t src_qp,
+                    uint32_t vendor_err = 0);
+  // Moves the QP to ERR and flushes everything outstanding (IBTA 10.3.1.8).
+  void EnterError(QueuePair* qp);
+  void FlushQueues(QueuePair* qp);
+  void RaiseAsync(ibv_event_type type, uint32_t qpn, const void* object);
+  // Takes the next receive request for `qp` (its RQ or its SRQ).
+  bool TakeRecv(QueuePair* qp, RecvWqe* out);
+  void ReturnSendCredit(QueuePair* qp) { qp->send_credits_used.fetch_sub(1, std::memory_order_release); }
+
+ private:
+  EngineCore& core_;
+};
+
+}  // namespace uroce::transport

@@ -1,0 +1,47 @@
+#include "transport/engine_core.h"
+
+#include <algorithm>
+#include <thread>
+
+namespace uroce::transport {
+namespace {
+
+// The largest IB MTU that fits the Ethernet MTU after RoCEv2's headers (IPv6
+// 40 + UDP 8 + BTH 12 + up to 28 extension bytes + ICRC 4, rounded to 80 as
+// rxe does): 1024 on a 1500-byte port.
+ibv_mtu LargestIbMtu(uint32_t port_mtu) {
+  ibv_mtu best = IBV_MTU_256;
+  for (ibv_mtu m : {IBV_MTU_256, IBV_MTU_512, IBV_MTU_1024, IBV_MTU_2048, IBV_MTU_4096}) {
+    if (MtuBytes(m) + 80 <= port_mtu) best = m;
+  }
+  return best;
+}
+
+}  // namespace
+
+EngineCore::EngineCore(const EngineConfig& engine_config)
+    : config(engine_config), mrs(1u << 16), qp_table(engine_config.max_qps, nullptr) {
+  limits.max_mtu = LargestIbMtu(config.port_mtu);
+  limits.gid_table_size = static_cast<uint8_t>(std::min<size_t>(config.gids.size(), 255));
+  busy_qps.reserve(config.max_qps);
+}
+
+bool EngineCore::IsLoopbackGid(const Gid& gid) const {
+  if (!config.loopback) return false;
+  for (const Gid& own : config.gids) {
+    if (own == gid) return true;
+  }
+  return false;
+}
+
+ProgressToken::ProgressToken(const EngineCore& core) : core_(core) {
+  bool expected = false;
+  while (!core_.progress_busy.compare_exchange_weak(expected, true, std::memory_order_acquire)) {
+    expected = false;
+    std::this_thread::yield();
+  }
+}
+
+ProgressToken::~ProgressToken() { core_.progress_busy.store(false, std::memory_order_release); }
+
+}  // namespace uroce::transport

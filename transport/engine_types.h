@@ -1,0 +1,132 @@
+// The engine's configuration, counters and the plain types of its interface
+// (QP creation attributes, async events, address handles). Split from
+// engine.h so that the engine's stages (engine_core.h, requester.h, ...) can
+// use them without the Engine class; engine.h includes this header, so its
+// users see the same names as before.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/completion_queue.h"
+#include "transport/headers.h"
+#include "transport/memory_region.h"
+#include "transport/packet_io.h"
+#include "transport/qp_state.h"
+#include "transport/queue_pair.h"
+#include "transport/shared_receive_queue.h"
+
+namespace uroce::transport {
+
+struct EngineConfig {
+  MacAddress mac{};
+  // The GID table (ibv_query_gid): RoCEv2 GIDs, IPv4-mapped or IPv6.
+  std::vector<Gid> gids;
+  uint32_t port_mtu = 1500;      // Ethernet MTU of the port
+  rte_mempool* tx_pool = nullptr; // frames the engine builds come from here
+  PacketIo* io = nullptr;         // the wire
+  uint32_t max_qps = 1024;
+  // Reliability knobs (defaults follow Linux rxe): an ACK request at least
+  // every `ack_request_every` packets, at most `max_unacked_packets` packets
+  // outstanding per QP.
+  uint32_t ack_request_every = 64;
+  uint32_t max_unacked_packets = 128;
+  uint16_t rx_burst = 32;
+  uint32_t per_qp_packet_budget = 32;  // packets one QP may send per Poll
+  uint32_t atomic_replay_entries = 16; // atomics remembered for duplicates
+  // Clock in nanoseconds. Empty: the TSC. Tests give a virtual clock so that
+  // runs replay exactly.
+  std::function<uint64_t()> clock_ns;
+  // Frames that are not RoCEv2 (ARP, ND, ...) go here; the callee owns the
+  // mbuf. Empty: counted and freed. Runs on the engine thread inside Poll, so
+  // it must not call the control path; to answer, it hands a frame to
+  // QueueRawFrame.
+  std::function<void(rte_mbuf*)> non_roce_handler;
+  // Control path: called by ModifyQp (with IBV_QP_AV) and CreateAh when the
+  // neighbour table has no MAC for the destination GID, before the engine is
+  // locked, so that it may wait for an ARP or ND answer (and drive Poll itself
+  // in inline mode). Returns OK once AddNeighbor holds the GID; its error
+  // fails the call. Empty: a missing entry fails the call at once.
+  std::function<Status(const Gid&)> resolve_neighbor;
+  // QPNs are drawn at random (a blind peer must not guess a live QP's number,
+  // IBTA leaves the choice to the CA); 0: seeded from std::random_device.
+  // Tests give a seed so that runs replay.
+  uint64_t random_seed = 0;
+  // Loopback, as on an RDMA NIC: a destination that is one of `gids` is this
+  // engine itself; its frames go from the transmit side straight to the
+  // receive side and never reach `io`. Off where something outside the
+  // engine must see them (a daemon's switch that owns other processes' QPs
+  // behind the same addresses).
+  bool loopback = true;
+  // QPNs come from [qpn_base, qpn_base + qpn_count) (a range leased from a
+  // uroce daemon, which switches frames to processes by destination QPN);
+  // qpn_count 0: the whole 24-bit space. QPNs 0 and 1 are never drawn.
+  uint32_t qpn_base = 0;
+  uint32_t qpn_count = 0;
+};
+
+struct EngineCounters {
+  uint64_t rx_frames = 0, tx_frames = 0, rx_bytes = 0, tx_bytes = 0;
+  uint64_t rx_non_roce = 0, rx_parse_errors = 0, rx_icrc_errors = 0, rx_unknown_qp = 0, rx_dropped = 0;
+  uint64_t tx_alloc_failures = 0, tx_build_errors = 0, tx_queue_full_polls = 0;
+  uint64_t retransmits = 0, timeouts = 0, naks_sent = 0, naks_received = 0;
+  uint64_t rnr_naks_sent = 0, rnr_naks_received = 0, out_of_sequence = 0, duplicates = 0;
+  uint64_t tx_raw_frames = 0;  // frames from QueueRawFrame (ARP, ND)
+  uint64_t tx_stage_full = 0;  // a frame waited: the transmit stage had no room
+  // RC/UC frames whose IP addresses are not the QP's path, and frames whose
+  // P_Key is not ours: counted and dropped (IBTA 9.6.1.1, 10.9.3).
+  uint64_t rx_path_mismatch = 0, rx_bad_pkey = 0;
+  // Frames to our own GIDs, handed from transmit to receive (also counted in
+  // tx_frames and, when received, rx_frames; never in the port's counters).
+  uint64_t loopback_frames = 0;
+};
+
+// One QP as the counters see it (Engine::QpStatsSnapshot).
+struct QpStats {
+  uint32_t qpn = 0;
+  ibv_qp_type type = IBV_QPT_RC;
+  ibv_qp_state state = IBV_QPS_RESET;
+  uint32_t dest_qpn = 0;
+  QpCounters counters;
+};
+
+struct QpInitAttr {
+  ibv_qp_type type = IBV_QPT_RC;
+  PdHandle pd = 0;
+  CompletionQueue* send_cq = nullptr;
+  CompletionQueue* recv_cq = nullptr;
+  SharedReceiveQueue* srq = nullptr;
+  ibv_qp_cap cap{};
+  bool sq_sig_all = false;
+  // 0: the engine picks the QPN. 1: this is the GSI QP (QP1, IBTA 13.5.1), a
+  // UD QP for connection management MADs; one per engine. No other value.
+  uint32_t fixed_qpn = 0;
+};
+
+// Asynchronous events (ibv_get_async_event(3)): QP fatal errors, SRQ limit,
+// CQ overrun.
+struct AsyncEvent {
+  ibv_event_type type = IBV_EVENT_QP_FATAL;
+  uint32_t qpn = 0;
+  const void* object = nullptr;  // the QueuePair, SharedReceiveQueue or CompletionQueue
+};
+
+// An address handle for UD sends.
+struct AddressHandle {
+  PdHandle pd = 0;
+  PathInfo path;
+  bool valid = false;
+};
+
+// 4.096 us * 2^timeout (IBTA 9.7.6.1.3); 0 for timeout 0 ("infinite").
+uint64_t LocalAckTimeoutNs(uint8_t timeout);
+// The RNR NAK timer field in nanoseconds (IBTA table 45).
+uint64_t RnrTimerNs(uint8_t timer_field);
+
+}  // namespace uroce::transport

@@ -1,0 +1,125 @@
+// ModifyQp and QueryQp: the QP state machine's transitions (qp_state.h
+// validates them, IBTA 10.3 / 11.2.5) applied to a QP between two polls.
+//
+// Control path (any thread).
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "transport/engine.h"
+
+namespace uroce::transport {
+
+Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn) {
+  if (mask & IBV_QP_AV) UROCE_RETURN_IF_ERROR(ResolveNeighborIfMissing(attr.ah_attr, "ibv_modify_qp"));
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  if (!OwnsQpLocked(qp) || (expected_qpn != kAnyQpn && qp->qpn != expected_qpn)) return InvalidArgument("no such QP");
+  ProgressToken token(core_);
+  const ibv_qp_state current = qp->state.load(std::memory_order_relaxed);
+  auto next = ValidateQpModify(qp->type, current, attr, mask, core_.limits);
+  if (!next.ok()) return next.status();
+
+  PathInfo path = qp->path;
+  if (mask & IBV_QP_AV) {
+    std::string why;
+    if (!ResolvePath(attr.ah_attr, &path, &why)) return InvalidArgument("ibv_modify_qp: " + why);
+  }
+  // Apply (IBTA 11.2.5.2): copy the given attributes.
+  ibv_qp_attr& a = qp->attr;
+  if (mask & IBV_QP_ACCESS_FLAGS) a.qp_access_flags = attr.qp_access_flags;
+  if (mask & IBV_QP_PKEY_INDEX) a.pkey_index = attr.pkey_index;
+  if (mask & IBV_QP_PORT) a.port_num = attr.port_num;
+  if (mask & IBV_QP_QKEY) a.qkey = attr.qkey;
+  if (mask & IBV_QP_AV) {
+    a.ah_attr = attr.ah_attr;
+    path.udp_source_port = qp->path.udp_source_port;
+    qp->path = path;
+  }
+  if (mask & IBV_QP_PATH_MTU) {
+    a.path_mtu = attr.path_mtu;
+    qp->mtu_bytes = MtuBytes(attr.path_mtu);
+  }
+  if (mask & IBV_QP_TIMEOUT) a.timeout = attr.timeout;
+  if (mask & IBV_QP_RETRY_CNT) {
+    a.retry_cnt = attr.retry_cnt;
+    qp->req.retries_left = attr.retry_cnt;
+  }
+  if (mask & IBV_QP_RNR_RETRY) {
+    a.rnr_retry = attr.rnr_retry;
+    qp->req.rnr_retries_left = attr.rnr_retry;
+  }
+  if (mask & IBV_QP_RQ_PSN) {
+    a.rq_psn = attr.rq_psn;
+    qp->resp.expected_psn = Psn(attr.rq_psn);
+    qp->resp.ack_psn = Psn(attr.rq_psn) - 1;
+  }
+  if (mask & IBV_QP_MIN_RNR_TIMER) a.min_rnr_timer = attr.min_rnr_timer;
+  if (mask & IBV_QP_SQ_PSN) {
+    a.sq_psn = attr.sq_psn;
+    qp->req.psn = Psn(attr.sq_psn);
+    qp->req.unacked = Psn(attr.sq_psn);
+    qp->req.sent_limit = Psn(attr.sq_psn);
+  }
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) a.max_rd_atomic = attr.max_rd_atomic;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
+    a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+  }
+  if (mask & IBV_QP_DEST_QPN) a.dest_qp_num = attr.dest_qp_num;
+  if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) a.en_sqd_async_notify = attr.en_sqd_async_notify;
+
+  const ibv_qp_state target = *next;
+  if (target == IBV_QPS_RTR && current == IBV_QPS_INIT) {
+    qp->resp.reads.assign(2 * std::max<uint32_t>(a.max_dest_rd_atomic, 1), ReadResponseJob{});
+    qp->resp.read_history.assign(2 * std::max<uint32_t>(a.max_dest_rd_atomic, 1), ReadRecord{});
+    qp->resp.read_history_next = 0;
+    qp->resp.reads_head = qp->resp.reads_count = qp->resp.duplicate_jobs = 0;
+  }
+  if (target == IBV_QPS_RESET) {
+    // Back to a clean QP (IBTA 10.3.1.1): queues emptied without completions.
+    qp->req = RequesterState{};
+    qp->req.window.reset(new SendSlot[qp->caps.max_send_wr]);
+    qp->req.window_mask = qp->caps.max_send_wr - 1;
+    auto atomics = std::move(qp->resp.atomics);
+    qp->resp = ResponderState{};
+    qp->resp.atomics = std::move(atomics);
+    std::fill(qp->resp.atomics.begin(), qp->resp.atomics.end(), AtomicReplay{});
+    SendWqe s;
+    while (qp->send_ring.TryPop(&s)) {}
+    RecvWqe r;
+    while (qp->recv_ring.TryPop(&r)) {}
+    qp->send_credits_used.store(0, std::memory_order_release);
+    qp->recv_credits_used.store(0, std::memory_order_release);
+  }
+  qp->state.store(target, std::memory_order_release);
+  if (target == IBV_QPS_ERR && current != IBV_QPS_ERR) qp->flush_pending = true;
+  core_.MarkBusy(qp);  // the next poll looks at it in its new state (we hold the token)
+  return Status::Ok();
+}
+
+Status Engine::QueryQp(QueuePair* qp, ibv_qp_attr* attr, ibv_qp_init_attr* init) const {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  if (!OwnsQpLocked(qp)) return InvalidArgument("no such QP");
+  ProgressToken token(core_);
+  if (attr) {
+    *attr = qp->attr;
+    attr->qp_state = qp->state.load(std::memory_order_acquire);
+    attr->cur_qp_state = attr->qp_state;
+    attr->path_mtu = qp->attr.path_mtu;
+    attr->cap.max_send_wr = qp->caps.max_send_wr;
+    attr->cap.max_recv_wr = qp->caps.max_recv_wr;
+    attr->cap.max_send_sge = qp->caps.max_send_sge;
+    attr->cap.max_recv_sge = qp->caps.max_recv_sge;
+    attr->cap.max_inline_data = qp->caps.max_inline_data;
+    attr->sq_draining = 0;
+  }
+  if (init) {
+    std::memset(init, 0, sizeof(*init));
+    init->qp_type = qp->type;
+    init->sq_sig_all = qp->sq_sig_all;
+    init->cap = attr ? attr->cap : ibv_qp_cap{qp->caps.max_send_wr, qp->caps.max_recv_wr, qp->caps.max_send_sge,
+                                              qp->caps.max_recv_sge, qp->caps.max_inline_data};
+  }
+  return Status::Ok();
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,47 @@
+// Requester (IBTA vol. 1, 9.5 and 9.7.4): turns send work requests into
+// packets, and restarts from a PSN for go-back-N retransmission (the
+// completer asks). See requester.cc.
+//
+// Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "transport/completions.h"
+#include "transport/engine_core.h"
+#include "transport/engine_types.h"
+#include "transport/frame_io.h"
+#include "transport/queue_pair.h"
+
+namespace uroce::transport {
+
+class Requester {
+ public:
+  // `ahs`: the engine's address handle table (UD destinations), read only.
+  Requester(EngineCore& core, FrameIo& frames, Completions& completions, const std::vector<AddressHandle>& ahs)
+      : core_(core), frames_(frames), completions_(completions), ahs_(ahs) {}
+  Requester(const Requester&) = delete;
+  Requester& operator=(const Requester&) = delete;
+
+  // Takes newly posted requests of `qp` into its window and sends what the
+  // window, the budget and the transmit stage allow.
+  void Run(QueuePair* qp);
+  // Go-back-N: resume sending at `psn`.
+  void RestartFrom(QueuePair* qp, Psn psn);
+
+ private:
+  bool StartSendWqe(QueuePair* qp, SendSlot& slot);
+  bool EmitRequestPacket(QueuePair* qp, SendSlot& slot);
+  // Gathers `length` bytes at `offset` of the request's buffers. Every chunk
+  // passes the local key check again (the region may have been deregistered
+  // since the request started): false on a failure, nothing copied past it.
+  bool CopyFromWqe(const QueuePair* qp, const SendWqe& wqe, uint64_t offset, uint8_t* dest, uint32_t length) const;
+
+  EngineCore& core_;
+  FrameIo& frames_;
+  Completions& completions_;
+  const std::vector<AddressHandle>& ahs_;
+};
+
+}  // namespace uroce::transport

@@ -1,0 +1,95 @@
+// Responder (IBTA vol. 1, 9.7.5.1 "Responder side"): requests in (checked,
+// placed, answered), READ responses and atomic acknowledgements out within
+// the per-QP budget, and coalesced ACKs and NAKs. See responder.cc.
+//
+// Engine thread only (ForgetQp: the control path holding the progress token).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "transport/completions.h"
+#include "transport/engine_core.h"
+#include "transport/frame_io.h"
+#include "transport/headers.h"
+#include "transport/opcode.h"
+#include "transport/packet_parser.h"
+#include "transport/queue_pair.h"
+
+namespace uroce::transport {
+
+// The steps of an RC or UC request packet through the responder, in order
+// (the way Linux rxe's responder is written: a state enum and a loop
+// `step = RunStep(step, ...)` until kDone). A step that ends the request
+// (dropped, NAKed, a duplicate, a READ the responses acknowledge) goes to
+// kDone.
+enum class ResponderStep : uint8_t {
+  kCheckPsn,         // new, duplicate or ahead (IBTA 9.7.5.1.1, 9.7.5.1.2)
+  kCheckOpSequence,  // the opcode continues the message in progress (9.7.5.1.5)
+  kCheckLength,      // payload length against the path MTU (9.7.5.1.3)
+  kExecute,          // access checks, then data placed / READ queued / atomic done
+  kAcknowledge,      // the next PSN, and an ACK if the requester asked
+  kDone,
+};
+// Its name, for logs and tests ("check_psn", ...).
+const char* ResponderStepName(ResponderStep step);
+
+class Responder {
+ public:
+  Responder(EngineCore& core, FrameIo& frames, Completions& completions);
+  Responder(const Responder&) = delete;
+  Responder& operator=(const Responder&) = delete;
+
+  // A request packet for `qp` (RC, UC or UD).
+  void HandleRequest(QueuePair* qp, const PacketView& packet);
+  // Sends queued READ responses and atomic acknowledgements of `qp`.
+  void RunReadResponses(QueuePair* qp);
+  // Sends the ACKs and NAKs the QPs on the ACK list wait to send.
+  void SendPendingAcks();
+  // `qp` is being destroyed: off the ACK list.
+  void ForgetQp(QueuePair* qp);
+
+ private:
+  // One RC or UC request packet on its way through the steps.
+  struct Request {
+    QueuePair* qp;
+    const PacketView& p;
+    bool rc;
+    Psn psn;
+    const OpcodeInfo& info;
+  };
+  ResponderStep RunStep(ResponderStep step, const Request& r);
+  ResponderStep CheckPsn(const Request& r);
+  ResponderStep CheckOpSequence(const Request& r);
+  ResponderStep CheckLength(const Request& r);
+  ResponderStep Execute(const Request& r);
+  ResponderStep ExecuteSend(const Request& r);
+  ResponderStep ExecuteWrite(const Request& r);
+  ResponderStep ExecuteRead(const Request& r);
+  ResponderStep ExecuteAtomic(const Request& r);
+  ResponderStep Acknowledge(const Request& r);
+
+  void HandleDuplicate(QueuePair* qp, const PacketView& packet);
+  void HandleUdReceive(QueuePair* qp, const PacketView& packet);
+  bool PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, uint32_t length, ibv_wc_status* error);
+  bool EnqueueResponse(QueuePair* qp, const ReadResponseJob& job);
+  void HandleDuplicateRead(QueuePair* qp, const PacketView& packet);
+  bool RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) const;
+  void ListForAck(QueuePair* qp);
+  void QueueAck(QueuePair* qp, Psn psn);
+  void QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome);
+  bool EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome);
+  void SendNak(QueuePair* qp, Psn psn, NakCode code);
+  void SendRnrNak(QueuePair* qp, Psn psn);
+  void ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_status recv_status);
+
+  EngineCore& core_;
+  FrameIo& frames_;
+  Completions& completions_;
+  // QPs with an ACK or NAK to send (QueuePair::ack_listed).
+  std::vector<QueuePair*> ack_list_;
+};
+
+}  // namespace uroce::transport
