@@ -276,7 +276,7 @@ bool Completer::ScatterToWqe(const QueuePair* qp, const SendWqe& w, uint64_t off
 void Completer::RunTimers(QueuePair* qp) {
   RequesterState& r = qp->req;
   if (qp->type != IBV_QPT_RC || r.timer_deadline_ns == 0) return;
-  if (core_.Now() < r.timer_deadline_ns) return;
+  if (core_.TimerNow() < r.timer_deadline_ns) return;
   if (r.unacked.DistanceFrom(r.sent_limit) >= 0) {  // nothing outstanding
     r.timer_deadline_ns = 0;
     return;

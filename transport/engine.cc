@@ -15,15 +15,6 @@
 
 namespace uroce::transport {
 
-namespace {
-
-uint64_t TscNanoseconds() {
-  static const double ns_per_cycle = 1e9 / double(rte_get_tsc_hz());
-  return static_cast<uint64_t>(double(rte_get_tsc_cycles()) * ns_per_cycle);
-}
-
-}  // namespace
-
 Engine::Engine(const EngineConfig& config)
     : core_(config),
       tables_(config.random_seed),
@@ -38,8 +29,6 @@ Engine::~Engine() {
   ProgressToken token(core_);
   frames_.FreeAll();
 }
-
-uint64_t Engine::ReadClock() const { return core_.config.clock_ns ? core_.config.clock_ns() : TscNanoseconds(); }
 
 // ---------------------------------------------------------------- queries
 
@@ -255,7 +244,7 @@ int Engine::PostSrqRecv(SharedReceiveQueue* srq, const ibv_recv_wr* wr, const ib
 unsigned Engine::Poll() {
   bool expected = false;
   if (!core_.progress_busy.compare_exchange_strong(expected, true, std::memory_order_acquire)) return 0;
-  core_.now_ns = ReadClock();
+  core_.StartPoll(last_poll_moved_);
   const uint64_t before = core_.counters.rx_frames + core_.counters.tx_frames;
 
   frames_.FlushTx();  // what a full queue left last time goes first
@@ -279,6 +268,7 @@ unsigned Engine::Poll() {
   for (CompletionQueue* cq : core_.forwarding_cqs) cq->ForwardToSinks();
 
   const unsigned moved = static_cast<unsigned>(core_.counters.rx_frames + core_.counters.tx_frames - before);
+  last_poll_moved_ = moved != 0;
   core_.progress_busy.store(false, std::memory_order_release);
   return moved;
 }

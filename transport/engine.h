@@ -137,7 +137,6 @@ class Engine {
  private:
   // control_mutex_ held: `qp` is one of ours (compared, not dereferenced).
   bool OwnsQpLocked(const QueuePair* qp) const;
-  uint64_t ReadClock() const;
   // `dmac`: the MAC to use; null: the neighbour table's.
   bool ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why, const MacAddress* dmac = nullptr) const;
   StatusOr<uint32_t> CreateAhWithMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress* dmac);
@@ -163,6 +162,7 @@ class Engine {
   // Posting threads -> engine: QPs whose doorbell they rang (each at most
   // twice at a time, so 2 max_qps entries always suffice: RingDoorbell).
   MpmcRing<QueuePair*> doorbells_;
+  bool last_poll_moved_ = false;  // Poll: the clock is read after a poll that moved frames
 
   // The stages (engine thread). Each works on a QueuePair and the core, and
   // reaches the others through the references it was built with; frames_

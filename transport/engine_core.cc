@@ -1,5 +1,7 @@
 #include "transport/engine_core.h"
 
+#include <rte_cycles.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -24,6 +26,17 @@ EngineCore::EngineCore(const EngineConfig& engine_config)
   limits.max_mtu = LargestIbMtu(config.port_mtu);
   limits.gid_table_size = static_cast<uint8_t>(std::min<size_t>(config.gids.size(), 255));
   busy_qps.reserve(config.max_qps);
+}
+
+void EngineCore::ReadClock() {
+  if (config.clock_ns) {
+    now_ns = config.clock_ns();
+  } else {
+    static const double ns_per_cycle = 1e9 / double(rte_get_tsc_hz());
+    now_ns = static_cast<uint64_t>(double(rte_get_tsc_cycles()) * ns_per_cycle);
+  }
+  clock_fresh = true;
+  polls_since_clock_read = 0;
 }
 
 bool EngineCore::IsLoopbackGid(const Gid& gid) const {

@@ -127,7 +127,7 @@ void Requester::Run(QueuePair* qp) {
     ++r.tail;
   }
   if (r.rnr_resume_ns != 0) {
-    if (core_.Now() < r.rnr_resume_ns) return;
+    if (core_.TimerNow() < r.rnr_resume_ns) return;
     r.rnr_resume_ns = 0;
   }
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);

@@ -478,7 +478,10 @@ unsigned Provider::PumpAsyncEvents() {
 
 void Provider::ProgressFromPoll() {
   if (inline_ && runtime_) {
-    app_polls_.fetch_add(1, std::memory_order_relaxed);
+    // A plain load and store, not a locked increment per poll: the count
+    // only says "someone polled since you looked"; an increment lost to a
+    // second polling thread says it just as well.
+    app_polls_.store(app_polls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     // Polling again: it is not blocked (a read, no store, while it polls).
     if (blocking_.load(std::memory_order_relaxed)) blocking_.store(false, std::memory_order_relaxed);
     t_in_progress = true;
