@@ -10,12 +10,12 @@ namespace uroce::transport {
 
 bool Completions::TakeRecv(QueuePair* qp, RecvWqe* out) {
   if (qp->srq == nullptr) {
-    if (!qp->recv_ring.TryPop(out)) return false;
+    if (!qp->recv_ring.TryPopSingleConsumer([out](const RecvWqe& w) { CopyUsedRecvWqe(w, out); })) return false;
     qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
     return true;
   }
   SharedReceiveQueue* srq = qp->srq;
-  if (!srq->ring.TryPop(out)) return false;
+  if (!srq->ring.TryPopSingleConsumer([out](const RecvWqe& w) { CopyUsedRecvWqe(w, out); })) return false;
   const uint32_t left = srq->posted.fetch_sub(1, std::memory_order_acq_rel) - 1;
   const uint32_t limit = srq->limit.load(std::memory_order_relaxed);
   // ibv_modify_srq(3): the event fires once when fewer than `limit` requests
@@ -86,12 +86,10 @@ void Completions::FlushQueues(QueuePair* qp) {
   req.next_send = req.head;
   req.reads_in_flight = 0;
   req.timer_deadline_ns = 0;
-  SendWqe s;
-  while (qp->send_ring.TryPop(&s)) {
-    SendSlot slot;
-    slot.wqe = s;
-    slot.signaled = true;
-    CompleteSend(qp, slot, IBV_WC_WR_FLUSH_ERR);
+  SendSlot flushed;
+  flushed.signaled = true;
+  while (qp->send_ring.TryPopSingleConsumer([&flushed](const SendWqe& w) { CopyUsedSendWqe(w, &flushed.wqe); })) {
+    CompleteSend(qp, flushed, IBV_WC_WR_FLUSH_ERR);
   }
   ResponderState& resp = qp->resp;
   if (resp.have_recv) {
@@ -105,7 +103,7 @@ void Completions::FlushQueues(QueuePair* qp) {
   if (resp.pending_rank() != 3) resp.ack_pending = false;
   if (qp->srq == nullptr) {
     RecvWqe r;
-    while (qp->recv_ring.TryPop(&r)) {
+    while (qp->recv_ring.TryPopSingleConsumer([&r](const RecvWqe& w) { CopyUsedRecvWqe(w, &r); })) {
       qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
       CompleteRecv(qp, r, IBV_WC_WR_FLUSH_ERR, 0, IBV_WC_RECV, 0, 0, 0);
     }

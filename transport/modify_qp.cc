@@ -83,10 +83,8 @@ Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32
     qp->resp = ResponderState{};
     qp->resp.atomics = std::move(atomics);
     std::fill(qp->resp.atomics.begin(), qp->resp.atomics.end(), AtomicReplay{});
-    SendWqe s;
-    while (qp->send_ring.TryPop(&s)) {}
-    RecvWqe r;
-    while (qp->recv_ring.TryPop(&r)) {}
+    while (qp->send_ring.TryPopSingleConsumer([](const SendWqe&) {})) {}
+    while (qp->recv_ring.TryPopSingleConsumer([](const RecvWqe&) {})) {}
     qp->send_credits_used.store(0, std::memory_order_release);
     qp->recv_credits_used.store(0, std::memory_order_release);
   }

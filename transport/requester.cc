@@ -120,7 +120,7 @@ void Requester::Run(QueuePair* qp) {
   // Take newly posted requests into the window (credits guarantee room).
   while (r.tail - r.head <= r.window_mask) {
     SendSlot& slot = r.window[r.tail & r.window_mask];
-    if (!qp->send_ring.TryPop(&slot.wqe)) break;
+    if (!qp->send_ring.TryPopSingleConsumer([&slot](const SendWqe& w) { CopyUsedSendWqe(w, &slot.wqe); })) break;
     slot.started = false;
     slot.local_error = false;
     slot.signaled = (slot.wqe.send_flags & IBV_SEND_SIGNALED) != 0;
