@@ -47,14 +47,27 @@ bool EngineCore::IsLoopbackGid(const Gid& gid) const {
   return false;
 }
 
+namespace {
+// Control-path tokens this thread holds (ProgressToken), so that an exit
+// handler run by a signal on top of a control call knows not to wait for a
+// token it holds itself.
+thread_local int t_control_tokens_held = 0;
+}  // namespace
+
+bool ThisThreadHoldsAControlToken() { return t_control_tokens_held != 0; }
+
 ProgressToken::ProgressToken(const EngineCore& core) : core_(core) {
   bool expected = false;
   while (!core_.progress_busy.compare_exchange_weak(expected, true, std::memory_order_acquire)) {
     expected = false;
     std::this_thread::yield();
   }
+  ++t_control_tokens_held;
 }
 
-ProgressToken::~ProgressToken() { core_.progress_busy.store(false, std::memory_order_release); }
+ProgressToken::~ProgressToken() {
+  --t_control_tokens_held;
+  core_.progress_busy.store(false, std::memory_order_release);
+}
 
 }  // namespace uroce::transport

@@ -82,6 +82,12 @@ struct EngineCore {
   MpmcRing<AsyncEvent> async_events{256};
 };
 
+// True while this thread holds a ProgressToken (a control call is between
+// taking and releasing it). For exit handlers that a signal may run on top
+// of such a call: they must not wait for a token (Poll's included, which the
+// caller tracks itself).
+bool ThisThreadHoldsAControlToken();
+
 // The progress token: whoever holds it may touch engine-thread state. Poll
 // takes it with one compare-exchange (never waits); a control call waits for
 // it, which is between two polls.

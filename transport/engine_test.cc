@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "testing/engine_pair.h"
@@ -86,6 +87,23 @@ class EngineTest : public ::testing::Test {
 };
 
 // The responder's step names (responder.h), one per step, for logs.
+// An exit handler run by a signal on top of a control call must know that
+// this thread holds a progress token (api/verbs/provider.cc Shutdown).
+TEST(ProgressTokenTest, AThreadKnowsItHoldsAControlToken) {
+  EngineConfig config;
+  config.max_qps = 4;
+  EngineCore core(config);
+  EXPECT_FALSE(ThisThreadHoldsAControlToken());
+  {
+    ProgressToken token(core);
+    EXPECT_TRUE(ThisThreadHoldsAControlToken());
+    bool other_thread_sees = true;
+    std::thread([&] { other_thread_sees = ThisThreadHoldsAControlToken(); }).join();
+    EXPECT_FALSE(other_thread_sees);
+  }
+  EXPECT_FALSE(ThisThreadHoldsAControlToken());
+}
+
 TEST(ResponderStepTest, EveryStepHasItsOwnName) {
   const ResponderStep steps[] = {ResponderStep::kCheckPsn, ResponderStep::kCheckOpSequence,
                                  ResponderStep::kCheckLength, ResponderStep::kExecute,

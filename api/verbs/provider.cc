@@ -584,9 +584,10 @@ void Provider::Shutdown() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (shut_down_) return;
   shut_down_ = true;
-  if (t_in_progress) {
+  if (t_in_progress || transport::ThisThreadHoldsAControlToken()) {
     // exit() from a signal handler that interrupted this thread's Poll (see
-    // t_in_progress): the engines cannot be touched from here. The process
+    // t_in_progress) or a control call holding an engine's progress token:
+    // the engines cannot be touched from here. The process
     // ends without the linger and the flush; its peers see it go as they
     // would see a crash (retries, then an error; a daemon tells them at once).
     stop_.store(true, std::memory_order_release);
