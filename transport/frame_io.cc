@@ -22,6 +22,7 @@ namespace uroce::transport {
 FrameIo::FrameIo(EngineCore& core, Responder& responder, Completer& completer)
     : core_(core), responder_(responder), completer_(completer) {
   rx_burst_.resize(core.config.rx_burst);
+  rx_done_.resize(std::max<size_t>(core.config.rx_burst, kTxStage));
 }
 
 void FrameIo::FreeAll() {
@@ -81,7 +82,7 @@ void FrameIo::FinishPacket(rte_mbuf* m) {
   core_.counters.loopback_frames++;
 }
 
-void FrameIo::HandleFrame(rte_mbuf* m, bool from_loopback) {
+bool FrameIo::HandleFrame(rte_mbuf* m, bool from_loopback) {
   PacketView view;
   ParseOptions options;
   options.verify_icrc = true;
@@ -91,15 +92,14 @@ void FrameIo::HandleFrame(rte_mbuf* m, bool from_loopback) {
       core_.counters.rx_non_roce++;
       if (core_.config.non_roce_handler) {
         core_.config.non_roce_handler(m);  // ARP, ND, ...: the handler owns the mbuf now
-        return;
+        return false;
       }
     } else if (error == ParseError::kBadIcrc) {
       core_.counters.rx_icrc_errors++;
     } else {
       core_.counters.rx_parse_errors++;
     }
-    rte_pktmbuf_free(m);
-    return;
+    return true;
   }
   // With loopback, frames from our own addresses come only from the loopback
   // stage: one from the port that claims our address is forged (a NIC does
@@ -107,14 +107,12 @@ void FrameIo::HandleFrame(rte_mbuf* m, bool from_loopback) {
   // a QP connected to ourselves, or reach the CM as if we had sent it.
   if (!from_loopback && core_.IsLoopbackGid(view.fields.src_gid)) {
     core_.counters.rx_path_mismatch++;
-    rte_pktmbuf_free(m);
-    return;
+    return true;
   }
   QueuePair* qp = core_.LookupQp(view.fields.bth.dest_qp);
   if (qp == nullptr) {
     core_.counters.rx_unknown_qp++;
-    rte_pktmbuf_free(m);
-    return;
+    return true;
   }
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
   // The packet's service must match the QP's (IBTA 9.6.1.1).
@@ -127,8 +125,7 @@ void FrameIo::HandleFrame(rte_mbuf* m, bool from_loopback) {
   // one side, ours, is a full member).
   if ((view.fields.bth.pkey & 0x7FFF) != (kDefaultPkey & 0x7FFF)) {
     core_.counters.rx_bad_pkey++;
-    rte_pktmbuf_free(m);
-    return;
+    return true;
   }
   // A connected QP talks to one peer (IBTA 9.6.1.1: the packet's source and
   // destination must be the QP's path): anything else is a forgery or a
@@ -136,8 +133,7 @@ void FrameIo::HandleFrame(rte_mbuf* m, bool from_loopback) {
   if (qp->type != IBV_QPT_UD && state != IBV_QPS_RESET && state != IBV_QPS_INIT &&
       (view.fields.src_gid != qp->path.dgid || view.fields.dst_gid != qp->path.sgid)) {
     core_.counters.rx_path_mismatch++;
-    rte_pktmbuf_free(m);
-    return;
+    return true;
   }
   qp->counters.rx_packets++;
   qp->counters.rx_bytes += view.fields.payload_length;
@@ -151,9 +147,8 @@ void FrameIo::HandleFrame(rte_mbuf* m, bool from_loopback) {
   } else {
     core_.counters.rx_dropped++;
   }
-  rte_pktmbuf_free(m);
+  return true;
 }
-
 
 void FrameIo::Stage(rte_mbuf* m) {
   tx_stage_[tx_count_++] = m;
@@ -186,11 +181,13 @@ void FrameIo::ReceiveLoopback() {
   // ourselves now waits for the next poll, so one poll's work stays bounded.
   const uint32_t n = loopback_count_;
   if (n == 0) return;
+  uint32_t done = 0;
   for (uint32_t i = 0; i < n; ++i) {
     core_.counters.rx_frames++;
     core_.counters.rx_bytes += rte_pktmbuf_pkt_len(loopback_stage_[i]);
-    HandleFrame(loopback_stage_[i], /*from_loopback=*/true);
+    if (HandleFrame(loopback_stage_[i], /*from_loopback=*/true)) rx_done_[done++] = loopback_stage_[i];
   }
+  rte_pktmbuf_free_bulk(rx_done_.data(), done);
   std::memmove(loopback_stage_, loopback_stage_ + n, (loopback_count_ - n) * sizeof(rte_mbuf*));
   loopback_count_ -= n;
 }
@@ -200,11 +197,14 @@ void FrameIo::ReceiveBurst() {
   // QPs may send in one poll.
   for (int burst = 0; burst < kRxBurstsPerPoll; ++burst) {
     const uint16_t n = core_.config.io->RxBurst(rx_burst_.data(), static_cast<uint16_t>(rx_burst_.size()));
+    uint32_t done = 0;
     for (uint16_t i = 0; i < n; ++i) {
       core_.counters.rx_frames++;
       core_.counters.rx_bytes += rte_pktmbuf_pkt_len(rx_burst_[i]);
-      HandleFrame(rx_burst_[i]);
+      if (HandleFrame(rx_burst_[i])) rx_done_[done++] = rx_burst_[i];
     }
+    // Handled frames go back to the pool in one bulk call (issue 16).
+    rte_pktmbuf_free_bulk(rx_done_.data(), done);
     if (n < rx_burst_.size()) break;
   }
 }

@@ -52,7 +52,8 @@ class FrameIo {
 
  private:
   // from_loopback: taken from our own loopback stage, not from the port.
-  void HandleFrame(rte_mbuf* m, bool from_loopback = false);
+  // True: the caller frees `m` (every frame but one a non-RoCE handler took).
+  bool HandleFrame(rte_mbuf* m, bool from_loopback = false);
 
   static constexpr uint32_t kTxStage = 512;
   static constexpr int kRxBurstsPerPoll = 4;
@@ -68,6 +69,7 @@ class FrameIo {
   rte_mbuf* loopback_stage_[kTxStage];
   uint32_t loopback_count_ = 0;
   std::vector<rte_mbuf*> rx_burst_;
+  std::vector<rte_mbuf*> rx_done_;  // handled frames, freed in bulk
   MpmcRing<rte_mbuf*> raw_tx_{256};  // QueueRawFrame -> Poll
 };
 
