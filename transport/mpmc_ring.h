@@ -44,23 +44,7 @@ class MpmcRing {
 
   // Any thread. False when the ring is full.
   bool TryPush(const T& value) {
-    size_t pos = tail_.value.load(std::memory_order_relaxed);
-    for (;;) {
-      Slot& slot = slots_[pos & mask_];
-      const size_t seq = slot.sequence.load(std::memory_order_acquire);
-      const intptr_t diff = static_cast<intptr_t>(seq) - static_cast<intptr_t>(pos);
-      if (diff == 0) {
-        if (tail_.value.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
-          slot.value = value;
-          slot.sequence.store(pos + 1, std::memory_order_release);
-          return true;
-        }
-      } else if (diff < 0) {
-        return false;  // full: the slot still holds an unconsumed value
-      } else {
-        pos = tail_.value.load(std::memory_order_relaxed);
-      }
-    }
+    return TryPushWith([&value](T& slot) { slot = value; });
   }
 
   // Any thread. False when the ring is empty.

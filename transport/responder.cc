@@ -382,7 +382,7 @@ void Responder::HandleRequest(QueuePair* qp, const PacketView& p) {
     HandleUdReceive(qp, p);
     return;
   }
-  const Request r{qp, p, qp->type == IBV_QPT_RC, p.fields.bth.psn, *p.opcode};
+  const Request r{qp, p, qp->resp, qp->type == IBV_QPT_RC, p.fields.bth.psn, *p.opcode};
   ResponderStep step = ResponderStep::kCheckPsn;
   while (step != ResponderStep::kDone) step = RunStep(step, r);
 }
@@ -407,12 +407,7 @@ ResponderStep Responder::RunStep(ResponderStep step, const Request& r) {
 
 // The PSN: new, duplicate or ahead (IBTA 9.7.5.1.1, 9.7.5.1.2).
 ResponderStep Responder::CheckPsn(const Request& r) {
-  QueuePair* qp = r.qp;
-  const PacketView& p = r.p;
-  ResponderState& s = r.qp->resp;
-  const bool rc = r.rc;
-  const Psn psn = r.psn;
-  const OpcodeInfo& info = r.info;
+  const auto& [qp, p, s, rc, psn, info] = r;
   const int32_t distance = psn.DistanceFrom(s.expected_psn);
   if (distance < 0) {
     if (rc) HandleDuplicate(qp, p);
@@ -446,11 +441,7 @@ ResponderStep Responder::CheckPsn(const Request& r) {
 }
 
 ResponderStep Responder::CheckOpSequence(const Request& r) {
-  QueuePair* qp = r.qp;
-  ResponderState& s = r.qp->resp;
-  const bool rc = r.rc;
-  const Psn psn = r.psn;
-  const OpcodeInfo& info = r.info;
+  const auto& [qp, p, s, rc, psn, info] = r;
   // Opcode sequence (IBTA 9.7.5.1.5 / C9-112): a message in progress must go
   // on with middle/last packets of the same kind, and nothing else may.
   const bool continues = !info.starts_message();
@@ -470,11 +461,7 @@ ResponderStep Responder::CheckOpSequence(const Request& r) {
 }
 
 ResponderStep Responder::CheckLength(const Request& r) {
-  QueuePair* qp = r.qp;
-  const PacketView& p = r.p;
-  const bool rc = r.rc;
-  const Psn psn = r.psn;
-  const OpcodeInfo& info = r.info;
+  const auto& [qp, p, s, rc, psn, info] = r;
   // Payload length rules that depend on the path MTU (IBTA 9.7.5.1.3).
   if (p.fields.payload_length > qp->mtu_bytes ||
       (info.payload == PayloadRule::kFullMtu && p.fields.payload_length != qp->mtu_bytes)) {
@@ -502,12 +489,7 @@ ResponderStep Responder::Execute(const Request& r) {
 }
 
 ResponderStep Responder::ExecuteSend(const Request& r) {
-  QueuePair* qp = r.qp;
-  const PacketView& p = r.p;
-  ResponderState& s = r.qp->resp;
-  const bool rc = r.rc;
-  const Psn psn = r.psn;
-  const OpcodeInfo& info = r.info;
+  const auto& [qp, p, s, rc, psn, info] = r;
   if (info.starts_message()) {
     RecvWqe wqe;
     if (!completions_.TakeRecv(qp, &wqe)) {
@@ -560,12 +542,7 @@ ResponderStep Responder::ExecuteSend(const Request& r) {
 }
 
 ResponderStep Responder::ExecuteWrite(const Request& r) {
-  QueuePair* qp = r.qp;
-  const PacketView& p = r.p;
-  ResponderState& s = r.qp->resp;
-  const bool rc = r.rc;
-  const Psn psn = r.psn;
-  const OpcodeInfo& info = r.info;
+  const auto& [qp, p, s, rc, psn, info] = r;
   const unsigned access = r.qp->attr.qp_access_flags;
   if (info.starts_message()) {
     uint8_t* host = nullptr;
@@ -637,10 +614,7 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
 }
 
 ResponderStep Responder::ExecuteRead(const Request& r) {
-  QueuePair* qp = r.qp;
-  const PacketView& p = r.p;
-  ResponderState& s = r.qp->resp;
-  const Psn psn = r.psn;
+  const auto& [qp, p, s, rc, psn, info] = r;
   const RethFields& reth = p.fields.reth;
   if (reth.dma_length > kMaxMessageBytes) {
     ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
@@ -667,11 +641,7 @@ ResponderStep Responder::ExecuteRead(const Request& r) {
 }
 
 ResponderStep Responder::ExecuteAtomic(const Request& r) {
-  QueuePair* qp = r.qp;
-  const PacketView& p = r.p;
-  ResponderState& s = r.qp->resp;
-  const Psn psn = r.psn;
-  const OpcodeInfo& info = r.info;
+  const auto& [qp, p, s, rc, psn, info] = r;
   const unsigned access = r.qp->attr.qp_access_flags;
   uint8_t* host = nullptr;
   const bool allowed = (access & IBV_ACCESS_REMOTE_ATOMIC) != 0;
@@ -713,11 +683,7 @@ ResponderStep Responder::ExecuteAtomic(const Request& r) {
 
 // The request is done: the next PSN, and an ACK if the requester asked.
 ResponderStep Responder::Acknowledge(const Request& r) {
-  QueuePair* qp = r.qp;
-  const PacketView& p = r.p;
-  ResponderState& s = r.qp->resp;
-  const bool rc = r.rc;
-  const Psn psn = r.psn;
+  const auto& [qp, p, s, rc, psn, info] = r;
   s.expected_psn = psn + 1;
   if (rc && p.fields.bth.ack_request) QueueAck(qp, psn);
   return ResponderStep::kDone;

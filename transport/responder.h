@@ -53,9 +53,12 @@ class Responder {
 
  private:
   // One RC or UC request packet on its way through the steps.
+  // One request packet as every step sees it; a step starts with
+  // `const auto& [qp, p, s, rc, psn, info] = r;`.
   struct Request {
     QueuePair* qp;
     const PacketView& p;
+    ResponderState& s;  // qp->resp
     bool rc;
     Psn psn;
     const OpcodeInfo& info;
