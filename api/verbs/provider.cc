@@ -29,6 +29,8 @@ void OnExit() { Provider::Get().Shutdown(); }
 thread_local bool t_in_progress __attribute__((tls_model("initial-exec"))) = false;
 
 constexpr int kExitLingerMs = 100;
+// How long (in 1 ms tries) the exit handler waits for the provider's mutex.
+constexpr int kShutdownLockTries = 2000;
 // How often the progress thread looks whether the daemon is still there.
 constexpr int kDaemonCheckMs = 20;
 // How long the progress thread stays away while an application thread polls
@@ -581,7 +583,17 @@ void Provider::WatchDaemon() {
 }
 
 void Provider::Shutdown() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  // Bounded: a signal handler that calls exit() may run this on top of a
+  // call that holds mutex_ on this very thread (opening a device, say); then
+  // waiting would never end, and the process leaves without the flush.
+  std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+  for (int tries = 0; !lock.try_lock(); ++tries) {
+    if (tries == kShutdownLockTries) {
+      std::fprintf(stderr, "uroce: exit: the library is busy in this thread or another; leaving without the flush\n");
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   if (shut_down_) return;
   shut_down_ = true;
   if (t_in_progress || transport::ThisThreadHoldsAControlToken()) {
