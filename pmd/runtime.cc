@@ -478,6 +478,20 @@ unsigned Runtime::Progress() {
   return moved;
 }
 
+unsigned Runtime::Progress(const transport::Engine* polled) {
+  if (config_.progress != ProgressMode::kInline) return 0;
+  if (polled == nullptr) return Progress();
+  const uint32_t calls = progress_calls_.load(std::memory_order_relaxed) + 1;
+  progress_calls_.store(calls, std::memory_order_relaxed);
+  const bool others_too = calls % kOtherEnginesEvery == 0;
+  unsigned moved = 0;
+  for (auto& e : endpoints_) {
+    Engine* engine = e->endpoint.engine.get();
+    if (engine != nullptr && (engine == polled || others_too)) moved += engine->Poll();
+  }
+  return moved;
+}
+
 unsigned Runtime::FlushQueuePairs() {
   if (flushed_) return report_.qps_flushed;
   flushed_ = true;

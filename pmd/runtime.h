@@ -13,6 +13,7 @@
 // one engine at once; Engine::Poll lets only one in anyway).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,6 +86,15 @@ class Runtime {
   // Inline mode: one Poll of every engine, returns the packets moved. Engine
   // mode: nothing to do (the lcores poll), returns 0.
   unsigned Progress();
+  // Inline mode, from a poll of a CQ of `polled`'s (ibv_poll_cq, fi_cq_read):
+  // one Poll of that engine, and of the others only every
+  // kOtherEnginesEvery calls. Issue 16: polling one device's CQ used to
+  // drive every engine of the process (a then b), so what one engine sent
+  // waited a whole round of the others; the others still move (a process
+  // that polls only uroce0 while a peer talks to uroce1, the CM's MADs),
+  // at a lower rate. Null `polled`: every engine.
+  unsigned Progress(const transport::Engine* polled);
+  static constexpr uint32_t kOtherEnginesEvery = 16;
 
   // The first half of Shutdown: stops the engine lcores (this thread polls
   // from now on), moves every QP to the error state and polls until their
@@ -126,6 +136,9 @@ class Runtime {
   bool flushed_ = false;
   bool shut_down_ = false;
   ShutdownReport report_;
+  // Progress(polled) calls; several application threads may poll: a plain
+  // relaxed load and store (a lost count only shifts the cadence).
+  std::atomic<uint32_t> progress_calls_{0};
 };
 
 }  // namespace uroce::pmd

@@ -59,7 +59,9 @@ int StartRuntime() {
   return e == 0 ? 0 : -e;
 }
 
-void ProgressHook(void*) { Process().ProgressFromPoll(); }
+// `engine`: the domain's (a CQ or counter drives only the engine of the
+// domain it was opened on, and the others now and then).
+void ProgressHook(void* engine) { Process().ProgressFromPoll(static_cast<const transport::Engine*>(engine)); }
 void BlockHook(void*) { Process().NoteBlocking(); }
 
 // ---- Memory regions (fi_mr(3)) ----
@@ -156,9 +158,8 @@ int CqOpen(fid_domain* d, fi_cq_attr* attr, fid_cq** out, void* context) {
   if (!cq.ok()) return cq.status().code() == StatusCode::kNotSupported ? -FI_ENOSYS : -FI_EINVAL;
   // fi_cq_read drives the engine in inline mode (manual progress underneath
   // an automatic-progress promise: the progress thread drives it too).
-  (*cq)->SetProgressHook(ProgressHook, nullptr);
+  (*cq)->SetProgressHook(ProgressHook, reinterpret_cast<Domain*>(d)->engine);
   (*cq)->SetBlockHook(BlockHook, nullptr);
-  (void)d;
   *out = cq->release()->fid();
   return 0;
 }
@@ -167,9 +168,8 @@ int CntrOpen(fid_domain* d, fi_cntr_attr* attr, fid_cntr** out, void* context) {
   if (attr == nullptr || out == nullptr) return -FI_EINVAL;
   auto cntr = cq::Counter::Open(*attr, context);
   if (!cntr.ok()) return cntr.status().code() == StatusCode::kNotSupported ? -FI_ENOSYS : -FI_EINVAL;
-  (*cntr)->SetProgressHook(ProgressHook, nullptr);
+  (*cntr)->SetProgressHook(ProgressHook, reinterpret_cast<Domain*>(d)->engine);
   (*cntr)->SetBlockHook(BlockHook, nullptr);
-  (void)d;
   *out = cntr->release()->fid();
   return 0;
 }

@@ -27,11 +27,11 @@ using uroce::verbs::Provider;
 
 namespace uroce::verbs {
 
-// Inline progress: one bounded burst of the engine, then the ring.
+// Inline progress: one bounded burst of the CQ's engine, then the ring.
 int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   if (num_entries < 0) return -1;
   Cq* cq = Cq::From(ibcq);
-  Provider::Get().ProgressFromPoll();
+  Provider::Get().ProgressFromPoll(cq->context->engine);
   return cq->engine_cq->Poll(num_entries, wc);
 }
 

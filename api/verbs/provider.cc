@@ -478,7 +478,7 @@ unsigned Provider::PumpAsyncEvents() {
   return moved;
 }
 
-void Provider::ProgressFromPoll() {
+void Provider::ProgressFromPoll(const transport::Engine* engine) {
   if (inline_ && runtime_) {
     // A plain load and store, not a locked increment per poll: the count
     // only says "someone polled since you looked"; an increment lost to a
@@ -487,7 +487,7 @@ void Provider::ProgressFromPoll() {
     // Polling again: it is not blocked (a read, no store, while it polls).
     if (blocking_.load(std::memory_order_relaxed)) blocking_.store(false, std::memory_order_relaxed);
     t_in_progress = true;
-    runtime_->Progress();
+    runtime_->Progress(engine);
     t_in_progress = false;
   }
 }

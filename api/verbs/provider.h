@@ -71,9 +71,11 @@ class Provider {
   void RegisterContext(Context* context);
   void UnregisterContext(Context* context);
 
-  // Inline mode: one poll of every engine (from ibv_poll_cq); then channel
-  // events for armed CQs. Engine mode: nothing.
-  void ProgressFromPoll();
+  // Inline mode: one poll of `engine`, the one that owns the CQ polled
+  // (ibv_poll_cq, fi_cq_read), and now and then of the others
+  // (pmd::Runtime::Progress(polled)); null: every engine. Engine mode:
+  // nothing.
+  void ProgressFromPoll(const transport::Engine* engine);
 
   // The application's object for an engine object (async events).
   ibv_qp* QpFor(const transport::QueuePair* qp);
