@@ -30,8 +30,20 @@ void FrameIo::FreeAll() {
   tx_count_ = 0;
   rte_pktmbuf_free_bulk(loopback_stage_, loopback_count_);
   loopback_count_ = 0;
+  rte_pktmbuf_free_bulk(tx_spares_, tx_spare_count_);
+  tx_spare_count_ = 0;
   rte_mbuf* m = nullptr;
   while (raw_tx_.TryPop(&m)) rte_pktmbuf_free(m);
+}
+
+rte_mbuf* FrameIo::AllocTx() {
+  if (tx_spare_count_ == 0) {
+    if (rte_pktmbuf_alloc_bulk(core_.config.tx_pool, tx_spares_, kTxSpares) != 0) {
+      return rte_pktmbuf_alloc(core_.config.tx_pool);
+    }
+    tx_spare_count_ = kTxSpares;
+  }
+  return tx_spares_[--tx_spare_count_];
 }
 
 rte_mbuf* FrameIo::StartPacket(const PathInfo& path, PacketFields& f, uint8_t** payload) {
@@ -50,7 +62,7 @@ rte_mbuf* FrameIo::StartPacket(const PathInfo& path, PacketFields& f, uint8_t** 
     core_.counters.tx_stage_full++;
     return nullptr;
   }
-  rte_mbuf* m = rte_pktmbuf_alloc(core_.config.tx_pool);
+  rte_mbuf* m = AllocTx();
   if (m == nullptr) {
     core_.counters.tx_alloc_failures++;
     return nullptr;
