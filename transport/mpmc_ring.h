@@ -1,10 +1,12 @@
 // A bounded lock-free ring with a sequence number per slot (Vyukov's bounded
 // MPMC queue). uroce uses it where application threads and the engine meet:
-// send and receive work requests (any application thread produces, the engine
-// consumes) and completions (the engine produces, application threads
-// consume). Producer and consumer positions sit on their own cache lines; every
-// hand-over is an acquire/release pair on the slot's sequence number, so a
-// consumer never sees a half-written slot. No allocation after construction,
+// completions (the engine produces, application threads consume), doorbells
+// and events; send and receive work requests (any application thread
+// produces, the engine consumes) use StridedRing below, the same algorithm
+// over slots whose size the QP's capabilities decide (issue 16). Producer
+// and consumer positions sit on their own cache lines; every hand-over is an
+// acquire/release pair on the slot's sequence number, so a consumer never
+// sees a half-written slot. No allocation after construction,
 // no locks, no system calls.
 #pragma once
 

@@ -42,7 +42,8 @@ bool QueuePair::TakePostedSend() {
 }
 
 size_t QueuePair::WorkRequestBytes() const {
-  return send_ring.StorageBytes() + recv_ring.StorageBytes() + size_t{req.window_mask + 1} * sizeof(SendSlot);
+  // The window has one entry per send queue slot (ResetWindow); any thread.
+  return send_ring.StorageBytes() + recv_ring.StorageBytes() + send_ring.capacity() * sizeof(SendSlot);
 }
 
 }  // namespace uroce::transport
