@@ -36,8 +36,7 @@ bool Completer::RetireThrough(QueuePair* qp, Psn psn) {
     if (!slot.started || slot.local_error) break;
     if (slot.last_psn.DistanceFrom(psn) > 0) break;  // not yet acknowledged
     if (slot.read_or_atomic) return false;           // its response is missing
-    completions_.CompleteSend(qp, slot, IBV_WC_SUCCESS);
-    ++r.head;
+    completions_.RetireOldestSend(qp, IBV_WC_SUCCESS);  // slot.wqe is gone; its bookkeeping stays
     if (r.next_send < r.head) {
       r.next_send = r.head;
       r.send_offset = 0;
@@ -105,8 +104,7 @@ void Completer::FailOldest(QueuePair* qp, ibv_wc_status status) {
   if (r.head != r.tail) {
     SendSlot& slot = r.window[r.head & r.window_mask];
     slot.signaled = true;
-    completions_.CompleteSend(qp, slot, status);
-    ++r.head;
+    completions_.RetireOldestSend(qp, status);
   }
   completions_.EnterError(qp);
 }
@@ -197,14 +195,14 @@ void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
   }
   const Operation op = p.opcode->operation;
   if (op == Operation::kAtomicAcknowledge) {
-    if (slot.wqe.opcode != IBV_WR_ATOMIC_CMP_AND_SWP && slot.wqe.opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) return;
+    if (slot.wqe->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && slot.wqe->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) return;
     const uint64_t original = p.fields.atomic_ack_eth.original_remote_data;
     if (!ScatterToWqe(qp, slot.wqe, 0, reinterpret_cast<const uint8_t*>(&original), sizeof(original))) {
       FailOldest(qp, IBV_WC_LOC_PROT_ERR);  // the result buffer was deregistered
       return;
     }
   } else {
-    if (slot.wqe.opcode != IBV_WR_RDMA_READ) return;
+    if (slot.wqe->opcode != IBV_WR_RDMA_READ) return;
     const Psn expected = slot.first_psn + static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes);
     const int32_t ahead = psn.DistanceFrom(expected);
     if (ahead < 0) return;  // a duplicate response
@@ -215,7 +213,7 @@ void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
       RestartOnce(qp, expected);
       return;
     }
-    const uint64_t remaining = slot.wqe.total_length - slot.bytes_done;
+    const uint64_t remaining = slot.wqe->total_length - slot.bytes_done;
     const bool last = p.opcode->ends_message();
     const uint32_t len = p.fields.payload_length;
     // Each response but the last carries exactly one MTU (IBTA 9.7.5.1.3).
@@ -236,8 +234,7 @@ void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
   // The request is complete: retire it first, so that the acknowledgement
   // moves past it.
   --r.reads_in_flight;
-  completions_.CompleteSend(qp, slot, IBV_WC_SUCCESS);
-  ++r.head;
+  completions_.RetireOldestSend(qp, IBV_WC_SUCCESS);
   if (r.next_send < r.head) {
     r.next_send = r.head;  // it was being (re)sent; move on
     r.send_offset = 0;
@@ -245,28 +242,34 @@ void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
   AcknowledgeThrough(qp, psn);
 }
 
-bool Completer::ScatterToWqe(const QueuePair* qp, const SendWqe& w, uint64_t offset, const uint8_t* data,
+bool Completer::ScatterToWqe(const QueuePair* qp, const SendWqeView& w, uint64_t offset, const uint8_t* data,
                              uint32_t length) const {
+  const uint32_t num_sge = w->num_sge;
+  if (num_sge == 0) return true;  // a zero-length READ: nothing to place
   uint32_t i = 0;
-  while (i < w.num_sge && offset >= w.sge[i].length) offset -= w.sge[i++].length;
-  while (length > 0 && i < w.num_sge) {
-    const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, w.sge[i].length - offset));
-    if (chunk == 0) {  // an empty SGE names no memory
-      ++i;
-      continue;
+  Sge sge = w.sge(0);
+  while (offset >= sge.length) {
+    offset -= sge.length;
+    if (++i == num_sge) return true;
+    sge = w.sge(i);
+  }
+  while (length > 0) {
+    const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, sge.length - offset));
+    if (chunk != 0) {  // an empty SGE names no memory
+      // Checked again for every packet: the region may be gone since the
+      // request started (ibv_dereg_mr(3) ends every use before it returns).
+      uint8_t* host = nullptr;
+      if (core_.mrs.CheckLocal(sge.lkey, qp->pd, sge.addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE, &host) !=
+          MrCheck::kOk) {
+        return false;
+      }
+      std::memcpy(host, data, chunk);
+      data += chunk;
+      length -= chunk;
+      offset = 0;
     }
-    // Checked again for every packet: the region may be gone since the
-    // request started (ibv_dereg_mr(3) ends every use before it returns).
-    uint8_t* host = nullptr;
-    if (core_.mrs.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE, &host) !=
-        MrCheck::kOk) {
-      return false;
-    }
-    std::memcpy(host, data, chunk);
-    data += chunk;
-    length -= chunk;
-    offset = 0;
-    ++i;
+    if (++i == num_sge) break;
+    sge = w.sge(i);
   }
   return true;
 }

@@ -38,7 +38,7 @@ class Completer {
   void FailOldest(QueuePair* qp, ibv_wc_status status);
   // Scatters READ response or atomic data into the request's buffers, each
   // chunk checked again for local write access; false on a failure.
-  bool ScatterToWqe(const QueuePair* qp, const SendWqe& wqe, uint64_t offset, const uint8_t* data,
+  bool ScatterToWqe(const QueuePair* qp, const SendWqeView& wqe, uint64_t offset, const uint8_t* data,
                     uint32_t length) const;
 
   EngineCore& core_;

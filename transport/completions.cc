@@ -10,12 +10,12 @@ namespace uroce::transport {
 
 bool Completions::TakeRecv(QueuePair* qp, RecvWqe* out) {
   if (qp->srq == nullptr) {
-    if (!qp->recv_ring.TryPopSingleConsumer([out](const RecvWqe& w) { CopyUsedRecvWqe(w, out); })) return false;
+    if (!qp->recv_ring.TryPopSingleConsumer([out](const std::byte* w) { ReadRecvWqe(w, out); })) return false;
     qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
     return true;
   }
   SharedReceiveQueue* srq = qp->srq;
-  if (!srq->ring.TryPopSingleConsumer([out](const RecvWqe& w) { CopyUsedRecvWqe(w, out); })) return false;
+  if (!srq->ring.TryPopSingleConsumer([out](const std::byte* w) { ReadRecvWqe(w, out); })) return false;
   const uint32_t left = srq->posted.fetch_sub(1, std::memory_order_acq_rel) - 1;
   const uint32_t limit = srq->limit.load(std::memory_order_relaxed);
   // ibv_modify_srq(3): the event fires once when fewer than `limit` requests
@@ -36,17 +36,26 @@ void Completions::RaiseAsync(ibv_event_type type, uint32_t qpn, const void* obje
   core_.async_events.TryPush(e);  // a full event ring loses the newest event only
 }
 
-void Completions::CompleteSend(QueuePair* qp, const SendSlot& slot, ibv_wc_status status) {
-  ReturnSendCredit(qp);
+void Completions::RetireOldestSend(QueuePair* qp, ibv_wc_status status) {
+  RequesterState& r = qp->req;
+  const uint64_t position = r.head++;
+  const SendSlot& slot = r.window[position & r.window_mask];
   // Unsignaled requests complete silently unless they failed (ibv_post_send(3)).
-  if (status == IBV_WC_SUCCESS && !slot.signaled) return;
+  const bool report = status != IBV_WC_SUCCESS || slot.signaled;
   ibv_wc wc{};
-  wc.wr_id = slot.wqe.wr_id;
-  wc.status = status;
-  wc.opcode = SendCompletionOpcode(slot.wqe.opcode);
-  wc.qp_num = qp->qpn;
-  wc.byte_len = status == IBV_WC_SUCCESS ? static_cast<uint32_t>(slot.wqe.total_length) : 0;
-  if (!qp->send_cq->Push(wc)) RaiseAsync(IBV_EVENT_CQ_ERR, qp->qpn, qp->send_cq);
+  if (report) {
+    wc.wr_id = slot.wqe->wr_id;
+    wc.status = status;
+    wc.opcode = SendCompletionOpcode(slot.wqe->opcode);
+    wc.qp_num = qp->qpn;
+    wc.byte_len = status == IBV_WC_SUCCESS ? static_cast<uint32_t>(slot.wqe->total_length) : 0;
+  }
+  // The request is read: its slot goes back to the posters (issue 16: the
+  // send queue is the window), and only then its credit, so a poster that
+  // gets the credit finds the slot free.
+  qp->send_ring.Release(position);
+  ReturnSendCredit(qp);
+  if (report && !qp->send_cq->Push(wc)) RaiseAsync(IBV_EVENT_CQ_ERR, qp->qpn, qp->send_cq);
 }
 
 void Completions::CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status status, uint32_t byte_len,
@@ -78,19 +87,16 @@ void Completions::EnterError(QueuePair* qp) {
 // newly posted request completes with a flush error.
 void Completions::FlushQueues(QueuePair* qp) {
   RequesterState& req = qp->req;
-  for (; req.head != req.tail; ++req.head) {
-    SendSlot& slot = req.window[req.head & req.window_mask];
-    slot.signaled = true;  // flushed requests always complete (verbs)
-    CompleteSend(qp, slot, IBV_WC_WR_FLUSH_ERR);
+  // Requests still in the send queue join the window first (credits leave
+  // room for all of them), so that every request retires the same way.
+  while (qp->TakePostedSend()) {}
+  while (req.head != req.tail) {
+    req.window[req.head & req.window_mask].signaled = true;  // flushed requests always complete (verbs)
+    RetireOldestSend(qp, IBV_WC_WR_FLUSH_ERR);
   }
   req.next_send = req.head;
   req.reads_in_flight = 0;
   req.timer_deadline_ns = 0;
-  SendSlot flushed;
-  flushed.signaled = true;
-  while (qp->send_ring.TryPopSingleConsumer([&flushed](const SendWqe& w) { CopyUsedSendWqe(w, &flushed.wqe); })) {
-    CompleteSend(qp, flushed, IBV_WC_WR_FLUSH_ERR);
-  }
   ResponderState& resp = qp->resp;
   if (resp.have_recv) {
     CompleteRecv(qp, resp.recv, IBV_WC_WR_FLUSH_ERR, 0, IBV_WC_RECV, 0, 0, 0);
@@ -103,7 +109,7 @@ void Completions::FlushQueues(QueuePair* qp) {
   if (resp.pending_rank() != 3) resp.ack_pending = false;
   if (qp->srq == nullptr) {
     RecvWqe r;
-    while (qp->recv_ring.TryPopSingleConsumer([&r](const RecvWqe& w) { CopyUsedRecvWqe(w, &r); })) {
+    while (qp->recv_ring.TryPopSingleConsumer([&r](const std::byte* w) { ReadRecvWqe(w, &r); })) {
       qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
       CompleteRecv(qp, r, IBV_WC_WR_FLUSH_ERR, 0, IBV_WC_RECV, 0, 0, 0);
     }

@@ -22,7 +22,10 @@ class Completions {
   Completions(const Completions&) = delete;
   Completions& operator=(const Completions&) = delete;
 
-  void CompleteSend(QueuePair* qp, const SendSlot& slot, ibv_wc_status status);
+  // Completes the window's oldest request (qp->req.head) with `status` (a
+  // work completion if it is signaled or failed), frees its send queue slot,
+  // returns its credit and moves head on. Nothing may read the request after.
+  void RetireOldestSend(QueuePair* qp, ibv_wc_status status);
   // `vendor_err`: for IBV_WC_LOC_LEN_ERR, the bytes that did not fit (the cq
   // layer reports them as olen, fi_cq(3)).
   void CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status status, uint32_t byte_len,

@@ -16,9 +16,9 @@ StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(Endpoint& a, Endpo
     init.srq = i == 0 ? o.srq_a : o.srq_b;
     init.cap.max_send_wr = o.max_send_wr;
     init.cap.max_recv_wr = o.max_recv_wr;
-    init.cap.max_send_sge = 4;
-    init.cap.max_recv_sge = 4;
-    init.cap.max_inline_data = 128;
+    init.cap.max_send_sge = o.max_send_sge;
+    init.cap.max_recv_sge = o.max_recv_sge;
+    init.cap.max_inline_data = o.max_inline_data;
     auto qp = sides[i]->engine->CreateQp(init);
     if (!qp.ok()) return qp.status();
     qps[i] = *qp;

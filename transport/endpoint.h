@@ -37,6 +37,7 @@ struct RcConnectOptions {
   unsigned access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                     IBV_ACCESS_REMOTE_ATOMIC;
   uint32_t max_send_wr = 256, max_recv_wr = 256;
+  uint32_t max_send_sge = 4, max_recv_sge = 4, max_inline_data = 128;
   ibv_qp_type type = IBV_QPT_RC;
   SharedReceiveQueue* srq_a = nullptr;
   SharedReceiveQueue* srq_b = nullptr;

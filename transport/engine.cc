@@ -131,7 +131,7 @@ int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** b
     do {
       if (used >= qp->caps.max_send_wr) return ENOMEM;
     } while (!qp->send_credits_used.compare_exchange_weak(used, used + 1, std::memory_order_acquire));
-    if (!qp->send_ring.TryPushWith([&wqe](SendWqe& slot) { CopyUsedSendWqe(wqe, &slot); })) {
+    if (!qp->send_ring.TryPushWith([&wqe](std::byte* slot) { WriteSendWqe(wqe, slot); })) {
       qp->send_credits_used.fetch_sub(1, std::memory_order_release);
       return ENOMEM;
     }
@@ -209,7 +209,7 @@ int Engine::PostRecv(QueuePair* qp, const ibv_recv_wr* wr, const ibv_recv_wr** b
     do {
       if (used >= qp->caps.max_recv_wr) return ENOMEM;
     } while (!qp->recv_credits_used.compare_exchange_weak(used, used + 1, std::memory_order_acquire));
-    if (!qp->recv_ring.TryPushWith([&wqe](RecvWqe& slot) { CopyUsedRecvWqe(wqe, &slot); })) {
+    if (!qp->recv_ring.TryPushWith([&wqe](std::byte* slot) { WriteRecvWqe(wqe, slot); })) {
       qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
       return ENOMEM;
     }
@@ -230,7 +230,7 @@ int Engine::PostSrqRecv(SharedReceiveQueue* srq, const ibv_recv_wr* wr, const ib
     do {
       if (posted >= srq->max_wr) return ENOMEM;
     } while (!srq->posted.compare_exchange_weak(posted, posted + 1, std::memory_order_acquire));
-    if (!srq->ring.TryPushWith([&wqe](RecvWqe& slot) { CopyUsedRecvWqe(wqe, &slot); })) {
+    if (!srq->ring.TryPushWith([&wqe](std::byte* slot) { WriteRecvWqe(wqe, slot); })) {
       srq->posted.fetch_sub(1, std::memory_order_release);
       return ENOMEM;
     }

@@ -76,15 +76,17 @@ Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32
   }
   if (target == IBV_QPS_RESET) {
     // Back to a clean QP (IBTA 10.3.1.1): queues emptied without completions.
+    // The window's requests hold their send queue slots (issue 16): free
+    // them, then drain what was never taken.
+    for (uint64_t p = qp->req.head; p != qp->req.tail; ++p) qp->send_ring.Release(p);
+    while (qp->send_ring.TryPopSingleConsumer([](const std::byte*) {})) {}
+    while (qp->recv_ring.TryPopSingleConsumer([](const std::byte*) {})) {}
     qp->req = RequesterState{};
-    qp->req.window.reset(new SendSlot[qp->caps.max_send_wr]);
-    qp->req.window_mask = qp->caps.max_send_wr - 1;
+    qp->ResetWindow();  // at the send queue's position
     auto atomics = std::move(qp->resp.atomics);
     qp->resp = ResponderState{};
     qp->resp.atomics = std::move(atomics);
     std::fill(qp->resp.atomics.begin(), qp->resp.atomics.end(), AtomicReplay{});
-    while (qp->send_ring.TryPopSingleConsumer([](const SendWqe&) {})) {}
-    while (qp->recv_ring.TryPopSingleConsumer([](const RecvWqe&) {})) {}
     qp->send_credits_used.store(0, std::memory_order_release);
     qp->recv_credits_used.store(0, std::memory_order_release);
   }

@@ -1,10 +1,12 @@
 // A bounded lock-free ring with a sequence number per slot (Vyukov's bounded
 // MPMC queue). uroce uses it where application threads and the engine meet:
-// send and receive work requests (any application thread produces, the engine
-// consumes) and completions (the engine produces, application threads
-// consume). Producer and consumer positions sit on their own cache lines; every
-// hand-over is an acquire/release pair on the slot's sequence number, so a
-// consumer never sees a half-written slot. No allocation after construction,
+// completions (the engine produces, application threads consume), doorbells
+// and events; send and receive work requests (any application thread
+// produces, the engine consumes) use StridedRing below, the same algorithm
+// over slots whose size the QP's capabilities decide (issue 16). Producer
+// and consumer positions sit on their own cache lines; every hand-over is an
+// acquire/release pair on the slot's sequence number, so a consumer never
+// sees a half-written slot. No allocation after construction,
 // no locks, no system calls.
 #pragma once
 
@@ -14,6 +16,7 @@
 #include <memory>
 #include <new>
 #include <type_traits>
+#include <utility>
 
 namespace uroce::transport {
 
@@ -137,6 +140,124 @@ class MpmcRing {
   std::unique_ptr<Slot[]> slots_;
   Position tail_;  // producers
   Position head_;  // consumers
+};
+
+// The same ring for work requests whose size a queue's capabilities decide
+// (issue 16, memory per QP): each slot is a sequence number followed by
+// `payload_bytes` of raw storage, and the stride between slots is chosen at
+// run time, so a QP with one SGE and no inline data pays for one SGE, not
+// for the device's largest request. The payload is bytes: users write and
+// read it through small view types (work_request.h) that never touch memory
+// past `payload_bytes`. Slots are 8-byte aligned, not cache-line aligned:
+// at 256 requests per queue a cache line per slot would cost more than the
+// requests themselves (the positions keep their own cache lines).
+//
+// Besides push / pop, the single consumer may take a slot without freeing
+// it (TryTakeSingleConsumer) and free it later, in order (Release): the send
+// queue is then also the requester's window, and a work request is written
+// once, by the poster, and read in place until it retires.
+class StridedRing {
+ public:
+  // Capacity is `min_capacity` rounded up to a power of two (at least 2).
+  StridedRing(size_t min_capacity, size_t payload_bytes)
+      : mask_(RoundUpPow2(min_capacity < 2 ? 2 : min_capacity) - 1),
+        payload_bytes_(RoundUp8(payload_bytes)),
+        stride_(sizeof(Sequence) + payload_bytes_),
+        storage_(static_cast<std::byte*>(::operator new(stride_ * (mask_ + 1), std::align_val_t{kCacheLine}))) {
+    for (size_t i = 0; i <= mask_; ++i) new (storage_ + i * stride_) Sequence(i);
+  }
+  ~StridedRing() {
+    for (size_t i = 0; i <= mask_; ++i) sequence(i).~Sequence();
+    ::operator delete(storage_, std::align_val_t{kCacheLine});
+  }
+
+  StridedRing(const StridedRing&) = delete;
+  StridedRing& operator=(const StridedRing&) = delete;
+
+  size_t capacity() const { return mask_ + 1; }
+  size_t payload_bytes() const { return payload_bytes_; }
+  // What the slots take (the object itself aside).
+  size_t StorageBytes() const { return stride_ * (mask_ + 1); }
+
+  // Any thread: claims a slot, lets `fill(std::byte* payload)` write at most
+  // payload_bytes() bytes into it, then publishes it. False when full.
+  template <typename Fill>
+  bool TryPushWith(Fill&& fill) {
+    size_t pos = tail_.value.load(std::memory_order_relaxed);
+    for (;;) {
+      Sequence& seq = sequence(pos & mask_);
+      const size_t s = seq.load(std::memory_order_acquire);
+      const intptr_t diff = static_cast<intptr_t>(s) - static_cast<intptr_t>(pos);
+      if (diff == 0) {
+        if (tail_.value.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+          fill(payload(pos & mask_));
+          seq.store(pos + 1, std::memory_order_release);
+          return true;
+        }
+      } else if (diff < 0) {
+        return false;
+      } else {
+        pos = tail_.value.load(std::memory_order_relaxed);
+      }
+    }
+  }
+
+  // One consumer at a time (as MpmcRing::TryPopSingleConsumer): lets
+  // `take(const std::byte* payload)` read the oldest request in place and
+  // frees its slot. False when empty.
+  template <typename Take>
+  bool TryPopSingleConsumer(Take&& take) {
+    const size_t pos = head_.value.load(std::memory_order_relaxed);
+    Sequence& seq = sequence(pos & mask_);
+    if (seq.load(std::memory_order_acquire) != pos + 1) return false;
+    take(static_cast<const std::byte*>(payload(pos & mask_)));
+    head_.value.store(pos + 1, std::memory_order_relaxed);
+    seq.store(pos + mask_ + 1, std::memory_order_release);
+    return true;
+  }
+
+  // One consumer at a time: takes the oldest published request at position
+  // head() and returns its payload, but keeps its slot: producers cannot
+  // reuse it until Release(that position). nullptr when empty.
+  std::byte* TryTakeSingleConsumer() {
+    const size_t pos = head_.value.load(std::memory_order_relaxed);
+    if (sequence(pos & mask_).load(std::memory_order_acquire) != pos + 1) return nullptr;
+    head_.value.store(pos + 1, std::memory_order_relaxed);
+    return payload(pos & mask_);
+  }
+
+  // Frees the slot of a taken position (the consumer has finished reading
+  // it; a producer may write it from now on).
+  void Release(size_t pos) { sequence(pos & mask_).store(pos + mask_ + 1, std::memory_order_release); }
+
+  // The consumer's position: the next request TryTake/TryPop would return.
+  size_t head() const { return head_.value.load(std::memory_order_relaxed); }
+
+  // Published requests not yet taken or popped; a snapshot, exact only when
+  // no thread pushes or pops meanwhile.
+  size_t ApproxSize() const {
+    const size_t tail = tail_.value.load(std::memory_order_acquire);
+    const size_t head = head_.value.load(std::memory_order_acquire);
+    return tail >= head ? tail - head : 0;
+  }
+
+ private:
+  using Sequence = std::atomic<size_t>;
+  static_assert(alignof(Sequence) <= 8 && sizeof(Sequence) == 8, "a slot is an 8-byte sequence then the payload");
+  struct alignas(kCacheLine) Position {
+    std::atomic<size_t> value{0};
+  };
+
+  static constexpr size_t RoundUp8(size_t n) { return (n + 7) & ~size_t{7}; }
+  Sequence& sequence(size_t index) { return *std::launder(reinterpret_cast<Sequence*>(storage_ + index * stride_)); }
+  std::byte* payload(size_t index) { return storage_ + index * stride_ + sizeof(Sequence); }
+
+  const size_t mask_;
+  const size_t payload_bytes_;
+  const size_t stride_;
+  std::byte* const storage_;
+  Position tail_;  // producers
+  Position head_;  // consumer
 };
 
 }  // namespace uroce::transport

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -111,6 +112,100 @@ TEST(MpmcRingTest, ProducersAgainstOneConsumer) {
   for (auto& t : producers) t.join();
   uint64_t v;
   EXPECT_FALSE(ring.TryPop(&v));
+}
+
+// StridedRing (issue 16): slots as large as asked, rounded to 8 bytes.
+TEST(StridedRingTest, SlotsAreSizedFromThePayload) {
+  StridedRing ring(200, 20);
+  EXPECT_EQ(ring.capacity(), 256u);
+  EXPECT_EQ(ring.payload_bytes(), 24u);
+  EXPECT_EQ(ring.StorageBytes(), 256u * (8 + 24));
+  StridedRing tiny(1, 0);
+  EXPECT_EQ(tiny.capacity(), 2u);
+}
+
+// A taken slot stays the consumer's until released, in order: producers find
+// the ring full meanwhile, and a released slot takes a new value.
+TEST(StridedRingTest, TakenSlotsAreFreedOnlyByRelease) {
+  StridedRing ring(4, sizeof(uint64_t));
+  auto push = [&ring](uint64_t v) {
+    return ring.TryPushWith([v](std::byte* p) { std::memcpy(p, &v, sizeof v); });
+  };
+  auto value = [](const std::byte* p) {
+    uint64_t v = 0;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(push(i));
+  EXPECT_FALSE(push(99));
+  std::vector<const std::byte*> taken;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(ring.head(), size_t(i));
+    const std::byte* p = ring.TryTakeSingleConsumer();
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(value(p), uint64_t(i));
+    taken.push_back(p);
+  }
+  EXPECT_EQ(ring.TryTakeSingleConsumer(), nullptr);
+  EXPECT_EQ(ring.ApproxSize(), 0u);
+  EXPECT_FALSE(push(99)) << "every slot is still taken";
+  ring.Release(0);
+  EXPECT_EQ(value(taken[1]), 1u) << "a taken slot is read in place";
+  ASSERT_TRUE(push(4));
+  EXPECT_FALSE(push(99));
+  ring.Release(1);
+  ring.Release(2);
+  ASSERT_TRUE(push(5));
+  ASSERT_TRUE(push(6));
+  uint64_t got = 0;
+  ASSERT_TRUE(ring.TryPopSingleConsumer([&](const std::byte* p) { got = value(p); }));
+  EXPECT_EQ(got, 4u);
+  ring.Release(3);
+  ASSERT_TRUE(push(7));
+  for (uint64_t want = 5; want <= 7; ++want) {
+    ASSERT_TRUE(ring.TryPopSingleConsumer([&](const std::byte* p) { got = value(p); }));
+    EXPECT_EQ(got, want);
+  }
+  EXPECT_FALSE(ring.TryPopSingleConsumer([](const std::byte*) {}));
+}
+
+// Many producers against one consumer that takes, reads in place, then
+// releases later (as the requester's window does): every value once, in
+// order per producer. Run under --config=tsan too.
+TEST(StridedRingTest, ProducersAgainstATakeThenReleaseConsumer) {
+  constexpr int kProducers = 3, kEach = 20000;
+  StridedRing ring(16, 2 * sizeof(uint64_t));
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&ring, p] {
+      for (uint64_t i = 0; i < kEach; ++i) {
+        const uint64_t v[2] = {uint64_t(p), i};
+        while (!ring.TryPushWith([&v](std::byte* slot) { std::memcpy(slot, v, sizeof v); })) {
+          std::this_thread::yield();
+        }
+      }
+    });
+  }
+  std::vector<uint64_t> next(kProducers, 0);
+  size_t released = 0;
+  int got = 0;
+  while (got < kProducers * kEach) {
+    const std::byte* slot = ring.TryTakeSingleConsumer();
+    if (slot == nullptr) {
+      // Nothing new: release what was taken (lagging, like retirement).
+      while (released != ring.head()) ring.Release(released++);
+      std::this_thread::yield();
+      continue;
+    }
+    uint64_t v[2];
+    std::memcpy(v, slot, sizeof v);
+    ASSERT_LT(v[0], uint64_t{kProducers});
+    EXPECT_EQ(v[1], next[v[0]]) << "in order per producer";
+    next[v[0]]++;
+    got++;
+    if (ring.head() - released > 8) ring.Release(released++);
+  }
+  for (auto& t : producers) t.join();
 }
 
 }  // namespace

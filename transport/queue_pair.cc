@@ -13,13 +13,37 @@ QueuePair::QueuePair(uint32_t qpn_in, ibv_qp_type type_in, PdHandle pd_in, Compl
       srq(srq_in),
       sq_sig_all(sq_sig_all_in),
       caps(caps_in),
-      send_ring(caps_in.max_send_wr),
-      recv_ring(caps_in.max_recv_wr == 0 ? 1 : caps_in.max_recv_wr) {
-  req.window.reset(new SendSlot[caps.max_send_wr]);
-  req.window_mask = caps.max_send_wr - 1;
+      send_ring(caps_in.max_send_wr, SendWqePayloadBytes(caps_in.max_send_sge, caps_in.max_inline_data)),
+      recv_ring(caps_in.max_recv_wr == 0 ? 1 : caps_in.max_recv_wr, RecvWqePayloadBytes(caps_in.max_recv_sge)) {
+  ResetWindow();
   attr.qp_state = IBV_QPS_RESET;
   attr.path_mtu = IBV_MTU_1024;
   attr.port_num = 1;
+}
+
+void QueuePair::ResetWindow() {
+  req.window.reset(new SendSlot[send_ring.capacity()]);
+  req.window_mask = static_cast<uint32_t>(send_ring.capacity() - 1);
+  req.head = req.tail = req.next_send = send_ring.head();
+}
+
+bool QueuePair::TakePostedSend() {
+  RequesterState& r = req;
+  if (r.tail - r.head > r.window_mask) return false;  // cannot happen while credits hold
+  const std::byte* payload = send_ring.TryTakeSingleConsumer();
+  if (payload == nullptr) return false;
+  SendSlot& slot = r.window[r.tail & r.window_mask];
+  slot.wqe = SendWqeView(payload);
+  slot.started = false;
+  slot.local_error = false;
+  slot.signaled = (slot.wqe->send_flags & IBV_SEND_SIGNALED) != 0;
+  ++r.tail;
+  return true;
+}
+
+size_t QueuePair::WorkRequestBytes() const {
+  // The window has one entry per send queue slot (ResetWindow); any thread.
+  return send_ring.StorageBytes() + recv_ring.StorageBytes() + send_ring.capacity() * sizeof(SendSlot);
 }
 
 }  // namespace uroce::transport

@@ -47,9 +47,13 @@ struct QpCaps {
   uint32_t max_inline_data = 0;
 };
 
-// One send work request as the requester tracks it until it completes.
+// One send work request as the requester tracks it until it completes. The
+// request itself stays in its send queue slot, which is the window's entry
+// too (issue 16: written once, read in place): `wqe` views it there, from
+// when the requester takes it until it retires (Completions::RetireOldestSend
+// frees the slot).
 struct SendSlot {
-  SendWqe wqe;
+  SendWqeView wqe;
   Psn first_psn;
   Psn last_psn;
   uint32_t packets = 0;        // packets of the request (READ: of the response)
@@ -62,10 +66,13 @@ struct SendSlot {
 };
 
 struct RequesterState {
-  std::unique_ptr<SendSlot[]> window;  // max_send_wr slots, circular
+  // One entry per send queue slot, circular; positions are the send queue's
+  // (send_ring.head() == tail): the request at position p is in the send
+  // queue's slot p and tracked in window[p & window_mask].
+  std::unique_ptr<SendSlot[]> window;
   uint32_t window_mask = 0;
   uint64_t head = 0;        // oldest WQE not yet retired
-  uint64_t tail = 0;        // next free slot
+  uint64_t tail = 0;        // next position to take from the send queue
   uint64_t next_send = 0;   // WQE being segmented
   uint64_t send_offset = 0; // bytes of next_send already sent (in this pass)
   Psn psn;                  // next PSN to send
@@ -197,8 +204,11 @@ class QueuePair {
 
   // Application threads -> engine. Credits keep the rings from overflowing:
   // a post takes one, the engine returns it when the request completes.
-  MpmcRing<SendWqe> send_ring;
-  MpmcRing<RecvWqe> recv_ring;
+  // Slots are sized from `caps` (issue 16: SendWqePayloadBytes,
+  // RecvWqePayloadBytes). A send request keeps its slot until it retires:
+  // the send queue is the requester's window (RequesterState).
+  StridedRing send_ring;
+  StridedRing recv_ring;
   std::atomic<uint32_t> send_credits_used{0};
   std::atomic<uint32_t> recv_credits_used{0};
 
@@ -228,6 +238,18 @@ class QueuePair {
   // has nothing left to do. `busy`: on the engine's list (engine thread only).
   std::atomic<bool> doorbell{false};
   bool busy = false;
+
+  // Engine thread (or a control call holding the progress token): moves the
+  // oldest request of the send queue into the window. False when none is
+  // posted (credits guarantee the window has room for every posted one).
+  bool TakePostedSend();
+  // (Re)creates an empty window at the send queue's current position (at
+  // creation and on the way to RESET, once the queue is drained).
+  void ResetWindow();
+
+  // The bytes this QP's work request storage takes: its send and receive
+  // queues and its window (issue 16: sized from the capabilities).
+  size_t WorkRequestBytes() const;
 };
 
 }  // namespace uroce::transport

@@ -62,14 +62,15 @@ uint64_t LocalAckTimeoutNs(uint8_t timeout) {
 
 bool Requester::StartSendWqe(QueuePair* qp, SendSlot& slot) {
   RequesterState& r = qp->req;
-  const SendWqe& w = slot.wqe;
+  const SendWqeHeader& w = slot.wqe.header();
   // Local protection before any byte moves (IBTA 10.6.3.1): every SGE must
   // name a region of this PD, and READ / atomic targets must be writable.
   const int needed = IsReadOrAtomic(w.opcode) ? IBV_ACCESS_LOCAL_WRITE : 0;
   for (uint32_t i = 0; i < w.num_sge; ++i) {
+    const Sge sge = slot.wqe.sge(i);
     uint8_t* host = nullptr;
-    if (w.sge[i].length == 0) continue;
-    if (core_.mrs.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr, w.sge[i].length, needed, &host) != MrCheck::kOk) {
+    if (sge.length == 0) continue;
+    if (core_.mrs.CheckLocal(sge.lkey, qp->pd, sge.addr, sge.length, needed, &host) != MrCheck::kOk) {
       return false;
     }
   }
@@ -86,31 +87,36 @@ bool Requester::StartSendWqe(QueuePair* qp, SendSlot& slot) {
   return true;
 }
 
-bool Requester::CopyFromWqe(const QueuePair* qp, const SendWqe& w, uint64_t offset, uint8_t* dest,
+bool Requester::CopyFromWqe(const QueuePair* qp, const SendWqeView& w, uint64_t offset, uint8_t* dest,
                             uint32_t length) const {
-  if (w.num_sge == 0) {  // inline data
-    std::memcpy(dest, w.inline_data + offset, length);
+  const uint32_t num_sge = w->num_sge;
+  if (num_sge == 0) {  // inline data: offset + length <= total_length <= max_inline_data
+    std::memcpy(dest, w.inline_data() + offset, length);
     return true;
   }
   uint32_t i = 0;
-  while (i < w.num_sge && offset >= w.sge[i].length) offset -= w.sge[i++].length;
-  while (length > 0 && i < w.num_sge) {
-    const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, w.sge[i].length - offset));
-    if (chunk == 0) {  // an empty SGE names no memory (StartSendWqe skips it too)
-      ++i;
-      continue;
+  Sge sge = w.sge(0);
+  while (offset >= sge.length) {
+    offset -= sge.length;
+    if (++i == num_sge) return true;
+    sge = w.sge(i);
+  }
+  while (length > 0) {
+    const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, sge.length - offset));
+    if (chunk != 0) {  // an empty SGE names no memory (StartSendWqe skips it too)
+      // The check of StartSendWqe is not enough: ibv_dereg_mr may have ended
+      // the region since (IBTA 10.6.3.1, every access is checked).
+      uint8_t* host = nullptr;
+      if (core_.mrs.CheckLocal(sge.lkey, qp->pd, sge.addr + offset, chunk, 0, &host) != MrCheck::kOk) {
+        return false;
+      }
+      std::memcpy(dest, host, chunk);
+      dest += chunk;
+      length -= chunk;
+      offset = 0;
     }
-    // The check of StartSendWqe is not enough: ibv_dereg_mr may have ended
-    // the region since (IBTA 10.6.3.1, every access is checked).
-    uint8_t* host = nullptr;
-    if (core_.mrs.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr + offset, chunk, 0, &host) != MrCheck::kOk) {
-      return false;
-    }
-    std::memcpy(dest, host, chunk);
-    dest += chunk;
-    length -= chunk;
-    offset = 0;
-    ++i;
+    if (++i == num_sge) break;
+    sge = w.sge(i);
   }
   return true;
 }
@@ -118,14 +124,7 @@ bool Requester::CopyFromWqe(const QueuePair* qp, const SendWqe& w, uint64_t offs
 void Requester::Run(QueuePair* qp) {
   RequesterState& r = qp->req;
   // Take newly posted requests into the window (credits guarantee room).
-  while (r.tail - r.head <= r.window_mask) {
-    SendSlot& slot = r.window[r.tail & r.window_mask];
-    if (!qp->send_ring.TryPopSingleConsumer([&slot](const SendWqe& w) { CopyUsedSendWqe(w, &slot.wqe); })) break;
-    slot.started = false;
-    slot.local_error = false;
-    slot.signaled = (slot.wqe.send_flags & IBV_SEND_SIGNALED) != 0;
-    ++r.tail;
-  }
+  while (qp->TakePostedSend()) {}
   if (r.rnr_resume_ns != 0) {
     if (core_.TimerNow() < r.rnr_resume_ns) return;
     r.rnr_resume_ns = 0;
@@ -135,7 +134,7 @@ void Requester::Run(QueuePair* qp) {
   uint32_t budget = core_.config.per_qp_packet_budget;
   while (budget > 0 && r.next_send != r.tail && frames_.TxRoom(1)) {
     SendSlot& slot = r.window[r.next_send & r.window_mask];
-    const SendWqe& w = slot.wqe;
+    const SendWqeHeader& w = slot.wqe.header();
     if (slot.local_error) break;
     if (!slot.started) {
       if (state == IBV_QPS_SQD) break;  // SQD: finish what started, start nothing new
@@ -166,8 +165,7 @@ void Requester::Run(QueuePair* qp) {
       r.send_offset = 0;
       if (qp->type != IBV_QPT_RC) {
         // UD and UC: no acknowledgement; complete now, in order.
-        completions_.CompleteSend(qp, slot, IBV_WC_SUCCESS);
-        ++r.head;
+        completions_.RetireOldestSend(qp, IBV_WC_SUCCESS);  // head was next_send - 1
       }
     }
   }
@@ -176,8 +174,7 @@ void Requester::Run(QueuePair* qp) {
     SendSlot& oldest = r.window[r.head & r.window_mask];
     if (oldest.local_error) {
       oldest.signaled = true;
-      completions_.CompleteSend(qp, oldest, IBV_WC_LOC_PROT_ERR);
-      ++r.head;
+      completions_.RetireOldestSend(qp, IBV_WC_LOC_PROT_ERR);
       completions_.EnterError(qp);
     }
   }
@@ -187,7 +184,7 @@ void Requester::Run(QueuePair* qp) {
 // message has no more packets to send in this pass.
 bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
   RequesterState& r = qp->req;
-  const SendWqe& w = slot.wqe;
+  const SendWqeHeader& w = slot.wqe.header();
   const uint32_t mtu = qp->mtu_bytes;
   const bool rc = qp->type == IBV_QPT_RC;
   PacketFields f;
@@ -276,7 +273,7 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
     r.psn = f.bth.psn;
     return false;
   }
-  if (payload > 0 && !CopyFromWqe(qp, w, r.send_offset - payload, dest, payload)) {
+  if (payload > 0 && !CopyFromWqe(qp, slot.wqe, r.send_offset - payload, dest, payload)) {
     // A local buffer was deregistered under the request: it fails with a
     // local protection error once the requests before it retire (class B,
     // IBTA 10.8.3.1); nothing of this packet leaves.

@@ -36,7 +36,7 @@ class Requester {
   // Gathers `length` bytes at `offset` of the request's buffers. Every chunk
   // passes the local key check again (the region may have been deregistered
   // since the request started): false on a failure, nothing copied past it.
-  bool CopyFromWqe(const QueuePair* qp, const SendWqe& wqe, uint64_t offset, uint8_t* dest, uint32_t length) const;
+  bool CopyFromWqe(const QueuePair* qp, const SendWqeView& wqe, uint64_t offset, uint8_t* dest, uint32_t length) const;
 
   EngineCore& core_;
   FrameIo& frames_;

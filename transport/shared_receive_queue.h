@@ -16,12 +16,12 @@ namespace uroce::transport {
 class SharedReceiveQueue {
  public:
   SharedReceiveQueue(PdHandle pd_handle, uint32_t max_wr_in, uint32_t max_sge_in, uint32_t limit_in)
-      : pd(pd_handle), max_wr(max_wr_in), max_sge(max_sge_in), ring(max_wr_in), limit(limit_in) {}
+      : pd(pd_handle), max_wr(max_wr_in), max_sge(max_sge_in), ring(max_wr_in, RecvWqePayloadBytes(max_sge_in)), limit(limit_in) {}
 
   const PdHandle pd;
   const uint32_t max_wr;
   const uint32_t max_sge;
-  MpmcRing<RecvWqe> ring;
+  StridedRing ring;  // slots sized from max_sge (issue 16)
   std::atomic<uint32_t> posted{0};  // requests in the ring
   std::atomic<uint32_t> limit;      // 0: disarmed
   std::atomic<uint64_t> limit_events{0};

@@ -1,14 +1,18 @@
 // Work queue entries: the engine's own copies of ibv_send_wr / ibv_recv_wr.
-// Posting copies a work request (and any inline data) into a fixed-size entry,
-// so the application may reuse its structures as soon as ibv_post_send
-// returns, as verbs requires (ibv_post_send(3)).
+// Posting copies a work request (and any inline data) into a slot of the
+// QP's send or receive queue, so the application may reuse its structures as
+// soon as ibv_post_send returns, as verbs requires (ibv_post_send(3)). A slot
+// is as large as the QP's capabilities need (issue 16), so the queues hold
+// bytes and these helpers write and read the used part of a request.
 #pragma once
 
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <new>
 
 namespace uroce::transport {
 
@@ -22,7 +26,9 @@ struct Sge {
   uint32_t lkey = 0;
 };
 
-struct SendWqe {
+// The fixed fields of a send work request. In a send queue slot the
+// request's SGEs or inline bytes follow it (SendWqeView).
+struct SendWqeHeader {
   uint64_t wr_id = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
   uint32_t send_flags = 0;  // IBV_SEND_SIGNALED (resolved with sq_sig_all), FENCE, SOLICITED, INLINE
@@ -38,17 +44,71 @@ struct SendWqe {
   uint32_t ah_handle = 0;
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
-  uint32_t num_sge = 0;
+  uint32_t num_sge = 0;  // 0: the request carries total_length inline bytes (or nothing)
+};
+static_assert(sizeof(SendWqeHeader) == 80 && alignof(SendWqeHeader) == 8,
+              "the fixed part of every send queue slot (issue 16)");
+
+// A whole send work request as PostSend builds it on its stack, with room
+// for the device's largest request. Only its used part is written into the
+// send queue (WriteSendWqe).
+struct SendWqe : SendWqeHeader {
   // A request carries either SGEs or inline bytes (IBV_SEND_INLINE: the
   // bytes are copied at post time and num_sge is 0), never both: they share
-  // their storage, which makes every send queue slot and window entry 256 B
-  // smaller (issue 16: memory per QP).
+  // their storage.
   union {
     Sge sge[kMaxSendSge] = {};
     uint8_t inline_data[kMaxInlineData];
   };
 };
-static_assert(sizeof(SendWqe) <= 336, "a send work request grew: every slot of every send queue grows with it");
+static_assert(sizeof(SendWqe) <= 336, "a send work request grew");
+
+// Issue 16 (memory per QP): a send queue slot holds a SendWqeHeader and then
+// max(max_send_sge SGEs, max_inline_data bytes), as the QP's capabilities
+// allow, not a whole SendWqe. These are the bytes a slot's payload needs.
+inline size_t SendWqePayloadBytes(uint32_t max_sge, uint32_t max_inline) {
+  const size_t tail = std::max<size_t>(size_t{max_sge} * sizeof(Sge), max_inline);
+  return sizeof(SendWqeHeader) + tail;
+}
+
+// Writes the used part of `wqe` into a send queue slot's payload, which has
+// SendWqePayloadBytes(caps) bytes, 8-byte aligned: the header as an object
+// of its own (placement new begins its lifetime there, so that a view may
+// read it in place), then num_sge SGEs or total_length inline bytes. The
+// poster checked those against the QP's capabilities.
+inline void WriteSendWqe(const SendWqe& wqe, std::byte* payload) {
+  new (payload) SendWqeHeader(static_cast<const SendWqeHeader&>(wqe));
+  std::byte* tail = payload + sizeof(SendWqeHeader);
+  if (wqe.num_sge != 0) {
+    std::memcpy(tail, wqe.sge, wqe.num_sge * sizeof(Sge));
+  } else if (wqe.total_length != 0) {
+    std::memcpy(tail, wqe.inline_data, static_cast<size_t>(wqe.total_length));
+  }
+}
+
+// A send work request read in place in its send queue slot (written by
+// WriteSendWqe). SGEs are copied out one at a time (memcpy: the tail is raw
+// bytes, which hold SGEs or inline data), only up to num_sge, and inline
+// bytes only up to total_length: nothing past the slot is ever read.
+class SendWqeView {
+ public:
+  SendWqeView() = default;
+  explicit SendWqeView(const std::byte* payload) : payload_(payload) {}
+
+  const SendWqeHeader& header() const { return *std::launder(reinterpret_cast<const SendWqeHeader*>(payload_)); }
+  const SendWqeHeader* operator->() const { return &header(); }
+  // i < num_sge.
+  Sge sge(uint32_t i) const {
+    Sge s;
+    std::memcpy(&s, payload_ + sizeof(SendWqeHeader) + size_t{i} * sizeof(Sge), sizeof(Sge));
+    return s;
+  }
+  // num_sge == 0: total_length bytes.
+  const uint8_t* inline_data() const { return reinterpret_cast<const uint8_t*>(payload_ + sizeof(SendWqeHeader)); }
+
+ private:
+  const std::byte* payload_ = nullptr;
+};
 
 struct RecvWqe {
   uint64_t wr_id = 0;
@@ -57,22 +117,20 @@ struct RecvWqe {
   Sge sge[kMaxRecvSge];
 };
 
-// Copies what a work request uses: its fixed fields, its num_sge SGEs and
-// its inline bytes, not the whole entry (a 64 B send is 592 B of SendWqe, of
-// which it uses about 100: copying the rest was the largest memmove in a
-// 64 B message-rate profile, issue 16). Entries are read only up to
-// num_sge SGEs and total_length inline bytes.
-inline void CopyUsedSendWqe(const SendWqe& from, SendWqe* to) {
-  std::memcpy(static_cast<void*>(to), &from, offsetof(SendWqe, sge));
-  std::memcpy(to->sge, from.sge, from.num_sge * sizeof(Sge));
-  if (from.num_sge == 0 && from.total_length != 0) {
-    std::memcpy(to->inline_data, from.inline_data, static_cast<size_t>(from.total_length));
-  }
+// Issue 16: a receive queue slot (of a QP or an SRQ) holds RecvWqe's fixed
+// fields and max_sge SGEs, not kMaxRecvSge.
+inline size_t RecvWqePayloadBytes(uint32_t max_sge) { return offsetof(RecvWqe, sge) + size_t{max_sge} * sizeof(Sge); }
+
+// Copies the used part of `wqe` (fixed fields, num_sge SGEs) into a receive
+// queue slot's payload of RecvWqePayloadBytes(max_sge >= num_sge) bytes.
+inline void WriteRecvWqe(const RecvWqe& wqe, std::byte* payload) {
+  std::memcpy(payload, &wqe, offsetof(RecvWqe, sge) + wqe.num_sge * sizeof(Sge));
 }
 
-inline void CopyUsedRecvWqe(const RecvWqe& from, RecvWqe* to) {
-  std::memcpy(static_cast<void*>(to), &from, offsetof(RecvWqe, sge));
-  std::memcpy(to->sge, from.sge, from.num_sge * sizeof(Sge));
+// The reverse: fills `out`'s fixed fields and its first num_sge SGEs.
+inline void ReadRecvWqe(const std::byte* payload, RecvWqe* out) {
+  std::memcpy(static_cast<void*>(out), payload, offsetof(RecvWqe, sge));
+  std::memcpy(out->sge, payload + offsetof(RecvWqe, sge), out->num_sge * sizeof(Sge));
 }
 
 // The ibv_wc opcode that completes a send work request of `opcode`.
