@@ -33,12 +33,16 @@ namespace uroce::transport {
 // Ethernet CRC of a buffer is ~Crc32Update(0xFFFFFFFF, buffer).
 uint32_t Crc32Update(uint32_t state, const void* data, size_t length);
 
-// The two implementations, for tests and benchmarks. Crc32UpdateClmul may be
-// called only when Crc32ClmulAvailable().
+// The implementations, for tests and benchmarks. Crc32UpdateClmul (128-bit
+// PCLMULQDQ) may be called only when Crc32ClmulAvailable(),
+// Crc32UpdateVpclmul (the same with 512-bit VPCLMULQDQ for the bulk of
+// long inputs) only when Crc32VpclmulAvailable().
 uint32_t Crc32UpdateTable(uint32_t state, const void* data, size_t length);
 uint32_t Crc32UpdateClmul(uint32_t state, const void* data, size_t length);
+uint32_t Crc32UpdateVpclmul(uint32_t state, const void* data, size_t length);
 bool Crc32ClmulAvailable();
-// "pclmul" or "table": what Crc32Update uses on this machine.
+bool Crc32VpclmulAvailable();
+// "vpclmulqdq", "pclmul" or "table": what Crc32Update uses on this machine.
 const char* Crc32ImplementationName();
 
 // --- ICRC ----------------------------------------------------------------------

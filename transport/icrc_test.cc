@@ -76,8 +76,26 @@ TEST(Crc32Test, ClmulMatchesBitwiseReference) {
   }
 }
 
+// The 512-bit path takes over from 32 blocks (512 bytes) on: every length
+// from there to a few of its 256-byte steps, and long ones.
+TEST(Crc32Test, VpclmulMatchesBitwiseReference) {
+  if (!Crc32VpclmulAvailable()) GTEST_SKIP() << "no VPCLMULQDQ / AVX-512 on this CPU";
+  const std::vector<uint8_t> data = RandomBytes(70000, 5);
+  std::vector<size_t> lengths = InterestingLengths();
+  for (size_t n = 480; n <= 1600; ++n) lengths.push_back(n);
+  for (size_t n : {4096, 9000, 65536, 69990}) lengths.push_back(n);
+  for (size_t n : lengths) {
+    for (size_t offset : {0, 1, 7}) {
+      const uint32_t seed = static_cast<uint32_t>(~n * 40503u);
+      ASSERT_EQ(Crc32UpdateVpclmul(seed, data.data() + offset, n), BitwiseCrc32(seed, data.data() + offset, n))
+          << "length " << n << " offset " << offset;
+    }
+  }
+}
+
 TEST(Crc32Test, DispatchUsesClmulWhereAvailable) {
-  EXPECT_STREQ(Crc32ImplementationName(), Crc32ClmulAvailable() ? "pclmul" : "table");
+  EXPECT_STREQ(Crc32ImplementationName(),
+               Crc32VpclmulAvailable() ? "vpclmulqdq" : Crc32ClmulAvailable() ? "pclmul" : "table");
 #if defined(__x86_64__)
   EXPECT_EQ(Crc32ClmulAvailable(), __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1"));
 #endif
