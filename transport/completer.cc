@@ -244,34 +244,11 @@ void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
 
 bool Completer::ScatterToWqe(const QueuePair* qp, const SendWqeView& w, uint64_t offset, const uint8_t* data,
                              uint32_t length) const {
-  const uint32_t num_sge = w->num_sge;
-  if (num_sge == 0) return true;  // a zero-length READ: nothing to place
-  uint32_t i = 0;
-  Sge sge = w.sge(0);
-  while (offset >= sge.length) {
-    offset -= sge.length;
-    if (++i == num_sge) return true;
-    sge = w.sge(i);
-  }
-  while (length > 0) {
-    const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, sge.length - offset));
-    if (chunk != 0) {  // an empty SGE names no memory
-      // Checked again for every packet: the region may be gone since the
-      // request started (ibv_dereg_mr(3) ends every use before it returns).
-      uint8_t* host = nullptr;
-      if (core_.mrs.CheckLocal(sge.lkey, qp->pd, sge.addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE, &host) !=
-          MrCheck::kOk) {
-        return false;
-      }
-      std::memcpy(host, data, chunk);
-      data += chunk;
-      length -= chunk;
-      offset = 0;
-    }
-    if (++i == num_sge) break;
-    sge = w.sge(i);
-  }
-  return true;
+  // A zero-length READ (no SGEs) has nothing to place.
+  return core_.ForEachSgePiece(qp, w, offset, length, IBV_ACCESS_LOCAL_WRITE, [&data](uint8_t* host, uint32_t bytes) {
+    std::memcpy(host, data, bytes);
+    data += bytes;
+  });
 }
 
 // The local ACK timer (IBTA 9.7.6.1.3): nothing acknowledged in time means a

@@ -8,6 +8,7 @@
 // where a member says otherwise.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <vector>
@@ -24,6 +25,43 @@ struct EngineCore {
   explicit EngineCore(const EngineConfig& engine_config);
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
+
+  // The memory a send request's SGEs name, from byte `offset` of the
+  // request on, `length` bytes in all: each piece checked against the MR
+  // table with `needed_access` at every use (IBTA 10.6.3.1: ibv_dereg_mr(3)
+  // may have ended a region since the request started) and handed to
+  // piece(uint8_t* host, uint32_t bytes). False when a check fails. Empty
+  // SGEs name no memory and are skipped; the walk ends with the SGE list.
+  // The requester gathers a packet's payload with it, the completer
+  // scatters a READ response or an atomic's original value.
+  template <typename Piece>
+  bool ForEachSgePiece(const QueuePair* qp, const SendWqeView& w, uint64_t offset, uint64_t length,
+                       int needed_access, Piece&& piece) const {
+    const uint32_t num_sge = w->num_sge;
+    if (num_sge == 0) return true;
+    uint32_t i = 0;
+    Sge sge = w.sge(0);
+    while (offset >= sge.length) {
+      offset -= sge.length;
+      if (++i == num_sge) return true;
+      sge = w.sge(i);
+    }
+    while (length > 0) {
+      const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, sge.length - offset));
+      if (chunk != 0) {
+        uint8_t* host = nullptr;
+        if (mrs.CheckLocal(sge.lkey, qp->pd, sge.addr + offset, chunk, needed_access, &host) != MrCheck::kOk) {
+          return false;
+        }
+        piece(host, chunk);
+        length -= chunk;
+        offset = 0;
+      }
+      if (++i == num_sge) break;
+      sge = w.sge(i);
+    }
+    return true;
+  }
 
   // The clock, read at most once per Poll and only when something asks
   // (issue 16: it was read per QP and per timer through a std::function

@@ -89,36 +89,15 @@ bool Requester::StartSendWqe(QueuePair* qp, SendSlot& slot) {
 
 bool Requester::CopyFromWqe(const QueuePair* qp, const SendWqeView& w, uint64_t offset, uint8_t* dest,
                             uint32_t length) const {
-  const uint32_t num_sge = w->num_sge;
-  if (num_sge == 0) {  // inline data: offset + length <= total_length <= max_inline_data
+  if (w->num_sge == 0) {  // inline data: offset + length <= total_length <= max_inline_data
     std::memcpy(dest, w.inline_data() + offset, length);
     return true;
   }
-  uint32_t i = 0;
-  Sge sge = w.sge(0);
-  while (offset >= sge.length) {
-    offset -= sge.length;
-    if (++i == num_sge) return true;
-    sge = w.sge(i);
-  }
-  while (length > 0) {
-    const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, sge.length - offset));
-    if (chunk != 0) {  // an empty SGE names no memory (StartSendWqe skips it too)
-      // The check of StartSendWqe is not enough: ibv_dereg_mr may have ended
-      // the region since (IBTA 10.6.3.1, every access is checked).
-      uint8_t* host = nullptr;
-      if (core_.mrs.CheckLocal(sge.lkey, qp->pd, sge.addr + offset, chunk, 0, &host) != MrCheck::kOk) {
-        return false;
-      }
-      std::memcpy(dest, host, chunk);
-      dest += chunk;
-      length -= chunk;
-      offset = 0;
-    }
-    if (++i == num_sge) break;
-    sge = w.sge(i);
-  }
-  return true;
+  // StartSendWqe's check is not enough: every packet checks again.
+  return core_.ForEachSgePiece(qp, w, offset, length, 0, [&dest](const uint8_t* host, uint32_t bytes) {
+    std::memcpy(dest, host, bytes);
+    dest += bytes;
+  });
 }
 
 void Requester::Run(QueuePair* qp) {
