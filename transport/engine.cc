@@ -276,7 +276,8 @@ unsigned Engine::Poll() {
 void Engine::RunQp(QueuePair* qp) {
   if (qp->flush_pending) {
     qp->flush_pending = false;
-    completions_.RaiseAsync(IBV_EVENT_QP_FATAL, qp->qpn, qp);
+    if (qp->flush_fatal) completions_.RaiseAsync(IBV_EVENT_QP_FATAL, qp->qpn, qp);
+    qp->flush_fatal = false;
     completions_.FlushQueues(qp);
   }
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);

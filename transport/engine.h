@@ -78,6 +78,11 @@ class Engine {
   // manager) does not take a new QP made at a destroyed one's address for it.
   static constexpr uint32_t kAnyQpn = UINT32_MAX;
   Status ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn = kAnyQpn);
+  // To the error state for a reason the consumer did not ask for (the
+  // peer's process ended): as ModifyQp to IBV_QPS_ERR, and the flush raises
+  // IBV_EVENT_QP_FATAL, as the engine's own fatal errors do. A consumer's
+  // ModifyQp to ERR raises no event.
+  Status FailQp(QueuePair* qp, uint32_t expected_qpn = kAnyQpn);
   Status QueryQp(QueuePair* qp, ibv_qp_attr* attr, ibv_qp_init_attr* init) const;
   Status DestroyQp(QueuePair* qp);
   StatusOr<uint32_t> CreateAh(PdHandle pd, const ibv_ah_attr& attr);
@@ -135,6 +140,9 @@ class Engine {
   bool NextAsyncEvent(AsyncEvent* event) { return core_.async_events.TryPop(event); }
 
  private:
+  // ModifyQp and FailQp: `fatal` says whether a move to ERR raises
+  // IBV_EVENT_QP_FATAL when the queues are flushed.
+  Status ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn, bool fatal);
   // control_mutex_ held: `qp` is one of ours (compared, not dereferenced).
   bool OwnsQpLocked(const QueuePair* qp) const;
   // `dmac`: the MAC to use; null: the neighbour table's.

@@ -1170,6 +1170,32 @@ TEST_F(EngineTest, ModifyQpToErrorFlushesPostedReceives) {
   EXPECT_EQ(wc[0].opcode, IBV_WC_RECV);
 }
 
+// Issue 17: a consumer that moves its QP to ERR gets the flush and no
+// affiliated asynchronous error; FailQp (the peer's process ended) raises
+// IBV_EVENT_QP_FATAL with its flush.
+TEST_F(EngineTest, OnlyAnErrorTheConsumerDidNotAskForRaisesQpFatal) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer dst_b = Register(pair_->b(), 64, 0);
+  Buffer dst_a = Register(pair_->a(), 64, 0);
+  PostRecv(pair_->b(), qb, dst_b, 1);
+  PostRecv(pair_->a(), qa, dst_a, 2);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_TRUE(pair_->b().engine->ModifyQp(qb, attr, IBV_QP_STATE).ok());
+  ASSERT_TRUE(pair_->a().engine->FailQp(qa).ok());
+  ASSERT_EQ(pair_->WaitCompletions(pair_->b().cq, 1).size(), 1u);
+  ASSERT_EQ(pair_->WaitCompletions(pair_->a().cq, 1).size(), 1u);
+  AsyncEvent event;
+  unsigned fatal_b = 0, fatal_a = 0;
+  while (pair_->b().engine->NextAsyncEvent(&event)) fatal_b += event.type == IBV_EVENT_QP_FATAL;
+  while (pair_->a().engine->NextAsyncEvent(&event)) fatal_a += event.type == IBV_EVENT_QP_FATAL && event.qpn == qa->qpn;
+  EXPECT_EQ(fatal_b, 0u) << "moved to ERR by its consumer";
+  EXPECT_EQ(fatal_a, 1u) << "FailQp";
+}
+
 // Loopback (EngineConfig::loopback): QPs of one engine reach each other
 // through the engine's own GIDs, as on an RDMA NIC, and those frames never
 // reach the port. rdma-core's tests and UCX connect a device to itself.

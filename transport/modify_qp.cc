@@ -11,6 +11,16 @@
 namespace uroce::transport {
 
 Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn) {
+  return ModifyQpAs(qp, attr, mask, expected_qpn, /*fatal=*/false);
+}
+
+Status Engine::FailQp(QueuePair* qp, uint32_t expected_qpn) {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  return ModifyQpAs(qp, attr, IBV_QP_STATE, expected_qpn, /*fatal=*/true);
+}
+
+Status Engine::ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn, bool fatal) {
   if (mask & IBV_QP_AV) UROCE_RETURN_IF_ERROR(ResolveNeighborIfMissing(attr.ah_attr, "ibv_modify_qp"));
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (!OwnsQpLocked(qp) || (expected_qpn != kAnyQpn && qp->qpn != expected_qpn)) return InvalidArgument("no such QP");
@@ -91,7 +101,14 @@ Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32
     qp->recv_credits_used.store(0, std::memory_order_release);
   }
   qp->state.store(target, std::memory_order_release);
-  if (target == IBV_QPS_ERR && current != IBV_QPS_ERR) qp->flush_pending = true;
+  if (target == IBV_QPS_ERR && current != IBV_QPS_ERR) {
+    qp->flush_pending = true;
+    // A consumer that moves its QP to ERR asked for it: no affiliated
+    // asynchronous error (ibv_get_async_event(3): IBV_EVENT_QP_FATAL is an
+    // error the device detected; UCX logged "local work queue catastrophic
+    // error" at every teardown, issue 17). FailQp's callers did not ask.
+    qp->flush_fatal = fatal;
+  }
   core_.MarkBusy(qp);  // the next poll looks at it in its new state (we hold the token)
   return Status::Ok();
 }

@@ -231,6 +231,7 @@ class QueuePair {
   };
   std::vector<UdSource> ud_sources;
   bool flush_pending = false;
+  bool flush_fatal = false;  // with the flush: IBV_EVENT_QP_FATAL (Engine::FailQp)
 
   // The engine's ready list (Engine::Poll runs only QPs with work, issue 16):
   // a poster that finds `doorbell` clear sets it and hands the QP to the

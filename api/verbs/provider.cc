@@ -342,9 +342,8 @@ void Provider::WatchPeersLocked(std::vector<std::array<uint32_t, 3>>* lost) {
     if (it == peers_.end() || it->second.dest_qpn != g.dest_qpn) continue;
     const WatchedQp w = it->second.watched;
     peers_.erase(it);
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_ERR;
-    if (!w.engine->ModifyQp(w.qp, attr, IBV_QP_STATE, g.qpn).ok()) continue;
+    // Not the consumer's doing: with IBV_EVENT_QP_FATAL, as an engine error.
+    if (!w.engine->FailQp(w.qp, g.qpn).ok()) continue;
     lost->push_back({static_cast<uint32_t>(w.device), g.qpn, g.dest_qpn});
     if (++moved <= 4) {
       char name[48];

@@ -264,11 +264,18 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return rc;
 }
 
-// ibv_create_qp_ex(3): a PD, and for the extended post interface
-// IBV_QP_INIT_ATTR_SEND_OPS_FLAGS with operations uroce carries out.
+// ibv_create_qp_ex(3): a PD, for the extended post interface
+// IBV_QP_INIT_ATTR_SEND_OPS_FLAGS with operations uroce carries out, and
+// IBV_QP_INIT_ATTR_CREATE_FLAGS only with no flag set.
 ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
-  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
   if ((attr->comp_mask & ~known) != 0 || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  // IBV_QP_INIT_ATTR_CREATE_FLAGS with no flag asks for nothing (UCX sets
+  // the mask with flags 0; issue 17); none of the flags is offered.
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags != 0) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
