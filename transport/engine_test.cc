@@ -515,6 +515,39 @@ TEST_F(EngineTest, ReceiveTooSmallIsLocalLengthError) {
   EXPECT_EQ(sent[0].status, IBV_WC_REM_INV_REQ_ERR);
 }
 
+// Issue 17: an address vector that can never be valid fails at once, before
+// any neighbour resolution (a zero destination GID waited 3 s for ND).
+TEST_F(EngineTest, AnAddressThatCanNeverBeValidFailsBeforeNeighbourResolution) {
+  EnginePairOptions options;
+  int resolver_calls = 0;
+  options.engine_template.resolve_neighbor = [&resolver_calls](const Gid&) {
+    ++resolver_calls;
+    return Status(StatusCode::kUnavailable, "no answer");
+  };
+  Start(options);
+  ibv_ah_attr zero{};
+  zero.is_global = 1;
+  zero.port_num = 1;  // sgid_index 0: our IPv4 GID; dgid all zeros
+  auto ah = pair_->a().engine->CreateAh(pair_->a().pd, zero);
+  EXPECT_EQ(ah.status().code(), StatusCode::kInvalidArgument) << ah.status().ToString();
+  ibv_ah_attr bad_index{};
+  bad_index.is_global = 1;
+  bad_index.grh.sgid_index = 200;
+  std::memcpy(bad_index.grh.dgid.raw, pair_->b().gid.data(), 16);
+  ah = pair_->a().engine->CreateAh(pair_->a().pd, bad_index);
+  EXPECT_EQ(ah.status().code(), StatusCode::kInvalidArgument) << ah.status().ToString();
+  EXPECT_EQ(resolver_calls, 0);
+  // A valid address of a neighbour nobody knows still asks the resolver.
+  ibv_ah_attr unknown{};
+  unknown.is_global = 1;
+  const uint8_t stranger_ip[4] = {10, 11, 12, 13};
+  const Gid stranger = Ipv4MappedGid(stranger_ip);
+  std::memcpy(unknown.grh.dgid.raw, stranger.data(), 16);
+  ah = pair_->a().engine->CreateAh(pair_->a().pd, unknown);
+  EXPECT_EQ(ah.status().code(), StatusCode::kUnavailable) << ah.status().ToString();
+  EXPECT_EQ(resolver_calls, 1);
+}
+
 TEST_F(EngineTest, UdSendPlacesGrhAndSourceQp) {
   Start();
   auto ud_a = pair_->CreateUdQp(pair_->a(), 0x11111111);

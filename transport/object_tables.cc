@@ -38,6 +38,34 @@ bool AddressVectorGid(const ibv_ah_attr& ah, Gid* gid) {
   return true;
 }
 
+// What a RoCE address vector needs whatever its neighbour: a GRH, a source
+// GID in our table, a destination of the same IP version that is an address
+// at all (the all-zero GID, IPv6's unspecified address, is none). Checked
+// before neighbour resolution (issue 17: ibv_create_ah with a zero
+// destination GID waited 3 s for ND and failed with EAGAIN; UCX makes such
+// AHs while it probes GIDs).
+bool CheckAddressVector(const ibv_ah_attr& ah, const std::vector<Gid>& gids, std::string* why) {
+  if (!ah.is_global) {
+    *why = "RoCE addresses need a GRH (is_global = 1)";
+    return false;
+  }
+  if (ah.grh.sgid_index >= gids.size()) {
+    *why = "sgid_index " + std::to_string(ah.grh.sgid_index) + " is not in the GID table";
+    return false;
+  }
+  Gid dgid;
+  std::memcpy(dgid.data(), ah.grh.dgid.raw, 16);
+  if (dgid == Gid{}) {
+    *why = "the destination GID is all zeros";
+    return false;
+  }
+  if (IsIpv4MappedGid(gids[ah.grh.sgid_index]) != IsIpv4MappedGid(dgid)) {
+    *why = "source and destination GIDs are of different IP versions";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 ObjectTables::ObjectTables(uint64_t random_seed) : pd_in_use(1), random(RandomSeed(random_seed)) {}
@@ -222,23 +250,12 @@ StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
 }
 
 bool Engine::ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why, const MacAddress* dmac) const {
-  if (!ah.is_global) {
-    *why = "RoCE addresses need a GRH (is_global = 1)";
-    return false;
-  }
-  if (ah.grh.sgid_index >= core_.config.gids.size()) {
-    *why = "sgid_index " + std::to_string(ah.grh.sgid_index) + " is not in the GID table";
-    return false;
-  }
+  if (!CheckAddressVector(ah, core_.config.gids, why)) return false;
   Gid dgid;
   std::memcpy(dgid.data(), ah.grh.dgid.raw, 16);
   path->dgid = dgid;
   path->sgid = core_.config.gids[ah.grh.sgid_index];
   path->ipv6 = !IsIpv4MappedGid(path->sgid);
-  if (path->ipv6 == IsIpv4MappedGid(dgid)) {
-    *why = "source and destination GIDs are of different IP versions";
-    return false;
-  }
   path->traffic_class = ah.grh.traffic_class;
   path->hop_limit = ah.grh.hop_limit ? ah.grh.hop_limit : 64;
   path->flow_label = ah.grh.flow_label & 0xFFFFF;
@@ -302,6 +319,11 @@ std::vector<QpStats> Engine::QpStatsSnapshot() const {
 }
 
 Status Engine::ResolveNeighborIfMissing(const ibv_ah_attr& ah, const char* call) {
+  // The arguments first: a path that can never be valid fails at once, not
+  // after ARP or ND gives up.
+  if (std::string why; !CheckAddressVector(ah, core_.config.gids, &why)) {
+    return InvalidArgument(std::string(call) + ": " + why);
+  }
   Gid dgid;
   // LookupNeighbor knows our own GIDs: loopback needs no ARP or ND.
   if (!core_.config.resolve_neighbor || !AddressVectorGid(ah, &dgid) || LookupNeighbor(dgid, nullptr)) {
