@@ -71,10 +71,8 @@ class MpmcRing {
     }
   }
 
-  // Any thread: claims a slot and lets `fill(T&)` write the value in place
-  // (only the bytes it needs: a work request sized by what it carries,
-  // issue 16), then publishes it. False when the ring is full (`fill` not
-  // called).
+  // Any thread: claims a slot and lets `fill(T&)` write the value in place,
+  // then publishes it. False when the ring is full (`fill` not called).
   template <typename Fill>
   bool TryPushWith(Fill&& fill) {
     size_t pos = tail_.value.load(std::memory_order_relaxed);
@@ -94,23 +92,6 @@ class MpmcRing {
         pos = tail_.value.load(std::memory_order_relaxed);
       }
     }
-  }
-
-  // For rings with one consumer at a time (the engine's work request rings:
-  // the engine thread, or a control call holding the progress token, whose
-  // acquire/release orders one consumer after the other): lets
-  // `take(const T&)` read the oldest value in place and frees its slot, with
-  // no compare-exchange (issue 16: no CAS on a single-consumer path). False
-  // when empty. Never mixed with TryPop on the same ring.
-  template <typename Take>
-  bool TryPopSingleConsumer(Take&& take) {
-    const size_t pos = head_.value.load(std::memory_order_relaxed);
-    Slot& slot = slots_[pos & mask_];
-    if (slot.sequence.load(std::memory_order_acquire) != pos + 1) return false;
-    take(static_cast<const T&>(slot.value));
-    head_.value.store(pos + 1, std::memory_order_relaxed);
-    slot.sequence.store(pos + mask_ + 1, std::memory_order_release);
-    return true;
   }
 
   // Pops up to `n` values into `out`; returns how many.
@@ -202,7 +183,9 @@ class StridedRing {
     }
   }
 
-  // One consumer at a time (as MpmcRing::TryPopSingleConsumer): lets
+  // One consumer at a time (the engine thread, or a control call holding
+  // the progress token, whose acquire/release orders one consumer after the
+  // other; issue 16: no compare-exchange on a single-consumer path): lets
   // `take(const std::byte* payload)` read the oldest request in place and
   // frees its slot. False when empty.
   template <typename Take>
