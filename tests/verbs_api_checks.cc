@@ -2,9 +2,15 @@
 // against uroce's libibverbs.so.1 (run by verbs_api_test.sh under `uroce
 // exec` over configs/ring.ini: two devices on a net_ring pair). Issue 17's
 // smaller defects, found by UCX and rdma-core's own tests.
+#include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
 #include <gtest/gtest.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <vector>
 
 namespace {
 
@@ -69,6 +75,287 @@ TEST_F(VerbsApiTest, CreateFlagsWithNoFlagMakeAQp) {
   errno = 0;
   EXPECT_EQ(ibv_create_qp_ex(ctx_, &a), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
+}
+
+// Two RC QPs of one device joined through the device's own first GID
+// (loopback), and what the tests below post on them.
+class RcLoopbackTest : public VerbsApiTest {
+ protected:
+  void SetUp() override {
+    VerbsApiTest::SetUp();
+    if (HasFatalFailure()) return;
+    test_cq_ = MakeTestCq();
+    ASSERT_NE(test_cq_, nullptr) << "errno " << errno;
+    ibv_qp_init_attr_ex a = RcAttr();
+    a.send_cq = a.recv_cq = test_cq_;
+    a.cap.max_send_wr = a.cap.max_recv_wr = 16;
+    qp_[0] = ibv_create_qp_ex(ctx_, &a);
+    qp_[1] = ibv_create_qp_ex(ctx_, &a);
+    ASSERT_NE(qp_[0], nullptr);
+    ASSERT_NE(qp_[1], nullptr);
+    ibv_gid gid{};
+    ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
+    for (int i = 0; i < 2; ++i) Connect(qp_[i], qp_[1 - i]->qp_num, gid);
+    buf_.assign(2 * kBytes, 0);
+    mr_ = ibv_reg_mr(pd_, buf_.data(), buf_.size(),
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    ASSERT_NE(mr_, nullptr);
+  }
+  void TearDown() override {
+    for (ibv_qp* qp : qp_) {
+      if (qp != nullptr) ibv_destroy_qp(qp);
+    }
+    if (mr_ != nullptr) ibv_dereg_mr(mr_);
+    if (test_cq_ != nullptr && test_cq_ != cq_) ibv_destroy_cq(test_cq_);
+    VerbsApiTest::TearDown();
+  }
+  // The CQ both QPs complete on (the extended CQ test makes its own).
+  virtual ibv_cq* MakeTestCq() { return cq_; }
+
+  void Connect(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_INIT;
+    attr.port_num = 1;
+    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+    attr = {};
+    attr.qp_state = IBV_QPS_RTR;
+    attr.path_mtu = IBV_MTU_1024;
+    attr.dest_qp_num = remote_qpn;
+    attr.rq_psn = 0;
+    attr.max_dest_rd_atomic = 1;
+    attr.min_rnr_timer = 1;
+    attr.ah_attr.is_global = 1;
+    attr.ah_attr.port_num = 1;
+    attr.ah_attr.grh.dgid = gid;
+    attr.ah_attr.grh.sgid_index = 0;
+    attr.ah_attr.grh.hop_limit = 64;
+    ASSERT_EQ(ibv_modify_qp(qp, &attr,
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+              0)
+        << "errno " << errno;
+    attr = {};
+    attr.qp_state = IBV_QPS_RTS;
+    attr.sq_psn = 0;
+    attr.timeout = 14;
+    attr.retry_cnt = 7;
+    attr.rnr_retry = 7;
+    attr.max_rd_atomic = 1;
+    ASSERT_EQ(ibv_modify_qp(qp, &attr,
+                            IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                IBV_QP_MAX_QP_RD_ATOMIC),
+              0);
+  }
+  // A signaled RDMA WRITE with immediate of `len` bytes from the first half
+  // of the buffer to the second, through `rkey`, and the receive it uses.
+  void PostWriteWithImm(uint64_t wr_id, uint32_t len, uint32_t rkey, uint32_t imm) {
+    ibv_recv_wr rwr{};
+    rwr.wr_id = wr_id + 1000;
+    ibv_recv_wr* bad_recv = nullptr;
+    ASSERT_EQ(ibv_post_recv(qp_[1], &rwr, &bad_recv), 0);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), len, mr_->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.imm_data = htonl(imm);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(buf_.data() + kBytes);
+    wr.wr.rdma.rkey = rkey;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  }
+  // Polls `cq` until `n` completions came or `timeout` passed.
+  std::vector<ibv_wc> Wait(ibv_cq* cq, size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    std::vector<ibv_wc> got;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (got.size() < n && std::chrono::steady_clock::now() < deadline) {
+      ibv_wc wc[4];
+      const int k = ibv_poll_cq(cq, 4, wc);
+      for (int i = 0; i < k; ++i) got.push_back(wc[i]);
+    }
+    return got;
+  }
+
+  static constexpr uint32_t kBytes = 4096;
+  ibv_cq* test_cq_ = nullptr;
+  ibv_qp* qp_[2] = {nullptr, nullptr};
+  std::vector<uint8_t> buf_;
+  ibv_mr* mr_ = nullptr;
+};
+
+// ibv_create_cq_ex(3): start_poll / next_poll / end_poll and the read_*
+// calls of IBV_WC_STANDARD_FLAGS give what ibv_poll_cq would; ENOENT when
+// empty; EOPNOTSUPP for what is not offered, EINVAL for a bad size.
+class ExtendedCqTest : public RcLoopbackTest {
+ protected:
+  ibv_cq* MakeTestCq() override {
+    ibv_cq_init_attr_ex attr{};
+    attr.cqe = 32;
+    attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+    cq_ex_ = ibv_create_cq_ex(ctx_, &attr);
+    return cq_ex_ != nullptr ? ibv_cq_ex_to_cq(cq_ex_) : nullptr;
+  }
+  ibv_cq_ex* cq_ex_ = nullptr;
+};
+
+TEST_F(ExtendedCqTest, PollsTheStandardFieldsOneByOne) {
+  ibv_poll_cq_attr poll_attr{};
+  EXPECT_EQ(ibv_start_poll(cq_ex_, &poll_attr), ENOENT) << "nothing completed yet";
+  PostWriteWithImm(7, 100, mr_->rkey, 0xabcd);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int rc = ENOENT;
+  while (rc == ENOENT && std::chrono::steady_clock::now() < deadline) rc = ibv_start_poll(cq_ex_, &poll_attr);
+  ASSERT_EQ(rc, 0);
+  bool saw_send = false, saw_recv = false;
+  for (int taken = 0; taken < 2;) {
+    EXPECT_EQ(cq_ex_->status, IBV_WC_SUCCESS);
+    if (cq_ex_->wr_id == 7) {
+      saw_send = true;
+      EXPECT_EQ(ibv_wc_read_opcode(cq_ex_), IBV_WC_RDMA_WRITE);
+      EXPECT_EQ(ibv_wc_read_qp_num(cq_ex_), qp_[0]->qp_num);
+    } else {
+      saw_recv = true;
+      EXPECT_EQ(cq_ex_->wr_id, 1007u);
+      EXPECT_EQ(ibv_wc_read_opcode(cq_ex_), IBV_WC_RECV_RDMA_WITH_IMM);
+      EXPECT_EQ(ibv_wc_read_byte_len(cq_ex_), 100u);
+      EXPECT_EQ(ntohl(ibv_wc_read_imm_data(cq_ex_)), 0xabcdu);
+      EXPECT_TRUE(ibv_wc_read_wc_flags(cq_ex_) & IBV_WC_WITH_IMM);
+      EXPECT_EQ(ibv_wc_read_qp_num(cq_ex_), qp_[1]->qp_num);
+    }
+    if (++taken == 2) break;
+    do {
+      rc = ibv_next_poll(cq_ex_);
+    } while (rc == ENOENT && std::chrono::steady_clock::now() < deadline);
+    ASSERT_EQ(rc, 0);
+  }
+  ibv_end_poll(cq_ex_);
+  EXPECT_TRUE(saw_send && saw_recv);
+  EXPECT_EQ(ibv_start_poll(cq_ex_, &poll_attr), ENOENT);
+}
+
+TEST_F(VerbsApiTest, ExtendedCqRefusesWhatIsNotOffered) {
+  ibv_cq_init_attr_ex attr{};
+  attr.cqe = 8;
+  attr.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq_ex(ctx_, &attr), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  attr.wc_flags = 0;
+  attr.cqe = (1u << 22) + 1;  // above max_cqe
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq_ex(ctx_, &attr), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  attr.cqe = 8;
+  attr.comp_vector = static_cast<uint32_t>(ctx_->num_comp_vectors);
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq_ex(ctx_, &attr), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+// ibv_resize_cq(3): grows and shrinks keeping the completions waiting, in
+// order; refuses (EINVAL, unchanged) a size below what is waiting.
+TEST_F(RcLoopbackTest, ResizeCqKeepsWhatIsWaiting) {
+  ASSERT_EQ(ibv_resize_cq(cq_, 64), 0);
+  EXPECT_GE(cq_->cqe, 64);
+  for (uint64_t i = 0; i < 3; ++i) PostWriteWithImm(i, 8, mr_->rkey, 1);
+  // Six completions (three writes, three receives) arrive; none is polled.
+  // Loopback completes within a few polls; 200 ms of them is plenty.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (std::chrono::steady_clock::now() < until) {
+    ibv_wc none;
+    (void)ibv_poll_cq(cq_, 0, &none);  // progress without taking anything
+  }
+  EXPECT_EQ(ibv_resize_cq(cq_, 2), EINVAL) << "six completions wait";
+  EXPECT_GE(cq_->cqe, 64) << "a refused resize changes nothing";
+  ASSERT_EQ(ibv_resize_cq(cq_, 8), 0);
+  EXPECT_GE(cq_->cqe, 8);
+  EXPECT_LT(cq_->cqe, 64);
+  auto wcs = Wait(cq_, 6);
+  ASSERT_EQ(wcs.size(), 6u);
+  std::vector<uint64_t> sends;
+  for (const ibv_wc& wc : wcs) {
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    if (wc.opcode == IBV_WC_RDMA_WRITE) sends.push_back(wc.wr_id);
+  }
+  EXPECT_EQ(sends, (std::vector<uint64_t>{0, 1, 2})) << "kept in order";
+  EXPECT_EQ(ibv_resize_cq(cq_, 0), EINVAL);
+}
+
+// ibv_rereg_mr(3): a new access takes effect (remote write refused once
+// REMOTE_WRITE is gone), a new translation moves the region, the keys stay;
+// bad arguments are IBV_REREG_MR_ERR_INPUT.
+TEST_F(RcLoopbackTest, ReregMrChangesAccessAndTranslation) {
+  PostWriteWithImm(1, 64, mr_->rkey, 1);
+  auto wcs = Wait(test_cq_, 2);
+  ASSERT_EQ(wcs.size(), 2u);
+  for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+
+  EXPECT_EQ(ibv_rereg_mr(mr_, 0, nullptr, nullptr, 0, 0), IBV_REREG_MR_ERR_INPUT);
+  EXPECT_EQ(ibv_rereg_mr(mr_, IBV_REREG_MR_CHANGE_PD, nullptr, nullptr, 0, 0), IBV_REREG_MR_ERR_INPUT);
+  EXPECT_EQ(ibv_rereg_mr(mr_, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, nullptr, 0, 0), IBV_REREG_MR_ERR_INPUT);
+
+  // The second half moves to a buffer of its own, with local write only;
+  // the keys the peer has stay the region's keys.
+  const uint32_t rkey = mr_->rkey, lkey = mr_->lkey;
+  std::vector<uint8_t> moved(kBytes, 0);
+  ASSERT_EQ(ibv_rereg_mr(mr_, IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS, nullptr, moved.data(),
+                         moved.size(), IBV_ACCESS_LOCAL_WRITE),
+            0);
+  EXPECT_EQ(mr_->addr, moved.data());
+  EXPECT_EQ(mr_->length, moved.size());
+  EXPECT_EQ(mr_->rkey, rkey);
+  EXPECT_EQ(mr_->lkey, lkey);
+  // An RDMA WRITE to it is refused by the responder now.
+  ibv_mr* src = ibv_reg_mr(pd_, buf_.data(), buf_.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(src, nullptr);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), 16, src->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 9;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(moved.data());
+  wr.wr.rdma.rkey = mr_->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  wcs = Wait(test_cq_, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 9u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(ibv_dereg_mr(src), 0);
+}
+
+// A QP moved to RESET takes its completions still waiting out of its CQ
+// (as mlx5 does); another QP's completions stay.
+TEST_F(RcLoopbackTest, ResetRemovesTheQpsWaitingCompletions) {
+  ibv_recv_wr rwr{};
+  ibv_recv_wr* bad = nullptr;
+  for (int i = 0; i < 2; ++i) {
+    rwr.wr_id = 10 + static_cast<uint64_t>(i);
+    ASSERT_EQ(ibv_post_recv(qp_[1], &rwr, &bad), 0);
+  }
+  rwr.wr_id = 20;
+  ASSERT_EQ(ibv_post_recv(qp_[0], &rwr, &bad), 0);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(qp_[1], &attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(ibv_modify_qp(qp_[0], &attr, IBV_QP_STATE), 0);
+  // Three flush completions are made; none is taken yet.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (std::chrono::steady_clock::now() < until) {
+    ibv_wc none;
+    (void)ibv_poll_cq(cq_, 0, &none);
+  }
+  attr.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(qp_[1], &attr, IBV_QP_STATE), 0);
+  auto wcs = Wait(cq_, 3, std::chrono::milliseconds(300));
+  ASSERT_EQ(wcs.size(), 1u) << "only qp 0's flush is left";
+  EXPECT_EQ(wcs[0].wr_id, 20u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
 }
 
 }  // namespace

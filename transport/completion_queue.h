@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "cq/completion_sink.h"
 #include "transport/mpmc_ring.h"
@@ -22,7 +24,37 @@ namespace uroce::transport {
 class CompletionQueue {
  public:
   // Holds at least `min_entries` completions.
-  explicit CompletionQueue(uint32_t min_entries) : ring_(min_entries) {}
+  explicit CompletionQueue(uint32_t min_entries) : ring_(std::make_unique<MpmcRing<ibv_wc>>(min_entries)) {}
+
+  // ibv_resize_cq(3): at least `min_entries` from now on, the completions
+  // waiting kept in order. False (nothing changed) when more completions
+  // wait than the new size holds. Control path, and only while nothing
+  // pushes or polls: the engine held between polls (ProgressToken) and no
+  // application thread polling this CQ (verbs: a CQ is not polled while it
+  // is resized). Allocates; never on the fast path.
+  bool Resize(uint32_t min_entries) {
+    const size_t waiting = ring_->ApproxSize();  // exact: nobody pushes or pops
+    auto resized = std::make_unique<MpmcRing<ibv_wc>>(min_entries);
+    if (waiting > resized->capacity()) return false;
+    std::vector<ibv_wc> moving(waiting);
+    const size_t taken = ring_->PopBurst(moving.data(), waiting);
+    for (size_t i = 0; i < taken; ++i) (void)resized->TryPush(moving[i]);
+    ring_ = std::move(resized);
+    return true;
+  }
+
+  // Control path, the engine held between polls: takes the completions of
+  // QP `qpn` out of the queue, the others keep their order (a QP moved to
+  // RESET, modify_qp.cc). A thread polling meanwhile may find the queue
+  // briefly empty, never out of order. Allocates; never on the fast path.
+  void RemoveCompletionsOf(uint32_t qpn) {
+    if (has_sinks_) return;  // the cq layer owns a libfabric CQ's entries
+    std::vector<ibv_wc> waiting(ring_->ApproxSize());
+    const size_t taken = ring_->PopBurst(waiting.data(), waiting.size());
+    for (size_t i = 0; i < taken; ++i) {
+      if (waiting[i].qp_num != qpn) (void)ring_->TryPush(waiting[i]);
+    }
+  }
 
   // Engine thread. False (and the queue marked overrun) when full.
   //
@@ -34,7 +66,7 @@ class CompletionQueue {
   // (back-pressure) do later ones queue in the ring behind them, in order;
   // ForwardToSinks moves them on as the CQ drains.
   bool Push(const ibv_wc& wc) {
-    if (has_sinks_ && carry_count_ == 0 && ring_.ApproxSize() == 0) {
+    if (has_sinks_ && carry_count_ == 0 && ring_->ApproxSize() == 0) {
       // The engine thread is the ring's only producer and (with sinks) its
       // only consumer, so the size is exact here.
       if (counter_sink_ != nullptr) counter_sink_->PushCompletions(&wc, 1);
@@ -50,7 +82,7 @@ class CompletionQueue {
       Count(pushed_);
       return true;
     }
-    if (ring_.TryPush(wc)) {
+    if (ring_->TryPush(wc)) {
       Count(pushed_);
       return true;
     }
@@ -62,7 +94,7 @@ class CompletionQueue {
   // Any thread: up to `n` completions into `out`, the number returned.
   int Poll(int n, ibv_wc* out) {
     if (n <= 0) return 0;
-    return static_cast<int>(ring_.PopBurst(out, static_cast<size_t>(n)));
+    return static_cast<int>(ring_->PopBurst(out, static_cast<size_t>(n)));
   }
 
   // Control path, before traffic: completions go on to a libfabric CQ and/or
@@ -83,7 +115,7 @@ class CompletionQueue {
     size_t moved = 0;
     for (;;) {
       if (carry_count_ == 0) {
-        carry_count_ = ring_.PopBurst(carry_, kCarry);
+        carry_count_ = ring_->PopBurst(carry_, kCarry);
         carry_start_ = 0;
         if (carry_count_ == 0) break;
         if (counter_sink_ != nullptr) counter_sink_->PushCompletions(carry_, carry_count_);
@@ -98,11 +130,11 @@ class CompletionQueue {
     return moved;
   }
 
-  uint32_t capacity() const { return static_cast<uint32_t>(ring_.capacity()); }
+  uint32_t capacity() const { return static_cast<uint32_t>(ring_->capacity()); }
   bool overrun() const { return overrun_.load(std::memory_order_acquire); }
   uint64_t overruns() const { return overruns_.load(std::memory_order_relaxed); }
   uint64_t pushed() const { return pushed_.load(std::memory_order_relaxed); }
-  size_t ApproxDepth() const { return ring_.ApproxSize(); }
+  size_t ApproxDepth() const { return ring_->ApproxSize(); }
 
  private:
   // Engine thread only writes these counters: a plain load and store, not a
@@ -112,7 +144,8 @@ class CompletionQueue {
   }
 
   static constexpr size_t kCarry = 32;
-  MpmcRing<ibv_wc> ring_;
+  // Behind a pointer only so that Resize can replace it.
+  std::unique_ptr<MpmcRing<ibv_wc>> ring_;
   bool has_sinks_ = false;
   cq::CompletionSink* cq_sink_ = nullptr;
   cq::CompletionSink* counter_sink_ = nullptr;

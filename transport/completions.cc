@@ -60,8 +60,9 @@ void Completions::RetireOldestSend(QueuePair* qp, ibv_wc_status status) {
 
 void Completions::CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status status, uint32_t byte_len,
                                ibv_wc_opcode opcode, unsigned wc_flags, uint32_t imm_or_rkey, uint32_t src_qp,
-                               uint32_t vendor_err) {
+                               uint32_t vendor_err, uint8_t sl) {
   ibv_wc wc{};
+  wc.sl = sl;
   wc.vendor_err = vendor_err;
   wc.wr_id = wqe.wr_id;
   wc.status = status;

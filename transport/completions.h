@@ -27,10 +27,11 @@ class Completions {
   // returns its credit and moves head on. Nothing may read the request after.
   void RetireOldestSend(QueuePair* qp, ibv_wc_status status);
   // `vendor_err`: for IBV_WC_LOC_LEN_ERR, the bytes that did not fit (the cq
-  // layer reports them as olen, fi_cq(3)).
+  // layer reports them as olen, fi_cq(3)). `sl`: wc.sl, for UD the frame's
+  // network type (UdNetworkTypeSl).
   void CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status status, uint32_t byte_len,
                     ibv_wc_opcode opcode, unsigned wc_flags, uint32_t imm_or_rkey, uint32_t src_qp,
-                    uint32_t vendor_err = 0);
+                    uint32_t vendor_err = 0, uint8_t sl = 0);
   // Moves the QP to ERR and flushes everything outstanding (IBTA 10.3.1.8).
   void EnterError(QueuePair* qp);
   void FlushQueues(QueuePair* qp);

@@ -64,8 +64,13 @@ class Engine {
   Status DeallocPd(PdHandle pd);
   StatusOr<MrKeys> RegMr(PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access);
   Status DeregMr(uint32_t lkey);
+  // ibv_rereg_mr(3): new PD, range and access for the region; keys unchanged.
+  Status ReregMr(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access);
   StatusOr<CompletionQueue*> CreateCq(uint32_t min_entries);
   Status DestroyCq(CompletionQueue* cq);
+  // ibv_resize_cq(3): EINVAL-class errors for a size out of range, a CQ with
+  // libfabric sinks, or more completions waiting than the new size holds.
+  Status ResizeCq(CompletionQueue* cq, uint32_t min_entries);
   // Sends `cq`'s completions on to a libfabric CQ and/or counter (cq layer);
   // either may be null. The sinks must outlive the attachment.
   Status AttachCompletionSinks(CompletionQueue* cq, cq::CompletionSink* cq_sink, cq::CompletionSink* counter_sink);

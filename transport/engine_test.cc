@@ -584,6 +584,9 @@ TEST_F(EngineTest, UdSendPlacesGrhAndSourceQp) {
   EXPECT_EQ(wc[0].byte_len, 40u + 512u);
   EXPECT_EQ(wc[0].src_qp, (*ud_a)->qpn);
   EXPECT_TRUE(wc[0].wc_flags & IBV_WC_GRH);
+  // The network type, where RoCE NICs report it (IBTA A17.4.5.1): UDP
+  // (RoCEv2) and IPv4. UCX's UD transport reads this.
+  EXPECT_EQ(wc[0].sl, 0x8 | 0x2);
   EXPECT_EQ(0, std::memcmp(dst.bytes.data() + 40, src.bytes.data(), 512));
   // IPv4: 20 zero bytes, then the IPv4 header (source 10.0.0.1).
   for (int i = 0; i < 20; ++i) EXPECT_EQ(dst.bytes[i], 0) << i;
@@ -1347,6 +1350,8 @@ TEST_F(LoopbackTest, UdDatagramsToOurOwnIpv4AndIpv6Gids) {
       if (wc.opcode == IBV_WC_RECV) {
         EXPECT_EQ(wc.src_qp, (*ud1)->qpn);
         EXPECT_EQ(wc.byte_len, 40u + 256u);
+        // RoCEv2 over IPv4 (0x2) or IPv6 (0x1), as RoCE NICs say in sl.
+        EXPECT_EQ(wc.sl, gid_index == 0 ? 0x8 | 0x2 : 0x8 | 0x1);
       }
     }
     EXPECT_EQ(0, std::memcmp(dst.bytes.data() + 40, src.bytes.data(), 256));

@@ -17,6 +17,15 @@ bool AccessIsValid(int access) {
   return (access & ~known) == 0;
 }
 
+// What Register and Reregister refuse before they touch the table.
+Status CheckRegistration(const void* addr, uint64_t length, uint64_t iova, int access) {
+  if (!AccessIsValid(access)) return InvalidArgument("invalid MR access flags " + std::to_string(access));
+  if (addr == nullptr && length != 0) return InvalidArgument("MR address is NULL");
+  if (length > (uint64_t(1) << 47)) return InvalidArgument("MR length too large");
+  if (iova + length < iova) return InvalidArgument("MR iova range wraps");
+  return Status::Ok();
+}
+
 }  // namespace
 
 MemoryRegionTable::MemoryRegionTable(uint32_t capacity)
@@ -31,10 +40,7 @@ MemoryRegionTable::MemoryRegionTable(uint32_t capacity)
 
 StatusOr<MrKeys> MemoryRegionTable::Register(PdHandle pd, void* addr, uint64_t length, uint64_t iova,
                                              int access) {
-  if (!AccessIsValid(access)) return InvalidArgument("invalid MR access flags " + std::to_string(access));
-  if (addr == nullptr && length != 0) return InvalidArgument("MR address is NULL");
-  if (length > (uint64_t(1) << 47)) return InvalidArgument("MR length too large");
-  if (iova + length < iova) return InvalidArgument("MR iova range wraps");
+  if (Status s = CheckRegistration(addr, length, iova, access); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (free_slots_.empty()) return ResourceExhausted("memory region table full");
   const uint32_t index = free_slots_.back();
@@ -64,6 +70,25 @@ Status MemoryRegionTable::Deregister(uint32_t lkey) {
   e.key.store(0, std::memory_order_release);
   free_slots_.push_back(index);
   --registered_;
+  return Status::Ok();
+}
+
+Status MemoryRegionTable::Reregister(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, uint64_t iova,
+                                     int access) {
+  if (Status s = CheckRegistration(addr, length, iova, access); !s.ok()) return s;
+  const uint32_t index = lkey >> kTagBits;
+  if (index == 0 || index >= capacity_) return InvalidArgument("no MR with key " + std::to_string(lkey));
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  Entry& e = entries_[index];
+  if (e.key.load(std::memory_order_relaxed) != lkey) {
+    return InvalidArgument("no MR with key " + std::to_string(lkey));
+  }
+  e.pd = pd;
+  e.addr = static_cast<uint8_t*>(addr);
+  e.length = length;
+  e.iova = iova;
+  e.access = access;
+  e.key.store(lkey, std::memory_order_release);  // publishes the new fields
   return Status::Ok();
 }
 

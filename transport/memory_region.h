@@ -46,6 +46,11 @@ class MemoryRegionTable {
   // region (ibv_reg_mr_iova2); ibv_reg_mr passes iova == addr.
   StatusOr<MrKeys> Register(PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access);
   Status Deregister(uint32_t lkey);
+  // ibv_rereg_mr(3): the region of `lkey` gets a new PD, range and access,
+  // and keeps its keys (as rxe's and mlx5's re-registration do: programs go
+  // on using the keys they exchanged). The caller holds the engine between
+  // polls (the fast path reads entries without locks).
+  Status Reregister(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access);
 
   // Engine thread. On kOk, *host points at the first byte of the range.
   // Local access (an SGE): `lkey`, a host address and length.

@@ -51,6 +51,31 @@ TEST(MemoryRegionTest, AccessFlagsAndPdAreEnforced) {
   EXPECT_EQ(table.CheckRemote(keys->rkey, 8, 0, 8, IBV_ACCESS_REMOTE_READ, &host), MrCheck::kWrongPd);
 }
 
+// ibv_rereg_mr(3): same keys, new PD, range and access; a bad request or a
+// stale key changes nothing.
+TEST(MemoryRegionTest, ReregisterKeepsTheKeysAndChangesTheRest) {
+  MemoryRegionTable table(64);
+  std::vector<uint8_t> first(64), second(256);
+  auto keys = table.Register(1, first.data(), first.size(), 0x1000, kAll);
+  ASSERT_TRUE(keys.ok());
+  ASSERT_TRUE(table.Reregister(keys->lkey, 2, second.data(), second.size(), 0x9000, IBV_ACCESS_LOCAL_WRITE).ok());
+  uint8_t* host = nullptr;
+  EXPECT_EQ(table.CheckRemote(keys->rkey, 2, 0x9000, 8, IBV_ACCESS_REMOTE_READ, &host), MrCheck::kNoAccess);
+  EXPECT_EQ(table.CheckLocal(keys->lkey, 1, reinterpret_cast<uint64_t>(second.data()), 8, 0, &host),
+            MrCheck::kWrongPd);
+  EXPECT_EQ(table.CheckLocal(keys->lkey, 2, reinterpret_cast<uint64_t>(first.data()), 8, 0, &host),
+            MrCheck::kOutOfRange);
+  EXPECT_EQ(table.CheckLocal(keys->lkey, 2, reinterpret_cast<uint64_t>(second.data()) + 248, 8,
+                             IBV_ACCESS_LOCAL_WRITE, &host),
+            MrCheck::kOk);
+  EXPECT_EQ(host, second.data() + 248);
+  // Remote write without local write is refused here too, and changes nothing.
+  EXPECT_FALSE(table.Reregister(keys->lkey, 2, first.data(), first.size(), 0, IBV_ACCESS_REMOTE_WRITE).ok());
+  EXPECT_EQ(table.CheckLocal(keys->lkey, 2, reinterpret_cast<uint64_t>(second.data()), 8, 0, &host), MrCheck::kOk);
+  ASSERT_TRUE(table.Deregister(keys->lkey).ok());
+  EXPECT_FALSE(table.Reregister(keys->lkey, 2, first.data(), first.size(), 0, kAll).ok()) << "stale key";
+}
+
 TEST(MemoryRegionTest, RemoteWriteWithoutLocalWriteIsRefused) {
   MemoryRegionTable table(64);
   std::vector<uint8_t> buf(64);

@@ -99,6 +99,13 @@ Status Engine::ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint
     std::fill(qp->resp.atomics.begin(), qp->resp.atomics.end(), AtomicReplay{});
     qp->send_credits_used.store(0, std::memory_order_release);
     qp->recv_credits_used.store(0, std::memory_order_release);
+    qp->flush_pending = qp->flush_fatal = false;  // nothing left to flush
+    // Completions of the QP's past life still waiting in its CQs go too, as
+    // rdma-core's mlx5 provider cleans the CQs at reset (mlx5_cq_clean): a QP
+    // brought back from ERR does not hand its next poller the flush errors
+    // of before (rdma-core's tests restate QPs this way, then expect success).
+    if (qp->send_cq != nullptr) qp->send_cq->RemoveCompletionsOf(qp->qpn);
+    if (qp->recv_cq != nullptr && qp->recv_cq != qp->send_cq) qp->recv_cq->RemoveCompletionsOf(qp->qpn);
   }
   qp->state.store(target, std::memory_order_release);
   if (target == IBV_QPS_ERR && current != IBV_QPS_ERR) {

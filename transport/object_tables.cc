@@ -119,6 +119,14 @@ Status Engine::DeregMr(uint32_t lkey) {
   return core_.mrs.Deregister(lkey);
 }
 
+Status Engine::ReregMr(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access) {
+  std::lock_guard<std::mutex> lock(control_mutex_);  // the PD stays alive, as in RegMr
+  if (!tables_.PdValid(pd)) return InvalidArgument("no such PD");
+  // Between polls: no packet of the current burst sees half an update.
+  ProgressToken token(core_);
+  return core_.mrs.Reregister(lkey, pd, addr, length, iova, access);
+}
+
 StatusOr<CompletionQueue*> Engine::CreateCq(uint32_t min_entries) {
   if (min_entries == 0 || min_entries > (1u << 22)) return InvalidArgument("CQ size out of range");
   std::lock_guard<std::mutex> lock(control_mutex_);
@@ -134,6 +142,19 @@ Status Engine::AttachCompletionSinks(CompletionQueue* cq, cq::CompletionSink* cq
   std::vector<CompletionQueue*>& forwarding = core_.forwarding_cqs;
   forwarding.erase(std::remove(forwarding.begin(), forwarding.end(), cq), forwarding.end());
   if (cq->has_sinks()) core_.forwarding_cqs.push_back(cq);
+  return Status::Ok();
+}
+
+Status Engine::ResizeCq(CompletionQueue* cq, uint32_t min_entries) {
+  if (min_entries == 0 || min_entries > (1u << 22)) return InvalidArgument("CQ size out of range");
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  auto it = std::find_if(tables_.cqs.begin(), tables_.cqs.end(), [cq](const auto& p) { return p.get() == cq; });
+  if (it == tables_.cqs.end()) return InvalidArgument("no such CQ");
+  // A libfabric CQ's completions live in the cq layer, sized by fi_cq_open.
+  if (cq->has_sinks()) return InvalidArgument("CQ forwards to libfabric objects");
+  // Between polls: the engine pushes nothing while the ring is replaced.
+  ProgressToken token(core_);
+  if (!cq->Resize(min_entries)) return InvalidArgument("more completions waiting than the new size holds");
   return Status::Ok();
 }
 

@@ -48,6 +48,21 @@ ReadResponseJob AtomicJob(Psn psn, uint64_t original, bool duplicate) {
   return job;
 }
 
+// What a UD receive completion carries in wc.sl on a RoCE NIC. IBTA A17.4.5.1:
+// for RoCEv2 a UD completion tells the receiver whether the frame was IPv4 or
+// IPv6, so that it knows where in the 40-byte GRH area the addresses are.
+// Verbs has no field for it; RoCE NICs put it in sl (mlx5: bit 3 "UDP header
+// present", bits 2:0 the L3 type, 1 IPv6, 2 IPv4), and UCX's UD transport
+// reads it there: with 0 it takes an IPv4 frame's addresses for IPv6 ones and
+// drops every datagram (issue 17).
+constexpr uint8_t kSlUdpHeader = 0x8;
+constexpr uint8_t kSlIpv6 = 0x1;
+constexpr uint8_t kSlIpv4 = 0x2;
+
+uint8_t UdNetworkTypeSl(IpVersion version) {
+  return kSlUdpHeader | (version == IpVersion::kIpv4 ? kSlIpv4 : kSlIpv6);
+}
+
 }  // namespace
 
 const char* ResponderStepName(ResponderStep step) {
@@ -239,7 +254,8 @@ void Responder::HandleUdReceive(QueuePair* qp, const PacketView& p) {
   }
   completions_.CompleteRecv(qp, wqe, ok ? IBV_WC_SUCCESS : error, ok ? kGrhBytes + p.fields.payload_length : 0,
                             IBV_WC_RECV, flags, imm, p.fields.deth.src_qp,
-                            !ok && error == IBV_WC_LOC_LEN_ERR ? qp->resp.length_overflow : 0);
+                            !ok && error == IBV_WC_LOC_LEN_ERR ? qp->resp.length_overflow : 0,
+                            UdNetworkTypeSl(p.fields.ip_version));
 }
 
 // A request whose PSN is behind the expected one (IBTA 9.7.5.1.1).

@@ -54,7 +54,9 @@ int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_
   }
   std::memset(ah_attr, 0, sizeof(*ah_attr));
   ah_attr->dlid = wc->slid;
-  ah_attr->sl = wc->sl;
+  // A UD completion's sl is the frame's network type on RoCE (responder.cc),
+  // not a service level: the reply goes at the default one.
+  ah_attr->sl = 0;
   ah_attr->src_path_bits = wc->dlid_path_bits;
   ah_attr->port_num = port_num;
   if (!(wc->wc_flags & IBV_WC_GRH) || grh == nullptr) {

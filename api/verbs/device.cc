@@ -86,12 +86,17 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c->ops.post_send = uroce::verbs::PostSend;
   c->ops.post_recv = uroce::verbs::PostRecv;
   c->ops.post_srq_recv = uroce::verbs::PostSrqRecv;
-  c->cmd_fd = -1;  // no kernel device behind uroce
+  // No kernel device is behind uroce, but programs treat cmd_fd as an open
+  // file (rdma-core's tests dup it to share the context with
+  // ibv_import_device(3), which then says EOPNOTSUPP): /dev/null, open.
+  c->cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
   c->async_fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
   c->num_comp_vectors = 1;
   pthread_mutex_init(&c->mutex, nullptr);
-  if (c->async_fd < 0) {
+  if (c->async_fd < 0 || c->cmd_fd < 0) {
     const int e = errno;
+    if (c->async_fd >= 0) close(c->async_fd);
+    if (c->cmd_fd >= 0) close(c->cmd_fd);
     delete ctx;
     errno = e;
     return nullptr;
@@ -104,6 +109,7 @@ int ibv_close_device(ibv_context* context) {
   Context* ctx = Context::From(context);
   Provider::Get().Close(ctx);
   close(context->async_fd);
+  close(context->cmd_fd);
   pthread_mutex_destroy(&context->mutex);
   delete ctx;
   return 0;

@@ -1,5 +1,5 @@
 // Memory regions: ibv_reg_mr(3), ibv_reg_mr_iova(3), ibv_reg_mr_iova2(3),
-// ibv_dereg_mr(3). The engine checks keys, bounds, access and PD before a
+// ibv_rereg_mr(3), ibv_dereg_mr(3). The engine checks keys, bounds, access and PD before a
 // byte moves; the region is the application's memory, used in place.
 #include <infiniband/verbs.h>
 
@@ -10,6 +10,7 @@
 #include "api/verbs/objects.h"
 
 using uroce::verbs::Context;
+using uroce::verbs::Mr;
 
 namespace {
 
@@ -18,37 +19,49 @@ namespace {
 constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                                       IBV_ACCESS_REMOTE_ATOMIC;
 
+// The engine's registration of [addr, addr + length) at `iova` in `pd`.
+uroce::StatusOr<uroce::transport::MrKeys> Register(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                                                   unsigned access) {
+  const unsigned required = access & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+  if ((required & ~kSupportedAccess) != 0) {
+    // Memory windows, on-demand paging, zero-based MRs: not offered.
+    return uroce::NotSupported("access flags not offered");
+  }
+  return Context::From(pd->context)->engine->RegMr(pd->handle, addr, length, iova,
+                                                   static_cast<int>(access & kSupportedAccess));
+}
+
+void Fill(Mr* mr, ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access,
+          const uroce::transport::MrKeys& keys) {
+  mr->mr.context = pd->context;
+  mr->mr.pd = pd;
+  mr->mr.addr = addr;
+  mr->mr.length = length;
+  mr->mr.handle = keys.lkey;
+  mr->mr.lkey = keys.lkey;
+  mr->mr.rkey = keys.rkey;
+  mr->access = access;
+  mr->iova = iova;
+}
+
 ibv_mr* RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
   if (pd == nullptr) {
     errno = EINVAL;
     return nullptr;
   }
-  const unsigned required = access & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
-  if ((required & ~kSupportedAccess) != 0) {
-    // Memory windows, on-demand paging, zero-based MRs: not offered.
-    errno = EOPNOTSUPP;
-    return nullptr;
-  }
-  auto keys = Context::From(pd->context)->engine->RegMr(pd->handle, addr, length, iova,
-                                                        static_cast<int>(access & kSupportedAccess));
+  auto keys = Register(pd, addr, length, iova, access);
   if (!keys.ok()) {
     errno = keys.status().ToErrno();
     return nullptr;
   }
-  auto* mr = new (std::nothrow) ibv_mr{};
+  auto* mr = new (std::nothrow) Mr();
   if (mr == nullptr) {
     (void)Context::From(pd->context)->engine->DeregMr(keys->lkey);
     errno = ENOMEM;
     return nullptr;
   }
-  mr->context = pd->context;
-  mr->pd = pd;
-  mr->addr = addr;
-  mr->length = length;
-  mr->handle = keys->lkey;
-  mr->lkey = keys->lkey;
-  mr->rkey = keys->rkey;
-  return mr;
+  Fill(mr, pd, addr, length, iova, access, *keys);
+  return &mr->mr;
 }
 
 }  // namespace
@@ -75,14 +88,42 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
 int ibv_dereg_mr(ibv_mr* mr) {
   uroce::Status s = Context::From(mr->context)->engine->DeregMr(mr->lkey);
   if (!s.ok()) return s.ToErrno();
-  delete mr;
+  delete Mr::From(mr);
   return 0;
 }
 
-// ibv_rereg_mr(3) returns IBV_REREG_MR_ERR_* codes; uroce has no re-registration.
-int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) {
-  errno = EOPNOTSUPP;
-  return IBV_REREG_MR_ERR_INPUT;
+// ibv_rereg_mr(3): 0, or an IBV_REREG_MR_ERR_* code with errno set. The
+// region keeps its keys (as rxe's and mlx5's re-registration do); work
+// requests already posted see the new registration when they run, so a
+// receive posted for the old range fails, as the man page warns.
+int ibv_rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  if (ibmr == nullptr || flags == 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) != 0 ||
+      ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0 && (addr == nullptr || length == 0)) ||
+      ((flags & IBV_REREG_MR_CHANGE_PD) != 0 && (pd == nullptr || pd->context != ibmr->context))) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  Mr* mr = Mr::From(ibmr);
+  ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) != 0 ? pd : ibmr->pd;
+  const bool translation = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0;
+  void* new_addr = translation ? addr : ibmr->addr;
+  const size_t new_length = translation ? length : ibmr->length;
+  const uint64_t new_iova = translation ? reinterpret_cast<uintptr_t>(addr) : mr->iova;
+  const unsigned new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) != 0 ? static_cast<unsigned>(access) : mr->access;
+  if ((new_access & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE) & ~kSupportedAccess) != 0) {
+    errno = EOPNOTSUPP;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  uroce::Status s = Context::From(ibmr->context)
+                        ->engine->ReregMr(ibmr->lkey, new_pd->handle, new_addr, new_length, new_iova,
+                                          static_cast<int>(new_access & kSupportedAccess));
+  if (!s.ok()) {
+    errno = s.ToErrno();
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  uroce::transport::MrKeys keys{ibmr->lkey, ibmr->rkey};
+  Fill(mr, new_pd, new_addr, new_length, new_iova, new_access, keys);
+  return 0;
 }
 
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {

@@ -81,8 +81,20 @@ struct Cq {
   std::atomic<bool> solicited_only{false};
   std::atomic<uint32_t> events_delivered{0};
   std::atomic<uint32_t> events_acked{0};
+  // ibv_create_cq_ex(3)'s poll interface: the completion start_poll or
+  // next_poll took last, which the read_* calls read.
+  ibv_wc current{};
   ibv_cq* ibv() { return ibv_cq_ex_to_cq(&cq); }
   static Cq* From(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
+};
+
+// A memory region: what ibv_rereg_mr(3) keeps of the registration that it
+// does not change.
+struct Mr {
+  ibv_mr mr;  // first
+  unsigned access = 0;
+  uint64_t iova = 0;
+  static Mr* From(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
 };
 
 struct Srq {
