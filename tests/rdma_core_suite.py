@@ -1,0 +1,116 @@
+#!/usr/bin/python3
+"""rdma-core's own Python test suite (python3-pyverbs) over uroce.
+
+Run by rdma_core_suite_test.sh under `uroce exec`: loads every test module of
+a copy of /usr/share/doc/rdma-core/tests, runs them against --dev, prints a
+pass/skip/fail/error count per module and every skip with its reason, and
+fails when a test fails or errors, or when a test skips for a reason that is
+not in KNOWN_SKIPS (each of those is a line of the README's "not offered"
+list, so a skip is always something the README owns up to).
+"""
+import collections
+import os
+import re
+import sys
+import unittest
+
+# Every test of the vendor modules (test_mlx5_*, test_efa*) skips: they test
+# another device's own interface.
+VENDOR = 'vendor modules (mlx5, efa): another device\'s own interface'
+
+# Reason pattern -> why uroce skips it (the README says the same).
+KNOWN_SKIPS = [
+    (r'cuda-python|/dev/dri/renderD|dmabuf',
+     'GPU memory (CUDA, dma-buf): no GPU driver here'),
+    (r'no huge pages of size 2M',
+     'the host has no 2 MiB hugepages reserved (environment, not uroce)'),
+    (r'Create QP type 8|Raw Packet QP|RSS',
+     'raw packet QPs and flow steering: uroce owns its port, no raw Ethernet QPs'),
+    (r'Extended CQ is not supported',
+     'tag matching (the test asks a CQ for IBV_WC_EX_WITH_TM_INFO)'),
+    (r'Importing a device is not supported',
+     'ibv_import_device: sharing a context between processes needs a kernel'),
+    (r'Extended QP is not supported on this device',
+     'atomic write (IBV_QP_EX_WITH_ATOMIC_WRITE): not offered yet'),
+    (r'ODP is not supported|implicit ODP|Implicit ODP',
+     'on-demand paging: not offered yet (issue 17 item 6)'),
+    (r'Device memory is not supported',
+     'device memory (ibv_alloc_dm): not offered yet (issue 17 item 6)'),
+    (r'Create XRCD is not supported',
+     'XRC: not offered yet (issue 17 item 6)'),
+    (r'MW access|memory window|additional access flags 18',
+     'memory windows: not offered yet (issue 17 item 6)'),
+    (r'Parent Domain is not supported',
+     'parent domains: not offered yet (issue 17 item 6)'),
+    (r"doesn't have net interface",
+     'rdma_cm tests need /sys/class/infiniband/DEV/device/net (issue 17 item 4)'),
+]
+
+
+def main():
+    tests_dir = sys.argv[1]
+    dev = sys.argv[2]
+    sys.path.insert(0, os.path.dirname(tests_dir))
+    sys.path.insert(0, tests_dir)
+    sys.argv = [sys.argv[0], '--dev', dev]
+    from args_parser import parser  # rdma-core's: reads --dev for every test
+    parser.parse_args()
+    from importlib.machinery import SourceFileLoader
+    tests = SourceFileLoader('tests', os.path.join(tests_dir, '__init__.py')).load_module()
+    suite = unittest.defaultTestLoader.loadTestsFromModule(tests)
+
+    class Result(unittest.TextTestResult):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.passed = []
+
+        def addSuccess(self, test):
+            super().addSuccess(test)
+            self.passed.append(test)
+
+    result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2, resultclass=Result).run(suite)
+
+    def module(test):
+        parts = test.id().split('.')
+        return parts[1] if len(parts) > 1 else parts[0]
+
+    counts = collections.defaultdict(collections.Counter)
+    for t in result.passed:
+        counts[module(t)]['pass'] += 1
+    for t, _ in result.skipped:
+        counts[module(t)]['skip'] += 1
+    for t, _ in result.failures:
+        counts[module(t)]['fail'] += 1
+    for t, _ in result.errors:
+        counts[module(t)]['error'] += 1
+    print('\n== rdma-core suite over uroce, per module (pass skip fail error)')
+    for m in sorted(counts):
+        c = counts[m]
+        print(f"{m:28} {c['pass']:4} {c['skip']:4} {c['fail']:4} {c['error']:4}")
+    print(f'TOTAL pass {len(result.passed)} skip {len(result.skipped)} '
+          f'fail {len(result.failures)} error {len(result.errors)}')
+
+    unexplained = []
+    by_reason = collections.Counter()
+    for t, why in result.skipped:
+        if re.match(r'test_(mlx5|efa)', module(t)):
+            by_reason[VENDOR] += 1
+            continue
+        for pattern, reason in KNOWN_SKIPS:
+            if re.search(pattern, why):
+                by_reason[reason] += 1
+                break
+        else:
+            unexplained.append((t.id(), why))
+    print('\n== skips by reason')
+    for reason, n in by_reason.most_common():
+        print(f'{n:4}  {reason}')
+    for name, why in unexplained:
+        print(f'UNEXPLAINED SKIP {name}: {why}')
+    ok = not result.failures and not result.errors and not unexplained
+    print('rdma-core suite:', 'OK' if ok else 'FAILED')
+    return 0 if ok else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
