@@ -8,6 +8,12 @@
 // --config and UROCE_CONFIG, the program attaches to `uroce daemon`), then execs the
 // program: its exit status, signals and stdio are the program's own.
 //
+// Run as root with a configuration, it first gives the program a private
+// mount namespace in which /dev/infiniband/uverbsN and
+// /sys/class/infiniband/uroceN exist, as a kernel RDMA driver would make
+// them (device_files.h: UCX does not see a device without them);
+// --device-files=no leaves the program in the host's namespace.
+//
 // The libraries are found, in order: $UROCE_VERBS_LIB_DIR (and
 // $UROCE_RDMACM_LIB_DIR, $UROCE_FABRIC_LIB_DIR); beside this binary in
 // Bazel's output tree (bazel-bin/tools/uroce -> bazel-bin/api/verbs,
@@ -25,6 +31,7 @@
 #include <vector>
 
 #include "tools/command.h"
+#include "tools/device_files.h"
 
 namespace uroce::tools {
 namespace {
@@ -65,10 +72,13 @@ std::string FindLibraryDir(const char* env_var, const char* subdir, const char* 
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: uroce exec [--config FILE] -- PROGRAM [ARGS...]\n"
+               "usage: uroce exec [--config FILE] [--device-files=auto|yes|no] -- PROGRAM [ARGS...]\n"
                "  runs PROGRAM with uroce's libibverbs.so.1, librdmacm.so.1 and libfabric provider\n"
                "  (liburoce-fi.so, provider \"uroce\"); uroce devices from FILE, or from $UROCE_CONFIG, or else\n"
-               "  the host's devices from the running `uroce daemon` ($UROCE_DAEMON or /run/uroce/uroce.sock)\n");
+               "  the host's devices from the running `uroce daemon` ($UROCE_DAEMON or /run/uroce/uroce.sock)\n"
+               "  --device-files: present /dev/infiniband/uverbsN and /sys/class/infiniband/uroceN to PROGRAM\n"
+               "  in a private mount namespace (UCX needs them); auto (default): when root, with a\n"
+               "  configuration, silently not otherwise; yes: or fail; no: never\n");
   return 2;
 }
 
@@ -107,8 +117,38 @@ std::string SanitizerRuntime() {
 
 }  // namespace
 
+// --device-files (device_files.h): whether the program sees the device files
+// a kernel RDMA driver would make.
+enum class DeviceFilesMode { kAuto, kYes, kNo };
+
+// Presents the configuration's devices; 0, or an exit status when `mode`
+// insists and it cannot be done.
+int PresentDevices(DeviceFilesMode mode, const std::string& config) {
+  if (mode == DeviceFilesMode::kNo) return 0;
+  if (config.empty()) {
+    // Attached to the daemon: its devices are not known here (yet).
+    if (mode == DeviceFilesMode::kYes) {
+      std::fprintf(stderr, "uroce exec: --device-files=yes needs a configuration (--config or UROCE_CONFIG)\n");
+      return 2;
+    }
+    return 0;
+  }
+  if (mode == DeviceFilesMode::kAuto && geteuid() != 0) return 0;
+  Status s = Status::Ok();
+  auto devices = DevicesOfConfig(config);
+  if (!devices.ok()) {
+    s = devices.status();
+  } else {
+    s = PresentDeviceFiles(*devices);
+  }
+  if (s.ok() || mode == DeviceFilesMode::kAuto) return 0;  // auto: the program runs without them (verbs does)
+  std::fprintf(stderr, "uroce exec: cannot present the device files: %s\n", s.ToString().c_str());
+  return 2;
+}
+
 int ExecCommand(int argc, char** argv) {
   std::string config;
+  DeviceFilesMode device_files = DeviceFilesMode::kAuto;
   int i = 1;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
@@ -120,6 +160,9 @@ int ExecCommand(int argc, char** argv) {
       config = argv[++i];
     } else if (a.rfind("--config=", 0) == 0) {
       config = a.substr(9);
+    } else if (a == "--device-files=auto" || a == "--device-files=yes" || a == "--device-files=no") {
+      const std::string v = a.substr(15);
+      device_files = v == "yes" ? DeviceFilesMode::kYes : v == "no" ? DeviceFilesMode::kNo : DeviceFilesMode::kAuto;
     } else if (a == "-h" || a == "--help") {
       Usage();
       return 0;
@@ -136,6 +179,10 @@ int ExecCommand(int argc, char** argv) {
       return 2;
     }
     setenv("UROCE_CONFIG", abs.c_str(), 1);
+  }
+  {
+    const char* env_config = secure_getenv("UROCE_CONFIG");
+    if (int rc = PresentDevices(device_files, env_config != nullptr ? env_config : ""); rc != 0) return rc;
   }
   // Neither --config nor UROCE_CONFIG: the program attaches to the running
   // uroce daemon (UROCE_DAEMON, or /run/uroce/uroce.sock); the library says

@@ -119,9 +119,10 @@ void Provider::LoadConfigOnce() {
     d->device.transport_type = IBV_TRANSPORT_IB;  // RoCE reports the IB transport (rxe does too)
     std::snprintf(d->device.name, sizeof(d->device.name), "uroce%zu", i);
     std::snprintf(d->device.dev_name, sizeof(d->device.dev_name), "uverbs%zu", i);
-    // There is no sysfs for uroce: these paths do not exist, so
-    // ibv_read_sysfs_file(3) on them fails, as for a missing attribute.
-    std::snprintf(d->device.dev_path, sizeof(d->device.dev_path), "/sys/class/infiniband_verbs/uroce-uverbs%zu", i);
+    // uroce has no kernel driver: these exist only where `uroce exec`
+    // presents them (tools/device_files.h); elsewhere ibv_read_sysfs_file(3)
+    // on them fails, as for a missing attribute.
+    std::snprintf(d->device.dev_path, sizeof(d->device.dev_path), "/sys/class/infiniband_verbs/uverbs%zu", i);
     std::snprintf(d->device.ibdev_path, sizeof(d->device.ibdev_path), "/sys/class/infiniband/uroce%zu", i);
     devices_.push_back(d);
   }
