@@ -4,6 +4,8 @@
 // smaller defects, found by UCX and rdma-core's own tests.
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
+#include <netdb.h>
+#include <rdma/rdma_cma.h>
 
 #include <gtest/gtest.h>
 
@@ -60,6 +62,9 @@ TEST_F(VerbsApiTest, ExtendedDeviceQueryCountsThePort) {
   ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &attr), 0);
   EXPECT_EQ(attr.orig_attr.phys_port_cnt, 1);
   EXPECT_EQ(attr.phys_port_cnt_ex, 1u);
+  // What is advertised is offered: SRQ resize is not (ibv_modify_srq with
+  // IBV_SRQ_MAX_WR says EOPNOTSUPP), so it is not advertised.
+  EXPECT_EQ(attr.orig_attr.device_cap_flags & IBV_DEVICE_SRQ_RESIZE, 0u);
 }
 
 // ibv_create_qp_ex(3) with IBV_QP_INIT_ATTR_CREATE_FLAGS and no flag (UCX's
@@ -356,6 +361,26 @@ TEST_F(RcLoopbackTest, ResetRemovesTheQpsWaitingCompletions) {
   ASSERT_EQ(wcs.size(), 1u) << "only qp 0's flush is left";
   EXPECT_EQ(wcs[0].wr_id, 20u);
   EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
+}
+
+// rdma_getaddrinfo(3): a failure returns the EAI code (librdmacm's examples
+// print gai_strerror of it) and sets errno (the man page's rule).
+TEST(RdmaCmApiTest, GetaddrinfoFailureSetsErrno) {
+  rdma_addrinfo hints{};
+  hints.ai_flags = RAI_NUMERICHOST;
+  rdma_addrinfo* res = nullptr;
+  errno = 0;
+  const int rc = rdma_getaddrinfo("not-an-address", "7471", &hints, &res);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(errno, 0) << "gai: " << gai_strerror(rc);
+  EXPECT_EQ(res, nullptr);
+  hints = {};
+  hints.ai_port_space = RDMA_PS_UDP;  // not offered
+  errno = 0;
+  EXPECT_EQ(rdma_getaddrinfo("10.99.0.1", "7471", &hints, &res), EAI_SERVICE);
+  EXPECT_EQ(errno, ESOCKTNOSUPPORT);
+  ASSERT_EQ(rdma_getaddrinfo("10.99.0.1", "7471", nullptr, &res), 0);
+  rdma_freeaddrinfo(res);
 }
 
 }  // namespace

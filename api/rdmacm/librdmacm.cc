@@ -102,10 +102,36 @@ UROCE_EXPORT const char* rdma_event_str(rdma_cm_event_type event) {
   return "UNKNOWN EVENT";
 }
 
+namespace {
+
+// An EAI_* code of getaddrinfo(3) as errno. rdma_getaddrinfo(3) says errno
+// tells why it failed; librdmacm's examples print gai_strerror of the return
+// value: both hold (issue 17: errno was left as it was).
+int EaiAsErrno(int eai) {
+  switch (eai) {
+    case EAI_SYSTEM: return errno;
+    case EAI_MEMORY: return ENOMEM;
+    case EAI_AGAIN: return EAGAIN;
+    case EAI_FAMILY: return EAFNOSUPPORT;
+    case EAI_SOCKTYPE: return EPROTONOSUPPORT;
+    case EAI_SERVICE: return ESOCKTNOSUPPORT;
+    case EAI_BADFLAGS: return EINVAL;
+    default: return EADDRNOTAVAIL;  // EAI_NONAME, EAI_NODATA, EAI_ADDRFAMILY, EAI_FAIL: no such address
+  }
+}
+
+int GaiFail(int eai) {
+  errno = EaiAsErrno(eai);
+  return eai;
+}
+
+}  // namespace
+
 // rdma_getaddrinfo(3) for IP names: getaddrinfo(3) does the resolving; the
 // result is the first address, as the source (RAI_PASSIVE) or destination
-// of an RC connection in RDMA_PS_TCP. Returns getaddrinfo's EAI_* codes, or
-// -1 with errno EINVAL for a call without node and service, as librdmacm.
+// of an RC connection in RDMA_PS_TCP. Returns getaddrinfo's EAI_* codes (as
+// librdmacm does) with errno set, or -1 with errno EINVAL for a call without
+// node and service.
 UROCE_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
                                   rdma_addrinfo** res) {
   if (res == nullptr || (node == nullptr && service == nullptr)) {
@@ -118,22 +144,22 @@ UROCE_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const r
   if (hints != nullptr) {
     flags = hints->ai_flags;
     if (hints->ai_family == AF_INET || hints->ai_family == AF_INET6) ai_hints.ai_family = hints->ai_family;
-    if (hints->ai_family == AF_IB) return EAI_FAMILY;
-    if (hints->ai_qp_type != 0 && hints->ai_qp_type != IBV_QPT_RC) return EAI_SOCKTYPE;
-    if (hints->ai_port_space != 0 && hints->ai_port_space != RDMA_PS_TCP) return EAI_SERVICE;
+    if (hints->ai_family == AF_IB) return GaiFail(EAI_FAMILY);
+    if (hints->ai_qp_type != 0 && hints->ai_qp_type != IBV_QPT_RC) return GaiFail(EAI_SOCKTYPE);
+    if (hints->ai_port_space != 0 && hints->ai_port_space != RDMA_PS_TCP) return GaiFail(EAI_SERVICE);
   }
   if (flags & RAI_PASSIVE) ai_hints.ai_flags |= AI_PASSIVE;
   if (flags & RAI_NUMERICHOST) ai_hints.ai_flags |= AI_NUMERICHOST;
   addrinfo* found = nullptr;
   const int error = getaddrinfo(node, service, &ai_hints, &found);
-  if (error != 0) return error;
+  if (error != 0) return GaiFail(error);
   auto* out = static_cast<rdma_addrinfo*>(std::calloc(1, sizeof(rdma_addrinfo)));
   auto* address = static_cast<sockaddr*>(std::calloc(1, found->ai_addrlen));
   if (out == nullptr || address == nullptr) {
     std::free(out);
     std::free(address);
     freeaddrinfo(found);
-    return EAI_MEMORY;
+    return GaiFail(EAI_MEMORY);
   }
   std::memcpy(address, found->ai_addr, found->ai_addrlen);
   out->ai_flags = flags;
@@ -152,7 +178,7 @@ UROCE_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const r
         std::free(address);
         std::free(out);
         freeaddrinfo(found);
-        return EAI_MEMORY;
+        return GaiFail(EAI_MEMORY);
       }
       std::memcpy(out->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
       out->ai_src_len = hints->ai_src_len;

@@ -36,8 +36,9 @@ void FillDeviceAttr(Context* ctx, ibv_device_attr* a) {
   a->hw_ver = 0;
   a->max_qp = static_cast<int>(ctx->engine_config->max_qps);
   a->max_qp_wr = 16384;  // Engine::CreateQp's bound
-  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_PORT_ACTIVE_EVENT |
-                        IBV_DEVICE_SYS_IMAGE_GUID;
+  // No IBV_DEVICE_SRQ_RESIZE: ibv_modify_srq(3) with IBV_SRQ_MAX_WR is not
+  // offered (it was advertised and refused, issue 17).
+  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID;
   a->max_sge = static_cast<int>(transport::kMaxSendSge);
   a->max_sge_rd = static_cast<int>(transport::kMaxSendSge);
   a->max_cq = 65536;
