@@ -251,7 +251,7 @@ class FabricTest : public ::testing::Test {
     EXPECT_EQ(req.entry.fid, &pep_->fid);
     ASSERT_NE(req.entry.info, nullptr);
     ASSERT_NE(req.entry.info->handle, nullptr);
-    EXPECT_EQ(req.data.substr(0, sizeof(hello)), std::string(hello, sizeof(hello)));
+    EXPECT_EQ(req.data, std::string(hello, sizeof(hello)));  // exactly what fi_connect passed
     ASSERT_NE(req.entry.info->dest_addr, nullptr);
     EXPECT_EQ(Ip(req.entry.info->dest_addr), "10.99.0.1");
     ASSERT_NO_FATAL_FAILURE(OpenEndpoint(server_, req.entry.info));
@@ -264,10 +264,11 @@ class FabricTest : public ::testing::Test {
     ASSERT_FALSE(connected.is_error) << fi_strerror(connected.error.err);
     ASSERT_EQ(connected.type, FI_CONNECTED);
     EXPECT_EQ(connected.entry.fid, &client_.ep->fid);
-    EXPECT_EQ(connected.data.substr(0, sizeof(welcome)), std::string(welcome, sizeof(welcome)));
+    EXPECT_EQ(connected.data, std::string(welcome, sizeof(welcome)));  // exactly what fi_accept passed
     Event server_connected = WaitEvent(server_.eq);
     ASSERT_FALSE(server_connected.is_error);
     ASSERT_EQ(server_connected.type, FI_CONNECTED);
+    EXPECT_EQ(server_connected.data.size(), 0u);
     EXPECT_EQ(server_connected.entry.fid, &server_.ep->fid);
     // Names: each side's own address and its peer's.
     sockaddr_in name{}, peer{};
@@ -529,7 +530,87 @@ TEST_F(FabricTest, RejectCarriesData) {
   ASSERT_TRUE(refused.is_error);
   EXPECT_EQ(refused.error.err, FI_ECONNREFUSED);
   EXPECT_EQ(refused.error.fid, &client_.ep->fid);
-  EXPECT_EQ(refused.error_data.substr(0, sizeof(no)), std::string(no, sizeof(no)));
+  EXPECT_EQ(refused.error_data, std::string(no, sizeof(no)));
+}
+
+// fi_cm(3) / fi_eq(3): connection data arrives as long as the peer made it
+// (the event is the fi_eq_cm_entry plus the data; a rejection's err_data is
+// fi_reject's data), not padded to the IB CM field that carried it (REQ 56,
+// REP 196, REJ 148 bytes: what arrived before the length went in with it).
+// The limits are the fields less the length byte: FI_OPT_CM_DATA_SIZE (55,
+// fi_connect's and the smallest) is honoured, one byte more is -FI_EINVAL.
+TEST_F(FabricTest, ConnectionDataArrivesAsLongAsItWasSent) {
+  sockaddr_in addr{};
+  ASSERT_NO_FATAL_FAILURE(Listen(&addr));
+  size_t max_connect = 0, len = sizeof(max_connect);
+  FI_OK(fi_getopt(&pep_->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &max_connect, &len));
+  EXPECT_EQ(max_connect, 55u);
+  // fi_reject with 1 byte: err_data of 1 byte.
+  fid_ep* first = OpenExtra(client_, client_.info, client_.eq);
+  ASSERT_NE(first, nullptr);
+  FI_OK(fi_connect(first, &addr, nullptr, 0));
+  Event req = WaitEvent(server_.eq);
+  ASSERT_EQ(req.type, FI_CONNREQ);
+  EXPECT_EQ(req.data.size(), 0u);  // fi_connect without data: none
+  const char one = 'x';
+  FI_OK(fi_reject(pep_, req.entry.info->handle, &one, 1));
+  fi_freeinfo(req.entry.info);
+  Event refused = WaitEvent(client_.eq);
+  ASSERT_TRUE(refused.is_error);
+  EXPECT_EQ(refused.error.err, FI_ECONNREFUSED);
+  EXPECT_EQ(refused.error.err_data_size, 1u);
+  EXPECT_EQ(refused.error_data, "x");
+  // The same with err_data_size 0 on input: the provider's buffer, 1 byte.
+  fid_ep* second = OpenExtra(client_, client_.info, client_.eq);
+  ASSERT_NE(second, nullptr);
+  FI_OK(fi_connect(second, &addr, nullptr, 0));
+  req = WaitEvent(server_.eq);
+  ASSERT_EQ(req.type, FI_CONNREQ);
+  const char three[] = {'a', 'b', 'c'};
+  FI_OK(fi_reject(pep_, req.entry.info->handle, three, sizeof(three)));
+  fi_freeinfo(req.entry.info);
+  uint32_t type = 0;
+  alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
+  ssize_t n = -FI_EAGAIN;
+  while ((n == -FI_EAGAIN || n == -FI_ETIMEDOUT) && std::chrono::steady_clock::now() < deadline) {
+    n = fi_eq_sread(client_.eq, &type, buf, sizeof(buf), 100, 0);
+  }
+  ASSERT_EQ(n, -FI_EAVAIL);
+  fi_eq_err_entry err{};
+  ASSERT_EQ(fi_eq_readerr(client_.eq, &err, 0), static_cast<ssize_t>(sizeof(err)));
+  EXPECT_EQ(err.err, FI_ECONNREFUSED);
+  ASSERT_EQ(err.err_data_size, sizeof(three));
+  EXPECT_EQ(std::memcmp(err.err_data, three, sizeof(three)), 0);
+  // fi_connect with 10 bytes: FI_CONNREQ with 10; fi_accept with the most
+  // (195): FI_CONNECTED with 195.
+  fid_ep* caller = OpenExtra(client_, client_.info, client_.eq);
+  ASSERT_NE(caller, nullptr);
+  std::vector<char> too_long(max_connect + 1, 'L');
+  EXPECT_EQ(fi_connect(caller, &addr, too_long.data(), too_long.size()), -FI_EINVAL);
+  const char ten[] = "0123456789";
+  FI_OK(fi_connect(caller, &addr, ten, 10));
+  req = WaitEvent(server_.eq);
+  ASSERT_FALSE(req.is_error);
+  ASSERT_EQ(req.type, FI_CONNREQ);
+  EXPECT_EQ(req.data, std::string(ten, 10));
+  fid_ep* answer = OpenExtra(server_, req.entry.info, server_.eq);
+  fi_freeinfo(req.entry.info);
+  ASSERT_NE(answer, nullptr);
+  std::string most(195, '\0');
+  for (size_t i = 0; i < most.size(); ++i) most[i] = static_cast<char>('A' + i % 26);
+  const std::string too_much = most + "!";
+  EXPECT_EQ(fi_accept(answer, too_much.data(), too_much.size()), -FI_EINVAL);
+  FI_OK(fi_accept(answer, most.data(), most.size()));
+  Event connected = WaitEvent(client_.eq);
+  ASSERT_FALSE(connected.is_error) << fi_strerror(connected.error.err);
+  ASSERT_EQ(connected.type, FI_CONNECTED);
+  EXPECT_EQ(connected.entry.fid, &caller->fid);
+  EXPECT_EQ(connected.data, most);
+  Event accepted = WaitEvent(server_.eq);
+  ASSERT_FALSE(accepted.is_error);
+  EXPECT_EQ(accepted.type, FI_CONNECTED);
+  EXPECT_EQ(accepted.data.size(), 0u);
 }
 
 TEST_F(FabricTest, NobodyListening) {

@@ -1,6 +1,8 @@
 // fi_getinfo(3) rules as uroce's getinfo applies them to the hints.
 #include "api/fabric/info.h"
 
+#include "api/fabric/cm_data.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <rdma/fi_domain.h>
@@ -219,6 +221,25 @@ TEST(Sockaddr, RoundTrip) {
   sockaddr bad{};
   bad.sa_family = AF_UNIX;
   EXPECT_FALSE(SockaddrToGid(&bad, &gid, &port));
+}
+
+// cm_data.h: the length travels in front of the data and is believed only
+// as far as bytes arrived.
+TEST(CmData, LengthTravelsWithTheData) {
+  const char ten[] = "0123456789";
+  std::vector<uint8_t> wire = PackCmData(ten, 10);
+  ASSERT_EQ(wire.size(), 11u);
+  EXPECT_EQ(wire[0], 10);
+  wire.resize(transport::kCmReqUserDataSize, 0);  // the REQ's field, padded
+  EXPECT_EQ(UnpackCmData(wire), std::vector<uint8_t>(ten, ten + 10));
+  EXPECT_TRUE(UnpackCmData(std::vector<uint8_t>(148, 0)).empty());  // a REJ of the CM's own
+  EXPECT_TRUE(UnpackCmData({}).empty());
+  EXPECT_TRUE(UnpackCmData(PackCmData(nullptr, 0)).empty());
+  std::vector<uint8_t> lying = {200, 1, 2};  // says 200, carries 2
+  EXPECT_EQ(UnpackCmData(lying), (std::vector<uint8_t>{1, 2}));
+  EXPECT_EQ(kCmConnectDataSize, 55u);
+  EXPECT_EQ(kCmAcceptDataSize, 195u);
+  EXPECT_EQ(kCmRejectDataSize, 147u);
 }
 
 }  // namespace
