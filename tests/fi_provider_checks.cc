@@ -14,13 +14,19 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -896,6 +902,144 @@ TEST_F(FabricTest, ListenerClosedWithARequestQueuedRefusesItsCaller) {
   EXPECT_EQ(refused.error.fid, &caller->fid);
   EXPECT_EQ(refused.error.err, FI_ECONNREFUSED) << fi_strerror(refused.error.err);
   EXPECT_EQ(refused.error.prov_errno, 28);
+}
+
+// fi_eq(3) / fi_poll(3): an EQ opened with FI_WAIT_UNSPEC has an fd
+// (FI_GETWAIT) that epoll sees readable when the provider queues FI_CONNREQ,
+// after fi_trywait on the fabric said it may block. (The server's EQ here is
+// FI_WAIT_UNSPEC; it was a mutex/cond, and FI_GETWAIT gave no fd.)
+TEST_F(FabricTest, UnspecWaitEqIsAnFdThatEpollSeesAConnectionRequestOn) {
+  sockaddr_in addr{};
+  ASSERT_NO_FATAL_FAILURE(Listen(&addr));
+  fi_wait_obj kind = FI_WAIT_NONE;
+  FI_OK(fi_control(&server_.eq->fid, FI_GETWAITOBJ, &kind));
+  EXPECT_EQ(kind, FI_WAIT_FD);
+  int fd = -1;
+  FI_OK(fi_control(&server_.eq->fid, FI_GETWAIT, &fd));
+  ASSERT_GE(fd, 0);
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(ep, 0);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev), 0);
+  fid* fids[] = {&server_.eq->fid};
+  FI_OK(fi_trywait(fabric_, fids, 1));
+  epoll_event out{};
+  EXPECT_EQ(epoll_wait(ep, &out, 1, 0), 0);
+  ASSERT_NO_FATAL_FAILURE(OpenEndpoint(client_, client_.info));
+  FI_OK(fi_connect(client_.ep, &addr, nullptr, 0));
+  EXPECT_EQ(epoll_wait(ep, &out, 1, kTimeoutMs), 1) << "no wake-up for FI_CONNREQ";
+  close(ep);
+  EXPECT_EQ(fi_trywait(fabric_, fids, 1), -FI_EAGAIN);
+  Event req;
+  ASSERT_EQ(TryEvent(server_.eq, &req, 0), 1);
+  ASSERT_EQ(req.type, FI_CONNREQ);
+  FI_OK(fi_reject(pep_, req.entry.info->handle, nullptr, 0));
+  fi_freeinfo(req.entry.info);
+  Event refused = WaitEvent(client_.eq);
+  EXPECT_TRUE(refused.is_error);
+}
+
+// What the fabtests found: an FI_EP_RDM server over uroce;ofi_rxm (manual
+// progress) blocked in fi_cq_sread never saw the client's FI_CONNREQ, so the
+// first message never arrived. ofi_rxm waits on an epoll set holding its core
+// EQ's and CQ's wait objects (fi_control FI_GETWAIT, then fi_trywait); the
+// core EQ it opens is FI_WAIT_UNSPEC, which was a mutex/cond ("unsupported
+// wait object 4"). Now an fd: the server wakes for the request, accepts, and
+// its fi_cq_sread returns the message.
+TEST(RxmOverUroce, ServerBlockedInCqSreadGetsTheFirstMessage) {
+  fi_info* hints = fi_allocinfo();
+  hints->fabric_attr->prov_name = strdup("uroce;ofi_rxm");
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->caps = FI_MSG;
+  hints->mode = FI_CONTEXT;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->addr_format = FI_SOCKADDR_IN;
+  fi_info* infos = nullptr;
+  ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &infos), 0) << "no uroce;ofi_rxm";
+  fi_freeinfo(hints);
+  fi_info* client_info = nullptr;
+  fi_info* server_info = nullptr;
+  for (fi_info* i = infos; i != nullptr; i = i->next) {
+    if (std::string(i->domain_attr->name) == "uroce0" && client_info == nullptr) client_info = i;
+    if (std::string(i->domain_attr->name) == "uroce1" && server_info == nullptr) server_info = i;
+  }
+  ASSERT_NE(client_info, nullptr);
+  ASSERT_NE(server_info, nullptr);
+  fid_fabric* fabric = nullptr;
+  FI_OK(fi_fabric(server_info->fabric_attr, &fabric, nullptr));
+  struct Rdm {
+    fid_domain* domain = nullptr;
+    fid_av* av = nullptr;
+    fid_cq* cq = nullptr;
+    fid_ep* ep = nullptr;
+    fid_mr* mr = nullptr;
+    char buf[64] = {};
+  } server, client;
+  for (auto [side, info, wait] : {std::make_tuple(&server, server_info, FI_WAIT_UNSPEC),
+                                  std::make_tuple(&client, client_info, FI_WAIT_NONE)}) {
+    FI_OK(fi_domain(fabric, info, &side->domain, nullptr));
+    fi_av_attr av_attr{};
+    av_attr.type = FI_AV_MAP;
+    FI_OK(fi_av_open(side->domain, &av_attr, &side->av, nullptr));
+    fi_cq_attr cq_attr{};
+    cq_attr.format = FI_CQ_FORMAT_CONTEXT;
+    cq_attr.wait_obj = wait;
+    cq_attr.size = 64;
+    FI_OK(fi_cq_open(side->domain, &cq_attr, &side->cq, nullptr));
+    FI_OK(fi_endpoint(side->domain, info, &side->ep, nullptr));
+    FI_OK(fi_ep_bind(side->ep, &side->av->fid, 0));
+    FI_OK(fi_ep_bind(side->ep, &side->cq->fid, FI_TRANSMIT | FI_RECV));
+    FI_OK(fi_enable(side->ep));
+    FI_OK(fi_mr_reg(side->domain, side->buf, sizeof(side->buf), FI_SEND | FI_RECV, 0, 0, 0, &side->mr, nullptr));
+  }
+  char name[64];
+  size_t len = sizeof(name);
+  FI_OK(fi_getname(&server.ep->fid, name, &len));
+  fi_addr_t server_addr = FI_ADDR_UNSPEC;
+  ASSERT_EQ(fi_av_insert(client.av, name, 1, &server_addr, 0, nullptr), 1);
+  fi_context recv_ctx{}, send_ctx{};
+  FI_OK(fi_recv(server.ep, server.buf, sizeof(server.buf), fi_mr_desc(server.mr), FI_ADDR_UNSPEC, &recv_ctx));
+  std::strcpy(client.buf, "first message");
+  // The client drives its own progress (manual) while the server blocks.
+  std::atomic<bool> stop{false};
+  std::thread client_thread([&] {
+    ssize_t r = -FI_EAGAIN;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (r == -FI_EAGAIN && std::chrono::steady_clock::now() < deadline) {
+      r = fi_send(client.ep, client.buf, std::strlen(client.buf) + 1, fi_mr_desc(client.mr), server_addr, &send_ctx);
+      fi_cq_entry entry;
+      if (r == -FI_EAGAIN) (void)fi_cq_read(client.cq, &entry, 1);
+    }
+    EXPECT_EQ(r, 0) << fi_strerror(static_cast<int>(-r));
+    while (!stop.load()) {
+      fi_cq_entry entry;
+      (void)fi_cq_read(client.cq, &entry, 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  fi_cq_entry entry{};
+  ssize_t n = -FI_EAGAIN;
+  const auto start = std::chrono::steady_clock::now();
+  // Blocks in fi_cq_sread: progress happens only when ofi_rxm's epoll wakes.
+  while ((n == -FI_EAGAIN || n == -FI_ETIMEDOUT) &&
+         std::chrono::steady_clock::now() - start < std::chrono::milliseconds(10000)) {
+    n = fi_cq_sread(server.cq, &entry, 1, nullptr, 10000);
+  }
+  stop.store(true);
+  client_thread.join();
+  ASSERT_EQ(n, 1) << "fi_cq_sread: " << fi_strerror(static_cast<int>(-n));
+  EXPECT_EQ(entry.op_context, &recv_ctx);
+  EXPECT_STREQ(server.buf, "first message");
+  for (Rdm* side : {&client, &server}) {
+    EXPECT_EQ(fi_close(&side->ep->fid), 0);
+    EXPECT_EQ(fi_close(&side->mr->fid), 0);
+    EXPECT_EQ(fi_close(&side->cq->fid), 0);
+    EXPECT_EQ(fi_close(&side->av->fid), 0);
+    EXPECT_EQ(fi_close(&side->domain->fid), 0);
+  }
+  EXPECT_EQ(fi_close(&fabric->fid), 0);
+  fi_freeinfo(infos);
 }
 
 }  // namespace
