@@ -1042,4 +1042,35 @@ TEST(RxmOverUroce, ServerBlockedInCqSreadGetsTheFirstMessage) {
   fi_freeinfo(infos);
 }
 
+// fi_cm(3): the listener answers a request when it chooses. A server that
+// takes 10 s to fi_accept (the caller's REQ retries alone last ~1 s) still
+// connects: its connection manager answers the caller's repeated REQ with an
+// MRA (IBTA 12.6.6, 69 s, as the kernel's rdma_cm sends) and the caller
+// waits that long, as a kernel caller does. (Before, an MRA bought at most
+// 8 s: the caller gave up, FI_ETIMEDOUT, and the late accept failed.)
+TEST_F(FabricTest, ServerTenSecondsLateToAcceptStillConnects) {
+  sockaddr_in addr{};
+  ASSERT_NO_FATAL_FAILURE(Listen(&addr));
+  ASSERT_NO_FATAL_FAILURE(OpenEndpoint(client_, client_.info));
+  FI_OK(fi_connect(client_.ep, &addr, nullptr, 0));
+  Event req = WaitEvent(server_.eq);
+  ASSERT_FALSE(req.is_error);
+  ASSERT_EQ(req.type, FI_CONNREQ);
+  const auto late = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < late) {
+    Event ev;
+    ASSERT_EQ(TryEvent(client_.eq, &ev, 500), 0) << "the caller gave up: "
+                                                 << (ev.is_error ? fi_strerror(ev.error.err) : "event");
+  }
+  ASSERT_NO_FATAL_FAILURE(OpenEndpoint(server_, req.entry.info));
+  fi_freeinfo(req.entry.info);
+  FI_OK(fi_accept(server_.ep, nullptr, 0));
+  Event connected = WaitEvent(client_.eq);
+  ASSERT_FALSE(connected.is_error) << fi_strerror(connected.error.err);
+  EXPECT_EQ(connected.type, FI_CONNECTED);
+  Event accepted = WaitEvent(server_.eq);
+  ASSERT_FALSE(accepted.is_error) << fi_strerror(accepted.error.err);
+  EXPECT_EQ(accepted.type, FI_CONNECTED);
+}
+
 }  // namespace
