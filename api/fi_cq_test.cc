@@ -2,6 +2,8 @@
 // uroce_cq_open, fed by uroce_cq_push_wc as the engine feeds them.
 #include <poll.h>
 #include <pthread.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -514,6 +516,38 @@ TEST(FiCqControl, GetWaitGivesAPollableFd) {
   EXPECT_EQ(poll(&pfd, 1, 0), 0);
 }
 
+// fi_cq(3) "FI_WAIT_UNSPEC": the provider's choice must be one libfabric's
+// utility code can wait on. ofi_rxm adds the core CQ's wait object to an
+// epoll set through FI_GETWAIT and refuses anything but an fd; a mutex/cond
+// (what FI_WAIT_UNSPEC was before) left its RDM server blind. The fd comes
+// through FI_GETWAIT, fi_trywait arms it, epoll sees it readable when a
+// completion arrives.
+TEST(FiCqControl, UnspecWaitIsAnFdThatEpollSeesACompletionOn) {
+  CqPtr cq = OpenCq(CqAttr(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC));
+  fi_wait_obj reported = FI_WAIT_NONE;
+  ASSERT_EQ(fi_control(&cq->fid, FI_GETWAITOBJ, &reported), 0);
+  ASSERT_EQ(reported, FI_WAIT_FD);
+  int fd = -1;
+  ASSERT_EQ(fi_control(&cq->fid, FI_GETWAIT, &fd), 0);
+  ASSERT_GE(fd, 0);
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(ep, 0);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev), 0);
+  epoll_event out{};
+  ASSERT_EQ(uroce_trywait(&cq->fid), 0);
+  EXPECT_EQ(epoll_wait(ep, &out, 1, 0), 0);
+  std::thread producer([&] { EXPECT_EQ(Push(cq.get(), {SuccessWc(7)}), 1); });
+  EXPECT_EQ(epoll_wait(ep, &out, 1, kHangGuardMs), 1);
+  EXPECT_TRUE(out.events & EPOLLIN);
+  producer.join();
+  EXPECT_EQ(uroce_trywait(&cq->fid), -FI_EAGAIN);
+  fi_cq_data_entry entry;
+  EXPECT_EQ(fi_cq_read(cq.get(), &entry, 1), 1);
+  close(ep);
+}
+
 TEST(FiCqControl, FdIsNotSignalledWithoutTryWait) {
   CqPtr cq = OpenCq(CqAttr(FI_CQ_FORMAT_DATA, FI_WAIT_FD));
   int fd = -1;
@@ -525,7 +559,7 @@ TEST(FiCqControl, FdIsNotSignalledWithoutTryWait) {
 }
 
 TEST(FiCqControl, GetWaitGivesTheMutexAndCond) {
-  for (fi_wait_obj kind : {FI_WAIT_MUTEX_COND, FI_WAIT_UNSPEC}) {
+  for (fi_wait_obj kind : {FI_WAIT_MUTEX_COND}) {
     CqPtr cq = OpenCq(CqAttr(FI_CQ_FORMAT_DATA, kind));
     fi_mutex_cond mutex_cond = {nullptr, nullptr};
     ASSERT_EQ(fi_control(&cq->fid, FI_GETWAIT, &mutex_cond), 0);

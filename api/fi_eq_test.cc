@@ -1,6 +1,8 @@
 // fi_eq(3), rule by rule, through libfabric's inline calls on EQs from
 // uroce_eq_open.
 #include <poll.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -367,6 +369,45 @@ TEST(FiEqClose, BusyWhileBound) {
   EXPECT_EQ(fi_close(&eq->fid), -FI_EBUSY);
   ASSERT_EQ(uroce_fid_unbind_ep(&eq->fid), 0);
   EXPECT_EQ(fi_close(&eq->fid), 0);  // "Any events which remain ... are lost."
+}
+
+// fi_eq(3) "FI_WAIT_UNSPEC": an fd, so that ofi_rxm can add the core EQ to
+// its epoll set (FI_GETWAIT) and see FI_CONNREQ while it blocks in
+// fi_cq_sread. FI_WAIT_MUTEX_COND stays what it is when asked for.
+TEST(FiEqControl, UnspecWaitIsAnFdThatEpollSeesAnEventOn) {
+  EqPtr eq = OpenEq(EqAttr(FI_WAIT_UNSPEC));
+  fi_wait_obj reported = FI_WAIT_NONE;
+  ASSERT_EQ(fi_control(&eq->fid, FI_GETWAITOBJ, &reported), 0);
+  ASSERT_EQ(reported, FI_WAIT_FD);
+  int fd = -1;
+  ASSERT_EQ(fi_control(&eq->fid, FI_GETWAIT, &fd), 0);
+  ASSERT_GE(fd, 0);
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(ep, 0);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev), 0);
+  epoll_event out{};
+  ASSERT_EQ(uroce_trywait(&eq->fid), 0);
+  EXPECT_EQ(epoll_wait(ep, &out, 1, 0), 0);
+  fi_eq_entry entry = Entry(&eq->fid, nullptr, 42);
+  std::thread producer([&] {
+    EXPECT_EQ(uroce_eq_write_event(eq.get(), FI_NOTIFY, &entry, sizeof(entry)),
+              static_cast<ssize_t>(sizeof(entry)));
+  });
+  EXPECT_EQ(epoll_wait(ep, &out, 1, kHangGuardMs), 1);
+  EXPECT_TRUE(out.events & EPOLLIN);
+  producer.join();
+  EXPECT_EQ(uroce_trywait(&eq->fid), -FI_EAGAIN);
+  uint32_t event = 0;
+  fi_eq_entry read{};
+  EXPECT_EQ(fi_eq_read(eq.get(), &event, &read, sizeof(read), 0),
+            static_cast<ssize_t>(sizeof(read)));
+  EXPECT_EQ(read.data, 42u);
+  close(ep);
+  EqPtr mutex_cond = OpenEq(EqAttr(FI_WAIT_MUTEX_COND));
+  ASSERT_EQ(fi_control(&mutex_cond->fid, FI_GETWAITOBJ, &reported), 0);
+  EXPECT_EQ(reported, FI_WAIT_MUTEX_COND);
 }
 
 }  // namespace

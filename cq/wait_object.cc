@@ -40,9 +40,15 @@ StatusOr<std::unique_ptr<WaitObject>> WaitObject::Create(
     case FI_WAIT_NONE:
       return std::unique_ptr<WaitObject>();
     case FI_WAIT_UNSPEC:
-      // The provider's choice (fi_cq(3) "FI_WAIT_UNSPEC"): a mutex and
-      // condition variable, which costs no file descriptor.
-      kind = FI_WAIT_MUTEX_COND;
+      // The provider's choice (fi_cq(3) "FI_WAIT_UNSPEC"), and one that
+      // libfabric's utility code can wait on: ofi_rxm, in manual progress,
+      // adds its core CQs' and EQ's wait objects to an epoll set through
+      // fi_control(FI_GETWAIT) and refuses anything but an fd ("unsupported
+      // wait object"), so with a mutex/cond an RDM server blocked in
+      // fi_cq_sread never saw FI_CONNREQ. An eventfd, as libfabric's verbs
+      // and tcp providers answer FI_WAIT_UNSPEC. Costs a descriptor, and a
+      // system call only when fi_trywait armed it (NotifyAfterPublish).
+      kind = FI_WAIT_FD;
       break;
     case FI_WAIT_FD:
     case FI_WAIT_MUTEX_COND:

@@ -89,9 +89,9 @@ class WaitObject {
   // Checks `kind` (and wait_set) as the man pages describe wait_obj and
   // returns the wait object, or a null pointer for FI_WAIT_NONE.
   //   FI_WAIT_NONE        no wait object: blocking calls are refused.
-  //   FI_WAIT_UNSPEC      a pthread mutex and condition variable (the cheapest
-  //                       object that blocks; FI_GETWAITOBJ reports
-  //                       FI_WAIT_MUTEX_COND).
+  //   FI_WAIT_UNSPEC      FI_WAIT_FD (FI_GETWAITOBJ reports it): what
+  //                       libfabric's utility providers (ofi_rxm) can add
+  //                       to their epoll sets; see wait_object.cc.
   //   FI_WAIT_FD          an eventfd for poll/select/epoll, plus the internal
   //                       mutex/cond that blocking calls sleep on.
   //   FI_WAIT_MUTEX_COND  the mutex/cond that FI_GETWAIT returns.
@@ -139,8 +139,8 @@ class WaitObject {
   template <typename Ready>
   int TryWait(const Ready& ready);
 
-  // FI_GETWAIT: an int fd for FI_WAIT_FD, the struct fi_mutex_cond for
-  // FI_WAIT_MUTEX_COND and FI_WAIT_UNSPEC; -FI_ENODATA for FI_WAIT_YIELD.
+  // FI_GETWAIT: an int fd for FI_WAIT_FD (and FI_WAIT_UNSPEC), the struct
+  // fi_mutex_cond for FI_WAIT_MUTEX_COND; -FI_ENODATA for FI_WAIT_YIELD.
   // The condition variable uses the default clock (CLOCK_REALTIME) so that an
   // application can pthread_cond_timedwait on it as usual. The mutex is the
   // one blocking calls sleep under: an application must not hold it while it

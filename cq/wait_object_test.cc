@@ -30,7 +30,10 @@ TEST(WaitObject, CreateChecksTheKind) {
   EXPECT_EQ(*none, nullptr);
   auto unspec = Make(FI_WAIT_UNSPEC);
   ASSERT_NE(unspec, nullptr);
-  EXPECT_EQ(unspec->kind(), FI_WAIT_MUTEX_COND);
+  EXPECT_EQ(unspec->kind(), FI_WAIT_FD);  // what ofi_rxm can epoll
+  auto mutex_cond = Make(FI_WAIT_MUTEX_COND);  // kept when asked for
+  ASSERT_NE(mutex_cond, nullptr);
+  EXPECT_EQ(mutex_cond->kind(), FI_WAIT_MUTEX_COND);
   EXPECT_EQ(WaitObject::Create(FI_WAIT_SET, nullptr).status().code(),
             StatusCode::kInvalidArgument);
   fid_wait wait_set = {};

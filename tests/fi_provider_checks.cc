@@ -14,13 +14,19 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -251,7 +257,7 @@ class FabricTest : public ::testing::Test {
     EXPECT_EQ(req.entry.fid, &pep_->fid);
     ASSERT_NE(req.entry.info, nullptr);
     ASSERT_NE(req.entry.info->handle, nullptr);
-    EXPECT_EQ(req.data.substr(0, sizeof(hello)), std::string(hello, sizeof(hello)));
+    EXPECT_EQ(req.data, std::string(hello, sizeof(hello)));  // exactly what fi_connect passed
     ASSERT_NE(req.entry.info->dest_addr, nullptr);
     EXPECT_EQ(Ip(req.entry.info->dest_addr), "10.99.0.1");
     ASSERT_NO_FATAL_FAILURE(OpenEndpoint(server_, req.entry.info));
@@ -264,10 +270,11 @@ class FabricTest : public ::testing::Test {
     ASSERT_FALSE(connected.is_error) << fi_strerror(connected.error.err);
     ASSERT_EQ(connected.type, FI_CONNECTED);
     EXPECT_EQ(connected.entry.fid, &client_.ep->fid);
-    EXPECT_EQ(connected.data.substr(0, sizeof(welcome)), std::string(welcome, sizeof(welcome)));
+    EXPECT_EQ(connected.data, std::string(welcome, sizeof(welcome)));  // exactly what fi_accept passed
     Event server_connected = WaitEvent(server_.eq);
     ASSERT_FALSE(server_connected.is_error);
     ASSERT_EQ(server_connected.type, FI_CONNECTED);
+    EXPECT_EQ(server_connected.data.size(), 0u);
     EXPECT_EQ(server_connected.entry.fid, &server_.ep->fid);
     // Names: each side's own address and its peer's.
     sockaddr_in name{}, peer{};
@@ -529,7 +536,87 @@ TEST_F(FabricTest, RejectCarriesData) {
   ASSERT_TRUE(refused.is_error);
   EXPECT_EQ(refused.error.err, FI_ECONNREFUSED);
   EXPECT_EQ(refused.error.fid, &client_.ep->fid);
-  EXPECT_EQ(refused.error_data.substr(0, sizeof(no)), std::string(no, sizeof(no)));
+  EXPECT_EQ(refused.error_data, std::string(no, sizeof(no)));
+}
+
+// fi_cm(3) / fi_eq(3): connection data arrives as long as the peer made it
+// (the event is the fi_eq_cm_entry plus the data; a rejection's err_data is
+// fi_reject's data), not padded to the IB CM field that carried it (REQ 56,
+// REP 196, REJ 148 bytes: what arrived before the length went in with it).
+// The limits are the fields less the length byte: FI_OPT_CM_DATA_SIZE (55,
+// fi_connect's and the smallest) is honoured, one byte more is -FI_EINVAL.
+TEST_F(FabricTest, ConnectionDataArrivesAsLongAsItWasSent) {
+  sockaddr_in addr{};
+  ASSERT_NO_FATAL_FAILURE(Listen(&addr));
+  size_t max_connect = 0, len = sizeof(max_connect);
+  FI_OK(fi_getopt(&pep_->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &max_connect, &len));
+  EXPECT_EQ(max_connect, 55u);
+  // fi_reject with 1 byte: err_data of 1 byte.
+  fid_ep* first = OpenExtra(client_, client_.info, client_.eq);
+  ASSERT_NE(first, nullptr);
+  FI_OK(fi_connect(first, &addr, nullptr, 0));
+  Event req = WaitEvent(server_.eq);
+  ASSERT_EQ(req.type, FI_CONNREQ);
+  EXPECT_EQ(req.data.size(), 0u);  // fi_connect without data: none
+  const char one = 'x';
+  FI_OK(fi_reject(pep_, req.entry.info->handle, &one, 1));
+  fi_freeinfo(req.entry.info);
+  Event refused = WaitEvent(client_.eq);
+  ASSERT_TRUE(refused.is_error);
+  EXPECT_EQ(refused.error.err, FI_ECONNREFUSED);
+  EXPECT_EQ(refused.error.err_data_size, 1u);
+  EXPECT_EQ(refused.error_data, "x");
+  // The same with err_data_size 0 on input: the provider's buffer, 1 byte.
+  fid_ep* second = OpenExtra(client_, client_.info, client_.eq);
+  ASSERT_NE(second, nullptr);
+  FI_OK(fi_connect(second, &addr, nullptr, 0));
+  req = WaitEvent(server_.eq);
+  ASSERT_EQ(req.type, FI_CONNREQ);
+  const char three[] = {'a', 'b', 'c'};
+  FI_OK(fi_reject(pep_, req.entry.info->handle, three, sizeof(three)));
+  fi_freeinfo(req.entry.info);
+  uint32_t type = 0;
+  alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
+  ssize_t n = -FI_EAGAIN;
+  while ((n == -FI_EAGAIN || n == -FI_ETIMEDOUT) && std::chrono::steady_clock::now() < deadline) {
+    n = fi_eq_sread(client_.eq, &type, buf, sizeof(buf), 100, 0);
+  }
+  ASSERT_EQ(n, -FI_EAVAIL);
+  fi_eq_err_entry err{};
+  ASSERT_EQ(fi_eq_readerr(client_.eq, &err, 0), static_cast<ssize_t>(sizeof(err)));
+  EXPECT_EQ(err.err, FI_ECONNREFUSED);
+  ASSERT_EQ(err.err_data_size, sizeof(three));
+  EXPECT_EQ(std::memcmp(err.err_data, three, sizeof(three)), 0);
+  // fi_connect with 10 bytes: FI_CONNREQ with 10; fi_accept with the most
+  // (195): FI_CONNECTED with 195.
+  fid_ep* caller = OpenExtra(client_, client_.info, client_.eq);
+  ASSERT_NE(caller, nullptr);
+  std::vector<char> too_long(max_connect + 1, 'L');
+  EXPECT_EQ(fi_connect(caller, &addr, too_long.data(), too_long.size()), -FI_EINVAL);
+  const char ten[] = "0123456789";
+  FI_OK(fi_connect(caller, &addr, ten, 10));
+  req = WaitEvent(server_.eq);
+  ASSERT_FALSE(req.is_error);
+  ASSERT_EQ(req.type, FI_CONNREQ);
+  EXPECT_EQ(req.data, std::string(ten, 10));
+  fid_ep* answer = OpenExtra(server_, req.entry.info, server_.eq);
+  fi_freeinfo(req.entry.info);
+  ASSERT_NE(answer, nullptr);
+  std::string most(195, '\0');
+  for (size_t i = 0; i < most.size(); ++i) most[i] = static_cast<char>('A' + i % 26);
+  const std::string too_much = most + "!";
+  EXPECT_EQ(fi_accept(answer, too_much.data(), too_much.size()), -FI_EINVAL);
+  FI_OK(fi_accept(answer, most.data(), most.size()));
+  Event connected = WaitEvent(client_.eq);
+  ASSERT_FALSE(connected.is_error) << fi_strerror(connected.error.err);
+  ASSERT_EQ(connected.type, FI_CONNECTED);
+  EXPECT_EQ(connected.entry.fid, &caller->fid);
+  EXPECT_EQ(connected.data, most);
+  Event accepted = WaitEvent(server_.eq);
+  ASSERT_FALSE(accepted.is_error);
+  EXPECT_EQ(accepted.type, FI_CONNECTED);
+  EXPECT_EQ(accepted.data.size(), 0u);
 }
 
 TEST_F(FabricTest, NobodyListening) {
@@ -815,6 +902,175 @@ TEST_F(FabricTest, ListenerClosedWithARequestQueuedRefusesItsCaller) {
   EXPECT_EQ(refused.error.fid, &caller->fid);
   EXPECT_EQ(refused.error.err, FI_ECONNREFUSED) << fi_strerror(refused.error.err);
   EXPECT_EQ(refused.error.prov_errno, 28);
+}
+
+// fi_eq(3) / fi_poll(3): an EQ opened with FI_WAIT_UNSPEC has an fd
+// (FI_GETWAIT) that epoll sees readable when the provider queues FI_CONNREQ,
+// after fi_trywait on the fabric said it may block. (The server's EQ here is
+// FI_WAIT_UNSPEC; it was a mutex/cond, and FI_GETWAIT gave no fd.)
+TEST_F(FabricTest, UnspecWaitEqIsAnFdThatEpollSeesAConnectionRequestOn) {
+  sockaddr_in addr{};
+  ASSERT_NO_FATAL_FAILURE(Listen(&addr));
+  fi_wait_obj kind = FI_WAIT_NONE;
+  FI_OK(fi_control(&server_.eq->fid, FI_GETWAITOBJ, &kind));
+  EXPECT_EQ(kind, FI_WAIT_FD);
+  int fd = -1;
+  FI_OK(fi_control(&server_.eq->fid, FI_GETWAIT, &fd));
+  ASSERT_GE(fd, 0);
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(ep, 0);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev), 0);
+  fid* fids[] = {&server_.eq->fid};
+  FI_OK(fi_trywait(fabric_, fids, 1));
+  epoll_event out{};
+  EXPECT_EQ(epoll_wait(ep, &out, 1, 0), 0);
+  ASSERT_NO_FATAL_FAILURE(OpenEndpoint(client_, client_.info));
+  FI_OK(fi_connect(client_.ep, &addr, nullptr, 0));
+  EXPECT_EQ(epoll_wait(ep, &out, 1, kTimeoutMs), 1) << "no wake-up for FI_CONNREQ";
+  close(ep);
+  EXPECT_EQ(fi_trywait(fabric_, fids, 1), -FI_EAGAIN);
+  Event req;
+  ASSERT_EQ(TryEvent(server_.eq, &req, 0), 1);
+  ASSERT_EQ(req.type, FI_CONNREQ);
+  FI_OK(fi_reject(pep_, req.entry.info->handle, nullptr, 0));
+  fi_freeinfo(req.entry.info);
+  Event refused = WaitEvent(client_.eq);
+  EXPECT_TRUE(refused.is_error);
+}
+
+// What the fabtests found: an FI_EP_RDM server over uroce;ofi_rxm (manual
+// progress) blocked in fi_cq_sread never saw the client's FI_CONNREQ, so the
+// first message never arrived. ofi_rxm waits on an epoll set holding its core
+// EQ's and CQ's wait objects (fi_control FI_GETWAIT, then fi_trywait); the
+// core EQ it opens is FI_WAIT_UNSPEC, which was a mutex/cond ("unsupported
+// wait object 4"). Now an fd: the server wakes for the request, accepts, and
+// its fi_cq_sread returns the message.
+TEST(RxmOverUroce, ServerBlockedInCqSreadGetsTheFirstMessage) {
+  fi_info* hints = fi_allocinfo();
+  hints->fabric_attr->prov_name = strdup("uroce;ofi_rxm");
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->caps = FI_MSG;
+  hints->mode = FI_CONTEXT;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->addr_format = FI_SOCKADDR_IN;
+  fi_info* infos = nullptr;
+  ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &infos), 0) << "no uroce;ofi_rxm";
+  fi_freeinfo(hints);
+  fi_info* client_info = nullptr;
+  fi_info* server_info = nullptr;
+  for (fi_info* i = infos; i != nullptr; i = i->next) {
+    if (std::string(i->domain_attr->name) == "uroce0" && client_info == nullptr) client_info = i;
+    if (std::string(i->domain_attr->name) == "uroce1" && server_info == nullptr) server_info = i;
+  }
+  ASSERT_NE(client_info, nullptr);
+  ASSERT_NE(server_info, nullptr);
+  fid_fabric* fabric = nullptr;
+  FI_OK(fi_fabric(server_info->fabric_attr, &fabric, nullptr));
+  struct Rdm {
+    fid_domain* domain = nullptr;
+    fid_av* av = nullptr;
+    fid_cq* cq = nullptr;
+    fid_ep* ep = nullptr;
+    fid_mr* mr = nullptr;
+    char buf[64] = {};
+  } server, client;
+  for (auto [side, info, wait] : {std::make_tuple(&server, server_info, FI_WAIT_UNSPEC),
+                                  std::make_tuple(&client, client_info, FI_WAIT_NONE)}) {
+    FI_OK(fi_domain(fabric, info, &side->domain, nullptr));
+    fi_av_attr av_attr{};
+    av_attr.type = FI_AV_MAP;
+    FI_OK(fi_av_open(side->domain, &av_attr, &side->av, nullptr));
+    fi_cq_attr cq_attr{};
+    cq_attr.format = FI_CQ_FORMAT_CONTEXT;
+    cq_attr.wait_obj = wait;
+    cq_attr.size = 64;
+    FI_OK(fi_cq_open(side->domain, &cq_attr, &side->cq, nullptr));
+    FI_OK(fi_endpoint(side->domain, info, &side->ep, nullptr));
+    FI_OK(fi_ep_bind(side->ep, &side->av->fid, 0));
+    FI_OK(fi_ep_bind(side->ep, &side->cq->fid, FI_TRANSMIT | FI_RECV));
+    FI_OK(fi_enable(side->ep));
+    FI_OK(fi_mr_reg(side->domain, side->buf, sizeof(side->buf), FI_SEND | FI_RECV, 0, 0, 0, &side->mr, nullptr));
+  }
+  char name[64];
+  size_t len = sizeof(name);
+  FI_OK(fi_getname(&server.ep->fid, name, &len));
+  fi_addr_t server_addr = FI_ADDR_UNSPEC;
+  ASSERT_EQ(fi_av_insert(client.av, name, 1, &server_addr, 0, nullptr), 1);
+  fi_context recv_ctx{}, send_ctx{};
+  FI_OK(fi_recv(server.ep, server.buf, sizeof(server.buf), fi_mr_desc(server.mr), FI_ADDR_UNSPEC, &recv_ctx));
+  std::strcpy(client.buf, "first message");
+  // The client drives its own progress (manual) while the server blocks.
+  std::atomic<bool> stop{false};
+  std::thread client_thread([&] {
+    ssize_t r = -FI_EAGAIN;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
+    while (r == -FI_EAGAIN && std::chrono::steady_clock::now() < deadline) {
+      r = fi_send(client.ep, client.buf, std::strlen(client.buf) + 1, fi_mr_desc(client.mr), server_addr, &send_ctx);
+      fi_cq_entry entry;
+      if (r == -FI_EAGAIN) (void)fi_cq_read(client.cq, &entry, 1);
+    }
+    EXPECT_EQ(r, 0) << fi_strerror(static_cast<int>(-r));
+    while (!stop.load()) {
+      fi_cq_entry entry;
+      (void)fi_cq_read(client.cq, &entry, 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  fi_cq_entry entry{};
+  ssize_t n = -FI_EAGAIN;
+  const auto start = std::chrono::steady_clock::now();
+  // Blocks in fi_cq_sread: progress happens only when ofi_rxm's epoll wakes.
+  while ((n == -FI_EAGAIN || n == -FI_ETIMEDOUT) &&
+         std::chrono::steady_clock::now() - start < std::chrono::milliseconds(10000)) {
+    n = fi_cq_sread(server.cq, &entry, 1, nullptr, 10000);
+  }
+  stop.store(true);
+  client_thread.join();
+  ASSERT_EQ(n, 1) << "fi_cq_sread: " << fi_strerror(static_cast<int>(-n));
+  EXPECT_EQ(entry.op_context, &recv_ctx);
+  EXPECT_STREQ(server.buf, "first message");
+  for (Rdm* side : {&client, &server}) {
+    EXPECT_EQ(fi_close(&side->ep->fid), 0);
+    EXPECT_EQ(fi_close(&side->mr->fid), 0);
+    EXPECT_EQ(fi_close(&side->cq->fid), 0);
+    EXPECT_EQ(fi_close(&side->av->fid), 0);
+    EXPECT_EQ(fi_close(&side->domain->fid), 0);
+  }
+  EXPECT_EQ(fi_close(&fabric->fid), 0);
+  fi_freeinfo(infos);
+}
+
+// fi_cm(3): the listener answers a request when it chooses. A server that
+// takes 10 s to fi_accept (the caller's REQ retries alone last ~1 s) still
+// connects: its connection manager answers the caller's repeated REQ with an
+// MRA (IBTA 12.6.6, 69 s, as the kernel's rdma_cm sends) and the caller
+// waits that long, as a kernel caller does. (Before, an MRA bought at most
+// 8 s: the caller gave up, FI_ETIMEDOUT, and the late accept failed.)
+TEST_F(FabricTest, ServerTenSecondsLateToAcceptStillConnects) {
+  sockaddr_in addr{};
+  ASSERT_NO_FATAL_FAILURE(Listen(&addr));
+  ASSERT_NO_FATAL_FAILURE(OpenEndpoint(client_, client_.info));
+  FI_OK(fi_connect(client_.ep, &addr, nullptr, 0));
+  Event req = WaitEvent(server_.eq);
+  ASSERT_FALSE(req.is_error);
+  ASSERT_EQ(req.type, FI_CONNREQ);
+  const auto late = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < late) {
+    Event ev;
+    ASSERT_EQ(TryEvent(client_.eq, &ev, 500), 0) << "the caller gave up: "
+                                                 << (ev.is_error ? fi_strerror(ev.error.err) : "event");
+  }
+  ASSERT_NO_FATAL_FAILURE(OpenEndpoint(server_, req.entry.info));
+  fi_freeinfo(req.entry.info);
+  FI_OK(fi_accept(server_.ep, nullptr, 0));
+  Event connected = WaitEvent(client_.eq);
+  ASSERT_FALSE(connected.is_error) << fi_strerror(connected.error.err);
+  EXPECT_EQ(connected.type, FI_CONNECTED);
+  Event accepted = WaitEvent(server_.eq);
+  ASSERT_FALSE(accepted.is_error) << fi_strerror(accepted.error.err);
+  EXPECT_EQ(accepted.type, FI_CONNECTED);
 }
 
 }  // namespace

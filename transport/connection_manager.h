@@ -228,8 +228,13 @@ class ConnectionManager {
     size_t max_address_handles = 256;
     uint64_t address_handle_idle_ns = 60'000'000'000;
     // MRAs (IBTA 12.6.6) may extend one wait by this much in all, in at most
-    // max_mras messages; any beyond are ignored.
-    uint64_t max_mra_extension_ns = 8'000'000'000;
+    // max_mras messages; any beyond are ignored. 70 s: one MRA of the
+    // kernel's rdma_cm (and of our own passive side, kMraServiceTimeout:
+    // 4.096 us * 2^24, 69 s) is honoured whole, so a server that takes
+    // seconds to fi_accept / rdma_accept still gets its caller, as between
+    // two kernels; the same bound as a passive side's request lifetime.
+    // (8 s before: a server slower than ~9 s lost the connection.)
+    uint64_t max_mra_extension_ns = 70'000'000'000;
     unsigned max_mras = 4;
     // Attached to a uroce daemon, which routes CM MADs between the
     // processes that share the host's addresses: our local communication IDs

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "api/fabric/cm_data.h"
 #include "api/fabric/info.h"
 #include "api/verbs/connection_managers.h"
 
@@ -210,7 +211,9 @@ void CmService::Dispatch(transport::ConnectionManager* cm, transport::CmEvent& e
     info->dest_addrlen = len;
     info->handle = &request->handle;
     pep->unanswered->fetch_add(1, std::memory_order_acq_rel);
-    if (WriteCmEvent(pep->eq, FI_CONNREQ, &pep->pep.fid, info, event.private_data) < 0) {
+    // fi_eq(3): the event is the fi_eq_cm_entry and the caller's data, as
+    // long as the caller made it (cm_data.h), not the REQ's padded field.
+    if (WriteCmEvent(pep->eq, FI_CONNREQ, &pep->pep.fid, info, UnpackCmData(event.private_data)) < 0) {
       // Not queued (the EQ is full or out of memory): nobody will answer
       // it, so refuse it now and keep nothing.
       MarkAnswered(request);
@@ -232,12 +235,20 @@ void CmService::Dispatch(transport::ConnectionManager* cm, transport::CmEvent& e
       GidToSockaddr(event.peer.gid, event.peer.port, &ep->peer, &len);
       GidToSockaddr(event.local.gid, event.local.port, &ep->local, &len);
       ep->state.store(EndpointState::kConnected, std::memory_order_release);
-      if (ep->eq != nullptr) WriteCmEvent(ep->eq, FI_CONNECTED, &ep->ep.fid, nullptr, event.private_data);
+      // Active side: the acceptor's data as it passed it (the REP's field
+      // is padded; cm_data.h). Passive side: none.
+      if (ep->eq != nullptr) {
+        WriteCmEvent(ep->eq, FI_CONNECTED, &ep->ep.fid, nullptr, UnpackCmData(event.private_data));
+      }
       break;
     }
     case CmEventType::kRejected:
       ep->state.store(EndpointState::kShutdown, std::memory_order_release);
-      if (ep->eq != nullptr) WriteCmError(ep->eq, &ep->ep.fid, FI_ECONNREFUSED, event.reject_reason, event.private_data);
+      // err_data: fi_reject's data as the rejecting side passed it
+      // (cm_data.h); none for a REJ the peer's CM sent by itself.
+      if (ep->eq != nullptr) {
+        WriteCmError(ep->eq, &ep->ep.fid, FI_ECONNREFUSED, event.reject_reason, UnpackCmData(event.private_data));
+      }
       break;
     case CmEventType::kUnreachable:
       ep->state.store(EndpointState::kShutdown, std::memory_order_release);

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "api/fabric/cm_data.h"
 #include "api/fabric/cm_service.h"
 #include "api/fabric/info.h"
 #include "api/fabric/objects.h"
@@ -608,7 +609,7 @@ transport::CmQpParams QpParams(Endpoint* ep) {
 
 int Connect(fid_ep* e, const void* addr, const void* param, size_t paramlen) {
   Endpoint* ep = From(e);
-  if (paramlen > kCmDataSize || (paramlen != 0 && param == nullptr)) return -FI_EINVAL;
+  if (paramlen > kCmConnectDataSize || (paramlen != 0 && param == nullptr)) return -FI_EINVAL;
   if (int r = Enable(ep); r != 0) return r;
   std::lock_guard<std::mutex> lock(ep->mutex);
   if (ep->has_connection || ep->request != nullptr || ep->resolving) return -FI_EOPBADSTATE;
@@ -625,10 +626,9 @@ int Connect(fid_ep* e, const void* addr, const void* param, size_t paramlen) {
       transport::IsIpv4MappedGid(local_gid) == transport::IsIpv4MappedGid(params.remote.gid)) {
     params.local_gid = local_gid;
   }
-  if (paramlen != 0) {
-    const auto* bytes = static_cast<const uint8_t*>(param);
-    params.private_data.assign(bytes, bytes + paramlen);
-  }
+  // With its length in front (cm_data.h): the listener's FI_CONNREQ carries
+  // exactly these bytes.
+  params.private_data = PackCmData(param, paramlen);
   size_t len = 0;
   // fi_connect(3) is asynchronous: its result comes as an EQ event. A peer
   // the neighbour table lacks is resolved (ARP/ND, seconds if nobody
@@ -655,17 +655,15 @@ int Connect(fid_ep* e, const void* addr, const void* param, size_t paramlen) {
 
 int Accept(fid_ep* e, const void* param, size_t paramlen) {
   Endpoint* ep = From(e);
-  if (paramlen > transport::kCmRepPrivateDataSize || (paramlen != 0 && param == nullptr)) return -FI_EINVAL;
+  if (paramlen > kCmAcceptDataSize || (paramlen != 0 && param == nullptr)) return -FI_EINVAL;
   if (int r = Enable(ep); r != 0) return r;
   std::lock_guard<std::mutex> lock(ep->mutex);
   if (ep->request == nullptr || ep->has_connection) return -FI_EOPBADSTATE;
   if (!MarkAnswered(ep->request)) return -FI_EOPBADSTATE;
   transport::CmAcceptParams params;
   static_cast<transport::CmQpParams&>(params) = QpParams(ep);
-  if (paramlen != 0) {
-    const auto* bytes = static_cast<const uint8_t*>(param);
-    params.private_data.assign(bytes, bytes + paramlen);
-  }
+  // The caller's FI_CONNECTED carries exactly these bytes (cm_data.h).
+  params.private_data = PackCmData(param, paramlen);
   Status s = ep->domain->cm->Accept(ep->request->id, params, ep->registry_key);
   if (!s.ok()) return -FI_ECONNABORTED;
   ep->connection = ep->request->id;
@@ -700,9 +698,11 @@ int EndpointGetopt(fid*, int level, int optname, void* optval, size_t* optlen) {
   if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
   if (optname == FI_OPT_CM_DATA_SIZE) {
     // The most connection data fi_connect carries: a REQ's private data less
-    // the IP CM header (transport::kCmReqUserDataSize).
+    // the IP CM header (transport::kCmReqUserDataSize) and our length byte
+    // (cm_data.h). fi_accept and fi_reject may carry more; this is the
+    // bound every call meets.
     if (optval == nullptr || optlen == nullptr || *optlen < sizeof(size_t)) return -FI_ETOOSMALL;
-    *static_cast<size_t*>(optval) = kCmDataSize;
+    *static_cast<size_t*>(optval) = kCmConnectDataSize;
     *optlen = sizeof(size_t);
     return 0;
   }

@@ -96,24 +96,126 @@ bool CapsOk(const fi_info* hints, uint64_t* caps) {
   return true;
 }
 
-bool MrModeOk(const fi_info* hints, uint32_t version, uint64_t* mode) {
-  *mode = kRequiredMrMode | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
-  if (hints == nullptr || hints->domain_attr == nullptr) return true;
-  const int asked = hints->domain_attr->mr_mode;
-  // Before API 1.5, and with FI_MR_BASIC / FI_MR_UNSPEC, "basic" registration
-  // means exactly the local, virtual-address, allocated, provider-key set.
-  if (asked == FI_MR_UNSPEC || asked == FI_MR_BASIC || FI_VERSION_LT(version, FI_VERSION(1, 5))) {
-    if (asked == FI_MR_SCALABLE) return false;
+// libfabric's ofi_rma_target_allowed: RMA or atomics with no direction named,
+// or a remote direction named, make the endpoint a target.
+bool RmaTargetAllowed(uint64_t caps) {
+  if (!(caps & (FI_RMA | FI_ATOMIC))) return false;
+  if (caps & (FI_REMOTE_READ | FI_REMOTE_WRITE)) return true;
+  return !(caps & (FI_READ | FI_WRITE));
+}
+
+// fi_mr(3) "MR modes" with its compatibility rules, as libfabric's utility
+// code checks them for its own providers (ofi_check_mr_mode in
+// prov/util/src/util_attr.c). uroce needs descriptors for local buffers
+// (FI_MR_LOCAL: lkeys) and picks the keys (FI_MR_PROV_KEY: rkeys) of regions
+// a peer targets; it honours FI_MR_VIRT_ADDR and FI_MR_ALLOCATED either way,
+// and supports basic registration (fi_mr(3): FI_MR_BASIC is "equivalent to
+// requiring FI_MR_VIRT_ADDR, FI_MR_ALLOCATED and FI_MR_PROV_KEY", with the
+// deprecated mode bit FI_LOCAL_MR for local descriptors), never scalable.
+//   - Local descriptors must be offered in every version: mr_mode
+//     FI_MR_LOCAL, or the fi_info mode bit FI_LOCAL_MR.
+//   - API < 1.5: mr_mode is FI_MR_UNSPEC ("FI_MR_BASIC or FI_MR_SCALABLE")
+//     or FI_MR_BASIC; the answer is FI_MR_BASIC.
+//   - API >= 1.5: FI_MR_BASIC must stand alone ("must be set alone and not
+//     paired with mr_mode bits") and "will not be cleared by the provider":
+//     the answer is FI_MR_BASIC. Otherwise every bit uroce needs must be
+//     offered, so FI_MR_UNSPEC (0) offers none and gets -FI_ENODATA.
+//     FI_MR_PROV_KEY is needed only when the endpoint may be an RMA target;
+//     without it (and no target asked for) the remote capabilities are left
+//     out of the answer. The answer is the offered bits uroce acts on.
+// *mode: the mr_mode to report; *caps may lose FI_REMOTE_READ/WRITE.
+bool MrModeOk(const fi_info* hints, uint32_t version, uint64_t* caps, uint64_t* mode) {
+  *mode = kRequiredMrMode | kOptionalMrMode;
+  if (hints == nullptr || hints->domain_attr == nullptr) {
+    if (FI_VERSION_LT(version, FI_VERSION(1, 5))) *mode = FI_MR_BASIC;
+    return true;
+  }
+  const uint64_t asked = static_cast<uint32_t>(hints->domain_attr->mr_mode);
+  if (!(asked & FI_MR_LOCAL) && !(hints->mode & FI_LOCAL_MR)) return false;
+  if (FI_VERSION_LT(version, FI_VERSION(1, 5))) {
+    if (asked != FI_MR_UNSPEC && asked != FI_MR_BASIC) return false;
+    *mode = FI_MR_BASIC;
+    return true;
+  }
+  if (asked & FI_MR_BASIC) {
+    if (asked != FI_MR_BASIC) return false;
+    *mode = FI_MR_BASIC;
     return true;
   }
   if (asked & FI_MR_SCALABLE) return false;
-  if ((asked & kRequiredMrMode) != kRequiredMrMode) return false;
-  *mode = static_cast<uint64_t>(asked) & (kRequiredMrMode | kOptionalMrMode);
+  uint64_t needed = FI_MR_LOCAL;
+  if (RmaTargetAllowed(hints->caps)) needed |= FI_MR_PROV_KEY;
+  if ((asked & needed) != needed) return false;
+  // Keys the application would choose are not uroce's: no remote access.
+  if (!(asked & FI_MR_PROV_KEY)) *caps &= ~static_cast<uint64_t>(FI_REMOTE_READ | FI_REMOTE_WRITE);
+  *mode = asked & (kRequiredMrMode | kOptionalMrMode);
+  return true;
+}
+
+// The message and completion orderings uroce guarantees (fi_endpoint(3)
+// "msg_order", "comp_order"). An RC QP's responder carries out requests in
+// PSN order, but builds a READ's response packet by packet after it, so a
+// later WRITE or SEND may land in memory the READ has not read yet: no
+// write-after-read (WAR) and no send-after-read (SAR), as with any RC NIC
+// (IBTA 9.7.7; IBV_SEND_FENCE is the verbs answer, libfabric's verbs provider
+// reports the same set). Atomics are carried out when they arrive, in order.
+// Completions of one queue are in posting order (FI_ORDER_STRICT); data
+// within a message is not placed in order (no FI_ORDER_DATA).
+constexpr uint64_t kMsgOrder = FI_ORDER_RAR | FI_ORDER_RMA_RAR | FI_ORDER_ATOMIC_RAR | FI_ORDER_RAW |
+                               FI_ORDER_RMA_RAW | FI_ORDER_ATOMIC_RAW | FI_ORDER_RAS | FI_ORDER_WAW |
+                               FI_ORDER_RMA_WAW | FI_ORDER_ATOMIC_WAW | FI_ORDER_WAS | FI_ORDER_SAW |
+                               FI_ORDER_SAS;
+constexpr uint64_t kCompOrder = FI_ORDER_STRICT;
+
+// fi_getinfo(3): "the provider ... shall not return fi_info structures that
+// do not satisfy the hints": every attribute uroce cannot meet is -FI_ENODATA
+// (the checks of libfabric's ofi_check_info for its own providers).
+bool AttributesOk(const fi_info* hints, uint32_t version) {
+  if (hints == nullptr) return true;
+  if (const fi_tx_attr* tx = hints->tx_attr; tx != nullptr) {
+    if ((tx->msg_order & ~kMsgOrder) || (tx->comp_order & ~kCompOrder)) return false;
+    if (tx->inject_size > kInjectSize || tx->iov_limit > kIovLimit || tx->rma_iov_limit > 1) return false;
+  }
+  if (const fi_rx_attr* rx = hints->rx_attr; rx != nullptr) {
+    if ((rx->msg_order & ~kMsgOrder) || (rx->comp_order & ~kCompOrder)) return false;
+    if (rx->iov_limit > kIovLimit) return false;
+  }
+  if (const fi_ep_attr* ep = hints->ep_attr; ep != nullptr) {
+    if (ep->max_msg_size > kMaxMsgSize || ep->protocol_version > 1) return false;
+    // One transmit and one receive context per endpoint, none shared:
+    // FI_SHARED_CONTEXT would need fi_stx_context / fi_srx_context, which
+    // uroce does not have (max_ep_stx_ctx = max_ep_srx_ctx = 0).
+    if (ep->tx_ctx_cnt > 1 || ep->rx_ctx_cnt > 1) return false;
+    if (ep->auth_key_size != 0) return false;  // no authorization keys
+    // The sizes up to which the orderings above hold (fi_endpoint(3)
+    // "max_order_*_size"), as libfabric checks them: for RMA and atomics.
+    if ((hints->caps & (FI_RMA | FI_ATOMIC)) &&
+        (ep->max_order_raw_size > kMaxMsgSize || ep->max_order_war_size > 0 ||
+         ep->max_order_waw_size > kMaxMsgSize)) {
+      return false;
+    }
+  }
+  if (const fi_domain_attr* d = hints->domain_attr; d != nullptr) {
+    if (d->max_ep_stx_ctx > 0 || d->max_ep_srx_ctx > 0) return false;
+    if (d->max_ep_tx_ctx > 1 || d->max_ep_rx_ctx > 1) return false;
+    // RoCE immediate data: 4 bytes, and only with FI_RX_CQ_DATA (it takes a
+    // posted receive, IBTA 9.4.3; see BuildInfo).
+    if (d->cq_data_size > sizeof(uint32_t)) return false;
+    if (d->cq_data_size > 0 && !(hints->mode & FI_RX_CQ_DATA)) return false;
+    if (d->auth_key_size != 0) return false;
+    // fi_domain(3) "caps": domain capabilities uroce has are FI_LOCAL_COMM
+    // and FI_REMOTE_COMM; FI_SHARED_AV and the rest are not offered.
+    // (Checked from API 1.5 on, as the field is.)
+    if (!FI_VERSION_LT(version, FI_VERSION(1, 5))) {
+      if (d->caps & ~kSecondaryCaps) return false;
+      if (d->mr_iov_limit > 1) return false;
+    }
+  }
   return true;
 }
 
 fi_info* BuildInfo(const DeviceAddresses& device, const transport::Gid& gid, const Request& req, uint64_t caps,
-                   uint64_t mr_mode, const fi_info* hints, uint32_t version) {
+                   uint64_t mr_mode, const fi_info* hints) {
   fi_info* info = Calloc<fi_info>();
   if (info == nullptr) return nullptr;
   info->tx_attr = Calloc<fi_tx_attr>();
@@ -144,14 +246,12 @@ fi_info* BuildInfo(const DeviceAddresses& device, const transport::Gid& gid, con
     info->dest_addrlen = len;
   }
 
-  const uint64_t msg_order = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR | FI_ORDER_WAW |
-                             FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW | FI_ORDER_SAS;
   fi_tx_attr* tx = info->tx_attr;
   tx->caps = caps & (FI_MSG | FI_RMA | FI_ATOMIC | FI_SEND | FI_READ | FI_WRITE);
   tx->mode = info->mode;
   tx->op_flags = 0;
-  tx->msg_order = msg_order;
-  tx->comp_order = FI_ORDER_STRICT;
+  tx->msg_order = kMsgOrder;
+  tx->comp_order = kCompOrder;
   tx->inject_size = kInjectSize;
   tx->size = kQueueSize;
   tx->iov_limit = kIovLimit;
@@ -159,8 +259,8 @@ fi_info* BuildInfo(const DeviceAddresses& device, const transport::Gid& gid, con
   fi_rx_attr* rx = info->rx_attr;
   rx->caps = caps & (FI_MSG | FI_RMA | FI_ATOMIC | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE);
   rx->mode = info->mode;
-  rx->msg_order = msg_order;
-  rx->comp_order = FI_ORDER_STRICT;
+  rx->msg_order = kMsgOrder;
+  rx->comp_order = kCompOrder;
   rx->total_buffered_recv = 0;
   rx->size = kQueueSize;
   rx->iov_limit = kIovLimit;
@@ -179,7 +279,7 @@ fi_info* BuildInfo(const DeviceAddresses& device, const transport::Gid& gid, con
   ep->max_msg_size = kMaxMsgSize;
   ep->msg_prefix_size = 0;
   ep->max_order_raw_size = kMaxMsgSize;
-  ep->max_order_war_size = kMaxMsgSize;
+  ep->max_order_war_size = 0;  // no write-after-read order (kMsgOrder)
   ep->max_order_waw_size = kMaxMsgSize;
   ep->tx_ctx_cnt = 1;
   ep->rx_ctx_cnt = 1;
@@ -193,7 +293,9 @@ fi_info* BuildInfo(const DeviceAddresses& device, const transport::Gid& gid, con
   d->resource_mgmt = FI_RM_ENABLED;  // RNR retry and back-pressured CQs: nothing is overrun
   d->av_type = FI_AV_UNSPEC;
   d->mr_mode = static_cast<int>(mr_mode);
-  if (FI_VERSION_LT(version, FI_VERSION(1, 5))) d->mr_mode = FI_MR_BASIC;
+  // Basic registration comes with local descriptors through the deprecated
+  // mode bit (fi_mr(3) "Basic Memory Registration"): uroce requires it.
+  if (mr_mode == FI_MR_BASIC) info->mode |= FI_LOCAL_MR;
   d->mr_key_size = sizeof(uint32_t);
   d->cq_data_size = rx_cq_data ? sizeof(uint32_t) : 0;
   d->cq_cnt = 1024;
@@ -362,10 +464,7 @@ int GetInfo(const std::vector<DeviceAddresses>& devices, uint32_t version, const
       }
       req.has_dest = true;
     }
-    if (hints->tx_attr != nullptr && hints->tx_attr->inject_size > kInjectSize) return -FI_ENODATA;
-    if (hints->tx_attr != nullptr && hints->tx_attr->iov_limit > kIovLimit) return -FI_ENODATA;
-    if (hints->rx_attr != nullptr && hints->rx_attr->iov_limit > kIovLimit) return -FI_ENODATA;
-    if (hints->ep_attr != nullptr && hints->ep_attr->max_msg_size > kMaxMsgSize) return -FI_ENODATA;
+    if (!AttributesOk(hints, version)) return -FI_ENODATA;
     if (hints->domain_attr != nullptr && hints->domain_attr->name != nullptr) {
       bool known = false;
       for (const DeviceAddresses& d : devices) known |= d.domain_name == hints->domain_attr->name;
@@ -401,7 +500,7 @@ int GetInfo(const std::vector<DeviceAddresses>& devices, uint32_t version, const
 
   uint64_t caps = 0, mr_mode = 0;
   if (!CapsOk(hints, &caps)) return -FI_ENODATA;
-  if (!MrModeOk(hints, version, &mr_mode)) return -FI_ENODATA;
+  if (!MrModeOk(hints, version, &caps, &mr_mode)) return -FI_ENODATA;
 
   fi_info* head = nullptr;
   fi_info** tail = &head;
@@ -422,7 +521,7 @@ int GetInfo(const std::vector<DeviceAddresses>& devices, uint32_t version, const
           if (transport::IsIpv4MappedGid(req.src_gid) != want_v4 && !IsAnyAddress(req.src_gid)) continue;
           if (!IsAnyAddress(req.src_gid) && req.src_gid != gid) continue;
         }
-        fi_info* fi = BuildInfo(device, gid, req, caps, mr_mode, hints, version);
+        fi_info* fi = BuildInfo(device, gid, req, caps, mr_mode, hints);
         if (fi == nullptr) {
           FreeInfo(head);
           return -FI_ENOMEM;

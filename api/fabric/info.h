@@ -40,7 +40,6 @@ inline constexpr size_t kInjectSize = 256;  // transport::kMaxInlineData
 inline constexpr size_t kIovLimit = 16;     // transport::kMaxSendSge
 inline constexpr size_t kQueueSize = 1024;  // default tx/rx depth
 inline constexpr size_t kMaxQueueSize = 16384;
-inline constexpr size_t kCmDataSize = 56;   // transport::kCmReqUserDataSize
 inline constexpr uint64_t kMaxMsgSize = 1ull << 31;
 
 // fi_getinfo for `devices`. Returns 0 with *info set, or -FI_ENODATA when

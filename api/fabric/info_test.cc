@@ -1,6 +1,8 @@
 // fi_getinfo(3) rules as uroce's getinfo applies them to the hints.
 #include "api/fabric/info.h"
 
+#include "api/fabric/cm_data.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <rdma/fi_domain.h>
@@ -48,6 +50,9 @@ fi_info* Hints() {
   h->fabric_attr = static_cast<fi_fabric_attr*>(std::calloc(1, sizeof(fi_fabric_attr)));
   h->tx_attr = static_cast<fi_tx_attr*>(std::calloc(1, sizeof(fi_tx_attr)));
   h->rx_attr = static_cast<fi_rx_attr*>(std::calloc(1, sizeof(fi_rx_attr)));
+  // What fi_pingpong and ofi_rxm offer (NOTES-rxm.md): since API 1.5 the
+  // application names the registration modes it can follow.
+  h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
   return h;
 }
 
@@ -103,9 +108,127 @@ TEST(GetInfo, MrModeWithoutLocalOrProvKeyIsRefused) {
   InfoList list;
   ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &list.head), 0);
   EXPECT_EQ(list.head->domain_attr->mr_mode, FI_MR_LOCAL | FI_MR_PROV_KEY);  // no VIRT_ADDR: offsets
+  FreeInfo(h);
+}
+
+// fi_mr(3) "Basic Memory Registration" and FI_MR_UNSPEC, by API version (the
+// rules of libfabric's ofi_check_mr_mode). Before: FI_MR_BASIC at 1.17 was
+// answered with the four 1.5 bits, and mr_mode 0 at 1.17 was accepted.
+TEST(GetInfo, MrModeRulesFollowTheApiVersion) {
+  fi_info* h = Hints();
+  fi_info* out = nullptr;
+  h->caps = FI_MSG | FI_RMA;
+  // 1.17, FI_MR_BASIC with FI_LOCAL_MR: answered FI_MR_BASIC, FI_LOCAL_MR kept.
+  h->mode = FI_LOCAL_MR | FI_RX_CQ_DATA;
   h->domain_attr->mr_mode = FI_MR_BASIC;
-  InfoList basic;
-  ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &basic.head), 0);
+  {
+    InfoList basic;
+    ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &basic.head), 0);
+    for (const fi_info* i = basic.head; i != nullptr; i = i->next) {
+      EXPECT_EQ(i->domain_attr->mr_mode, FI_MR_BASIC);
+      EXPECT_NE(i->mode & FI_LOCAL_MR, 0u);
+    }
+  }
+  // FI_MR_BASIC must stand alone; without FI_LOCAL_MR nobody hands uroce
+  // local descriptors.
+  h->domain_attr->mr_mode = FI_MR_BASIC | FI_MR_LOCAL;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  h->domain_attr->mr_mode = FI_MR_BASIC;
+  h->mode = FI_RX_CQ_DATA;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  // FI_MR_UNSPEC (0) at 1.5 and later offers no bit: -FI_ENODATA, even with
+  // FI_LOCAL_MR (FI_MR_LOCAL is required in mr_mode from 1.5 on).
+  h->domain_attr->mr_mode = FI_MR_UNSPEC;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 5), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  h->mode = FI_LOCAL_MR;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  // Before 1.5, FI_MR_UNSPEC means basic or scalable: answered FI_MR_BASIC.
+  {
+    InfoList old;
+    ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 4), nullptr, nullptr, 0, h, &old.head), 0);
+    EXPECT_EQ(old.head->domain_attr->mr_mode, FI_MR_BASIC);
+  }
+  h->domain_attr->mr_mode = FI_MR_SCALABLE;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 4), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  // No RMA target: FI_MR_PROV_KEY is not needed, and not offered means no
+  // remote access in the answer.
+  h->mode = 0;
+  h->caps = FI_MSG;
+  h->domain_attr->mr_mode = FI_MR_LOCAL;
+  {
+    InfoList msg;
+    ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &msg.head), 0);
+    EXPECT_EQ(msg.head->domain_attr->mr_mode, FI_MR_LOCAL);
+  }
+  h->caps = 0;
+  {
+    InfoList any;
+    ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &any.head), 0);
+    EXPECT_EQ(any.head->caps & (FI_REMOTE_READ | FI_REMOTE_WRITE), 0u);
+    EXPECT_EQ(any.head->rx_attr->caps & (FI_REMOTE_READ | FI_REMOTE_WRITE), 0u);
+  }
+  h->caps = FI_RMA | FI_REMOTE_WRITE;
+  EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA);
+  FreeInfo(h);
+}
+
+// fi_getinfo(3): a hint uroce cannot satisfy is -FI_ENODATA, not ignored.
+// Before, each of these got an answer.
+TEST(GetInfo, HintsBeyondWhatUroceGuaranteesGiveNoData) {
+  fi_info* out = nullptr;
+  auto expect_nodata = [&](const char* what, void (*set)(fi_info*)) {
+    fi_info* h = Hints();
+    set(h);
+    EXPECT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 17), nullptr, nullptr, 0, h, &out), -FI_ENODATA) << what;
+    FreeInfo(h);
+  };
+  // Orderings an RC QP does not give (a WRITE or SEND may overtake a READ's
+  // response), and in-order data placement.
+  expect_nodata("tx WAR", [](fi_info* h) { h->tx_attr->msg_order = FI_ORDER_SAS | FI_ORDER_WAR; });
+  expect_nodata("rx SAR", [](fi_info* h) { h->rx_attr->msg_order = FI_ORDER_SAR; });
+  expect_nodata("tx STRICT", [](fi_info* h) { h->tx_attr->msg_order = FI_ORDER_STRICT; });
+  expect_nodata("RMA WAR", [](fi_info* h) { h->tx_attr->msg_order = FI_ORDER_RMA_WAR; });
+  expect_nodata("comp DATA", [](fi_info* h) { h->tx_attr->comp_order = FI_ORDER_DATA; });
+  expect_nodata("WAR size", [](fi_info* h) {
+    h->caps = FI_RMA;
+    h->ep_attr->max_order_war_size = 8;
+  });
+  // Domain capabilities uroce lacks.
+  expect_nodata("FI_SHARED_AV", [](fi_info* h) { h->domain_attr->caps = FI_SHARED_AV; });
+  // Shared contexts (fi_stx_context / fi_srx_context are -FI_ENOSYS).
+  expect_nodata("shared tx", [](fi_info* h) { h->ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT; });
+  expect_nodata("shared rx", [](fi_info* h) { h->ep_attr->rx_ctx_cnt = FI_SHARED_CONTEXT; });
+  expect_nodata("2 rx contexts", [](fi_info* h) { h->ep_attr->rx_ctx_cnt = 2; });
+  expect_nodata("stx per ep", [](fi_info* h) { h->domain_attr->max_ep_stx_ctx = 1; });
+  expect_nodata("cq data 8", [](fi_info* h) {
+    h->mode = FI_RX_CQ_DATA;
+    h->domain_attr->cq_data_size = 8;
+  });
+  expect_nodata("cq data without FI_RX_CQ_DATA", [](fi_info* h) { h->domain_attr->cq_data_size = 4; });
+  expect_nodata("mr_iov_limit", [](fi_info* h) { h->domain_attr->mr_iov_limit = 2; });
+  expect_nodata("rma_iov_limit", [](fi_info* h) { h->tx_attr->rma_iov_limit = 2; });
+  // What ofi_rxm and Open MPI ask still matches, and what is reported is
+  // what is guaranteed.
+  fi_info* h = Hints();
+  h->caps = FI_MSG | FI_RMA | FI_READ | FI_RECV | FI_SEND | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  h->mode = FI_CONTEXT | FI_RX_CQ_DATA;
+  h->tx_attr->size = 128;
+  h->rx_attr->size = 128;
+  h->tx_attr->msg_order = FI_ORDER_SAS;
+  h->rx_attr->msg_order = FI_ORDER_SAS;
+  h->ep_attr->type = FI_EP_MSG;
+  h->domain_attr->threading = FI_THREAD_DOMAIN;
+  h->domain_attr->caps = FI_LOCAL_COMM | FI_REMOTE_COMM;
+  h->domain_attr->cq_data_size = 4;
+  InfoList list;
+  ASSERT_EQ(GetInfo(TwoDevices(), FI_VERSION(1, 5), nullptr, nullptr, 0, h, &list.head), 0);
+  EXPECT_NE(list.head->tx_attr->msg_order & FI_ORDER_SAS, 0u);
+  EXPECT_EQ(list.head->tx_attr->msg_order & (FI_ORDER_WAR | FI_ORDER_SAR), 0u);
+  EXPECT_EQ(list.head->ep_attr->max_order_war_size, 0u);
+  EXPECT_EQ(list.head->ep_attr->tx_ctx_cnt, 1u);
+  EXPECT_EQ(list.head->domain_attr->max_ep_srx_ctx, 0u);
   FreeInfo(h);
 }
 
@@ -219,6 +342,25 @@ TEST(Sockaddr, RoundTrip) {
   sockaddr bad{};
   bad.sa_family = AF_UNIX;
   EXPECT_FALSE(SockaddrToGid(&bad, &gid, &port));
+}
+
+// cm_data.h: the length travels in front of the data and is believed only
+// as far as bytes arrived.
+TEST(CmData, LengthTravelsWithTheData) {
+  const char ten[] = "0123456789";
+  std::vector<uint8_t> wire = PackCmData(ten, 10);
+  ASSERT_EQ(wire.size(), 11u);
+  EXPECT_EQ(wire[0], 10);
+  wire.resize(transport::kCmReqUserDataSize, 0);  // the REQ's field, padded
+  EXPECT_EQ(UnpackCmData(wire), std::vector<uint8_t>(ten, ten + 10));
+  EXPECT_TRUE(UnpackCmData(std::vector<uint8_t>(148, 0)).empty());  // a REJ of the CM's own
+  EXPECT_TRUE(UnpackCmData({}).empty());
+  EXPECT_TRUE(UnpackCmData(PackCmData(nullptr, 0)).empty());
+  std::vector<uint8_t> lying = {200, 1, 2};  // says 200, carries 2
+  EXPECT_EQ(UnpackCmData(lying), (std::vector<uint8_t>{1, 2}));
+  EXPECT_EQ(kCmConnectDataSize, 55u);
+  EXPECT_EQ(kCmAcceptDataSize, 195u);
+  EXPECT_EQ(kCmRejectDataSize, 147u);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <vector>
 
+#include "api/fabric/cm_data.h"
 #include "api/fabric/cm_service.h"
 #include "api/fabric/info.h"
 #include "api/fabric/objects.h"
@@ -369,10 +370,13 @@ int PepListen(fid_pep* p) {
 int PepReject(fid_pep* p, fid_t handle, const void* param, size_t paramlen) {
   (void)p;
   if (handle == nullptr || handle->fclass != FI_CLASS_CONNREQ) return -FI_EINVAL;
-  if (paramlen > transport::kCmRejPrivateDataSize || (paramlen != 0 && param == nullptr)) return -FI_EINVAL;
+  if (paramlen > kCmRejectDataSize || (paramlen != 0 && param == nullptr)) return -FI_EINVAL;
   auto* request = reinterpret_cast<ConnectionRequest*>(handle);
   if (!MarkAnswered(request)) return -FI_EINVAL;
-  Status s = request->cm->Reject(request->id, static_cast<const uint8_t*>(param), paramlen);
+  // The caller's FI_REJECT error entry carries exactly these bytes as
+  // err_data (cm_data.h).
+  const std::vector<uint8_t> data = PackCmData(param, paramlen);
+  Status s = request->cm->Reject(request->id, data.data(), data.size());
   request->cm->Release(request->id);
   delete request;
   return s.ok() ? 0 : -FI_EINVAL;
