@@ -383,4 +383,68 @@ TEST(RdmaCmApiTest, GetaddrinfoFailureSetsErrno) {
   rdma_freeaddrinfo(res);
 }
 
+// Issue 17 item 1 at the rdma_cm level: a program connects to its own
+// device's address (rdma_resolve_addr to our own IP, a connection between two
+// cm_ids of one process), as rdma-core's tests and UCX's self-checks do.
+TEST(RdmaCmApiTest, ConnectsToItsOwnAddress) {
+  rdma_event_channel* channel = rdma_create_event_channel();
+  ASSERT_NE(channel, nullptr);
+  rdma_cm_id* listener = nullptr;
+  rdma_cm_id* client = nullptr;
+  ASSERT_EQ(rdma_create_id(channel, &listener, nullptr, RDMA_PS_TCP), 0);
+  ASSERT_EQ(rdma_create_id(channel, &client, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in own{};
+  own.sin_family = AF_INET;
+  own.sin_port = htons(19875);
+  inet_pton(AF_INET, "10.99.0.1", &own.sin_addr);  // uroce0 of configs/ring.ini
+  ASSERT_EQ(rdma_bind_addr(listener, reinterpret_cast<sockaddr*>(&own)), 0) << "errno " << errno;
+  ASSERT_EQ(rdma_listen(listener, 4), 0);
+  // Takes the next event, which must be `want`; returns its cm_id.
+  auto expect_event = [&](rdma_cm_event_type want) -> rdma_cm_id* {
+    rdma_cm_event* event = nullptr;
+    if (rdma_get_cm_event(channel, &event) != 0) {
+      ADD_FAILURE() << "rdma_get_cm_event: errno " << errno;
+      return nullptr;
+    }
+    EXPECT_EQ(event->event, want) << rdma_event_str(event->event) << " status " << event->status;
+    rdma_cm_id* id = event->id;
+    rdma_ack_cm_event(event);
+    return id;
+  };
+  ASSERT_EQ(rdma_resolve_addr(client, nullptr, reinterpret_cast<sockaddr*>(&own), 2000), 0) << "errno " << errno;
+  expect_event(RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(rdma_resolve_route(client, 2000), 0);
+  expect_event(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  ibv_qp_init_attr qp_attr{};
+  qp_attr.qp_type = IBV_QPT_RC;
+  qp_attr.cap.max_send_wr = qp_attr.cap.max_recv_wr = 4;
+  qp_attr.cap.max_send_sge = qp_attr.cap.max_recv_sge = 1;
+  ASSERT_EQ(rdma_create_qp(client, nullptr, &qp_attr), 0) << "errno " << errno;
+  rdma_conn_param param{};
+  param.responder_resources = param.initiator_depth = 1;
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;
+  ASSERT_EQ(rdma_connect(client, &param), 0) << "errno " << errno;
+  rdma_cm_id* accepted = expect_event(RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(accepted, nullptr);
+  ASSERT_EQ(rdma_create_qp(accepted, nullptr, &qp_attr), 0) << "errno " << errno;
+  ASSERT_EQ(rdma_accept(accepted, &param), 0) << "errno " << errno;
+  // Both ends establish (in either order).
+  int established = 0;
+  for (int i = 0; i < 2; ++i) {
+    rdma_cm_event* event = nullptr;
+    ASSERT_EQ(rdma_get_cm_event(channel, &event), 0);
+    if (event->event == RDMA_CM_EVENT_ESTABLISHED) ++established;
+    rdma_ack_cm_event(event);
+  }
+  EXPECT_EQ(established, 2);
+  rdma_disconnect(client);
+  rdma_destroy_qp(client);
+  rdma_destroy_qp(accepted);
+  rdma_destroy_id(accepted);
+  rdma_destroy_id(client);
+  rdma_destroy_id(listener);
+  rdma_destroy_event_channel(channel);
+}
+
 }  // namespace
