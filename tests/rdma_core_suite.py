@@ -43,16 +43,18 @@ KNOWN_SKIPS = [
     (r'Parent Domain is not supported',
      'parent domains: not offered yet (issue 17 item 6)'),
     (r"doesn't have net interface",
-     'rdma_cm tests need /sys/class/infiniband/DEV/device/net (issue 17 item 4)'),
+     'rdma_cm tests: they need a kernel interface with the device\'s address, and they fork '
+     'children of a process that opened the device (DPDK does not survive fork)'),
 ]
 
 
 def main():
     tests_dir = sys.argv[1]
     dev = sys.argv[2]
+    gid = sys.argv[3] if len(sys.argv) > 3 else None
     sys.path.insert(0, os.path.dirname(tests_dir))
     sys.path.insert(0, tests_dir)
-    sys.argv = [sys.argv[0], '--dev', dev]
+    sys.argv = [sys.argv[0], '--dev', dev] + (['--gid', gid] if gid is not None else [])
     from args_parser import parser  # rdma-core's: reads --dev for every test
     parser.parse_args()
     from importlib.machinery import SourceFileLoader
@@ -83,7 +85,8 @@ def main():
         counts[module(t)]['fail'] += 1
     for t, _ in result.errors:
         counts[module(t)]['error'] += 1
-    print('\n== rdma-core suite over uroce, per module (pass skip fail error)')
+    print(f'\n== rdma-core suite over uroce, {dev}, GID index {gid if gid is not None else "(first)"}, '
+          'per module (pass skip fail error)')
     for m in sorted(counts):
         c = counts[m]
         print(f"{m:28} {c['pass']:4} {c['skip']:4} {c['fail']:4} {c['error']:4}")

@@ -22,4 +22,10 @@ trap 'rm -rf "$WORK"' EXIT
 # Debian compresses the larger modules; Python imports only plain files.
 cp -r "$SRC" "$WORK/tests"
 gunzip -f "$WORK"/tests/*.gz
-exec timeout -k 10 600 "$UROCE" exec --config "$CONFIG" -- "$PYTHON" "$RUNNER" "$WORK/tests" uroce0
+# Twice: over the IPv4 GID (index 0, the suite's default choice) and over
+# the IPv6 one (index 1): every connection and address handle in IPv6 RoCEv2.
+status=0
+for gid in 0 1; do
+  timeout -k 10 600 "$UROCE" exec --config "$CONFIG" -- "$PYTHON" "$RUNNER" "$WORK/tests" uroce0 "$gid" || status=1
+done
+exit $status
