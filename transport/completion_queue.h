@@ -24,7 +24,10 @@ namespace uroce::transport {
 class CompletionQueue {
  public:
   // Holds at least `min_entries` completions.
-  explicit CompletionQueue(uint32_t min_entries) : ring_(std::make_unique<MpmcRing<ibv_wc>>(min_entries)) {}
+  // The ring's slots from `allocator` when given (a verbs parent domain's),
+  // else from the heap; Resize takes the new ring's from it too.
+  explicit CompletionQueue(uint32_t min_entries, RingAllocator allocator = {})
+      : allocator_(std::move(allocator)), ring_(MakeRing(min_entries)) {}
 
   // ibv_resize_cq(3): at least `min_entries` from now on, the completions
   // waiting kept in order. False (nothing changed) when more completions
@@ -34,8 +37,8 @@ class CompletionQueue {
   // is resized). Allocates; never on the fast path.
   bool Resize(uint32_t min_entries) {
     const size_t waiting = ring_->ApproxSize();  // exact: nobody pushes or pops
-    auto resized = std::make_unique<MpmcRing<ibv_wc>>(min_entries);
-    if (waiting > resized->capacity()) return false;
+    auto resized = MakeRing(min_entries);
+    if (resized == nullptr || waiting > resized->capacity()) return false;
     std::vector<ibv_wc> moving(waiting);
     const size_t taken = ring_->PopBurst(moving.data(), waiting);
     for (size_t i = 0; i < taken; ++i) (void)resized->TryPush(moving[i]);
@@ -130,6 +133,8 @@ class CompletionQueue {
     return moved;
   }
 
+  // False when the allocator gave no memory for the ring (the CQ is unusable).
+  bool has_ring() const { return ring_ != nullptr; }
   uint32_t capacity() const { return static_cast<uint32_t>(ring_->capacity()); }
   bool overrun() const { return overrun_.load(std::memory_order_acquire); }
   uint64_t overruns() const { return overruns_.load(std::memory_order_relaxed); }
@@ -144,6 +149,18 @@ class CompletionQueue {
   }
 
   static constexpr size_t kCarry = 32;
+  // A ring of at least `min_entries`, its slots from allocator_ if any;
+  // null when the allocator gives nothing.
+  std::unique_ptr<MpmcRing<ibv_wc>> MakeRing(uint32_t min_entries) {
+    RingStorage storage;
+    if (allocator_) {
+      storage = allocator_(MpmcRing<ibv_wc>::StorageBytesFor(min_entries), kCacheLine);
+      if (storage.bytes == nullptr) return nullptr;
+    }
+    return std::make_unique<MpmcRing<ibv_wc>>(min_entries, std::move(storage));
+  }
+
+  RingAllocator allocator_;
   // Behind a pointer only so that Resize can replace it.
   std::unique_ptr<MpmcRing<ibv_wc>> ring_;
   bool has_sinks_ = false;

@@ -66,7 +66,10 @@ class Engine {
   Status DeregMr(uint32_t lkey);
   // ibv_rereg_mr(3): new PD, range and access for the region; keys unchanged.
   Status ReregMr(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access);
-  StatusOr<CompletionQueue*> CreateCq(uint32_t min_entries);
+  // `allocator`: where the ring's memory comes from (a verbs parent
+  // domain's allocators); the heap when empty. Likewise for SRQs and QPs
+  // (QpInitAttr::allocator).
+  StatusOr<CompletionQueue*> CreateCq(uint32_t min_entries, RingAllocator allocator = {});
   Status DestroyCq(CompletionQueue* cq);
   // ibv_resize_cq(3): EINVAL-class errors for a size out of range, a CQ with
   // libfabric sinks, or more completions waiting than the new size holds.
@@ -74,7 +77,8 @@ class Engine {
   // Sends `cq`'s completions on to a libfabric CQ and/or counter (cq layer);
   // either may be null. The sinks must outlive the attachment.
   Status AttachCompletionSinks(CompletionQueue* cq, cq::CompletionSink* cq_sink, cq::CompletionSink* counter_sink);
-  StatusOr<SharedReceiveQueue*> CreateSrq(PdHandle pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit);
+  StatusOr<SharedReceiveQueue*> CreateSrq(PdHandle pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit,
+                                          const RingAllocator& allocator = {});
   Status DestroySrq(SharedReceiveQueue* srq);
   StatusOr<QueuePair*> CreateQp(const QpInitAttr& init);
   // A QP that is not (or no longer) this engine's is refused with

@@ -107,6 +107,9 @@ struct QpInitAttr {
   // 0: the engine picks the QPN. 1: this is the GSI QP (QP1, IBTA 13.5.1), a
   // UD QP for connection management MADs; one per engine. No other value.
   uint32_t fixed_qpn = 0;
+  // Where the send and receive rings' memory comes from (a verbs parent
+  // domain's allocators); the heap when empty.
+  RingAllocator allocator;
 };
 
 // Asynchronous events (ibv_get_async_event(3)): QP fatal errors, SRQ limit,

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <new>
 #include <type_traits>
@@ -21,6 +22,34 @@
 namespace uroce::transport {
 
 inline constexpr size_t kCacheLine = 64;
+
+// Memory for a ring's slots that its owner supplies instead of the ring
+// allocating it: verbs parent domains' allocators (ibv_alloc_parent_domain(3))
+// give a QP's, SRQ's or CQ's buffers from the application's memory. `bytes`
+// holds at least the ring's StorageBytesFor, aligned to kCacheLine;
+// `release` gives it back when the ring goes. Control path only.
+struct RingStorage {
+  void* bytes = nullptr;
+  std::function<void(void*)> release;
+};
+// Makes a RingStorage of `bytes` bytes aligned to `alignment`; a storage
+// with bytes == nullptr means the allocator failed.
+using RingAllocator = std::function<RingStorage(size_t bytes, size_t alignment)>;
+
+namespace ring_detail {
+// The storage a ring was given, or its own (aligned operator new).
+inline std::byte* TakeStorage(RingStorage& given, size_t bytes) {
+  if (given.bytes != nullptr) return static_cast<std::byte*>(given.bytes);
+  return static_cast<std::byte*>(::operator new(bytes, std::align_val_t{kCacheLine}));
+}
+inline void GiveBack(RingStorage& given, void* storage) {
+  if (given.bytes != nullptr) {
+    if (given.release) given.release(storage);
+  } else {
+    ::operator delete(storage, std::align_val_t{kCacheLine});
+  }
+}
+}  // namespace ring_detail
 
 constexpr size_t RoundUpPow2(size_t n) {
   size_t p = 1;
@@ -33,15 +62,26 @@ class MpmcRing {
   static_assert(std::is_trivially_copyable_v<T>, "ring slots are copied bytewise");
 
  public:
-  // Capacity is `min_capacity` rounded up to a power of two (at least 2).
-  explicit MpmcRing(size_t min_capacity)
+  // Capacity is `min_capacity` rounded up to a power of two (at least 2);
+  // the slots in `storage` (StorageBytesFor bytes) when given, else its own.
+  explicit MpmcRing(size_t min_capacity, RingStorage storage = {})
       : mask_(RoundUpPow2(min_capacity < 2 ? 2 : min_capacity) - 1),
-        slots_(new Slot[mask_ + 1]) {
-    for (size_t i = 0; i <= mask_; ++i) slots_[i].sequence.store(i, std::memory_order_relaxed);
+        given_(std::move(storage)),
+        slots_(reinterpret_cast<Slot*>(ring_detail::TakeStorage(given_, (mask_ + 1) * sizeof(Slot)))) {
+    for (size_t i = 0; i <= mask_; ++i) new (&slots_[i]) Slot{{i}, T{}};
+  }
+  ~MpmcRing() {
+    for (size_t i = 0; i <= mask_; ++i) slots_[i].~Slot();
+    ring_detail::GiveBack(given_, slots_);
   }
 
   MpmcRing(const MpmcRing&) = delete;
   MpmcRing& operator=(const MpmcRing&) = delete;
+
+  // The bytes a ring of `min_capacity` keeps its slots in.
+  static size_t StorageBytesFor(size_t min_capacity) {
+    return RoundUpPow2(min_capacity < 2 ? 2 : min_capacity) * sizeof(Slot);
+  }
 
   size_t capacity() const { return mask_ + 1; }
 
@@ -118,7 +158,8 @@ class MpmcRing {
   };
 
   const size_t mask_;
-  std::unique_ptr<Slot[]> slots_;
+  RingStorage given_;
+  Slot* const slots_;
   Position tail_;  // producers
   Position head_;  // consumers
 };
@@ -140,16 +181,23 @@ class MpmcRing {
 class StridedRing {
  public:
   // Capacity is `min_capacity` rounded up to a power of two (at least 2).
-  StridedRing(size_t min_capacity, size_t payload_bytes)
+  // The slots in `storage` (StorageBytesFor bytes) when given, else its own.
+  StridedRing(size_t min_capacity, size_t payload_bytes, RingStorage storage = {})
       : mask_(RoundUpPow2(min_capacity < 2 ? 2 : min_capacity) - 1),
         payload_bytes_(RoundUp8(payload_bytes)),
         stride_(sizeof(Sequence) + payload_bytes_),
-        storage_(static_cast<std::byte*>(::operator new(stride_ * (mask_ + 1), std::align_val_t{kCacheLine}))) {
+        given_(std::move(storage)),
+        storage_(ring_detail::TakeStorage(given_, stride_ * (mask_ + 1))) {
     for (size_t i = 0; i <= mask_; ++i) new (storage_ + i * stride_) Sequence(i);
   }
   ~StridedRing() {
     for (size_t i = 0; i <= mask_; ++i) sequence(i).~Sequence();
-    ::operator delete(storage_, std::align_val_t{kCacheLine});
+    ring_detail::GiveBack(given_, storage_);
+  }
+
+  // The bytes a ring of `min_capacity` slots of `payload_bytes` keeps them in.
+  static size_t StorageBytesFor(size_t min_capacity, size_t payload_bytes) {
+    return RoundUpPow2(min_capacity < 2 ? 2 : min_capacity) * (sizeof(Sequence) + RoundUp8(payload_bytes));
   }
 
   StridedRing(const StridedRing&) = delete;
@@ -238,6 +286,7 @@ class StridedRing {
   const size_t mask_;
   const size_t payload_bytes_;
   const size_t stride_;
+  RingStorage given_;
   std::byte* const storage_;
   Position tail_;  // producers
   Position head_;  // consumer

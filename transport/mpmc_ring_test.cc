@@ -174,5 +174,34 @@ TEST(StridedRingTest, ProducersAgainstATakeThenReleaseConsumer) {
   for (auto& t : producers) t.join();
 }
 
+// Rings whose owner supplies the memory (a verbs parent domain's allocator):
+// the slots live there, and it goes back through `release` exactly once.
+TEST(RingStorageTest, GivenStorageHoldsTheSlotsAndIsReleasedOnce) {
+  alignas(kCacheLine) static std::byte strided[4096];
+  alignas(kCacheLine) static std::byte wcs[8192];
+  int released = 0;
+  const size_t strided_bytes = StridedRing::StorageBytesFor(8, 40);
+  const size_t mpmc_bytes = MpmcRing<uint64_t>::StorageBytesFor(8);
+  ASSERT_LE(strided_bytes, sizeof(strided));
+  ASSERT_LE(mpmc_bytes, sizeof(wcs));
+  {
+    StridedRing ring(8, 40, RingStorage{strided, [&](void* p) { released += p == strided ? 1 : 100; }});
+    EXPECT_EQ(ring.StorageBytes(), strided_bytes);
+    for (int i = 0; i < 8; ++i) EXPECT_TRUE(ring.TryPushWith([i](std::byte* p) { std::memset(p, i, 40); }));
+    EXPECT_FALSE(ring.TryPushWith([](std::byte*) {}));
+    // The payloads are in the given bytes.
+    bool found = false;
+    for (size_t i = 0; i < strided_bytes; ++i) found |= strided[i] == std::byte{7};
+    EXPECT_TRUE(found);
+    MpmcRing<uint64_t> mpmc(8, RingStorage{wcs, [&](void* p) { released += p == wcs ? 1 : 100; }});
+    for (uint64_t i = 0; i < 8; ++i) EXPECT_TRUE(mpmc.TryPush(i + 0x1234500));
+    uint64_t v = 0;
+    EXPECT_TRUE(mpmc.TryPop(&v));
+    EXPECT_EQ(v, 0x1234500u);
+    EXPECT_EQ(released, 0);
+  }
+  EXPECT_EQ(released, 2);
+}
+
 }  // namespace
 }  // namespace uroce::transport

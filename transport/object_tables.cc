@@ -127,10 +127,12 @@ Status Engine::ReregMr(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, 
   return core_.mrs.Reregister(lkey, pd, addr, length, iova, access);
 }
 
-StatusOr<CompletionQueue*> Engine::CreateCq(uint32_t min_entries) {
+StatusOr<CompletionQueue*> Engine::CreateCq(uint32_t min_entries, RingAllocator allocator) {
   if (min_entries == 0 || min_entries > (1u << 22)) return InvalidArgument("CQ size out of range");
+  auto cq = std::make_unique<CompletionQueue>(min_entries, std::move(allocator));
+  if (!cq->has_ring()) return ResourceExhausted("the CQ's allocator gave no memory");
   std::lock_guard<std::mutex> lock(control_mutex_);
-  tables_.cqs.push_back(std::make_unique<CompletionQueue>(min_entries));
+  tables_.cqs.push_back(std::move(cq));
   return tables_.cqs.back().get();
 }
 
@@ -176,13 +178,19 @@ Status Engine::DestroyCq(CompletionQueue* cq) {
   return Status::Ok();
 }
 
-StatusOr<SharedReceiveQueue*> Engine::CreateSrq(PdHandle pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit) {
+StatusOr<SharedReceiveQueue*> Engine::CreateSrq(PdHandle pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit,
+                                                const RingAllocator& allocator) {
   if (max_wr == 0 || max_wr > 16384) return InvalidArgument("SRQ max_wr out of range");
   if (max_sge == 0 || max_sge > kMaxRecvSge) return InvalidArgument("SRQ max_sge out of range");
   if (limit > max_wr) return InvalidArgument("SRQ limit above max_wr");
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (!tables_.PdValid(pd)) return InvalidArgument("no such PD");
-  tables_.srqs.push_back(std::make_unique<SharedReceiveQueue>(pd, max_wr, max_sge, limit));
+  RingStorage storage;
+  if (allocator) {
+    storage = allocator(SharedReceiveQueue::RingBytes(max_wr, max_sge), kCacheLine);
+    if (storage.bytes == nullptr) return ResourceExhausted("the SRQ's allocator gave no memory");
+  }
+  tables_.srqs.push_back(std::make_unique<SharedReceiveQueue>(pd, max_wr, max_sge, limit, std::move(storage)));
   return tables_.srqs.back().get();
 }
 
@@ -255,8 +263,18 @@ StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
   caps.max_send_sge = std::max<uint32_t>(c.max_send_sge, 1);
   caps.max_recv_sge = std::max<uint32_t>(c.max_recv_sge, 1);
   caps.max_inline_data = c.max_inline_data;
+  RingStorage send_storage, recv_storage;
+  if (init.allocator) {
+    send_storage = init.allocator(QueuePair::SendRingBytes(caps), kCacheLine);
+    if (send_storage.bytes == nullptr) return ResourceExhausted("the QP's allocator gave no memory");
+    recv_storage = init.allocator(QueuePair::RecvRingBytes(caps), kCacheLine);
+    if (recv_storage.bytes == nullptr) {
+      if (send_storage.release) send_storage.release(send_storage.bytes);
+      return ResourceExhausted("the QP's allocator gave no memory");
+    }
+  }
   auto qp = std::make_unique<QueuePair>(qpn, init.type, init.pd, init.send_cq, init.recv_cq, init.srq,
-                                        init.sq_sig_all, caps);
+                                        init.sq_sig_all, caps, std::move(send_storage), std::move(recv_storage));
   qp->path.udp_source_port = UdpSourcePort(qpn);
   qp->mtu_bytes = MtuBytes(core_.limits.max_mtu);
   qp->resp.atomics.resize(core_.config.atomic_replay_entries);

@@ -4,7 +4,7 @@ namespace uroce::transport {
 
 QueuePair::QueuePair(uint32_t qpn_in, ibv_qp_type type_in, PdHandle pd_in, CompletionQueue* send_cq_in,
                      CompletionQueue* recv_cq_in, SharedReceiveQueue* srq_in, bool sq_sig_all_in,
-                     const QpCaps& caps_in)
+                     const QpCaps& caps_in, RingStorage send_storage, RingStorage recv_storage)
     : qpn(qpn_in),
       type(type_in),
       pd(pd_in),
@@ -13,12 +13,22 @@ QueuePair::QueuePair(uint32_t qpn_in, ibv_qp_type type_in, PdHandle pd_in, Compl
       srq(srq_in),
       sq_sig_all(sq_sig_all_in),
       caps(caps_in),
-      send_ring(caps_in.max_send_wr, SendWqePayloadBytes(caps_in.max_send_sge, caps_in.max_inline_data)),
-      recv_ring(caps_in.max_recv_wr == 0 ? 1 : caps_in.max_recv_wr, RecvWqePayloadBytes(caps_in.max_recv_sge)) {
+      send_ring(caps_in.max_send_wr, SendWqePayloadBytes(caps_in.max_send_sge, caps_in.max_inline_data),
+                std::move(send_storage)),
+      recv_ring(caps_in.max_recv_wr == 0 ? 1 : caps_in.max_recv_wr, RecvWqePayloadBytes(caps_in.max_recv_sge),
+                std::move(recv_storage)) {
   ResetWindow();
   attr.qp_state = IBV_QPS_RESET;
   attr.path_mtu = IBV_MTU_1024;
   attr.port_num = 1;
+}
+
+size_t QueuePair::SendRingBytes(const QpCaps& c) {
+  return StridedRing::StorageBytesFor(c.max_send_wr, SendWqePayloadBytes(c.max_send_sge, c.max_inline_data));
+}
+
+size_t QueuePair::RecvRingBytes(const QpCaps& c) {
+  return StridedRing::StorageBytesFor(c.max_recv_wr == 0 ? 1 : c.max_recv_wr, RecvWqePayloadBytes(c.max_recv_sge));
 }
 
 void QueuePair::ResetWindow() {

@@ -185,8 +185,13 @@ struct QpCounters {
 
 class QueuePair {
  public:
+  // The rings' slots come from `send_storage` / `recv_storage` when given
+  // (SendRingBytes / RecvRingBytes of `caps`), else from the heap.
   QueuePair(uint32_t qpn, ibv_qp_type type, PdHandle pd, CompletionQueue* send_cq, CompletionQueue* recv_cq,
-            SharedReceiveQueue* srq, bool sq_sig_all, const QpCaps& caps);
+            SharedReceiveQueue* srq, bool sq_sig_all, const QpCaps& caps, RingStorage send_storage = {},
+            RingStorage recv_storage = {});
+  static size_t SendRingBytes(const QpCaps& caps);
+  static size_t RecvRingBytes(const QpCaps& caps);
 
   // Set at creation; any thread.
   const uint32_t qpn;

@@ -15,8 +15,16 @@ namespace uroce::transport {
 
 class SharedReceiveQueue {
  public:
-  SharedReceiveQueue(PdHandle pd_handle, uint32_t max_wr_in, uint32_t max_sge_in, uint32_t limit_in)
-      : pd(pd_handle), max_wr(max_wr_in), max_sge(max_sge_in), ring(max_wr_in, RecvWqePayloadBytes(max_sge_in)), limit(limit_in) {}
+  SharedReceiveQueue(PdHandle pd_handle, uint32_t max_wr_in, uint32_t max_sge_in, uint32_t limit_in,
+                     RingStorage storage = {})
+      : pd(pd_handle),
+        max_wr(max_wr_in),
+        max_sge(max_sge_in),
+        ring(max_wr_in, RecvWqePayloadBytes(max_sge_in), std::move(storage)),
+        limit(limit_in) {}
+  static size_t RingBytes(uint32_t max_wr, uint32_t max_sge) {
+    return StridedRing::StorageBytesFor(max_wr, RecvWqePayloadBytes(max_sge));
+  }
 
   const PdHandle pd;
   const uint32_t max_wr;
