@@ -40,8 +40,6 @@ KNOWN_SKIPS = [
      'XRC: not offered yet (issue 17 item 6)'),
     (r'MW access|memory window|additional access flags 18',
      'memory windows: not offered yet (issue 17 item 6)'),
-    (r'Parent Domain is not supported',
-     'parent domains: not offered yet (issue 17 item 6)'),
     (r"doesn't have net interface",
      'rdma_cm tests: they need a kernel interface with the device\'s address, and they fork '
      'children of a process that opened the device (DPDK does not survive fork)'),

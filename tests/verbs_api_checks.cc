@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -445,6 +446,94 @@ TEST(RdmaCmApiTest, ConnectsToItsOwnAddress) {
   rdma_destroy_id(client);
   rdma_destroy_id(listener);
   rdma_destroy_event_channel(channel);
+}
+
+// ibv_alloc_parent_domain(3) with allocators: the QP's, SRQ's and CQ's ring
+// memory comes from the application's allocator and goes back through its
+// free; IBV_ALLOCATOR_USE_DEFAULT lets uroce allocate; a protection domain or
+// thread domain in use by a parent domain is EBUSY.
+struct CountingAllocator {
+  int allocs = 0, frees = 0, defaults = 0;
+  bool use_default = false;
+  static void* Alloc(ibv_pd*, void* ctx, size_t size, size_t alignment, uint64_t) {
+    auto* self = static_cast<CountingAllocator*>(ctx);
+    if (self->use_default) {
+      ++self->defaults;
+      return IBV_ALLOCATOR_USE_DEFAULT;
+    }
+    ++self->allocs;
+    void* p = nullptr;
+    return posix_memalign(&p, alignment, size) == 0 ? p : nullptr;
+  }
+  static void Free(ibv_pd*, void* ctx, void* ptr, uint64_t) {
+    ++static_cast<CountingAllocator*>(ctx)->frees;
+    free(ptr);
+  }
+};
+
+TEST_F(VerbsApiTest, ParentDomainAllocatorsHoldTheQueues) {
+  ibv_td_init_attr td_attr{};
+  ibv_td* td = ibv_alloc_td(ctx_, &td_attr);
+  ASSERT_NE(td, nullptr) << "errno " << errno;
+  for (bool use_default : {false, true}) {
+    CountingAllocator counting;
+    counting.use_default = use_default;
+    ibv_parent_domain_init_attr attr{};
+    attr.pd = pd_;
+    attr.td = td;
+    attr.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+    attr.alloc = CountingAllocator::Alloc;
+    attr.free = CountingAllocator::Free;
+    attr.pd_context = &counting;
+    ibv_pd* parent = ibv_alloc_parent_domain(ctx_, &attr);
+    ASSERT_NE(parent, nullptr) << "errno " << errno;
+    EXPECT_EQ(ibv_dealloc_pd(pd_), EBUSY) << "a parent domain stands on it";
+    EXPECT_EQ(ibv_dealloc_td(td), EBUSY);
+
+    ibv_cq_init_attr_ex cq_attr{};
+    cq_attr.cqe = 16;
+    cq_attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+    cq_attr.parent_domain = parent;
+    ibv_cq_ex* cq = ibv_create_cq_ex(ctx_, &cq_attr);
+    ASSERT_NE(cq, nullptr) << "errno " << errno;
+    ibv_srq_init_attr srq_attr{};
+    srq_attr.attr.max_wr = 8;
+    srq_attr.attr.max_sge = 1;
+    ibv_srq* srq = ibv_create_srq(parent, &srq_attr);
+    ASSERT_NE(srq, nullptr) << "errno " << errno;
+    ibv_qp_init_attr_ex qp_attr = RcAttr();
+    qp_attr.pd = parent;
+    qp_attr.send_cq = qp_attr.recv_cq = ibv_cq_ex_to_cq(cq);
+    ibv_qp* qp = ibv_create_qp_ex(ctx_, &qp_attr);
+    ASSERT_NE(qp, nullptr) << "errno " << errno;
+    // CQ ring, SRQ ring, QP send and receive rings.
+    EXPECT_EQ(use_default ? counting.defaults : counting.allocs, 4);
+    // The MR registered in the parent domain is in its protection domain.
+    std::vector<uint8_t> buf(64);
+    ibv_mr* mr = ibv_reg_mr(parent, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr, nullptr);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.data()), 64, mr->lkey};
+    ibv_recv_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    EXPECT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    EXPECT_EQ(ibv_destroy_srq(srq), 0);
+    EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)), 0);
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    EXPECT_EQ(counting.frees, use_default ? 0 : 4) << "what the allocator gave goes back to it";
+    EXPECT_EQ(ibv_dealloc_pd(parent), 0);
+  }
+  EXPECT_EQ(ibv_dealloc_td(td), 0);
+  // A CQ's parent domain must be one.
+  ibv_cq_init_attr_ex cq_attr{};
+  cq_attr.cqe = 4;
+  cq_attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+  cq_attr.parent_domain = pd_;
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq_ex(ctx_, &cq_attr), nullptr);
+  EXPECT_EQ(errno, EINVAL);
 }
 
 }  // namespace

@@ -86,13 +86,14 @@ constexpr uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
 constexpr uint32_t kSupportedCreateFlags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;  // a hint uroce may ignore
 
 // Both ibv_create_cq and ibv_create_cq_ex: the CQ with its engine ring.
-Cq* MakeCq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel, int comp_vector) {
+Cq* MakeCq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel, int comp_vector,
+           transport::RingAllocator allocator = {}) {
   if (context == nullptr || cqe <= 0 || comp_vector < 0 || comp_vector >= context->num_comp_vectors) {
     errno = EINVAL;
     return nullptr;
   }
   Context* ctx = Context::From(context);
-  auto engine_cq = ctx->engine->CreateCq(static_cast<uint32_t>(cqe));
+  auto engine_cq = ctx->engine->CreateCq(static_cast<uint32_t>(cqe), std::move(allocator));
   if (!engine_cq.ok()) {
     errno = engine_cq.status().ToErrno();
     return nullptr;
@@ -125,15 +126,27 @@ Cq* MakeCq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* ch
 
 }  // namespace
 
-// ibv_create_cq_ex(3): NULL with errno, EINVAL for a bad size, vector or
-// mask bit, EOPNOTSUPP for what verbs defines and uroce does not offer
-// (parent domains, timestamps and the other non-standard wc_flags).
+// ibv_create_cq_ex(3): NULL with errno, EINVAL for a bad size, vector,
+// mask bit or parent domain, EOPNOTSUPP for what verbs defines and uroce
+// does not offer (timestamps and the other non-standard wc_flags). With
+// IBV_CQ_INIT_ATTR_MASK_PD the ring's memory comes from the parent
+// domain's allocators.
 ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   if (attr == nullptr || (attr->comp_mask & ~(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) != 0) {
     errno = EINVAL;
     return nullptr;
   }
-  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0 || (attr->wc_flags & ~kSupportedWcFlags) != 0 ||
+  transport::RingAllocator allocator;
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0) {
+    // Only a parent domain of this device (ibv_create_cq_ex(3)).
+    if (attr->parent_domain == nullptr || attr->parent_domain->context != context ||
+        !Pd::From(attr->parent_domain)->is_parent()) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    allocator = RingAllocatorOf(attr->parent_domain, kResourceTypeCq);
+  }
+  if ((attr->wc_flags & ~kSupportedWcFlags) != 0 ||
       ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) != 0 && (attr->flags & ~kSupportedCreateFlags) != 0)) {
     errno = EOPNOTSUPP;
     return nullptr;
@@ -143,7 +156,7 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     return nullptr;
   }
   Cq* cq = MakeCq(context, static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
-                  static_cast<int>(attr->comp_vector));
+                  static_cast<int>(attr->comp_vector), std::move(allocator));
   if (cq == nullptr) return nullptr;
   ibv_cq_ex& x = cq->cq;
   x.start_poll = StartPoll;

@@ -88,6 +88,37 @@ struct Cq {
   static Cq* From(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
 };
 
+// A protection domain, or a parent domain (ibv_alloc_parent_domain(3)): a
+// PD that stands for its protection domain (same engine PD handle, so MRs,
+// AHs and QPs in either are in one domain) and carries a thread domain and
+// the application's allocators for the memory of the queues made in it.
+struct Pd {
+  ibv_pd pd;  // first
+  Pd* protection = nullptr;  // parent domain: its protection domain; else null
+  ibv_td* td = nullptr;
+  void* (*alloc)(ibv_pd*, void*, size_t, size_t, uint64_t) = nullptr;
+  void (*free)(ibv_pd*, void*, void*, uint64_t) = nullptr;
+  void* pd_context = nullptr;
+  std::atomic<uint32_t> parents{0};  // protection domain: parent domains over it
+  bool is_parent() const { return protection != nullptr; }
+  static Pd* From(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
+};
+
+// A thread domain (ibv_alloc_td(3)): a hint that one thread uses the objects
+// of its parent domains; uroce's queues are lock-free whoever uses them.
+struct Td {
+  ibv_td td;  // first
+  std::atomic<uint32_t> parents{0};
+  static Td* From(ibv_td* t) { return reinterpret_cast<Td*>(t); }
+};
+
+// The resource_type a parent domain's allocator is called with (verbs.h
+// leaves them to the provider; rdma-core's put the provider in the high 32
+// bits, as here: 0x7572, "ur").
+constexpr uint64_t kResourceTypeQp = (uint64_t{0x7572} << 32) | 1;   // a QP's send and receive rings
+constexpr uint64_t kResourceTypeSrq = (uint64_t{0x7572} << 32) | 2;  // an SRQ's ring
+constexpr uint64_t kResourceTypeCq = (uint64_t{0x7572} << 32) | 3;   // a CQ's ring
+
 // A memory region: what ibv_rereg_mr(3) keeps of the registration that it
 // does not change.
 struct Mr {

@@ -4,12 +4,22 @@
 
 #include <infiniband/verbs.h>
 
+#include "transport/mpmc_ring.h"
+
 namespace uroce::verbs {
 
 // context.cc
 int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len);
 int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                   size_t attr_size);
+// pd.cc
+ibv_pd* AllocParentDomain(ibv_context* context, ibv_parent_domain_init_attr* attr);
+ibv_td* AllocTd(ibv_context* context, ibv_td_init_attr* attr);
+int DeallocTd(ibv_td* td);
+// The allocator the engine takes a queue's ring memory from: the parent
+// domain's (calling its alloc and free with `resource_type`), or empty (the
+// heap) for a plain PD or a parent domain without allocators.
+transport::RingAllocator RingAllocatorOf(ibv_pd* pd, uint64_t resource_type);
 // cq.cc
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int ReqNotifyCq(ibv_cq* cq, int solicited_only);

@@ -206,6 +206,7 @@ ibv_qp* CreateQp(ibv_context* context, ibv_pd* pd, const ibv_qp_init_attr& attr,
   transport::QpInitAttr init;
   init.type = attr.qp_type;
   init.pd = pd->handle;
+  init.allocator = RingAllocatorOf(pd, kResourceTypeQp);  // a parent domain's, if it has them
   init.send_cq = Cq::From(attr.send_cq)->engine_cq;
   init.recv_cq = Cq::From(attr.recv_cq)->engine_cq;
   init.srq = attr.srq != nullptr ? Srq::From(attr.srq)->engine_srq : nullptr;

@@ -32,7 +32,8 @@ ibv_srq* CreateSrq(ibv_pd* pd, void* srq_context, ibv_srq_attr* attr) {
     return nullptr;
   }
   Context* ctx = Context::From(pd->context);
-  auto engine_srq = ctx->engine->CreateSrq(pd->handle, attr->max_wr, attr->max_sge, attr->srq_limit);
+  auto engine_srq = ctx->engine->CreateSrq(pd->handle, attr->max_wr, attr->max_sge, attr->srq_limit,
+                                           RingAllocatorOf(pd, kResourceTypeSrq));
   if (!engine_srq.ok()) {
     errno = engine_srq.status().ToErrno();
     return nullptr;
