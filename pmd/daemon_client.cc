@@ -62,16 +62,29 @@ StatusOr<int> ConnectToDaemon(const std::string& socket_path) {
 
 }  // namespace
 
-StatusOr<std::string> QueryDaemonStats(const std::string& socket_path) {
+namespace {
+
+// One request that needs no session (STATS, DEVICES) and its answer.
+StatusOr<std::string> QueryDaemon(const std::string& socket_path, const std::string& request) {
   auto fd = ConnectToDaemon(socket_path);
   if (!fd.ok()) return fd.status();
   std::vector<char> reply(kMaxControlMessage + 1);
   ssize_t n = -1;
-  if (send(*fd, "STATS", 5, MSG_NOSIGNAL) == 5) n = recv(*fd, reply.data(), reply.size(), 0);
+  if (send(*fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    n = recv(*fd, reply.data(), reply.size(), 0);
+  }
   close(*fd);
   const std::string text(reply.data(), n > 0 ? static_cast<size_t>(n) : 0);
-  if (text.rfind("OK\n", 0) != 0) return IoError("uroce daemon at " + socket_path + " did not answer STATS");
+  if (text.rfind("OK\n", 0) != 0) return IoError("uroce daemon at " + socket_path + " did not answer " + request);
   return text.substr(3);
+}
+
+}  // namespace
+
+StatusOr<std::string> QueryDaemonStats(const std::string& socket_path) { return QueryDaemon(socket_path, "STATS"); }
+
+StatusOr<std::string> QueryDaemonDevices(const std::string& socket_path) {
+  return QueryDaemon(socket_path, "DEVICES");
 }
 
 std::string DaemonSocketPath() {

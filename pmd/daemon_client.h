@@ -25,6 +25,10 @@ std::string DaemonSocketPath();
 // The daemon's STATS answer (attached processes, uplink, switch counters),
 // without attaching. kNotFound when nobody listens at `socket_path`.
 StatusOr<std::string> QueryDaemonStats(const std::string& socket_path);
+// The daemon's DEVICES answer, without attaching: one line per device,
+// "device uroceK netdev=IFNAME|- gids=HEX32[,HEX32...]" (what `uroce exec`
+// presents as the devices' files, tools/device_files.h).
+StatusOr<std::string> QueryDaemonDevices(const std::string& socket_path);
 
 class DaemonSession {
  public:

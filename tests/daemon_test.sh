@@ -150,6 +150,14 @@ grep -q "uroce0" <<<"$out" || fail "ibv_devices does not list uroce0: $out"
 out=$("${IN_NS[@]}" timeout 60 "$UROCE" exec -- ibv_devinfo -v 2>&1) || fail "ibv_devinfo -v: $out"
 grep -qE "GID\[ *0\]:.*::ffff:10.76.0.1, RoCE v2" <<<"$out" || fail "no IPv4 GID in ibv_devinfo -v"
 grep -qE "GID\[ *1\]:.*fd00:76::1, RoCE v2" <<<"$out" || fail "no IPv6 GID in ibv_devinfo -v"
+# The device's files (tools/device_files.h) for a program attached to the
+# daemon: from its DEVICES answer, in the program's own mount namespace.
+out=$("${IN_NS[@]}" timeout 30 "$UROCE" exec --device-files=yes -- sh -c \
+  'cat /sys/class/infiniband/uroce0/ports/1/gids/0 /sys/class/infiniband/uroce0/ports/1/gid_attrs/types/1; ls /dev/infiniband' 2>&1) ||
+  fail "device files under the daemon: $out"
+grep -q "^0000:0000:0000:0000:0000:ffff:0a4c:0001$" <<<"$out" || fail "no IPv4 GID in the presented sysfs: $out"
+grep -q "^RoCE v2$" <<<"$out" || fail "no GID type in the presented sysfs: $out"
+grep -q "^uverbs0$" <<<"$out" || fail "no /dev/infiniband/uverbs0: $out"
 
 echo "== two processes through the host's own address"
 run_pair rc_pingpong_v4 60 "iters in" ibv_rc_pingpong -g 0 -n 500

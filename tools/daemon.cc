@@ -134,6 +134,7 @@ class Daemon {
   Status AttachSession(Session& s, const pmd::AttachRequest& request);
   void Release(Session& s);
   std::string StatsText() const;
+  std::string DevicesText() const;
   void Reply(Session& s, const std::string& text);
   void ReplyWithFiles(Session& s, const std::string& text, const std::vector<int>& files);
   uint32_t FreeSlot();
@@ -536,6 +537,10 @@ void Daemon::HandleMessage(Session& s) {
       Reply(s, StatsText());
       continue;
     }
+    if (message == "DEVICES") {
+      Reply(s, DevicesText());
+      continue;
+    }
     if (message.rfind("PEER ", 0) == 0 || message.rfind("UNPEER ", 0) == 0) {
       // Fire and forget (pmd/daemon_protocol.h): a bad one is counted, the
       // first few logged, never answered.
@@ -859,6 +864,25 @@ void Daemon::CloseLinksOf(uint32_t slot) {
     links_[i] = std::move(links_.back());
     links_.pop_back();
   }
+}
+
+// DEVICES (pmd/daemon_client.h): each device's kernel interface (a shared
+// kernel port's) and GIDs, for `uroce exec` to present as its files.
+std::string Daemon::DevicesText() const {
+  std::string out = "OK\n";
+  for (size_t i = 0; i < uplinks_.size(); ++i) {
+    const EndpointConfig& ec = uplinks_[i]->config;
+    out += "device " + uplinks_[i]->device + " netdev=";
+    out += ec.kind == pmd::PortKind::kKernel && !ec.interface.empty() ? ec.interface : "-";
+    out += " gids=";
+    for (size_t g = 0; g < ec.gids.size(); ++g) {
+      char hex[33];
+      for (size_t b = 0; b < 16; ++b) std::snprintf(hex + 2 * b, 3, "%02x", ec.gids[g][b]);
+      out += (g == 0 ? "" : ",") + std::string(hex, 32);
+    }
+    out += "\n";
+  }
+  return out;
 }
 
 std::string Daemon::StatsText() const {

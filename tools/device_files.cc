@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "pmd/config.h"
+#include "pmd/daemon_client.h"
 
 namespace uroce::tools {
 namespace {
@@ -135,6 +136,47 @@ StatusOr<std::vector<PresentedDevice>> DevicesOfConfig(const std::string& config
     devices.push_back(std::move(d));
   }
   return devices;
+}
+
+StatusOr<std::vector<PresentedDevice>> ParseDaemonDevices(const std::string& text) {
+  std::vector<PresentedDevice> devices;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    std::istringstream words(line);
+    std::string word, name, netdev, gids;
+    words >> word >> name >> netdev >> gids;
+    if (word != "device" || name.rfind("uroce", 0) != 0 || netdev.rfind("netdev=", 0) != 0 ||
+        gids.rfind("gids=", 0) != 0) {
+      return IoError("the daemon's DEVICES answer has a line that is not a device: " + line);
+    }
+    PresentedDevice d;
+    d.index = static_cast<unsigned>(devices.size());
+    if (name != "uroce" + std::to_string(d.index)) return IoError("the daemon's devices are out of order: " + name);
+    d.netdev = netdev.substr(7) == "-" ? "" : netdev.substr(7);
+    std::string list = gids.substr(5);
+    for (size_t start = 0; start < list.size();) {
+      const size_t end = std::min(list.find(',', start), list.size());
+      const std::string hex = list.substr(start, end - start);
+      if (hex.size() != 32 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+        return IoError("the daemon's DEVICES answer has a GID that is not 32 hex digits: " + hex);
+      }
+      transport::Gid gid{};
+      for (size_t b = 0; b < 16; ++b) gid[b] = static_cast<uint8_t>(std::stoul(hex.substr(2 * b, 2), nullptr, 16));
+      d.gids.push_back(gid);
+      start = end + 1;
+    }
+    if (d.netdev.empty()) d.netdev = InterfaceHolding(d.gids);
+    devices.push_back(std::move(d));
+  }
+  return devices;
+}
+
+StatusOr<std::vector<PresentedDevice>> DevicesOfDaemon(const std::string& socket_path) {
+  auto text = pmd::QueryDaemonDevices(socket_path);
+  if (!text.ok()) return text.status();
+  return ParseDaemonDevices(*text);
 }
 
 DeviceTree BuildDeviceTree(const std::vector<PresentedDevice>& devices, unsigned cpus) {

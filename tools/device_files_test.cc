@@ -51,5 +51,25 @@ TEST(DeviceFilesTest, TreeHasWhatUcxAndRdmaCmRead) {
   EXPECT_EQ(tree.sys_dirs, (std::vector<std::string>{"infiniband/uroce1/device/net/eth0"}));
 }
 
+// The daemon's DEVICES answer (pmd/daemon_client.h) as devices; anything
+// else is refused, never half-read.
+TEST(DeviceFilesTest, DaemonDevicesAreParsedStrictly) {
+  auto devices = ParseDaemonDevices(
+      "device uroce0 netdev=eth7 gids=00000000000000000000ffff0a000001,fd000000000000000000000000000001\n"
+      "device uroce1 netdev=- gids=00000000000000000000ffff0a000002\n");
+  ASSERT_TRUE(devices.ok()) << devices.status().ToString();
+  ASSERT_EQ(devices->size(), 2u);
+  EXPECT_EQ((*devices)[0].netdev, "eth7");
+  ASSERT_EQ((*devices)[0].gids.size(), 2u);
+  EXPECT_EQ((*devices)[0].gids[0][15], 1);
+  EXPECT_EQ((*devices)[0].gids[1][0], 0xfd);
+  EXPECT_EQ((*devices)[1].index, 1u);
+  EXPECT_EQ((*devices)[1].gids[0][15], 2);
+  for (const char* bad : {"device uroce0 netdev=- gids=0a\n", "device uroce1 netdev=- gids=\n", "hello\n",
+                          "device uroce0 netdev=- gids=00000000000000000000ffff0a00000g\n"}) {
+    EXPECT_FALSE(ParseDaemonDevices(bad).ok()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace uroce::tools

@@ -8,10 +8,11 @@
 // --config and UROCE_CONFIG, the program attaches to `uroce daemon`), then execs the
 // program: its exit status, signals and stdio are the program's own.
 //
-// Run as root with a configuration, it first gives the program a private
+// Run as root, it first gives the program a private
 // mount namespace in which /dev/infiniband/uverbsN and
 // /sys/class/infiniband/uroceN exist, as a kernel RDMA driver would make
-// them (device_files.h: UCX does not see a device without them);
+// them (device_files.h: UCX does not see a device without them), for the
+// configuration's devices or the daemon's (its DEVICES answer);
 // --device-files=no leaves the program in the host's namespace.
 //
 // The libraries are found, in order: $UROCE_VERBS_LIB_DIR (and
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "tools/command.h"
+#include "pmd/daemon_client.h"
 #include "tools/device_files.h"
 
 namespace uroce::tools {
@@ -77,8 +79,8 @@ int Usage() {
                "  (liburoce-fi.so, provider \"uroce\"); uroce devices from FILE, or from $UROCE_CONFIG, or else\n"
                "  the host's devices from the running `uroce daemon` ($UROCE_DAEMON or /run/uroce/uroce.sock)\n"
                "  --device-files: present /dev/infiniband/uverbsN and /sys/class/infiniband/uroceN to PROGRAM\n"
-               "  in a private mount namespace (UCX needs them); auto (default): when root, with a\n"
-               "  configuration, silently not otherwise; yes: or fail; no: never\n");
+               "  in a private mount namespace (UCX needs them); auto (default): when root, silently\n"
+               "  not otherwise; yes: or fail; no: never\n");
   return 2;
 }
 
@@ -125,17 +127,10 @@ enum class DeviceFilesMode { kAuto, kYes, kNo };
 // insists and it cannot be done.
 int PresentDevices(DeviceFilesMode mode, const std::string& config) {
   if (mode == DeviceFilesMode::kNo) return 0;
-  if (config.empty()) {
-    // Attached to the daemon: its devices are not known here (yet).
-    if (mode == DeviceFilesMode::kYes) {
-      std::fprintf(stderr, "uroce exec: --device-files=yes needs a configuration (--config or UROCE_CONFIG)\n");
-      return 2;
-    }
-    return 0;
-  }
   if (mode == DeviceFilesMode::kAuto && geteuid() != 0) return 0;
   Status s = Status::Ok();
-  auto devices = DevicesOfConfig(config);
+  // Without a configuration the program attaches to the daemon: its devices.
+  auto devices = config.empty() ? DevicesOfDaemon(pmd::DaemonSocketPath()) : DevicesOfConfig(config);
   if (!devices.ok()) {
     s = devices.status();
   } else {
