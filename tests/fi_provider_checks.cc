@@ -417,6 +417,42 @@ TEST_F(FabricTest, GetinfoDescribesBothDevices) {
   EXPECT_EQ(fi_close(&ep->fid), 0);
 }
 
+// fi_getinfo(3) / fi_endpoint(3): hints->handle naming a passive endpoint
+// gives answers for its address with the handle on, and an active endpoint
+// opened with it takes the address over; a listening one keeps it (EBUSY);
+// a handle that is no passive endpoint gets no answer.
+TEST_F(FabricTest, ActiveEndpointTakesOverAPassiveEndpointsAddress) {
+  fid_pep* pep = nullptr;
+  FI_OK(fi_passive_ep(fabric_, server_.info, &pep, nullptr));
+  fi_info* hints = fi_dupinfo(server_.info);
+  ASSERT_NE(hints, nullptr);
+  hints->handle = &pep->fid;
+  fi_info* answer = nullptr;
+  FI_OK(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &answer));
+  ASSERT_NE(answer, nullptr);
+  EXPECT_EQ(answer->handle, &pep->fid);
+  EXPECT_EQ(Ip(answer->src_addr), "10.99.0.2");
+  fid_ep* ep = nullptr;
+  FI_OK(fi_endpoint(server_.domain, answer, &ep, nullptr));
+  sockaddr_in name{};
+  size_t len = sizeof(name);
+  FI_OK(fi_getname(&ep->fid, &name, &len));
+  EXPECT_EQ(Ip(&name), "10.99.0.2");
+  EXPECT_EQ(fi_close(&ep->fid), 0);
+  // Listening, it keeps its address.
+  FI_OK(fi_pep_bind(pep, &server_.eq->fid, 0));
+  FI_OK(fi_listen(pep));
+  EXPECT_EQ(fi_endpoint(server_.domain, answer, &ep, nullptr), -FI_EBUSY);
+  fi_freeinfo(answer);
+  // A handle that is not a passive endpoint: no answer.
+  hints->handle = &server_.domain->fid;
+  answer = nullptr;
+  EXPECT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &answer), -FI_ENODATA);
+  hints->handle = nullptr;
+  fi_freeinfo(hints);
+  EXPECT_EQ(fi_close(&pep->fid), 0);
+}
+
 TEST_F(FabricTest, MessagesBothWays) {
   ASSERT_NO_FATAL_FAILURE(Connect());
   // The receive posted before the accept takes the first message.

@@ -714,7 +714,19 @@ int EndpointOpen(fid_domain* d, fi_info* info, fid_ep** out, void* context) {
   if (info->ep_attr != nullptr && info->ep_attr->type != FI_EP_MSG && info->ep_attr->type != FI_EP_UNSPEC) {
     return -FI_EINVAL;
   }
-  if (info->handle != nullptr && info->handle->fclass != FI_CLASS_CONNREQ) return -FI_EINVAL;
+  // info->handle (fi_endpoint(3)): an FI_CONNREQ's request, for the passive
+  // side; or a passive endpoint whose address this endpoint takes over, for
+  // a server that connects out from the address it listened on (fabtests'
+  // fi_msg_sockets-style servers). A listening one keeps its address.
+  PassiveEndpoint* taken_over = nullptr;
+  if (info->handle != nullptr) {
+    if (info->handle->fclass == FI_CLASS_PEP) {
+      taken_over = reinterpret_cast<PassiveEndpoint*>(info->handle);
+      if (taken_over->listening) return -FI_EBUSY;
+    } else if (info->handle->fclass != FI_CLASS_CONNREQ) {
+      return -FI_EINVAL;
+    }
+  }
   Domain* domain = reinterpret_cast<Domain*>(d);
   auto* ep = new Endpoint();
   ep->ep.fid.fclass = FI_CLASS_EP;
@@ -748,7 +760,12 @@ int EndpointOpen(fid_domain* d, fi_info* info, fid_ep** out, void* context) {
   if (info->dest_addr != nullptr && SockaddrLength(static_cast<sockaddr*>(info->dest_addr)) != 0) {
     std::memcpy(&ep->peer, info->dest_addr, SockaddrLength(static_cast<sockaddr*>(info->dest_addr)));
   }
-  if (info->handle != nullptr) ep->request = reinterpret_cast<ConnectionRequest*>(info->handle);
+  if (taken_over != nullptr) {
+    const size_t len = SockaddrLength(reinterpret_cast<const sockaddr*>(&taken_over->local));
+    if (len != 0) std::memcpy(&ep->local, &taken_over->local, len);
+  } else if (info->handle != nullptr) {
+    ep->request = reinterpret_cast<ConnectionRequest*>(info->handle);
+  }
   ep->registry_key = CmService::Get().Register(ep);
   domain->open_objects.fetch_add(1);
   *out = &ep->ep;

@@ -516,9 +516,27 @@ int FabricOpen(fi_fabric_attr* attr, fid_fabric** out, void* context) {
   return 0;
 }
 
+// fi_getinfo(3): hints->handle may name a passive endpoint whose address an
+// active endpoint is to take over (fi_endpoint(3), info->handle): the
+// answers are for its address, and carry the handle on. Any other handle
+// is not one uroce made for this: no answer.
 int ProviderGetinfo(uint32_t version, const char* node, const char* service, uint64_t flags, const fi_info* hints,
                     fi_info** info) {
-  return GetInfo(Devices(), version, node, service, flags, hints, info);
+  if (hints == nullptr || hints->handle == nullptr) return GetInfo(Devices(), version, node, service, flags, hints, info);
+  if (info == nullptr) return -FI_EINVAL;
+  if (hints->handle->fclass != FI_CLASS_PEP) return -FI_ENODATA;
+  auto* pep = reinterpret_cast<PassiveEndpoint*>(hints->handle);
+  fi_info with_address = *hints;
+  with_address.handle = nullptr;
+  const size_t len = SockaddrLength(reinterpret_cast<const sockaddr*>(&pep->local));
+  if (len != 0) {
+    with_address.src_addr = &pep->local;
+    with_address.src_addrlen = len;
+  }
+  const int rc = GetInfo(Devices(), version, node, service, flags, &with_address, info);
+  if (rc != 0) return rc;
+  for (fi_info* i = *info; i != nullptr; i = i->next) i->handle = hints->handle;
+  return 0;
 }
 
 void ProviderCleanup() {}
