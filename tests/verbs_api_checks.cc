@@ -358,4 +358,72 @@ TEST_F(RcLoopbackTest, ResetRemovesTheQpsWaitingCompletions) {
   EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
 }
 
+// ibv_alloc_dm(3) and friends: device memory (host memory in uroce) of at
+// most max_dm_size, copied in 4-byte words, registered as a zero-based MR
+// that SGEs and peers address by offset; not freed while an MR uses it.
+TEST_F(RcLoopbackTest, DeviceMemoryIsCopiedRegisteredAndReachedByOffset) {
+  ibv_device_attr_ex dev{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &dev), 0);
+  ASSERT_GE(dev.max_dm_size, 4096u);
+  ibv_alloc_dm_attr too_big{dev.max_dm_size + 4, 0, 0};
+  EXPECT_EQ(ibv_alloc_dm(ctx_, &too_big), nullptr);
+  ibv_alloc_dm_attr bad_mask{64, 0, 1};
+  EXPECT_EQ(ibv_alloc_dm(ctx_, &bad_mask), nullptr);
+  ibv_alloc_dm_attr attr{256, 3, 0};
+  ibv_dm* dm = ibv_alloc_dm(ctx_, &attr);
+  ASSERT_NE(dm, nullptr) << "errno " << errno;
+  std::vector<uint8_t> in(64), out(64);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i + 1);
+  ASSERT_EQ(ibv_memcpy_to_dm(dm, 8, in.data(), in.size()), 0);
+  ASSERT_EQ(ibv_memcpy_from_dm(out.data(), dm, 8, out.size()), 0);
+  EXPECT_EQ(in, out);
+  EXPECT_NE(ibv_memcpy_to_dm(dm, 3, in.data(), 4), 0) << "unaligned offset";
+  EXPECT_NE(ibv_memcpy_to_dm(dm, 4, in.data(), 3), 0) << "unaligned length";
+  EXPECT_NE(ibv_memcpy_from_dm(out.data(), dm, 256, 4), 0) << "past the end";
+  EXPECT_NE(ibv_memcpy_from_dm(out.data(), dm, 0, 260), 0) << "longer than the memory";
+
+  errno = 0;
+  EXPECT_EQ(ibv_reg_dm_mr(pd_, dm, 0, 128, IBV_ACCESS_LOCAL_WRITE), nullptr) << "not zero-based";
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_reg_dm_mr(pd_, dm, 128, 132, IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE), nullptr);
+  // The MR covers bytes 128..255 of the device memory, at addresses 0..127.
+  ibv_mr* dmmr = ibv_reg_dm_mr(pd_, dm, 128, 128,
+                               IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(dmmr, nullptr) << "errno " << errno;
+  EXPECT_EQ(ibv_free_dm(dm), EBUSY) << "an MR uses it";
+
+  // RDMA WRITE from the host buffer into the DM MR at address 16.
+  std::memset(buf_.data(), 0x5a, 32);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), 32, mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = 16;
+  wr.wr.rdma.rkey = dmmr->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  auto wcs = Wait(test_cq_, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  ASSERT_EQ(ibv_memcpy_from_dm(out.data(), dm, 128 + 16, 32), 0);
+  EXPECT_EQ(std::vector<uint8_t>(out.begin(), out.begin() + 32), std::vector<uint8_t>(32, 0x5a));
+
+  // RDMA WRITE from the DM MR (its local address 16) into the host buffer.
+  sge = {16, 32, dmmr->lkey};
+  wr.wr_id = 2;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(buf_.data() + kBytes);
+  wr.wr.rdma.rkey = mr_->rkey;
+  ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  wcs = Wait(test_cq_, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(buf_.data() + kBytes, buf_.data(), 32), 0);
+
+  EXPECT_EQ(ibv_dereg_mr(dmmr), 0);
+  EXPECT_EQ(ibv_free_dm(dm), 0);
+}
+
 }  // namespace

@@ -13,7 +13,7 @@ bool AccessIsValid(int access) {
   const int remote_writes = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
   if ((access & remote_writes) && !(access & IBV_ACCESS_LOCAL_WRITE)) return false;
   const int known = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_RELAXED_ORDERING;
+                    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_ZERO_BASED;
   return (access & ~known) == 0;
 }
 
@@ -101,7 +101,11 @@ MrCheck MemoryRegionTable::Check(uint32_t key, PdHandle pd, uint64_t va, uint64_
   if (e.pd != pd) return MrCheck::kWrongPd;
   if ((e.access & needed_access) != needed_access) return MrCheck::kNoAccess;
   // Local addresses are host addresses; remote ones live in the iova space.
-  const uint64_t base = remote ? e.iova : reinterpret_cast<uint64_t>(e.addr);
+  // A zero-based region (ibv_reg_dm_mr(3), IBV_ACCESS_ZERO_BASED) has no
+  // host address the program knows: its SGEs, like its peers, address it by
+  // offset, so both use the iova space.
+  const bool by_iova = remote || (e.access & IBV_ACCESS_ZERO_BASED) != 0;
+  const uint64_t base = by_iova ? e.iova : reinterpret_cast<uint64_t>(e.addr);
   if (va < base || length > e.length || va - base > e.length - length) return MrCheck::kOutOfRange;
   *host = e.addr + (va - base);
   return MrCheck::kOk;

@@ -43,7 +43,9 @@ class MemoryRegionTable {
   explicit MemoryRegionTable(uint32_t capacity = 1u << 16);
 
   // Control path. `iova` is the address remote peers use for byte 0 of the
-  // region (ibv_reg_mr_iova2); ibv_reg_mr passes iova == addr.
+  // region (ibv_reg_mr_iova2); ibv_reg_mr passes iova == addr. With
+  // IBV_ACCESS_ZERO_BASED in `access` (device memory, ibv_reg_dm_mr(3)),
+  // local SGE addresses are in the iova space too.
   StatusOr<MrKeys> Register(PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access);
   Status Deregister(uint32_t lkey);
   // ibv_rereg_mr(3): the region of `lkey` gets a new PD, range and access,

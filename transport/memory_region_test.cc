@@ -117,5 +117,24 @@ TEST(MemoryRegionTest, TableFullIsResourceExhausted) {
   EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
 }
 
+// ibv_reg_dm_mr(3): a zero-based region is addressed by offset, by its own
+// SGEs as by its peers; its host address means nothing to the check.
+TEST(MemoryRegionTest, ZeroBasedRegionIsAddressedByOffsetLocallyToo) {
+  MemoryRegionTable table(8);
+  std::vector<uint8_t> buf(256);
+  auto keys = table.Register(1, buf.data() + 64, 128, 0, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED);
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  uint8_t* host = nullptr;
+  EXPECT_EQ(table.CheckLocal(keys->lkey, 1, 0, 128, IBV_ACCESS_LOCAL_WRITE, &host), MrCheck::kOk);
+  EXPECT_EQ(host, buf.data() + 64);
+  EXPECT_EQ(table.CheckLocal(keys->lkey, 1, 120, 8, IBV_ACCESS_LOCAL_WRITE, &host), MrCheck::kOk);
+  EXPECT_EQ(host, buf.data() + 184);
+  EXPECT_EQ(table.CheckLocal(keys->lkey, 1, 121, 8, IBV_ACCESS_LOCAL_WRITE, &host), MrCheck::kOutOfRange);
+  EXPECT_EQ(table.CheckLocal(keys->lkey, 1, reinterpret_cast<uint64_t>(buf.data() + 64), 1, IBV_ACCESS_LOCAL_WRITE,
+                             &host),
+            MrCheck::kOutOfRange)
+      << "the host address is not the region's address";
+}
+
 }  // namespace
 }  // namespace uroce::transport

@@ -114,7 +114,7 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, 
   ibv_device_attr_ex a;
   std::memset(&a, 0, sizeof(a));
   FillDeviceAttr(Context::From(context), &a.orig_attr);
-  a.max_dm_size = 0;
+  a.max_dm_size = kMaxDmSize;  // host memory (dm.cc)
   // ibv_query_device_ex(3): the port count for devices with more than 255
   // ports, and for everyone who reads it (UCX does; it was 0, issue 17).
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;

@@ -78,6 +78,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.create_qp_ex = uroce::verbs::CreateQpEx;
   v.create_cq_ex = uroce::verbs::CreateCqEx;
   v.create_srq_ex = uroce::verbs::CreateSrqEx;
+  v.alloc_dm = uroce::verbs::AllocDm;
+  v.free_dm = uroce::verbs::FreeDm;
+  v.reg_dm_mr = uroce::verbs::RegDmMr;
   ibv_context* c = ctx->ibv();
   c->device = device;
   c->abi_compat = __VERBS_ABI_IS_EXTENDED;

@@ -88,6 +88,7 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
 int ibv_dereg_mr(ibv_mr* mr) {
   uroce::Status s = Context::From(mr->context)->engine->DeregMr(mr->lkey);
   if (!s.ok()) return s.ToErrno();
+  if (uroce::verbs::Dm* dm = Mr::From(mr)->dm; dm != nullptr) dm->mrs.fetch_sub(1, std::memory_order_acq_rel);
   delete Mr::From(mr);
   return 0;
 }
@@ -104,6 +105,12 @@ int ibv_rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* pd, void* addr, size_t length,
     return IBV_REREG_MR_ERR_INPUT;
   }
   Mr* mr = Mr::From(ibmr);
+  if (mr->dm != nullptr) {
+    // A device memory MR is re-registered by registering the device memory
+    // again (ibv_reg_dm_mr); rxe and mlx5 do not re-register it either.
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
   ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) != 0 ? pd : ibmr->pd;
   const bool translation = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0;
   void* new_addr = translation ? addr : ibmr->addr;

@@ -4,12 +4,21 @@
 
 #include <infiniband/verbs.h>
 
+#include <cstdint>
+
 namespace uroce::verbs {
 
 // context.cc
 int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len);
 int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                   size_t attr_size);
+// dm.cc. Device memory a context may hold (max_dm_size): host memory, so
+// any bound would do; 256 KiB is what mlx5 NICs offer, and programs size
+// their use of device memory from it.
+constexpr uint64_t kMaxDmSize = 256 * 1024;
+ibv_dm* AllocDm(ibv_context* context, ibv_alloc_dm_attr* attr);
+int FreeDm(ibv_dm* dm);
+ibv_mr* RegDmMr(ibv_pd* pd, ibv_dm* dm, uint64_t dm_offset, size_t length, unsigned access);
 // cq.cc
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int ReqNotifyCq(ibv_cq* cq, int solicited_only);
