@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -424,6 +425,62 @@ TEST_F(RcLoopbackTest, DeviceMemoryIsCopiedRegisteredAndReachedByOffset) {
 
   EXPECT_EQ(ibv_dereg_mr(dmmr), 0);
   EXPECT_EQ(ibv_free_dm(dm), 0);
+}
+
+// Explicit on-demand paging (ibv_reg_mr(3) IBV_ACCESS_ON_DEMAND): advertised
+// in odp_caps and usable; implicit ODP (the whole address space) neither
+// advertised nor registered; ibv_advise_mr(3) checks its arguments.
+TEST_F(RcLoopbackTest, ExplicitOdpWorksImplicitOdpIsRefused) {
+  ibv_device_attr_ex dev{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &dev), 0);
+  EXPECT_EQ(dev.odp_caps.general_caps, static_cast<uint64_t>(IBV_ODP_SUPPORT)) << "not IBV_ODP_SUPPORT_IMPLICIT";
+  EXPECT_EQ(dev.odp_caps.per_transport_caps.rc_odp_caps & (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE),
+            static_cast<uint32_t>(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE));
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd_, nullptr, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+
+  std::vector<uint8_t> odp(kBytes, 0);
+  ibv_mr* odp_mr = ibv_reg_mr(pd_, odp.data(), odp.size(),
+                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ON_DEMAND);
+  ASSERT_NE(odp_mr, nullptr) << "errno " << errno;
+  ibv_sge sge{reinterpret_cast<uintptr_t>(odp.data()), 64, odp_mr->lkey};
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1), 0);
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1), 0);
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0x80, &sge, 1), EINVAL);
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 0), EINVAL);
+  ibv_sge outside{reinterpret_cast<uintptr_t>(odp.data()) + kBytes - 8, 64, odp_mr->lkey};
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &outside, 1), EFAULT);
+
+  // A peer's RDMA WRITE lands in the ODP region.
+  std::memset(buf_.data(), 0x33, 64);
+  ibv_sge src{reinterpret_cast<uintptr_t>(buf_.data()), 64, mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 3;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &src;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(odp.data());
+  wr.wr.rdma.rkey = odp_mr->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  auto wcs = Wait(test_cq_, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::vector<uint8_t>(odp.begin(), odp.begin() + 64), std::vector<uint8_t>(64, 0x33));
+  EXPECT_EQ(ibv_dereg_mr(odp_mr), 0);
+
+  // A QP may say it works on ODP regions (rdma-core's ODP tests do).
+  ibv_qp_init_attr_ex a = RcAttr();
+  ibv_qp* qp = ibv_create_qp_ex(ctx_, &a);
+  ASSERT_NE(qp, nullptr);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ON_DEMAND;
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
 }
 
 }  // namespace

@@ -66,6 +66,9 @@ class Engine {
   Status DeregMr(uint32_t lkey);
   // ibv_rereg_mr(3): new PD, range and access for the region; keys unchanged.
   Status ReregMr(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access);
+  // ibv_advise_mr(3): whether [addr, addr+length) is inside the region of
+  // `lkey` in `pd` with `access` (the table is read as the engine reads it).
+  MrCheck CheckLocalMr(uint32_t lkey, PdHandle pd, uint64_t addr, uint64_t length, int access) const;
   StatusOr<CompletionQueue*> CreateCq(uint32_t min_entries);
   Status DestroyCq(CompletionQueue* cq);
   // ibv_resize_cq(3): EINVAL-class errors for a size out of range, a CQ with

@@ -127,6 +127,11 @@ Status Engine::ReregMr(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, 
   return core_.mrs.Reregister(lkey, pd, addr, length, iova, access);
 }
 
+MrCheck Engine::CheckLocalMr(uint32_t lkey, PdHandle pd, uint64_t addr, uint64_t length, int access) const {
+  uint8_t* host = nullptr;
+  return core_.mrs.CheckLocal(lkey, pd, addr, length, access, &host);
+}
+
 StatusOr<CompletionQueue*> Engine::CreateCq(uint32_t min_entries) {
   if (min_entries == 0 || min_entries > (1u << 22)) return InvalidArgument("CQ size out of range");
   std::lock_guard<std::mutex> lock(control_mutex_);

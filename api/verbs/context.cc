@@ -115,6 +115,16 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, 
   std::memset(&a, 0, sizeof(a));
   FillDeviceAttr(Context::From(context), &a.orig_attr);
   a.max_dm_size = kMaxDmSize;  // host memory (dm.cc)
+  // Explicit on-demand paging (mr.cc): every operation the engine does on
+  // each transport works on an IBV_ACCESS_ON_DEMAND region, since the flag
+  // changes nothing below the verbs. Not IBV_ODP_SUPPORT_IMPLICIT: a peer's
+  // access to an unmapped address would fault the process.
+  a.odp_caps.general_caps = IBV_ODP_SUPPORT;
+  a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                                              IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+                                              IBV_ODP_SUPPORT_SRQ_RECV;
+  a.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE;
+  a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
   // ibv_query_device_ex(3): the port count for devices with more than 255
   // ports, and for everyone who reads it (UCX does; it was 0, issue 17).
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;

@@ -81,6 +81,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.alloc_dm = uroce::verbs::AllocDm;
   v.free_dm = uroce::verbs::FreeDm;
   v.reg_dm_mr = uroce::verbs::RegDmMr;
+  v.advise_mr = uroce::verbs::AdviseMr;
   ibv_context* c = ctx->ibv();
   c->device = device;
   c->abi_compat = __VERBS_ABI_IS_EXTENDED;

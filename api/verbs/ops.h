@@ -19,6 +19,8 @@ constexpr uint64_t kMaxDmSize = 256 * 1024;
 ibv_dm* AllocDm(ibv_context* context, ibv_alloc_dm_attr* attr);
 int FreeDm(ibv_dm* dm);
 ibv_mr* RegDmMr(ibv_pd* pd, ibv_dm* dm, uint64_t dm_offset, size_t length, unsigned access);
+// mr.cc
+int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sge);
 // cq.cc
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int ReqNotifyCq(ibv_cq* cq, int solicited_only);
