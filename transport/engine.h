@@ -69,6 +69,10 @@ class Engine {
   // ibv_advise_mr(3): whether [addr, addr+length) is inside the region of
   // `lkey` in `pd` with `access` (the table is read as the engine reads it).
   MrCheck CheckLocalMr(uint32_t lkey, PdHandle pd, uint64_t addr, uint64_t length, int access) const;
+  // ibv_alloc_mw(3) / ibv_dealloc_mw(3): a window of `type` in `pd` and its
+  // first rkey; binding it is a work request (PostSend, IBV_WR_BIND_MW).
+  StatusOr<uint32_t> AllocMw(PdHandle pd, int type);
+  Status DeallocMw(uint32_t rkey);
   StatusOr<CompletionQueue*> CreateCq(uint32_t min_entries);
   Status DestroyCq(CompletionQueue* cq);
   // ibv_resize_cq(3): EINVAL-class errors for a size out of range, a CQ with

@@ -36,13 +36,17 @@ void FillDeviceAttr(Context* ctx, ibv_device_attr* a) {
   a->hw_ver = 0;
   a->max_qp = static_cast<int>(ctx->engine_config->max_qps);
   a->max_qp_wr = 16384;  // Engine::CreateQp's bound
+  // Memory windows of type 1 and 2B (api/verbs/mw.cc). Not
+  // IBV_DEVICE_MEM_MGT_EXTENSIONS: it promises fast-registration MRs and
+  // remote invalidation of MRs, which uroce does not have.
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_PORT_ACTIVE_EVENT |
-                        IBV_DEVICE_SYS_IMAGE_GUID;
+                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_sge = static_cast<int>(transport::kMaxSendSge);
   a->max_sge_rd = static_cast<int>(transport::kMaxSendSge);
   a->max_cq = 65536;
   a->max_cqe = 1 << 22;  // Engine::CreateCq's bound
   a->max_mr = 1 << 20;
+  a->max_mw = 1 << 16;  // windows share the key table with regions
   a->max_pd = 1 << 16;
   a->max_qp_rd_atom = limits.max_rd_atomic;
   a->max_qp_init_rd_atom = limits.max_dest_rd_atomic;

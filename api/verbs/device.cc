@@ -90,6 +90,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c->ops.post_send = uroce::verbs::PostSend;
   c->ops.post_recv = uroce::verbs::PostRecv;
   c->ops.post_srq_recv = uroce::verbs::PostSrqRecv;
+  c->ops.alloc_mw = uroce::verbs::AllocMw;
+  c->ops.dealloc_mw = uroce::verbs::DeallocMw;
+  c->ops.bind_mw = uroce::verbs::BindMw;
   // No kernel device is behind uroce, but programs treat cmd_fd as an open
   // file (rdma-core's tests dup it to share the context with
   // ibv_import_device(3), which then says EOPNOTSUPP): /dev/null, open.

@@ -18,7 +18,7 @@ namespace {
 // Access flags the engine understands; the optional ones (relaxed ordering,
 // IBV_ACCESS_OPTIONAL_RANGE) are hints that may be ignored (ibv_reg_mr(3)).
 constexpr unsigned kEngineAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                   IBV_ACCESS_REMOTE_ATOMIC;
+                                   IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
 // IBV_ACCESS_ON_DEMAND (explicit ODP, ibv_reg_mr(3)): the region's pages
 // need not be resident or pinned, and may change behind it. uroce's engine
 // reads and writes the process's memory in place and never pins it, so
@@ -31,7 +31,7 @@ uroce::StatusOr<uroce::transport::MrKeys> Register(ibv_pd* pd, void* addr, size_
                                                    unsigned access) {
   const unsigned required = access & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
   if ((required & ~kSupportedAccess) != 0) {
-    // Memory windows, zero-based MRs outside device memory: not offered.
+    // Zero-based MRs outside device memory, huge-page hints: not offered.
     return uroce::NotSupported("access flags not offered");
   }
   if ((access & IBV_ACCESS_ON_DEMAND) != 0 && addr == nullptr && length == SIZE_MAX) {

@@ -21,6 +21,10 @@ int FreeDm(ibv_dm* dm);
 ibv_mr* RegDmMr(ibv_pd* pd, ibv_dm* dm, uint64_t dm_offset, size_t length, unsigned access);
 // mr.cc
 int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sge);
+// mw.cc
+ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type type);
+int DeallocMw(ibv_mw* mw);
+int BindMw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
 // cq.cc
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int ReqNotifyCq(ibv_cq* cq, int solicited_only);
