@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -534,6 +535,336 @@ TEST_F(VerbsApiTest, ParentDomainAllocatorsHoldTheQueues) {
   errno = 0;
   EXPECT_EQ(ibv_create_cq_ex(ctx_, &cq_attr), nullptr);
   EXPECT_EQ(errno, EINVAL);
+}
+
+// ibv_alloc_dm(3) and friends: device memory (host memory in uroce) of at
+// most max_dm_size, copied in 4-byte words, registered as a zero-based MR
+// that SGEs and peers address by offset; not freed while an MR uses it.
+TEST_F(RcLoopbackTest, DeviceMemoryIsCopiedRegisteredAndReachedByOffset) {
+  ibv_device_attr_ex dev{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &dev), 0);
+  ASSERT_GE(dev.max_dm_size, 4096u);
+  ibv_alloc_dm_attr too_big{dev.max_dm_size + 4, 0, 0};
+  EXPECT_EQ(ibv_alloc_dm(ctx_, &too_big), nullptr);
+  ibv_alloc_dm_attr bad_mask{64, 0, 1};
+  EXPECT_EQ(ibv_alloc_dm(ctx_, &bad_mask), nullptr);
+  ibv_alloc_dm_attr attr{256, 3, 0};
+  ibv_dm* dm = ibv_alloc_dm(ctx_, &attr);
+  ASSERT_NE(dm, nullptr) << "errno " << errno;
+  std::vector<uint8_t> in(64), out(64);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i + 1);
+  ASSERT_EQ(ibv_memcpy_to_dm(dm, 8, in.data(), in.size()), 0);
+  ASSERT_EQ(ibv_memcpy_from_dm(out.data(), dm, 8, out.size()), 0);
+  EXPECT_EQ(in, out);
+  EXPECT_NE(ibv_memcpy_to_dm(dm, 3, in.data(), 4), 0) << "unaligned offset";
+  EXPECT_NE(ibv_memcpy_to_dm(dm, 4, in.data(), 3), 0) << "unaligned length";
+  EXPECT_NE(ibv_memcpy_from_dm(out.data(), dm, 256, 4), 0) << "past the end";
+  EXPECT_NE(ibv_memcpy_from_dm(out.data(), dm, 0, 260), 0) << "longer than the memory";
+
+  errno = 0;
+  EXPECT_EQ(ibv_reg_dm_mr(pd_, dm, 0, 128, IBV_ACCESS_LOCAL_WRITE), nullptr) << "not zero-based";
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_reg_dm_mr(pd_, dm, 128, 132, IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE), nullptr);
+  // The MR covers bytes 128..255 of the device memory, at addresses 0..127.
+  ibv_mr* dmmr = ibv_reg_dm_mr(pd_, dm, 128, 128,
+                               IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(dmmr, nullptr) << "errno " << errno;
+  EXPECT_EQ(ibv_free_dm(dm), EBUSY) << "an MR uses it";
+
+  // RDMA WRITE from the host buffer into the DM MR at address 16.
+  std::memset(buf_.data(), 0x5a, 32);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), 32, mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = 16;
+  wr.wr.rdma.rkey = dmmr->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  auto wcs = Wait(test_cq_, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  ASSERT_EQ(ibv_memcpy_from_dm(out.data(), dm, 128 + 16, 32), 0);
+  EXPECT_EQ(std::vector<uint8_t>(out.begin(), out.begin() + 32), std::vector<uint8_t>(32, 0x5a));
+
+  // RDMA WRITE from the DM MR (its local address 16) into the host buffer.
+  sge = {16, 32, dmmr->lkey};
+  wr.wr_id = 2;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(buf_.data() + kBytes);
+  wr.wr.rdma.rkey = mr_->rkey;
+  ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  wcs = Wait(test_cq_, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(buf_.data() + kBytes, buf_.data(), 32), 0);
+
+  EXPECT_EQ(ibv_dereg_mr(dmmr), 0);
+  EXPECT_EQ(ibv_free_dm(dm), 0);
+}
+
+// Explicit on-demand paging (ibv_reg_mr(3) IBV_ACCESS_ON_DEMAND): advertised
+// in odp_caps and usable; implicit ODP (the whole address space) neither
+// advertised nor registered; ibv_advise_mr(3) checks its arguments.
+TEST_F(RcLoopbackTest, ExplicitOdpWorksImplicitOdpIsRefused) {
+  ibv_device_attr_ex dev{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &dev), 0);
+  EXPECT_EQ(dev.odp_caps.general_caps, static_cast<uint64_t>(IBV_ODP_SUPPORT)) << "not IBV_ODP_SUPPORT_IMPLICIT";
+  EXPECT_EQ(dev.odp_caps.per_transport_caps.rc_odp_caps & (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE),
+            static_cast<uint32_t>(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE));
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd_, nullptr, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+
+  std::vector<uint8_t> odp(kBytes, 0);
+  ibv_mr* odp_mr = ibv_reg_mr(pd_, odp.data(), odp.size(),
+                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ON_DEMAND);
+  ASSERT_NE(odp_mr, nullptr) << "errno " << errno;
+  ibv_sge sge{reinterpret_cast<uintptr_t>(odp.data()), 64, odp_mr->lkey};
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1), 0);
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1), 0);
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0x80, &sge, 1), EINVAL);
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 0), EINVAL);
+  ibv_sge outside{reinterpret_cast<uintptr_t>(odp.data()) + kBytes - 8, 64, odp_mr->lkey};
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &outside, 1), EFAULT);
+
+  // A peer's RDMA WRITE lands in the ODP region.
+  std::memset(buf_.data(), 0x33, 64);
+  ibv_sge src{reinterpret_cast<uintptr_t>(buf_.data()), 64, mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 3;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &src;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(odp.data());
+  wr.wr.rdma.rkey = odp_mr->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  auto wcs = Wait(test_cq_, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::vector<uint8_t>(odp.begin(), odp.begin() + 64), std::vector<uint8_t>(64, 0x33));
+  EXPECT_EQ(ibv_dereg_mr(odp_mr), 0);
+
+  // A QP may say it works on ODP regions (rdma-core's ODP tests do).
+  ibv_qp_init_attr_ex a = RcAttr();
+  ibv_qp* qp = ibv_create_qp_ex(ctx_, &a);
+  ASSERT_NE(qp, nullptr);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ON_DEMAND;
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+}
+
+// Memory windows (IBTA 10.6.7): type 1 through ibv_bind_mw, type 2 through
+// IBV_WR_BIND_MW and ibv_wr_bind_mw; a window's rkey reaches its range with
+// its access through the right QP, and nothing once invalidated (LOCAL_INV,
+// SEND with invalidate), unbound or deallocated. qp_[1] is the responder:
+// type 2 windows are bound through it.
+class MemoryWindowTest : public RcLoopbackTest {
+ protected:
+  void SetUp() override {
+    RcLoopbackTest::SetUp();
+    if (HasFatalFailure()) return;
+    win_.assign(kBytes, 0);
+    win_mr_ = ibv_reg_mr(pd_, win_.data(), win_.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+    ASSERT_NE(win_mr_, nullptr) << "errno " << errno;
+  }
+  void TearDown() override {
+    if (mw_ != nullptr) ibv_dealloc_mw(mw_);
+    if (win_mr_ != nullptr) ibv_dereg_mr(win_mr_);
+    RcLoopbackTest::TearDown();
+  }
+  uint64_t WinAddr(size_t offset) const { return reinterpret_cast<uintptr_t>(win_.data()) + offset; }
+  // IBV_WR_BIND_MW on qp_[1]; its completion.
+  ibv_wc Bind(uint32_t rkey, uint64_t addr, uint64_t length, unsigned access) {
+    ibv_send_wr wr{};
+    wr.wr_id = 50;
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.bind_mw.mw = mw_;
+    wr.bind_mw.rkey = rkey;
+    wr.bind_mw.bind_info.mr = win_mr_;
+    wr.bind_mw.bind_info.addr = addr;
+    wr.bind_mw.bind_info.length = length;
+    wr.bind_mw.bind_info.mw_access_flags = access;
+    ibv_send_wr* bad = nullptr;
+    EXPECT_EQ(ibv_post_send(qp_[1], &wr, &bad), 0);
+    return One();
+  }
+  // An RDMA WRITE of `len` bytes of 0x77 from qp_[0] through `rkey`.
+  ibv_wc_status Write(uint32_t rkey, uint64_t addr, uint32_t len) {
+    std::memset(buf_.data(), 0x77, len);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), len, mr_->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = 60;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = addr;
+    wr.wr.rdma.rkey = rkey;
+    ibv_send_wr* bad = nullptr;
+    EXPECT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+    return One().status;
+  }
+  ibv_wc One() {
+    auto wcs = Wait(test_cq_, 1);
+    EXPECT_EQ(wcs.size(), 1u);
+    return wcs.empty() ? ibv_wc{} : wcs[0];
+  }
+  std::vector<uint8_t> win_;
+  ibv_mr* win_mr_ = nullptr;
+  ibv_mw* mw_ = nullptr;
+};
+
+TEST_F(MemoryWindowTest, DeviceAdvertisesWindowsAndAllocatesTypes1And2Only) {
+  ibv_device_attr attr{};
+  ASSERT_EQ(ibv_query_device(ctx_, &attr), 0);
+  EXPECT_TRUE(attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW);
+  EXPECT_TRUE(attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B);
+  EXPECT_GT(attr.max_mw, 0);
+  errno = 0;
+  EXPECT_EQ(ibv_alloc_mw(pd_, static_cast<ibv_mw_type>(3)), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  mw_ = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+  ASSERT_NE(mw_, nullptr) << "errno " << errno;
+  EXPECT_EQ(ibv_dealloc_pd(pd_), EBUSY) << "the PD holds a window";
+}
+
+TEST_F(MemoryWindowTest, Type2WindowServesItsRangeUntilSendWithInvalidate) {
+  mw_ = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+  ASSERT_NE(mw_, nullptr) << "errno " << errno;
+  const uint32_t rkey = ibv_inc_rkey(mw_->rkey);
+  ibv_wc wc = Bind(rkey, WinAddr(1024), 512, IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_BIND_MW);
+  EXPECT_EQ(wc.wr_id, 50u);
+  ASSERT_EQ(Write(rkey, WinAddr(1024 + 8), 64), IBV_WC_SUCCESS);
+  EXPECT_EQ(win_[1024 + 8], 0x77);
+  EXPECT_EQ(win_[1024 + 8 + 63], 0x77);
+  EXPECT_EQ(win_[1024 + 8 + 64], 0);
+
+  // SEND with invalidate: the receiver sees the flag and the key, and the
+  // window is free afterwards.
+  ibv_recv_wr rwr{};
+  rwr.wr_id = 70;
+  ibv_recv_wr* bad_recv = nullptr;
+  ASSERT_EQ(ibv_post_recv(qp_[1], &rwr, &bad_recv), 0);
+  ibv_send_wr wr{};
+  wr.wr_id = 71;
+  wr.opcode = IBV_WR_SEND_WITH_INV;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.invalidate_rkey = rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  auto wcs = Wait(test_cq_, 2);
+  ASSERT_EQ(wcs.size(), 2u);
+  for (const ibv_wc& w : wcs) {
+    EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+    if (w.wr_id == 70) {
+      EXPECT_EQ(w.opcode, IBV_WC_RECV);
+      EXPECT_TRUE(w.wc_flags & IBV_WC_WITH_INV);
+      EXPECT_EQ(w.invalidated_rkey, rkey);
+    } else {
+      EXPECT_EQ(w.opcode, IBV_WC_SEND);
+    }
+  }
+  EXPECT_EQ(Write(rkey, WinAddr(1024), 8), IBV_WC_REM_ACCESS_ERR) << "invalidated";
+}
+
+TEST_F(MemoryWindowTest, Type2WindowRefusesOutsideItsRangeAndAccess) {
+  mw_ = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+  ASSERT_NE(mw_, nullptr);
+  const uint32_t rkey = ibv_inc_rkey(mw_->rkey);
+  ASSERT_EQ(Bind(rkey, WinAddr(1024), 512, IBV_ACCESS_REMOTE_WRITE).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(Write(rkey, WinAddr(1024 + 512 - 8), 16), IBV_WC_REM_ACCESS_ERR) << "past the window's end";
+}
+
+TEST_F(MemoryWindowTest, Type2WindowWithoutRemoteWriteRefusesWrites) {
+  // ibv_wr_bind_mw(3) through the extended post interface.
+  ibv_qp_init_attr_ex a = RcAttr();
+  a.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  a.send_ops_flags = IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_LOCAL_INV;
+  ibv_qp* probe = ibv_create_qp_ex(ctx_, &a);
+  ASSERT_NE(probe, nullptr) << "bind and local invalidate are offered: errno " << errno;
+  EXPECT_EQ(ibv_destroy_qp(probe), 0);
+  mw_ = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+  ASSERT_NE(mw_, nullptr);
+  const uint32_t rkey = ibv_inc_rkey(mw_->rkey);
+  ASSERT_EQ(Bind(rkey, WinAddr(0), kBytes, IBV_ACCESS_REMOTE_READ).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(Write(rkey, WinAddr(0), 8), IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(win_[0], 0);
+}
+
+TEST_F(MemoryWindowTest, LocalInvalidateEndsAType2Window) {
+  mw_ = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+  ASSERT_NE(mw_, nullptr);
+  const uint32_t rkey = ibv_inc_rkey(mw_->rkey);
+  ASSERT_EQ(Bind(rkey, WinAddr(0), kBytes, IBV_ACCESS_REMOTE_WRITE).status, IBV_WC_SUCCESS);
+  ASSERT_EQ(Write(rkey, WinAddr(0), 8), IBV_WC_SUCCESS);
+  ibv_send_wr wr{};
+  wr.wr_id = 80;
+  wr.opcode = IBV_WR_LOCAL_INV;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.invalidate_rkey = rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp_[1], &wr, &bad), 0);
+  ibv_wc wc = One();
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_LOCAL_INV);
+  EXPECT_EQ(Write(rkey, WinAddr(0), 8), IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_F(MemoryWindowTest, DeallocatedWindowGrantsNothing) {
+  mw_ = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+  ASSERT_NE(mw_, nullptr);
+  const uint32_t rkey = ibv_inc_rkey(mw_->rkey);
+  ASSERT_EQ(Bind(rkey, WinAddr(0), kBytes, IBV_ACCESS_REMOTE_WRITE).status, IBV_WC_SUCCESS);
+  ASSERT_EQ(ibv_dealloc_mw(mw_), 0);
+  mw_ = nullptr;
+  EXPECT_EQ(Write(rkey, WinAddr(0), 8), IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_F(MemoryWindowTest, Type1WindowBindsThroughIbvBindMwAndUnbindsWithZeroLength) {
+  mw_ = ibv_alloc_mw(pd_, IBV_MW_TYPE_1);
+  ASSERT_NE(mw_, nullptr);
+  ibv_mw_bind bind{};
+  bind.wr_id = 90;
+  bind.send_flags = IBV_SEND_SIGNALED;
+  bind.bind_info.mr = win_mr_;
+  bind.bind_info.addr = WinAddr(0);
+  bind.bind_info.length = 256;
+  bind.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  const uint32_t before = mw_->rkey;
+  ASSERT_EQ(ibv_bind_mw(qp_[0], mw_, &bind), 0) << "any QP of the PD";
+  EXPECT_NE(mw_->rkey, before);
+  ibv_wc wc = One();
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_BIND_MW);
+  EXPECT_EQ(wc.wr_id, 90u);
+  ASSERT_EQ(Write(mw_->rkey, WinAddr(16), 8), IBV_WC_SUCCESS);
+  EXPECT_EQ(win_[16], 0x77);
+  bind.bind_info.length = 0;
+  ASSERT_EQ(ibv_bind_mw(qp_[0], mw_, &bind), 0);
+  ASSERT_EQ(One().status, IBV_WC_SUCCESS);
+  EXPECT_EQ(Write(mw_->rkey, WinAddr(16), 8), IBV_WC_REM_ACCESS_ERR) << "unbound";
+}
+
+TEST_F(MemoryWindowTest, BindToARegionWithoutBindAccessFails) {
+  mw_ = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+  ASSERT_NE(mw_, nullptr);
+  ibv_mr* plain = win_mr_;
+  win_mr_ = mr_;  // registered without IBV_ACCESS_MW_BIND
+  ibv_wc wc = Bind(ibv_inc_rkey(mw_->rkey), reinterpret_cast<uintptr_t>(buf_.data()), 64, IBV_ACCESS_REMOTE_WRITE);
+  win_mr_ = plain;
+  EXPECT_EQ(wc.status, IBV_WC_MW_BIND_ERR);
+  EXPECT_EQ(wc.wr_id, 50u);
 }
 
 }  // namespace

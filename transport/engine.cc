@@ -63,6 +63,11 @@ int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** b
       case IBV_WR_RDMA_WRITE_WITH_IMM:
         if (qp->type == IBV_QPT_UD) return EINVAL;
         break;
+      case IBV_WR_BIND_MW:
+      case IBV_WR_LOCAL_INV:
+        // Memory windows serve RDMA, which UD QPs do not take.
+        if (qp->type == IBV_QPT_UD) return EINVAL;
+        break;
       case IBV_WR_SEND_WITH_INV:
       case IBV_WR_RDMA_READ:
       case IBV_WR_ATOMIC_CMP_AND_SWP:
@@ -72,59 +77,84 @@ int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** b
       default:
         return EINVAL;
     }
-    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->caps.max_send_sge) return EINVAL;
-    if (wr->num_sge > 0 && wr->sg_list == nullptr) return EINVAL;
+    const bool local_op = wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV;
+    // Local operations move no data: their SGEs are not looked at.
+    const int num_sge = local_op ? 0 : wr->num_sge;
+    if (num_sge < 0 || static_cast<uint32_t>(num_sge) > qp->caps.max_send_sge) return EINVAL;
+    if (num_sge > 0 && wr->sg_list == nullptr) return EINVAL;
     SendWqe wqe;
     wqe.wr_id = wr->wr_id;
     wqe.opcode = wr->opcode;
     wqe.send_flags = wr->send_flags;
     if (qp->sq_sig_all) wqe.send_flags |= IBV_SEND_SIGNALED;
-    uint64_t total = 0;
-    for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
-    if (total > (1ull << 31)) return EINVAL;  // max_msg_sz
-    wqe.total_length = total;
-    const bool is_atomic = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-    if (wr->send_flags & IBV_SEND_INLINE) {
-      if (is_atomic || wr->opcode == IBV_WR_RDMA_READ) return EINVAL;
-      if (total > qp->caps.max_inline_data) return EINVAL;
-      uint64_t off = 0;
-      for (int i = 0; i < wr->num_sge; ++i) {
-        std::memcpy(wqe.inline_data + off, reinterpret_cast<const void*>(wr->sg_list[i].addr),
-                    wr->sg_list[i].length);
-        off += wr->sg_list[i].length;
+    if (local_op) {
+      // The requester carries these out in order, on the engine thread
+      // (Requester::RunLocalOperation). A bind: the window (by its rkey's
+      // index), the new rkey, the region, range and access. An invalidate:
+      // the rkey.
+      if (wr->opcode == IBV_WR_BIND_MW) {
+        const ibv_mw* mw = wr->bind_mw.mw;
+        const ibv_mw_bind_info& info = wr->bind_mw.bind_info;
+        if (mw == nullptr) return EINVAL;
+        wqe.rkey = mw->rkey;
+        wqe.invalidate_rkey = wr->bind_mw.rkey;
+        wqe.compare_add = info.mr != nullptr ? info.mr->lkey : 0;
+        wqe.remote_addr = info.addr;
+        wqe.swap = info.length;
+        wqe.imm_data_be = info.mw_access_flags;
+      } else {
+        wqe.invalidate_rkey = wr->invalidate_rkey;
       }
       wqe.num_sge = 0;
+      wqe.total_length = 0;
     } else {
-      wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
-      for (int i = 0; i < wr->num_sge; ++i) {
-        wqe.sge[i] = Sge{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+      uint64_t total = 0;
+      for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
+      if (total > (1ull << 31)) return EINVAL;  // max_msg_sz
+      wqe.total_length = total;
+      const bool is_atomic = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+      if (wr->send_flags & IBV_SEND_INLINE) {
+        if (is_atomic || wr->opcode == IBV_WR_RDMA_READ) return EINVAL;
+        if (total > qp->caps.max_inline_data) return EINVAL;
+        uint64_t off = 0;
+        for (int i = 0; i < wr->num_sge; ++i) {
+          std::memcpy(wqe.inline_data + off, reinterpret_cast<const void*>(wr->sg_list[i].addr),
+                      wr->sg_list[i].length);
+          off += wr->sg_list[i].length;
+        }
+        wqe.num_sge = 0;
+      } else {
+        wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
+        for (int i = 0; i < wr->num_sge; ++i) {
+          wqe.sge[i] = Sge{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+        }
       }
-    }
-    if (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-      wqe.imm_data_be = wr->imm_data;
-    }
-    if (wr->opcode == IBV_WR_SEND_WITH_INV) wqe.invalidate_rkey = wr->invalidate_rkey;
-    if (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
-        wr->opcode == IBV_WR_RDMA_READ) {
-      wqe.remote_addr = wr->wr.rdma.remote_addr;
-      wqe.rkey = wr->wr.rdma.rkey;
-    }
-    if (is_atomic) {
-      // IBTA 9.4.5: an atomic operates on 8 bytes; the local buffer takes the
-      // original value.
-      if (wr->num_sge != 1 || wr->sg_list[0].length != 8) return EINVAL;
-      wqe.remote_addr = wr->wr.atomic.remote_addr;
-      wqe.rkey = wr->wr.atomic.rkey;
-      wqe.compare_add = wr->wr.atomic.compare_add;
-      wqe.swap = wr->wr.atomic.swap;
-    }
-    if (qp->type == IBV_QPT_UD) {
-      if (wr->wr.ud.ah == nullptr) return EINVAL;
-      if (total > qp->mtu_bytes) return EINVAL;  // one packet per UD message
-      // The AH handle travels in the ibv_ah's handle field (set by the API).
-      wqe.ah_handle = wr->wr.ud.ah->handle;
-      wqe.remote_qpn = wr->wr.ud.remote_qpn & 0xFFFFFF;
-      wqe.remote_qkey = wr->wr.ud.remote_qkey;
+      if (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+        wqe.imm_data_be = wr->imm_data;
+      }
+      if (wr->opcode == IBV_WR_SEND_WITH_INV) wqe.invalidate_rkey = wr->invalidate_rkey;
+      if (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+          wr->opcode == IBV_WR_RDMA_READ) {
+        wqe.remote_addr = wr->wr.rdma.remote_addr;
+        wqe.rkey = wr->wr.rdma.rkey;
+      }
+      if (is_atomic) {
+        // IBTA 9.4.5: an atomic operates on 8 bytes; the local buffer takes the
+        // original value.
+        if (wr->num_sge != 1 || wr->sg_list[0].length != 8) return EINVAL;
+        wqe.remote_addr = wr->wr.atomic.remote_addr;
+        wqe.rkey = wr->wr.atomic.rkey;
+        wqe.compare_add = wr->wr.atomic.compare_add;
+        wqe.swap = wr->wr.atomic.swap;
+      }
+      if (qp->type == IBV_QPT_UD) {
+        if (wr->wr.ud.ah == nullptr) return EINVAL;
+        if (total > qp->mtu_bytes) return EINVAL;  // one packet per UD message
+        // The AH handle travels in the ibv_ah's handle field (set by the API).
+        wqe.ah_handle = wr->wr.ud.ah->handle;
+        wqe.remote_qpn = wr->wr.ud.remote_qpn & 0xFFFFFF;
+        wqe.remote_qkey = wr->wr.ud.remote_qkey;
+      }
     }
     // Take a credit; refuse when the send queue is full.
     uint32_t used = qp->send_credits_used.load(std::memory_order_relaxed);

@@ -66,6 +66,13 @@ class Engine {
   Status DeregMr(uint32_t lkey);
   // ibv_rereg_mr(3): new PD, range and access for the region; keys unchanged.
   Status ReregMr(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access);
+  // ibv_advise_mr(3): whether [addr, addr+length) is inside the region of
+  // `lkey` in `pd` with `access` (the table is read as the engine reads it).
+  MrCheck CheckLocalMr(uint32_t lkey, PdHandle pd, uint64_t addr, uint64_t length, int access) const;
+  // ibv_alloc_mw(3) / ibv_dealloc_mw(3): a window of `type` in `pd` and its
+  // first rkey; binding it is a work request (PostSend, IBV_WR_BIND_MW).
+  StatusOr<uint32_t> AllocMw(PdHandle pd, int type);
+  Status DeallocMw(uint32_t rkey);
   // `allocator`: where the ring's memory comes from (a verbs parent
   // domain's allocators); the heap when empty. Likewise for SRQs and QPs
   // (QpInitAttr::allocator).

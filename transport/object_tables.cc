@@ -127,6 +127,23 @@ Status Engine::ReregMr(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, 
   return core_.mrs.Reregister(lkey, pd, addr, length, iova, access);
 }
 
+MrCheck Engine::CheckLocalMr(uint32_t lkey, PdHandle pd, uint64_t addr, uint64_t length, int access) const {
+  uint8_t* host = nullptr;
+  return core_.mrs.CheckLocal(lkey, pd, addr, length, access, &host);
+}
+
+StatusOr<uint32_t> Engine::AllocMw(PdHandle pd, int type) {
+  std::lock_guard<std::mutex> lock(control_mutex_);  // the PD stays alive, as in RegMr
+  if (!tables_.PdValid(pd)) return InvalidArgument("no such PD");
+  return core_.mrs.AllocateWindow(pd, type);
+}
+
+Status Engine::DeallocMw(uint32_t rkey) {
+  // Between polls: no packet of the current burst still goes through it.
+  ProgressToken token(core_);
+  return core_.mrs.DeallocateWindow(rkey);
+}
+
 StatusOr<CompletionQueue*> Engine::CreateCq(uint32_t min_entries, RingAllocator allocator) {
   if (min_entries == 0 || min_entries > (1u << 22)) return InvalidArgument("CQ size out of range");
   auto cq = std::make_unique<CompletionQueue>(min_entries, std::move(allocator));
@@ -407,6 +424,9 @@ Status Engine::DestroyQp(QueuePair* qp) {
     TakeDoorbells();
     core_.busy_qps.erase(std::remove(core_.busy_qps.begin(), core_.busy_qps.end(), qp), core_.busy_qps.end());
     responder_.ForgetQp(qp);
+    // Its type 2 windows end with it: a later QP with the same QPN must not
+    // find them bound to it.
+    core_.mrs.InvalidateWindowsOfQp(qp->qpn);
   }
   storage.erase(it);
   return Status::Ok();

@@ -183,8 +183,12 @@ StatusOr<ibv_qp_state> ValidateQpModify(ibv_qp_type type, ibv_qp_state current, 
   }
   if ((mask & IBV_QP_PKEY_INDEX) && attr.pkey_index >= limits.pkey_table_size) return Invalid("pkey_index");
   if (mask & IBV_QP_ACCESS_FLAGS) {
+    // IBV_ACCESS_ON_DEMAND: the QP works on ODP regions (rdma-core's ODP
+    // tests set it; for uroce every region is one, see api/verbs/mr.cc).
+    // IBV_ACCESS_MW_BIND: IBTA's "enable memory window binding" QP
+    // attribute; uroce's QPs bind windows whether or not it is set, as mlx5.
     const unsigned known = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                           IBV_ACCESS_REMOTE_ATOMIC;
+                           IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_MW_BIND;
     if (attr.qp_access_flags & ~known) return Invalid("unknown qp_access_flags");
   }
   if (mask & IBV_QP_AV) {

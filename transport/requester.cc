@@ -120,6 +120,14 @@ void Requester::Run(QueuePair* qp) {
       // IBV_SEND_FENCE: wait until earlier READs and atomics have completed.
       if ((w.send_flags & IBV_SEND_FENCE) && r.reads_in_flight > 0) break;
       if (IsReadOrAtomic(w.opcode) && r.reads_in_flight >= max_reads) break;
+      if (w.opcode == IBV_WR_BIND_MW || w.opcode == IBV_WR_LOCAL_INV) {
+        // A local operation runs once every request before it has
+        // completed (as if fenced): a bind or an invalidate then takes
+        // effect after them and before anything after it starts.
+        if (r.next_send != r.head) break;
+        if (!RunLocalOperation(qp, w)) break;  // failed: the QP is in ERR
+        continue;
+      }
       if (!StartSendWqe(qp, slot)) {
         // A bad local key: the request fails and the QP enters ERR (IBTA
         // 10.8.3.1, class B), reported once the requests before it retire.
@@ -157,6 +165,31 @@ void Requester::Run(QueuePair* qp) {
       completions_.EnterError(qp);
     }
   }
+}
+
+bool Requester::RunLocalOperation(QueuePair* qp, const SendWqeHeader& w) {
+  RequesterState& r = qp->req;
+  const bool bind = w.opcode == IBV_WR_BIND_MW;
+  bool ok = false;
+  if (bind) {
+    uint32_t bound = 0;
+    ok = core_.mrs.BindWindow(w.rkey, qp->pd, qp->qpn, w.invalidate_rkey, static_cast<uint32_t>(w.compare_add),
+                              w.remote_addr, w.swap, static_cast<int>(w.imm_data_be), &bound);
+  } else {
+    ok = core_.mrs.InvalidateWindow(w.invalidate_rkey, qp->pd, qp->qpn, /*remote=*/false);
+  }
+  // `w` lives in its send queue slot, which retiring hands back to posters:
+  // nothing of it is read after this.
+  ++r.next_send;
+  if (ok) {
+    completions_.RetireOldestSend(qp, IBV_WC_SUCCESS);
+    return true;
+  }
+  // A refused bind is IBV_WC_MW_BIND_ERR, a refused invalidate a local QP
+  // operation error; either puts the QP in ERR (IBTA 10.8.3.1, class B).
+  completions_.RetireOldestSend(qp, bind ? IBV_WC_MW_BIND_ERR : IBV_WC_LOC_QP_OP_ERR);
+  completions_.EnterError(qp);
+  return false;
 }
 
 // Builds the next packet of `slot` at r.send_offset. Returns true when the

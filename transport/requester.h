@@ -31,6 +31,10 @@ class Requester {
   void RestartFrom(QueuePair* qp, Psn psn);
 
  private:
+  // IBV_WR_BIND_MW / IBV_WR_LOCAL_INV at the head of the window (nothing
+  // before it outstanding): carried out and retired. False: refused, the QP
+  // entered ERR.
+  bool RunLocalOperation(QueuePair* qp, const SendWqeHeader& w);
   bool StartSendWqe(QueuePair* qp, SendSlot& slot);
   bool EmitRequestPacket(QueuePair* qp, SendSlot& slot);
   // Gathers `length` bytes at `offset` of the request's buffers. Every chunk

@@ -300,8 +300,8 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
         // checks of the first); otherwise it earns nothing.
         uint8_t* host = nullptr;
         if (request.rkey != a.rkey || request.virtual_address != a.virtual_address ||
-            core_.mrs.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
-                MrCheck::kOk) {
+            core_.mrs.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host,
+                                  qp->qpn) != MrCheck::kOk) {
           core_.counters.rx_dropped++;
           return;
         }
@@ -321,7 +321,7 @@ bool Responder::RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) c
   if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0) return false;
   uint8_t* host = nullptr;
   return reth.dma_length == 0 || core_.mrs.CheckRemote(reth.rkey, qp->pd, reth.virtual_address, reth.dma_length,
-                                                       IBV_ACCESS_REMOTE_READ, &host) == MrCheck::kOk;
+                                                       IBV_ACCESS_REMOTE_READ, &host, qp->qpn) == MrCheck::kOk;
 }
 
 // A duplicate READ request (IBTA 9.7.5.1.1): answered again only if it is
@@ -521,6 +521,19 @@ ResponderStep Responder::ExecuteSend(const Request& r) {
     s.recv_offset = 0;
     s.recv_offset_valid = true;
   }
+  // SEND with invalidate (IBTA 9.4.1.4, 10.6.7.2.5): the last packet's IETH
+  // names a type 2 window of this QP's PD, bound through this QP, which is
+  // invalidated before the receive completes. A key that is not such a
+  // window fails the receive and the QP (class J, as rxe: invalid request).
+  if (info.ends_message() && info.has(kIeth) &&
+      !core_.mrs.InvalidateWindow(p.fields.invalidate_rkey, qp->pd, qp->qpn, /*remote=*/true)) {
+    if (rc) {
+      ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    } else {
+      core_.counters.rx_dropped++;
+    }
+    return ResponderStep::kDone;
+  }
   ibv_wc_status error = IBV_WC_SUCCESS;
   if (!PlaceInRecv(qp, s.recv_offset, p.payload, p.fields.payload_length, &error)) {
     // Too long for the receive buffers (IBTA 9.7.5.1.6, C9-115) or a bad
@@ -566,7 +579,7 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
     if (!allowed || p.fields.reth.dma_length > kMaxMessageBytes ||
         (p.fields.reth.dma_length > 0 &&
          core_.mrs.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
-                               IBV_ACCESS_REMOTE_WRITE, &host) != MrCheck::kOk)) {
+                               IBV_ACCESS_REMOTE_WRITE, &host, qp->qpn) != MrCheck::kOk)) {
       if (rc) ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
       return ResponderStep::kDone;
     }
@@ -590,7 +603,7 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
   if (p.fields.payload_length > 0 &&
       ((access & IBV_ACCESS_REMOTE_WRITE) == 0 ||
        core_.mrs.CheckRemote(s.write_rkey, qp->pd, s.write_va, p.fields.payload_length, IBV_ACCESS_REMOTE_WRITE,
-                             &dest) != MrCheck::kOk)) {
+                             &dest, qp->qpn) != MrCheck::kOk)) {
     if (rc) {
       ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
     } else {
@@ -666,8 +679,8 @@ ResponderStep Responder::ExecuteAtomic(const Request& r) {
     ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
     return ResponderStep::kDone;
   }
-  if (!allowed || core_.mrs.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host) !=
-                      MrCheck::kOk) {
+  if (!allowed || core_.mrs.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host,
+                                        qp->qpn) != MrCheck::kOk) {
     ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
     return ResponderStep::kDone;
   }
@@ -741,7 +754,7 @@ void Responder::RunReadResponses(QueuePair* qp) {
       uint8_t* host = nullptr;
       if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0 ||
           core_.mrs.CheckRemote(job.rkey, qp->pd, job.virtual_address + job.offset, payload, IBV_ACCESS_REMOTE_READ,
-                                &host) != MrCheck::kOk) {
+                                &host, qp->qpn) != MrCheck::kOk) {
         ResponderFatal(qp, job.next_psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
       }

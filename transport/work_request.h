@@ -45,6 +45,10 @@ struct SendWqeHeader {
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
   uint32_t num_sge = 0;  // 0: the request carries total_length inline bytes (or nothing)
+  // IBV_WR_BIND_MW (no data, no packet) reuses the fields: rkey is the
+  // window's rkey, invalidate_rkey the new one, compare_add the region's
+  // lkey, remote_addr and swap the range, imm_data_be the window's access
+  // (host order). IBV_WR_LOCAL_INV: invalidate_rkey.
 };
 static_assert(sizeof(SendWqeHeader) == 80 && alignof(SendWqeHeader) == 8,
               "the fixed part of every send queue slot (issue 16)");
@@ -141,6 +145,8 @@ inline ibv_wc_opcode SendCompletionOpcode(ibv_wr_opcode opcode) {
     case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
     case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+    case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
     default: return IBV_WC_SEND;
   }
 }

@@ -36,14 +36,19 @@ void FillDeviceAttr(Context* ctx, ibv_device_attr* a) {
   a->hw_ver = 0;
   a->max_qp = static_cast<int>(ctx->engine_config->max_qps);
   a->max_qp_wr = 16384;  // Engine::CreateQp's bound
-  // No IBV_DEVICE_SRQ_RESIZE: ibv_modify_srq(3) with IBV_SRQ_MAX_WR is not
+  // Memory windows of type 1 and 2B (api/verbs/mw.cc). Not
+  // IBV_DEVICE_MEM_MGT_EXTENSIONS: it promises fast-registration MRs and
+  // remote invalidation of MRs, which uroce does not have. No
+  // IBV_DEVICE_SRQ_RESIZE: ibv_modify_srq(3) with IBV_SRQ_MAX_WR is not
   // offered (it was advertised and refused, issue 17).
-  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID;
+  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
+                        IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_sge = static_cast<int>(transport::kMaxSendSge);
   a->max_sge_rd = static_cast<int>(transport::kMaxSendSge);
   a->max_cq = 65536;
   a->max_cqe = 1 << 22;  // Engine::CreateCq's bound
   a->max_mr = 1 << 20;
+  a->max_mw = 1 << 16;  // windows share the key table with regions
   a->max_pd = 1 << 16;
   a->max_qp_rd_atom = limits.max_rd_atomic;
   a->max_qp_init_rd_atom = limits.max_dest_rd_atomic;
@@ -115,7 +120,17 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, 
   ibv_device_attr_ex a;
   std::memset(&a, 0, sizeof(a));
   FillDeviceAttr(Context::From(context), &a.orig_attr);
-  a.max_dm_size = 0;
+  a.max_dm_size = kMaxDmSize;  // host memory (dm.cc)
+  // Explicit on-demand paging (mr.cc): every operation the engine does on
+  // each transport works on an IBV_ACCESS_ON_DEMAND region, since the flag
+  // changes nothing below the verbs. Not IBV_ODP_SUPPORT_IMPLICIT: a peer's
+  // access to an unmapped address would fault the process.
+  a.odp_caps.general_caps = IBV_ODP_SUPPORT;
+  a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                                              IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+                                              IBV_ODP_SUPPORT_SRQ_RECV;
+  a.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE;
+  a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
   // ibv_query_device_ex(3): the port count for devices with more than 255
   // ports, and for everyone who reads it (UCX does; it was 0, issue 17).
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;

@@ -81,6 +81,10 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.alloc_parent_domain = uroce::verbs::AllocParentDomain;
   v.alloc_td = uroce::verbs::AllocTd;
   v.dealloc_td = uroce::verbs::DeallocTd;
+  v.alloc_dm = uroce::verbs::AllocDm;
+  v.free_dm = uroce::verbs::FreeDm;
+  v.reg_dm_mr = uroce::verbs::RegDmMr;
+  v.advise_mr = uroce::verbs::AdviseMr;
   ibv_context* c = ctx->ibv();
   c->device = device;
   c->abi_compat = __VERBS_ABI_IS_EXTENDED;
@@ -89,6 +93,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c->ops.post_send = uroce::verbs::PostSend;
   c->ops.post_recv = uroce::verbs::PostRecv;
   c->ops.post_srq_recv = uroce::verbs::PostSrqRecv;
+  c->ops.alloc_mw = uroce::verbs::AllocMw;
+  c->ops.dealloc_mw = uroce::verbs::DeallocMw;
+  c->ops.bind_mw = uroce::verbs::BindMw;
   // No kernel device is behind uroce, but programs treat cmd_fd as an open
   // file (rdma-core's tests dup it to share the context with
   // ibv_import_device(3), which then says EOPNOTSUPP): /dev/null, open.

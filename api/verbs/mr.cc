@@ -8,6 +8,7 @@
 #include <new>
 
 #include "api/verbs/objects.h"
+#include "api/verbs/ops.h"
 
 using uroce::verbs::Context;
 using uroce::verbs::Mr;
@@ -16,19 +17,34 @@ namespace {
 
 // Access flags the engine understands; the optional ones (relaxed ordering,
 // IBV_ACCESS_OPTIONAL_RANGE) are hints that may be ignored (ibv_reg_mr(3)).
-constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                      IBV_ACCESS_REMOTE_ATOMIC;
+constexpr unsigned kEngineAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                   IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
+// IBV_ACCESS_ON_DEMAND (explicit ODP, ibv_reg_mr(3)): the region's pages
+// need not be resident or pinned, and may change behind it. uroce's engine
+// reads and writes the process's memory in place and never pins it, so
+// every region already behaves so; the flag changes nothing below the
+// verbs. Implicit ODP (the whole address space) is refused: see RegMr.
+// IBV_ACCESS_HUGETLB says an ODP region is backed by huge pages, so that a
+// kernel driver maps it in huge pages: a hint with nothing to map here.
+constexpr unsigned kSupportedAccess = kEngineAccess | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB;
 
 // The engine's registration of [addr, addr + length) at `iova` in `pd`.
 uroce::StatusOr<uroce::transport::MrKeys> Register(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                                                    unsigned access) {
   const unsigned required = access & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
   if ((required & ~kSupportedAccess) != 0) {
-    // Memory windows, on-demand paging, zero-based MRs: not offered.
+    // Zero-based MRs outside device memory: not offered.
     return uroce::NotSupported("access flags not offered");
   }
+  if ((access & IBV_ACCESS_ON_DEMAND) != 0 && addr == nullptr && length == SIZE_MAX) {
+    // Implicit ODP: a region over the whole address space. A real NIC
+    // answers a peer's access to an unmapped address with an error; the
+    // engine would fault the process, so a peer could crash it. Not
+    // offered (IBV_ODP_SUPPORT_IMPLICIT is not in odp_caps).
+    return uroce::NotSupported("implicit on-demand paging not offered");
+  }
   return Context::From(pd->context)->engine->RegMr(pd->handle, addr, length, iova,
-                                                   static_cast<int>(access & kSupportedAccess));
+                                                   static_cast<int>(access & kEngineAccess));
 }
 
 void Fill(Mr* mr, ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access,
@@ -66,6 +82,34 @@ ibv_mr* RegMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned acc
 
 }  // namespace
 
+namespace uroce::verbs {
+
+// ibv_advise_mr(3): prefetching pages the engine will touch in place anyway
+// has nothing to do; the arguments are checked as the man page says: an
+// advice not known is EOPNOTSUPP, unknown flags or no SGE EINVAL, an SGE
+// outside a region of `pd` (or without local write for PREFETCH_WRITE)
+// EFAULT.
+int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sge) {
+  if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+      advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT) {
+    return EOPNOTSUPP;
+  }
+  if ((flags & ~static_cast<uint32_t>(IBV_ADVISE_MR_FLAG_FLUSH)) != 0 || sg_list == nullptr || num_sge == 0) {
+    return EINVAL;
+  }
+  const int needed = advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE ? IBV_ACCESS_LOCAL_WRITE : 0;
+  uroce::transport::Engine* engine = Context::From(pd->context)->engine;
+  for (uint32_t i = 0; i < num_sge; ++i) {
+    if (engine->CheckLocalMr(sg_list[i].lkey, pd->handle, sg_list[i].addr, sg_list[i].length, needed) !=
+        uroce::transport::MrCheck::kOk) {
+      return EFAULT;
+    }
+  }
+  return 0;
+}
+
+}  // namespace uroce::verbs
+
 // verbs.h makes ibv_reg_mr a macro (__ibv_reg_mr picks ibv_reg_mr or
 // ibv_reg_mr_iova2 from the access flags).
 #undef ibv_reg_mr
@@ -88,6 +132,7 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
 int ibv_dereg_mr(ibv_mr* mr) {
   uroce::Status s = Context::From(mr->context)->engine->DeregMr(mr->lkey);
   if (!s.ok()) return s.ToErrno();
+  if (uroce::verbs::Dm* dm = Mr::From(mr)->dm; dm != nullptr) dm->mrs.fetch_sub(1, std::memory_order_acq_rel);
   delete Mr::From(mr);
   return 0;
 }
@@ -104,6 +149,12 @@ int ibv_rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* pd, void* addr, size_t length,
     return IBV_REREG_MR_ERR_INPUT;
   }
   Mr* mr = Mr::From(ibmr);
+  if (mr->dm != nullptr) {
+    // A device memory MR is re-registered by registering the device memory
+    // again (ibv_reg_dm_mr); rxe and mlx5 do not re-register it either.
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
   ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) != 0 ? pd : ibmr->pd;
   const bool translation = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0;
   void* new_addr = translation ? addr : ibmr->addr;
@@ -116,7 +167,7 @@ int ibv_rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* pd, void* addr, size_t length,
   }
   uroce::Status s = Context::From(ibmr->context)
                         ->engine->ReregMr(ibmr->lkey, new_pd->handle, new_addr, new_length, new_iova,
-                                          static_cast<int>(new_access & kSupportedAccess));
+                                          static_cast<int>(new_access & kEngineAccess));
   if (!s.ok()) {
     errno = s.ToErrno();
     return IBV_REREG_MR_ERR_CMD;

@@ -59,6 +59,10 @@ struct Context {
   // thread, async_fd (an eventfd in semaphore mode) counts them.
   std::mutex async_mutex;
   std::deque<ibv_async_event> async_events;
+  // Device memory allocated on this context (ibv_alloc_dm(3)), bounded by
+  // max_dm_size.
+  std::atomic<uint64_t> dm_bytes{0};
+  std::atomic<uint32_t> next_dm_handle{1};
 
   ibv_context* ibv() { return &vctx.context; }
   static Context* From(ibv_context* c) { return ContainerOf<Context>(c, offsetof(Context, vctx) + offsetof(verbs_context, context)); }
@@ -118,6 +122,7 @@ struct Td {
 constexpr uint64_t kResourceTypeQp = (uint64_t{0x7572} << 32) | 1;   // a QP's send and receive rings
 constexpr uint64_t kResourceTypeSrq = (uint64_t{0x7572} << 32) | 2;  // an SRQ's ring
 constexpr uint64_t kResourceTypeCq = (uint64_t{0x7572} << 32) | 3;   // a CQ's ring
+struct Dm;
 
 // A memory region: what ibv_rereg_mr(3) keeps of the registration that it
 // does not change.
@@ -125,7 +130,21 @@ struct Mr {
   ibv_mr mr;  // first
   unsigned access = 0;
   uint64_t iova = 0;
+  Dm* dm = nullptr;  // the device memory it registers (ibv_reg_dm_mr), if any
   static Mr* From(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
+};
+
+// Device memory (ibv_alloc_dm(3)): uroce's "device" is the host, so it is
+// host memory the engine reaches like any registered memory.
+struct Dm {
+  ibv_dm dm;  // first
+  Context* context = nullptr;
+  uint8_t* mem = nullptr;
+  size_t length = 0;
+  // MRs registered on it: ibv_free_dm(3) refuses (EBUSY) while any is, as
+  // the kernel's uverbs does, so the engine never reaches freed memory.
+  std::atomic<uint32_t> mrs{0};
+  static Dm* From(ibv_dm* d) { return reinterpret_cast<Dm*>(d); }
 };
 
 struct Srq {

@@ -4,6 +4,8 @@
 
 #include <infiniband/verbs.h>
 
+#include <cstdint>
+
 #include "transport/mpmc_ring.h"
 
 namespace uroce::verbs {
@@ -20,6 +22,19 @@ int DeallocTd(ibv_td* td);
 // domain's (calling its alloc and free with `resource_type`), or empty (the
 // heap) for a plain PD or a parent domain without allocators.
 transport::RingAllocator RingAllocatorOf(ibv_pd* pd, uint64_t resource_type);
+// dm.cc. Device memory a context may hold (max_dm_size): host memory, so
+// any bound would do; 256 KiB is what mlx5 NICs offer, and programs size
+// their use of device memory from it.
+constexpr uint64_t kMaxDmSize = 256 * 1024;
+ibv_dm* AllocDm(ibv_context* context, ibv_alloc_dm_attr* attr);
+int FreeDm(ibv_dm* dm);
+ibv_mr* RegDmMr(ibv_pd* pd, ibv_dm* dm, uint64_t dm_offset, size_t length, unsigned access);
+// mr.cc
+int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sge);
+// mw.cc
+ibv_mw* AllocMw(ibv_pd* pd, ibv_mw_type type);
+int DeallocMw(ibv_mw* mw);
+int BindMw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
 // cq.cc
 int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int ReqNotifyCq(ibv_cq* cq, int solicited_only);

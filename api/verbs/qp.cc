@@ -90,8 +90,19 @@ void WrFetchAdd(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t add) {
   wr.wr.atomic.remote_addr = addr;
   wr.wr.atomic.compare_add = add;
 }
-void WrUnsupportedMw(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { FromEx(q)->wr_error = EOPNOTSUPP; }
-void WrUnsupportedInv(ibv_qp_ex* q, uint32_t) { FromEx(q)->wr_error = EOPNOTSUPP; }
+// ibv_wr_bind_mw(3) (type 2: the consumer picks the new rkey) and
+// ibv_wr_local_inv(3): the engine carries them out in order.
+void WrBindMw(ibv_qp_ex* q, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  if (mw == nullptr || info == nullptr) {
+    FromEx(q)->wr_error = EINVAL;
+    return;
+  }
+  ibv_send_wr& wr = NewWr(q, IBV_WR_BIND_MW);
+  wr.bind_mw.mw = mw;
+  wr.bind_mw.rkey = rkey;
+  wr.bind_mw.bind_info = *info;
+}
+void WrLocalInv(ibv_qp_ex* q, uint32_t rkey) { NewWr(q, IBV_WR_LOCAL_INV).invalidate_rkey = rkey; }
 void WrUnsupportedTso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { FromEx(q)->wr_error = EOPNOTSUPP; }
 void WrUnsupportedXrc(ibv_qp_ex* q, uint32_t) { FromEx(q)->wr_error = EOPNOTSUPP; }
 void WrUnsupportedAtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { FromEx(q)->wr_error = EOPNOTSUPP; }
@@ -167,13 +178,14 @@ void WrAbort(ibv_qp_ex* q) { WrStart(q); }
 constexpr uint64_t kSupportedSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                        IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
                                        IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
-                                       IBV_QP_EX_WITH_SEND_WITH_INV;
+                                       IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_BIND_MW |
+                                       IBV_QP_EX_WITH_LOCAL_INV;
 
 void FillQpEx(ibv_qp_ex* q) {
   q->wr_atomic_cmp_swp = WrCmpSwp;
   q->wr_atomic_fetch_add = WrFetchAdd;
-  q->wr_bind_mw = WrUnsupportedMw;
-  q->wr_local_inv = WrUnsupportedInv;
+  q->wr_bind_mw = WrBindMw;
+  q->wr_local_inv = WrLocalInv;
   q->wr_rdma_read = WrRdmaRead;
   q->wr_rdma_write = WrRdmaWrite;
   q->wr_rdma_write_imm = WrRdmaWriteImm;
