@@ -126,6 +126,7 @@ int Port(const char*, const char* params, rte_tel_data* d) {
       {"rx_parse_errors", c.rx_parse_errors},
       {"rx_unknown_qp", c.rx_unknown_qp},
       {"rx_dropped", c.rx_dropped},
+      {"rx_bad_xrc_srq", c.rx_bad_xrc_srq},
       {"rx_non_roce", c.rx_non_roce},
       {"tx_alloc_failures", c.tx_alloc_failures},
       {"tx_build_errors", c.tx_build_errors},

@@ -728,5 +728,157 @@ TEST_F(HostilePeerTest, WritesAtTheRegionsEdgesAreRefused) {
   }
 }
 
+// XRC (IBTA annex A14): a peer's XRCETH is a number to look up, never a
+// pointer. A target QP takes receives only from the XRC SRQs of its own
+// domain, keeps one SRQ for a whole message, and checks RDMA in the PD of
+// the SRQ named; XRC and RC packets never cross over to the other service,
+// and an XRC initiator takes no requests at all.
+class XrcHostileTest : public HostilePeerTest {
+ protected:
+  QueuePair* MakeXrcQp(ibv_qp_type type, uint32_t xrcd) {
+    QpInitAttr init;
+    init.type = type;
+    if (type == IBV_QPT_XRC_RECV) {
+      init.xrcd = xrcd;
+    } else {
+      init.pd = pd_;
+      init.send_cq = init.recv_cq = cq_;
+    }
+    init.cap.max_send_wr = 8;
+    auto made = engine_->CreateQp(init);
+    EXPECT_TRUE(made.ok()) << made.status().ToString();
+    QueuePair* qp = *made;
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = kAll;
+    EXPECT_TRUE(engine_->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS).ok());
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = kPeerQpn;
+    a.rq_psn = kRqPsn;
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 12;
+    a.ah_attr.is_global = 1;
+    std::memcpy(a.ah_attr.grh.dgid.raw, peer_gid_.data(), 16);
+    EXPECT_TRUE(engine_->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                             IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)
+                    .ok());
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = kSqPsn;
+    a.timeout = 10;
+    a.retry_cnt = 2;
+    a.rnr_retry = 1;
+    a.max_rd_atomic = 4;
+    EXPECT_TRUE(engine_->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)
+                    .ok());
+    return qp;
+  }
+  SharedReceiveQueue* XrcSrq(uint32_t xrcd, uint64_t wr_id, uint32_t offset) {
+    auto srq = engine_->CreateXrcSrq(pd_, xrcd, cq_, 4, 1, 0);
+    EXPECT_TRUE(srq.ok());
+    ibv_sge sge{region_->va() + offset, 4096, keys_.lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    const ibv_recv_wr* bad = nullptr;
+    EXPECT_EQ(engine_->PostSrqRecv(*srq, &wr, &bad), 0);
+    return *srq;
+  }
+  static std::function<void(PacketFields&)> Naming(uint32_t srqn) {
+    return [srqn](PacketFields& f) { f.xrc_srqn = srqn; };
+  }
+};
+
+TEST_F(XrcHostileTest, AnSrqOfAnotherDomainOrUnknownIsNeverReached) {
+  const uint32_t domain = *engine_->CreateXrcd();
+  const uint32_t other = *engine_->CreateXrcd();
+  SharedReceiveQueue* foreign = XrcSrq(other, 7, 0);
+  QueuePair* target = MakeXrcQp(IBV_QPT_XRC_RECV, domain);
+  // Ahead of the PSN it waits for: dropped without an answer.
+  Inject(target, Opcode::kXrcSendOnly, kRqPsn + 5, 64, true, Naming(foreign->srqn));
+  EXPECT_TRUE(Transmitted().empty());
+  EXPECT_EQ(target->state.load(), IBV_QPS_RTS);
+  // At its PSN: NAK (invalid request), the QP stops.
+  Inject(target, Opcode::kXrcSendOnly, kRqPsn, 64, true, Naming(foreign->srqn));
+  auto sent = Transmitted();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].fields.bth.opcode, static_cast<uint8_t>(Opcode::kXrcAcknowledge)) << "an XRC NAK";
+  EXPECT_EQ(sent[0].fields.aeth.kind(), AethKind::kNak);
+  EXPECT_EQ(target->state.load(), IBV_QPS_ERR);
+  EXPECT_EQ(foreign->posted.load(), 1u) << "the other domain's receive stays";
+  EXPECT_EQ(engine_->counters().rx_bad_xrc_srq, 2u);
+  // Numbers nobody has, on a fresh target: the same.
+  QueuePair* fresh = MakeXrcQp(IBV_QPT_XRC_RECV, domain);
+  for (uint32_t srqn : {0u, 1u, 0xFFFFFFu, foreign->srqn ^ 0x800000u}) {
+    Inject(fresh, Opcode::kXrcSendOnly, kRqPsn + 1, 64, true, Naming(srqn));
+  }
+  EXPECT_TRUE(Transmitted().empty());
+  for (int i = 0; i < 4096; ++i) ASSERT_EQ(region_->data()[i], 0);
+  EXPECT_TRUE(Completions().empty());
+}
+
+TEST_F(XrcHostileTest, AMessageKeepsItsSrqAndRdmaIsCheckedInTheSrqsPd) {
+  const uint32_t domain = *engine_->CreateXrcd();
+  SharedReceiveQueue* first = XrcSrq(domain, 1, 0);
+  SharedReceiveQueue* second = XrcSrq(domain, 2, 8192);
+  QueuePair* target = MakeXrcQp(IBV_QPT_XRC_RECV, domain);
+  // A SEND that starts on one SRQ and goes on naming another.
+  Inject(target, Opcode::kXrcSendFirst, kRqPsn, kMtu, false, Naming(first->srqn));
+  Inject(target, Opcode::kXrcSendLast, kRqPsn + 1, 64, true, Naming(second->srqn));
+  auto sent = Transmitted();
+  EXPECT_EQ(CountNaks(sent, AethKind::kNak), 1u);
+  EXPECT_EQ(target->state.load(), IBV_QPS_ERR);
+  EXPECT_EQ(second->posted.load(), 1u) << "the second SRQ's receive was not taken";
+  for (int i = 8192; i < 8192 + 4096; ++i) ASSERT_EQ(region_->data()[i], 0);
+  auto wc = Completions();
+  ASSERT_EQ(wc.size(), 1u) << "the first SRQ's receive fails";
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_NE(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].qp_num, target->qpn);
+
+  // A WRITE with a key of another PD than the SRQ's: remote access error.
+  const PdHandle other_pd = *engine_->AllocPd();
+  std::vector<uint8_t> elsewhere(4096, 0);
+  const MrKeys other_keys = *engine_->RegMr(other_pd, elsewhere.data(), elsewhere.size(),
+                                             reinterpret_cast<uint64_t>(elsewhere.data()), kAll);
+  QueuePair* writer = MakeXrcQp(IBV_QPT_XRC_RECV, domain);
+  Inject(writer, Opcode::kXrcRdmaWriteOnly, kRqPsn, 64, true, [&](PacketFields& f) {
+    f.xrc_srqn = first->srqn;
+    f.reth.virtual_address = reinterpret_cast<uint64_t>(elsewhere.data());
+    f.reth.rkey = other_keys.rkey;
+    f.reth.dma_length = 64;
+  });
+  sent = Transmitted();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].fields.aeth.kind(), AethKind::kNak);
+  EXPECT_EQ(sent[0].fields.aeth.value(), static_cast<uint8_t>(NakCode::kRemoteAccessError));
+  EXPECT_EQ(elsewhere, std::vector<uint8_t>(4096, 0));
+  ASSERT_TRUE(engine_->DeregMr(other_keys.lkey).ok());
+}
+
+TEST_F(XrcHostileTest, ServicesDoNotCrossAndInitiatorsTakeNoRequests) {
+  const uint32_t domain = *engine_->CreateXrcd();
+  SharedReceiveQueue* srq = XrcSrq(domain, 1, 0);
+  QueuePair* target = MakeXrcQp(IBV_QPT_XRC_RECV, domain);
+  QueuePair* initiator = MakeXrcQp(IBV_QPT_XRC_SEND, 0);
+  const uint64_t dropped = engine_->counters().rx_dropped;
+  Inject(target, Opcode::kRcSendOnly, kRqPsn, 64, true);              // RC to an XRC target
+  Inject(target, Opcode::kXrcAcknowledge, kRqPsn, 0, false);          // a response to a target
+  Inject(qp_, Opcode::kXrcSendOnly, kRqPsn, 64, true, Naming(srq->srqn));  // XRC to an RC QP
+  Inject(initiator, Opcode::kXrcSendOnly, kRqPsn, 64, true, Naming(srq->srqn));  // a request to an initiator
+  EXPECT_TRUE(Transmitted().empty());
+  EXPECT_EQ(engine_->counters().rx_dropped, dropped + 4);
+  EXPECT_EQ(srq->posted.load(), 1u);
+  EXPECT_EQ(target->state.load(), IBV_QPS_RTS);
+  EXPECT_EQ(initiator->state.load(), IBV_QPS_RTS);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+  for (int i = 0; i < 4096; ++i) ASSERT_EQ(region_->data()[i], 0);
+}
+
 }  // namespace
 }  // namespace uroce::transport

@@ -34,8 +34,6 @@ KNOWN_SKIPS = [
      'atomic write (IBV_QP_EX_WITH_ATOMIC_WRITE): not offered yet'),
     (r'ODP implicit is not supported',
      'implicit on-demand paging: a peer reaching an unmapped address would fault the process'),
-    (r'Create XRCD is not supported',
-     'XRC: not offered yet (issue 17 item 6)'),
     (r"doesn't have net interface",
      'rdma_cm tests: they need a kernel interface with the device\'s address, and they fork '
      'children of a process that opened the device (DPDK does not survive fork)'),

@@ -3,9 +3,11 @@
 // exec` over configs/ring.ini: two devices on a net_ring pair). Issue 17's
 // smaller defects, found by UCX and rdma-core's own tests.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <netdb.h>
 #include <rdma/rdma_cma.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -865,6 +867,240 @@ TEST_F(MemoryWindowTest, BindToARegionWithoutBindAccessFails) {
   win_mr_ = plain;
   EXPECT_EQ(wc.status, IBV_WC_MW_BIND_ERR);
   EXPECT_EQ(wc.wr_id, 50u);
+}
+
+}  // namespace
+
+namespace {
+
+// XRC (IBTA annex A14): ibv_open_xrcd(3), XRC SRQs (ibv_create_srq_ex(3)
+// IBV_SRQT_XRC, ibv_get_srq_num(3)), XRC initiator and target QPs, and
+// posting with wr.qp_type.xrc.remote_srqn or ibv_wr_set_xrc_srqn(3).
+class XrcTest : public RcLoopbackTest {
+ protected:
+  void SetUp() override {
+    RcLoopbackTest::SetUp();
+    if (HasFatalFailure()) return;
+    char path[] = "/tmp/uroce-xrcd-XXXXXX";
+    fd_ = mkstemp(path);
+    ASSERT_GE(fd_, 0);
+    unlink(path);
+  }
+  void TearDown() override {
+    for (ibv_qp*& qp : xrc_qp_) {
+      if (qp != nullptr) {
+        EXPECT_EQ(ibv_destroy_qp(qp), 0);
+      }
+      qp = nullptr;
+    }
+    for (ibv_srq*& srq : srq_) {
+      if (srq != nullptr) {
+        EXPECT_EQ(ibv_destroy_srq(srq), 0);
+      }
+      srq = nullptr;
+    }
+    for (ibv_xrcd*& x : xrcd_) {
+      if (x != nullptr) {
+        EXPECT_EQ(ibv_close_xrcd(x), 0);
+      }
+      x = nullptr;
+    }
+    if (fd_ >= 0) close(fd_);
+    RcLoopbackTest::TearDown();
+  }
+  ibv_xrcd* Open(int fd, int oflags) {
+    ibv_xrcd_init_attr a{};
+    a.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    a.fd = fd;
+    a.oflags = oflags;
+    return ibv_open_xrcd(ctx_, &a);
+  }
+  ibv_srq* XrcSrq(ibv_xrcd* xrcd) {
+    ibv_srq_init_attr_ex a{};
+    a.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+    a.srq_type = IBV_SRQT_XRC;
+    a.pd = pd_;
+    a.xrcd = xrcd;
+    a.cq = cq_;
+    a.attr.max_wr = 8;
+    a.attr.max_sge = 1;
+    return ibv_create_srq_ex(ctx_, &a);
+  }
+  // An XRC initiator (with the ibv_wr_* interface) and a target, joined.
+  void MakeQps(ibv_xrcd* xrcd) {
+    ibv_qp_init_attr_ex s{};
+    s.qp_type = IBV_QPT_XRC_SEND;
+    s.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    s.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+    s.pd = pd_;
+    s.send_cq = cq_;
+    s.cap.max_send_wr = 8;
+    s.cap.max_send_sge = 1;
+    xrc_qp_[0] = ibv_create_qp_ex(ctx_, &s);
+    ASSERT_NE(xrc_qp_[0], nullptr) << "errno " << errno;
+    ibv_qp_init_attr_ex r{};
+    r.qp_type = IBV_QPT_XRC_RECV;
+    r.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+    r.xrcd = xrcd;
+    xrc_qp_[1] = ibv_create_qp_ex(ctx_, &r);
+    ASSERT_NE(xrc_qp_[1], nullptr) << "errno " << errno;
+    EXPECT_EQ(xrc_qp_[1]->qp_type, IBV_QPT_XRC_RECV);
+    EXPECT_EQ(xrc_qp_[1]->pd, nullptr);
+    ibv_gid gid{};
+    ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
+    // The RC attributes, as programs that treat XRC like RC pass them.
+    for (int i = 0; i < 2; ++i) Connect(xrc_qp_[i], xrc_qp_[1 - i]->qp_num, gid);
+  }
+  int PostSendTo(uint32_t srqn, uint64_t wr_id, uint32_t len) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), len, mr_->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.qp_type.xrc.remote_srqn = srqn;
+    ibv_send_wr* bad = nullptr;
+    return ibv_post_send(xrc_qp_[0], &wr, &bad);
+  }
+  void PostSrqRecv(ibv_srq* srq, uint64_t wr_id) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data() + kBytes), kBytes, mr_->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
+  }
+
+  int fd_ = -1;
+  ibv_xrcd* xrcd_[2] = {nullptr, nullptr};
+  ibv_srq* srq_[2] = {nullptr, nullptr};
+  ibv_qp* xrc_qp_[2] = {nullptr, nullptr};
+};
+
+// ibv_open_xrcd(3): opens of one file share a domain; O_CREAT|O_EXCL on a
+// file that has one is EEXIST, no O_CREAT on one that has none ENOENT;
+// ibv_close_xrcd is EBUSY while an XRC SRQ is in the domain.
+TEST_F(XrcTest, DomainsAreSharedByFileAndStayWhileInUse) {
+  ibv_device_attr attr{};
+  ASSERT_EQ(ibv_query_device(ctx_, &attr), 0);
+  EXPECT_NE(attr.device_cap_flags & IBV_DEVICE_XRC, 0u);
+  xrcd_[0] = Open(fd_, O_CREAT);
+  ASSERT_NE(xrcd_[0], nullptr) << "errno " << errno;
+  ibv_xrcd* again = Open(fd_, 0);
+  EXPECT_EQ(again, xrcd_[0]) << "the file's domain";
+  errno = 0;
+  EXPECT_EQ(Open(fd_, O_CREAT | O_EXCL), nullptr);
+  EXPECT_EQ(errno, EEXIST);
+  char other[] = "/tmp/uroce-xrcd-XXXXXX";
+  const int other_fd = mkstemp(other);
+  ASSERT_GE(other_fd, 0);
+  unlink(other);
+  errno = 0;
+  EXPECT_EQ(Open(other_fd, 0), nullptr);
+  EXPECT_EQ(errno, ENOENT);
+  close(other_fd);
+  errno = 0;
+  EXPECT_EQ(Open(-1, 0), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  ibv_xrcd_init_attr no_flags{};
+  no_flags.comp_mask = IBV_XRCD_INIT_ATTR_FD;
+  no_flags.fd = fd_;
+  errno = 0;
+  EXPECT_EQ(ibv_open_xrcd(ctx_, &no_flags), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+
+  srq_[0] = XrcSrq(xrcd_[0]);
+  ASSERT_NE(srq_[0], nullptr) << "errno " << errno;
+  uint32_t srqn = 0;
+  ASSERT_EQ(ibv_get_srq_num(srq_[0], &srqn), 0);
+  EXPECT_NE(srqn, 0u);
+  EXPECT_LE(srqn, 0xFFFFFFu);
+  ibv_srq_init_attr basic{};
+  basic.attr.max_wr = 1;
+  basic.attr.max_sge = 1;
+  ibv_srq* plain = ibv_create_srq(pd_, &basic);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(ibv_get_srq_num(plain, &srqn), EINVAL) << "a basic SRQ has no number";
+  EXPECT_EQ(ibv_destroy_srq(plain), 0);
+
+  EXPECT_EQ(ibv_close_xrcd(again), 0) << "one open of two";
+  EXPECT_EQ(ibv_close_xrcd(xrcd_[0]), EBUSY) << "the SRQ is in it";
+  EXPECT_EQ(ibv_destroy_cq(cq_), EBUSY) << "the XRC SRQ completes on it";
+}
+
+// An XRC SEND reaches the SRQ it names, completes on that SRQ's CQ with the
+// target QP's number; a number of another domain's SRQ is refused (the
+// sender's request fails with a remote invalid request error).
+TEST_F(XrcTest, SendReachesTheNamedSrqOnly) {
+  xrcd_[0] = Open(fd_, O_CREAT);
+  xrcd_[1] = Open(-1, O_CREAT);
+  ASSERT_NE(xrcd_[0], nullptr);
+  ASSERT_NE(xrcd_[1], nullptr);
+  ASSERT_NE(xrcd_[0], xrcd_[1]);
+  srq_[0] = XrcSrq(xrcd_[0]);
+  srq_[1] = XrcSrq(xrcd_[1]);
+  ASSERT_NE(srq_[0], nullptr);
+  ASSERT_NE(srq_[1], nullptr);
+  MakeQps(xrcd_[0]);
+  if (HasFatalFailure()) return;
+  uint32_t srqn = 0, foreign = 0;
+  ASSERT_EQ(ibv_get_srq_num(srq_[0], &srqn), 0);
+  ASSERT_EQ(ibv_get_srq_num(srq_[1], &foreign), 0);
+  ibv_recv_wr rwr{};
+  ibv_recv_wr* bad_recv = nullptr;
+  EXPECT_EQ(ibv_post_recv(xrc_qp_[1], &rwr, &bad_recv), EINVAL) << "a target has no receive queue";
+  EXPECT_EQ(ibv_post_recv(xrc_qp_[0], &rwr, &bad_recv), EINVAL) << "an initiator receives nothing";
+
+  for (uint32_t i = 0; i < 100; ++i) buf_[i] = static_cast<uint8_t>(i * 7);
+  PostSrqRecv(srq_[0], 55);
+  ASSERT_EQ(PostSendTo(srqn, 1, 100), 0);
+  auto wc = Wait(cq_, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  for (const ibv_wc& w : wc) {
+    EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+    if (w.opcode == IBV_WC_RECV) {
+      EXPECT_EQ(w.wr_id, 55u);
+      EXPECT_EQ(w.byte_len, 100u);
+      EXPECT_EQ(w.qp_num, xrc_qp_[1]->qp_num);
+    } else {
+      EXPECT_EQ(w.opcode, IBV_WC_SEND);
+      EXPECT_EQ(w.qp_num, xrc_qp_[0]->qp_num);
+    }
+  }
+  EXPECT_EQ(0, std::memcmp(buf_.data(), buf_.data() + kBytes, 100));
+
+  // The ibv_wr_* interface: ibv_wr_set_xrc_srqn.
+  PostSrqRecv(srq_[0], 56);
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(xrc_qp_[0]);
+  ASSERT_NE(qpx, nullptr);
+  ibv_wr_start(qpx);
+  qpx->wr_id = 2;
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_send_imm(qpx, htonl(0xABCD));
+  ibv_wr_set_xrc_srqn(qpx, srqn);
+  ibv_wr_set_sge(qpx, mr_->lkey, reinterpret_cast<uintptr_t>(buf_.data()), 8);
+  ASSERT_EQ(ibv_wr_complete(qpx), 0);
+  wc = Wait(cq_, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  for (const ibv_wc& w : wc) {
+    EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+    if (w.opcode == IBV_WC_RECV) {
+      EXPECT_EQ(w.wr_id, 56u);
+      EXPECT_TRUE(w.wc_flags & IBV_WC_WITH_IMM);
+      EXPECT_EQ(ntohl(w.imm_data), 0xABCDu);
+    }
+  }
+
+  // Another domain's SRQ: refused, its receive untouched.
+  PostSrqRecv(srq_[1], 57);
+  ASSERT_EQ(PostSendTo(foreign, 3, 8), 0);
+  wc = Wait(cq_, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 3u);
+  EXPECT_EQ(wc[0].status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_TRUE(Wait(cq_, 1, std::chrono::milliseconds(50)).empty()) << "no receive completed";
 }
 
 }  // namespace

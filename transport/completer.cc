@@ -255,7 +255,7 @@ bool Completer::ScatterToWqe(const QueuePair* qp, const SendWqeView& w, uint64_t
 // retransmission from the oldest unacknowledged PSN, up to retry_cnt times.
 void Completer::RunTimers(QueuePair* qp) {
   RequesterState& r = qp->req;
-  if (qp->type != IBV_QPT_RC || r.timer_deadline_ns == 0) return;
+  if (!IsReliable(qp->type) || r.timer_deadline_ns == 0) return;
   if (core_.TimerNow() < r.timer_deadline_ns) return;
   if (r.unacked.DistanceFrom(r.sent_limit) >= 0) {  // nothing outstanding
     r.timer_deadline_ns = 0;

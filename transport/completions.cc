@@ -9,12 +9,15 @@
 namespace uroce::transport {
 
 bool Completions::TakeRecv(QueuePair* qp, RecvWqe* out) {
-  if (qp->srq == nullptr) {
+  // An XRC target takes its receives from the XRC SRQ of the request
+  // (Responder::SelectXrcSrq), never from a queue of its own.
+  SharedReceiveQueue* srq = qp->type == IBV_QPT_XRC_RECV ? qp->resp.xrc_srq : qp->srq;
+  if (qp->type == IBV_QPT_XRC_RECV && srq == nullptr) return false;
+  if (srq == nullptr) {
     if (!qp->recv_ring.TryPopSingleConsumer([out](const std::byte* w) { ReadRecvWqe(w, out); })) return false;
     qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
     return true;
   }
-  SharedReceiveQueue* srq = qp->srq;
   if (!srq->ring.TryPopSingleConsumer([out](const std::byte* w) { ReadRecvWqe(w, out); })) return false;
   const uint32_t left = srq->posted.fetch_sub(1, std::memory_order_acq_rel) - 1;
   const uint32_t limit = srq->limit.load(std::memory_order_relaxed);
@@ -73,7 +76,14 @@ void Completions::CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status 
   wc.src_qp = src_qp;
   wc.wc_flags = wc_flags;
   wc.pkey_index = 0;
-  if (!qp->recv_cq->Push(wc)) RaiseAsync(IBV_EVENT_CQ_ERR, qp->qpn, qp->recv_cq);
+  // An XRC target's receives complete on the CQ of the XRC SRQ they came
+  // from, with the target QP's number (as mlx5 and rxe report them).
+  CompletionQueue* cq = qp->recv_cq;
+  if (qp->type == IBV_QPT_XRC_RECV) {
+    if (qp->resp.xrc_srq == nullptr) return;  // the SRQ is gone, and its CQ's completions with it
+    cq = qp->resp.xrc_srq->cq;
+  }
+  if (!cq->Push(wc)) RaiseAsync(IBV_EVENT_CQ_ERR, qp->qpn, cq);
 }
 
 void Completions::EnterError(QueuePair* qp) {
@@ -108,7 +118,7 @@ void Completions::FlushQueues(QueuePair* qp) {
   // A fatal NAK that put the QP in error still goes out (IBTA 9.9.3.1: the
   // requester learns why); an ACK, a sequence or an RNR NAK is moot now.
   if (resp.pending_rank() != 3) resp.ack_pending = false;
-  if (qp->srq == nullptr) {
+  if (qp->srq == nullptr && qp->type != IBV_QPT_XRC_RECV && qp->type != IBV_QPT_XRC_SEND) {
     RecvWqe r;
     while (qp->recv_ring.TryPopSingleConsumer([&r](const std::byte* w) { ReadRecvWqe(w, &r); })) {
       qp->recv_credits_used.fetch_sub(1, std::memory_order_release);

@@ -15,7 +15,14 @@ StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(Endpoint& a, Endpo
     init.recv_cq = sides[i]->cq;
     init.srq = i == 0 ? o.srq_a : o.srq_b;
     init.cap.max_send_wr = o.max_send_wr;
-    init.cap.max_recv_wr = o.max_recv_wr;
+    init.cap.max_recv_wr = o.type == IBV_QPT_XRC_SEND ? 0 : o.max_recv_wr;
+    if (o.type == IBV_QPT_XRC_SEND && i == 1) {
+      init.type = IBV_QPT_XRC_RECV;
+      init.pd = 0;
+      init.send_cq = init.recv_cq = nullptr;
+      init.srq = nullptr;
+      init.xrcd = o.xrcd_b;
+    }
     init.cap.max_send_sge = o.max_send_sge;
     init.cap.max_recv_sge = o.max_recv_sge;
     init.cap.max_inline_data = o.max_inline_data;
@@ -23,7 +30,7 @@ StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(Endpoint& a, Endpo
     if (!qp.ok()) return qp.status();
     qps[i] = *qp;
   }
-  const bool rc = o.type == IBV_QPT_RC;
+  const bool rc = IsReliable(o.type);
   for (int i = 0; i < 2; ++i) {
     Engine& e = *sides[i]->engine;
     ibv_qp_attr attr{};

@@ -41,11 +41,14 @@ struct RcConnectOptions {
   ibv_qp_type type = IBV_QPT_RC;
   SharedReceiveQueue* srq_a = nullptr;
   SharedReceiveQueue* srq_b = nullptr;
+  // type IBV_QPT_XRC_SEND: a is the XRC initiator, b an XRC target QP in
+  // this XRC domain of b's engine (Engine::CreateXrcd).
+  uint32_t xrcd_b = 0;
   // b stops at RTR (a passive responder, as perftest's READ/atomic servers).
   bool b_stays_in_rtr = false;
 };
 
-// Creates an RC (or UC) QP on each endpoint and moves both to RTS, each
+// Creates an RC (or UC, or XRC initiator and target) QP on each endpoint and moves both to RTS, each
 // aimed at the other. Works for any two engines that can reach each other.
 StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(Endpoint& a, Endpoint& b,
                                                               const RcConnectOptions& options);

@@ -54,7 +54,9 @@ int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** b
     // ibv_post_send(3): the QP must be able to send; in ERR the request is
     // accepted and completes with IBV_WC_WR_FLUSH_ERR.
     if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
-    const bool rc = qp->type == IBV_QPT_RC;
+    // An XRC target has no send queue (IBTA annex A14, XRC).
+    if (qp->type == IBV_QPT_XRC_RECV) return EINVAL;
+    const bool rc = IsReliable(qp->type);
     switch (RawEnum(wr->opcode)) {  // any value may come from a C caller
       case IBV_WR_SEND:
       case IBV_WR_SEND_WITH_IMM:
@@ -147,6 +149,10 @@ int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** b
         wqe.compare_add = wr->wr.atomic.compare_add;
         wqe.swap = wr->wr.atomic.swap;
       }
+      if (qp->type == IBV_QPT_XRC_SEND) {
+        // The XRCETH of every packet names this SRQ of the target's domain.
+        wqe.remote_qpn = wr->qp_type.xrc.remote_srqn & 0xFFFFFF;
+      }
       if (qp->type == IBV_QPT_UD) {
         if (wr->wr.ud.ah == nullptr) return EINVAL;
         if (total > qp->mtu_bytes) return EINVAL;  // one packet per UD message
@@ -232,6 +238,8 @@ int Engine::PostRecv(QueuePair* qp, const ibv_recv_wr* wr, const ibv_recv_wr** b
   for (; wr != nullptr; wr = wr->next) {
     *bad_wr = wr;
     if (qp->srq != nullptr) return EINVAL;  // post to the SRQ instead
+    // XRC QPs have no receive queue: a target's receives come from XRC SRQs.
+    if (qp->type == IBV_QPT_XRC_SEND || qp->type == IBV_QPT_XRC_RECV) return EINVAL;
     if (qp->state.load(std::memory_order_acquire) == IBV_QPS_RESET) return EINVAL;
     RecvWqe wqe;
     if (!CopyRecv(wr, qp->caps.max_recv_sge, &wqe)) return EINVAL;

@@ -87,6 +87,16 @@ class Engine {
   StatusOr<SharedReceiveQueue*> CreateSrq(PdHandle pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit,
                                           const RingAllocator& allocator = {});
   Status DestroySrq(SharedReceiveQueue* srq);
+  // XRC domains (IBTA annex A14, XRC; ibv_open_xrcd(3)): a number that XRC SRQs
+  // and XRC target QPs share. Destroying one that an SRQ or QP still uses is
+  // kBusy.
+  StatusOr<uint32_t> CreateXrcd();
+  Status DestroyXrcd(uint32_t xrcd);
+  // An XRC SRQ (IBV_SRQT_XRC): a basic SRQ of `pd` that also belongs to
+  // `xrcd`, completes its receives on `cq`, and has a 24-bit number
+  // (SharedReceiveQueue::srqn) that XRC initiators put in their XRCETHs.
+  StatusOr<SharedReceiveQueue*> CreateXrcSrq(PdHandle pd, uint32_t xrcd, CompletionQueue* cq, uint32_t max_wr,
+                                             uint32_t max_sge, uint32_t limit, const RingAllocator& allocator = {});
   StatusOr<QueuePair*> CreateQp(const QpInitAttr& init);
   // A QP that is not (or no longer) this engine's is refused with
   // kInvalidArgument, never touched. kAnyQpn: any QPN; otherwise the QP must

@@ -18,6 +18,7 @@
 #include "transport/mpmc_ring.h"
 #include "transport/qp_state.h"
 #include "transport/queue_pair.h"
+#include "transport/shared_receive_queue.h"
 
 namespace uroce::transport {
 
@@ -87,6 +88,12 @@ struct EngineCore {
     QueuePair* qp = qp_table[qpn % config.max_qps];
     return (qp != nullptr && qp->qpn == qpn) ? qp : nullptr;
   }
+  // The XRC SRQ an XRCETH names: null unless `srqn` is an XRC SRQ's number
+  // (a peer's number is never trusted further than this lookup).
+  SharedReceiveQueue* LookupXrcSrq(uint32_t srqn) const {
+    SharedReceiveQueue* srq = xrc_srq_table[srqn % config.max_qps];
+    return (srq != nullptr && srq->srqn == srqn) ? srq : nullptr;
+  }
   // `gid` is one of ours and loopback is on.
   bool IsLoopbackGid(const Gid& gid) const;
   // Ready list (busy_qps): engine thread, or the control path holding the
@@ -112,6 +119,8 @@ struct EngineCore {
   // Engine-thread view of the QPs (published with release by the control path
   // under the progress token).
   std::vector<QueuePair*> qp_table;  // indexed by qpn % max_qps
+  // XRC SRQs by number, as qp_table (published under the progress token).
+  std::vector<SharedReceiveQueue*> xrc_srq_table;  // indexed by srqn % max_qps
   // QPs with work (posted requests, requests in flight, READ responses to
   // send, a flush): the only ones a poll runs, so idle QPs cost nothing.
   std::vector<QueuePair*> busy_qps;

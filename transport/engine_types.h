@@ -82,6 +82,10 @@ struct EngineCounters {
   // RC/UC frames whose IP addresses are not the QP's path, and frames whose
   // P_Key is not ours: counted and dropped (IBTA 9.6.1.1, 10.9.3).
   uint64_t rx_path_mismatch = 0, rx_bad_pkey = 0;
+  // XRC requests whose XRCETH names no XRC SRQ of the target QP's domain
+  // (or not the one of the message in progress): counted, then NAKed or
+  // dropped (Responder::SelectXrcSrq).
+  uint64_t rx_bad_xrc_srq = 0;
   // Frames to our own GIDs, handed from transmit to receive (also counted in
   // tx_frames and, when received, rx_frames; never in the port's counters).
   uint64_t loopback_frames = 0;
@@ -96,6 +100,13 @@ struct QpStats {
   QpCounters counters;
 };
 
+// The reliable connected services: RC, and XRC's two halves (an XRC
+// initiator is an RC requester without a receive side, an XRC target an RC
+// responder without a send side; IBTA annex A14, XRC).
+inline bool IsReliable(ibv_qp_type type) {
+  return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV;
+}
+
 struct QpInitAttr {
   ibv_qp_type type = IBV_QPT_RC;
   PdHandle pd = 0;
@@ -107,6 +118,9 @@ struct QpInitAttr {
   // 0: the engine picks the QPN. 1: this is the GSI QP (QP1, IBTA 13.5.1), a
   // UD QP for connection management MADs; one per engine. No other value.
   uint32_t fixed_qpn = 0;
+  // IBV_QPT_XRC_RECV: the XRC domain (Engine::CreateXrcd) whose XRC SRQs it
+  // delivers to; it has no PD, CQs or queues of its own.
+  uint32_t xrcd = 0;
   // Where the send and receive rings' memory comes from (a verbs parent
   // domain's allocators); the heap when empty.
   RingAllocator allocator;

@@ -130,7 +130,8 @@ bool FrameIo::HandleFrame(rte_mbuf* m, bool from_loopback) {
   // The packet's service must match the QP's (IBTA 9.6.1.1).
   const TransportService want = qp->type == IBV_QPT_RC   ? TransportService::kRc
                                 : qp->type == IBV_QPT_UC ? TransportService::kUc
-                                                         : TransportService::kUd;
+                                : qp->type == IBV_QPT_UD ? TransportService::kUd
+                                                         : TransportService::kXrc;
   const OpcodeInfo& info = *view.opcode;
   // P_Key (IBTA 10.9.3): the port's table holds only the default key, a
   // full member; the low 15 bits must match (a limited member's key too, as
@@ -149,7 +150,12 @@ bool FrameIo::HandleFrame(rte_mbuf* m, bool from_loopback) {
   }
   qp->counters.rx_packets++;
   qp->counters.rx_bytes += view.fields.payload_length;
-  if (info.service != want || state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_ERR) {
+  // An XRC initiator has no receive side and takes only responses; an XRC
+  // target has no send side and takes only requests (IBTA annex A14, XRC).
+  const bool wrong_xrc_half = (qp->type == IBV_QPT_XRC_SEND && info.role == PacketRole::kRequest) ||
+                              (qp->type == IBV_QPT_XRC_RECV && info.role != PacketRole::kRequest);
+  if (info.service != want || wrong_xrc_half || state == IBV_QPS_RESET || state == IBV_QPS_INIT ||
+      state == IBV_QPS_ERR) {
     core_.counters.rx_dropped++;
   } else if (info.role == PacketRole::kRequest) {
     responder_.HandleRequest(qp, view);

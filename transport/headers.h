@@ -169,6 +169,13 @@ struct DethHeader {
   Be24 src_qp;
 };
 
+// XRC Extended Transport Header (IBTA annex A14, XRC): 8 reserved bits,
+// then the 24-bit number of the XRC SRQ the request is for.
+struct XrcEthHeader {
+  uint8_t reserved;
+  Be24 srq_number;
+};
+
 static_assert(sizeof(EthernetHeader) == 14 && alignof(EthernetHeader) == 1);
 static_assert(sizeof(VlanTag) == 4 && alignof(VlanTag) == 1);
 static_assert(sizeof(Ipv4Header) == 20 && alignof(Ipv4Header) == 1);
@@ -182,6 +189,7 @@ static_assert(sizeof(AtomicAckEthHeader) == 8 && alignof(AtomicAckEthHeader) == 
 static_assert(sizeof(ImmDtHeader) == 4 && alignof(ImmDtHeader) == 1);
 static_assert(sizeof(IethHeader) == 4 && alignof(IethHeader) == 1);
 static_assert(sizeof(DethHeader) == 8 && alignof(DethHeader) == 1);
+static_assert(sizeof(XrcEthHeader) == 4 && alignof(XrcEthHeader) == 1);
 
 // The invariant CRC that ends every RoCEv2 packet (IBTA 7.8.1, A17.3.3).
 constexpr size_t kIcrcBytes = 4;

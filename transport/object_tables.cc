@@ -184,6 +184,9 @@ Status Engine::DestroyCq(CompletionQueue* cq) {
       return Busy("CQ still used by a QP");
     }
   }
+  for (const auto& srq : tables_.srqs) {
+    if (srq && srq->cq == cq) return Busy("CQ still used by an XRC SRQ");
+  }
   auto it = std::find_if(tables_.cqs.begin(), tables_.cqs.end(), [cq](const auto& p) { return p.get() == cq; });
   if (it == tables_.cqs.end()) return InvalidArgument("no such CQ");
   {
@@ -218,22 +221,129 @@ Status Engine::DestroySrq(SharedReceiveQueue* srq) {
   }
   auto it = std::find_if(tables_.srqs.begin(), tables_.srqs.end(), [srq](const auto& p) { return p.get() == srq; });
   if (it == tables_.srqs.end()) return InvalidArgument("no such SRQ");
+  if (srq->srqn != 0) {
+    // An XRC SRQ: no XRCETH finds it from now on, and an XRC target QP
+    // that was filling one of its receives loses it (the message's next
+    // packet is then an invalid request), so no pointer to it stays behind.
+    ProgressToken token(core_);
+    core_.xrc_srq_table[srq->srqn % core_.config.max_qps] = nullptr;
+    for (const auto& qp : tables_.qp_storage) {
+      if (qp && qp->resp.xrc_srq == srq) {
+        qp->resp.xrc_srq = nullptr;
+        qp->resp.have_recv = false;
+        qp->resp.recv_offset_valid = false;
+      }
+    }
+  }
   tables_.srqs.erase(it);
   return Status::Ok();
 }
 
+StatusOr<uint32_t> Engine::CreateXrcd() {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  if (tables_.xrcds.size() >= core_.config.max_qps) return ResourceExhausted("no free XRC domain");
+  uint32_t xrcd = tables_.next_xrcd;
+  while (xrcd == 0 || std::find(tables_.xrcds.begin(), tables_.xrcds.end(), xrcd) != tables_.xrcds.end()) ++xrcd;
+  tables_.next_xrcd = xrcd + 1;
+  tables_.xrcds.push_back(xrcd);
+  return xrcd;
+}
+
+Status Engine::DestroyXrcd(uint32_t xrcd) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  auto it = std::find(tables_.xrcds.begin(), tables_.xrcds.end(), xrcd);
+  if (xrcd == 0 || it == tables_.xrcds.end()) return InvalidArgument("no such XRC domain");
+  // ibv_close_xrcd(3): EBUSY while XRC SRQs or XRC target QPs are in it.
+  for (const auto& srq : tables_.srqs) {
+    if (srq && srq->xrcd == xrcd) return Busy("XRC domain still used by an SRQ");
+  }
+  for (const auto& qp : tables_.qp_storage) {
+    if (qp && qp->xrcd == xrcd) return Busy("XRC domain still used by a QP");
+  }
+  tables_.xrcds.erase(it);
+  return Status::Ok();
+}
+
+StatusOr<SharedReceiveQueue*> Engine::CreateXrcSrq(PdHandle pd, uint32_t xrcd, CompletionQueue* cq, uint32_t max_wr,
+                                                   uint32_t max_sge, uint32_t limit, const RingAllocator& allocator) {
+  if (max_wr == 0 || max_wr > 16384) return InvalidArgument("SRQ max_wr out of range");
+  if (max_sge == 0 || max_sge > kMaxRecvSge) return InvalidArgument("SRQ max_sge out of range");
+  if (limit > max_wr) return InvalidArgument("SRQ limit above max_wr");
+  if (cq == nullptr) return InvalidArgument("an XRC SRQ needs a CQ");
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  if (!tables_.PdValid(pd)) return InvalidArgument("no such PD");
+  if (xrcd == 0 || std::find(tables_.xrcds.begin(), tables_.xrcds.end(), xrcd) == tables_.xrcds.end()) {
+    return InvalidArgument("no such XRC domain");
+  }
+  if (std::none_of(tables_.cqs.begin(), tables_.cqs.end(), [cq](const auto& p) { return p.get() == cq; })) {
+    return InvalidArgument("no such CQ");
+  }
+  // A random 24-bit number (not 0) with a free table slot, drawn as QPNs
+  // are: a peer cannot reach an SRQ by guessing small numbers.
+  const uint32_t slots = core_.config.max_qps;
+  std::uniform_int_distribution<uint32_t> any(1, 0xFFFFFF);
+  uint32_t srqn = 0;
+  uint32_t candidate = any(tables_.random);
+  for (uint32_t tries = 0; srqn == 0 && tries < 32 + slots; ++tries) {
+    candidate = tries < 32 ? any(tables_.random) : (candidate >= 0xFFFFFF ? 1 : candidate + 1);
+    if (core_.xrc_srq_table[candidate % slots] == nullptr) srqn = candidate;
+  }
+  if (srqn == 0) return ResourceExhausted("no free XRC SRQ number");
+  RingStorage storage;
+  if (allocator) {
+    storage = allocator(SharedReceiveQueue::RingBytes(max_wr, max_sge), kCacheLine);
+    if (storage.bytes == nullptr) return ResourceExhausted("the SRQ's allocator gave no memory");
+  }
+  auto srq = std::make_unique<SharedReceiveQueue>(pd, max_wr, max_sge, limit, std::move(storage));
+  srq->xrcd = xrcd;
+  srq->srqn = srqn;
+  srq->cq = cq;
+  SharedReceiveQueue* raw = srq.get();
+  tables_.srqs.push_back(std::move(srq));
+  {
+    ProgressToken token(core_);
+    core_.xrc_srq_table[srqn % slots] = raw;
+  }
+  return raw;
+}
+
 StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
-  if (init.type != IBV_QPT_RC && init.type != IBV_QPT_UC && init.type != IBV_QPT_UD) {
+  if (init.type != IBV_QPT_RC && init.type != IBV_QPT_UC && init.type != IBV_QPT_UD &&
+      init.type != IBV_QPT_XRC_SEND && init.type != IBV_QPT_XRC_RECV) {
     return Status(StatusCode::kNotSupported, "QP type not supported");
   }
-  if (init.send_cq == nullptr || init.recv_cq == nullptr) return InvalidArgument("QP needs a send and a recv CQ");
+  // XRC (IBTA annex A14): an initiator sends only (no receive queue, no
+  // SRQ); a target receives only, into the XRC SRQs of its domain, and has
+  // neither PD nor CQs.
+  const bool xrc_send = init.type == IBV_QPT_XRC_SEND;
+  const bool xrc_recv = init.type == IBV_QPT_XRC_RECV;
+  if (xrc_recv) {
+    if (init.send_cq != nullptr || init.recv_cq != nullptr || init.srq != nullptr || init.pd != 0) {
+      return InvalidArgument("an XRC target QP has no PD, CQ or SRQ");
+    }
+  } else if (init.send_cq == nullptr || init.recv_cq == nullptr) {
+    return InvalidArgument("QP needs a send and a recv CQ");
+  }
+  if (xrc_send && init.srq != nullptr) return InvalidArgument("an XRC initiator QP has no receive side");
   const ibv_qp_cap& c = init.cap;
   if (c.max_send_wr == 0 || c.max_send_wr > 16384) return InvalidArgument("max_send_wr out of range");
-  if (!init.srq && (c.max_recv_wr == 0 || c.max_recv_wr > 16384)) return InvalidArgument("max_recv_wr out of range");
+  const bool no_recv_queue = init.srq != nullptr || xrc_send || xrc_recv;
+  if (no_recv_queue && c.max_recv_wr != 0 && (xrc_send || xrc_recv)) {
+    return InvalidArgument("XRC QPs have no receive queue");
+  }
+  if (!no_recv_queue && (c.max_recv_wr == 0 || c.max_recv_wr > 16384)) {
+    return InvalidArgument("max_recv_wr out of range");
+  }
   if (c.max_send_sge > kMaxSendSge || c.max_recv_sge > kMaxRecvSge) return InvalidArgument("too many SGEs");
   if (c.max_inline_data > kMaxInlineData) return InvalidArgument("max_inline_data above the device limit");
   std::lock_guard<std::mutex> lock(control_mutex_);
-  if (!tables_.PdValid(init.pd)) return InvalidArgument("no such PD");
+  if (xrc_recv) {
+    if (init.xrcd == 0 || std::find(tables_.xrcds.begin(), tables_.xrcds.end(), init.xrcd) == tables_.xrcds.end()) {
+      return InvalidArgument("no such XRC domain");
+    }
+  } else if (!tables_.PdValid(init.pd)) {
+    return InvalidArgument("no such PD");
+  }
 
   // Find a free slot; QPNs grow so that a destroyed QP's number is not reused
   // at once (stale packets then find no QP).
@@ -276,7 +386,7 @@ StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
 
   QpCaps caps;
   caps.max_send_wr = static_cast<uint32_t>(RoundUpPow2(c.max_send_wr));
-  caps.max_recv_wr = init.srq ? 0 : static_cast<uint32_t>(RoundUpPow2(c.max_recv_wr));
+  caps.max_recv_wr = no_recv_queue ? 0 : static_cast<uint32_t>(RoundUpPow2(c.max_recv_wr));
   caps.max_send_sge = std::max<uint32_t>(c.max_send_sge, 1);
   caps.max_recv_sge = std::max<uint32_t>(c.max_recv_sge, 1);
   caps.max_inline_data = c.max_inline_data;
@@ -295,6 +405,7 @@ StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
   qp->path.udp_source_port = UdpSourcePort(qpn);
   qp->mtu_bytes = MtuBytes(core_.limits.max_mtu);
   qp->resp.atomics.resize(core_.config.atomic_replay_entries);
+  qp->xrcd = init.xrcd;
   if (qpn == 1) qp->ud_sources.resize(caps.max_recv_wr);
   QueuePair* raw = qp.get();
   {

@@ -34,6 +34,8 @@ struct ObjectTables {
 
   uint32_t next_pd = 1;
   std::vector<bool> pd_in_use;
+  uint32_t next_xrcd = 1;
+  std::vector<uint32_t> xrcds;  // XRC domains in use
   std::vector<std::unique_ptr<CompletionQueue>> cqs;
   std::vector<std::unique_ptr<SharedReceiveQueue>> srqs;
   std::vector<std::unique_ptr<QueuePair>> qp_storage;

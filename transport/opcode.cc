@@ -92,11 +92,58 @@ constexpr OpcodeRow kRows[] = {
     {Opcode::kUdSendOnly, "UD SEND_ONLY", Op::kSend, Role::kRequest, Pos::kOnly, Pay::kZeroToMtu, kDeth},
     {Opcode::kUdSendOnlyWithImmediate, "UD SEND_ONLY_WITH_IMMEDIATE", Op::kSend, Role::kRequest, Pos::kOnly,
      Pay::kZeroToMtu, kDeth | kImmDt},
+
+    // XRC (0xA0-0xB7): RC's operations; every request carries an XRCETH
+    // naming the receiver's XRC SRQ, no response does (IBTA annex A14).
+    {Opcode::kXrcSendFirst, "XRC SEND_FIRST", Op::kSend, Role::kRequest, Pos::kFirst, Pay::kFullMtu, kXrcEth},
+    {Opcode::kXrcSendMiddle, "XRC SEND_MIDDLE", Op::kSend, Role::kRequest, Pos::kMiddle, Pay::kFullMtu, kXrcEth},
+    {Opcode::kXrcSendLast, "XRC SEND_LAST", Op::kSend, Role::kRequest, Pos::kLast, Pay::kOneToMtu, kXrcEth},
+    {Opcode::kXrcSendLastWithImmediate, "XRC SEND_LAST_WITH_IMMEDIATE", Op::kSend, Role::kRequest, Pos::kLast,
+     Pay::kOneToMtu, kXrcEth | kImmDt},
+    {Opcode::kXrcSendOnly, "XRC SEND_ONLY", Op::kSend, Role::kRequest, Pos::kOnly, Pay::kZeroToMtu, kXrcEth},
+    {Opcode::kXrcSendOnlyWithImmediate, "XRC SEND_ONLY_WITH_IMMEDIATE", Op::kSend, Role::kRequest, Pos::kOnly,
+     Pay::kZeroToMtu, kXrcEth | kImmDt},
+    {Opcode::kXrcRdmaWriteFirst, "XRC RDMA_WRITE_FIRST", Op::kRdmaWrite, Role::kRequest, Pos::kFirst, Pay::kFullMtu,
+     kXrcEth | kReth},
+    {Opcode::kXrcRdmaWriteMiddle, "XRC RDMA_WRITE_MIDDLE", Op::kRdmaWrite, Role::kRequest, Pos::kMiddle,
+     Pay::kFullMtu, kXrcEth},
+    {Opcode::kXrcRdmaWriteLast, "XRC RDMA_WRITE_LAST", Op::kRdmaWrite, Role::kRequest, Pos::kLast, Pay::kOneToMtu,
+     kXrcEth},
+    {Opcode::kXrcRdmaWriteLastWithImmediate, "XRC RDMA_WRITE_LAST_WITH_IMMEDIATE", Op::kRdmaWrite, Role::kRequest,
+     Pos::kLast, Pay::kOneToMtu, kXrcEth | kImmDt},
+    {Opcode::kXrcRdmaWriteOnly, "XRC RDMA_WRITE_ONLY", Op::kRdmaWrite, Role::kRequest, Pos::kOnly, Pay::kZeroToMtu,
+     kXrcEth | kReth},
+    {Opcode::kXrcRdmaWriteOnlyWithImmediate, "XRC RDMA_WRITE_ONLY_WITH_IMMEDIATE", Op::kRdmaWrite, Role::kRequest,
+     Pos::kOnly, Pay::kZeroToMtu, kXrcEth | kReth | kImmDt},
+    {Opcode::kXrcRdmaReadRequest, "XRC RDMA_READ_REQUEST", Op::kRdmaReadRequest, Role::kRequest, Pos::kOnly,
+     Pay::kNone, kXrcEth | kReth},
+    {Opcode::kXrcRdmaReadResponseFirst, "XRC RDMA_READ_RESPONSE_FIRST", Op::kRdmaReadResponse, Role::kReadResponse,
+     Pos::kFirst, Pay::kFullMtu, kAeth},
+    {Opcode::kXrcRdmaReadResponseMiddle, "XRC RDMA_READ_RESPONSE_MIDDLE", Op::kRdmaReadResponse, Role::kReadResponse,
+     Pos::kMiddle, Pay::kFullMtu, 0},
+    {Opcode::kXrcRdmaReadResponseLast, "XRC RDMA_READ_RESPONSE_LAST", Op::kRdmaReadResponse, Role::kReadResponse,
+     Pos::kLast, Pay::kOneToMtu, kAeth},
+    {Opcode::kXrcRdmaReadResponseOnly, "XRC RDMA_READ_RESPONSE_ONLY", Op::kRdmaReadResponse, Role::kReadResponse,
+     Pos::kOnly, Pay::kZeroToMtu, kAeth},
+    {Opcode::kXrcAcknowledge, "XRC ACKNOWLEDGE", Op::kAcknowledge, Role::kAcknowledge, Pos::kOnly, Pay::kNone, kAeth},
+    {Opcode::kXrcAtomicAcknowledge, "XRC ATOMIC_ACKNOWLEDGE", Op::kAtomicAcknowledge, Role::kAcknowledge, Pos::kOnly,
+     Pay::kNone, kAeth | kAtomicAckEth},
+    {Opcode::kXrcCompareSwap, "XRC COMPARE_SWAP", Op::kCompareSwap, Role::kRequest, Pos::kOnly, Pay::kNone,
+     kXrcEth | kAtomicEth},
+    {Opcode::kXrcFetchAdd, "XRC FETCH_ADD", Op::kFetchAdd, Role::kRequest, Pos::kOnly, Pay::kNone,
+     kXrcEth | kAtomicEth},
+    {Opcode::kXrcSendLastWithInvalidate, "XRC SEND_LAST_WITH_INVALIDATE", Op::kSend, Role::kRequest, Pos::kLast,
+     Pay::kOneToMtu, kXrcEth | kIeth},
+    {Opcode::kXrcSendOnlyWithInvalidate, "XRC SEND_ONLY_WITH_INVALIDATE", Op::kSend, Role::kRequest, Pos::kOnly,
+     Pay::kZeroToMtu, kXrcEth | kIeth},
 };
 
 constexpr TransportService ServiceOf(Opcode op) {
   const uint8_t base = static_cast<uint8_t>(op) & 0xE0;  // IBTA table 38: bits 7-5
-  return base == 0x00 ? TransportService::kRc : base == 0x20 ? TransportService::kUc : TransportService::kUd;
+  return base == 0x00   ? TransportService::kRc
+         : base == 0x20 ? TransportService::kUc
+         : base == 0xA0 ? TransportService::kXrc
+                        : TransportService::kUd;
 }
 
 constexpr OpcodeInfo MakeInfo(const OpcodeRow& row) {
@@ -119,6 +166,7 @@ constexpr OpcodeInfo MakeInfo(const OpcodeRow& row) {
     return at;
   };
   info.deth_offset = place(kDeth, sizeof(DethHeader));
+  info.xrceth_offset = place(kXrcEth, sizeof(XrcEthHeader));
   info.reth_offset = place(kReth, sizeof(RethHeader));
   info.atomic_eth_offset = place(kAtomicEth, sizeof(AtomicEthHeader));
   info.aeth_offset = place(kAeth, sizeof(AethHeader));
@@ -145,7 +193,7 @@ constexpr std::array<Opcode, std::size(kRows)> BuildList() {
 }  // namespace
 
 constexpr std::array<OpcodeInfo, 256> kOpcodeTable = BuildTable();
-constexpr std::array<Opcode, 37> kAllOpcodes = BuildList();
+constexpr std::array<Opcode, 60> kAllOpcodes = BuildList();
 
 // Facts of IBTA table 38 and section 9.3, checked when this file compiles.
 static_assert(kOpcodeTable[0x04].header_bytes == 12);                         // RC SEND Only: BTH
@@ -154,6 +202,11 @@ static_assert(kOpcodeTable[0x0C].header_bytes == 28);                         //
 static_assert(kOpcodeTable[0x12].aeth_offset == 12 && kOpcodeTable[0x12].atomic_ack_eth_offset == 16);
 static_assert(kOpcodeTable[0x13].header_bytes == 40);                         // CmpSwap: BTH + AtomicETH
 static_assert(kOpcodeTable[0x65].deth_offset == 12 && kOpcodeTable[0x65].immdt_offset == 20);
+static_assert(kOpcodeTable[0xA4].xrceth_offset == 12 && kOpcodeTable[0xA4].header_bytes == 16);  // XRC SEND Only
+static_assert(kOpcodeTable[0xAB].reth_offset == 16 && kOpcodeTable[0xAB].immdt_offset == 32);
+static_assert(kOpcodeTable[0xB3].atomic_eth_offset == 16 && kOpcodeTable[0xB3].header_bytes == 44);
+static_assert(kOpcodeTable[0xB1].header_bytes == 16 && !kOpcodeTable[0xB1].has(kXrcEth));  // XRC ACK: no XRCETH
+static_assert(!kOpcodeTable[0xB5].valid && !kOpcodeTable[0xB8].valid);
 static_assert(!kOpcodeTable[0x15].valid && !kOpcodeTable[0x2C].valid && !kOpcodeTable[0x63].valid);
 
 const char* TransportServiceName(TransportService service) {
@@ -161,6 +214,7 @@ const char* TransportServiceName(TransportService service) {
     case TransportService::kRc: return "RC";
     case TransportService::kUc: return "UC";
     case TransportService::kUd: return "UD";
+    case TransportService::kXrc: return "XRC";
   }
   return "?";
 }

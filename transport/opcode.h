@@ -1,5 +1,5 @@
 // The one table of RoCEv2 transport opcodes (IBTA Vol. 1 9.2.1, table 38):
-// every RC, UC and UD opcode, with the extension headers it carries and where
+// every RC, UC, UD and XRC opcode, with the extension headers it carries and where
 // they sit, its place in a message, and what payload it may carry. The packet
 // builder and the packet parser both read it, so they cannot disagree.
 //
@@ -54,9 +54,40 @@ enum class Opcode : uint8_t {
 
   kUdSendOnly = 0x64,
   kUdSendOnlyWithImmediate = 0x65,
+
+  // XRC (IBTA table 38, service 101): the RC operations at base 0xA0, the
+  // same low five bits. Requests carry an XRCETH right after the BTH; the
+  // responses (READ response, ACK, atomic ACK) do not.
+  kXrcSendFirst = 0xA0,
+  kXrcSendMiddle = 0xA1,
+  kXrcSendLast = 0xA2,
+  kXrcSendLastWithImmediate = 0xA3,
+  kXrcSendOnly = 0xA4,
+  kXrcSendOnlyWithImmediate = 0xA5,
+  kXrcRdmaWriteFirst = 0xA6,
+  kXrcRdmaWriteMiddle = 0xA7,
+  kXrcRdmaWriteLast = 0xA8,
+  kXrcRdmaWriteLastWithImmediate = 0xA9,
+  kXrcRdmaWriteOnly = 0xAA,
+  kXrcRdmaWriteOnlyWithImmediate = 0xAB,
+  kXrcRdmaReadRequest = 0xAC,
+  kXrcRdmaReadResponseFirst = 0xAD,
+  kXrcRdmaReadResponseMiddle = 0xAE,
+  kXrcRdmaReadResponseLast = 0xAF,
+  kXrcRdmaReadResponseOnly = 0xB0,
+  kXrcAcknowledge = 0xB1,
+  kXrcAtomicAcknowledge = 0xB2,
+  kXrcCompareSwap = 0xB3,
+  kXrcFetchAdd = 0xB4,
+  kXrcSendLastWithInvalidate = 0xB6,
+  kXrcSendOnlyWithInvalidate = 0xB7,
 };
 
-enum class TransportService : uint8_t { kRc, kUc, kUd };
+// The opcode base of each service (IBTA table 38: bits 7-5).
+constexpr uint8_t kRcOpcodeBase = 0x00;
+constexpr uint8_t kXrcOpcodeBase = 0xA0;
+
+enum class TransportService : uint8_t { kRc, kUc, kUd, kXrc };
 
 enum class Operation : uint8_t {
   kSend,
@@ -95,6 +126,9 @@ enum ExtensionHeader : uint8_t {
   kAtomicAckEth = 1 << 4,
   kImmDt = 1 << 5,
   kIeth = 1 << 6,
+  // XRC Extended Transport Header (IBTA annex A14, XRC): the XRC SRQ
+  // number of the receiver. It comes first after the BTH.
+  kXrcEth = 1 << 7,
 };
 
 struct OpcodeInfo {
@@ -117,8 +151,9 @@ struct OpcodeInfo {
   uint8_t atomic_ack_eth_offset = 0;
   uint8_t immdt_offset = 0;
   uint8_t ieth_offset = 0;
+  uint8_t xrceth_offset = 0;
 
-  bool has(ExtensionHeader h) const { return (headers & h) != 0; }
+  constexpr bool has(ExtensionHeader h) const { return (headers & h) != 0; }
   bool has_payload() const { return payload != PayloadRule::kNone; }
   // Starts a message (First or Only) / ends one (Last or Only).
   bool starts_message() const { return position == MessagePosition::kFirst || position == MessagePosition::kOnly; }
@@ -134,9 +169,9 @@ inline const OpcodeInfo& LookupOpcode(uint8_t opcode) { return kOpcodeTable[opco
 inline const OpcodeInfo& LookupOpcode(Opcode opcode) { return kOpcodeTable[static_cast<uint8_t>(opcode)]; }
 
 // Every valid opcode, in increasing order (for tests and tools).
-extern const std::array<Opcode, 37> kAllOpcodes;
+extern const std::array<Opcode, 60> kAllOpcodes;
 
-const char* TransportServiceName(TransportService service);  // "RC", "UC", "UD"
+const char* TransportServiceName(TransportService service);  // "RC", "UC", "UD", "XRC"
 const char* MessagePositionName(MessagePosition position);   // "first", ...
 
 }  // namespace uroce::transport

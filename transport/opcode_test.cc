@@ -51,7 +51,8 @@ TEST(OpcodeTest, NamesAgreeWithServiceAndPosition) {
   for (Opcode op : kAllOpcodes) {
     const OpcodeInfo& info = LookupOpcode(op);
     const std::string name = info.name;
-    EXPECT_EQ(name.substr(0, 3), std::string(TransportServiceName(info.service)) + " ") << name;
+    const std::string service = std::string(TransportServiceName(info.service)) + " ";
+    EXPECT_EQ(name.substr(0, service.size()), service) << name;
     const bool first = name.find("_FIRST") != std::string::npos;
     const bool middle = name.find("_MIDDLE") != std::string::npos;
     const bool last = name.find("_LAST") != std::string::npos;
@@ -72,8 +73,11 @@ TEST(OpcodeTest, NamesAgreeWithServiceAndPosition) {
     const bool data = info.operation == Operation::kSend || info.operation == Operation::kRdmaWrite ||
                       info.operation == Operation::kRdmaReadResponse;
     EXPECT_EQ(info.has_payload(), data) << name;
-    // Only RC has responders that send packets back (IBTA 9.7, 9.8).
-    if (info.service != TransportService::kRc) {
+    // XRCETH on every XRC request and nowhere else (IBTA annex A14).
+    EXPECT_EQ(info.has(kXrcEth), info.service == TransportService::kXrc && info.role == PacketRole::kRequest)
+        << name;
+    // Only RC and XRC have responders that send packets back (IBTA 9.7, 9.8).
+    if (info.service != TransportService::kRc && info.service != TransportService::kXrc) {
       EXPECT_EQ(info.role, PacketRole::kRequest) << name;
     }
   }
@@ -92,6 +96,7 @@ TEST(OpcodeTest, OffsetsFollowIbtaHeaderOrder) {
       }
     };
     expect_at(kDeth, info.deth_offset, sizeof(DethHeader), "DETH");
+    expect_at(kXrcEth, info.xrceth_offset, sizeof(XrcEthHeader), "XRCETH");
     expect_at(kReth, info.reth_offset, sizeof(RethHeader), "RETH");
     expect_at(kAtomicEth, info.atomic_eth_offset, sizeof(AtomicEthHeader), "AtomicETH");
     expect_at(kAeth, info.aeth_offset, sizeof(AethHeader), "AETH");
@@ -106,6 +111,40 @@ TEST(OpcodeTest, OffsetsFollowIbtaHeaderOrder) {
   EXPECT_EQ(LookupOpcode(Opcode::kUdSendOnlyWithImmediate).header_bytes, 12 + 8 + 4);
   EXPECT_EQ(LookupOpcode(Opcode::kRcFetchAdd).header_bytes, 12 + 28);
   EXPECT_EQ(LookupOpcode(Opcode::kRcRdmaReadResponseMiddle).header_bytes, 12);
+}
+
+// XRC (IBTA table 38, service 101): RC's operations at 0xA0 + RC's code, the
+// same layout with the 4-byte XRCETH first after the BTH on requests.
+TEST(OpcodeTest, XrcOpcodesAreRcsPlusAnXrceth) {
+  EXPECT_STREQ(LookupOpcode(uint8_t{0xA0}).name, "XRC SEND_FIRST");
+  EXPECT_STREQ(LookupOpcode(uint8_t{0xA4}).name, "XRC SEND_ONLY");
+  EXPECT_STREQ(LookupOpcode(uint8_t{0xAC}).name, "XRC RDMA_READ_REQUEST");
+  EXPECT_STREQ(LookupOpcode(uint8_t{0xB1}).name, "XRC ACKNOWLEDGE");
+  EXPECT_STREQ(LookupOpcode(uint8_t{0xB4}).name, "XRC FETCH_ADD");
+  EXPECT_STREQ(LookupOpcode(uint8_t{0xB7}).name, "XRC SEND_ONLY_WITH_INVALIDATE");
+  EXPECT_FALSE(LookupOpcode(uint8_t{0xB5}).valid);
+  EXPECT_FALSE(LookupOpcode(uint8_t{0xB8}).valid);
+  EXPECT_FALSE(LookupOpcode(uint8_t{0x9F}).valid);
+  int xrc = 0;
+  for (unsigned v = 0; v < 0x18; ++v) {
+    const OpcodeInfo& rc = LookupOpcode(static_cast<uint8_t>(v));
+    const OpcodeInfo& x = LookupOpcode(static_cast<uint8_t>(0xA0 + v));
+    ASSERT_EQ(rc.valid, x.valid) << v;
+    if (!rc.valid) continue;
+    ++xrc;
+    EXPECT_EQ(x.service, TransportService::kXrc);
+    EXPECT_EQ(x.operation, rc.operation);
+    EXPECT_EQ(x.role, rc.role);
+    EXPECT_EQ(x.position, rc.position);
+    EXPECT_EQ(x.payload, rc.payload);
+    const bool request = rc.role == PacketRole::kRequest;
+    EXPECT_EQ(x.headers, rc.headers | (request ? kXrcEth : 0)) << x.name;
+    EXPECT_EQ(x.header_bytes, rc.header_bytes + (request ? 4 : 0)) << x.name;
+    EXPECT_EQ(x.xrceth_offset, request ? 12 : 0) << x.name;
+    EXPECT_EQ(x.reth_offset, rc.reth_offset ? rc.reth_offset + (request ? 4 : 0) : 0) << x.name;
+    EXPECT_EQ(x.aeth_offset, rc.aeth_offset) << x.name;
+  }
+  EXPECT_EQ(xrc, 23);
 }
 
 }  // namespace

@@ -47,6 +47,7 @@ BuildError Plan(const PacketFields& f, Layout* layout) {
     return BuildError::kFieldOutOfRange;
   }
   if (op.has(kDeth) && f.deth.src_qp > k24Bits) return BuildError::kFieldOutOfRange;
+  if (op.has(kXrcEth) && f.xrc_srqn > k24Bits) return BuildError::kFieldOutOfRange;
   if (op.has(kAeth) && f.aeth.msn > k24Bits) return BuildError::kFieldOutOfRange;
 
   layout->op = &op;
@@ -125,6 +126,12 @@ void WriteHeaders(const PacketFields& f, const Layout& layout, uint8_t* frame) {
   WriteHeader(h, EncodeBth(bth));
   const OpcodeInfo& op = *layout.op;
   if (op.has(kDeth)) WriteHeader(h + op.deth_offset, EncodeDeth(f.deth));
+  if (op.has(kXrcEth)) {
+    XrcEthHeader x{};
+    x.reserved = f.xrceth_reserved;
+    x.srq_number.store(f.xrc_srqn);
+    WriteHeader(h + op.xrceth_offset, x);
+  }
   if (op.has(kReth)) WriteHeader(h + op.reth_offset, EncodeReth(f.reth));
   if (op.has(kAtomicEth)) WriteHeader(h + op.atomic_eth_offset, EncodeAtomicEth(f.atomic_eth));
   if (op.has(kAeth)) WriteHeader(h + op.aeth_offset, EncodeAeth(f.aeth));

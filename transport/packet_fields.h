@@ -45,6 +45,10 @@ struct PacketFields {
   uint32_t immediate_data = 0;  // ImmDt: the four wire bytes read big-endian
   uint32_t invalidate_rkey = 0;  // IETH
   DethFields deth;
+  // XRCETH: the receiver's XRC SRQ (24 bits), and the reserved byte before
+  // it (sent as 0; kept so that a parsed frame builds again unchanged).
+  uint32_t xrc_srqn = 0;
+  uint8_t xrceth_reserved = 0;
 
   // Payload bytes, pad excluded.
   uint32_t payload_length = 0;

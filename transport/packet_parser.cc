@@ -95,6 +95,13 @@ ParseError ParseTransport(const uint8_t* frame, size_t bth, size_t end, PacketVi
   const size_t available = end - bth;
   if (available < op.header_bytes) return ParseError::kBadLengthForOpcode;
   const uint8_t* h = frame + bth;
+  if (op.has(kXrcEth)) {
+    // The number is only decoded here; whether it names an XRC SRQ of the
+    // receiving QP's domain is the responder's check (SelectXrcSrq).
+    const auto x = ReadHeader<XrcEthHeader>(h + op.xrceth_offset);
+    f.xrceth_reserved = x.reserved;
+    f.xrc_srqn = x.srq_number.load();
+  }
   if (op.has(kDeth)) f.deth = DecodeDeth(ReadHeader<DethHeader>(h + op.deth_offset));
   if (op.has(kReth)) f.reth = DecodeReth(ReadHeader<RethHeader>(h + op.reth_offset));
   if (op.has(kAtomicEth)) f.atomic_eth = DecodeAtomicEth(ReadHeader<AtomicEthHeader>(h + op.atomic_eth_offset));

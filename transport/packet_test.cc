@@ -54,6 +54,7 @@ PacketFields SampleFields(Opcode opcode, IpVersion version, uint32_t payload_len
   f.immediate_data = 0xCAFEF00D;
   f.invalidate_rkey = 0x99AABBCC;
   f.deth = {0x11111111, 0, 0x000042};
+  f.xrc_srqn = 0xABCDEF;
   f.payload_length = payload_length;
   return f;
 }
@@ -143,6 +144,10 @@ void ExpectSameFields(const PacketFields& want, const PacketFields& got, const O
     EXPECT_EQ(got.deth.qkey, want.deth.qkey);
     EXPECT_EQ(got.deth.src_qp, want.deth.src_qp);
   }
+  if (op.has(kXrcEth)) {
+    EXPECT_EQ(got.xrc_srqn, want.xrc_srqn);
+    EXPECT_EQ(got.xrceth_reserved, want.xrceth_reserved);
+  }
   EXPECT_EQ(got.payload_length, want.payload_length);
 }
 
@@ -178,7 +183,7 @@ TEST(PacketRoundTripTest, EveryOpcodeOverIpv4AndIpv6) {
       }
     }
   }
-  EXPECT_GT(frames, 37 * 2 * 2);
+  EXPECT_GT(frames, 60 * 2 * 2);
 }
 
 // The split form, on an mbuf, writes what the one-call form writes.
@@ -564,6 +569,71 @@ TEST(PacketParserTest, ParseErrorNamesAreDistinct) {
     names.insert(ParseErrorName(static_cast<ParseError>(e)));
   }
   EXPECT_EQ(names.size(), static_cast<size_t>(ParseError::kMultiSegmentMbuf) + 1);
+}
+
+// --- XRC (IBTA annex A14) ---------------------------------------------
+
+// An XRC request carries its XRCETH (8 reserved bits, the 24-bit XRC SRQ
+// number) right after the BTH, before any other extension header; XRC
+// responses carry none.
+TEST(PacketXrcTest, XrcethFollowsTheBthOnRequestsOnly) {
+  Sample send = SampleFrame(Opcode::kXrcSendOnlyWithImmediate, 8);
+  const uint8_t* x = send.frame.data() + send.bth + 12;
+  EXPECT_EQ(x[0], 0);
+  EXPECT_EQ(x[1], 0xAB);
+  EXPECT_EQ(x[2], 0xCD);
+  EXPECT_EQ(x[3], 0xEF);
+  EXPECT_EQ(LoadBe32(send.frame.data() + send.bth + 16), 0xCAFEF00Du) << "ImmDt after the XRCETH";
+  PacketView view;
+  ASSERT_EQ(ParsePacket(send.frame.data(), send.frame.size(), ParseOptions{}, &view), ParseError::kOk);
+  EXPECT_EQ(view.opcode->service, TransportService::kXrc);
+  EXPECT_EQ(view.fields.xrc_srqn, 0xABCDEFu);
+
+  Sample write = SampleFrame(Opcode::kXrcRdmaWriteOnly, 4);
+  EXPECT_EQ(LoadBe32(write.frame.data() + write.bth + 12), 0x00ABCDEFu);
+  EXPECT_EQ(LoadBe32(write.frame.data() + write.bth + 24), 0x11223344u) << "the RETH's rkey after the XRCETH";
+
+  Sample atomic = SampleFrame(Opcode::kXrcFetchAdd, 0);
+  ASSERT_EQ(ParsePacket(atomic.frame.data(), atomic.frame.size(), ParseOptions{}, &view), ParseError::kOk);
+  EXPECT_EQ(view.fields.xrc_srqn, 0xABCDEFu);
+  EXPECT_EQ(view.fields.atomic_eth.rkey, 0x55667788u);
+
+  // ACK: BTH + AETH, nothing else.
+  Sample ack = SampleFrame(Opcode::kXrcAcknowledge, 0);
+  EXPECT_EQ(ack.frame.size(), ack.bth + 12 + 4 + 4);
+  ASSERT_EQ(ParsePacket(ack.frame.data(), ack.frame.size(), ParseOptions{}, &view), ParseError::kOk);
+  EXPECT_EQ(view.fields.xrc_srqn, 0u);
+  EXPECT_EQ(view.fields.aeth.msn, 0x654321u);
+}
+
+// What the wire may not carry is refused: an XRC request too short for its
+// XRCETH, the reserved opcode between FETCH_ADD and SEND_LAST_WITH_INVALIDATE,
+// and (when building) an SRQ number wider than 24 bits.
+TEST(PacketXrcTest, BadXrcethIsRefused) {
+  // An RC SEND Only without payload is exactly a BTH: as XRC it lacks its XRCETH.
+  Sample s = SampleFrame(Opcode::kRcSendOnly, 0);
+  s.frame[s.bth] = static_cast<uint8_t>(Opcode::kXrcSendOnly);
+  Reseal(s);
+  EXPECT_EQ(Parse(s), ParseError::kBadLengthForOpcode);
+  s = SampleFrame(Opcode::kXrcSendOnly, 0);
+  s.frame[s.bth] = 0xB5;
+  Reseal(s);
+  EXPECT_EQ(Parse(s), ParseError::kUnknownOpcode);
+
+  PacketFields f = SampleFields(Opcode::kXrcSendOnly, IpVersion::kIpv4, 0, false);
+  f.xrc_srqn = 0x1000000;
+  uint8_t buffer[256];
+  size_t length = 0;
+  EXPECT_EQ(BuildPacket(f, nullptr, buffer, sizeof(buffer), &length), BuildError::kFieldOutOfRange);
+  // The reserved byte is the sender's to leave 0; a receiver ignores it
+  // (IBTA 9.3: reserved fields), and the parser hands it on unchanged.
+  f.xrc_srqn = 0x000001;
+  f.xrceth_reserved = 0x7F;
+  ASSERT_EQ(BuildPacket(f, nullptr, buffer, sizeof(buffer), &length), BuildError::kOk);
+  PacketView view;
+  ASSERT_EQ(ParsePacket(buffer, length, ParseOptions{}, &view), ParseError::kOk);
+  EXPECT_EQ(view.fields.xrc_srqn, 1u);
+  EXPECT_EQ(view.fields.xrceth_reserved, 0x7F);
 }
 
 }  // namespace

@@ -16,13 +16,35 @@ struct TransitionRule {
 constexpr int kRcInitOptional = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
 constexpr int kUdInitOptional = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
 
-bool IsRc(ibv_qp_type type) { return type == IBV_QPT_RC || type == IBV_QPT_UC; }
+bool IsRc(ibv_qp_type type) {
+  return type == IBV_QPT_RC || type == IBV_QPT_UC || type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV;
+}
+
+TransitionRule RcRuleFor(ibv_qp_state from, ibv_qp_state to, bool rc, bool reliable);
 
 // The table of IBTA 11.2.5.2 (as the Linux kernel's qp_state_table encodes it)
 // for the QP types uroce offers: RC, UC and UD.
 TransitionRule RuleFor(ibv_qp_type type, ibv_qp_state from, ibv_qp_state to) {
   const bool rc = IsRc(type);
-  const bool reliable = type == IBV_QPT_RC;
+  const bool reliable = type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV;
+  TransitionRule r = RcRuleFor(from, to, rc, reliable);
+  // XRC's halves take RC's attributes, but need only those of their side
+  // (IBTA annex A14, XRC; the kernel's qp_state_table): an initiator no
+  // responder resources at RTR, a target no requester attributes but the
+  // timeout and SQ PSN at RTS. The others stay allowed, as programs that
+  // treat XRC QPs like RC ones (rdma-core's pyverbs) pass them.
+  if (type == IBV_QPT_XRC_SEND && from == IBV_QPS_INIT && to == IBV_QPS_RTR) {
+    r.optional |= r.required;
+    r.required = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+  }
+  if (type == IBV_QPT_XRC_RECV && from == IBV_QPS_RTR && to == IBV_QPS_RTS) {
+    r.optional |= r.required;
+    r.required = IBV_QP_TIMEOUT | IBV_QP_SQ_PSN;
+  }
+  return r;
+}
+
+TransitionRule RcRuleFor(ibv_qp_state from, ibv_qp_state to, bool rc, bool reliable) {
   TransitionRule r;
   // Any state may go to RESET or ERR with no other attribute.
   if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
@@ -136,7 +158,8 @@ uint32_t MtuBytes(ibv_mtu mtu) {
 
 StatusOr<ibv_qp_state> ValidateQpModify(ibv_qp_type type, ibv_qp_state current, const ibv_qp_attr& attr,
                                         int mask, const QpLimits& limits) {
-  if (type != IBV_QPT_RC && type != IBV_QPT_UC && type != IBV_QPT_UD) {
+  if (type != IBV_QPT_RC && type != IBV_QPT_UC && type != IBV_QPT_UD && type != IBV_QPT_XRC_SEND &&
+      type != IBV_QPT_XRC_RECV) {
     return Status(StatusCode::kNotSupported, "QP type not supported");
   }
   if (!(mask & IBV_QP_STATE)) return Invalid("IBV_QP_STATE missing from the attribute mask");

@@ -102,6 +102,7 @@ struct ReadResponseJob {
   bool atomic = false;    // an atomic acknowledgement, not READ data
   uint64_t original = 0;  // atomics: the value before the operation
   bool duplicate = false; // answers a duplicate request
+  PdHandle pd = 0;        // the PD its key is checked in (an XRC target's: its SRQ's)
 };
 
 // A READ request the responder accepted, remembered so that a duplicate of
@@ -175,6 +176,13 @@ struct ResponderState {
   // Recent READs, replayed on duplicates (sized with `reads`).
   std::vector<ReadRecord> read_history;
   uint32_t read_history_next = 0;
+  // The PD the request being handled is checked in: the QP's, or for an XRC
+  // target the PD of the XRC SRQ its XRCETH names (IBTA annex A14, XRC: an XRC
+  // target QP has no PD of its own).
+  PdHandle pd = 0;
+  // XRC target: the XRC SRQ of the request being handled, and of the message
+  // in progress (every packet of a message must name the same one).
+  SharedReceiveQueue* xrc_srq = nullptr;
 };
 
 struct QpCounters {
@@ -202,6 +210,9 @@ class QueuePair {
   SharedReceiveQueue* const srq;
   const bool sq_sig_all;
   const QpCaps caps;
+  // XRC target (IBV_QPT_XRC_RECV): its XRC domain; set before the QP is
+  // published, never changed after.
+  uint32_t xrcd = 0;
 
   // Published state: written by the engine (and the control path at safe
   // points), read by posting threads.

@@ -27,9 +27,8 @@ uint32_t PacketsFor(uint64_t length, uint32_t mtu) {
 }
 
 // The opcode of a SEND or WRITE packet from its place in the message
-// (IBTA table 38). `rc` selects the RC or UC code.
-uint8_t SegmentOpcode(ibv_wr_opcode op, bool first, bool last, bool rc) {
-  const uint8_t base = rc ? 0x00 : 0x20;
+// (IBTA table 38). `base`: the service's (0x00 RC, 0x20 UC, 0xA0 XRC).
+uint8_t SegmentOpcode(ibv_wr_opcode op, bool first, bool last, uint8_t base) {
   const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
   const bool imm = op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
   const bool inv = op == IBV_WR_SEND_WITH_INV;
@@ -137,7 +136,7 @@ void Requester::Run(QueuePair* qp) {
       r.send_offset = 0;
       r.psn = slot.first_psn;
     }
-    if (qp->type == IBV_QPT_RC &&
+    if (IsReliable(qp->type) &&
         static_cast<uint32_t>(r.psn.DistanceFrom(r.unacked)) >= core_.config.max_unacked_packets) {
       break;  // window full: wait for ACKs
     }
@@ -150,7 +149,7 @@ void Requester::Run(QueuePair* qp) {
     if (done) {
       ++r.next_send;
       r.send_offset = 0;
-      if (qp->type != IBV_QPT_RC) {
+      if (!IsReliable(qp->type)) {
         // UD and UC: no acknowledgement; complete now, in order.
         completions_.RetireOldestSend(qp, IBV_WC_SUCCESS);  // head was next_send - 1
       }
@@ -198,7 +197,8 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
   RequesterState& r = qp->req;
   const SendWqeHeader& w = slot.wqe.header();
   const uint32_t mtu = qp->mtu_bytes;
-  const bool rc = qp->type == IBV_QPT_RC;
+  const bool rc = IsReliable(qp->type);
+  const bool xrc = qp->type == IBV_QPT_XRC_SEND;
   PacketFields f;
   f.bth.dest_qp = qp->type == IBV_QPT_UD ? w.remote_qpn : qp->attr.dest_qp_num;
   f.bth.solicited_event = (w.send_flags & IBV_SEND_SOLICITED) != 0;
@@ -249,7 +249,7 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
         f.bth.psn = r.psn;
         r.psn += 1;
       } else {
-        f.bth.opcode = SegmentOpcode(w.opcode, first, last, rc);
+        f.bth.opcode = SegmentOpcode(w.opcode, first, last, xrc ? kXrcOpcodeBase : rc ? kRcOpcodeBase : 0x20);
         f.bth.psn = slot.first_psn + static_cast<uint32_t>(offset / mtu);
         r.psn = f.bth.psn + 1;
         if (first && (w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) {
@@ -271,6 +271,14 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
       r.send_offset = offset + payload;
       break;
     }
+  }
+  if (xrc) {
+    // XRC (IBTA annex A14): the same operation at the XRC opcode
+    // (RC's plus 0xA0, IBTA table 38), with an XRCETH naming the target's
+    // XRC SRQ on every request packet. SEND/WRITE opcodes have their base
+    // already; READ and atomic ones were written as RC.
+    if (f.bth.opcode < kXrcOpcodeBase) f.bth.opcode = static_cast<uint8_t>(f.bth.opcode + kXrcOpcodeBase);
+    f.xrc_srqn = w.remote_qpn;
   }
   if (f.bth.ack_request) r.packets_since_ack_request = 0;
 

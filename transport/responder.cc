@@ -63,6 +63,10 @@ uint8_t UdNetworkTypeSl(IpVersion version) {
   return kSlUdpHeader | (version == IpVersion::kIpv4 ? kSlIpv4 : kSlIpv6);
 }
 
+// Responses (ACK, NAK, READ response, atomic ACK) use the opcodes of the
+// connection's service: an XRC target's are RC's plus 0xA0 (IBTA table 38).
+uint8_t ResponseBase(const QueuePair* qp) { return qp->type == IBV_QPT_XRC_RECV ? kXrcOpcodeBase : kRcOpcodeBase; }
+
 }  // namespace
 
 const char* ResponderStepName(ResponderStep step) {
@@ -116,7 +120,7 @@ void Responder::QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome) {
 // False when no buffer or no room: the caller keeps it pending.
 bool Responder::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
   PacketFields f;
-  f.bth.opcode = static_cast<uint8_t>(Opcode::kRcAcknowledge);
+  f.bth.opcode = static_cast<uint8_t>(ResponseBase(qp) + static_cast<uint8_t>(Opcode::kRcAcknowledge));
   f.bth.dest_qp = qp->attr.dest_qp_num;
   f.bth.psn = psn;
   f.aeth.syndrome = syndrome;
@@ -202,8 +206,8 @@ bool Responder::PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data,
   while (length > 0 && i < w.num_sge) {
     const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, w.sge[i].length - offset));
     uint8_t* host = nullptr;
-    if (core_.mrs.CheckLocal(w.sge[i].lkey, qp->pd, w.sge[i].addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE, &host) !=
-        MrCheck::kOk) {
+    if (core_.mrs.CheckLocal(w.sge[i].lkey, qp->resp.pd, w.sge[i].addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE,
+                             &host) != MrCheck::kOk) {
       *error = IBV_WC_LOC_PROT_ERR;
       return false;
     }
@@ -300,7 +304,7 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
         // checks of the first); otherwise it earns nothing.
         uint8_t* host = nullptr;
         if (request.rkey != a.rkey || request.virtual_address != a.virtual_address ||
-            core_.mrs.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host,
+            core_.mrs.CheckRemote(a.rkey, qp->resp.pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host,
                                   qp->qpn) != MrCheck::kOk) {
           core_.counters.rx_dropped++;
           return;
@@ -320,7 +324,7 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
 bool Responder::RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) const {
   if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0) return false;
   uint8_t* host = nullptr;
-  return reth.dma_length == 0 || core_.mrs.CheckRemote(reth.rkey, qp->pd, reth.virtual_address, reth.dma_length,
+  return reth.dma_length == 0 || core_.mrs.CheckRemote(reth.rkey, qp->resp.pd, reth.virtual_address, reth.dma_length,
                                                        IBV_ACCESS_REMOTE_READ, &host, qp->qpn) == MrCheck::kOk;
 }
 
@@ -369,8 +373,9 @@ void Responder::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
 // The queue holds max_dest_rd_atomic new requests (the requester may have no
 // more outstanding, IBTA 9.7.5.1.3 / C9-136) plus as many answers to
 // duplicates; duplicates never take the room new requests are owed.
-bool Responder::EnqueueResponse(QueuePair* qp, const ReadResponseJob& job) {
+bool Responder::EnqueueResponse(QueuePair* qp, ReadResponseJob job) {
   ResponderState& s = qp->resp;
+  job.pd = s.pd;  // every response packet checks the key in the request's PD
   if (s.reads.empty() || s.reads_count >= s.reads.size()) return false;
   const uint32_t duplicate_room = static_cast<uint32_t>(s.reads.size() / 2);
   if (job.duplicate && s.duplicate_jobs >= duplicate_room) return false;
@@ -394,13 +399,40 @@ void Responder::HandleRequest(QueuePair* qp, const PacketView& p) {
     core_.counters.rx_dropped++;
     return;
   }
+  qp->resp.pd = qp->pd;
   if (qp->type == IBV_QPT_UD) {
     HandleUdReceive(qp, p);
     return;
   }
-  const Request r{qp, p, qp->resp, qp->type == IBV_QPT_RC, p.fields.bth.psn, *p.opcode};
+  if (qp->type == IBV_QPT_XRC_RECV && !SelectXrcSrq(qp, p)) return;
+  const Request r{qp, p, qp->resp, IsReliable(qp->type), p.fields.bth.psn, *p.opcode};
   ResponderStep step = ResponderStep::kCheckPsn;
   while (step != ResponderStep::kDone) step = RunStep(step, r);
+}
+
+// An XRC target (IBTA annex A14, XRC): the XRCETH must name an XRC SRQ of the
+// QP's XRC domain, and every packet of a message the SRQ that its first
+// packet named; the request is then checked in that SRQ's PD and takes its
+// receive from it. The number comes from the wire: it is looked up, never
+// used as an index or a pointer. Anything else is an invalid request (NAK
+// and the QP stops, as for RC's class J errors, IBTA 9.9.3.1) when it is the
+// PSN the QP waits for; a duplicate or a packet ahead is only dropped, so a
+// forged packet cannot stop the QP without its PSN.
+bool Responder::SelectXrcSrq(QueuePair* qp, const PacketView& p) {
+  ResponderState& s = qp->resp;
+  SharedReceiveQueue* srq = core_.LookupXrcSrq(p.fields.xrc_srqn);
+  const bool in_message = (s.have_recv && s.recv_offset_valid) || s.write_in_progress;
+  const bool valid = srq != nullptr && srq->xrcd == qp->xrcd && (!in_message || srq == s.xrc_srq);
+  if (!valid) {
+    core_.counters.rx_bad_xrc_srq++;
+    if (p.fields.bth.psn.value() == s.expected_psn.value()) {
+      ResponderFatal(qp, p.fields.bth.psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    }
+    return false;
+  }
+  s.xrc_srq = srq;
+  s.pd = srq->pd;
+  return true;
 }
 
 ResponderStep Responder::RunStep(ResponderStep step, const Request& r) {
@@ -526,7 +558,7 @@ ResponderStep Responder::ExecuteSend(const Request& r) {
   // invalidated before the receive completes. A key that is not such a
   // window fails the receive and the QP (class J, as rxe: invalid request).
   if (info.ends_message() && info.has(kIeth) &&
-      !core_.mrs.InvalidateWindow(p.fields.invalidate_rkey, qp->pd, qp->qpn, /*remote=*/true)) {
+      !core_.mrs.InvalidateWindow(p.fields.invalidate_rkey, qp->resp.pd, qp->qpn, /*remote=*/true)) {
     if (rc) {
       ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
     } else {
@@ -578,7 +610,7 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
     const bool allowed = (access & IBV_ACCESS_REMOTE_WRITE) != 0;
     if (!allowed || p.fields.reth.dma_length > kMaxMessageBytes ||
         (p.fields.reth.dma_length > 0 &&
-         core_.mrs.CheckRemote(p.fields.reth.rkey, qp->pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
+         core_.mrs.CheckRemote(p.fields.reth.rkey, qp->resp.pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
                                IBV_ACCESS_REMOTE_WRITE, &host, qp->qpn) != MrCheck::kOk)) {
       if (rc) ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
       return ResponderStep::kDone;
@@ -602,7 +634,7 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
   uint8_t* dest = nullptr;
   if (p.fields.payload_length > 0 &&
       ((access & IBV_ACCESS_REMOTE_WRITE) == 0 ||
-       core_.mrs.CheckRemote(s.write_rkey, qp->pd, s.write_va, p.fields.payload_length, IBV_ACCESS_REMOTE_WRITE,
+       core_.mrs.CheckRemote(s.write_rkey, qp->resp.pd, s.write_va, p.fields.payload_length, IBV_ACCESS_REMOTE_WRITE,
                              &dest, qp->qpn) != MrCheck::kOk)) {
     if (rc) {
       ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
@@ -679,7 +711,7 @@ ResponderStep Responder::ExecuteAtomic(const Request& r) {
     ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
     return ResponderStep::kDone;
   }
-  if (!allowed || core_.mrs.CheckRemote(a.rkey, qp->pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host,
+  if (!allowed || core_.mrs.CheckRemote(a.rkey, qp->resp.pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host,
                                         qp->qpn) != MrCheck::kOk) {
     ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
     return ResponderStep::kDone;
@@ -753,13 +785,15 @@ void Responder::RunReadResponses(QueuePair* qp) {
     if (payload > 0) {
       uint8_t* host = nullptr;
       if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0 ||
-          core_.mrs.CheckRemote(job.rkey, qp->pd, job.virtual_address + job.offset, payload, IBV_ACCESS_REMOTE_READ,
+          core_.mrs.CheckRemote(job.rkey, job.pd, job.virtual_address + job.offset, payload, IBV_ACCESS_REMOTE_READ,
                                 &host, qp->qpn) != MrCheck::kOk) {
         ResponderFatal(qp, job.next_psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
       }
       source = host;
     }
+    // An XRC target answers with the XRC opcodes, without an XRCETH.
+    f.bth.opcode = static_cast<uint8_t>(f.bth.opcode + ResponseBase(qp));
     uint8_t* dest = nullptr;
     f.payload_length = payload;
     rte_mbuf* m = frames_.StartPacket(qp->path, f, &dest);

@@ -76,8 +76,9 @@ class Responder {
 
   void HandleDuplicate(QueuePair* qp, const PacketView& packet);
   void HandleUdReceive(QueuePair* qp, const PacketView& packet);
+  bool SelectXrcSrq(QueuePair* qp, const PacketView& packet);
   bool PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data, uint32_t length, ibv_wc_status* error);
-  bool EnqueueResponse(QueuePair* qp, const ReadResponseJob& job);
+  bool EnqueueResponse(QueuePair* qp, ReadResponseJob job);
   void HandleDuplicateRead(QueuePair* qp, const PacketView& packet);
   bool RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) const;
   void ListForAck(QueuePair* qp);

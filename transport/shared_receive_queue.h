@@ -13,6 +13,8 @@
 
 namespace uroce::transport {
 
+class CompletionQueue;
+
 class SharedReceiveQueue {
  public:
   SharedReceiveQueue(PdHandle pd_handle, uint32_t max_wr_in, uint32_t max_sge_in, uint32_t limit_in,
@@ -33,6 +35,13 @@ class SharedReceiveQueue {
   std::atomic<uint32_t> posted{0};  // requests in the ring
   std::atomic<uint32_t> limit;      // 0: disarmed
   std::atomic<uint64_t> limit_events{0};
+  // XRC SRQs (IBTA annex A14, XRC, ibv_create_srq_ex(3) IBV_SRQT_XRC): their XRC
+  // domain (0: a basic SRQ), the number an XRCETH names them by, and the CQ
+  // their receives complete on (XRC target QPs have none). Set before the SRQ
+  // is published to the engine thread, never changed after.
+  uint32_t xrcd = 0;
+  uint32_t srqn = 0;
+  CompletionQueue* cq = nullptr;
 };
 
 }  // namespace uroce::transport

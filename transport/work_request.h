@@ -40,7 +40,9 @@ struct SendWqeHeader {
   uint32_t rkey = 0;
   uint64_t compare_add = 0;
   uint64_t swap = 0;
-  // UD: the address handle and the destination QP and Q_Key.
+  // UD: the address handle and the destination QP and Q_Key. XRC initiator:
+  // remote_qpn holds the remote XRC SRQ number for the XRCETH
+  // (wr.qp_type.xrc.remote_srqn).
   uint32_t ah_handle = 0;
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;

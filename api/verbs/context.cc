@@ -42,7 +42,7 @@ void FillDeviceAttr(Context* ctx, ibv_device_attr* a) {
   // IBV_DEVICE_SRQ_RESIZE: ibv_modify_srq(3) with IBV_SRQ_MAX_WR is not
   // offered (it was advertised and refused, issue 17).
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
-                        IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+                        IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
   a->max_sge = static_cast<int>(transport::kMaxSendSge);
   a->max_sge_rd = static_cast<int>(transport::kMaxSendSge);
   a->max_cq = 65536;
@@ -131,6 +131,9 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, 
                                               IBV_ODP_SUPPORT_SRQ_RECV;
   a.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE;
   a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+  // XRC: an initiator's operations are RC's, a target receives into SRQs.
+  a.xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+                   IBV_ODP_SUPPORT_SRQ_RECV;
   // ibv_query_device_ex(3): the port count for devices with more than 255
   // ports, and for everyone who reads it (UCX does; it was 0, issue 17).
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;

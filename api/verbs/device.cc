@@ -78,6 +78,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.create_qp_ex = uroce::verbs::CreateQpEx;
   v.create_cq_ex = uroce::verbs::CreateCqEx;
   v.create_srq_ex = uroce::verbs::CreateSrqEx;
+  v.get_srq_num = uroce::verbs::GetSrqNum;
+  v.open_xrcd = uroce::verbs::OpenXrcd;
+  v.close_xrcd = uroce::verbs::CloseXrcd;
   v.alloc_parent_domain = uroce::verbs::AllocParentDomain;
   v.alloc_td = uroce::verbs::AllocTd;
   v.dealloc_td = uroce::verbs::DeallocTd;

@@ -15,6 +15,7 @@
 
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <cerrno>
@@ -147,6 +148,19 @@ struct Dm {
   static Dm* From(ibv_dm* d) { return reinterpret_cast<Dm*>(d); }
 };
 
+// An XRC domain (ibv_open_xrcd(3)). Opens of the same file (device and
+// inode) on one engine share one domain, counted in `opens`; an XRC domain
+// opened with fd -1 is the opener's alone.
+struct Xrcd {
+  ibv_xrcd xrcd;  // first
+  Context* context = nullptr;
+  uint32_t engine_xrcd = 0;
+  bool has_inode = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  uint32_t opens = 1;  // under xrcd.cc's table lock
+  static Xrcd* From(ibv_xrcd* x) { return reinterpret_cast<Xrcd*>(x); }
+};
 struct Srq {
   ibv_srq srq;  // first
   Context* context = nullptr;

@@ -46,5 +46,9 @@ ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr);
 // srq.cc
 int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 ibv_srq* CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr);
+int GetSrqNum(ibv_srq* srq, uint32_t* srq_num);
+// xrcd.cc
+ibv_xrcd* OpenXrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
+int CloseXrcd(ibv_xrcd* xrcd);
 
 }  // namespace uroce::verbs

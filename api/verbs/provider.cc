@@ -212,13 +212,21 @@ void Provider::UnregisterContext(Context* context) {
   contexts_.erase(std::remove(contexts_.begin(), contexts_.end(), context), contexts_.end());
 }
 
+namespace {
+// Connected QPs: a daemon ends them when their peer's process ends. XRC's
+// halves are connected as RC is.
+bool IsConnected(ibv_qp_type type) {
+  return type == IBV_QPT_RC || type == IBV_QPT_UC || type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV;
+}
+}  // namespace
+
 void Provider::RegisterQp(Qp* qp) {
   {
     std::lock_guard<std::mutex> lock(objects_mutex_);
     qps_.push_back(qp);
   }
   const ibv_qp_type type = qp->ibv()->qp_type;
-  if (type == IBV_QPT_RC || type == IBV_QPT_UC) {
+  if (IsConnected(type)) {
     const WatchedQp w = Watched(qp);
     WatchQp(w.engine, w.qp, w.device);
   }
@@ -280,7 +288,7 @@ void Provider::DropPeerLocked(const transport::QueuePair* qp) {
 
 void Provider::NoteQpModified(Qp* qp, const ibv_qp_attr& attr, int mask) {
   const ibv_qp_type type = qp->ibv()->qp_type;
-  if (!daemon_ || !(mask & IBV_QP_STATE) || (type != IBV_QPT_RC && type != IBV_QPT_UC)) return;
+  if (!daemon_ || !(mask & IBV_QP_STATE) || !IsConnected(type)) return;
   const WatchedQp w = Watched(qp);
   std::lock_guard<std::mutex> lock(peers_mutex_);
   switch (attr.qp_state) {

@@ -104,7 +104,12 @@ void WrBindMw(ibv_qp_ex* q, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* i
 }
 void WrLocalInv(ibv_qp_ex* q, uint32_t rkey) { NewWr(q, IBV_WR_LOCAL_INV).invalidate_rkey = rkey; }
 void WrUnsupportedTso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { FromEx(q)->wr_error = EOPNOTSUPP; }
-void WrUnsupportedXrc(ibv_qp_ex* q, uint32_t) { FromEx(q)->wr_error = EOPNOTSUPP; }
+// ibv_wr_set_xrc_srqn(3): the remote XRC SRQ of an XRC initiator's request.
+void WrSetXrcSrqn(ibv_qp_ex* q, uint32_t remote_srqn) {
+  ibv_send_wr* wr = LastWr(q);
+  if (wr == nullptr) return;
+  wr->qp_type.xrc.remote_srqn = remote_srqn;
+}
 void WrUnsupportedAtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { FromEx(q)->wr_error = EOPNOTSUPP; }
 
 void WrSetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
@@ -194,7 +199,7 @@ void FillQpEx(ibv_qp_ex* q) {
   q->wr_send_inv = WrSendInv;
   q->wr_send_tso = WrUnsupportedTso;
   q->wr_set_ud_addr = WrSetUdAddr;
-  q->wr_set_xrc_srqn = WrUnsupportedXrc;
+  q->wr_set_xrc_srqn = WrSetXrcSrqn;
   q->wr_set_inline_data = WrSetInline;
   q->wr_set_inline_data_list = WrSetInlineList;
   q->wr_set_sge = WrSetSge;
@@ -205,26 +210,43 @@ void FillQpEx(ibv_qp_ex* q) {
   q->wr_atomic_write = WrUnsupportedAtomicWrite;
 }
 
-ibv_qp* CreateQp(ibv_context* context, ibv_pd* pd, const ibv_qp_init_attr& attr, bool extended) {
-  if (pd == nullptr || attr.send_cq == nullptr || attr.recv_cq == nullptr) {
-    errno = EINVAL;
+// `xrcd`: an XRC target QP's domain (IBV_QPT_XRC_RECV), which has no PD,
+// CQs or SRQ.
+ibv_qp* CreateQp(ibv_context* context, ibv_pd* pd, const ibv_qp_init_attr& attr, bool extended,
+                 ibv_xrcd* xrcd = nullptr) {
+  const bool xrc_send = attr.qp_type == IBV_QPT_XRC_SEND;
+  const bool xrc_recv = attr.qp_type == IBV_QPT_XRC_RECV;
+  if (attr.qp_type != IBV_QPT_RC && attr.qp_type != IBV_QPT_UC && attr.qp_type != IBV_QPT_UD && !xrc_send &&
+      !xrc_recv) {
+    errno = EOPNOTSUPP;  // raw packet, driver QPs
     return nullptr;
   }
-  if (attr.qp_type != IBV_QPT_RC && attr.qp_type != IBV_QPT_UC && attr.qp_type != IBV_QPT_UD) {
-    errno = EOPNOTSUPP;  // XRC, raw packet, driver QPs
+  if (xrc_recv ? (xrcd == nullptr || xrcd->context != context)
+               : (pd == nullptr || attr.send_cq == nullptr || (attr.recv_cq == nullptr && !xrc_send))) {
+    errno = EINVAL;
     return nullptr;
   }
   Context* ctx = Context::From(context);
   transport::QpInitAttr init;
   init.type = attr.qp_type;
-  init.pd = pd->handle;
-  init.allocator = RingAllocatorOf(pd, kResourceTypeQp);  // a parent domain's, if it has them
-  init.send_cq = Cq::From(attr.send_cq)->engine_cq;
-  init.recv_cq = Cq::From(attr.recv_cq)->engine_cq;
-  init.srq = attr.srq != nullptr ? Srq::From(attr.srq)->engine_srq : nullptr;
   init.cap = attr.cap;
   if (init.cap.max_send_wr == 0) init.cap.max_send_wr = 1;  // a receive-only QP still has a send queue
-  if (init.srq != nullptr) init.cap.max_recv_wr = 0;
+  if (xrc_recv) {
+    // IBTA annex A14, XRC: the target's receives come from the XRC SRQs of its
+    // domain, complete on their CQs, and are checked in their PDs.
+    init.xrcd = Xrcd::From(xrcd)->engine_xrcd;
+    init.cap.max_recv_wr = 0;
+    init.cap.max_send_sge = 0;
+    init.cap.max_inline_data = 0;
+  } else {
+    init.pd = pd->handle;
+    init.allocator = RingAllocatorOf(pd, kResourceTypeQp);  // a parent domain's, if it has them
+    init.send_cq = Cq::From(attr.send_cq)->engine_cq;
+    // An XRC initiator receives nothing: its receive CQ, if any, stays unused.
+    init.recv_cq = attr.recv_cq != nullptr ? Cq::From(attr.recv_cq)->engine_cq : init.send_cq;
+    init.srq = attr.srq != nullptr && !xrc_send ? Srq::From(attr.srq)->engine_srq : nullptr;
+    if (init.srq != nullptr || xrc_send) init.cap.max_recv_wr = 0;
+  }
   init.sq_sig_all = attr.sq_sig_all != 0;
   auto engine_qp = ctx->engine->CreateQp(init);
   if (!engine_qp.ok()) {
@@ -244,10 +266,10 @@ ibv_qp* CreateQp(ibv_context* context, ibv_pd* pd, const ibv_qp_init_attr& attr,
   ibv_qp* q = qp->ibv();
   q->context = context;
   q->qp_context = attr.qp_context;
-  q->pd = pd;
-  q->send_cq = attr.send_cq;
-  q->recv_cq = attr.recv_cq;
-  q->srq = attr.srq;
+  q->pd = xrc_recv ? nullptr : pd;
+  q->send_cq = xrc_recv ? nullptr : attr.send_cq;
+  q->recv_cq = xrc_recv ? nullptr : attr.recv_cq;
+  q->srq = xrc_recv || xrc_send ? nullptr : attr.srq;
   q->handle = (*engine_qp)->qpn;
   q->qp_num = (*engine_qp)->qpn;
   q->state = IBV_QPS_RESET;
@@ -281,9 +303,17 @@ int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 // IBV_QP_INIT_ATTR_SEND_OPS_FLAGS with operations uroce carries out, and
 // IBV_QP_INIT_ATTR_CREATE_FLAGS only with no flag set.
 ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
-  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
-  if ((attr->comp_mask & ~known) != 0 || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                         IBV_QP_INIT_ATTR_XRCD;
+  // An XRC target QP is made in an XRC domain, every other one in a PD.
+  const bool xrc_recv = attr->qp_type == IBV_QPT_XRC_RECV;
+  const uint32_t needed = xrc_recv ? IBV_QP_INIT_ATTR_XRCD : IBV_QP_INIT_ATTR_PD;
+  if ((attr->comp_mask & ~known) != 0 || !(attr->comp_mask & needed)) {
     errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (xrc_recv && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+    errno = EINVAL;  // it has no send queue to post to
     return nullptr;
   }
   // IBV_QP_INIT_ATTR_CREATE_FLAGS with no flag asks for nothing (UCX sets
@@ -306,7 +336,7 @@ ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   base.cap = attr->cap;
   base.qp_type = attr->qp_type;
   base.sq_sig_all = attr->sq_sig_all;
-  ibv_qp* qp = CreateQp(context, attr->pd, base, extended);
+  ibv_qp* qp = CreateQp(context, xrc_recv ? nullptr : attr->pd, base, extended, xrc_recv ? attr->xrcd : nullptr);
   if (qp != nullptr) {
     ibv_qp_attr qattr;
     ibv_qp_init_attr qinit;

@@ -26,14 +26,22 @@ int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return rc;
 }
 
-ibv_srq* CreateSrq(ibv_pd* pd, void* srq_context, ibv_srq_attr* attr) {
+// `xrcd` and `cq`: an XRC SRQ (IBV_SRQT_XRC) of that domain, completing on
+// that CQ; both null for a basic SRQ.
+ibv_srq* CreateSrq(ibv_pd* pd, void* srq_context, ibv_srq_attr* attr, ibv_xrcd* xrcd = nullptr,
+                   ibv_cq* cq = nullptr) {
   if (pd == nullptr || attr == nullptr) {
     errno = EINVAL;
     return nullptr;
   }
   Context* ctx = Context::From(pd->context);
-  auto engine_srq = ctx->engine->CreateSrq(pd->handle, attr->max_wr, attr->max_sge, attr->srq_limit,
-                                           RingAllocatorOf(pd, kResourceTypeSrq));
+  auto engine_srq =
+      xrcd != nullptr
+          ? ctx->engine->CreateXrcSrq(pd->handle, Xrcd::From(xrcd)->engine_xrcd, Cq::From(cq)->engine_cq,
+                                      attr->max_wr, attr->max_sge, attr->srq_limit,
+                                      RingAllocatorOf(pd, kResourceTypeSrq))
+          : ctx->engine->CreateSrq(pd->handle, attr->max_wr, attr->max_sge, attr->srq_limit,
+                                   RingAllocatorOf(pd, kResourceTypeSrq));
   if (!engine_srq.ok()) {
     errno = engine_srq.status().ToErrno();
     return nullptr;
@@ -61,15 +69,40 @@ ibv_srq* CreateSrq(ibv_pd* pd, void* srq_context, ibv_srq_attr* attr) {
   return out;
 }
 
-// ibv_create_srq_ex(3): basic SRQs only (no XRC, no tag matching).
+// ibv_create_srq_ex(3): basic SRQs, and XRC SRQs (IBV_SRQT_XRC: a PD, an
+// XRC domain and the CQ their receives complete on); no tag matching.
 ibv_srq* CreateSrqEx(ibv_context* context, ibv_srq_init_attr_ex* attr) {
-  const uint32_t known = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE;
+  if (attr == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  const uint32_t known = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+  const bool typed = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) != 0;
+  const bool xrc = typed && attr->srq_type == IBV_SRQT_XRC;
   if ((attr->comp_mask & ~known) != 0 || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) ||
-      ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)) {
+      (typed && attr->srq_type != IBV_SRQT_BASIC && !xrc)) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
-  return CreateSrq(attr->pd, attr->srq_context, &attr->attr);
+  if (!xrc) return CreateSrq(attr->pd, attr->srq_context, &attr->attr);
+  const uint32_t xrc_needs = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+  if ((attr->comp_mask & xrc_needs) != xrc_needs || attr->xrcd == nullptr || attr->cq == nullptr ||
+      attr->pd == nullptr || attr->xrcd->context != context || attr->cq->context != context) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ibv_srq* srq = CreateSrq(attr->pd, attr->srq_context, &attr->attr, attr->xrcd, attr->cq);
+  return srq;
+}
+
+// ibv_get_srq_num(3): the number XRC initiators name an XRC SRQ by (in
+// wr.qp_type.xrc.remote_srqn); a basic SRQ has none.
+int GetSrqNum(ibv_srq* srq, uint32_t* srq_num) {
+  if (srq == nullptr || srq_num == nullptr) return EINVAL;
+  const Srq* s = Srq::From(srq);
+  if (s->engine_srq->srqn == 0) return EINVAL;
+  *srq_num = s->engine_srq->srqn;
+  return 0;
 }
 
 }  // namespace uroce::verbs
