@@ -121,6 +121,7 @@ void PrintText(uint64_t number, ParseError error, const PacketView& v) {
                 op.valid ? op.name : ("opcode " + Hex(f.bth.opcode)).c_str(), f.bth.dest_qp, f.bth.psn.value(),
                 f.bth.ack_request ? 1 : 0, f.payload_length);
   line += head;
+  if (op.has(transport::kXrcEth)) line += "  xrceth srq " + Hex(f.xrc_srqn);
   if (op.has(transport::kDeth)) {
     line += "  deth qkey " + Hex(f.deth.qkey) + " src_qp " + Hex(f.deth.src_qp);
   }

@@ -8,6 +8,11 @@ fields of every extension header Wireshark decodes. Wireshark does not check
 ICRCs and shows the four ICRC bytes read big-endian while RoCE stores them
 least-significant byte first, so the values are compared byte-swapped and
 the ICRC status comes from uroce alone (every frame here must be "ok").
+
+Wireshark 4.0 (Debian 12) names the XRC opcodes (IBTA annex A14, 0xA0-0xBF)
+and decodes their BTH, but reads everything after it as vendor data: no
+XRCETH, no extension header and no ICRC. For XRC frames the BTH is compared,
+the rest only where tshark decodes it (a newer Wireshark will).
 """
 import json
 import subprocess
@@ -94,9 +99,13 @@ def compare_file(uroce, path):
             continue
         compared += 1
 
-        def check(what, mine, wireshark_field, convert=number):
+        xrc = 0xA0 <= u["opcode"] <= 0xBF
+
+        def check(what, mine, wireshark_field, convert=number, bth=False):
             text = t.get(wireshark_field, "")
             if text == "":
+                if xrc and not bth:
+                    return
                 problems.append(f"{where}: tshark has no {wireshark_field} (uroce {what}={mine})")
                 return
             if convert(text) != mine:
@@ -105,11 +114,11 @@ def compare_file(uroce, path):
         if u.get("icrc") != "ok":
             problems.append(f"{where}: uroce says ICRC {u.get('icrc')} ({u.get('error', '')})")
             continue
-        check("opcode", u["opcode"], "infiniband.bth.opcode")
-        check("dest_qp", u["dest_qp"], "infiniband.bth.destqp")
-        check("psn", u["psn"], "infiniband.bth.psn")
-        check("ack_request", u["ack_request"], "infiniband.bth.a", lambda s: s in ("1", "True"))
-        check("pad_count", u["pad_count"], "infiniband.bth.padcnt")
+        check("opcode", u["opcode"], "infiniband.bth.opcode", bth=True)
+        check("dest_qp", u["dest_qp"], "infiniband.bth.destqp", bth=True)
+        check("psn", u["psn"], "infiniband.bth.psn", bth=True)
+        check("ack_request", u["ack_request"], "infiniband.bth.a", lambda s: s in ("1", "True"), bth=True)
+        check("pad_count", u["pad_count"], "infiniband.bth.padcnt", bth=True)
         swapped = int.from_bytes(u["icrc_value"].to_bytes(4, "little"), "big")
         check("icrc (byte-swapped)", swapped, "infiniband.invariant.crc")
         if "reth" in u:

@@ -73,6 +73,7 @@ int Run(const char* path) {
         f.immediate_data = r32();
         f.invalidate_rkey = r32();
         f.deth = {r32(), 0, r32() & 0xFFFFFF};
+        if (op.has(kXrcEth)) f.xrc_srqn = r32() & 0xFFFFFF;
         f.payload_length = PayloadFor(op.payload, rng);
         std::vector<uint8_t> payload(f.payload_length);
         for (auto& b : payload) b = static_cast<uint8_t>(rng());
