@@ -341,6 +341,9 @@ int FloorCommand(int argc, char** argv) {
     return 1;
   }
   auto rt = pmd::Runtime::Start(*config);
+  if (rt.ok()) {
+    if (Status linked = (*rt)->WaitForLinks(); !linked.ok()) rt = linked;
+  }
   if (!rt.ok()) {
     std::fprintf(stderr, "uroce floor: %s\n", rt.status().ToString().c_str());
     (void)pmd::StopEal();

@@ -310,6 +310,8 @@ class PerfProcess {
     auto rt = pmd::Runtime::Start(config_);
     if (!rt.ok()) return rt.status();
     rt_ = std::move(*rt);
+    // A measurement needs the link: up to each endpoint's link_timeout_ms.
+    UROCE_RETURN_IF_ERROR(rt_->WaitForLinks());
     if (daemon_) StartDaemonWatch();
     return Status::Ok();
   }

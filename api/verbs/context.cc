@@ -4,7 +4,6 @@
 // asynchronous events, ibv_get_async_event(3) / ibv_ack_async_event(3).
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
-#include <rte_ethdev.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -89,14 +88,14 @@ int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* out, size_t
   Context* ctx = Context::From(context);
   ibv_port_attr a;
   std::memset(&a, 0, sizeof(a));
-  // The port's link, as rxe follows its netdev: a memif port whose peer is
-  // not there yet is DOWN — unless the configuration says not to wait for the
-  // link (link_timeout_ms = 0), where frames wait in the engine meanwhile.
-  rte_eth_link link;
-  // (A daemon's shared-memory port has no DPDK port: port_id RTE_MAX_ETHPORTS.)
-  const bool up = ctx->port_id < RTE_MAX_ETHPORTS && rte_eth_link_get_nowait(ctx->port_id, &link) == 0 &&
-                  link.link_status == RTE_ETH_LINK_UP;
-  a.state = (up || ctx->active_before_link) ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  // The port's state follows its link, as rxe's follows its netdev: DOWN
+  // until the link is up (IBV_EVENT_PORT_ACTIVE then, Provider::WatchPorts).
+  // A link to another uroce process (memif, ring pair, daemon) counts as
+  // ACTIVE before its peer arrives, unless active_before_link = no: frames
+  // wait in the engine meanwhile (pmd/config.h).
+  Provider& provider = Provider::Get();
+  const bool up = provider.PortLinkUp(ctx->device->index);
+  a.state = provider.PortActive(ctx->device->index) ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   a.max_mtu = IBV_MTU_4096;
   a.active_mtu = ActiveMtu(ctx->port_mtu);
   a.gid_tbl_len = kGidTableLength;
