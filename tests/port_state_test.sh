@@ -38,6 +38,11 @@ apid=$!
 for _ in $(seq 100); do grep -q "^opened" "$TMP/a.out" && break; sleep 0.1; done
 sleep 1  # the server stays DOWN while nobody connects
 grep -q "^opened .* port DOWN$" "$TMP/a.out" || fail "server: not DOWN at open: $(head -1 "$TMP/a.out")"
+# No [eal] file_prefix in the pair's files: `uroce stats --pid` finds the
+# process's counters (uroce exec runs the program in its own process).
+spid=$(pgrep -P "$apid" | head -1)
+stats=$(timeout 30 "$UROCE" stats --pid "$spid" 2>&1)
+grep -q "^endpoint a: port 0 (net_memif)" <<<"$stats" || { fail "uroce stats --pid $spid"; echo "$stats"; }
 # The client: its own port comes up when it connects (ACTIVE), then goes
 # down (ERR) when the server's process has ended.
 timeout -k 5 60 "$UROCE" exec --config "$TMP/b.ini" -- "$CHECK" 20 active err > "$TMP/b.out" 2>&1
