@@ -32,7 +32,12 @@ using transport::MacAddress;
 using transport::PacketView;
 using transport::ParseError;
 
-constexpr char kUsage[] = "usage: uroce dump FILE.pcap [--json]\n";
+constexpr char kUsage[] =
+    "usage: uroce dump FILE.pcap [--json]\n"
+    "  decodes every RoCEv2 frame of a classic pcap file (tcpdump -w, tshark -F pcap) with\n"
+    "  uroce's parser and checks its ICRC: one line per frame, then the counts; --json: one\n"
+    "  JSON object per frame and one of the counts. Exit 0 when every RoCE frame parsed with\n"
+    "  a right ICRC, 1 otherwise, 2 when the file is missing, not pcap or truncated.\n";
 
 std::string FormatGid(const Gid& gid) {
   char text[INET6_ADDRSTRLEN] = {};
@@ -206,6 +211,11 @@ void PrintJson(uint64_t number, ParseError error, const PacketView& v) {
 }
 
 }  // namespace
+
+int DumpUsage(FILE* out) {
+  std::fputs(kUsage, out);
+  return out == stdout ? 0 : 2;
+}
 
 int DumpCommand(int argc, char** argv) {
   const char* path = nullptr;

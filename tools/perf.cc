@@ -60,8 +60,10 @@ struct Options {
   ConfigFlags config;
 };
 
-int Usage() {
-  std::fprintf(stderr,
+}  // namespace
+
+int PerfUsage(FILE* out) {
+  std::fprintf(out,
                "usage: uroce perf [--test T[,T...]|all] [--size BYTES[,BYTES...]] [--iters N] [--qps N]\n"
                "                  [--idle-qps N] [--window N] [--port ring|memif|afpacket|daemon] [--role server|client]\n"
                "                  [--control PATH|HOST:PORT] [--verify] [--csv] [--quiet]\n"
@@ -83,8 +85,10 @@ int Usage() {
                "  --window up to 4096, at most 4 GiB of buffer per side.\n"
                "  --idle-qps N: N more connected RC QPs on each side that never carry\n"
                "  anything (up to 20000; what idle QPs cost every message).\n");
-  return 2;
+  return out == stdout ? 0 : 2;
 }
+
+namespace {
 
 std::vector<std::string> SplitList(const std::string& s) {
   std::vector<std::string> out;
@@ -614,7 +618,7 @@ int RunClient(const Options& o) {
 
 int PerfCommand(int argc, char** argv) {
   Options o;
-  if (!ParseArgs(argc, argv, &o)) return Usage();
+  if (!ParseArgs(argc, argv, &o)) return PerfUsage(stderr);
   // The limits the server applies to a peer's RUN, applied to our own
   // flags first, so an absurd request fails here with a clear message.
   for (const RunSpec& spec : Specs(o)) {

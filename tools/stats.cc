@@ -15,8 +15,10 @@
 namespace uroce::tools {
 namespace {
 
-int StatsUsage() {
-  std::fprintf(stderr,
+}  // namespace
+
+int StatsUsage(FILE* out) {
+  std::fprintf(out,
                "usage: uroce stats (--pid PID | --file-prefix PREFIX | --config FILE | --socket PATH) [--json]\n"
                "       uroce stats --daemon [SOCKET]\n"
                "  PID: a running uroce process (a tool, or a program under uroce exec) whose\n"
@@ -25,8 +27,10 @@ int StatsUsage() {
                "  sets one. --daemon: the processes\n"
                "  attached to a uroce daemon (SOCKET, or $UROCE_DAEMON, or /run/uroce/uroce.sock),\n"
                "  the uplink's and the switch's counters.\n");
-  return 2;
+  return out == stdout ? 0 : 2;
 }
+
+namespace {
 
 // A process without a configured file prefix runs under EAL's unique one,
 // uroce-PID-TAG-N (pmd/eal.cc): the one directory of that pid with a
@@ -115,7 +119,7 @@ int StatsCommand(int argc, char** argv) {
       if (!found.ok()) return Fail(found.status().message());
       prefix = *found;
     } else {
-      return StatsUsage();
+      return StatsUsage(stderr);
     }
   }
   if (!flags.file.empty()) {
@@ -127,7 +131,7 @@ int StatsCommand(int argc, char** argv) {
     prefix = config->eal.file_prefix;
   }
   if (socket_path.empty()) {
-    if (prefix.empty()) return StatsUsage();
+    if (prefix.empty()) return StatsUsage(stderr);
     socket_path = pmd::TelemetrySocketPath(prefix);
   }
   auto client = pmd::TelemetryClient::Connect(socket_path);
