@@ -774,10 +774,11 @@ class ImplicitOdpHostileTest : public HostilePeerTest {
     }
     HostilePeerTest::TearDown();
     if (base_ != nullptr) {
-      // Not the first page if someone else's mapping took its place
-      // (ConcurrentMunmapNeverFaults).
-      if (read_write_page_lost_) munmap(base_ + page_, 3 * page_);
-      else munmap(base_, 4 * page_);
+      // Only the pages that are still ours: never the hole (it is unmapped,
+      // or someone else's now), nor the first page if someone else's mapping
+      // took its place (ConcurrentMunmapNeverFaults).
+      munmap(base_ + 2 * page_, 2 * page_);
+      if (!read_write_page_lost_) munmap(base_, page_);
     }
   }
 
