@@ -836,7 +836,7 @@ class ImplicitOdpHostileTest : public HostilePeerTest {
   MrKeys implicit_;
   size_t page_ = 4096;
   uint8_t* base_ = nullptr;
-  bool read_write_page_lost_ = false;
+  std::atomic<bool> read_write_page_lost_{false};  // written by ConcurrentMunmapNeverFaults's thread
 };
 
 TEST_F(ImplicitOdpHostileTest, MappedMemoryIsReachedThroughTheImplicitKeys) {
@@ -1016,8 +1016,12 @@ TEST_F(ImplicitOdpHostileTest, ConcurrentMunmapNeverFaults) {
   int answered = 0, naks = 0;
   QueuePair* qp = MakeConnectedQp();
   uint32_t psn = kRqPsn;
-  const int kRequests = 400;
-  for (int i = 0; i < kRequests; ++i) {
+  // Until both outcomes were seen often (the two threads really raced), or
+  // the unmapper gave up, within a bound.
+  const int kMaxRequests = 20000;
+  int requests = 0;
+  for (int i = 0; i < kMaxRequests && !(naks >= 20 && answered - naks >= 20) && !read_write_page_lost_; ++i) {
+    ++requests;
     const bool write = (i & 1) == 0;
     const uint64_t va = reinterpret_cast<uint64_t>(target) + 512;
     const uint32_t rkey = implicit_.rkey;
@@ -1042,10 +1046,8 @@ TEST_F(ImplicitOdpHostileTest, ConcurrentMunmapNeverFaults) {
   }
   stop.store(true);
   unmapper.join();
-  EXPECT_EQ(answered, kRequests);
-  // The page ends mapped (or, if the address was taken, unmapped): TearDown
-  // unmaps the whole range either way.
-  std::printf("concurrent munmap: %d map/unmap cycles, %d of %d requests NAKed\n", cycles.load(), naks, kRequests);
+  EXPECT_EQ(answered, requests);
+  std::printf("concurrent munmap: %d map/unmap cycles, %d of %d requests NAKed\n", cycles.load(), naks, requests);
 }
 
 // XRC (IBTA annex A14): a peer's XRCETH is a number to look up, never a
