@@ -15,8 +15,8 @@
 
 #include "transport/engine_types.h"
 #include "transport/memory_region.h"
-#include "transport/on_demand_memory.h"
 #include "transport/mpmc_ring.h"
+#include "transport/on_demand_memory.h"
 #include "transport/qp_state.h"
 #include "transport/queue_pair.h"
 #include "transport/shared_receive_queue.h"

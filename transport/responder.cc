@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "transport/on_demand_memory.h"
 #include "transport/opcode.h"
 
 namespace uroce::transport {
@@ -668,8 +669,8 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
   if (p.fields.payload_length > 0 && !MrWrite(how, dest, p.payload, p.fields.payload_length)) {
     // An implicit on-demand region's page that cannot be had for writing
     // (unmapped, read-only): the NAK an ODP NIC gives for a page it cannot
-    // resolve (a remote access error NAK, IBTA 9.7.5.2.4). The QP stops; a
-    // receive request a WRITE with immediate took completes in error.
+    // resolve: a remote access error NAK, and the QP stops (IBTA 9.9.3.1);
+    // a receive request a WRITE with immediate took completes in error.
     if (rc) {
       ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
     } else {
