@@ -32,8 +32,6 @@ KNOWN_SKIPS = [
      'importing a device or its objects (ibv_import_*): sharing them between processes needs a kernel'),
     (r'Extended QP is not supported on this device',
      'atomic write (IBV_QP_EX_WITH_ATOMIC_WRITE): not offered yet'),
-    (r'ODP implicit is not supported',
-     'implicit on-demand paging: a peer reaching an unmapped address would fault the process'),
     (r"doesn't have net interface",
      'rdma_cm tests: they need a kernel interface with the device\'s address, and they fork '
      'children of a process that opened the device (DPDK does not survive fork)'),

@@ -198,7 +198,9 @@ void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
     if (slot.wqe->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && slot.wqe->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) return;
     const uint64_t original = p.fields.atomic_ack_eth.original_remote_data;
     if (!ScatterToWqe(qp, slot.wqe, 0, reinterpret_cast<const uint8_t*>(&original), sizeof(original))) {
-      FailOldest(qp, IBV_WC_LOC_PROT_ERR);  // the result buffer was deregistered
+      // The result buffer was deregistered, or is an implicit on-demand
+      // region's page that cannot be had.
+      FailOldest(qp, IBV_WC_LOC_PROT_ERR);
       return;
     }
   } else {
@@ -222,7 +224,7 @@ void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
       return;
     }
     if (!ScatterToWqe(qp, slot.wqe, slot.bytes_done, p.payload, len)) {
-      FailOldest(qp, IBV_WC_LOC_PROT_ERR);  // a target buffer was deregistered
+      FailOldest(qp, IBV_WC_LOC_PROT_ERR);  // a target buffer was deregistered (or unmapped: implicit ODP)
       return;
     }
     slot.bytes_done += len;
@@ -245,10 +247,12 @@ void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
 bool Completer::ScatterToWqe(const QueuePair* qp, const SendWqeView& w, uint64_t offset, const uint8_t* data,
                              uint32_t length) const {
   // A zero-length READ (no SGEs) has nothing to place.
-  return core_.ForEachSgePiece(qp, w, offset, length, IBV_ACCESS_LOCAL_WRITE, [&data](uint8_t* host, uint32_t bytes) {
-    std::memcpy(host, data, bytes);
-    data += bytes;
-  });
+  return core_.ForEachSgePiece(qp, w, offset, length, IBV_ACCESS_LOCAL_WRITE,
+                               [&data](MrCheck how, uint8_t* host, uint32_t bytes) {
+                                 if (!MrWrite(how, host, data, bytes)) return false;
+                                 data += bytes;
+                                 return true;
+                               });
 }
 
 // The local ACK timer (IBTA 9.7.6.1.3): nothing acknowledged in time means a

@@ -69,9 +69,9 @@ bool Requester::StartSendWqe(QueuePair* qp, SendSlot& slot) {
     const Sge sge = slot.wqe.sge(i);
     uint8_t* host = nullptr;
     if (sge.length == 0) continue;
-    if (core_.mrs.CheckLocal(sge.lkey, qp->pd, sge.addr, sge.length, needed, &host) != MrCheck::kOk) {
-      return false;
-    }
+    // An implicit on-demand region passes here; its memory is found (or
+    // not: a local protection error then) when each packet copies it.
+    if (!MrGranted(core_.mrs.CheckLocal(sge.lkey, qp->pd, sge.addr, sge.length, needed, &host))) return false;
   }
   slot.read_or_atomic = IsReadOrAtomic(w.opcode);
   slot.packets = (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
@@ -93,9 +93,10 @@ bool Requester::CopyFromWqe(const QueuePair* qp, const SendWqeView& w, uint64_t 
     return true;
   }
   // StartSendWqe's check is not enough: every packet checks again.
-  return core_.ForEachSgePiece(qp, w, offset, length, 0, [&dest](const uint8_t* host, uint32_t bytes) {
-    std::memcpy(dest, host, bytes);
+  return core_.ForEachSgePiece(qp, w, offset, length, 0, [&dest](MrCheck how, const uint8_t* host, uint32_t bytes) {
+    if (!MrRead(how, dest, host, bytes)) return false;
     dest += bytes;
+    return true;
   });
 }
 

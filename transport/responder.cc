@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "transport/on_demand_memory.h"
 #include "transport/opcode.h"
 
 namespace uroce::transport {
@@ -206,12 +207,15 @@ bool Responder::PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data,
   while (length > 0 && i < w.num_sge) {
     const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, w.sge[i].length - offset));
     uint8_t* host = nullptr;
-    if (core_.mrs.CheckLocal(w.sge[i].lkey, qp->resp.pd, w.sge[i].addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE,
-                             &host) != MrCheck::kOk) {
+    // A bad key, or an implicit on-demand region's page that cannot be had
+    // for writing: a local protection error (as an ODP NIC that cannot
+    // resolve the receive buffer's page).
+    const MrCheck how = core_.mrs.CheckLocal(w.sge[i].lkey, qp->resp.pd, w.sge[i].addr + offset, chunk,
+                                             IBV_ACCESS_LOCAL_WRITE, &host);
+    if (!MrGranted(how) || !MrWrite(how, host, data, chunk)) {
       *error = IBV_WC_LOC_PROT_ERR;
       return false;
     }
-    std::memcpy(host, data, chunk);
     data += chunk;
     length -= chunk;
     offset = 0;
@@ -304,8 +308,8 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
         // checks of the first); otherwise it earns nothing.
         uint8_t* host = nullptr;
         if (request.rkey != a.rkey || request.virtual_address != a.virtual_address ||
-            core_.mrs.CheckRemote(a.rkey, qp->resp.pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host,
-                                  qp->qpn) != MrCheck::kOk) {
+            !MrGranted(core_.mrs.CheckRemote(a.rkey, qp->resp.pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC,
+                                             &host, qp->qpn))) {
           core_.counters.rx_dropped++;
           return;
         }
@@ -324,8 +328,10 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
 bool Responder::RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) const {
   if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0) return false;
   uint8_t* host = nullptr;
-  return reth.dma_length == 0 || core_.mrs.CheckRemote(reth.rkey, qp->resp.pd, reth.virtual_address, reth.dma_length,
-                                                       IBV_ACCESS_REMOTE_READ, &host, qp->qpn) == MrCheck::kOk;
+  // An implicit on-demand region passes: its pages are found (or not, a
+  // NAK then) as each response packet reads them.
+  return reth.dma_length == 0 || MrGranted(core_.mrs.CheckRemote(reth.rkey, qp->resp.pd, reth.virtual_address,
+                                                                 reth.dma_length, IBV_ACCESS_REMOTE_READ, &host, qp->qpn));
 }
 
 // A duplicate READ request (IBTA 9.7.5.1.1): answered again only if it is
@@ -610,8 +616,8 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
     const bool allowed = (access & IBV_ACCESS_REMOTE_WRITE) != 0;
     if (!allowed || p.fields.reth.dma_length > kMaxMessageBytes ||
         (p.fields.reth.dma_length > 0 &&
-         core_.mrs.CheckRemote(p.fields.reth.rkey, qp->resp.pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
-                               IBV_ACCESS_REMOTE_WRITE, &host, qp->qpn) != MrCheck::kOk)) {
+         !MrGranted(core_.mrs.CheckRemote(p.fields.reth.rkey, qp->resp.pd, p.fields.reth.virtual_address,
+                                          p.fields.reth.dma_length, IBV_ACCESS_REMOTE_WRITE, &host, qp->qpn)))) {
       if (rc) ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
       return ResponderStep::kDone;
     }
@@ -632,10 +638,11 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
   // may have been deregistered (or the QP's access revoked) since, and
   // nothing may land in memory the application no longer gives us.
   uint8_t* dest = nullptr;
+  MrCheck how = MrCheck::kOk;
   if (p.fields.payload_length > 0 &&
       ((access & IBV_ACCESS_REMOTE_WRITE) == 0 ||
-       core_.mrs.CheckRemote(s.write_rkey, qp->resp.pd, s.write_va, p.fields.payload_length, IBV_ACCESS_REMOTE_WRITE,
-                             &dest, qp->qpn) != MrCheck::kOk)) {
+       !MrGranted(how = core_.mrs.CheckRemote(s.write_rkey, qp->resp.pd, s.write_va, p.fields.payload_length,
+                                              IBV_ACCESS_REMOTE_WRITE, &dest, qp->qpn)))) {
     if (rc) {
       ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
     } else {
@@ -659,7 +666,19 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
       s.recv_offset_valid = false;
     }
   }
-  if (p.fields.payload_length > 0) std::memcpy(dest, p.payload, p.fields.payload_length);
+  if (p.fields.payload_length > 0 && !MrWrite(how, dest, p.payload, p.fields.payload_length)) {
+    // An implicit on-demand region's page that cannot be had for writing
+    // (unmapped, read-only): the NAK an ODP NIC gives for a page it cannot
+    // resolve: a remote access error NAK, and the QP stops (IBTA 9.9.3.1);
+    // a receive request a WRITE with immediate took completes in error.
+    if (rc) {
+      ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    } else {
+      s.write_in_progress = false;
+      core_.counters.rx_dropped++;
+    }
+    return ResponderStep::kDone;
+  }
   s.write_va += p.fields.payload_length;
   s.write_remaining -= p.fields.payload_length;
   if (info.ends_message()) {
@@ -711,8 +730,9 @@ ResponderStep Responder::ExecuteAtomic(const Request& r) {
     ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
     return ResponderStep::kDone;
   }
-  if (!allowed || core_.mrs.CheckRemote(a.rkey, qp->resp.pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host,
-                                        qp->qpn) != MrCheck::kOk) {
+  MrCheck how = MrCheck::kBadKey;
+  if (!allowed || !MrGranted(how = core_.mrs.CheckRemote(a.rkey, qp->resp.pd, a.virtual_address, 8,
+                                                         IBV_ACCESS_REMOTE_ATOMIC, &host, qp->qpn))) {
     ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
     return ResponderStep::kDone;
   }
@@ -725,7 +745,16 @@ ResponderStep Responder::ExecuteAtomic(const Request& r) {
   // host's own atomics on the same word.
   auto* word = reinterpret_cast<uint64_t*>(host);
   uint64_t original;
-  if (info.operation == Operation::kCompareSwap) {
+  if (how == MrCheck::kOkOnDemand) {
+    // Through an implicit on-demand region: the kernel probes the word for
+    // writing first (on_demand_memory.h), and a page it cannot have earns
+    // the NAK an ODP NIC gives.
+    if (!OnDemandAtomic(word, info.operation == Operation::kCompareSwap, a.compare_data, a.swap_or_add_data,
+                        &original)) {
+      ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+      return ResponderStep::kDone;
+    }
+  } else if (info.operation == Operation::kCompareSwap) {
     original = a.compare_data;
     __atomic_compare_exchange_n(word, &original, a.swap_or_add_data, false, __ATOMIC_SEQ_CST,
                                 __ATOMIC_SEQ_CST);
@@ -782,11 +811,12 @@ void Responder::RunReadResponses(QueuePair* qp) {
     // deregistered while the response streams ends it (ibv_dereg_mr(3): no
     // access after it returns), with a NAK, and the QP stops (IBTA 9.9.3.1).
     const uint8_t* source = nullptr;
+    MrCheck how = MrCheck::kOk;
     if (payload > 0) {
       uint8_t* host = nullptr;
       if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0 ||
-          core_.mrs.CheckRemote(job.rkey, job.pd, job.virtual_address + job.offset, payload, IBV_ACCESS_REMOTE_READ,
-                                &host, qp->qpn) != MrCheck::kOk) {
+          !MrGranted(how = core_.mrs.CheckRemote(job.rkey, job.pd, job.virtual_address + job.offset, payload,
+                                                 IBV_ACCESS_REMOTE_READ, &host, qp->qpn))) {
         ResponderFatal(qp, job.next_psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
       }
@@ -798,7 +828,14 @@ void Responder::RunReadResponses(QueuePair* qp) {
     f.payload_length = payload;
     rte_mbuf* m = frames_.StartPacket(qp->path, f, &dest);
     if (m == nullptr) return;  // no buffer now; next poll
-    if (payload > 0) std::memcpy(dest, source, payload);
+    if (payload > 0 && !MrRead(how, dest, source, payload)) {
+      // An implicit on-demand region's page that cannot be read: this
+      // response does not leave, and the READ ends with the NAK an ODP NIC
+      // gives for a page it cannot resolve.
+      frames_.AbandonPacket(m);
+      ResponderFatal(qp, job.next_psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+      return;
+    }
     frames_.FinishPacket(m);
     --budget;
     job.offset += payload;

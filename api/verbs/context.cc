@@ -14,6 +14,7 @@
 #include "api/verbs/objects.h"
 #include "api/verbs/ops.h"
 #include "api/verbs/provider.h"
+#include "transport/on_demand_memory.h"
 #include "transport/qp_state.h"
 #include "transport/work_request.h"
 
@@ -120,11 +121,14 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, 
   std::memset(&a, 0, sizeof(a));
   FillDeviceAttr(Context::From(context), &a.orig_attr);
   a.max_dm_size = kMaxDmSize;  // host memory (dm.cc)
-  // Explicit on-demand paging (mr.cc): every operation the engine does on
-  // each transport works on an IBV_ACCESS_ON_DEMAND region, since the flag
-  // changes nothing below the verbs. Not IBV_ODP_SUPPORT_IMPLICIT: a peer's
-  // access to an unmapped address would fault the process.
+  // On-demand paging (mr.cc): every operation the engine does on each
+  // transport works on an IBV_ACCESS_ON_DEMAND region, since the flag
+  // changes nothing below the verbs for an explicit one. Implicit regions
+  // (the whole address space) reach memory through the kernel's fault-free
+  // copies (transport/on_demand_memory.h), so a peer's access to an unmapped
+  // page is NAKed, never a fault; offered where those system calls work.
   a.odp_caps.general_caps = IBV_ODP_SUPPORT;
+  if (uroce::transport::OnDemandMemoryAvailable()) a.odp_caps.general_caps |= IBV_ODP_SUPPORT_IMPLICIT;
   a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
                                               IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
                                               IBV_ODP_SUPPORT_SRQ_RECV;
