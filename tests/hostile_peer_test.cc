@@ -728,6 +728,81 @@ TEST_F(HostilePeerTest, WritesAtTheRegionsEdgesAreRefused) {
   }
 }
 
+// IBTA 1.5 ATOMIC WRITE from a peer: it lands only whole, aligned, inside a
+// region whose key and QP allow remote writes, and its RETH must ask for
+// exactly the 8 bytes it carries. Anything else is NAKed (invalid request or
+// remote access error, as Linux rxe answers), the QP stops, and not one byte
+// of the region changes. A duplicate of one that landed is acknowledged
+// again, not stored again.
+TEST_F(HostilePeerTest, AtomicWritesThatMayNotLandWriteNothing) {
+  GuardedRegion read_only(4096);
+  auto ro_keys = engine_->RegMr(pd_, read_only.data(), read_only.size, read_only.va(),
+                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+  ASSERT_TRUE(ro_keys.ok());
+  struct Case {
+    const char* what;
+    uint64_t va;
+    uint32_t rkey;
+    uint32_t dma_length;
+    bool qp_may_write;
+    NakCode nak;
+  };
+  const uint64_t va = region_->va();
+  const Case cases[] = {
+      {"misaligned", va + 4, keys_.rkey, 8, true, NakCode::kInvalidRequest},
+      {"DMA length 16", va, keys_.rkey, 16, true, NakCode::kInvalidRequest},
+      {"DMA length 0", va, keys_.rkey, 0, true, NakCode::kInvalidRequest},
+      {"past the region's end", va + region_->size, keys_.rkey, 8, true, NakCode::kRemoteAccessError},
+      {"straddling its start", va - 8, keys_.rkey, 8, true, NakCode::kRemoteAccessError},
+      {"unknown key", va, keys_.rkey ^ 0x100, 8, true, NakCode::kRemoteAccessError},
+      {"key without remote write", read_only.va(), ro_keys->rkey, 8, true, NakCode::kRemoteAccessError},
+      {"QP without remote write", va, keys_.rkey, 8, false, NakCode::kRemoteAccessError},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    QueuePair* qp = MakeConnectedQp();
+    if (!c.qp_may_write) {
+      ibv_qp_attr a{};
+      a.qp_state = IBV_QPS_RTS;  // RTS to RTS may change the access (IBTA 11.2.4.2)
+      a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+      ASSERT_TRUE(engine_->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS).ok());
+    }
+    Inject(qp, Opcode::kRcAtomicWrite, kRqPsn, 8, true, [&](PacketFields& f) {
+      f.reth.virtual_address = c.va;
+      f.reth.rkey = c.rkey;
+      f.reth.dma_length = c.dma_length;
+    });
+    auto sent = AcknowledgementsOf(Transmitted(), qp);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0].fields.aeth.kind(), AethKind::kNak);
+    EXPECT_EQ(sent[0].fields.aeth.value(), static_cast<uint8_t>(c.nak));
+    EXPECT_EQ(qp->state.load(), IBV_QPS_ERR);
+    for (size_t i = 0; i < region_->size; ++i) ASSERT_EQ(region_->data()[i], 0) << "byte " << i;
+    for (size_t i = 0; i < read_only.size; ++i) ASSERT_EQ(read_only.data()[i], 0) << "byte " << i;
+    EXPECT_TRUE(read_only.GuardsIntact());
+  }
+
+  // Allowed: the 8 bytes land, an ACK answers. Its duplicate is ACKed again
+  // and stores nothing (the region is cleared in between to see it).
+  for (int copy = 0; copy < 2; ++copy) {
+    Inject(Opcode::kRcAtomicWrite, kRqPsn, 8, true, [&](PacketFields& f) {
+      f.reth.virtual_address = va + 64;
+      f.reth.rkey = keys_.rkey;
+      f.reth.dma_length = 8;
+    });
+    auto sent = AcknowledgementsOf(Transmitted(), qp_);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0].fields.aeth.kind(), AethKind::kAck);
+    EXPECT_EQ(sent[0].fields.bth.psn.value(), kRqPsn);
+    for (size_t i = 0; i < region_->size; ++i) {
+      const uint8_t want = copy == 0 && i >= 64 && i < 72 ? 0xAB : 0;
+      ASSERT_EQ(region_->data()[i], want) << "copy " << copy << " byte " << i;
+    }
+    std::memset(region_->data(), 0, region_->size);
+  }
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+}
+
 // XRC (IBTA annex A14): a peer's XRCETH is a number to look up, never a
 // pointer. A target QP takes receives only from the XRC SRQs of its own
 // domain, keeps one SRQ for a whole message, and checks RDMA in the PD of

@@ -98,6 +98,10 @@ class RcLoopbackTest : public VerbsApiTest {
     ibv_qp_init_attr_ex a = RcAttr();
     a.send_cq = a.recv_cq = test_cq_;
     a.cap.max_send_wr = a.cap.max_recv_wr = 16;
+    if (send_ops_flags_ != 0) {
+      a.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+      a.send_ops_flags = send_ops_flags_;
+    }
     qp_[0] = ibv_create_qp_ex(ctx_, &a);
     qp_[1] = ibv_create_qp_ex(ctx_, &a);
     ASSERT_NE(qp_[0], nullptr);
@@ -189,6 +193,7 @@ class RcLoopbackTest : public VerbsApiTest {
   }
 
   static constexpr uint32_t kBytes = 4096;
+  uint64_t send_ops_flags_ = 0;  // IBV_QP_INIT_ATTR_SEND_OPS_FLAGS when not 0
   ibv_cq* test_cq_ = nullptr;
   ibv_qp* qp_[2] = {nullptr, nullptr};
   std::vector<uint8_t> buf_;
@@ -291,6 +296,92 @@ TEST_F(RcLoopbackTest, ResizeCqKeepsWhatIsWaiting) {
   }
   EXPECT_EQ(sends, (std::vector<uint64_t>{0, 1, 2})) << "kept in order";
   EXPECT_EQ(ibv_resize_cq(cq_, 0), EINVAL);
+}
+
+// IBTA 1.5 ATOMIC WRITE through both post interfaces: IBV_WR_ATOMIC_WRITE
+// in ibv_post_send(3) (the 8 bytes from an SGE) and ibv_wr_atomic_write(3)
+// on a QP created with IBV_QP_EX_WITH_ATOMIC_WRITE (the 8 bytes taken at the
+// call). Each lands at its aligned address and completes as
+// IBV_WC_ATOMIC_WRITE; anything but 8 bytes is refused at post time.
+class AtomicWriteTest : public RcLoopbackTest {
+ protected:
+  AtomicWriteTest() { send_ops_flags_ = IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_RDMA_WRITE; }
+};
+
+TEST_F(AtomicWriteTest, BothPostInterfacesStoreEightBytes) {
+  uint8_t* local = buf_.data();
+  uint8_t* remote = buf_.data() + kBytes;
+  const uint8_t first[8] = {0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};
+  std::memcpy(local, first, 8);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(local), 8, mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_ATOMIC_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(remote + 8);
+  wr.wr.rdma.rkey = mr_->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  auto wc = Wait(cq_, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_ATOMIC_WRITE);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(0, std::memcmp(remote + 8, first, 8));
+  EXPECT_EQ(remote[7], 0);
+  EXPECT_EQ(remote[16], 0);
+
+  sge.length = 16;  // IBTA 1.5: exactly 8 bytes
+  EXPECT_EQ(ibv_post_send(qp_[0], &wr, &bad), EINVAL);
+
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp_[0]);
+  ASSERT_NE(qpx, nullptr);
+  uint64_t second = 0x0123456789ABCDEFull;
+  ibv_wr_start(qpx);
+  qpx->wr_id = 2;
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_write(qpx, mr_->rkey, reinterpret_cast<uintptr_t>(remote + 24), &second);
+  second = 0;  // taken at the call
+  ASSERT_EQ(ibv_wr_complete(qpx), 0);
+  wc = Wait(cq_, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_ATOMIC_WRITE);
+  EXPECT_EQ(wc[0].wr_id, 2u);
+  uint64_t landed = 0;
+  std::memcpy(&landed, remote + 24, 8);
+  EXPECT_EQ(landed, 0x0123456789ABCDEFull);
+}
+
+// The send operations are checked against the QP type: a UD QP takes no
+// ATOMIC WRITE (an RC operation).
+TEST_F(VerbsApiTest, AtomicWriteIsAnRcOperation) {
+  ibv_qp_init_attr_ex a = RcAttr();
+  a.qp_type = IBV_QPT_UD;
+  ibv_qp* qp = ibv_create_qp_ex(ctx_, &a);
+  ASSERT_NE(qp, nullptr);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.qkey = 0x11111111;
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  attr.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE), 0);
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = 0;
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  uint64_t value = 1;
+  ibv_sge sge{reinterpret_cast<uintptr_t>(&value), 8, 0};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_ATOMIC_WRITE;
+  wr.send_flags = IBV_SEND_INLINE;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_send(qp, &wr, &bad), EINVAL);
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
 }
 
 // ibv_rereg_mr(3): a new access takes effect (remote write refused once

@@ -34,7 +34,7 @@ done
 # Frames uroce builds decode with good ICRCs too.
 "$write_sample_frames" "$tmp/built.pcap" >/dev/null || fail "write_sample_frames failed"
 out=$("$uroce" dump "$tmp/built.pcap") || fail "built frames: exit $?"
-[[ $(tail -n 1 <<<"$out") == "frames 240, roce 240, icrc_ok 240, icrc_bad 0, malformed 0" ]] ||
+[[ $(tail -n 1 <<<"$out") == "frames 244, roce 244, icrc_ok 244, icrc_bad 0, malformed 0" ]] ||
   fail "built frames: $(tail -n 1 <<<"$out")"
 
 # One payload byte changed: a bad ICRC, exit 1. rc_pingpong_64.pcap frame 1:

@@ -88,6 +88,10 @@ bool Requester::StartSendWqe(QueuePair* qp, SendSlot& slot) {
 
 bool Requester::CopyFromWqe(const QueuePair* qp, const SendWqeView& w, uint64_t offset, uint8_t* dest,
                             uint32_t length) const {
+  if (w->num_sge == 0 && w->opcode == IBV_WR_ATOMIC_WRITE) {  // its 8 bytes, taken at post time
+    std::memcpy(dest, reinterpret_cast<const uint8_t*>(&w->swap) + offset, length);
+    return true;
+  }
   if (w->num_sge == 0) {  // inline data: offset + length <= total_length <= max_inline_data
     std::memcpy(dest, w.inline_data() + offset, length);
     return true;
@@ -232,6 +236,20 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
       f.atomic_eth.compare_data = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.compare_add : 0;
       f.bth.ack_request = true;
       r.psn = slot.last_psn + 1;
+      break;
+    case IBV_WR_ATOMIC_WRITE:
+      // IBTA 1.5 ATOMIC WRITE: one packet, a RETH for the 8 bytes it carries.
+      // Ordered and acknowledged as an RDMA WRITE (a plain ACK completes
+      // it), so it takes no READ/atomic credit (max_rd_atomic), as in rxe.
+      f.bth.opcode = static_cast<uint8_t>(Opcode::kRcAtomicWrite);
+      f.bth.psn = slot.first_psn;
+      f.reth.virtual_address = w.remote_addr;
+      f.reth.rkey = w.rkey;
+      f.reth.dma_length = 8;
+      f.bth.ack_request = true;
+      payload = 8;
+      r.psn = slot.last_psn + 1;
+      r.send_offset = payload;
       break;
     default: {
       const uint64_t offset = r.send_offset;

@@ -530,6 +530,8 @@ ResponderStep Responder::Execute(const Request& r) {
     case Operation::kCompareSwap:
     case Operation::kFetchAdd:
       return ExecuteAtomic(r);
+    case Operation::kAtomicWrite:
+      return ExecuteAtomicWrite(r);
     default:
       if (r.rc) ResponderFatal(r.qp, r.psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
       return ResponderStep::kDone;
@@ -740,6 +742,46 @@ ResponderStep Responder::ExecuteAtomic(const Request& r) {
   s.expected_psn = psn + 1;
   EnqueueResponse(qp, AtomicJob(psn, original, /*duplicate=*/false));
   return ResponderStep::kDone;
+}
+
+// IBTA 1.5 ATOMIC WRITE (9.4.7): the 8 bytes land as one 64-bit store, so
+// that no reader (another QP's READ, the host's own loads) sees half of
+// them. It needs what an RDMA WRITE needs (remote write access on the QP
+// and the key, the range inside the region) and what an atomic needs (a
+// naturally aligned address); its RETH must ask for exactly the 8 bytes it
+// carries. As in Linux rxe (rxe_resp.c): a missing access is a remote access
+// error, a misaligned address or another length an invalid request; either
+// NAKs and stops the QP (class C/J, IBTA 9.9.3.1), and nothing is written.
+// Done, it is acknowledged like a WRITE (Acknowledge); a duplicate is
+// acknowledged again without storing again (HandleDuplicate), as a WRITE.
+ResponderStep Responder::ExecuteAtomicWrite(const Request& r) {
+  const auto& [qp, p, s, rc, psn, info] = r;
+  const RethFields& reth = p.fields.reth;
+  if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0) {
+    ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    return ResponderStep::kDone;
+  }
+  if (reth.dma_length != 8 || p.fields.payload_length != 8 || (reth.virtual_address & 7) != 0) {
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  uint8_t* host = nullptr;
+  if (core_.mrs.CheckRemote(reth.rkey, qp->resp.pd, reth.virtual_address, 8, IBV_ACCESS_REMOTE_WRITE, &host,
+                            qp->qpn) != MrCheck::kOk) {
+    ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    return ResponderStep::kDone;
+  }
+  if ((reinterpret_cast<uintptr_t>(host) & 7) != 0) {
+    // An aligned VA in a region whose IOVA and host address disagree modulo
+    // 8 (ibv_reg_mr_iova(3)): no single store could write it atomically.
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  uint64_t value;
+  std::memcpy(&value, p.payload, sizeof(value));  // the bytes as they travel: memory order
+  __atomic_store_n(reinterpret_cast<uint64_t*>(host), value, __ATOMIC_SEQ_CST);
+  ++s.msn;
+  return ResponderStep::kAcknowledge;
 }
 
 // The request is done: the next PSN, and an ACK if the requester asked.
