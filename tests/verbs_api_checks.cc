@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 namespace {
@@ -66,9 +67,8 @@ TEST_F(VerbsApiTest, ExtendedDeviceQueryCountsThePort) {
   ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &attr), 0);
   EXPECT_EQ(attr.orig_attr.phys_port_cnt, 1);
   EXPECT_EQ(attr.phys_port_cnt_ex, 1u);
-  // What is advertised is offered: SRQ resize is not (ibv_modify_srq with
-  // IBV_SRQ_MAX_WR says EOPNOTSUPP), so it is not advertised.
-  EXPECT_EQ(attr.orig_attr.device_cap_flags & IBV_DEVICE_SRQ_RESIZE, 0u);
+  // What is advertised is offered: SRQ resize (SrqResizeTest below).
+  EXPECT_NE(attr.orig_attr.device_cap_flags & IBV_DEVICE_SRQ_RESIZE, 0u);
 }
 
 // ibv_create_qp_ex(3) with IBV_QP_INIT_ATTR_CREATE_FLAGS and no flag (UCX's
@@ -382,6 +382,94 @@ TEST_F(VerbsApiTest, AtomicWriteIsAnRcOperation) {
   ibv_send_wr* bad = nullptr;
   EXPECT_EQ(ibv_post_send(qp, &wr, &bad), EINVAL);
   EXPECT_EQ(ibv_destroy_qp(qp), 0);
+}
+
+// ibv_modify_srq(3) with IBV_SRQ_MAX_WR (IBV_DEVICE_SRQ_RESIZE): a full SRQ
+// grows and the receives posted before stay, consumed in the order they
+// were posted; EINVAL below the receives posted, above max_srq_wr, or with
+// an armed limit above the new size, and a refused call changes nothing.
+TEST_F(RcLoopbackTest, SrqResizeKeepsThePostedReceivesInOrder) {
+  ibv_device_attr dev{};
+  ASSERT_EQ(ibv_query_device(ctx_, &dev), 0);
+  ibv_srq_init_attr init{};
+  init.attr.max_wr = 4;
+  init.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd_, &init);
+  ASSERT_NE(srq, nullptr);
+  auto post_recv = [&](uint64_t wr_id) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data() + kBytes + 64 * wr_id), 64, mr_->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return ibv_post_srq_recv(srq, &wr, &bad);
+  };
+  for (uint64_t id = 1; id <= 4; ++id) ASSERT_EQ(post_recv(id), 0);
+  EXPECT_EQ(post_recv(5), ENOMEM) << "full at 4";
+
+  ibv_srq_attr attr{};
+  attr.max_wr = 3;
+  EXPECT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR), EINVAL) << "four are posted";
+  attr.max_wr = static_cast<uint32_t>(dev.max_srq_wr) + 1;
+  EXPECT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR), EINVAL) << "above max_srq_wr";
+  attr.max_wr = 16;
+  attr.srq_limit = 17;
+  EXPECT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT), EINVAL) << "limit above the size";
+  ibv_srq_attr now{};
+  ASSERT_EQ(ibv_query_srq(srq, &now), 0);
+  EXPECT_EQ(now.max_wr, 4u) << "refused calls change nothing";
+  EXPECT_EQ(now.srq_limit, 0u);
+
+  attr.max_wr = 16;
+  attr.srq_limit = 2;
+  ASSERT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT), 0);
+  ASSERT_EQ(ibv_query_srq(srq, &now), 0);
+  EXPECT_EQ(now.max_wr, 16u);
+  EXPECT_EQ(now.srq_limit, 2u);
+  for (uint64_t id = 5; id <= 16; ++id) ASSERT_EQ(post_recv(id), 0) << id;
+  EXPECT_EQ(post_recv(17), ENOMEM) << "full at 16";
+
+  // A receiving QP on the SRQ and a sender: 16 SENDs take the receives in
+  // the order they were posted, those from before the resize first.
+  ibv_qp_init_attr_ex a = RcAttr();
+  a.cap.max_send_wr = 32;
+  ibv_qp* sender = ibv_create_qp_ex(ctx_, &a);
+  a.srq = srq;
+  a.cap.max_recv_wr = 0;
+  ibv_qp* receiver = ibv_create_qp_ex(ctx_, &a);
+  ASSERT_NE(sender, nullptr);
+  ASSERT_NE(receiver, nullptr);
+  ibv_gid gid{};
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
+  Connect(sender, receiver->qp_num, gid);
+  Connect(receiver, sender->qp_num, gid);
+  for (uint64_t i = 0; i < 16; ++i) {
+    buf_[i] = static_cast<uint8_t>(i);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data() + i), 1, mr_->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = 100 + i;
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(sender, &wr, &bad), 0);
+  }
+  std::vector<uint64_t> order;
+  for (const ibv_wc& wc : Wait(cq_, 16)) {
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    if (wc.opcode == IBV_WC_RECV) {
+      order.push_back(wc.wr_id);
+      // Receive k (1-based) took SEND k-1, whose byte is k-1.
+      EXPECT_EQ(buf_[kBytes + 64 * wc.wr_id], static_cast<uint8_t>(wc.wr_id - 1));
+    }
+  }
+  std::vector<uint64_t> want(16);
+  std::iota(want.begin(), want.end(), 1);
+  EXPECT_EQ(order, want);
+  EXPECT_EQ(ibv_destroy_qp(receiver), 0);
+  EXPECT_EQ(ibv_destroy_qp(sender), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 
 // ibv_rereg_mr(3): a new access takes effect (remote write refused once

@@ -279,15 +279,18 @@ int Engine::PostRecv(QueuePair* qp, const ibv_recv_wr* wr, const ibv_recv_wr** b
 }
 
 int Engine::PostSrqRecv(SharedReceiveQueue* srq, const ibv_recv_wr* wr, const ibv_recv_wr** bad_wr) {
+  // A resize (ResizeSrq) replaces the ring only while no poster is inside.
+  SharedReceiveQueue::PostGate gate(*srq);
+  const uint32_t max_wr = srq->max_wr.load(std::memory_order_relaxed);
   for (; wr != nullptr; wr = wr->next) {
     *bad_wr = wr;
     RecvWqe wqe;
     if (!CopyRecv(wr, srq->max_sge, &wqe)) return EINVAL;
     uint32_t posted = srq->posted.load(std::memory_order_relaxed);
     do {
-      if (posted >= srq->max_wr) return ENOMEM;
+      if (posted >= max_wr) return ENOMEM;
     } while (!srq->posted.compare_exchange_weak(posted, posted + 1, std::memory_order_acquire));
-    if (!srq->ring.TryPushWith([&wqe](std::byte* slot) { WriteRecvWqe(wqe, slot); })) {
+    if (!srq->ring().TryPushWith([&wqe](std::byte* slot) { WriteRecvWqe(wqe, slot); })) {
       srq->posted.fetch_sub(1, std::memory_order_release);
       return ENOMEM;
     }
