@@ -129,7 +129,8 @@ int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
   Srq* s = Srq::From(srq);
   if (mask & ~(IBV_SRQ_LIMIT | IBV_SRQ_MAX_WR)) return EINVAL;
   if (attr == nullptr) return EINVAL;
-  uint32_t max_wr = s->max_wr;
+  // The engine's size, not s->max_wr: another thread may resize meanwhile.
+  uint32_t max_wr = s->engine_srq->max_wr.load(std::memory_order_relaxed);
   if (mask & IBV_SRQ_MAX_WR) {
     if (attr->max_wr == 0 || attr->max_wr > uroce::verbs::kMaxSrqWr) return EINVAL;
     max_wr = attr->max_wr;
@@ -141,7 +142,6 @@ int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
   if (mask & IBV_SRQ_MAX_WR) {
     uroce::Status st = s->context->engine->ResizeSrq(s->engine_srq, max_wr);
     if (!st.ok()) return st.ToErrno();
-    s->max_wr = s->engine_srq->max_wr.load(std::memory_order_relaxed);
   }
   if (mask & IBV_SRQ_LIMIT) s->engine_srq->limit.store(attr->srq_limit, std::memory_order_release);
   return 0;
@@ -149,7 +149,7 @@ int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
 
 int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
   Srq* s = Srq::From(srq);
-  attr->max_wr = s->max_wr;
+  attr->max_wr = s->engine_srq->max_wr.load(std::memory_order_relaxed);  // as resized
   attr->max_sge = s->max_sge;
   attr->srq_limit = s->engine_srq->limit.load(std::memory_order_acquire);
   return 0;
