@@ -734,6 +734,129 @@ TEST_F(HostilePeerTest, WritesAtTheRegionsEdgesAreRefused) {
   }
 }
 
+// IBTA 1.5 ATOMIC WRITE from a peer: it lands only whole, aligned, inside a
+// region whose key and QP allow remote writes, and its RETH must ask for
+// exactly the 8 bytes it carries. Anything else is NAKed (invalid request or
+// remote access error, as Linux rxe answers), the QP stops, and not one byte
+// of the region changes. One that lands is answered as rxe answers it, with
+// a zero-length READ response Only; a duplicate of it is answered again, not
+// stored again.
+TEST_F(HostilePeerTest, AtomicWritesThatMayNotLandWriteNothing) {
+  GuardedRegion read_only(4096);
+  auto ro_keys = engine_->RegMr(pd_, read_only.data(), read_only.size, read_only.va(),
+                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+  ASSERT_TRUE(ro_keys.ok());
+  struct Case {
+    const char* what;
+    uint64_t va;
+    uint32_t rkey;
+    uint32_t dma_length;
+    bool qp_may_write;
+    NakCode nak;
+  };
+  const uint64_t va = region_->va();
+  const Case cases[] = {
+      {"misaligned", va + 4, keys_.rkey, 8, true, NakCode::kInvalidRequest},
+      {"DMA length 16", va, keys_.rkey, 16, true, NakCode::kInvalidRequest},
+      {"DMA length 0", va, keys_.rkey, 0, true, NakCode::kInvalidRequest},
+      {"past the region's end", va + region_->size, keys_.rkey, 8, true, NakCode::kRemoteAccessError},
+      {"straddling its start", va - 8, keys_.rkey, 8, true, NakCode::kRemoteAccessError},
+      {"unknown key", va, keys_.rkey ^ 0x100, 8, true, NakCode::kRemoteAccessError},
+      {"key without remote write", read_only.va(), ro_keys->rkey, 8, true, NakCode::kRemoteAccessError},
+      {"QP without remote write", va, keys_.rkey, 8, false, NakCode::kRemoteAccessError},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    QueuePair* qp = MakeConnectedQp();
+    if (!c.qp_may_write) {
+      ibv_qp_attr a{};
+      a.qp_state = IBV_QPS_RTS;  // RTS to RTS may change the access (IBTA 11.2.4.2)
+      a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+      ASSERT_TRUE(engine_->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS).ok());
+    }
+    Inject(qp, Opcode::kRcAtomicWrite, kRqPsn, 8, true, [&](PacketFields& f) {
+      f.reth.virtual_address = c.va;
+      f.reth.rkey = c.rkey;
+      f.reth.dma_length = c.dma_length;
+    });
+    auto sent = AcknowledgementsOf(Transmitted(), qp);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0].fields.aeth.kind(), AethKind::kNak);
+    EXPECT_EQ(sent[0].fields.aeth.value(), static_cast<uint8_t>(c.nak));
+    EXPECT_EQ(qp->state.load(), IBV_QPS_ERR);
+    for (size_t i = 0; i < region_->size; ++i) ASSERT_EQ(region_->data()[i], 0) << "byte " << i;
+    for (size_t i = 0; i < read_only.size; ++i) ASSERT_EQ(read_only.data()[i], 0) << "byte " << i;
+    EXPECT_TRUE(read_only.GuardsIntact());
+  }
+
+  // Allowed: the 8 bytes land, a zero-length READ response answers. Its
+  // duplicate is answered again and stores nothing (the region is cleared
+  // in between to see it).
+  for (int copy = 0; copy < 2; ++copy) {
+    Inject(Opcode::kRcAtomicWrite, kRqPsn, 8, true, [&](PacketFields& f) {
+      f.reth.virtual_address = va + 64;
+      f.reth.rkey = keys_.rkey;
+      f.reth.dma_length = 8;
+    });
+    auto sent = Transmitted(2);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0].fields.bth.opcode, static_cast<uint8_t>(Opcode::kRcRdmaReadResponseOnly));
+    EXPECT_EQ(sent[0].fields.payload_length, 0u);
+    EXPECT_EQ(sent[0].fields.aeth.kind(), AethKind::kAck);
+    EXPECT_EQ(sent[0].fields.bth.psn.value(), kRqPsn);
+    for (size_t i = 0; i < region_->size; ++i) {
+      const uint8_t want = copy == 0 && i >= 64 && i < 72 ? 0xAB : 0;
+      ASSERT_EQ(region_->data()[i], want) << "copy " << copy << " byte " << i;
+    }
+    std::memset(region_->data(), 0, region_->size);
+  }
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+}
+
+// The requester's side of an ATOMIC WRITE: one packet (RETH for 8 bytes, the
+// 8 bytes from the SGE), completed by the zero-length READ response rxe
+// answers with, or by an ACK covering it; a READ response with data is a bad
+// response.
+TEST_F(HostilePeerTest, AtomicWriteCompletesOnItsAnswer) {
+  for (int i = 0; i < 8; ++i) region_->data()[i] = static_cast<uint8_t>(0x10 + i);
+  PostSend(IBV_WR_ATOMIC_WRITE, region_->va(), 8, keys_.lkey, 1);
+  auto sent = Transmitted();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].fields.bth.opcode, static_cast<uint8_t>(Opcode::kRcAtomicWrite));
+  EXPECT_EQ(sent[0].fields.bth.psn.value(), kSqPsn);
+  EXPECT_TRUE(sent[0].fields.bth.ack_request);
+  EXPECT_EQ(sent[0].fields.reth.virtual_address, 0x10000u);
+  EXPECT_EQ(sent[0].fields.reth.rkey, 0x77u);
+  EXPECT_EQ(sent[0].fields.reth.dma_length, 8u);
+  EXPECT_EQ(sent[0].payload, std::vector<uint8_t>(region_->data(), region_->data() + 8));
+  Inject(Opcode::kRcRdmaReadResponseOnly, kSqPsn, 0);
+  Transmitted();
+  auto wc = Completions();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_ATOMIC_WRITE);
+
+  PostSend(IBV_WR_ATOMIC_WRITE, region_->va(), 8, keys_.lkey, 2);
+  ASSERT_EQ(Transmitted().size(), 1u);
+  Inject(Opcode::kRcAcknowledge, kSqPsn + 1);
+  Transmitted();
+  wc = Completions();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 2u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_ATOMIC_WRITE);
+
+  PostSend(IBV_WR_ATOMIC_WRITE, region_->va(), 8, keys_.lkey, 3);
+  ASSERT_EQ(Transmitted().size(), 1u);
+  Inject(Opcode::kRcRdmaReadResponseOnly, kSqPsn + 2, 8);
+  Transmitted();
+  wc = Completions();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 3u);
+  EXPECT_EQ(wc[0].status, IBV_WC_BAD_RESP_ERR);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(region_->data()[i], 0x10 + i) << "nothing placed";
+}
+
 // ---------------------------------------------------------------- 4: implicit on-demand regions
 
 // An implicit ODP region (ibv_reg_mr(pd, NULL, SIZE_MAX, ON_DEMAND | ...))

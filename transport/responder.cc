@@ -272,7 +272,8 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
   qp->counters.duplicates++;
   core_.counters.duplicates++;
   const Operation op = p.opcode->operation;
-  if (op == Operation::kRdmaReadRequest || op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
+  if (op == Operation::kRdmaReadRequest || op == Operation::kCompareSwap || op == Operation::kFetchAdd ||
+      op == Operation::kAtomicWrite) {
     // Already answering this very request: the copy adds nothing.
     for (uint32_t i = 0; i < s.reads_count; ++i) {
       if (s.reads[(s.reads_head + i) % s.reads.size()].first_psn.value() == p.fields.bth.psn.value()) return;
@@ -318,6 +319,22 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
       }
     }
     return;  // too old to replay: the requester's retry will fail it
+  }
+  if (op == Operation::kAtomicWrite) {
+    // Answered again (its zero-length READ response), never stored again: a
+    // later write to the word may have landed since. Only if the request
+    // still passes the checks of the first (DESIGN); otherwise nothing.
+    const RethFields& reth = p.fields.reth;
+    uint8_t* host = nullptr;
+    if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0 || reth.dma_length != 8 ||
+        (reth.virtual_address & 7) != 0 ||
+        core_.mrs.CheckRemote(reth.rkey, qp->resp.pd, reth.virtual_address, 8, IBV_ACCESS_REMOTE_WRITE, &host,
+                              qp->qpn) != MrCheck::kOk) {
+      core_.counters.rx_dropped++;
+      return;
+    }
+    EnqueueResponse(qp, ReadJob(p.fields.bth.psn, RethFields{reth.virtual_address, reth.rkey, 0}, /*duplicate=*/true));
+    return;
   }
   // SEND / WRITE: acknowledge again, with the newest PSN (IBTA o9-20).
   QueueAck(qp, s.expected_psn - 1);
@@ -536,6 +553,8 @@ ResponderStep Responder::Execute(const Request& r) {
     case Operation::kCompareSwap:
     case Operation::kFetchAdd:
       return ExecuteAtomic(r);
+    case Operation::kAtomicWrite:
+      return ExecuteAtomicWrite(r);
     default:
       if (r.rc) ResponderFatal(r.qp, r.psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
       return ResponderStep::kDone;
@@ -769,6 +788,58 @@ ResponderStep Responder::ExecuteAtomic(const Request& r) {
   s.expected_psn = psn + 1;
   EnqueueResponse(qp, AtomicJob(psn, original, /*duplicate=*/false));
   return ResponderStep::kDone;
+}
+
+// IBTA 1.5 ATOMIC WRITE (9.4.7): the 8 bytes land as one 64-bit store, so
+// that no reader (another QP's READ, the host's own loads) sees half of
+// them. It needs what an RDMA WRITE needs (remote write access on the QP
+// and the key, the range inside the region) and what an atomic needs (a
+// naturally aligned address); its RETH must ask for exactly the 8 bytes it
+// carries. As in Linux rxe (rxe_resp.c): a missing access is a remote access
+// error, a misaligned address or another length an invalid request; either
+// NAKs and stops the QP (class C/J, IBTA 9.9.3.1), and nothing is written.
+// Done, it is answered as Linux rxe answers it (rxe_resp.c, acknowledge():
+// send_read_response_ack): an RDMA READ response Only with no data, queued
+// with the READ and atomic responses, so that it takes a responder resource
+// (max_dest_rd_atomic) like them; a duplicate is answered again without
+// storing again (HandleDuplicate).
+ResponderStep Responder::ExecuteAtomicWrite(const Request& r) {
+  const auto& [qp, p, s, rc, psn, info] = r;
+  const RethFields& reth = p.fields.reth;
+  if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0) {
+    ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    return ResponderStep::kDone;
+  }
+  if (reth.dma_length != 8 || p.fields.payload_length != 8 || (reth.virtual_address & 7) != 0) {
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  uint8_t* host = nullptr;
+  if (core_.mrs.CheckRemote(reth.rkey, qp->resp.pd, reth.virtual_address, 8, IBV_ACCESS_REMOTE_WRITE, &host,
+                            qp->qpn) != MrCheck::kOk) {
+    ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    return ResponderStep::kDone;
+  }
+  if ((reinterpret_cast<uintptr_t>(host) & 7) != 0) {
+    // An aligned VA in a region whose IOVA and host address disagree modulo
+    // 8 (ibv_reg_mr_iova(3)): no single store could write it atomically.
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  // Room for its response first: more outstanding than max_dest_rd_atomic
+  // is an invalid request, and then nothing may have been stored.
+  if (s.reads.empty() || s.reads_count - s.duplicate_jobs >= s.reads.size() / 2 ||
+      s.reads_count >= s.reads.size()) {
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  uint64_t value;
+  std::memcpy(&value, p.payload, sizeof(value));  // the bytes as they travel: memory order
+  __atomic_store_n(reinterpret_cast<uint64_t*>(host), value, __ATOMIC_SEQ_CST);
+  ++s.msn;
+  s.expected_psn = psn + 1;
+  EnqueueResponse(qp, ReadJob(psn, RethFields{reth.virtual_address, reth.rkey, 0}, /*duplicate=*/false));
+  return ResponderStep::kDone;  // the response acknowledges it
 }
 
 // The request is done: the next PSN, and an ACK if the requester asked.

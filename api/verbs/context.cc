@@ -38,11 +38,12 @@ void FillDeviceAttr(Context* ctx, ibv_device_attr* a) {
   a->max_qp_wr = 16384;  // Engine::CreateQp's bound
   // Memory windows of type 1 and 2B (api/verbs/mw.cc). Not
   // IBV_DEVICE_MEM_MGT_EXTENSIONS: it promises fast-registration MRs and
-  // remote invalidation of MRs, which uroce does not have. No
-  // IBV_DEVICE_SRQ_RESIZE: ibv_modify_srq(3) with IBV_SRQ_MAX_WR is not
-  // offered (it was advertised and refused, issue 17).
+  // remote invalidation of MRs, which uroce does not have.
+  // IBV_DEVICE_SRQ_RESIZE: ibv_modify_srq(3) with IBV_SRQ_MAX_WR (srq.cc,
+  // Engine::ResizeSrq; advertised and refused before issue 17).
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
-                        IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
+                        IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC |
+                        IBV_DEVICE_SRQ_RESIZE;
   a->max_sge = static_cast<int>(transport::kMaxSendSge);
   a->max_sge_rd = static_cast<int>(transport::kMaxSendSge);
   a->max_cq = 65536;

@@ -160,7 +160,7 @@ struct Srq {
   ibv_srq srq;  // first
   Context* context = nullptr;
   transport::SharedReceiveQueue* engine_srq = nullptr;
-  uint32_t max_wr = 0, max_sge = 0;
+  uint32_t max_wr = 0, max_sge = 0;  // as created; engine_srq->max_wr is the size after a resize
   static Srq* From(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
 };
 
