@@ -929,7 +929,7 @@ class ImplicitOdpHostileTest : public HostilePeerTest {
   std::vector<Sent> Request(QueuePair* qp, Opcode opcode, uint64_t va, uint32_t length) {
     const uint32_t rkey = implicit_.rkey;
     const bool atomic = opcode == Opcode::kRcCompareSwap || opcode == Opcode::kRcFetchAdd;
-    const bool write = opcode == Opcode::kRcRdmaWriteOnly;
+    const bool write = opcode == Opcode::kRcRdmaWriteOnly || opcode == Opcode::kRcAtomicWrite;
     Inject(qp, opcode, kRqPsn, write ? length : 0, true, [&](PacketFields& f) {
       if (atomic) {
         f.atomic_eth.virtual_address = va;
@@ -992,6 +992,11 @@ TEST_F(ImplicitOdpHostileTest, MappedMemoryIsReachedThroughTheImplicitKeys) {
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].fields.atomic_ack_eth.original_remote_data, 0u);
   EXPECT_EQ(*word, 5u);
+  // IBTA 1.5 ATOMIC WRITE: stored whole, answered with a READ response.
+  sent = Request(MakeConnectedQp(), Opcode::kRcAtomicWrite, ReadWrite() + 256, 8);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].opcode->operation, Operation::kRdmaReadResponse);
+  EXPECT_EQ(*word, 0xABABABABABABABABull);
 
   // A SEND into a receive buffer named by the implicit lkey.
   QueuePair* receiver = MakeConnectedQp();
@@ -1042,7 +1047,7 @@ TEST_F(ImplicitOdpHostileTest, ReadsOfUnmappedMemoryAreNaked) {
 }
 
 TEST_F(ImplicitOdpHostileTest, AtomicsOnUnmappedOrReadOnlyMemoryAreNaked) {
-  for (Opcode op : {Opcode::kRcFetchAdd, Opcode::kRcCompareSwap}) {
+  for (Opcode op : {Opcode::kRcFetchAdd, Opcode::kRcCompareSwap, Opcode::kRcAtomicWrite}) {
     for (uint64_t va : Unwritable()) {
       QueuePair* qp = MakeConnectedQp();
       ExpectRemoteAccessNak(Request(qp, op, va, 8), qp, va);

@@ -74,6 +74,13 @@ bool OnDemandAtomic(uint64_t* word, bool compare_swap, uint64_t compare, uint64_
   return true;
 }
 
+bool OnDemandStore(uint64_t* word, uint64_t value) {
+  if ((reinterpret_cast<uintptr_t>(word) & 7) != 0 || !ProbeWritable(word)) return false;
+  // The residual race of OnDemandAtomic applies here too.
+  __atomic_store_n(word, value, __ATOMIC_SEQ_CST);
+  return true;
+}
+
 bool OnDemandMemoryAvailable() {
   static const bool available = [] {
     uint64_t word = 0x5a5a5a5a5a5a5a5aull;

@@ -56,6 +56,11 @@ bool OnDemandWrite(void* dest, const void* source, size_t length);
 // changed) if the word's page cannot be had for writing.
 bool OnDemandAtomic(uint64_t* word, bool compare_swap, uint64_t compare, uint64_t swap_or_add, uint64_t* original);
 
+// IBTA 1.5 ATOMIC WRITE into an implicit region: the 8-byte-aligned word
+// probed for writing as OnDemandAtomic does, then stored with one 64-bit
+// store. False (nothing stored) when the page cannot be had for writing.
+bool OnDemandStore(uint64_t* word, uint64_t value);
+
 // The copies for a range a check granted: memcpy for kOk, the fault-free
 // copies for kOkOnDemand.
 inline bool MrRead(MrCheck how, void* dest, const uint8_t* host, size_t length) {

@@ -815,8 +815,9 @@ ResponderStep Responder::ExecuteAtomicWrite(const Request& r) {
     return ResponderStep::kDone;
   }
   uint8_t* host = nullptr;
-  if (core_.mrs.CheckRemote(reth.rkey, qp->resp.pd, reth.virtual_address, 8, IBV_ACCESS_REMOTE_WRITE, &host,
-                            qp->qpn) != MrCheck::kOk) {
+  const MrCheck how =
+      core_.mrs.CheckRemote(reth.rkey, qp->resp.pd, reth.virtual_address, 8, IBV_ACCESS_REMOTE_WRITE, &host, qp->qpn);
+  if (how != MrCheck::kOk && how != MrCheck::kOkOnDemand) {
     ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
     return ResponderStep::kDone;
   }
@@ -835,7 +836,16 @@ ResponderStep Responder::ExecuteAtomicWrite(const Request& r) {
   }
   uint64_t value;
   std::memcpy(&value, p.payload, sizeof(value));  // the bytes as they travel: memory order
-  __atomic_store_n(reinterpret_cast<uint64_t*>(host), value, __ATOMIC_SEQ_CST);
+  if (how == MrCheck::kOkOnDemand) {
+    // An implicit on-demand region: a page the kernel cannot give for
+    // writing earns the NAK an ODP NIC gives (on_demand_memory.h).
+    if (!OnDemandStore(reinterpret_cast<uint64_t*>(host), value)) {
+      ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+      return ResponderStep::kDone;
+    }
+  } else {
+    __atomic_store_n(reinterpret_cast<uint64_t*>(host), value, __ATOMIC_SEQ_CST);
+  }
   ++s.msn;
   s.expected_psn = psn + 1;
   EnqueueResponse(qp, ReadJob(psn, RethFields{reth.virtual_address, reth.rkey, 0}, /*duplicate=*/false));
