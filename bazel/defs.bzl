@@ -21,6 +21,10 @@ the machine) under `uroce exec`, with `args` and its rank's `rank_args`:
     10.77.0.2 / fd00:77::2. Rank 1 starts `stagger_ms` after rank 0 (a
     server listens first). The memif socket is the test's own (from
     TEST_TMPDIR), so tests run in parallel.
+  * processes = 3 or more: the processes share one host device, as programs
+    on a host with one NIC do: a uroce daemon of the test's own (its uplink
+    goes nowhere: net_null) and every rank attached to it, all with uroce0
+    at 10.88.0.1 / fd00:88::1; ranks start `stagger_ms` apart.
 
 Each process sees UROCE_RANK, UROCE_SIZE, UROCE_SERVER_IP (rank 0's IPv4
 address) and UROCE_CONFIG. `impair` (loss, dup, reorder, delay_us, corrupt,
@@ -41,8 +45,10 @@ def uroce_test(
         **kwargs):
     if (binary == None) == (cmd == None):
         fail("uroce_test %s: give binary (a label) or cmd (a command), one of them" % name)
-    if processes not in (1, 2):
-        fail("uroce_test %s: processes = 1 or 2 (more share the host device: not offered yet)" % name)
+    if processes < 1 or processes > 16:
+        fail("uroce_test %s: processes = 1 to 16" % name)
+    if processes > 2 and impair:
+        fail("uroce_test %s: impair needs processes = 1 or 2" % name)
     uroce = Label("//tools:uroce")
     configs = [Label("//configs:ring.ini"), Label("//configs:pair-a.ini"), Label("//configs:pair-b.ini")]
     libraries = [

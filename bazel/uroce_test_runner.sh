@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test bazel/defs.bzl's uroce_test runs: the program under `uroce exec`,
-# in one process (configs/ring.ini) or two (a memif pair), each given its
-# rank's extra arguments; passes when every process exits 0.
+# in one process (configs/ring.ini), two (a memif pair) or more (attached to
+# a uroce daemon of the test's own), each given its rank's extra arguments;
+# passes when every process exits 0.
 #
 # usage: uroce_test_runner.sh UROCE RING PAIR_A PAIR_B PROCESSES IMPAIR|- \
 #            STAGGER_MS RANK0_ARGS|- [RANK1_ARGS|-] -- PROGRAM [ARGS...]
@@ -18,21 +19,57 @@ program=("$@")
 
 exec_flags=()
 [[ $impair != - ]] && exec_flags+=(--impair "$impair")
+export UROCE_SIZE=$processes UROCE_SERVER_IP=10.77.0.1
+daemon_pid=
 if ((processes == 1)); then
   configs=("$ring")
-else
+  UROCE_SERVER_IP=10.99.0.1
+elif ((processes == 2)); then
   configs=("$pair_a" "$pair_b")
+else
+  # More processes share one host device, as on a host with one NIC: a uroce
+  # daemon of the test's own whose uplink goes nowhere (net_null); every
+  # rank attaches to it and has uroce0 at 10.88.0.1, frames between ranks
+  # cross the daemon's switch.
+  if [[ $impair != - ]]; then
+    echo "uroce_test_runner: impair needs processes = 1 or 2 (the daemon's ports are not impaired)" >&2
+    exit 2
+  fi
+  dir=$(mktemp -d /tmp/uroce-test.XXXXXX)  # short: a socket path has 108 bytes
+  trap 'kill "$daemon_pid" 2>/dev/null; wait "$daemon_pid" 2>/dev/null; rm -rf "$dir"' EXIT
+  cat > "$dir/daemon.ini" <<INI
+[eal]
+lcores = 0
+hugepages = no
+log_level = *:error
+telemetry = no
+
+[daemon]
+socket = $dir/uroce.sock
+
+[endpoint.up]
+port = net_null0
+ipv4 = 10.88.0.1
+ipv6 = fd00:88::1
+INI
+  "$uroce" daemon --config "$dir/daemon.ini" > >(sed -u "s/^/[daemon] /") 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq 200); do [[ -S $dir/uroce.sock ]] && break; sleep 0.05; done
+  [[ -S $dir/uroce.sock ]] || { echo "uroce_test_runner: the daemon did not start" >&2; exit 1; }
+  export UROCE_DAEMON=$dir/uroce.sock UROCE_SERVER_IP=10.88.0.1
+  configs=()
+  for ((r = 0; r < processes; r++)); do configs+=(-); done
 fi
-export UROCE_SIZE=$processes UROCE_SERVER_IP=10.77.0.1
-((processes == 1)) && UROCE_SERVER_IP=10.99.0.1
 
 pids=()
 for ((r = 0; r < processes; r++)); do
   extra=()
   [[ ${rank_args[r]} != - ]] && IFS='|' read -ra extra <<<"${rank_args[r]}"
   ((r > 0)) && sleep "$(awk -v ms="$stagger_ms" 'BEGIN { print ms / 1000 }')"
-  echo "uroce_test: rank $r: uroce exec --config $(basename "${configs[r]}") ${exec_flags[*]} -- ${program[*]} ${extra[*]}"
-  UROCE_RANK=$r "$uroce" exec --config "${configs[r]}" "${exec_flags[@]}" -- "${program[@]}" "${extra[@]}" \
+  config_flags=()
+  [[ ${configs[r]} != - ]] && config_flags=(--config "${configs[r]}")
+  echo "uroce_test: rank $r: uroce exec ${config_flags[*]} ${exec_flags[*]} -- ${program[*]} ${extra[*]}"
+  UROCE_RANK=$r "$uroce" exec "${config_flags[@]}" "${exec_flags[@]}" -- "${program[@]}" "${extra[@]}" \
     > >(sed -u "s/^/[rank $r] /") 2>&1 &
   pids+=($!)
 done
