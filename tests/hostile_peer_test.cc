@@ -100,16 +100,8 @@ class HostilePeerTest : public ::testing::Test {
     keys_ = *engine_->RegMr(pd_, region_->data(), region_->size, region_->va(), kAll);
   }
 
-  QueuePair* MakeConnectedQp() {
-    QpInitAttr init;
-    init.pd = pd_;
-    init.send_cq = cq_;
-    init.recv_cq = cq_;
-    init.cap.max_send_wr = 64;
-    init.cap.max_recv_wr = 64;
-    init.cap.max_send_sge = 2;
-    init.cap.max_recv_sge = 2;
-    QueuePair* qp = *engine_->CreateQp(init);
+  // INIT, RTR to the peer's kPeerQpn, RTS: `qp` connected as the peer expects.
+  QueuePair* Connect(QueuePair* qp) {
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
     a.port_num = 1;
@@ -138,6 +130,19 @@ class HostilePeerTest : public ::testing::Test {
                                              IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)
                     .ok());
     return qp;
+  }
+
+  QueuePair* MakeConnectedQp() {
+    QpInitAttr init;
+    init.pd = pd_;
+    init.send_cq = cq_;
+    init.recv_cq = cq_;
+    init.cap.max_send_wr = 64;
+    init.cap.max_recv_wr = 64;
+    init.cap.max_send_sge = 2;
+    init.cap.max_recv_sge = 2;
+    QueuePair* qp = *engine_->CreateQp(init);
+    return Connect(qp);
   }
 
   void TearDown() override {
@@ -1198,34 +1203,7 @@ class XrcHostileTest : public HostilePeerTest {
     auto made = engine_->CreateQp(init);
     EXPECT_TRUE(made.ok()) << made.status().ToString();
     QueuePair* qp = *made;
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = kAll;
-    EXPECT_TRUE(engine_->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS).ok());
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = kPeerQpn;
-    a.rq_psn = kRqPsn;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    std::memcpy(a.ah_attr.grh.dgid.raw, peer_gid_.data(), 16);
-    EXPECT_TRUE(engine_->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                             IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)
-                    .ok());
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = kSqPsn;
-    a.timeout = 10;
-    a.retry_cnt = 2;
-    a.rnr_retry = 1;
-    a.max_rd_atomic = 4;
-    EXPECT_TRUE(engine_->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)
-                    .ok());
-    return qp;
+    return Connect(qp);
   }
   SharedReceiveQueue* XrcSrq(uint32_t xrcd, uint64_t wr_id, uint32_t offset) {
     auto srq = engine_->CreateXrcSrq(pd_, xrcd, cq_, 4, 1, 0);
