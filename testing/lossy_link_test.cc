@@ -70,7 +70,7 @@ TEST_F(LossyLinkTest, ImpairmentsHappenAndReplayFromTheSeed) {
   bad.loss = 0.1;
   bad.duplicate = 0.1;
   bad.reorder = 0.1;
-  bad.max_delay_ticks = 3;
+  bad.max_delay = 3;
   LossyLink first(pool_.get(), 42, bad);
   std::vector<uint32_t> a = Run(first, 1000);
   LossyLink second(pool_.get(), 42, bad);
@@ -110,7 +110,7 @@ TEST_F(LossyLinkTest, CorruptionChangesABytePastEthernet) {
 
 TEST_F(LossyLinkTest, FramesLeftOnTheWireAreFreed) {
   LinkImpairments slow;
-  slow.max_delay_ticks = 1000;
+  slow.max_delay = 1000;
   LossyLink link(pool_.get(), 3, slow);
   for (uint32_t i = 0; i < 100; ++i) {
     rte_mbuf* m = Frame(i);
