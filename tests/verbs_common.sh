@@ -8,6 +8,8 @@ PAIR_A="$2"
 PAIR_B="$3"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 FAILS=0
+# More `uroce exec` flags for both sides of run_pair (e.g. --impair SPEC).
+EXEC_FLAGS=()
 # memif sockets are abstract (no file); a name per test run and pair.
 SOCK_BASE="/tmp/uroce-verbs-$$-$RANDOM"
 PAIRS=0
@@ -33,7 +35,7 @@ run_pair() {
   local port=$((20000 + (RANDOM % 20000)))
   make_pair_configs
   local a="$TMP/a-$PAIRS.ini" b="$TMP/b-$PAIRS.ini"
-  timeout -k 5 "$limit" "$UROCE" exec --config "$a" -- "$prog" -p "$port" $sargs > "$TMP/$name.server" 2>&1 &
+  timeout -k 5 "$limit" "$UROCE" exec --config "$a" ${EXEC_FLAGS[@]+"${EXEC_FLAGS[@]}"} -- "$prog" -p "$port" $sargs > "$TMP/$name.server" 2>&1 &
   local spid=$!
   local waited=0
   until listening "$port"; do
@@ -41,7 +43,7 @@ run_pair() {
     waited=$((waited + 1))
     if ! kill -0 "$spid" 2>/dev/null || [[ $waited -gt $((limit * 10)) ]]; then break; fi
   done
-  timeout -k 5 "$limit" "$UROCE" exec --config "$b" -- "$prog" -p "$port" $cargs 127.0.0.1 > "$TMP/$name.client" 2>&1
+  timeout -k 5 "$limit" "$UROCE" exec --config "$b" ${EXEC_FLAGS[@]+"${EXEC_FLAGS[@]}"} -- "$prog" -p "$port" $cargs 127.0.0.1 > "$TMP/$name.client" 2>&1
   local crc=$?
   wait "$spid"
   local src=$?
