@@ -9,12 +9,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <memory>
 #include <vector>
 
 #include "pmd/eal_test_environment.h"
+#include "pmd/frame_test_util.h"
 #include "pmd/mempool.h"
 
 namespace uroce::pmd {
@@ -22,34 +22,9 @@ namespace {
 
 constexpr unsigned kPool = 8191;
 
-// A port for the test: what is sent is kept (up to `accept` frames per
-// burst, like a TX ring with that much room), what is received comes from
-// `incoming`.
-class FakePort final : public transport::PacketIo {
- public:
-  uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override {
-    uint16_t k = 0;
-    while (k < n && !incoming.empty()) {
-      pkts[k++] = incoming.front();
-      incoming.pop_front();
-    }
-    return k;
-  }
-  uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override {
-    const uint16_t k = std::min(n, accept);
-    sent.insert(sent.end(), pkts, pkts + k);
-    return k;
-  }
-  void FreeAll() {
-    for (rte_mbuf* m : sent) rte_pktmbuf_free(m);
-    for (rte_mbuf* m : incoming) rte_pktmbuf_free(m);
-    sent.clear();
-    incoming.clear();
-  }
-  uint16_t accept = UINT16_MAX;
-  std::vector<rte_mbuf*> sent;
-  std::deque<rte_mbuf*> incoming;
-};
+using testing::FrameNumber;
+using testing::NumberedFrame;
+using testing::QueuePort;
 
 class ImpairedPortIoTest : public ::testing::Test {
  protected:
@@ -61,30 +36,20 @@ class ImpairedPortIoTest : public ::testing::Test {
     pool_ = std::move(*pool);
   }
   void TearDown() override {
-    port_.FreeAll();
+    port_.Clear();
     EXPECT_EQ(AvailableMbufs(pool_.get()), kPool) << "mbufs leaked or freed twice";
   }
 
-  rte_mbuf* Frame(uint32_t id) {
-    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
-    auto* data = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, 64));
-    std::memset(data, 0, 64);
-    std::memcpy(data + 20, &id, sizeof(id));
-    return m;
-  }
-  static uint32_t Id(const rte_mbuf* m) {
-    uint32_t id;
-    std::memcpy(&id, rte_pktmbuf_mtod(m, const uint8_t*) + 20, sizeof(id));
-    return id;
-  }
+  rte_mbuf* Frame(uint32_t id) { return NumberedFrame(pool_.get(), id); }
+  static uint32_t Id(const rte_mbuf* m) { return FrameNumber(m); }
 
   // Sends `count` frames through `io` in bursts of 8 and returns the ids
   // the port got, counted (order depends on time when delays are on).
   std::map<uint32_t, int> SendAll(ImpairedPortIo& io, uint32_t count) {
     std::map<uint32_t, int> got;
     auto harvest = [&] {
-      for (rte_mbuf* m : port_.sent) got[Id(m)]++;
-      port_.FreeAll();
+      for (rte_mbuf* m : port_.out) got[Id(m)]++;
+      port_.Clear();
     };
     for (uint32_t i = 0; i < count; i += 8) {
       rte_mbuf* burst[8];
@@ -101,7 +66,7 @@ class ImpairedPortIoTest : public ::testing::Test {
   }
 
   MempoolPtr pool_;
-  FakePort port_;
+  QueuePort port_;
 };
 
 PortImpairment Faults(double loss, double dup, double reorder, uint32_t delay_us, uint64_t seed) {
@@ -176,9 +141,9 @@ TEST_F(ImpairedPortIoTest, ReorderedFramesArriveAfterLaterOnes) {
   const uint64_t until = rte_get_tsc_cycles() + rte_get_tsc_hz();  // a second at most
   while (io.held() > 0 && rte_get_tsc_cycles() < until) io.RxBurst(none, 1);
   ASSERT_EQ(io.held(), 0u);
-  ASSERT_EQ(port_.sent.size(), 200u);
+  ASSERT_EQ(port_.out.size(), 200u);
   bool out_of_order = false;
-  for (size_t i = 1; i < port_.sent.size(); ++i) out_of_order |= Id(port_.sent[i]) < Id(port_.sent[i - 1]);
+  for (size_t i = 1; i < port_.out.size(); ++i) out_of_order |= Id(port_.out[i]) < Id(port_.out[i - 1]);
   EXPECT_TRUE(out_of_order);
   EXPECT_GT(io.counters().tx.reordered, 10u);
 }
@@ -189,8 +154,8 @@ TEST_F(ImpairedPortIoTest, CorruptionFlipsOneBitPastEthernet) {
   ImpairedPortIo io(&port_, pool_.get(), f);
   rte_mbuf* m = Frame(9);
   ASSERT_EQ(io.TxBurst(&m, 1), 1);
-  ASSERT_EQ(port_.sent.size(), 1u);
-  const uint8_t* d = rte_pktmbuf_mtod(port_.sent[0], const uint8_t*);
+  ASSERT_EQ(port_.out.size(), 1u);
+  const uint8_t* d = rte_pktmbuf_mtod(port_.out[0], const uint8_t*);
   int bits = 0;
   for (int i = 0; i < 64; ++i) {
     const uint8_t want = i == 20 ? 9 : 0;
@@ -209,17 +174,17 @@ TEST_F(ImpairedPortIoTest, AFullPortKeepsFramesInOrderAndPushesBack) {
   f.faults.corrupt = 1e-12;  // impaired, but nothing happens
   f.hold_frames = 32;
   ImpairedPortIo io(&port_, pool_.get(), f);
-  port_.accept = 0;  // TX queue full
+  port_.tx_room = 0;  // TX queue full
   rte_mbuf* burst[64];
   for (uint32_t i = 0; i < 64; ++i) burst[i] = Frame(i);
   const uint16_t taken = io.TxBurst(burst, 64);
   EXPECT_EQ(taken, 32) << "the hold queue takes what fits, the rest stay the caller's";
   for (uint32_t i = taken; i < 64; ++i) rte_pktmbuf_free(burst[i]);
-  port_.accept = 5;
+  port_.tx_room = 5;
   rte_mbuf* none[1];
   for (int i = 0; i < 20 && io.held() > 0; ++i) io.RxBurst(none, 1);
-  ASSERT_EQ(port_.sent.size(), 32u);
-  for (uint32_t i = 0; i < 32; ++i) EXPECT_EQ(Id(port_.sent[i]), i);
+  ASSERT_EQ(port_.out.size(), 32u);
+  for (uint32_t i = 0; i < 32; ++i) EXPECT_EQ(Id(port_.out[i]), i);
 }
 
 TEST_F(ImpairedPortIoTest, ReceivedFramesAreImpairedToo) {
@@ -227,10 +192,10 @@ TEST_F(ImpairedPortIoTest, ReceivedFramesAreImpairedToo) {
   f.tx = false;
   f.rx = true;
   ImpairedPortIo io(&port_, pool_.get(), f);
-  for (uint32_t i = 0; i < 2000; ++i) port_.incoming.push_back(Frame(i));
+  for (uint32_t i = 0; i < 2000; ++i) port_.in.push_back(Frame(i));
   std::map<uint32_t, int> got;
   rte_mbuf* burst[32];
-  for (int spin = 0; spin < 10000 && (!port_.incoming.empty() || io.held() > 0); ++spin) {
+  for (int spin = 0; spin < 10000 && (!port_.in.empty() || io.held() > 0); ++spin) {
     const uint16_t n = io.RxBurst(burst, 32);
     for (uint16_t k = 0; k < n; ++k) got[Id(burst[k])]++;
     rte_pktmbuf_free_bulk(burst, n);
@@ -251,7 +216,7 @@ TEST_F(ImpairedPortIoTest, HeldFramesGoBackToThePoolAtTeardown) {
     for (uint32_t i = 0; i < 300; ++i) {
       rte_mbuf* m = Frame(i);
       ASSERT_EQ(io.TxBurst(&m, 1), 1);
-      port_.incoming.push_back(Frame(1000 + i));
+      port_.in.push_back(Frame(1000 + i));
     }
     rte_mbuf* burst[32];
     for (int i = 0; i < 20; ++i) rte_pktmbuf_free_bulk(burst, io.RxBurst(burst, 32));

@@ -213,7 +213,7 @@ int DemoCommand(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--iterations") && i + 1 < argc) {
       iterations = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: uroce demo [--iterations N] [--config FILE] [--set SECTION.KEY=VALUE ...]\n");
+      std::fprintf(stderr, "usage: uroce demo [--iterations N] [--config FILE] [--set SECTION.KEY=VALUE ...] [--impair SPEC]\n");
       return 2;
     }
   }
@@ -284,6 +284,11 @@ int DemoCommand(int argc, char** argv) {
     if (!(send_ok && write_ok && read_ok && atomic_ok)) rc = 1;
     const pmd::ShutdownReport report = runtime.Shutdown();
     std::printf("  mbufs back in the pools: %u of %u\n", report.mbufs_in_pools, report.mbufs_total);
+    if (!report.impairments.empty()) {
+      std::string lines = report.impairments;
+      for (size_t at = lines.find('\n'); at != std::string::npos; at = lines.find('\n', at + 3)) lines.insert(at + 1, "  ");
+      std::printf("  %s\n", lines.c_str());
+    }
     if (!report.pools_full()) rc = 1;
   }
   if (!pmd::StopEal().ok()) rc = 1;

@@ -20,7 +20,7 @@ constexpr Subcommand kSubcommands[] = {
     {"floor", uroce::tools::FloorCommand, "raw frames bounced and streamed over perf's port, no transport: the medium's floor"},
     {"stats", uroce::tools::StatsCommand, "counters of a running uroce process, from DPDK telemetry"},
     {"daemon", uroce::tools::DaemonCommand, "the host's uroce device, shared by every process: daemon --config FILE"},
-    {"exec", uroce::tools::ExecCommand, "run an unmodified verbs program over uroce: exec [--config FILE] -- PROGRAM ..."},
+    {"exec", uroce::tools::ExecCommand, "run an unmodified verbs program over uroce: exec [--config FILE] [--impair SPEC] -- PROGRAM ..."},
 };
 
 int Usage(FILE* out) {
