@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -605,6 +606,19 @@ StatusOr<std::vector<ConfigOverride>> ParseImpairSpec(const std::string& text) {
     out.push_back(ConfigOverride{"impair", key, Trim(item.substr(eq + 1))});
   }
   if (out.empty()) return InvalidArgument("--impair needs key=value items (e.g. loss=0.01,seed=7)");
+  // Checked as the section's keys are, so that a typo fails where it is
+  // written (uroce exec) rather than later in the program.
+  std::vector<rte_cfgfile_entry> entries(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].key.size() >= CFG_NAME_LEN || out[i].value.size() >= CFG_VALUE_LEN) {
+      return InvalidArgument("--impair " + out[i].key + "=" + out[i].value + ": too long");
+    }
+    std::snprintf(entries[i].name, sizeof(entries[i].name), "%s", out[i].key.c_str());
+    std::snprintf(entries[i].value, sizeof(entries[i].value), "%s", out[i].value.c_str());
+  }
+  UroceConfig scratch;
+  Status s = Builder(&scratch).Section("impair", entries);
+  if (!s.ok()) return Status(s.code(), "--impair: " + s.message());
   return out;
 }
 

@@ -193,7 +193,8 @@ struct ConfigOverride {
 };
 StatusOr<ConfigOverride> ParseOverride(const std::string& text);
 // `--impair loss=0.01,dup=0.001,seed=7` (and UROCE_IMPAIR): one override
-// of [impair] per item; the keys and values are checked as the section's.
+// of [impair] per item; the keys and values are checked here, as the
+// section's are.
 StatusOr<std::vector<ConfigOverride>> ParseImpairSpec(const std::string& text);
 
 // Reads `path` (an INI file), applies `overrides` in order, checks it all.

@@ -78,6 +78,15 @@ expect_injected() {
   echo "ok: $name: $word $n"
 }
 
+# A bad --impair is refused by `uroce exec` itself, naming the key.
+out=$("$UROCE" exec --impair loss=0.02,los=0.1 -- true 2>&1)
+rc=$?
+if [[ $rc -ne 2 || $out != *"unknown key 'los' in [impair]"* ]]; then
+  fail "uroce exec --impair los=0.1: rc=$rc, '$out'"
+else
+  echo "ok: --impair typo refused: $out"
+fi
+
 if twice rc_case rc_loss; then
   expect_injected rc_loss dropped "$TMP/rc_loss.server" "$TMP/rc_loss.client"
   expect_injected rc_loss reordered "$TMP/rc_loss.server" "$TMP/rc_loss.client"

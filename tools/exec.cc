@@ -162,7 +162,8 @@ int ExecCommand(int argc, char** argv) {
       config = a.substr(9);
     } else if ((a == "--impair" && i + 1 < argc) || a.rfind("--impair=", 0) == 0) {
       impair = a == "--impair" ? argv[++i] : a.substr(9);
-      // Checked here, so that a typo fails at once rather than in the program.
+      // Checked here (keys and values), so that a typo fails at once rather
+      // than in the program.
       if (auto parsed = pmd::ParseImpairSpec(impair); !parsed.ok()) {
         std::fprintf(stderr, "uroce exec: %s\n", parsed.status().message().c_str());
         return 2;
