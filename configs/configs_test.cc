@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -28,22 +29,40 @@ TEST(ConfigsTest, BuiltinsMatchTheFiles) {
   EXPECT_EQ(configs::BuiltinConfig("nope"), nullptr);
 }
 
-TEST(ConfigsTest, PairEndsShareTheSocketButNotThePrefix) {
-  auto a = pmd::LoadConfigText(configs::BuiltinConfig("pair-a"), "pair-a");
-  auto b = pmd::LoadConfigText(configs::BuiltinConfig("pair-b"), "pair-b");
-  ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_NE(a->eal.file_prefix, b->eal.file_prefix);
-  EXPECT_NE(a->eal.lcores, b->eal.lcores);
+// The pair's ends leave the memif socket out: both get the same file, and
+// another UROCE_PAIR another file (issue 18: two pairs never meet). Each
+// process gets its own DPDK file prefix at EAL start (no fixed one here).
+TEST(ConfigsTest, PairEndsShareTheDefaultSocketPerPair) {
   auto socket = [](const std::string& vdev) {
     const size_t at = vdev.find(",socket=");
     if (at == std::string::npos) return std::string();
     const size_t start = at + 8;
     return vdev.substr(start, vdev.find(',', start) - start);
   };
-  EXPECT_FALSE(socket(a->eal.vdevs[0]).empty());
-  EXPECT_EQ(socket(a->eal.vdevs[0]), socket(b->eal.vdevs[0]));
-  EXPECT_NE(a->eal.vdevs[0].find("role=server"), std::string::npos);
-  EXPECT_NE(b->eal.vdevs[0].find("role=client"), std::string::npos);
+  auto load = [&](const char* name, const char* pair) {
+    if (pair == nullptr) {
+      unsetenv("UROCE_PAIR");
+    } else {
+      setenv("UROCE_PAIR", pair, 1);
+    }
+    auto c = pmd::LoadConfigText(configs::BuiltinConfig(name), name);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? *c : pmd::UroceConfig{};
+  };
+  const pmd::UroceConfig a = load("pair-a", "one"), b = load("pair-b", "one"), other = load("pair-b", "two");
+  unsetenv("UROCE_PAIR");
+  ASSERT_EQ(a.eal.vdevs.size(), 1u);
+  ASSERT_EQ(b.eal.vdevs.size(), 1u);
+  ASSERT_EQ(other.eal.vdevs.size(), 1u);
+  EXPECT_TRUE(a.eal.file_prefix.empty() && b.eal.file_prefix.empty());
+  EXPECT_NE(a.eal.lcores, b.eal.lcores);
+  EXPECT_EQ(socket(a.eal.vdevs[0]).rfind("/tmp/uroce-memif-", 0), 0u) << a.eal.vdevs[0];
+  EXPECT_NE(a.eal.vdevs[0].find(",socket-abstract=no"), std::string::npos);
+  EXPECT_EQ(socket(a.eal.vdevs[0]), socket(b.eal.vdevs[0]));
+  EXPECT_NE(socket(b.eal.vdevs[0]), socket(other.eal.vdevs[0]));
+  EXPECT_LT(socket(a.eal.vdevs[0]).size(), 108u);  // sockaddr_un
+  EXPECT_NE(a.eal.vdevs[0].find("role=server"), std::string::npos);
+  EXPECT_NE(b.eal.vdevs[0].find("role=client"), std::string::npos);
 }
 
 TEST(ConfigsTest, PciTemplateWorksOnceUncommented) {

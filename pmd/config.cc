@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -412,6 +414,14 @@ class Builder {
     } else if (k == "promiscuous") {
       if (!ParseBool(v, &b)) return Bad(where, "expected yes or no");
       ep.promiscuous = b;
+    } else if (k == "active_before_link") {
+      if (v == "auto") {
+        ep.active_before_link = EndpointConfig::ActiveBeforeLink::kAuto;
+      } else if (ParseBool(v, &b)) {
+        ep.active_before_link = b ? EndpointConfig::ActiveBeforeLink::kYes : EndpointConfig::ActiveBeforeLink::kNo;
+      } else {
+        return Bad(where, "expected yes, no or auto");
+      }
     } else if (k == "loopback") {
       if (!ParseBool(v, &b)) return Bad(where, "expected yes or no");
       ep.loopback = b;
@@ -455,7 +465,8 @@ class Builder {
     } else {
       return Unknown("endpoint." + ep.name, k,
                      "port, ipv4, ipv6, gids, mac, lcore, mtu, rx_descriptors, tx_descriptors, mbufs, "
-                     "promiscuous, loopback, kernel_io, qpn_range, link_timeout_ms, resolve_timeout_ms, neighbors");
+                     "promiscuous, loopback, kernel_io, qpn_range, link_timeout_ms, active_before_link, "
+                     "resolve_timeout_ms, neighbors");
     }
     return Status::Ok();
   }
@@ -464,6 +475,21 @@ class Builder {
 };
 
 // Checks what no single key can: endpoints against each other and against EAL.
+// A vdev string's KEY=VALUE arguments, after its name.
+bool HasVdevArg(const std::string& vdev, const std::string& key) {
+  for (const std::string& item : Split(vdev, ',')) {
+    if (item.rfind(key + "=", 0) == 0) return true;
+  }
+  return false;
+}
+std::string VdevArgOr(const std::string& vdev, const std::string& key, const std::string& otherwise) {
+  const std::vector<std::string> items = Split(vdev, ',');
+  for (size_t i = 1; i < items.size(); ++i) {
+    if (items[i].rfind(key + "=", 0) == 0) return items[i].substr(key.size() + 1);
+  }
+  return otherwise;
+}
+
 Status CrossCheck(UroceConfig& c) {
   if (c.endpoints.empty()) return InvalidArgument(c.origin + ": no [endpoint.NAME] section");
   std::map<std::string, std::set<char>> ring_sides;
@@ -481,6 +507,12 @@ Status CrossCheck(UroceConfig& c) {
       case PortKind::kVdev:
         if (!devices.insert(ep.device_name).second) {
           return InvalidArgument(where + " port: device " + ep.device_name + " is used twice");
+        }
+        if (ep.device_name.rfind("net_memif", 0) == 0 && !HasVdevArg(ep.port, "socket")) {
+          // Both sides of a pair compute the same file (DefaultMemifSocket),
+          // a file under /tmp rather than memif's one abstract default
+          // that every pair on the host would share.
+          ep.port += ",socket=" + DefaultMemifSocket(VdevArgOr(ep.port, "id", "0")) + ",socket-abstract=no";
         }
         c.eal.vdevs.push_back(ep.port);
         break;
@@ -574,6 +606,42 @@ StatusOr<UroceConfig> Load(const std::string& path, const std::string& text, con
 }
 
 }  // namespace
+
+std::string DefaultMemifSocket(const std::string& memif_id) {
+  // Which pair: $UROCE_PAIR, else Bazel's per-test TEST_TMPDIR (tests run in
+  // parallel), else none (one pair per user and memif id on the host). A
+  // hash keeps the path short (sockaddr_un holds 108 bytes; TEST_TMPDIR is
+  // long). FNV-1a, 64 bits.
+  const char* pair = std::getenv("UROCE_PAIR");
+  if (pair == nullptr || *pair == '\0') pair = std::getenv("TEST_TMPDIR");
+  std::string path = "/tmp/uroce-memif-" + std::to_string(getuid());
+  if (pair != nullptr && *pair != '\0') {
+    uint64_t hash = 14695981039346656037ull;
+    for (const char* p = pair; *p != '\0'; ++p) hash = (hash ^ static_cast<uint8_t>(*p)) * 1099511628211ull;
+    char hex[20];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash));
+    path += std::string("-") + hex;
+  }
+  return path + "-" + memif_id + ".sock";
+}
+
+bool EndpointConfig::PortActiveBeforeLink() const {
+  switch (active_before_link) {
+    case ActiveBeforeLink::kYes:
+      return true;
+    case ActiveBeforeLink::kNo:
+      return false;
+    case ActiveBeforeLink::kAuto:
+      break;
+  }
+  // A link to another uroce process (a memif peer, the other side of a ring
+  // pair, the daemon's switch) is up only while that process runs, unlike a
+  // NIC's cable: a server whose client has not started yet is still a
+  // working port (perftest and UCX refuse a port that is not ACTIVE), and
+  // its frames wait in the engine until the link is up.
+  return kind == PortKind::kRingPair || kind == PortKind::kShm ||
+         (kind == PortKind::kVdev && port.rfind("net_memif", 0) == 0);
+}
 
 const EndpointConfig* UroceConfig::Find(const std::string& name) const {
   for (const EndpointConfig& ep : endpoints) {

@@ -69,8 +69,15 @@
 //   rx_descriptors, tx_descriptors   ring depths of the port's queues
 //   mbufs = 8191          packet buffers in this endpoint's pool
 //   promiscuous = no
-//   link_timeout_ms = 10000     wait this long for the link (memif peers);
-//                               0: start without waiting for it
+//   link_timeout_ms = 10000     uroce's tools (perf, floor) wait this long
+//                               for the link (memif peers); 0: not at all.
+//                               Verbs and libfabric programs never wait.
+//   active_before_link = auto   yes: the verbs port is ACTIVE while its link
+//                               is still down (frames wait in the engine);
+//                               no: DOWN until the link is up, then ACTIVE
+//                               with IBV_EVENT_PORT_ACTIVE, as a NIC's port;
+//                               auto: yes for links to another uroce
+//                               process (memif, ring, daemon), no otherwise
 //   resolve_timeout_ms = 3000   ARP/ND: give up on a neighbour after this
 //   neighbors = IP=MAC,...      static neighbour entries (no ARP for them)
 //   loopback = yes        frames to our own GIDs stay in the engine
@@ -127,6 +134,9 @@ struct EndpointConfig {
   unsigned mbufs = 8191;
   bool promiscuous = false;
   unsigned link_timeout_ms = 10000;
+  enum class ActiveBeforeLink { kAuto, kYes, kNo } active_before_link = ActiveBeforeLink::kAuto;
+  // What active_before_link means for this port (auto resolved by kind).
+  bool PortActiveBeforeLink() const;
   unsigned resolve_timeout_ms = 3000;
   std::vector<std::pair<transport::Gid, transport::MacAddress>> neighbors;
   // Loopback (transport::EngineConfig::loopback): frames to our own GIDs
@@ -205,6 +215,11 @@ StatusOr<UroceConfig> LoadConfigText(const std::string& text, const std::string&
                                      const std::vector<ConfigOverride>& overrides = {});
 
 // Text forms shared with the tools.
+// The socket file of a net_memif port that names none: the same for both
+// sides of a pair, different for different pairs: $UROCE_PAIR (or Bazel's
+// TEST_TMPDIR) and the memif id pick it, under /tmp.
+std::string DefaultMemifSocket(const std::string& memif_id);
+
 bool ParseIpAddress(const std::string& text, transport::Gid* gid);  // IPv4 (mapped) or IPv6
 bool ParseMacAddress(const std::string& text, transport::MacAddress* mac);
 std::string GidToString(const transport::Gid& gid);  // "10.0.0.1" or "fd00::1"

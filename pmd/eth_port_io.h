@@ -7,24 +7,46 @@
 
 #include <rte_ethdev.h>
 
+#include <atomic>
+
 #include "transport/packet_io.h"
 
 namespace uroce::pmd {
 
 class EthPortIo final : public transport::PacketIo {
  public:
-  EthPortIo(uint16_t port_id, uint16_t queue_id) : port_id_(port_id), queue_id_(queue_id) {}
+  // `ready`, when given, gates every burst: while it is false another thread
+  // (Runtime's memif connector) starts and stops the port, and ethdev bursts
+  // must not run meanwhile. It only ever goes from false to true.
+  EthPortIo(uint16_t port_id, uint16_t queue_id, const std::atomic<bool>* ready = nullptr)
+      : port_id_(port_id), queue_id_(queue_id), ready_(ready) {}
 
-  uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override { return rte_eth_rx_burst(port_id_, queue_id_, pkts, n); }
-  // A full TX ring takes fewer; the engine keeps the rest for its next poll.
-  uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override { return rte_eth_tx_burst(port_id_, queue_id_, pkts, n); }
+  uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override {
+    if (!Ready()) return 0;
+    return rte_eth_rx_burst(port_id_, queue_id_, pkts, n);
+  }
+  // A full TX ring takes fewer, a port not ready none; the engine keeps the
+  // rest for its next poll.
+  uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override {
+    if (!Ready()) return 0;
+    return rte_eth_tx_burst(port_id_, queue_id_, pkts, n);
+  }
 
   uint16_t port_id() const { return port_id_; }
   uint16_t queue_id() const { return queue_id_; }
 
  private:
+  // Once true it stays true: after the first true, no more atomic loads.
+  bool Ready() {
+    if (ready_ == nullptr) return true;
+    if (!ready_->load(std::memory_order_acquire)) return false;
+    ready_ = nullptr;
+    return true;
+  }
+
   const uint16_t port_id_;
   const uint16_t queue_id_;
+  const std::atomic<bool>* ready_;
 };
 
 }  // namespace uroce::pmd

@@ -161,6 +161,10 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const UroceConfig& config) {
     Status s = rt->StartEndpoint(ec);
     if (!s.ok()) return Status(s.code(), "[endpoint." + ec.name + "] " + s.message());
   }
+  if (std::any_of(rt->endpoints_.begin(), rt->endpoints_.end(), [](const auto& e) { return e->memif_client; })) {
+    Runtime* r = rt.get();
+    rt->connector_ = std::thread([r] { r->ConnectMemifClients(); });
+  }
   if (config.telemetry) {
     RegisterTelemetryCommands();
     std::vector<TelemetryEndpoint> published;
@@ -237,7 +241,9 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   // A memif client connects when its port starts, and only once: started
   // before the server listens, the start fails (EPERM); connected before the
   // server's port started, the handshake is refused and nobody retries. So
-  // the client starts, and restarts, until its link is up.
+  // the connector thread starts it, and restarts it, until its link is up
+  // (ConnectMemifClients); Start does not wait for that (issue 18: a device
+  // opens at once, whether or not its peer exists yet).
   const bool memif_client = ec.kind == PortKind::kVdev && ec.port.rfind("net_memif", 0) == 0 &&
                             VdevArg(ec.port, "role") == "client";
   port.start = !memif_client;
@@ -245,54 +251,9 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   // From here on the port is set up: keep the endpoint so Shutdown closes it.
   Endpoint* ep = e.get();
   ep->port_started = port.start;
+  ep->memif_client = memif_client;
+  ep->link_ready.store(!memif_client, std::memory_order_release);
   endpoints_.push_back(std::move(e));
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::milliseconds(ec.link_timeout_ms);
-  auto link_up = [&] {
-    rte_eth_link link;
-    return rte_eth_link_get_nowait(ep->port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
-  };
-  if (memif_client) {
-    // memif logs every refused connect; one line from us says it instead.
-    const int memif_log = rte_log_register("pmd.net.memif");
-    const int memif_level = memif_log >= 0 ? rte_log_get_level(memif_log) : -1;
-    struct RestoreLevel {
-      int type, level;
-      ~RestoreLevel() {
-        if (type >= 0 && level >= 0) rte_log_set_level(type, level);
-      }
-    } restore{memif_log, memif_level};
-    bool started = false, told = false;
-    // A client always waits for its link, even with link_timeout_ms = 0
-    // (verbs programs; that setting is for a server, whose peer may not
-    // exist yet): a start that connected while the server's port was still
-    // stopped is refused and never retried by memif, so a client that did
-    // not wait here would keep a dead link for ever (two MPI ranks started
-    // together hung that way). Once the socket accepts, the server process
-    // exists and starts its port within moments, so kMemifStartTimeoutMs
-    // bounds the wait when link_timeout_ms is 0.
-    constexpr unsigned kMemifStartTimeoutMs = 10000;
-    const unsigned limit_ms = ec.link_timeout_ms != 0 ? ec.link_timeout_ms : kMemifStartTimeoutMs;
-    const auto start_deadline = Clock::now() + std::chrono::milliseconds(limit_ms);
-    while (!link_up()) {
-      if (Clock::now() >= start_deadline) {
-        return Unavailable("port " + ec.port + ": memif link not up within " + std::to_string(limit_ms) + " ms (" +
-                           (started ? "the server accepted but its port did not start" : "no memif server answered") +
-                           "; is the peer running with the same socket?)");
-      }
-      if (started) rte_eth_dev_stop(ep->port_id);
-      started = rte_eth_dev_start(ep->port_id) == 0;
-      ep->port_started = started;
-      if (!started && !told) {
-        UROCE_LOG(WARNING, "%s: waiting for the memif server\n", ec.port.c_str());
-        told = true;
-        if (memif_log >= 0) rte_log_set_level(memif_log, RTE_LOG_EMERG);
-      }
-      // Give the handshake (EAL's interrupt thread) a moment before trying again.
-      for (int i = 0; i < 100 && started && !link_up(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
 
   if (ec.mac_from_port) {
     rte_ether_addr mac;
@@ -317,19 +278,7 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
     rte_eth_dev_default_mac_addr_set(ep->port_id, &mac);
   }
 
-  // memif links come up when the peer connects; the others at once.
-  // link_timeout_ms = 0: do not wait (a verbs program opens its device
-  // before it meets its peer; frames wait in the engine until the link is up).
-  for (;;) {
-    if (ec.link_timeout_ms == 0 || link_up()) break;
-    if (Clock::now() >= deadline) {
-      return Unavailable("port " + ec.port + ": link still down after " + std::to_string(ec.link_timeout_ms) +
-                         " ms (for memif: is the peer process running with the same socket?)");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-
-  ep->io = std::make_unique<EthPortIo>(ep->port_id, 0);
+  ep->io = std::make_unique<EthPortIo>(ep->port_id, 0, memif_client ? &ep->link_ready : nullptr);
   return StartEngine(ep, ec);
 }
 
@@ -539,8 +488,82 @@ unsigned Runtime::FlushQueuePairs() {
   return report_.qps_flushed;
 }
 
+bool Runtime::LinkUp(const Endpoint& e) const {
+  if (e.config.kind == PortKind::kShm) return true;  // up while attached to the daemon
+  if (e.port_id >= RTE_MAX_ETHPORTS || !e.link_ready.load(std::memory_order_acquire)) return false;
+  rte_eth_link link;
+  return rte_eth_link_get_nowait(e.port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+}
+
+void Runtime::ConnectMemifClients() {
+  // memif logs every refused connect; one line from us says it instead.
+  const int memif_log = rte_log_register("pmd.net.memif");
+  const int memif_level = memif_log >= 0 ? rte_log_get_level(memif_log) : -1;
+  bool told = false;
+  for (;;) {
+    bool waiting = false;
+    for (auto& e : endpoints_) {
+      if (!e->memif_client || e->link_ready.load(std::memory_order_relaxed)) continue;
+      rte_eth_link link;
+      if (e->port_started && rte_eth_link_get_nowait(e->port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP) {
+        e->link_ready.store(true, std::memory_order_release);  // the engine's bursts may begin
+        continue;
+      }
+      waiting = true;
+      if (e->port_started) rte_eth_dev_stop(e->port_id);
+      e->port_started = rte_eth_dev_start(e->port_id) == 0;
+      if (!e->port_started && !told) {
+        UROCE_LOG(INFO, "%s: waiting for the memif server\n", e->config.port.c_str());
+        told = true;
+        if (memif_log >= 0) rte_log_set_level(memif_log, RTE_LOG_EMERG);
+      }
+    }
+    if (!waiting) break;
+    // Give the handshake (EAL's interrupt thread) a moment before trying again.
+    for (int i = 0; i < 100 && !stop_connecting_.load(std::memory_order_acquire); ++i) {
+      bool all_up = true;
+      for (auto& e : endpoints_) {
+        rte_eth_link link;
+        if (e->memif_client && !e->link_ready.load(std::memory_order_relaxed) &&
+            !(e->port_started && rte_eth_link_get_nowait(e->port_id, &link) == 0 &&
+              link.link_status == RTE_ETH_LINK_UP)) {
+          all_up = false;
+        }
+      }
+      if (all_up) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (stop_connecting_.load(std::memory_order_acquire)) break;
+  }
+  if (memif_log >= 0 && memif_level >= 0) rte_log_set_level(memif_log, static_cast<uint32_t>(memif_level));
+}
+
+void Runtime::StopConnector() {
+  stop_connecting_.store(true, std::memory_order_release);
+  if (connector_.joinable()) connector_.join();
+}
+
+Status Runtime::WaitForLinks() {
+  using Clock = std::chrono::steady_clock;
+  for (auto& e : endpoints_) {
+    if (e->config.link_timeout_ms == 0) continue;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(e->config.link_timeout_ms);
+    while (!LinkUp(*e)) {
+      if (Clock::now() >= deadline) {
+        const std::string why = e->memif_client ? "memif link not up (no memif server connected)" : "link still down";
+        return Unavailable("[endpoint." + e->name + "] port " + e->config.port + ": " + why + " after " +
+                           std::to_string(e->config.link_timeout_ms) +
+                           " ms (for memif: is the peer process running with the same socket?)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  return Status::Ok();
+}
+
 ShutdownReport Runtime::Shutdown() {
   if (shut_down_) return report_;
+  StopConnector();  // before anything else touches the ports
   FlushQueuePairs();
   shut_down_ = true;
   if (telemetry_handle_ != 0) UnpublishTelemetry(telemetry_handle_);

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -66,6 +67,10 @@ class Runtime {
     MempoolPtr pool;
     unsigned pool_size = 0;
     bool port_started = false;  // false: a memif client that never connected
+    // A memif client's port is started (and restarted) by the connector
+    // thread until its link is up; until then nobody else touches the port.
+    bool memif_client = false;
+    std::atomic<bool> link_ready{true};
     std::unique_ptr<ShmChannel> shm;  // kShm: the port's shared memory
     std::unique_ptr<ShmPortIo> shm_io;  // kShm: the port to the daemon's switch
     LocalLinks* links = nullptr;      // kShm: io, as what it is (pmd/local_links.h)
@@ -100,6 +105,14 @@ class Runtime {
   // at a lower rate. Null `polled`: every engine.
   unsigned Progress(const transport::Engine* polled);
   static constexpr uint32_t kOtherEnginesEvery = 16;
+
+  // Waits until every endpoint's link is up, each for at most its
+  // link_timeout_ms (0: not waited for). For uroce's own tools, which
+  // measure or demonstrate over the link; Start itself never waits (a verbs
+  // or libfabric program opens its device at once, issue 18). Control path.
+  Status WaitForLinks();
+  // Whether the endpoint's port moves frames over an up link now. Any thread.
+  bool LinkUp(const Endpoint& e) const;
 
   // The first half of Shutdown: stops the engine lcores (this thread polls
   // from now on), moves every QP to the error state and polls until their
@@ -137,6 +150,10 @@ class Runtime {
   Status StartEngine(Endpoint* ep, const EndpointConfig& ec);
   Status StartShmEndpoint(const EndpointConfig& ec);
   Status CreatePool(Endpoint* e, const EndpointConfig& ec);
+  // The connector thread: starts every memif client port, and restarts it,
+  // until its link is up or Shutdown stops it.
+  void ConnectMemifClients();
+  void StopConnector();
 
   UroceConfig config_;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
@@ -149,6 +166,8 @@ class Runtime {
   // Progress(polled) calls; several application threads may poll: a plain
   // relaxed load and store (a lost count only shifts the cadence).
   std::atomic<uint32_t> progress_calls_{0};
+  std::thread connector_;
+  std::atomic<bool> stop_connecting_{false};
 };
 
 }  // namespace uroce::pmd

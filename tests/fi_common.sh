@@ -33,23 +33,19 @@ fi_launcher() {
   if fi_uses_uroce; then FI_LAUNCH=("$UROCE" exec --config "$1" ${FI_EXEC_FLAGS[@]+"${FI_EXEC_FLAGS[@]}"} --); fi
 }
 
-# Configs for one pair of uroce processes joined by net_memif: this run's own
-# memif socket and DPDK file prefix (two DPDK primaries must not share one),
-# and link_timeout_ms = 0 as in configs/verbs-pair-*.ini: the program opens
-# its endpoint before its peer exists (fi_pingpong's server waits on its
-# control socket), frames wait in the engine until the memif link is up.
-# Sets PAIR_CFG_A and PAIR_CFG_B.
+# Configs for one pair of uroce processes joined by net_memif
+# (configs/pair-*.ini): this run's own memif socket, given explicitly. Each
+# process has its own DPDK file prefix, and a device opens at once: the
+# program opens its endpoint before its peer exists (fi_pingpong's server
+# waits on its control socket), frames wait in the engine until the memif
+# link is up. Sets PAIR_CFG_A and PAIR_CFG_B.
 fi_make_memif_configs() {
   local n=$1
   PAIR_CFG_A="$FI_TMP/a-$n.ini"
   PAIR_CFG_B="$FI_TMP/b-$n.ini"
   fi_uses_uroce || return 0
-  sed -e "s|socket=[^ ,]*|socket=$FI_TMP/memif-$n.sock|" \
-      -e "s|^file_prefix = .*|file_prefix = uroce-fi-$$-$n-a|" \
-      -e "s|^link_timeout_ms = .*|link_timeout_ms = 0|" "$PAIR_A" > "$PAIR_CFG_A"
-  sed -e "s|socket=[^ ,]*|socket=$FI_TMP/memif-$n.sock|" \
-      -e "s|^file_prefix = .*|file_prefix = uroce-fi-$$-$n-b|" \
-      -e "s|^link_timeout_ms = .*|link_timeout_ms = 0|" "$PAIR_B" > "$PAIR_CFG_B"
+  sed -e "s|^port = \(net_memif.*\)$|port = \1,socket=$FI_TMP/memif-$n.sock,socket-abstract=no|" "$PAIR_A" > "$PAIR_CFG_A"
+  sed -e "s|^port = \(net_memif.*\)$|port = \1,socket=$FI_TMP/memif-$n.sock,socket-abstract=no|" "$PAIR_B" > "$PAIR_CFG_B"
 }
 
 # fi_pingpong's size column: 64, 1k, 64k, 1m.

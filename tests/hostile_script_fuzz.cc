@@ -360,9 +360,10 @@ void StepPost(World& w, Script& s) {
     return;
   }
   static const ibv_wr_opcode kOps[] = {IBV_WR_SEND, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD,
-                                       IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_SEND_WITH_IMM};
+                                       IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_SEND_WITH_IMM, IBV_WR_ATOMIC_WRITE};
   ibv_send_wr wr{};
-  wr.opcode = kOps[kind % 6];
+  wr.opcode = kOps[kind % 7];
+  if (wr.opcode == IBV_WR_ATOMIC_WRITE) sge.length = 8;  // any address: the peer's responder judges it
   wr.send_flags = (kind & 0x40) ? IBV_SEND_SIGNALED : 0;
   wr.sg_list = &sge;
   wr.num_sge = 1;

@@ -30,10 +30,6 @@ KNOWN_SKIPS = [
      'tag matching (the test asks a CQ for IBV_WC_EX_WITH_TM_INFO)'),
     (r'Importing a device is not supported|object imports are not supported',
      'importing a device or its objects (ibv_import_*): sharing them between processes needs a kernel'),
-    (r'Extended QP is not supported on this device',
-     'atomic write (IBV_QP_EX_WITH_ATOMIC_WRITE): not offered yet'),
-    (r'ODP implicit is not supported',
-     'implicit on-demand paging: a peer reaching an unmapped address would fault the process'),
     (r"doesn't have net interface",
      'rdma_cm tests: they need a kernel interface with the device\'s address, and they fork '
      'children of a process that opened the device (DPDK does not survive fork)'),

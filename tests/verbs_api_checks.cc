@@ -7,6 +7,7 @@
 #include <infiniband/verbs.h>
 #include <netdb.h>
 #include <rdma/rdma_cma.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 namespace {
@@ -66,9 +68,8 @@ TEST_F(VerbsApiTest, ExtendedDeviceQueryCountsThePort) {
   ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &attr), 0);
   EXPECT_EQ(attr.orig_attr.phys_port_cnt, 1);
   EXPECT_EQ(attr.phys_port_cnt_ex, 1u);
-  // What is advertised is offered: SRQ resize is not (ibv_modify_srq with
-  // IBV_SRQ_MAX_WR says EOPNOTSUPP), so it is not advertised.
-  EXPECT_EQ(attr.orig_attr.device_cap_flags & IBV_DEVICE_SRQ_RESIZE, 0u);
+  // What is advertised is offered: SRQ resize (SrqResizeTest below).
+  EXPECT_NE(attr.orig_attr.device_cap_flags & IBV_DEVICE_SRQ_RESIZE, 0u);
 }
 
 // ibv_create_qp_ex(3) with IBV_QP_INIT_ATTR_CREATE_FLAGS and no flag (UCX's
@@ -98,6 +99,10 @@ class RcLoopbackTest : public VerbsApiTest {
     ibv_qp_init_attr_ex a = RcAttr();
     a.send_cq = a.recv_cq = test_cq_;
     a.cap.max_send_wr = a.cap.max_recv_wr = 16;
+    if (send_ops_flags_ != 0) {
+      a.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+      a.send_ops_flags = send_ops_flags_;
+    }
     qp_[0] = ibv_create_qp_ex(ctx_, &a);
     qp_[1] = ibv_create_qp_ex(ctx_, &a);
     ASSERT_NE(qp_[0], nullptr);
@@ -189,6 +194,7 @@ class RcLoopbackTest : public VerbsApiTest {
   }
 
   static constexpr uint32_t kBytes = 4096;
+  uint64_t send_ops_flags_ = 0;  // IBV_QP_INIT_ATTR_SEND_OPS_FLAGS when not 0
   ibv_cq* test_cq_ = nullptr;
   ibv_qp* qp_[2] = {nullptr, nullptr};
   std::vector<uint8_t> buf_;
@@ -291,6 +297,180 @@ TEST_F(RcLoopbackTest, ResizeCqKeepsWhatIsWaiting) {
   }
   EXPECT_EQ(sends, (std::vector<uint64_t>{0, 1, 2})) << "kept in order";
   EXPECT_EQ(ibv_resize_cq(cq_, 0), EINVAL);
+}
+
+// IBTA 1.5 ATOMIC WRITE through both post interfaces: IBV_WR_ATOMIC_WRITE
+// in ibv_post_send(3) (the 8 bytes from an SGE) and ibv_wr_atomic_write(3)
+// on a QP created with IBV_QP_EX_WITH_ATOMIC_WRITE (the 8 bytes taken at the
+// call). Each lands at its aligned address and completes as
+// IBV_WC_ATOMIC_WRITE; anything but 8 bytes is refused at post time.
+class AtomicWriteTest : public RcLoopbackTest {
+ protected:
+  AtomicWriteTest() { send_ops_flags_ = IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_RDMA_WRITE; }
+};
+
+TEST_F(AtomicWriteTest, BothPostInterfacesStoreEightBytes) {
+  uint8_t* local = buf_.data();
+  uint8_t* remote = buf_.data() + kBytes;
+  const uint8_t first[8] = {0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};
+  std::memcpy(local, first, 8);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(local), 8, mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_ATOMIC_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(remote + 8);
+  wr.wr.rdma.rkey = mr_->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  auto wc = Wait(cq_, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_ATOMIC_WRITE);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(0, std::memcmp(remote + 8, first, 8));
+  EXPECT_EQ(remote[7], 0);
+  EXPECT_EQ(remote[16], 0);
+
+  sge.length = 16;  // IBTA 1.5: exactly 8 bytes
+  EXPECT_EQ(ibv_post_send(qp_[0], &wr, &bad), EINVAL);
+
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp_[0]);
+  ASSERT_NE(qpx, nullptr);
+  uint64_t second = 0x0123456789ABCDEFull;
+  ibv_wr_start(qpx);
+  qpx->wr_id = 2;
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_write(qpx, mr_->rkey, reinterpret_cast<uintptr_t>(remote + 24), &second);
+  second = 0;  // taken at the call
+  ASSERT_EQ(ibv_wr_complete(qpx), 0);
+  wc = Wait(cq_, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_ATOMIC_WRITE);
+  EXPECT_EQ(wc[0].wr_id, 2u);
+  uint64_t landed = 0;
+  std::memcpy(&landed, remote + 24, 8);
+  EXPECT_EQ(landed, 0x0123456789ABCDEFull);
+}
+
+// The send operations are checked against the QP type: a UD QP takes no
+// ATOMIC WRITE (an RC operation).
+TEST_F(VerbsApiTest, AtomicWriteIsAnRcOperation) {
+  ibv_qp_init_attr_ex a = RcAttr();
+  a.qp_type = IBV_QPT_UD;
+  ibv_qp* qp = ibv_create_qp_ex(ctx_, &a);
+  ASSERT_NE(qp, nullptr);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.qkey = 0x11111111;
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  attr.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE), 0);
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = 0;
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  uint64_t value = 1;
+  ibv_sge sge{reinterpret_cast<uintptr_t>(&value), 8, 0};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_ATOMIC_WRITE;
+  wr.send_flags = IBV_SEND_INLINE;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_send(qp, &wr, &bad), EINVAL);
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+}
+
+// ibv_modify_srq(3) with IBV_SRQ_MAX_WR (IBV_DEVICE_SRQ_RESIZE): a full SRQ
+// grows and the receives posted before stay, consumed in the order they
+// were posted; EINVAL below the receives posted, above max_srq_wr, or with
+// an armed limit above the new size, and a refused call changes nothing.
+TEST_F(RcLoopbackTest, SrqResizeKeepsThePostedReceivesInOrder) {
+  ibv_device_attr dev{};
+  ASSERT_EQ(ibv_query_device(ctx_, &dev), 0);
+  ibv_srq_init_attr init{};
+  init.attr.max_wr = 4;
+  init.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd_, &init);
+  ASSERT_NE(srq, nullptr);
+  auto post_recv = [&](uint64_t wr_id) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data() + kBytes + 64 * wr_id), 64, mr_->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return ibv_post_srq_recv(srq, &wr, &bad);
+  };
+  for (uint64_t id = 1; id <= 4; ++id) ASSERT_EQ(post_recv(id), 0);
+  EXPECT_EQ(post_recv(5), ENOMEM) << "full at 4";
+
+  ibv_srq_attr attr{};
+  attr.max_wr = 3;
+  EXPECT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR), EINVAL) << "four are posted";
+  attr.max_wr = static_cast<uint32_t>(dev.max_srq_wr) + 1;
+  EXPECT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR), EINVAL) << "above max_srq_wr";
+  attr.max_wr = 16;
+  attr.srq_limit = 17;
+  EXPECT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT), EINVAL) << "limit above the size";
+  ibv_srq_attr now{};
+  ASSERT_EQ(ibv_query_srq(srq, &now), 0);
+  EXPECT_EQ(now.max_wr, 4u) << "refused calls change nothing";
+  EXPECT_EQ(now.srq_limit, 0u);
+
+  attr.max_wr = 16;
+  attr.srq_limit = 2;
+  ASSERT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT), 0);
+  ASSERT_EQ(ibv_query_srq(srq, &now), 0);
+  EXPECT_EQ(now.max_wr, 16u);
+  EXPECT_EQ(now.srq_limit, 2u);
+  for (uint64_t id = 5; id <= 16; ++id) ASSERT_EQ(post_recv(id), 0) << id;
+  EXPECT_EQ(post_recv(17), ENOMEM) << "full at 16";
+
+  // A receiving QP on the SRQ and a sender: 16 SENDs take the receives in
+  // the order they were posted, those from before the resize first.
+  ibv_qp_init_attr_ex a = RcAttr();
+  a.cap.max_send_wr = 32;
+  ibv_qp* sender = ibv_create_qp_ex(ctx_, &a);
+  a.srq = srq;
+  a.cap.max_recv_wr = 0;
+  ibv_qp* receiver = ibv_create_qp_ex(ctx_, &a);
+  ASSERT_NE(sender, nullptr);
+  ASSERT_NE(receiver, nullptr);
+  ibv_gid gid{};
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
+  Connect(sender, receiver->qp_num, gid);
+  Connect(receiver, sender->qp_num, gid);
+  for (uint64_t i = 0; i < 16; ++i) {
+    buf_[i] = static_cast<uint8_t>(i);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data() + i), 1, mr_->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = 100 + i;
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(sender, &wr, &bad), 0);
+  }
+  std::vector<uint64_t> order;
+  for (const ibv_wc& wc : Wait(cq_, 16)) {
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    if (wc.opcode == IBV_WC_RECV) {
+      order.push_back(wc.wr_id);
+      // Receive k (1-based) took SEND k-1, whose byte is k-1.
+      EXPECT_EQ(buf_[kBytes + 64 * wc.wr_id], static_cast<uint8_t>(wc.wr_id - 1));
+    }
+  }
+  std::vector<uint64_t> want(16);
+  std::iota(want.begin(), want.end(), 1);
+  EXPECT_EQ(order, want);
+  EXPECT_EQ(ibv_destroy_qp(receiver), 0);
+  EXPECT_EQ(ibv_destroy_qp(sender), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 
 // ibv_rereg_mr(3): a new access takes effect (remote write refused once
@@ -521,11 +701,18 @@ TEST_F(VerbsApiTest, ParentDomainAllocatorsHoldTheQueues) {
     wr.num_sge = 1;
     ibv_recv_wr* bad = nullptr;
     EXPECT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
+    // A resized SRQ's new ring comes from the allocator too, the old one
+    // goes back to it.
+    ibv_srq_attr grow{};
+    grow.max_wr = 32;
+    ASSERT_EQ(ibv_modify_srq(srq, &grow, IBV_SRQ_MAX_WR), 0);
+    EXPECT_EQ(use_default ? counting.defaults : counting.allocs, 5);
+    EXPECT_EQ(counting.frees, use_default ? 0 : 1);
     EXPECT_EQ(ibv_destroy_qp(qp), 0);
     EXPECT_EQ(ibv_destroy_srq(srq), 0);
     EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)), 0);
     EXPECT_EQ(ibv_dereg_mr(mr), 0);
-    EXPECT_EQ(counting.frees, use_default ? 0 : 4) << "what the allocator gave goes back to it";
+    EXPECT_EQ(counting.frees, use_default ? 0 : 5) << "what the allocator gave goes back to it";
     EXPECT_EQ(ibv_dealloc_pd(parent), 0);
   }
   EXPECT_EQ(ibv_dealloc_td(td), 0);
@@ -608,17 +795,13 @@ TEST_F(RcLoopbackTest, DeviceMemoryIsCopiedRegisteredAndReachedByOffset) {
 }
 
 // Explicit on-demand paging (ibv_reg_mr(3) IBV_ACCESS_ON_DEMAND): advertised
-// in odp_caps and usable; implicit ODP (the whole address space) neither
-// advertised nor registered; ibv_advise_mr(3) checks its arguments.
-TEST_F(RcLoopbackTest, ExplicitOdpWorksImplicitOdpIsRefused) {
+// in odp_caps and usable; ibv_advise_mr(3) checks its arguments.
+TEST_F(RcLoopbackTest, ExplicitOdpWorks) {
   ibv_device_attr_ex dev{};
   ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &dev), 0);
-  EXPECT_EQ(dev.odp_caps.general_caps, static_cast<uint64_t>(IBV_ODP_SUPPORT)) << "not IBV_ODP_SUPPORT_IMPLICIT";
+  EXPECT_EQ(dev.odp_caps.general_caps & IBV_ODP_SUPPORT, static_cast<uint64_t>(IBV_ODP_SUPPORT));
   EXPECT_EQ(dev.odp_caps.per_transport_caps.rc_odp_caps & (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE),
             static_cast<uint32_t>(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE));
-  errno = 0;
-  EXPECT_EQ(ibv_reg_mr(pd_, nullptr, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
 
   std::vector<uint8_t> odp(kBytes, 0);
   ibv_mr* odp_mr = ibv_reg_mr(pd_, odp.data(), odp.size(),
@@ -661,6 +844,78 @@ TEST_F(RcLoopbackTest, ExplicitOdpWorksImplicitOdpIsRefused) {
   attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ON_DEMAND;
   EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
   EXPECT_EQ(ibv_destroy_qp(qp), 0);
+}
+
+// Implicit on-demand paging (ibv_reg_mr(3): IBV_ACCESS_ON_DEMAND over the
+// whole address space, addr NULL, length SIZE_MAX): advertised, and its keys
+// reach any mapped memory, locally and remotely; an access to memory that is
+// not mapped fails as on an ODP NIC that cannot resolve the page (a remote
+// access error for the requester of a WRITE), never a fault. It cannot be
+// re-registered, nor have windows bound.
+TEST_F(RcLoopbackTest, ImplicitOdpReachesMappedMemoryAndNaksUnmapped) {
+  ibv_device_attr_ex dev{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &dev), 0);
+  EXPECT_EQ(dev.odp_caps.general_caps, static_cast<uint64_t>(IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT));
+  ibv_mr* implicit = ibv_reg_mr(pd_, nullptr, SIZE_MAX,
+                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                    IBV_ACCESS_ON_DEMAND);
+  ASSERT_NE(implicit, nullptr) << "errno " << errno;
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd_, nullptr, SIZE_MAX, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_MW_BIND), nullptr);
+  EXPECT_EQ(errno, EINVAL) << "no windows over the whole address space";
+  EXPECT_EQ(ibv_reg_mr(pd_, nullptr, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE), nullptr) << "implicit needs ON_DEMAND";
+  EXPECT_EQ(ibv_rereg_mr(implicit, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND),
+            IBV_REREG_MR_ERR_CMD);
+
+  // Prefetch advice on any range of it is accepted.
+  std::vector<uint8_t> local(4096, 0);
+  ibv_sge advice{reinterpret_cast<uintptr_t>(local.data()), 4096, implicit->lkey};
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &advice, 1), 0);
+
+  // RDMA WRITE from memory named by the implicit lkey into memory named by
+  // its rkey, then RDMA READ back into another buffer through both.
+  for (size_t i = 0; i < 256; ++i) local[i] = static_cast<uint8_t>(i);
+  std::vector<uint8_t> remote(4096, 0), back(4096, 0);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(local.data()), 256, implicit->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(remote.data());
+  wr.wr.rdma.rkey = implicit->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  auto wcs = Wait(test_cq_, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(remote.data(), local.data(), 256), 0);
+  sge.addr = reinterpret_cast<uintptr_t>(back.data());
+  wr.wr_id = 2;
+  wr.opcode = IBV_WR_RDMA_READ;
+  ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  wcs = Wait(test_cq_, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(back.data(), local.data(), 256), 0);
+
+  // A WRITE to a page that was mapped and is no longer: a remote access
+  // error, and the process lives.
+  void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  ASSERT_EQ(munmap(page, 4096), 0);
+  wr.wr_id = 3;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  sge.addr = reinterpret_cast<uintptr_t>(local.data());
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(page);
+  ASSERT_EQ(ibv_post_send(qp_[0], &wr, &bad), 0);
+  wcs = Wait(test_cq_, 1);
+  ASSERT_GE(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 3u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(ibv_dereg_mr(implicit), 0);
 }
 
 // Memory windows (IBTA 10.6.7): type 1 through ibv_bind_mw, type 2 through

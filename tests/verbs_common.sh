@@ -1,6 +1,7 @@
 # Shared by the verbs tests: run Debian's unmodified verbs programs over
-# uroce (`uroce exec`), two processes joined by net_memif (configs/verbs-pair-*.ini
-# with a socket of their own), the TCP side channel on 127.0.0.1.
+# uroce (`uroce exec`), two processes joined by net_memif (configs/pair-*.ini
+# as they are: a pair of their own through UROCE_PAIR), the TCP side channel
+# on 127.0.0.1.
 set -uo pipefail
 
 UROCE="$1"
@@ -10,17 +11,20 @@ TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 FAILS=0
 # More `uroce exec` flags for both sides of run_pair (e.g. --impair SPEC).
 EXEC_FLAGS=()
-# memif sockets are abstract (no file); a name per test run and pair.
-SOCK_BASE="/tmp/uroce-verbs-$$-$RANDOM"
+# A pair name per test run and pair: the configurations leave the memif
+# socket out, and UROCE_PAIR picks the file both ends use.
+PAIR_BASE="verbs-$$-$RANDOM"
 PAIRS=0
 
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 
-# Configs for one pair of processes: their own memif socket.
+# Configs for the next pair of processes (the files unchanged) and the
+# UROCE_PAIR that gives it a memif socket of its own.
 make_pair_configs() {
   PAIRS=$((PAIRS + 1))
-  sed "s|socket=[^ ,]*|socket=$SOCK_BASE-$PAIRS.sock|" "$PAIR_A" > "$TMP/a-$PAIRS.ini"
-  sed "s|socket=[^ ,]*|socket=$SOCK_BASE-$PAIRS.sock|" "$PAIR_B" > "$TMP/b-$PAIRS.ini"
+  cp "$PAIR_A" "$TMP/a-$PAIRS.ini"
+  cp "$PAIR_B" "$TMP/b-$PAIRS.ini"
+  export UROCE_PAIR="$PAIR_BASE-$PAIRS"
 }
 
 # True once something listens on TCP port $1 (without connecting to it).

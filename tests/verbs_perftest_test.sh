@@ -1,6 +1,6 @@
 #!/bin/bash
 # perftest's programs from Debian's perftest package, unmodified, between two
-# processes over net_memif (configs/verbs-pair-a.ini, verbs-pair-b.ini):
+# processes over net_memif (configs/pair-a.ini, pair-b.ini):
 # SEND latency, RDMA WRITE bandwidth, RDMA READ latency and atomic latency
 # (fetch-and-add and compare-and-swap). Both sides must exit 0 and the client
 # must print its result line. Figures are not checked (no test asserts speed).

@@ -1,6 +1,6 @@
 #!/bin/bash
 # rdma-core's example programs from Debian's ibverbs-utils, unmodified,
-# between two processes over net_memif (configs/verbs-pair-a.ini, verbs-pair-b.ini):
+# between two processes over net_memif (configs/pair-a.ini, pair-b.ini):
 # RC at sizes from 1 byte to 1 MiB with -c (every received byte checked),
 # multi-packet messages (the path MTU is 1024), completion events (-e), the
 # extended post API (-N), UD and SRQ.

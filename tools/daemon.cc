@@ -74,16 +74,20 @@ void Log(const char* format, ...) {
   va_end(args);
 }
 
-int Usage() {
-  std::fprintf(stderr,
+}  // namespace
+
+int DaemonUsage(FILE* out) {
+  std::fprintf(out,
                "usage: uroce daemon --config FILE [--set SECTION.KEY=VALUE ...]\n"
                "  the host's uroce devices, uroce0.. (one per [endpoint.NAME], the uplinks: a DPDK port, or\n"
                "  port = kernel:IFNAME to share the machine's NIC with the kernel), shared by every process\n"
                "  that opens a uroce device without a configuration of its own ([daemon] socket, default %s;\n"
                "  programs find it there or by UROCE_DAEMON). SIGINT/SIGTERM stop it.\n",
                DaemonConfig{}.socket.c_str());
-  return 2;
+  return out == stdout ? 0 : 2;
 }
+
+namespace {
 
 // One attached process.
 struct Session {
@@ -996,15 +1000,15 @@ int DaemonCommand(int argc, char** argv) {
       continue;
     }
     if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      Usage();
+      DaemonUsage(stderr);
       return 0;
     }
     std::fprintf(stderr, "uroce daemon: unknown argument '%s'\n", argv[i]);
-    return Usage();
+    return DaemonUsage(stderr);
   }
   if (flags.file.empty()) {
     std::fprintf(stderr, "uroce daemon: give --config FILE (its [endpoint.NAME] sections are the uplinks)\n");
-    return Usage();
+    return DaemonUsage(stderr);
   }
   auto config = LoadToolConfig(flags, "");
   if (!config.ok()) {

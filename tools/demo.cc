@@ -201,6 +201,15 @@ int Fail(const std::string& what) {
 
 }  // namespace
 
+int DemoUsage(FILE* out) {
+  std::fprintf(out,
+               "usage: uroce demo [--iterations N] [--config FILE] [--set SECTION.KEY=VALUE ...] [--impair SPEC]\n"
+               "  two endpoints of one process (configs/ring.ini: a DPDK net_ring pair) connect RC\n"
+               "  QPs over RoCEv2 and exchange SEND, WRITE, READ and atomics, every byte checked;\n"
+               "  then QPs flushed and every packet buffer back in its pool.\n");
+  return out == stdout ? 0 : 2;
+}
+
 int DemoCommand(int argc, char** argv) {
   int iterations = 2000;
   ConfigFlags flags;
@@ -213,8 +222,7 @@ int DemoCommand(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--iterations") && i + 1 < argc) {
       iterations = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: uroce demo [--iterations N] [--config FILE] [--set SECTION.KEY=VALUE ...] [--impair SPEC]\n");
-      return 2;
+      return DemoUsage(stderr);
     }
   }
   if (iterations < 1) return Fail("--iterations must be positive");

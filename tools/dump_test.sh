@@ -34,8 +34,13 @@ done
 # Frames uroce builds decode with good ICRCs too.
 "$write_sample_frames" "$tmp/built.pcap" >/dev/null || fail "write_sample_frames failed"
 out=$("$uroce" dump "$tmp/built.pcap") || fail "built frames: exit $?"
-[[ $(tail -n 1 <<<"$out") == "frames 240, roce 240, icrc_ok 240, icrc_bad 0, malformed 0" ]] ||
+[[ $(tail -n 1 <<<"$out") == "frames 244, roce 244, icrc_ok 244, icrc_bad 0, malformed 0" ]] ||
   fail "built frames: $(tail -n 1 <<<"$out")"
+# IBTA 1.5's ATOMIC WRITE (0x1D, four frames): its RETH and its 8 bytes.
+[[ $(grep -cE ' RC ATOMIC_WRITE .* dma_len 8  data [0-9a-f]{16}  icrc ok$' <<<"$out") -eq 4 ]] ||
+  fail "built frames: ATOMIC WRITE lines: $(grep 'ATOMIC_WRITE' <<<"$out")"
+[[ $("$uroce" dump --json "$tmp/built.pcap" | grep -cE '"opcode":29,.*"atomic_write_data":"[0-9a-f]{16}"') -eq 4 ]] ||
+  fail "built frames --json: no atomic_write_data"
 
 # One payload byte changed: a bad ICRC, exit 1. rc_pingpong_64.pcap frame 1:
 # 24-byte file header, 16-byte record header, 42 bytes of Ethernet/IP/UDP,

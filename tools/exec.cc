@@ -47,7 +47,8 @@ std::string Absolute(const std::string& path) {
   return buf;
 }
 
-// The directory holding `name`: $env_var, or api/<subdir> beside this binary
+// The directory holding `name`: $env_var, or ../lib/uroce (an install), or
+// api/<subdir> beside this binary
 // in Bazel's output tree, or in its runfiles. Environment variables here
 // choose which libraries a program loads, so they are read with
 // secure_getenv(3): ignored in a set-user-ID (secure-execution) process,
@@ -63,8 +64,10 @@ std::string FindLibraryDir(const char* env_var, const char* subdir, const char* 
   const std::string exe = self;
   const std::string dir = exe.substr(0, exe.rfind('/'));
   const std::string rel = std::string("api/") + subdir;
-  for (const std::string& candidate :
-       {dir + "/../" + rel, exe + ".runfiles/uroce/" + rel, dir + "/uroce.runfiles/uroce/" + rel}) {
+  // An install (tools/install: PREFIX/bin/uroce, PREFIX/lib/uroce/*), the
+  // Bazel output tree, the runfiles.
+  for (const std::string& candidate : {dir + "/../lib/uroce", dir + "/../" + rel, exe + ".runfiles/uroce/" + rel,
+                                       dir + "/uroce.runfiles/uroce/" + rel}) {
     if (HasFile(candidate, name)) return Absolute(candidate);
   }
   if (const char* rf = secure_getenv("RUNFILES_DIR"); rf != nullptr && HasFile(std::string(rf) + "/uroce/" + rel, name)) {
@@ -73,8 +76,10 @@ std::string FindLibraryDir(const char* env_var, const char* subdir, const char* 
   return "";
 }
 
-int Usage() {
-  std::fprintf(stderr,
+}  // namespace
+
+int ExecUsage(FILE* out) {
+  std::fprintf(out,
                "usage: uroce exec [--config FILE] [--impair SPEC] [--device-files=auto|yes|no] -- PROGRAM [ARGS...]\n"
                "  runs PROGRAM with uroce's libibverbs.so.1, librdmacm.so.1 and libfabric provider\n"
                "  (liburoce-fi.so, provider \"uroce\"); uroce devices from FILE, or from $UROCE_CONFIG, or else\n"
@@ -85,8 +90,10 @@ int Usage() {
                "  --device-files: present /dev/infiniband/uverbsN and /sys/class/infiniband/uroceN to PROGRAM\n"
                "  in a private mount namespace (UCX needs them); auto (default): when root, silently\n"
                "  not otherwise; yes: or fail; no: never\n");
-  return 2;
+  return out == stdout ? 0 : 2;
 }
+
+namespace {
 
 // A sanitizer build of uroce's libraries (--config=asan / tsan) needs the
 // sanitizer's runtime first in the program's library list, and Debian's
@@ -172,14 +179,14 @@ int ExecCommand(int argc, char** argv) {
       const std::string v = a.substr(15);
       device_files = v == "yes" ? DeviceFilesMode::kYes : v == "no" ? DeviceFilesMode::kNo : DeviceFilesMode::kAuto;
     } else if (a == "-h" || a == "--help") {
-      Usage();
+      ExecUsage(stderr);
       return 0;
     } else {
       std::fprintf(stderr, "uroce exec: unknown argument '%s'\n", a.c_str());
-      return Usage();
+      return ExecUsage(stderr);
     }
   }
-  if (i >= argc) return Usage();
+  if (i >= argc) return ExecUsage(stderr);
   if (!config.empty()) {
     const std::string abs = Absolute(config);
     if (abs.empty()) {

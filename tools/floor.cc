@@ -53,16 +53,20 @@ struct Options {
   ConfigFlags config;
 };
 
-int Usage() {
-  std::fprintf(stderr,
+}  // namespace
+
+int FloorUsage(FILE* out) {
+  std::fprintf(out,
                "usage: uroce floor --role server|client [--size B] [--iters N] [--config FILE]\n"
                "                   [--set SECTION.KEY=VALUE]\n"
                "  raw frames bounced and streamed over the port uroce perf uses (memif pair by\n"
                "  default), no transport: the medium's floor. --size %u..%u (default 64),\n"
                "  --iters round trips (default 100000; the stream sends 10 times as many).\n",
                kMinSize, kMaxSize);
-  return 2;
+  return out == stdout ? 0 : 2;
 }
+
+namespace {
 
 bool ParseNumber(const char* text, uint64_t max, uint64_t* out) {
   char* end = nullptr;
@@ -313,7 +317,7 @@ int FloorCommand(int argc, char** argv) {
       }
       continue;
     }
-    if (i + 1 >= argc) return Usage();
+    if (i + 1 >= argc) return FloorUsage(stderr);
     uint64_t v = 0;
     if (flag == "--role") {
       o.role = argv[++i];
@@ -324,10 +328,10 @@ int FloorCommand(int argc, char** argv) {
       o.iters = v;
       ++i;
     } else {
-      return Usage();
+      return FloorUsage(stderr);
     }
   }
-  if (o.role != "server" && o.role != "client") return Usage();
+  if (o.role != "server" && o.role != "client") return FloorUsage(stderr);
   // The engine must not take our frames: it runs only when polled.
   o.config.overrides.push_back({"engine", "progress", "inline"});
   auto config = LoadToolConfig(o.config, o.role == "server" ? "pair-a" : "pair-b");
@@ -341,6 +345,9 @@ int FloorCommand(int argc, char** argv) {
     return 1;
   }
   auto rt = pmd::Runtime::Start(*config);
+  if (rt.ok()) {
+    if (Status linked = (*rt)->WaitForLinks(); !linked.ok()) rt = linked;
+  }
   if (!rt.ok()) {
     std::fprintf(stderr, "uroce floor: %s\n", rt.status().ToString().c_str());
     (void)pmd::StopEal();

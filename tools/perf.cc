@@ -56,15 +56,18 @@ struct Options {
   std::string control;
   bool verify = false;
   bool csv = false;
+  bool json = false;  // the table as one JSON array of objects
   bool quiet = false;
   ConfigFlags config;
 };
 
-int Usage() {
-  std::fprintf(stderr,
+}  // namespace
+
+int PerfUsage(FILE* out) {
+  std::fprintf(out,
                "usage: uroce perf [--test T[,T...]|all] [--size BYTES[,BYTES...]] [--iters N] [--qps N]\n"
                "                  [--idle-qps N] [--window N] [--port ring|memif|afpacket|daemon] [--role server|client]\n"
-               "                  [--control PATH|HOST:PORT] [--verify] [--csv] [--quiet]\n"
+               "                  [--control PATH|HOST:PORT] [--verify] [--csv|--json] [--quiet]\n"
                "                  [--config FILE] [--set SECTION.KEY=VALUE ...] [--impair SPEC]\n"
                "  tests: send_lat write_lat read_lat atomic_lat send_bw write_bw read_bw\n"
                "  --port ring runs both sides in this process (configs/ring.ini); memif and\n"
@@ -83,8 +86,10 @@ int Usage() {
                "  --window up to 4096, at most 4 GiB of buffer per side.\n"
                "  --idle-qps N: N more connected RC QPs on each side that never carry\n"
                "  anything (up to 20000; what idle QPs cost every message).\n");
-  return 2;
+  return out == stdout ? 0 : 2;
 }
+
+namespace {
 
 std::vector<std::string> SplitList(const std::string& s) {
   std::vector<std::string> out;
@@ -124,6 +129,10 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     }
     if (flag == "--csv") {
       o->csv = true;
+      continue;
+    }
+    if (flag == "--json") {
+      o->json = true;
       continue;
     }
     if (flag == "--quiet") {
@@ -252,6 +261,24 @@ class Ticker {
 
 void PrintResults(const std::vector<PerfResult>& results, const Options& o, const pmd::UroceConfig& config) {
   const char* progress = config.progress == pmd::ProgressMode::kEngine ? "engine" : "inline";
+  if (o.json) {
+    // The CSV's columns as keys; latency only for latency tests (null else).
+    std::printf("[");
+    for (size_t i = 0; i < results.size(); ++i) {
+      const PerfResult& r = results[i];
+      const bool lat = IsLatencyTest(r.spec.test);
+      auto us = [lat](double v) { return lat ? std::to_string(v) : std::string("null"); };
+      std::printf("%s\n {\"test\":\"%s\",\"size\":%u,\"iters\":%llu,\"qps\":%u,\"lat_median_us\":%s,"
+                  "\"lat_p99_us\":%s,\"lat_mean_us\":%s,\"mb_per_s\":%.2f,\"gbit_per_s\":%.3f,"
+                  "\"mmsg_per_s\":%.4f,\"port\":\"%s\",\"progress\":\"%s\"}",
+                  i == 0 ? "" : ",", PerfTestName(r.spec.test), r.spec.size, (unsigned long long)r.completed,
+                  r.spec.qps, us(r.median_us).c_str(), us(r.p99_us).c_str(), us(r.mean_us).c_str(), r.mb_per_s,
+                  r.gbit_per_s, r.mmsg_per_s, o.port.c_str(), progress);
+    }
+    std::printf("\n]\n");
+    std::fflush(stdout);
+    return;
+  }
   if (o.csv) {
     std::printf(
         "test,size,iters,qps,lat_median_us,lat_p99_us,lat_mean_us,mb_per_s,gbit_per_s,mmsg_per_s,port,progress\n");
@@ -310,6 +337,8 @@ class PerfProcess {
     auto rt = pmd::Runtime::Start(config_);
     if (!rt.ok()) return rt.status();
     rt_ = std::move(*rt);
+    // A measurement needs the link: up to each endpoint's link_timeout_ms.
+    UROCE_RETURN_IF_ERROR(rt_->WaitForLinks());
     if (daemon_) StartDaemonWatch();
     return Status::Ok();
   }
@@ -612,7 +641,7 @@ int RunClient(const Options& o) {
 
 int PerfCommand(int argc, char** argv) {
   Options o;
-  if (!ParseArgs(argc, argv, &o)) return Usage();
+  if (!ParseArgs(argc, argv, &o)) return PerfUsage(stderr);
   // The limits the server applies to a peer's RUN, applied to our own
   // flags first, so an absurd request fails here with a clear message.
   for (const RunSpec& spec : Specs(o)) {

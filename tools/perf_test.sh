@@ -29,6 +29,17 @@ head -1 <<<"$out" | grep -qx 'test,size,iters,qps,lat_median_us,lat_p99_us,lat_m
 grep -qE '^send_lat,64,100,1,[0-9.]+,[0-9.]+,[0-9.]+,' <<<"$out"
 grep -qE '^write_bw,64,100,1,,,,[0-9.]+,' <<<"$out"
 
+echo "== JSON"
+out=$("$uroce" perf --test send_lat,write_bw --size 64 --iters 100 --json --quiet 2>/dev/null)
+echo "$out"
+/usr/bin/python3 - "$out" <<'PY'
+import json, sys
+rows = json.loads(sys.argv[1])
+assert [r["test"] for r in rows] == ["send_lat", "write_bw"], rows
+assert rows[0]["size"] == 64 and rows[0]["iters"] == 100 and rows[0]["lat_median_us"] > 0, rows[0]
+assert rows[1]["lat_median_us"] is None and rows[1]["mb_per_s"] > 0, rows[1]
+PY
+
 echo "== uroce floor: raw frames over a memif pair (the medium's floor)"
 dir=$(mktemp -d /tmp/uroce-floor.XXXXXX)
 trap 'rm -rf "$dir"' EXIT

@@ -22,6 +22,7 @@ uint32_t PayloadFor(PayloadRule rule, std::mt19937& rng) {
     case PayloadRule::kFullMtu: return 256;
     case PayloadRule::kOneToMtu: return 1 + r % 300;
     case PayloadRule::kZeroToMtu: return r % 300;
+    case PayloadRule::kExactlyEight: return 8;
   }
   return 0;
 }
@@ -74,6 +75,8 @@ int Run(const char* path) {
         f.invalidate_rkey = r32();
         f.deth = {r32(), 0, r32() & 0xFFFFFF};
         if (op.has(kXrcEth)) f.xrc_srqn = r32() & 0xFFFFFF;
+        // An ATOMIC WRITE's RETH asks for its 8 bytes at an aligned address.
+        if (op.operation == Operation::kAtomicWrite) f.reth = {f.reth.virtual_address & ~uint64_t{7}, f.reth.rkey, 8};
         f.payload_length = PayloadFor(op.payload, rng);
         std::vector<uint8_t> payload(f.payload_length);
         for (auto& b : payload) b = static_cast<uint8_t>(rng());

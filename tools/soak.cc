@@ -12,13 +12,17 @@
 namespace uroce::tools {
 namespace {
 
-int SoakUsage() {
-  std::fprintf(stderr,
+}  // namespace
+
+int SoakUsage(FILE* out) {
+  std::fprintf(out,
                "usage: uroce soak [--loss P] [--dup P] [--reorder P] [--corrupt P] [--delay TICKS]\n"
                "                  [--seed S] [--messages N] [--qps Q] [--ops send,write,read,atomic,imm]\n"
                "                  [--max-size BYTES] [--mtu 256|512|1024|2048|4096] [--port memory|ring]\n");
-  return 2;
+  return out == stdout ? 0 : 2;
 }
+
+namespace {
 
 bool ParseDouble(const char* s, double* out) {
   char* end = nullptr;
@@ -38,10 +42,10 @@ int SoakCommand(int argc, char** argv) {
   transport::SoakOptions o;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") return SoakUsage();
+    if (flag == "--help" || flag == "-h") return SoakUsage(stderr);
     if (i + 1 >= argc) {
       std::fprintf(stderr, "uroce soak: %s needs a value\n", flag.c_str());
-      return SoakUsage();
+      return SoakUsage(stderr);
     }
     const char* v = argv[++i];
     uint64_t n = 0;
@@ -74,7 +78,7 @@ int SoakCommand(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr, "uroce soak: unknown flag %s\n", flag.c_str());
-      return SoakUsage();
+      return SoakUsage(stderr);
     }
     if (!ok) {
       std::fprintf(stderr, "uroce soak: bad value '%s' for %s\n", v, flag.c_str());

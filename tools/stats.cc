@@ -2,6 +2,7 @@
 // telemetry socket (the same data `dpdk-telemetry.py` shows under /uroce/).
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -14,15 +15,43 @@
 namespace uroce::tools {
 namespace {
 
-int StatsUsage() {
-  std::fprintf(stderr,
-               "usage: uroce stats (--file-prefix PREFIX | --config FILE | --socket PATH) [--json]\n"
+}  // namespace
+
+int StatsUsage(FILE* out) {
+  std::fprintf(out,
+               "usage: uroce stats (--pid PID | --file-prefix PREFIX | --config FILE | --socket PATH) [--json]\n"
                "       uroce stats --daemon [SOCKET]\n"
-               "  PREFIX is the running process's EAL --file-prefix ([eal] file_prefix), e.g.\n"
-               "  uroce-pair-a for a process started with configs/pair-a.ini. --daemon: the processes\n"
+               "  PID: a running uroce process (a tool, or a program under uroce exec) whose\n"
+               "  configuration sets no [eal] file_prefix (configs/pair-a.ini and the others);\n"
+               "  PREFIX is the running process's EAL --file-prefix ([eal] file_prefix) where it\n"
+               "  sets one. --daemon: the processes\n"
                "  attached to a uroce daemon (SOCKET, or $UROCE_DAEMON, or /run/uroce/uroce.sock),\n"
                "  the uplink's and the switch's counters.\n");
-  return 2;
+  return out == stdout ? 0 : 2;
+}
+
+namespace {
+
+// A process without a configured file prefix runs under EAL's unique one,
+// uroce-PID-TAG-N (pmd/eal.cc): the one directory of that pid with a
+// telemetry socket.
+StatusOr<std::string> PrefixOfPid(const std::string& pid) {
+  if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) {
+    return InvalidArgument("--pid wants a process id, not '" + pid + "'");
+  }
+  const std::string probe = pmd::TelemetrySocketPath("x");  // BASE/dpdk/x/dpdk_telemetry.v2
+  const std::filesystem::path dir = std::filesystem::path(probe).parent_path().parent_path();
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("uroce-" + pid + "-", 0) == 0 && std::filesystem::exists(entry.path() / "dpdk_telemetry.v2", ec)) {
+      found.push_back(name);
+    }
+  }
+  if (found.empty()) return NotFound("no uroce process " + pid + " with telemetry under " + dir.string());
+  if (found.size() > 1) return InvalidArgument("process " + pid + " has several prefixes; give --file-prefix");
+  return found[0];
 }
 
 int Fail(const std::string& what) {
@@ -85,8 +114,12 @@ int StatsCommand(int argc, char** argv) {
       prefix = argv[++i];
     } else if (!std::strcmp(argv[i], "--socket") && i + 1 < argc) {
       socket_path = argv[++i];
+    } else if (!std::strcmp(argv[i], "--pid") && i + 1 < argc) {
+      auto found = PrefixOfPid(argv[++i]);
+      if (!found.ok()) return Fail(found.status().message());
+      prefix = *found;
     } else {
-      return StatsUsage();
+      return StatsUsage(stderr);
     }
   }
   if (!flags.file.empty()) {
@@ -98,7 +131,7 @@ int StatsCommand(int argc, char** argv) {
     prefix = config->eal.file_prefix;
   }
   if (socket_path.empty()) {
-    if (prefix.empty()) return StatsUsage();
+    if (prefix.empty()) return StatsUsage(stderr);
     socket_path = pmd::TelemetrySocketPath(prefix);
   }
   auto client = pmd::TelemetryClient::Connect(socket_path);

@@ -35,7 +35,12 @@ bool Completer::RetireThrough(QueuePair* qp, Psn psn) {
     SendSlot& slot = r.window[r.head & r.window_mask];
     if (!slot.started || slot.local_error) break;
     if (slot.last_psn.DistanceFrom(psn) > 0) break;  // not yet acknowledged
-    if (slot.read_or_atomic) return false;           // its response is missing
+    // An ATOMIC WRITE returns no data: an ACK covering it says it was done
+    // (a responder may ACK it instead of the zero-length READ response rxe
+    // sends), so it retires here too.
+    const bool atomic_write = slot.wqe->opcode == IBV_WR_ATOMIC_WRITE;
+    if (slot.read_or_atomic && !atomic_write) return false;  // its response is missing
+    if (atomic_write && slot.counted_in_flight) --r.reads_in_flight;
     completions_.RetireOldestSend(qp, IBV_WC_SUCCESS);  // slot.wqe is gone; its bookkeeping stays
     if (r.next_send < r.head) {
       r.next_send = r.head;
@@ -194,11 +199,20 @@ void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
     return;  // not the response we wait for
   }
   const Operation op = p.opcode->operation;
-  if (op == Operation::kAtomicAcknowledge) {
+  if (slot.wqe->opcode == IBV_WR_ATOMIC_WRITE) {
+    // Its answer (as Linux rxe sends it): a READ response Only with no data.
+    if (op != Operation::kRdmaReadResponse) return;
+    if (p.opcode->position != MessagePosition::kOnly || p.fields.payload_length != 0) {
+      FailOldest(qp, IBV_WC_BAD_RESP_ERR);
+      return;
+    }
+  } else if (op == Operation::kAtomicAcknowledge) {
     if (slot.wqe->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && slot.wqe->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) return;
     const uint64_t original = p.fields.atomic_ack_eth.original_remote_data;
     if (!ScatterToWqe(qp, slot.wqe, 0, reinterpret_cast<const uint8_t*>(&original), sizeof(original))) {
-      FailOldest(qp, IBV_WC_LOC_PROT_ERR);  // the result buffer was deregistered
+      // The result buffer was deregistered, or is an implicit on-demand
+      // region's page that cannot be had.
+      FailOldest(qp, IBV_WC_LOC_PROT_ERR);
       return;
     }
   } else {
@@ -222,7 +236,7 @@ void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
       return;
     }
     if (!ScatterToWqe(qp, slot.wqe, slot.bytes_done, p.payload, len)) {
-      FailOldest(qp, IBV_WC_LOC_PROT_ERR);  // a target buffer was deregistered
+      FailOldest(qp, IBV_WC_LOC_PROT_ERR);  // a target buffer was deregistered (or unmapped: implicit ODP)
       return;
     }
     slot.bytes_done += len;
@@ -245,10 +259,12 @@ void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
 bool Completer::ScatterToWqe(const QueuePair* qp, const SendWqeView& w, uint64_t offset, const uint8_t* data,
                              uint32_t length) const {
   // A zero-length READ (no SGEs) has nothing to place.
-  return core_.ForEachSgePiece(qp, w, offset, length, IBV_ACCESS_LOCAL_WRITE, [&data](uint8_t* host, uint32_t bytes) {
-    std::memcpy(host, data, bytes);
-    data += bytes;
-  });
+  return core_.ForEachSgePiece(qp, w, offset, length, IBV_ACCESS_LOCAL_WRITE,
+                               [&data](MrCheck how, uint8_t* host, uint32_t bytes) {
+                                 if (!MrWrite(how, host, data, bytes)) return false;
+                                 data += bytes;
+                                 return true;
+                               });
 }
 
 // The local ACK timer (IBTA 9.7.6.1.3): nothing acknowledged in time means a

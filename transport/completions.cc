@@ -18,7 +18,7 @@ bool Completions::TakeRecv(QueuePair* qp, RecvWqe* out) {
     qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
     return true;
   }
-  if (!srq->ring.TryPopSingleConsumer([out](const std::byte* w) { ReadRecvWqe(w, out); })) return false;
+  if (!srq->ring().TryPopSingleConsumer([out](const std::byte* w) { ReadRecvWqe(w, out); })) return false;
   const uint32_t left = srq->posted.fetch_sub(1, std::memory_order_acq_rel) - 1;
   const uint32_t limit = srq->limit.load(std::memory_order_relaxed);
   // ibv_modify_srq(3): the event fires once when fewer than `limit` requests

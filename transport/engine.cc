@@ -76,6 +76,10 @@ int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** b
       case IBV_WR_ATOMIC_FETCH_AND_ADD:
         if (!rc) return EINVAL;
         break;
+      case IBV_WR_ATOMIC_WRITE:
+        // IBTA 1.5 ATOMIC WRITE: RC only (the XRC opcode is not offered).
+        if (qp->type != IBV_QPT_RC) return EINVAL;
+        break;
       default:
         return EINVAL;
     }
@@ -115,7 +119,22 @@ int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** b
       if (total > (1ull << 31)) return EINVAL;  // max_msg_sz
       wqe.total_length = total;
       const bool is_atomic = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-      if (wr->send_flags & IBV_SEND_INLINE) {
+      const bool atomic_write = wr->opcode == IBV_WR_ATOMIC_WRITE;
+      // An ATOMIC WRITE sends exactly 8 bytes (IBTA 1.5, 9.4.7).
+      if (atomic_write && total != 8) return EINVAL;
+      if (atomic_write && (wr->send_flags & IBV_SEND_INLINE)) {
+        // Inline (ibv_wr_atomic_write(3) passes its 8 bytes so): the value
+        // is taken now, whole, into the request's fixed part, where the
+        // QP's max_inline_data does not limit it.
+        uint8_t value[8];
+        uint64_t off = 0;
+        for (int i = 0; i < wr->num_sge; ++i) {
+          std::memcpy(value + off, reinterpret_cast<const void*>(wr->sg_list[i].addr), wr->sg_list[i].length);
+          off += wr->sg_list[i].length;
+        }
+        std::memcpy(&wqe.swap, value, sizeof(value));
+        wqe.num_sge = 0;  // and no inline bytes in the slot's tail (WriteSendWqe)
+      } else if (wr->send_flags & IBV_SEND_INLINE) {
         if (is_atomic || wr->opcode == IBV_WR_RDMA_READ) return EINVAL;
         if (total > qp->caps.max_inline_data) return EINVAL;
         uint64_t off = 0;
@@ -136,7 +155,7 @@ int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** b
       }
       if (wr->opcode == IBV_WR_SEND_WITH_INV) wqe.invalidate_rkey = wr->invalidate_rkey;
       if (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
-          wr->opcode == IBV_WR_RDMA_READ) {
+          wr->opcode == IBV_WR_RDMA_READ || atomic_write) {
         wqe.remote_addr = wr->wr.rdma.remote_addr;
         wqe.rkey = wr->wr.rdma.rkey;
       }
@@ -260,15 +279,18 @@ int Engine::PostRecv(QueuePair* qp, const ibv_recv_wr* wr, const ibv_recv_wr** b
 }
 
 int Engine::PostSrqRecv(SharedReceiveQueue* srq, const ibv_recv_wr* wr, const ibv_recv_wr** bad_wr) {
+  // A resize (ResizeSrq) replaces the ring only while no poster is inside.
+  SharedReceiveQueue::PostGate gate(*srq);
+  const uint32_t max_wr = srq->max_wr.load(std::memory_order_relaxed);
   for (; wr != nullptr; wr = wr->next) {
     *bad_wr = wr;
     RecvWqe wqe;
     if (!CopyRecv(wr, srq->max_sge, &wqe)) return EINVAL;
     uint32_t posted = srq->posted.load(std::memory_order_relaxed);
     do {
-      if (posted >= srq->max_wr) return ENOMEM;
+      if (posted >= max_wr) return ENOMEM;
     } while (!srq->posted.compare_exchange_weak(posted, posted + 1, std::memory_order_acquire));
-    if (!srq->ring.TryPushWith([&wqe](std::byte* slot) { WriteRecvWqe(wqe, slot); })) {
+    if (!srq->ring().TryPushWith([&wqe](std::byte* slot) { WriteRecvWqe(wqe, slot); })) {
       srq->posted.fetch_sub(1, std::memory_order_release);
       return ENOMEM;
     }

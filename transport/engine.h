@@ -87,6 +87,11 @@ class Engine {
   StatusOr<SharedReceiveQueue*> CreateSrq(PdHandle pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit,
                                           const RingAllocator& allocator = {});
   Status DestroySrq(SharedReceiveQueue* srq);
+  // ibv_modify_srq(3) IBV_SRQ_MAX_WR: room for `max_wr` receives from now on,
+  // those posted kept in order (posters wait meanwhile). InvalidArgument
+  // above the device's 16384 or below the receives posted; ResourceExhausted
+  // when a parent domain's allocator gives no memory. Control path.
+  Status ResizeSrq(SharedReceiveQueue* srq, uint32_t max_wr);
   // XRC domains (IBTA annex A14, XRC; ibv_open_xrcd(3)): a number that XRC SRQs
   // and XRC target QPs share. Destroying one that an SRQ or QP still uses is
   // kBusy.

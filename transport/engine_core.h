@@ -16,6 +16,7 @@
 #include "transport/engine_types.h"
 #include "transport/memory_region.h"
 #include "transport/mpmc_ring.h"
+#include "transport/on_demand_memory.h"
 #include "transport/qp_state.h"
 #include "transport/queue_pair.h"
 #include "transport/shared_receive_queue.h"
@@ -31,8 +32,11 @@ struct EngineCore {
   // request on, `length` bytes in all: each piece checked against the MR
   // table with `needed_access` at every use (IBTA 10.6.3.1: ibv_dereg_mr(3)
   // may have ended a region since the request started) and handed to
-  // piece(uint8_t* host, uint32_t bytes). False when a check fails. Empty
-  // SGEs name no memory and are skipped; the walk ends with the SGE list.
+  // piece(MrCheck how, uint8_t* host, uint32_t bytes), which copies with
+  // MrRead/MrWrite(how, ...) and returns false if the copy failed (an
+  // implicit on-demand region's page could not be had). False when a check
+  // or a piece fails. Empty SGEs name no memory and are skipped; the walk
+  // ends with the SGE list.
   // The requester gathers a packet's payload with it, the completer
   // scatters a READ response or an atomic's original value.
   template <typename Piece>
@@ -51,10 +55,8 @@ struct EngineCore {
       const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, sge.length - offset));
       if (chunk != 0) {
         uint8_t* host = nullptr;
-        if (mrs.CheckLocal(sge.lkey, qp->pd, sge.addr + offset, chunk, needed_access, &host) != MrCheck::kOk) {
-          return false;
-        }
-        piece(host, chunk);
+        const MrCheck how = mrs.CheckLocal(sge.lkey, qp->pd, sge.addr + offset, chunk, needed_access, &host);
+        if (!MrGranted(how) || !piece(how, host, chunk)) return false;
         length -= chunk;
         offset = 0;
       }

@@ -260,6 +260,76 @@ TEST_F(EngineTest, AtomicsCompareSwapAndFetchAdd) {
   EXPECT_EQ(now, 7u);
 }
 
+// IBTA 1.5 ATOMIC WRITE over the wire: the 8 bytes of one SGE (or, inline,
+// the 8 bytes taken at post time) land at an aligned remote address, the
+// bytes around them untouched, and the request completes as
+// IBV_WC_ATOMIC_WRITE once the ACK comes. A misaligned address is NAKed as
+// an invalid request and writes nothing.
+TEST_F(EngineTest, AtomicWriteStoresEightBytes) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer source = Register(pair_->a(), 8, 0);
+  Pattern(source, 21);
+  Buffer target = Register(pair_->b(), 64, 0xEE);
+  const std::vector<uint8_t> before = target.bytes;
+
+  ibv_sge sge{source.addr(), 8, source.keys.lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_ATOMIC_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = target.addr() + 16;
+  wr.wr.rdma.rkey = target.keys.rkey;
+  const ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_ATOMIC_WRITE);
+  EXPECT_EQ(0, std::memcmp(target.bytes.data() + 16, source.bytes.data(), 8));
+  EXPECT_EQ(0, std::memcmp(target.bytes.data(), before.data(), 16));
+  EXPECT_EQ(0, std::memcmp(target.bytes.data() + 24, before.data() + 24, 40));
+
+  // Inline: the value is taken when posting; changing it afterwards changes
+  // nothing on the wire. No lkey is needed.
+  uint8_t value[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  ibv_sge inline_sge{reinterpret_cast<uint64_t>(value), 8, 0};
+  wr.wr_id = 2;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  wr.sg_list = &inline_sge;
+  wr.wr.rdma.remote_addr = target.addr() + 40;
+  ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);
+  std::memset(value, 0, sizeof(value));
+  wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc[0].opcode, IBV_WC_ATOMIC_WRITE);
+  const uint8_t want[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_EQ(0, std::memcmp(target.bytes.data() + 40, want, 8));
+
+  // Anything but 8 bytes is refused when posting (IBTA 1.5, 9.4.7).
+  ibv_sge short_sge{source.addr(), 4, source.keys.lkey};
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &short_sge;
+  EXPECT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), EINVAL);
+
+  // Misaligned: an invalid request NAK, the QP stops, nothing is written.
+  const std::vector<uint8_t> now = target.bytes;
+  wr.wr_id = 3;
+  wr.sg_list = &sge;
+  wr.wr.rdma.remote_addr = target.addr() + 4;
+  ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);
+  wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(target.bytes, now);
+  EXPECT_EQ(qb->state.load(), IBV_QPS_ERR);
+}
+
 // perftest's ib_read_bw and ib_atomic_bw servers leave their QP in RTR: the
 // responder must answer READs and atomics from RTR (IBTA 10.3.1.2), as the
 // kernel's rxe does. Before the fix uroce queued the responses and never sent

@@ -94,6 +94,8 @@ void FrameIo::FinishPacket(rte_mbuf* m) {
   core_.counters.loopback_frames++;
 }
 
+void FrameIo::AbandonPacket(rte_mbuf* m) { rte_pktmbuf_free(m); }
+
 bool FrameIo::HandleFrame(rte_mbuf* m, bool from_loopback) {
   PacketView view;
   ParseOptions options;

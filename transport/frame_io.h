@@ -39,6 +39,9 @@ class FrameIo {
   // FinishPacket. Null when no buffer is free (the caller retries later).
   rte_mbuf* StartPacket(const PathInfo& path, PacketFields& fields, uint8_t** payload);
   void FinishPacket(rte_mbuf* m);
+  // Instead of FinishPacket: the payload could not be had (an implicit
+  // on-demand region's page); the buffer goes back, nothing is sent.
+  void AbandonPacket(rte_mbuf* m);
   void Stage(rte_mbuf* m);
   void StageRawFrames();
   void FlushTx();

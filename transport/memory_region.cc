@@ -2,6 +2,8 @@
 
 #include <random>
 
+#include "transport/on_demand_memory.h"
+
 namespace uroce::transport {
 namespace {
 
@@ -14,13 +16,29 @@ bool AccessIsValid(int access) {
   if ((access & remote_writes) && !(access & IBV_ACCESS_LOCAL_WRITE)) return false;
   const int known = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                     IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_ZERO_BASED |
-                    IBV_ACCESS_MW_BIND;
+                    IBV_ACCESS_MW_BIND | IBV_ACCESS_ON_DEMAND;
   return (access & ~known) == 0;
+}
+
+// ibv_reg_mr(3)'s implicit on-demand region: the whole address space.
+bool IsImplicit(const void* addr, uint64_t length, int access) {
+  return (access & IBV_ACCESS_ON_DEMAND) != 0 && addr == nullptr && length == UINT64_MAX;
 }
 
 // What Register and Reregister refuse before they touch the table.
 Status CheckRegistration(const void* addr, uint64_t length, uint64_t iova, int access) {
   if (!AccessIsValid(access)) return InvalidArgument("invalid MR access flags " + std::to_string(access));
+  if (IsImplicit(addr, length, access)) {
+    // Zero-based makes no sense for it, nor does a window over it (mlx5
+    // refuses both too); and it needs the fault-free copies.
+    if ((access & (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_MW_BIND)) != 0 || iova != 0) {
+      return InvalidArgument("implicit on-demand MR: zero-based, MW bind or an iova");
+    }
+    if (!OnDemandMemoryAvailable()) {
+      return NotSupported("implicit on-demand MR: process_vm_readv/writev or futex not allowed here");
+    }
+    return Status::Ok();
+  }
   if (addr == nullptr && length != 0) return InvalidArgument("MR address is NULL");
   if (length > (uint64_t(1) << 47)) return InvalidArgument("MR length too large");
   if (iova + length < iova) return InvalidArgument("MR iova range wraps");
@@ -62,6 +80,7 @@ StatusOr<MrKeys> MemoryRegionTable::Register(PdHandle pd, void* addr, uint64_t l
   e.length = length;
   e.iova = iova;
   e.access = access;
+  e.implicit = IsImplicit(addr, length, access);
   e.key.store(key, std::memory_order_release);
   ++registered_;
   return MrKeys{key, key};
@@ -90,6 +109,12 @@ Status MemoryRegionTable::Reregister(uint32_t lkey, PdHandle pd, void* addr, uin
   Entry& e = entries_[index];
   if (e.key.load(std::memory_order_relaxed) != lkey || e.kind != Kind::kRegion) {
     return InvalidArgument("no MR with key " + std::to_string(lkey));
+  }
+  // An implicit region stays what it is (the engine reads `implicit`
+  // without locks; a region turning explicit under a running access would
+  // be dereferenced): re-registering one, or into one, is refused.
+  if (e.implicit || IsImplicit(addr, length, access)) {
+    return InvalidArgument("implicit on-demand MR cannot be re-registered");
   }
   e.pd = pd;
   e.addr = static_cast<uint8_t*>(addr);
@@ -124,10 +149,18 @@ MrCheck MemoryRegionTable::Check(uint32_t key, PdHandle pd, uint64_t va, uint64_
     if (r.key.load(std::memory_order_acquire) != e.region_key || r.kind != Kind::kRegion) return MrCheck::kBadKey;
     if (va < r.iova || length > r.length || va - r.iova > r.length - length) return MrCheck::kOutOfRange;
     *host = r.addr + (va - r.iova);
-    return MrCheck::kOk;
+    return r.implicit ? MrCheck::kOkOnDemand : MrCheck::kOk;  // BindWindow refuses implicit regions
   }
   if (e.pd != pd) return MrCheck::kWrongPd;
   if ((e.access & needed_access) != needed_access) return MrCheck::kNoAccess;
+  if (e.implicit) {
+    // The whole address space, local and remote alike (iova 0): only the
+    // range must not wrap. Whether it is mapped is for the fault-free
+    // copies to find out.
+    if (length != 0 && va > UINT64_MAX - length + 1) return MrCheck::kOutOfRange;
+    *host = reinterpret_cast<uint8_t*>(va);
+    return MrCheck::kOkOnDemand;
+  }
   // Local addresses are host addresses; remote ones live in the iova space.
   // A zero-based region (ibv_reg_dm_mr(3), IBV_ACCESS_ZERO_BASED) has no
   // host address the program knows: its SGEs, like its peers, address it by
@@ -161,6 +194,7 @@ StatusOr<uint32_t> MemoryRegionTable::AllocateWindow(PdHandle pd, int type) {
   e.length = 0;
   e.iova = 0;
   e.access = 0;
+  e.implicit = false;
   e.bound = false;
   e.region_key = 0;
   e.qpn = 0;
@@ -220,7 +254,7 @@ bool MemoryRegionTable::BindWindow(uint32_t window_rkey, PdHandle qp_pd, uint32_
     if (r.key.load(std::memory_order_acquire) != mr_lkey || r.kind != Kind::kRegion || r.pd != qp_pd) return false;
     // The region allows binding, is not zero-based (as rxe), and allows
     // local write if the window grants remote write or atomics (C10-74).
-    if ((r.access & IBV_ACCESS_MW_BIND) == 0 || (r.access & IBV_ACCESS_ZERO_BASED) != 0) return false;
+    if ((r.access & IBV_ACCESS_MW_BIND) == 0 || (r.access & IBV_ACCESS_ZERO_BASED) != 0 || r.implicit) return false;
     if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0 &&
         (r.access & IBV_ACCESS_LOCAL_WRITE) == 0) {
       return false;

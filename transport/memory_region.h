@@ -39,14 +39,24 @@ struct MrKeys {
   uint32_t rkey = 0;
 };
 
-// Why an access was refused; each maps to a different verbs error.
+// Why an access was refused; each maps to a different verbs error. kOk and
+// kOkOnDemand grant it.
 enum class MrCheck : uint8_t {
   kOk = 0,
+  // Granted through an implicit on-demand region (ibv_reg_mr(3) with
+  // IBV_ACCESS_ON_DEMAND over the whole address space, addr NULL, length
+  // SIZE_MAX): the range may be unmapped, or read-only, at any moment, so
+  // it is reached only through the fault-free copies of on_demand_memory.h
+  // (MrRead/MrWrite/OnDemandAtomic), never dereferenced. A caller that only
+  // compares with kOk refuses it: safe by default.
+  kOkOnDemand,
   kBadKey,     // no such region, or a stale key
   kWrongPd,    // region of another protection domain
   kNoAccess,   // the region was not registered with the needed access
   kOutOfRange, // [addr, addr+len) is not inside the region
 };
+
+inline bool MrGranted(MrCheck c) { return c == MrCheck::kOk || c == MrCheck::kOkOnDemand; }
 
 class MemoryRegionTable {
  public:
@@ -55,7 +65,11 @@ class MemoryRegionTable {
   // Control path. `iova` is the address remote peers use for byte 0 of the
   // region (ibv_reg_mr_iova2); ibv_reg_mr passes iova == addr. With
   // IBV_ACCESS_ZERO_BASED in `access` (device memory, ibv_reg_dm_mr(3)),
-  // local SGE addresses are in the iova space too.
+  // local SGE addresses are in the iova space too. With
+  // IBV_ACCESS_ON_DEMAND, addr nullptr and length UINT64_MAX (SIZE_MAX): an
+  // implicit on-demand region, the whole address space at iova 0, whose
+  // accesses check as kOkOnDemand (refused with NotSupported where the
+  // fault-free copies are not available, OnDemandMemoryAvailable()).
   StatusOr<MrKeys> Register(PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access);
   Status Deregister(uint32_t lkey);
   // ibv_rereg_mr(3): the region of `lkey` gets a new PD, range and access,
@@ -114,6 +128,7 @@ class MemoryRegionTable {
     uint64_t length = 0;
     uint64_t iova = 0;  // a bound window: its first address, in its region's iova space
     int access = 0;
+    bool implicit = false;  // regions: implicit on-demand (the whole address space)
     // Windows: bound (or else it grants nothing), the region's key, and for
     // type 2 the QP it was bound through.
     bool bound = false;

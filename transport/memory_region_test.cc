@@ -1,8 +1,13 @@
 #include "transport/memory_region.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <vector>
+
+#include "transport/on_demand_memory.h"
 
 namespace uroce::transport {
 namespace {
@@ -252,6 +257,91 @@ TEST(MemoryRegionTest, Type1WindowServesItsPdAndUnbindsWithZeroLength) {
   EXPECT_EQ(table.CheckRemote(rkey, 1, 0x1000, 8, IBV_ACCESS_REMOTE_READ, &host, 5), MrCheck::kOk);
   ASSERT_TRUE(table.BindWindow(rkey, 1, 5, rkey + 1, mr->lkey, 0x1000, 0, 0, &rkey));
   EXPECT_EQ(table.CheckRemote(rkey, 1, 0x1000, 8, IBV_ACCESS_REMOTE_READ, &host, 5), MrCheck::kBadKey);
+}
+
+// An implicit on-demand region (ibv_reg_mr(pd, NULL, SIZE_MAX,
+// ON_DEMAND|...)): the whole address space at iova 0, granted as
+// kOkOnDemand (never kOk: a caller that only knows kOk refuses it), within
+// its PD and access; ranges that wrap are refused. It is not re-registered
+// and no window binds to it; zero-based or with an iova it is refused.
+TEST(MemoryRegionTest, ImplicitOnDemandRegionGrantsTheAddressSpaceOnDemand) {
+  MemoryRegionTable table(64);
+  ASSERT_TRUE(OnDemandMemoryAvailable());
+  auto keys = table.Register(1, nullptr, UINT64_MAX, 0, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                                              IBV_ACCESS_ON_DEMAND);
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  uint8_t* host = nullptr;
+  EXPECT_EQ(table.CheckRemote(keys->rkey, 1, 0x1234, 100, IBV_ACCESS_REMOTE_READ, &host, 0), MrCheck::kOkOnDemand);
+  EXPECT_EQ(host, reinterpret_cast<uint8_t*>(0x1234));
+  EXPECT_EQ(table.CheckLocal(keys->lkey, 1, 0, 8, IBV_ACCESS_LOCAL_WRITE, &host), MrCheck::kOkOnDemand);
+  EXPECT_EQ(table.CheckRemote(keys->rkey, 1, UINT64_MAX - 7, 8, IBV_ACCESS_REMOTE_READ, &host, 0),
+            MrCheck::kOkOnDemand);
+  EXPECT_EQ(table.CheckRemote(keys->rkey, 1, UINT64_MAX - 7, 9, IBV_ACCESS_REMOTE_READ, &host, 0),
+            MrCheck::kOutOfRange);
+  EXPECT_EQ(table.CheckRemote(keys->rkey, 1, 0x1000, UINT64_MAX, IBV_ACCESS_REMOTE_READ, &host, 0),
+            MrCheck::kOutOfRange);
+  EXPECT_EQ(table.CheckRemote(keys->rkey, 1, 0x1000, 8, IBV_ACCESS_REMOTE_WRITE, &host, 0), MrCheck::kNoAccess);
+  EXPECT_EQ(table.CheckRemote(keys->rkey, 2, 0x1000, 8, IBV_ACCESS_REMOTE_READ, &host, 0), MrCheck::kWrongPd);
+  EXPECT_FALSE(table.Reregister(keys->lkey, 1, nullptr, UINT64_MAX, 0, IBV_ACCESS_ON_DEMAND).ok());
+  std::vector<uint8_t> buf(64);
+  EXPECT_FALSE(table.Reregister(keys->lkey, 1, buf.data(), buf.size(), 0, IBV_ACCESS_LOCAL_WRITE).ok());
+  auto explicit_keys = table.Register(1, buf.data(), buf.size(), 0, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(explicit_keys.ok());
+  EXPECT_FALSE(table.Reregister(explicit_keys->lkey, 1, nullptr, UINT64_MAX, 0, IBV_ACCESS_ON_DEMAND).ok())
+      << "an explicit region does not become implicit";
+  EXPECT_FALSE(table.Register(1, nullptr, UINT64_MAX, 0, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_MW_BIND).ok());
+  EXPECT_FALSE(table.Register(1, nullptr, UINT64_MAX, 0, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_ZERO_BASED).ok());
+  EXPECT_FALSE(table.Register(1, nullptr, UINT64_MAX, 0x1000, IBV_ACCESS_ON_DEMAND).ok());
+  EXPECT_FALSE(table.Register(1, nullptr, UINT64_MAX, 0, IBV_ACCESS_LOCAL_WRITE).ok()) << "not ON_DEMAND";
+  EXPECT_TRUE(table.Deregister(keys->lkey).ok());
+  EXPECT_EQ(table.CheckRemote(keys->rkey, 1, 0x1234, 8, IBV_ACCESS_REMOTE_READ, &host, 0), MrCheck::kBadKey);
+}
+
+// The fault-free copies: mapped memory is copied, an unmapped or (for
+// writes and atomics) read-only page is an error, never a signal.
+TEST(OnDemandMemoryTest, UnmappedOrReadOnlyPagesFailWithoutAFault) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto* base = static_cast<uint8_t*>(
+      mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(base, MAP_FAILED);
+  std::memset(base, 0x11, 3 * page);
+  ASSERT_EQ(munmap(base + page, page), 0);
+  ASSERT_EQ(mprotect(base + 2 * page, page, PROT_READ), 0);
+  uint8_t* const hole = base + page;
+  uint8_t* const read_only = base + 2 * page;
+
+  uint8_t out[16] = {};
+  const uint8_t in[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  EXPECT_TRUE(OnDemandRead(out, base, 16));
+  EXPECT_EQ(out[15], 0x11);
+  EXPECT_TRUE(OnDemandWrite(base, in, 16));
+  EXPECT_EQ(base[15], 16);
+  EXPECT_TRUE(OnDemandRead(out, read_only, 16));
+  EXPECT_FALSE(OnDemandRead(out, hole, 16));
+  EXPECT_FALSE(OnDemandRead(out, hole - 8, 16)) << "half mapped";
+  EXPECT_FALSE(OnDemandRead(out, nullptr, 16));
+  EXPECT_FALSE(OnDemandWrite(hole, in, 16));
+  EXPECT_FALSE(OnDemandWrite(read_only, in, 16));
+  EXPECT_EQ(read_only[0], 0x11);
+
+  uint64_t original = 0;
+  auto* word = reinterpret_cast<uint64_t*>(base + 64);
+  *word = 7;
+  EXPECT_TRUE(OnDemandAtomic(word, /*compare_swap=*/false, 0, 3, &original));
+  EXPECT_EQ(original, 7u);
+  EXPECT_EQ(*word, 10u);
+  EXPECT_TRUE(OnDemandAtomic(word, /*compare_swap=*/true, 10, 99, &original));
+  EXPECT_EQ(original, 10u);
+  EXPECT_EQ(*word, 99u);
+  EXPECT_TRUE(OnDemandAtomic(word, /*compare_swap=*/true, 10, 5, &original));
+  EXPECT_EQ(original, 99u) << "no swap on a mismatch";
+  EXPECT_EQ(*word, 99u);
+  EXPECT_FALSE(OnDemandAtomic(reinterpret_cast<uint64_t*>(hole), false, 0, 1, &original));
+  EXPECT_FALSE(OnDemandAtomic(reinterpret_cast<uint64_t*>(read_only), false, 0, 1, &original));
+  EXPECT_FALSE(OnDemandAtomic(reinterpret_cast<uint64_t*>(read_only), true, 0x1111111111111111ull, 1, &original));
+  EXPECT_FALSE(OnDemandAtomic(nullptr, false, 0, 1, &original));
+  EXPECT_EQ(read_only[0], 0x11);
+  munmap(base, 3 * page);
 }
 
 }  // namespace

@@ -205,13 +205,32 @@ StatusOr<SharedReceiveQueue*> Engine::CreateSrq(PdHandle pd, uint32_t max_wr, ui
   if (limit > max_wr) return InvalidArgument("SRQ limit above max_wr");
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (!tables_.PdValid(pd)) return InvalidArgument("no such PD");
-  RingStorage storage;
-  if (allocator) {
-    storage = allocator(SharedReceiveQueue::RingBytes(max_wr, max_sge), kCacheLine);
-    if (storage.bytes == nullptr) return ResourceExhausted("the SRQ's allocator gave no memory");
-  }
-  tables_.srqs.push_back(std::make_unique<SharedReceiveQueue>(pd, max_wr, max_sge, limit, std::move(storage)));
+  auto srq = std::make_unique<SharedReceiveQueue>(pd, max_wr, max_sge, limit, allocator);
+  if (!srq->has_ring()) return ResourceExhausted("the SRQ's allocator gave no memory");
+  tables_.srqs.push_back(std::move(srq));
   return tables_.srqs.back().get();
+}
+
+Status Engine::ResizeSrq(SharedReceiveQueue* srq, uint32_t max_wr) {
+  if (max_wr == 0 || max_wr > 16384) return InvalidArgument("SRQ max_wr out of range");
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  auto it = std::find_if(tables_.srqs.begin(), tables_.srqs.end(), [srq](const auto& p) { return p.get() == srq; });
+  if (it == tables_.srqs.end()) return InvalidArgument("no such SRQ");
+  // No poster holds the ring and the engine takes nothing from it while it
+  // is replaced; posters wait at the gate meanwhile.
+  srq->ClosePostGate();
+  Status status = Status::Ok();
+  {
+    ProgressToken token(core_);
+    // IBTA 11.2.3.3 (Modify SRQ): not below the requests posted.
+    if (max_wr < srq->ring().ApproxSize()) {
+      status = InvalidArgument("more receives posted than the new size holds");
+    } else if (!srq->Resize(max_wr)) {
+      status = ResourceExhausted("the SRQ's allocator gave no memory");
+    }
+  }
+  srq->OpenPostGate();
+  return status;
 }
 
 Status Engine::DestroySrq(SharedReceiveQueue* srq) {
@@ -289,12 +308,8 @@ StatusOr<SharedReceiveQueue*> Engine::CreateXrcSrq(PdHandle pd, uint32_t xrcd, C
     if (core_.xrc_srq_table[candidate % slots] == nullptr) srqn = candidate;
   }
   if (srqn == 0) return ResourceExhausted("no free XRC SRQ number");
-  RingStorage storage;
-  if (allocator) {
-    storage = allocator(SharedReceiveQueue::RingBytes(max_wr, max_sge), kCacheLine);
-    if (storage.bytes == nullptr) return ResourceExhausted("the SRQ's allocator gave no memory");
-  }
-  auto srq = std::make_unique<SharedReceiveQueue>(pd, max_wr, max_sge, limit, std::move(storage));
+  auto srq = std::make_unique<SharedReceiveQueue>(pd, max_wr, max_sge, limit, allocator);
+  if (!srq->has_ring()) return ResourceExhausted("the SRQ's allocator gave no memory");
   srq->xrcd = xrcd;
   srq->srqn = srqn;
   srq->cq = cq;

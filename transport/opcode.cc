@@ -24,7 +24,7 @@ using Role = PacketRole;
 // The requester's SEND and RDMA WRITE opcodes are the same in RC and UC, at
 // base 0x00 and 0x20 (IBTA table 38), so they are listed once per service.
 constexpr OpcodeRow kRows[] = {
-    // RC (0x00-0x17)
+    // RC (0x00-0x17, 0x1D)
     {Opcode::kRcSendFirst, "RC SEND_FIRST", Op::kSend, Role::kRequest, Pos::kFirst, Pay::kFullMtu, 0},
     {Opcode::kRcSendMiddle, "RC SEND_MIDDLE", Op::kSend, Role::kRequest, Pos::kMiddle, Pay::kFullMtu, 0},
     {Opcode::kRcSendLast, "RC SEND_LAST", Op::kSend, Role::kRequest, Pos::kLast, Pay::kOneToMtu, 0},
@@ -65,6 +65,9 @@ constexpr OpcodeRow kRows[] = {
      Pay::kOneToMtu, kIeth},
     {Opcode::kRcSendOnlyWithInvalidate, "RC SEND_ONLY_WITH_INVALIDATE", Op::kSend, Role::kRequest, Pos::kOnly,
      Pay::kZeroToMtu, kIeth},
+    // IBTA 1.5 ATOMIC WRITE: a RETH (its DMA length 8) then the 8 bytes.
+    {Opcode::kRcAtomicWrite, "RC ATOMIC_WRITE", Op::kAtomicWrite, Role::kRequest, Pos::kOnly, Pay::kExactlyEight,
+     kReth},
 
     // UC (0x20-0x2B): SEND and RDMA WRITE only, no responses of any kind.
     {Opcode::kUcSendFirst, "UC SEND_FIRST", Op::kSend, Role::kRequest, Pos::kFirst, Pay::kFullMtu, 0},
@@ -193,7 +196,7 @@ constexpr std::array<Opcode, std::size(kRows)> BuildList() {
 }  // namespace
 
 constexpr std::array<OpcodeInfo, 256> kOpcodeTable = BuildTable();
-constexpr std::array<Opcode, 60> kAllOpcodes = BuildList();
+constexpr std::array<Opcode, 61> kAllOpcodes = BuildList();
 
 // Facts of IBTA table 38 and section 9.3, checked when this file compiles.
 static_assert(kOpcodeTable[0x04].header_bytes == 12);                         // RC SEND Only: BTH
@@ -207,6 +210,8 @@ static_assert(kOpcodeTable[0xAB].reth_offset == 16 && kOpcodeTable[0xAB].immdt_o
 static_assert(kOpcodeTable[0xB3].atomic_eth_offset == 16 && kOpcodeTable[0xB3].header_bytes == 44);
 static_assert(kOpcodeTable[0xB1].header_bytes == 16 && !kOpcodeTable[0xB1].has(kXrcEth));  // XRC ACK: no XRCETH
 static_assert(!kOpcodeTable[0xB5].valid && !kOpcodeTable[0xB8].valid);
+static_assert(kOpcodeTable[0x1D].reth_offset == 12 && kOpcodeTable[0x1D].header_bytes == 28);  // ATOMIC WRITE
+static_assert(!kOpcodeTable[0x1C].valid && !kOpcodeTable[0xBD].valid);  // FLUSH; no XRC ATOMIC WRITE here
 static_assert(!kOpcodeTable[0x15].valid && !kOpcodeTable[0x2C].valid && !kOpcodeTable[0x63].valid);
 
 const char* TransportServiceName(TransportService service) {

@@ -38,6 +38,9 @@ enum class Opcode : uint8_t {
   // 0x15 is reserved (RESYNC belongs to the RD service).
   kRcSendLastWithInvalidate = 0x16,
   kRcSendOnlyWithInvalidate = 0x17,
+  // 0x18-0x1C: reserved here (0x1C is IBTA 1.5's RDMA FLUSH, not offered).
+  // ATOMIC WRITE (IBTA 1.5, 9.4.7): RC only, as in Linux rxe and Wireshark.
+  kRcAtomicWrite = 0x1D,
 
   kUcSendFirst = 0x20,
   kUcSendMiddle = 0x21,
@@ -98,6 +101,9 @@ enum class Operation : uint8_t {
   kAtomicAcknowledge,
   kCompareSwap,
   kFetchAdd,
+  // IBTA 1.5 ATOMIC WRITE: 8 bytes stored as one naturally aligned write,
+  // acknowledged like an RDMA WRITE (a plain ACK).
+  kAtomicWrite,
 };
 
 // Who sends the packet: a requester, or a responder answering with READ
@@ -112,9 +118,10 @@ enum class MessagePosition : uint8_t { kFirst, kMiddle, kLast, kOnly };
 // requests, 9.7.5.1.3 for READ responses): First and Middle packets carry
 // exactly one path MTU (so never zero bytes and never padding), a Last packet
 // one byte up to a path MTU, an Only packet zero up to a path MTU; READ
-// requests, atomics and acknowledgements carry none. The parser does not know
-// the path MTU, so the MTU bound is the responder's check.
-enum class PayloadRule : uint8_t { kNone, kFullMtu, kOneToMtu, kZeroToMtu };
+// requests, atomics and acknowledgements carry none; an ATOMIC WRITE carries
+// exactly its 8 bytes (IBTA 1.5, 9.4.7), so never padding. The parser does
+// not know the path MTU, so the MTU bound is the responder's check.
+enum class PayloadRule : uint8_t { kNone, kFullMtu, kOneToMtu, kZeroToMtu, kExactlyEight };
 
 // Extension headers, as bits of OpcodeInfo::headers. When several are
 // present they follow the BTH in this order (IBTA 9.2, figure 88).
@@ -169,7 +176,7 @@ inline const OpcodeInfo& LookupOpcode(uint8_t opcode) { return kOpcodeTable[opco
 inline const OpcodeInfo& LookupOpcode(Opcode opcode) { return kOpcodeTable[static_cast<uint8_t>(opcode)]; }
 
 // Every valid opcode, in increasing order (for tests and tools).
-extern const std::array<Opcode, 60> kAllOpcodes;
+extern const std::array<Opcode, 61> kAllOpcodes;
 
 const char* TransportServiceName(TransportService service);  // "RC", "UC", "UD", "XRC"
 const char* MessagePositionName(MessagePosition position);   // "first", ...

@@ -62,17 +62,22 @@ TEST(OpcodeTest, NamesAgreeWithServiceAndPosition) {
     EXPECT_EQ(info.has(kImmDt), name.find("IMMEDIATE") != std::string::npos) << name;
     EXPECT_EQ(info.has(kIeth), name.find("INVALIDATE") != std::string::npos) << name;
     EXPECT_EQ(info.has(kDeth), info.service == TransportService::kUd) << name;
-    // RETH on the first packet of a WRITE and on READ requests (IBTA 9.3.3).
+    // RETH on the first packet of a WRITE, on READ requests (IBTA 9.3.3)
+    // and on ATOMIC WRITEs (IBTA 1.5, 9.4.7).
     const bool write_start = info.operation == Operation::kRdmaWrite && info.starts_message();
-    EXPECT_EQ(info.has(kReth), write_start || info.operation == Operation::kRdmaReadRequest) << name;
+    EXPECT_EQ(info.has(kReth), write_start || info.operation == Operation::kRdmaReadRequest ||
+                                   info.operation == Operation::kAtomicWrite)
+        << name;
     EXPECT_EQ(info.has(kAtomicEth),
               info.operation == Operation::kCompareSwap || info.operation == Operation::kFetchAdd)
         << name;
     EXPECT_EQ(info.has(kAtomicAckEth), info.operation == Operation::kAtomicAcknowledge) << name;
     // Payload allowed exactly where data moves from requester or READ responder.
     const bool data = info.operation == Operation::kSend || info.operation == Operation::kRdmaWrite ||
-                      info.operation == Operation::kRdmaReadResponse;
+                      info.operation == Operation::kRdmaReadResponse || info.operation == Operation::kAtomicWrite;
     EXPECT_EQ(info.has_payload(), data) << name;
+    // An ATOMIC WRITE carries its 8 bytes, nothing else.
+    EXPECT_EQ(info.payload == PayloadRule::kExactlyEight, info.operation == Operation::kAtomicWrite) << name;
     // XRCETH on every XRC request and nowhere else (IBTA annex A14).
     EXPECT_EQ(info.has(kXrcEth), info.service == TransportService::kXrc && info.role == PacketRole::kRequest)
         << name;

@@ -33,6 +33,7 @@ bool PayloadLengthAllowed(PayloadRule rule, uint32_t length) {
     case PayloadRule::kFullMtu: return length > 0 && length % 4 == 0;
     case PayloadRule::kOneToMtu: return length > 0;
     case PayloadRule::kZeroToMtu: return true;
+    case PayloadRule::kExactlyEight: return length == 8;
   }
   return false;
 }

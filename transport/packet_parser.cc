@@ -134,6 +134,10 @@ ParseError ParseTransport(const uint8_t* frame, size_t bth, size_t end, PacketVi
       break;
     case PayloadRule::kZeroToMtu:
       break;
+    case PayloadRule::kExactlyEight:  // ATOMIC WRITE: its 8 bytes, no pad
+      if (pad != 0) return ParseError::kBadPadCount;
+      if (f.payload_length != 8) return ParseError::kBadLengthForOpcode;
+      break;
   }
   return ParseError::kOk;
 }

@@ -73,6 +73,7 @@ std::vector<uint32_t> AllowedPayloads(PayloadRule rule) {
     case PayloadRule::kFullMtu: return {4, 256, 1024};
     case PayloadRule::kOneToMtu: return {1, 2, 3, 4, 61, 1024};
     case PayloadRule::kZeroToMtu: return {0, 1, 2, 3, 64, 4096};
+    case PayloadRule::kExactlyEight: return {8};
   }
   return {};
 }
@@ -183,7 +184,7 @@ TEST(PacketRoundTripTest, EveryOpcodeOverIpv4AndIpv6) {
       }
     }
   }
-  EXPECT_GT(frames, 60 * 2 * 2);
+  EXPECT_GT(frames, 61 * 2 * 2);
 }
 
 // The split form, on an mbuf, writes what the one-call form writes.
@@ -521,6 +522,17 @@ TEST(PacketParserTest, LengthNotValidForTheOpcode) {
   Resize(s, 2);  // not a multiple of 4
   EXPECT_EQ(Parse(s), ParseError::kBadLengthForOpcode);
 
+  // An ATOMIC WRITE carries exactly its 8 bytes (IBTA 1.5, 9.4.7).
+  s = SampleFrame(Opcode::kRcAtomicWrite, 8);
+  Resize(s, 4);
+  EXPECT_EQ(Parse(s), ParseError::kBadLengthForOpcode);
+  s = SampleFrame(Opcode::kRcAtomicWrite, 8);
+  Resize(s, -4);
+  EXPECT_EQ(Parse(s), ParseError::kBadLengthForOpcode);
+  s = SampleFrame(Opcode::kRcAtomicWrite, 8);
+  Resize(s, -8);
+  EXPECT_EQ(Parse(s), ParseError::kBadLengthForOpcode);
+
   // An atomic's 28-byte AtomicETH in a packet with room for 16.
   s = SampleFrame(Opcode::kRcSendOnly, 16);
   s.frame[s.bth] = static_cast<uint8_t>(Opcode::kRcFetchAdd);
@@ -531,6 +543,11 @@ TEST(PacketParserTest, LengthNotValidForTheOpcode) {
 TEST(PacketParserTest, BadPadCount) {
   Sample s = SampleFrame(Opcode::kRcSendOnly, 0);
   s.frame[s.bth + 1] |= 0x30;  // pad 3, but nothing after the headers
+  Reseal(s);
+  EXPECT_EQ(Parse(s), ParseError::kBadPadCount);
+
+  s = SampleFrame(Opcode::kRcAtomicWrite, 8);
+  s.frame[s.bth + 1] |= 0x10;  // nor may an ATOMIC WRITE's 8 bytes
   Reseal(s);
   EXPECT_EQ(Parse(s), ParseError::kBadPadCount);
 

@@ -18,8 +18,12 @@
 namespace uroce::transport {
 namespace {
 
+// Requests answered by a READ response or an atomic ACK, which take one of
+// the responder's resources (max_rd_atomic). An ATOMIC WRITE is one: Linux
+// rxe answers it with a zero-length READ response from its resources.
 bool IsReadOrAtomic(ibv_wr_opcode op) {
-  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+         op == IBV_WR_ATOMIC_WRITE;
 }
 
 uint32_t PacketsFor(uint64_t length, uint32_t mtu) {
@@ -63,15 +67,16 @@ bool Requester::StartSendWqe(QueuePair* qp, SendSlot& slot) {
   RequesterState& r = qp->req;
   const SendWqeHeader& w = slot.wqe.header();
   // Local protection before any byte moves (IBTA 10.6.3.1): every SGE must
-  // name a region of this PD, and READ / atomic targets must be writable.
-  const int needed = IsReadOrAtomic(w.opcode) ? IBV_ACCESS_LOCAL_WRITE : 0;
+  // name a region of this PD, and READ / atomic targets must be writable
+  // (an ATOMIC WRITE's SGEs are its source: read only).
+  const int needed = IsReadOrAtomic(w.opcode) && w.opcode != IBV_WR_ATOMIC_WRITE ? IBV_ACCESS_LOCAL_WRITE : 0;
   for (uint32_t i = 0; i < w.num_sge; ++i) {
     const Sge sge = slot.wqe.sge(i);
     uint8_t* host = nullptr;
     if (sge.length == 0) continue;
-    if (core_.mrs.CheckLocal(sge.lkey, qp->pd, sge.addr, sge.length, needed, &host) != MrCheck::kOk) {
-      return false;
-    }
+    // An implicit on-demand region passes here; its memory is found (or
+    // not: a local protection error then) when each packet copies it.
+    if (!MrGranted(core_.mrs.CheckLocal(sge.lkey, qp->pd, sge.addr, sge.length, needed, &host))) return false;
   }
   slot.read_or_atomic = IsReadOrAtomic(w.opcode);
   slot.packets = (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
@@ -88,14 +93,19 @@ bool Requester::StartSendWqe(QueuePair* qp, SendSlot& slot) {
 
 bool Requester::CopyFromWqe(const QueuePair* qp, const SendWqeView& w, uint64_t offset, uint8_t* dest,
                             uint32_t length) const {
+  if (w->num_sge == 0 && w->opcode == IBV_WR_ATOMIC_WRITE) {  // its 8 bytes, taken at post time
+    std::memcpy(dest, reinterpret_cast<const uint8_t*>(&w->swap) + offset, length);
+    return true;
+  }
   if (w->num_sge == 0) {  // inline data: offset + length <= total_length <= max_inline_data
     std::memcpy(dest, w.inline_data() + offset, length);
     return true;
   }
   // StartSendWqe's check is not enough: every packet checks again.
-  return core_.ForEachSgePiece(qp, w, offset, length, 0, [&dest](const uint8_t* host, uint32_t bytes) {
-    std::memcpy(dest, host, bytes);
+  return core_.ForEachSgePiece(qp, w, offset, length, 0, [&dest](MrCheck how, const uint8_t* host, uint32_t bytes) {
+    if (!MrRead(how, dest, host, bytes)) return false;
     dest += bytes;
+    return true;
   });
 }
 
@@ -232,6 +242,20 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
       f.atomic_eth.compare_data = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.compare_add : 0;
       f.bth.ack_request = true;
       r.psn = slot.last_psn + 1;
+      break;
+    case IBV_WR_ATOMIC_WRITE:
+      // IBTA 1.5 ATOMIC WRITE: one packet, a RETH for the 8 bytes it carries.
+      // Its answer is a zero-length READ response (or an ACK covering it,
+      // Completer), and it counts against max_rd_atomic (IsReadOrAtomic).
+      f.bth.opcode = static_cast<uint8_t>(Opcode::kRcAtomicWrite);
+      f.bth.psn = slot.first_psn;
+      f.reth.virtual_address = w.remote_addr;
+      f.reth.rkey = w.rkey;
+      f.reth.dma_length = 8;
+      f.bth.ack_request = true;
+      payload = 8;
+      r.psn = slot.last_psn + 1;
+      r.send_offset = payload;
       break;
     default: {
       const uint64_t offset = r.send_offset;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "transport/on_demand_memory.h"
 #include "transport/opcode.h"
 
 namespace uroce::transport {
@@ -215,12 +216,15 @@ bool Responder::PlaceInRecv(QueuePair* qp, uint64_t offset, const uint8_t* data,
   while (length > 0 && i < w.num_sge) {
     const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(length, w.sge[i].length - offset));
     uint8_t* host = nullptr;
-    if (core_.mrs.CheckLocal(w.sge[i].lkey, qp->resp.pd, w.sge[i].addr + offset, chunk, IBV_ACCESS_LOCAL_WRITE,
-                             &host) != MrCheck::kOk) {
+    // A bad key, or an implicit on-demand region's page that cannot be had
+    // for writing: a local protection error (as an ODP NIC that cannot
+    // resolve the receive buffer's page).
+    const MrCheck how = core_.mrs.CheckLocal(w.sge[i].lkey, qp->resp.pd, w.sge[i].addr + offset, chunk,
+                                             IBV_ACCESS_LOCAL_WRITE, &host);
+    if (!MrGranted(how) || !MrWrite(how, host, data, chunk)) {
       *error = IBV_WC_LOC_PROT_ERR;
       return false;
     }
-    std::memcpy(host, data, chunk);
     data += chunk;
     length -= chunk;
     offset = 0;
@@ -277,7 +281,8 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
   qp->counters.duplicates++;
   core_.counters.duplicates++;
   const Operation op = p.opcode->operation;
-  if (op == Operation::kRdmaReadRequest || op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
+  if (op == Operation::kRdmaReadRequest || op == Operation::kCompareSwap || op == Operation::kFetchAdd ||
+      op == Operation::kAtomicWrite) {
     // Already answering this very request: the copy adds nothing.
     for (uint32_t i = 0; i < s.reads_count; ++i) {
       if (s.reads[(s.reads_head + i) % s.reads.size()].first_psn.value() == p.fields.bth.psn.value()) return;
@@ -313,8 +318,8 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
         // checks of the first); otherwise it earns nothing.
         uint8_t* host = nullptr;
         if (request.rkey != a.rkey || request.virtual_address != a.virtual_address ||
-            core_.mrs.CheckRemote(a.rkey, qp->resp.pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host,
-                                  qp->qpn) != MrCheck::kOk) {
+            !MrGranted(core_.mrs.CheckRemote(a.rkey, qp->resp.pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC,
+                                             &host, qp->qpn))) {
           core_.counters.rx_dropped++;
           return;
         }
@@ -323,6 +328,22 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
       }
     }
     return;  // too old to replay: the requester's retry will fail it
+  }
+  if (op == Operation::kAtomicWrite) {
+    // Answered again (its zero-length READ response), never stored again: a
+    // later write to the word may have landed since. Only if the request
+    // still passes the checks of the first (DESIGN); otherwise nothing.
+    const RethFields& reth = p.fields.reth;
+    uint8_t* host = nullptr;
+    if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0 || reth.dma_length != 8 ||
+        (reth.virtual_address & 7) != 0 ||
+        core_.mrs.CheckRemote(reth.rkey, qp->resp.pd, reth.virtual_address, 8, IBV_ACCESS_REMOTE_WRITE, &host,
+                              qp->qpn) != MrCheck::kOk) {
+      core_.counters.rx_dropped++;
+      return;
+    }
+    EnqueueResponse(qp, ReadJob(p.fields.bth.psn, RethFields{reth.virtual_address, reth.rkey, 0}, /*duplicate=*/true));
+    return;
   }
   // SEND / WRITE: acknowledge again, with the newest PSN (IBTA o9-20).
   QueueAck(qp, s.expected_psn - 1);
@@ -333,8 +354,10 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
 bool Responder::RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) const {
   if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0) return false;
   uint8_t* host = nullptr;
-  return reth.dma_length == 0 || core_.mrs.CheckRemote(reth.rkey, qp->resp.pd, reth.virtual_address, reth.dma_length,
-                                                       IBV_ACCESS_REMOTE_READ, &host, qp->qpn) == MrCheck::kOk;
+  // An implicit on-demand region passes: its pages are found (or not, a
+  // NAK then) as each response packet reads them.
+  return reth.dma_length == 0 || MrGranted(core_.mrs.CheckRemote(reth.rkey, qp->resp.pd, reth.virtual_address,
+                                                                 reth.dma_length, IBV_ACCESS_REMOTE_READ, &host, qp->qpn));
 }
 
 // A duplicate READ request (IBTA 9.7.5.1.1): answered again only if it is
@@ -539,6 +562,8 @@ ResponderStep Responder::Execute(const Request& r) {
     case Operation::kCompareSwap:
     case Operation::kFetchAdd:
       return ExecuteAtomic(r);
+    case Operation::kAtomicWrite:
+      return ExecuteAtomicWrite(r);
     default:
       if (r.rc) ResponderFatal(r.qp, r.psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
       return ResponderStep::kDone;
@@ -619,8 +644,8 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
     const bool allowed = (access & IBV_ACCESS_REMOTE_WRITE) != 0;
     if (!allowed || p.fields.reth.dma_length > kMaxMessageBytes ||
         (p.fields.reth.dma_length > 0 &&
-         core_.mrs.CheckRemote(p.fields.reth.rkey, qp->resp.pd, p.fields.reth.virtual_address, p.fields.reth.dma_length,
-                               IBV_ACCESS_REMOTE_WRITE, &host, qp->qpn) != MrCheck::kOk)) {
+         !MrGranted(core_.mrs.CheckRemote(p.fields.reth.rkey, qp->resp.pd, p.fields.reth.virtual_address,
+                                          p.fields.reth.dma_length, IBV_ACCESS_REMOTE_WRITE, &host, qp->qpn)))) {
       if (rc) ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
       return ResponderStep::kDone;
     }
@@ -641,10 +666,11 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
   // may have been deregistered (or the QP's access revoked) since, and
   // nothing may land in memory the application no longer gives us.
   uint8_t* dest = nullptr;
+  MrCheck how = MrCheck::kOk;
   if (p.fields.payload_length > 0 &&
       ((access & IBV_ACCESS_REMOTE_WRITE) == 0 ||
-       core_.mrs.CheckRemote(s.write_rkey, qp->resp.pd, s.write_va, p.fields.payload_length, IBV_ACCESS_REMOTE_WRITE,
-                             &dest, qp->qpn) != MrCheck::kOk)) {
+       !MrGranted(how = core_.mrs.CheckRemote(s.write_rkey, qp->resp.pd, s.write_va, p.fields.payload_length,
+                                              IBV_ACCESS_REMOTE_WRITE, &dest, qp->qpn)))) {
     if (rc) {
       ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
     } else {
@@ -668,7 +694,19 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
       s.recv_offset_valid = false;
     }
   }
-  if (p.fields.payload_length > 0) std::memcpy(dest, p.payload, p.fields.payload_length);
+  if (p.fields.payload_length > 0 && !MrWrite(how, dest, p.payload, p.fields.payload_length)) {
+    // An implicit on-demand region's page that cannot be had for writing
+    // (unmapped, read-only): the NAK an ODP NIC gives for a page it cannot
+    // resolve: a remote access error NAK, and the QP stops (IBTA 9.9.3.1);
+    // a receive request a WRITE with immediate took completes in error.
+    if (rc) {
+      ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    } else {
+      s.write_in_progress = false;
+      core_.counters.rx_dropped++;
+    }
+    return ResponderStep::kDone;
+  }
   s.write_va += p.fields.payload_length;
   s.write_remaining -= p.fields.payload_length;
   if (info.ends_message()) {
@@ -720,8 +758,9 @@ ResponderStep Responder::ExecuteAtomic(const Request& r) {
     ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
     return ResponderStep::kDone;
   }
-  if (!allowed || core_.mrs.CheckRemote(a.rkey, qp->resp.pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC, &host,
-                                        qp->qpn) != MrCheck::kOk) {
+  MrCheck how = MrCheck::kBadKey;
+  if (!allowed || !MrGranted(how = core_.mrs.CheckRemote(a.rkey, qp->resp.pd, a.virtual_address, 8,
+                                                         IBV_ACCESS_REMOTE_ATOMIC, &host, qp->qpn))) {
     ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
     return ResponderStep::kDone;
   }
@@ -734,7 +773,16 @@ ResponderStep Responder::ExecuteAtomic(const Request& r) {
   // host's own atomics on the same word.
   auto* word = reinterpret_cast<uint64_t*>(host);
   uint64_t original;
-  if (info.operation == Operation::kCompareSwap) {
+  if (how == MrCheck::kOkOnDemand) {
+    // Through an implicit on-demand region: the kernel probes the word for
+    // writing first (on_demand_memory.h), and a page it cannot have earns
+    // the NAK an ODP NIC gives.
+    if (!OnDemandAtomic(word, info.operation == Operation::kCompareSwap, a.compare_data, a.swap_or_add_data,
+                        &original)) {
+      ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+      return ResponderStep::kDone;
+    }
+  } else if (info.operation == Operation::kCompareSwap) {
     original = a.compare_data;
     __atomic_compare_exchange_n(word, &original, a.swap_or_add_data, false, __ATOMIC_SEQ_CST,
                                 __ATOMIC_SEQ_CST);
@@ -749,6 +797,58 @@ ResponderStep Responder::ExecuteAtomic(const Request& r) {
   s.expected_psn = psn + 1;
   EnqueueResponse(qp, AtomicJob(psn, original, /*duplicate=*/false));
   return ResponderStep::kDone;
+}
+
+// IBTA 1.5 ATOMIC WRITE (9.4.7): the 8 bytes land as one 64-bit store, so
+// that no reader (another QP's READ, the host's own loads) sees half of
+// them. It needs what an RDMA WRITE needs (remote write access on the QP
+// and the key, the range inside the region) and what an atomic needs (a
+// naturally aligned address); its RETH must ask for exactly the 8 bytes it
+// carries. As in Linux rxe (rxe_resp.c): a missing access is a remote access
+// error, a misaligned address or another length an invalid request; either
+// NAKs and stops the QP (class C/J, IBTA 9.9.3.1), and nothing is written.
+// Done, it is answered as Linux rxe answers it (rxe_resp.c, acknowledge():
+// send_read_response_ack): an RDMA READ response Only with no data, queued
+// with the READ and atomic responses, so that it takes a responder resource
+// (max_dest_rd_atomic) like them; a duplicate is answered again without
+// storing again (HandleDuplicate).
+ResponderStep Responder::ExecuteAtomicWrite(const Request& r) {
+  const auto& [qp, p, s, rc, psn, info] = r;
+  const RethFields& reth = p.fields.reth;
+  if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0) {
+    ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    return ResponderStep::kDone;
+  }
+  if (reth.dma_length != 8 || p.fields.payload_length != 8 || (reth.virtual_address & 7) != 0) {
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  uint8_t* host = nullptr;
+  if (core_.mrs.CheckRemote(reth.rkey, qp->resp.pd, reth.virtual_address, 8, IBV_ACCESS_REMOTE_WRITE, &host,
+                            qp->qpn) != MrCheck::kOk) {
+    ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+    return ResponderStep::kDone;
+  }
+  if ((reinterpret_cast<uintptr_t>(host) & 7) != 0) {
+    // An aligned VA in a region whose IOVA and host address disagree modulo
+    // 8 (ibv_reg_mr_iova(3)): no single store could write it atomically.
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  // Room for its response first: more outstanding than max_dest_rd_atomic
+  // is an invalid request, and then nothing may have been stored.
+  if (s.reads.empty() || s.reads_count - s.duplicate_jobs >= s.reads.size() / 2 ||
+      s.reads_count >= s.reads.size()) {
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  uint64_t value;
+  std::memcpy(&value, p.payload, sizeof(value));  // the bytes as they travel: memory order
+  __atomic_store_n(reinterpret_cast<uint64_t*>(host), value, __ATOMIC_SEQ_CST);
+  ++s.msn;
+  s.expected_psn = psn + 1;
+  EnqueueResponse(qp, ReadJob(psn, RethFields{reth.virtual_address, reth.rkey, 0}, /*duplicate=*/false));
+  return ResponderStep::kDone;  // the response acknowledges it
 }
 
 // The request is done: the next PSN, and an ACK if the requester asked.
@@ -791,11 +891,12 @@ void Responder::RunReadResponses(QueuePair* qp) {
     // deregistered while the response streams ends it (ibv_dereg_mr(3): no
     // access after it returns), with a NAK, and the QP stops (IBTA 9.9.3.1).
     const uint8_t* source = nullptr;
+    MrCheck how = MrCheck::kOk;
     if (payload > 0) {
       uint8_t* host = nullptr;
       if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0 ||
-          core_.mrs.CheckRemote(job.rkey, job.pd, job.virtual_address + job.offset, payload, IBV_ACCESS_REMOTE_READ,
-                                &host, qp->qpn) != MrCheck::kOk) {
+          !MrGranted(how = core_.mrs.CheckRemote(job.rkey, job.pd, job.virtual_address + job.offset, payload,
+                                                 IBV_ACCESS_REMOTE_READ, &host, qp->qpn))) {
         ResponderFatal(qp, job.next_psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
       }
@@ -807,7 +908,14 @@ void Responder::RunReadResponses(QueuePair* qp) {
     f.payload_length = payload;
     rte_mbuf* m = frames_.StartPacket(qp->path, f, &dest);
     if (m == nullptr) return;  // no buffer now; next poll
-    if (payload > 0) std::memcpy(dest, source, payload);
+    if (payload > 0 && !MrRead(how, dest, source, payload)) {
+      // An implicit on-demand region's page that cannot be read: this
+      // response does not leave, and the READ ends with the NAK an ODP NIC
+      // gives for a page it cannot resolve.
+      frames_.AbandonPacket(m);
+      ResponderFatal(qp, job.next_psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+      return;
+    }
     frames_.FinishPacket(m);
     --budget;
     job.offset += payload;

@@ -73,6 +73,7 @@ class Responder {
   ResponderStep ExecuteWrite(const Request& r);
   ResponderStep ExecuteRead(const Request& r);
   ResponderStep ExecuteAtomic(const Request& r);
+  ResponderStep ExecuteAtomicWrite(const Request& r);
   ResponderStep Acknowledge(const Request& r);
 
   void HandleDuplicate(QueuePair* qp, const PacketView& packet);

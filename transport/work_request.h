@@ -36,6 +36,8 @@ struct SendWqeHeader {
   uint32_t invalidate_rkey = 0;
   uint64_t total_length = 0;  // sum of the SGE lengths, or the inline bytes
   // RDMA: remote address and rkey. Atomics: the same, plus compare/swap/add.
+  // An inline ATOMIC WRITE (num_sge 0) keeps its 8 bytes in `swap`, as
+  // they lie in memory; the slot's tail then holds nothing.
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
   uint64_t compare_add = 0;
@@ -87,7 +89,7 @@ inline void WriteSendWqe(const SendWqe& wqe, std::byte* payload) {
   std::byte* tail = payload + sizeof(SendWqeHeader);
   if (wqe.num_sge != 0) {
     std::memcpy(tail, wqe.sge, wqe.num_sge * sizeof(Sge));
-  } else if (wqe.total_length != 0) {
+  } else if (wqe.total_length != 0 && wqe.opcode != IBV_WR_ATOMIC_WRITE) {
     std::memcpy(tail, wqe.inline_data, static_cast<size_t>(wqe.total_length));
   }
 }
@@ -147,6 +149,7 @@ inline ibv_wc_opcode SendCompletionOpcode(ibv_wr_opcode opcode) {
     case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
     case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+    case IBV_WR_ATOMIC_WRITE: return IBV_WC_ATOMIC_WRITE;
     case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
     case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
     default: return IBV_WC_SEND;

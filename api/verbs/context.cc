@@ -4,7 +4,6 @@
 // asynchronous events, ibv_get_async_event(3) / ibv_ack_async_event(3).
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
-#include <rte_ethdev.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include "api/verbs/objects.h"
 #include "api/verbs/ops.h"
 #include "api/verbs/provider.h"
+#include "transport/on_demand_memory.h"
 #include "transport/qp_state.h"
 #include "transport/work_request.h"
 
@@ -38,11 +38,12 @@ void FillDeviceAttr(Context* ctx, ibv_device_attr* a) {
   a->max_qp_wr = 16384;  // Engine::CreateQp's bound
   // Memory windows of type 1 and 2B (api/verbs/mw.cc). Not
   // IBV_DEVICE_MEM_MGT_EXTENSIONS: it promises fast-registration MRs and
-  // remote invalidation of MRs, which uroce does not have. No
-  // IBV_DEVICE_SRQ_RESIZE: ibv_modify_srq(3) with IBV_SRQ_MAX_WR is not
-  // offered (it was advertised and refused, issue 17).
+  // remote invalidation of MRs, which uroce does not have.
+  // IBV_DEVICE_SRQ_RESIZE: ibv_modify_srq(3) with IBV_SRQ_MAX_WR (srq.cc,
+  // Engine::ResizeSrq; advertised and refused before issue 17).
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
-                        IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
+                        IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC |
+                        IBV_DEVICE_SRQ_RESIZE;
   a->max_sge = static_cast<int>(transport::kMaxSendSge);
   a->max_sge_rd = static_cast<int>(transport::kMaxSendSge);
   a->max_cq = 65536;
@@ -89,14 +90,14 @@ int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* out, size_t
   Context* ctx = Context::From(context);
   ibv_port_attr a;
   std::memset(&a, 0, sizeof(a));
-  // The port's link, as rxe follows its netdev: a memif port whose peer is
-  // not there yet is DOWN — unless the configuration says not to wait for the
-  // link (link_timeout_ms = 0), where frames wait in the engine meanwhile.
-  rte_eth_link link;
-  // (A daemon's shared-memory port has no DPDK port: port_id RTE_MAX_ETHPORTS.)
-  const bool up = ctx->port_id < RTE_MAX_ETHPORTS && rte_eth_link_get_nowait(ctx->port_id, &link) == 0 &&
-                  link.link_status == RTE_ETH_LINK_UP;
-  a.state = (up || ctx->active_before_link) ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  // The port's state follows its link, as rxe's follows its netdev: DOWN
+  // until the link is up (IBV_EVENT_PORT_ACTIVE then, Provider::WatchPorts).
+  // A link to another uroce process (memif, ring pair, daemon) counts as
+  // ACTIVE before its peer arrives, unless active_before_link = no: frames
+  // wait in the engine meanwhile (pmd/config.h).
+  Provider& provider = Provider::Get();
+  const bool up = provider.PortLinkUp(ctx->device->index);
+  a.state = provider.PortActive(ctx->device->index) ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   a.max_mtu = IBV_MTU_4096;
   a.active_mtu = ActiveMtu(ctx->port_mtu);
   a.gid_tbl_len = kGidTableLength;
@@ -121,11 +122,14 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, 
   std::memset(&a, 0, sizeof(a));
   FillDeviceAttr(Context::From(context), &a.orig_attr);
   a.max_dm_size = kMaxDmSize;  // host memory (dm.cc)
-  // Explicit on-demand paging (mr.cc): every operation the engine does on
-  // each transport works on an IBV_ACCESS_ON_DEMAND region, since the flag
-  // changes nothing below the verbs. Not IBV_ODP_SUPPORT_IMPLICIT: a peer's
-  // access to an unmapped address would fault the process.
+  // On-demand paging (mr.cc): every operation the engine does on each
+  // transport works on an IBV_ACCESS_ON_DEMAND region, since the flag
+  // changes nothing below the verbs for an explicit one. Implicit regions
+  // (the whole address space) reach memory through the kernel's fault-free
+  // copies (transport/on_demand_memory.h), so a peer's access to an unmapped
+  // page is NAKed, never a fault; offered where those system calls work.
   a.odp_caps.general_caps = IBV_ODP_SUPPORT;
+  if (uroce::transport::OnDemandMemoryAvailable()) a.odp_caps.general_caps |= IBV_ODP_SUPPORT_IMPLICIT;
   a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
                                               IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
                                               IBV_ODP_SUPPORT_SRQ_RECV;

@@ -17,16 +17,19 @@ namespace {
 
 // Access flags the engine understands; the optional ones (relaxed ordering,
 // IBV_ACCESS_OPTIONAL_RANGE) are hints that may be ignored (ibv_reg_mr(3)).
+// IBV_ACCESS_ON_DEMAND (ODP, ibv_reg_mr(3)): the region's pages need not be
+// resident or pinned, and may change behind it. uroce's engine reads and
+// writes the process's memory in place and never pins it, so every
+// explicit region already behaves so: the engine's fast memcpy stays. The
+// engine sees the flag for the implicit region (addr NULL, length
+// SIZE_MAX: the whole address space), which it reaches only through the
+// kernel's fault-free copies (transport/on_demand_memory.h), so that a
+// peer's access to an unmapped or read-only page is NAKed, never a fault.
 constexpr unsigned kEngineAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                   IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
-// IBV_ACCESS_ON_DEMAND (explicit ODP, ibv_reg_mr(3)): the region's pages
-// need not be resident or pinned, and may change behind it. uroce's engine
-// reads and writes the process's memory in place and never pins it, so
-// every region already behaves so; the flag changes nothing below the
-// verbs. Implicit ODP (the whole address space) is refused: see RegMr.
+                                   IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ON_DEMAND;
 // IBV_ACCESS_HUGETLB says an ODP region is backed by huge pages, so that a
 // kernel driver maps it in huge pages: a hint with nothing to map here.
-constexpr unsigned kSupportedAccess = kEngineAccess | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB;
+constexpr unsigned kSupportedAccess = kEngineAccess | IBV_ACCESS_HUGETLB;
 
 // The engine's registration of [addr, addr + length) at `iova` in `pd`.
 uroce::StatusOr<uroce::transport::MrKeys> Register(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
@@ -36,13 +39,10 @@ uroce::StatusOr<uroce::transport::MrKeys> Register(ibv_pd* pd, void* addr, size_
     // Zero-based MRs outside device memory: not offered.
     return uroce::NotSupported("access flags not offered");
   }
-  if ((access & IBV_ACCESS_ON_DEMAND) != 0 && addr == nullptr && length == SIZE_MAX) {
-    // Implicit ODP: a region over the whole address space. A real NIC
-    // answers a peer's access to an unmapped address with an error; the
-    // engine would fault the process, so a peer could crash it. Not
-    // offered (IBV_ODP_SUPPORT_IMPLICIT is not in odp_caps).
-    return uroce::NotSupported("implicit on-demand paging not offered");
-  }
+  // Implicit ODP (IBV_ACCESS_ON_DEMAND, addr NULL, length SIZE_MAX) goes to
+  // the engine as it is; its iova is 0 (the whole address space, addressed
+  // as it is).
+  if ((access & IBV_ACCESS_ON_DEMAND) != 0 && addr == nullptr && length == SIZE_MAX) iova = 0;
   return Context::From(pd->context)->engine->RegMr(pd->handle, addr, length, iova,
                                                    static_cast<int>(access & kEngineAccess));
 }
@@ -99,9 +99,12 @@ int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* s
   }
   const int needed = advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE ? IBV_ACCESS_LOCAL_WRITE : 0;
   uroce::transport::Engine* engine = Context::From(pd->context)->engine;
+  // An implicit on-demand region's range passes: its pages are found when
+  // the engine touches them (through the kernel, which maps them then), so
+  // a prefetch, even with IBV_ADVISE_MR_FLAG_FLUSH, has nothing to wait for.
   for (uint32_t i = 0; i < num_sge; ++i) {
-    if (engine->CheckLocalMr(sg_list[i].lkey, pd->handle, sg_list[i].addr, sg_list[i].length, needed) !=
-        uroce::transport::MrCheck::kOk) {
+    if (!uroce::transport::MrGranted(
+            engine->CheckLocalMr(sg_list[i].lkey, pd->handle, sg_list[i].addr, sg_list[i].length, needed))) {
       return EFAULT;
     }
   }

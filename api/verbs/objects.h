@@ -50,11 +50,6 @@ struct Context {
   transport::Engine* engine = nullptr;
   const transport::EngineConfig* engine_config = nullptr;
   uint32_t port_mtu = 1500;
-  // link_timeout_ms = 0 in the configuration: the port counts as ACTIVE even
-  // before its link is up (the engine holds frames until it is), so programs
-  // that check the port state first (perftest) start before their peer.
-  bool active_before_link = false;
-  uint16_t port_id = 0;  // the DPDK port (link state for ibv_query_port)
   transport::MacAddress mac{};
   // Asynchronous events (ibv_get_async_event(3)): queued by the progress
   // thread, async_fd (an eventfd in semaphore mode) counts them.
@@ -165,7 +160,7 @@ struct Srq {
   ibv_srq srq;  // first
   Context* context = nullptr;
   transport::SharedReceiveQueue* engine_srq = nullptr;
-  uint32_t max_wr = 0, max_sge = 0;
+  uint32_t max_wr = 0, max_sge = 0;  // as created; engine_srq->max_wr is the size after a resize
   static Srq* From(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
 };
 

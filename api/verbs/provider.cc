@@ -33,6 +33,9 @@ constexpr int kExitLingerMs = 100;
 constexpr int kShutdownLockTries = 2000;
 // How often the progress thread looks whether the daemon is still there.
 constexpr int kDaemonCheckMs = 20;
+// How often the progress thread looks at the ports' links (WatchPorts): an
+// RDMA NIC's driver raises its port events within about as long.
+constexpr int kPortCheckMs = 50;
 // How long the progress thread stays away while an application thread polls
 // (and so drives the engines itself).
 constexpr unsigned kApplicationDrivesSleepUs = 2000;
@@ -177,6 +180,8 @@ int Provider::StartRuntimeLocked() {
     return EIO;
   }
   runtime_ = std::move(*rt);
+  port_active_.assign(runtime_->endpoint_count(), 0);
+  for (size_t i = 0; i < port_active_.size(); ++i) port_active_[i] = PortActive(i) ? 1 : 0;
   std::atexit(OnExit);
   thread_ = std::thread([this] { ProgressLoop(); });
   return 0;
@@ -195,9 +200,6 @@ int Provider::Open(Device* device, Context* context) {
   context->engine = ep.endpoint.engine.get();
   context->engine_config = &context->engine->config();
   context->port_mtu = ep.config.mtu;
-  // A daemon's shared-memory port is up while the process is attached.
-  context->active_before_link = ep.config.link_timeout_ms == 0 || ep.config.kind == pmd::PortKind::kShm;
-  context->port_id = ep.port_id;
   context->mac = ep.endpoint.mac;
   return 0;
 }
@@ -487,16 +489,45 @@ unsigned Provider::PumpAsyncEvents() {
         }
       }
       if (ctx == nullptr) continue;  // its object is gone
-      {
-        std::lock_guard<std::mutex> al(ctx->async_mutex);
-        ctx->async_events.push_back(out);
-      }
-      const uint64_t one = 1;
-      ssize_t w = write(ctx->ibv()->async_fd, &one, sizeof(one));
-      (void)w;
+      PostAsyncEvent(ctx, out);
     }
   }
   return moved;
+}
+
+void Provider::PostAsyncEvent(Context* ctx, const ibv_async_event& event) {
+  {
+    std::lock_guard<std::mutex> al(ctx->async_mutex);
+    ctx->async_events.push_back(event);
+  }
+  const uint64_t one = 1;
+  ssize_t w = write(ctx->ibv()->async_fd, &one, sizeof(one));
+  (void)w;
+}
+
+bool Provider::PortLinkUp(size_t device) {
+  return runtime_ && device < runtime_->endpoint_count() && runtime_->LinkUp(runtime_->endpoint(device));
+}
+
+bool Provider::PortActive(size_t device) {
+  if (!runtime_ || device >= runtime_->endpoint_count()) return false;
+  return runtime_->endpoint(device).config.PortActiveBeforeLink() || PortLinkUp(device);
+}
+
+void Provider::WatchPorts() {
+  for (size_t i = 0; i < port_active_.size(); ++i) {
+    const uint8_t now = PortActive(i) ? 1 : 0;
+    if (now == port_active_[i]) continue;
+    port_active_[i] = now;
+    // ibv_get_async_event(3): port events name the port (element.port_num).
+    ibv_async_event event{};
+    event.event_type = now != 0 ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR;
+    event.element.port_num = 1;
+    std::lock_guard<std::mutex> lock(objects_mutex_);
+    for (Context* ctx : contexts_) {
+      if (ctx->device != nullptr && ctx->device->index == i) PostAsyncEvent(ctx, event);
+    }
+  }
 }
 
 void Provider::ProgressFromPoll(const transport::Engine* engine) {
@@ -546,7 +577,12 @@ void Provider::ProgressLoop() {
   unsigned backoff_us = 0;
   uint64_t seen_app_polls = 0;
   auto next_daemon_check = std::chrono::steady_clock::now();
+  auto next_port_check = next_daemon_check;
   while (!stop_.load(std::memory_order_acquire)) {
+    if (std::chrono::steady_clock::now() >= next_port_check) {
+      next_port_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(kPortCheckMs);
+      WatchPorts();
+    }
     if (daemon_ && std::chrono::steady_clock::now() >= next_daemon_check) {
       next_daemon_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDaemonCheckMs);
       WatchDaemon();

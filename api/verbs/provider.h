@@ -101,6 +101,12 @@ class Provider {
   void WatchQp(transport::Engine* engine, transport::QueuePair* qp, size_t device);
   void UnwatchQp(transport::QueuePair* qp);
 
+  // ibv_query_port(3)'s state of device `device`'s port: ACTIVE once its
+  // link is up, or at once where the configuration says so
+  // (active_before_link); its link (phys_state) separately. Any thread.
+  bool PortActive(size_t device);
+  bool PortLinkUp(size_t device);
+
   bool inline_progress() const { return inline_; }
   pmd::Runtime* runtime() { return runtime_.get(); }
   // The daemon this process is attached to, or null (process-private mode).
@@ -146,6 +152,12 @@ class Provider {
   void ForgetLocked(const transport::QueuePair* qp);
   unsigned SignalArmedCqs();
   unsigned PumpAsyncEvents();
+  // Progress thread, every kPortCheckMs: a port whose state changed (its
+  // link came up or went down) raises IBV_EVENT_PORT_ACTIVE or
+  // IBV_EVENT_PORT_ERR on every context of its device.
+  void WatchPorts();
+  // Queues `event` on `ctx` and counts it on its async_fd.
+  static void PostAsyncEvent(Context* ctx, const ibv_async_event& event);
 
   std::mutex mutex_;  // control path
   bool loaded_ = false;
@@ -191,6 +203,9 @@ class Provider {
   // RC/UC QPs not seen connected yet: the progress thread looks whether the
   // connection manager moved them (one atomic load each per look).
   std::vector<WatchedQp> unconnected_;
+
+  // WatchPorts: the state each device's contexts were last told (1 active).
+  std::vector<uint8_t> port_active_;
 
   std::thread thread_;
   std::atomic<bool> stop_{false};

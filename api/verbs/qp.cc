@@ -110,7 +110,21 @@ void WrSetXrcSrqn(ibv_qp_ex* q, uint32_t remote_srqn) {
   if (wr == nullptr) return;
   wr->qp_type.xrc.remote_srqn = remote_srqn;
 }
-void WrUnsupportedAtomicWrite(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { FromEx(q)->wr_error = EOPNOTSUPP; }
+// ibv_wr_atomic_write(3) (IBTA 1.5 ATOMIC WRITE): the 8 bytes at
+// `atomic_wire` are taken now, as inline data, so no SGE follows.
+void WrAtomicWrite(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, const void* atomic_wire) {
+  if (atomic_wire == nullptr) {
+    FromEx(q)->wr_error = EINVAL;
+    return;
+  }
+  ibv_send_wr& wr = NewWr(q, IBV_WR_ATOMIC_WRITE);
+  wr.wr.rdma.rkey = rkey;
+  wr.wr.rdma.remote_addr = addr;
+  wr.send_flags |= IBV_SEND_INLINE;
+  Qp* qp = FromEx(q);
+  const auto* p = static_cast<const uint8_t*>(atomic_wire);
+  qp->wr_inline[qp->wr_count - 1].assign(p, p + 8);
+}
 
 void WrSetUdAddr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
   ibv_send_wr* wr = LastWr(q);
@@ -184,7 +198,7 @@ constexpr uint64_t kSupportedSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WIT
                                        IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
                                        IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
                                        IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_BIND_MW |
-                                       IBV_QP_EX_WITH_LOCAL_INV;
+                                       IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_ATOMIC_WRITE;
 
 void FillQpEx(ibv_qp_ex* q) {
   q->wr_atomic_cmp_swp = WrCmpSwp;
@@ -207,7 +221,7 @@ void FillQpEx(ibv_qp_ex* q) {
   q->wr_start = WrStart;
   q->wr_complete = WrComplete;
   q->wr_abort = WrAbort;
-  q->wr_atomic_write = WrUnsupportedAtomicWrite;
+  q->wr_atomic_write = WrAtomicWrite;
 }
 
 // `xrcd`: an XRC target QP's domain (IBV_QPT_XRC_RECV), which has no PD,

@@ -18,6 +18,9 @@ using uroce::verbs::Srq;
 
 namespace uroce::verbs {
 
+// ibv_device_attr.max_srq_wr (context.cc), Engine::CreateSrq's bound.
+constexpr uint32_t kMaxSrqWr = 16384;
+
 int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   Srq* s = Srq::From(srq);
   const ibv_recv_wr* bad = nullptr;
@@ -117,21 +120,36 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* init) {
   return uroce::verbs::CreateSrq(pd, init->srq_context, &init->attr);
 }
 
-// ibv_modify_srq(3): IBV_SRQ_LIMIT arms the limit; resizing (IBV_SRQ_MAX_WR)
-// is not offered.
+// ibv_modify_srq(3): IBV_SRQ_MAX_WR resizes the SRQ (the receives posted
+// stay, in order; EINVAL above the device's max_srq_wr or below the receives
+// posted, IBTA 11.2.3.3), IBV_SRQ_LIMIT arms the limit (EINVAL above the
+// SRQ's size, the new one if both are asked). All or nothing: a refused
+// resize leaves the limit alone too.
 int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
   Srq* s = Srq::From(srq);
-  if (mask & ~IBV_SRQ_LIMIT) return EOPNOTSUPP;
-  if (mask & IBV_SRQ_LIMIT) {
-    if (attr->srq_limit > s->max_wr) return EINVAL;
-    s->engine_srq->limit.store(attr->srq_limit, std::memory_order_release);
+  if (mask & ~(IBV_SRQ_LIMIT | IBV_SRQ_MAX_WR)) return EINVAL;
+  if (attr == nullptr) return EINVAL;
+  // The engine's size, not s->max_wr: another thread may resize meanwhile.
+  uint32_t max_wr = s->engine_srq->max_wr.load(std::memory_order_relaxed);
+  if (mask & IBV_SRQ_MAX_WR) {
+    if (attr->max_wr == 0 || attr->max_wr > uroce::verbs::kMaxSrqWr) return EINVAL;
+    max_wr = attr->max_wr;
   }
+  const uint32_t limit =
+      (mask & IBV_SRQ_LIMIT) ? attr->srq_limit : s->engine_srq->limit.load(std::memory_order_acquire);
+  // An armed limit must stay within the SRQ (as rxe: rxe_srq_chk_attr).
+  if (limit > max_wr) return EINVAL;
+  if (mask & IBV_SRQ_MAX_WR) {
+    uroce::Status st = s->context->engine->ResizeSrq(s->engine_srq, max_wr);
+    if (!st.ok()) return st.ToErrno();
+  }
+  if (mask & IBV_SRQ_LIMIT) s->engine_srq->limit.store(attr->srq_limit, std::memory_order_release);
   return 0;
 }
 
 int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
   Srq* s = Srq::From(srq);
-  attr->max_wr = s->max_wr;
+  attr->max_wr = s->engine_srq->max_wr.load(std::memory_order_relaxed);  // as resized
   attr->max_sge = s->max_sge;
   attr->srq_limit = s->engine_srq->limit.load(std::memory_order_acquire);
   return 0;

@@ -1,0 +1,89 @@
+// SharedReceiveQueue::Resize and its post gate (ibv_modify_srq(3)
+// IBV_SRQ_MAX_WR): the requests posted stay, in order, and a poster on
+// another thread never writes into a ring being replaced.
+#include "transport/shared_receive_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+namespace uroce::transport {
+namespace {
+
+// What PostSrqRecv does, without the engine: through the gate, then a push
+// if the SRQ has room. False when full.
+bool Post(SharedReceiveQueue& srq, uint64_t wr_id) {
+  SharedReceiveQueue::PostGate gate(srq);
+  if (srq.posted.load() >= srq.max_wr.load()) return false;
+  RecvWqe wqe;
+  wqe.wr_id = wr_id;
+  wqe.num_sge = 1;
+  wqe.sge[0] = Sge{0x1000 + wr_id, 64, 7};
+  wqe.total_length = 64;
+  srq.posted.fetch_add(1);
+  return srq.ring().TryPushWith([&wqe](std::byte* slot) { WriteRecvWqe(wqe, slot); });
+}
+
+std::vector<uint64_t> TakeAll(SharedReceiveQueue& srq) {
+  std::vector<uint64_t> ids;
+  RecvWqe wqe;
+  while (srq.ring().TryPopSingleConsumer([&wqe](const std::byte* w) { ReadRecvWqe(w, &wqe); })) {
+    ids.push_back(wqe.wr_id);
+    EXPECT_EQ(wqe.sge[0].addr, 0x1000 + wqe.wr_id);
+    srq.posted.fetch_sub(1);
+  }
+  return ids;
+}
+
+TEST(SharedReceiveQueueTest, ResizeKeepsThePostedInOrder) {
+  SharedReceiveQueue srq(1, 4, 2, 0);
+  for (uint64_t id = 0; id < 4; ++id) ASSERT_TRUE(Post(srq, id));
+  EXPECT_FALSE(Post(srq, 4));
+  // One taken: the oldest left is 1, not at the ring's first slot.
+  RecvWqe first;
+  ASSERT_TRUE(srq.ring().TryPopSingleConsumer([&first](const std::byte* w) { ReadRecvWqe(w, &first); }));
+  srq.posted.fetch_sub(1);
+  EXPECT_EQ(first.wr_id, 0u);
+  ASSERT_TRUE(Post(srq, 4));
+  ASSERT_TRUE(srq.Resize(100));
+  EXPECT_EQ(srq.max_wr.load(), 100u);
+  for (uint64_t id = 5; id <= 100; ++id) ASSERT_TRUE(Post(srq, id));
+  EXPECT_FALSE(Post(srq, 101)) << "full at 100";
+  EXPECT_FALSE(srq.Resize(99)) << "100 are posted";
+  std::vector<uint64_t> want;
+  for (uint64_t id = 1; id <= 100; ++id) want.push_back(id);
+  EXPECT_EQ(TakeAll(srq), want);
+}
+
+TEST(SharedReceiveQueueTest, ResizeUnderAConcurrentPosterLosesNothing) {
+  SharedReceiveQueue srq(1, 16384, 1, 0);
+  constexpr uint64_t kPosts = 20000;
+  std::atomic<bool> done{false};
+  std::thread poster([&] {
+    uint64_t id = 0;
+    while (id < kPosts) {
+      if (Post(srq, id)) ++id;
+    }
+    done = true;
+  });
+  // The main thread consumes (as the engine would, one consumer at a time)
+  // and resizes between 16384 and a size just above what is posted.
+  std::vector<uint64_t> got;
+  uint32_t round = 0;
+  while (!done.load() || srq.posted.load() != 0) {
+    srq.ClosePostGate();
+    const uint32_t posted = static_cast<uint32_t>(srq.ring().ApproxSize());
+    ASSERT_TRUE(srq.Resize(++round % 2 ? posted + 64 : 16384));
+    srq.OpenPostGate();
+    for (uint64_t id : TakeAll(srq)) got.push_back(id);
+  }
+  poster.join();
+  ASSERT_EQ(got.size(), kPosts);
+  for (uint64_t i = 0; i < kPosts; ++i) ASSERT_EQ(got[i], i);
+  EXPECT_GT(round, 1u);
+}
+
+}  // namespace
+}  // namespace uroce::transport
