@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -130,6 +132,17 @@ bool ParseUnsigned(const std::string& text, uint64_t min, uint64_t max, uint64_t
   return true;
 }
 
+// A probability: a decimal number in [0, 1] ("0.01", "1e-4"), nothing else.
+bool ParseProbability(const std::string& text, double* out) {
+  if (text.empty() || text.find_first_not_of("0123456789.eE-+") != std::string::npos) return false;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (errno != 0 || *end != '\0' || !(v >= 0.0 && v <= 1.0)) return false;
+  *out = v;
+  return true;
+}
+
 bool ParseBool(const std::string& text, bool* out) {
   std::string t = text;
   std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -163,6 +176,7 @@ class Builder {
     if (section == "eal") return Each(section, entries, [this](auto& k, auto& v, auto& e) { return Eal(k, v, e); });
     if (section == "engine") return Each(section, entries, [this](auto& k, auto& v, auto& e) { return Engine(k, v, e); });
     if (section == "daemon") return Each(section, entries, [this](auto& k, auto& v, auto& e) { return Daemon(k, v, e); });
+    if (section == "impair") return Each(section, entries, [this](auto& k, auto& v, auto& e) { return Impair(k, v, e); });
     if (section.rfind("endpoint.", 0) == 0) {
       EndpointConfig ep;
       ep.name = section.substr(std::strlen("endpoint."));
@@ -188,7 +202,7 @@ class Builder {
       c_.endpoints.push_back(std::move(ep));
       return Status::Ok();
     }
-    return InvalidArgument("unknown section [" + section + "] (known: [eal], [engine], [daemon], [endpoint.NAME])");
+    return InvalidArgument("unknown section [" + section + "] (known: [eal], [engine], [daemon], [impair], [endpoint.NAME])");
   }
 
  private:
@@ -287,6 +301,35 @@ class Builder {
       c_.daemon.max_processes = static_cast<uint32_t>(n);
     } else {
       return Unknown("daemon", k, "socket, idle_us, max_processes");
+    }
+    return Status::Ok();
+  }
+
+  Status Impair(const std::string& k, const std::string& v, const std::string& where) {
+    uint64_t n = 0;
+    ImpairConfig& im = c_.impair;
+    if (k == "loss" || k == "dup" || k == "reorder" || k == "corrupt" || k == "rnr_storm") {
+      double p = 0;
+      if (!ParseProbability(v, &p)) return Bad(where, "expected a probability, 0..1 (e.g. 0.01)");
+      (k == "loss" ? im.loss : k == "dup" ? im.duplicate : k == "reorder" ? im.reorder : k == "corrupt" ? im.corrupt
+                                                                                                      : im.rnr_storm) = p;
+    } else if (k == "delay_us" || k == "reorder_us") {
+      if (!ParseUnsigned(v, 0, 10'000'000, &n)) return Bad(where, "expected microseconds, 0..10000000");
+      (k == "delay_us" ? im.delay_us : im.reorder_us) = static_cast<uint32_t>(n);
+    } else if (k == "seed") {
+      if (!ParseUnsigned(v, 0, UINT64_MAX, &n)) return Bad(where, "expected an unsigned 64-bit integer");
+      im.seed = n;
+    } else if (k == "direction") {
+      if (v == "both") im.tx = im.rx = true;
+      else if (v == "tx") im.tx = true, im.rx = false;
+      else if (v == "rx") im.tx = false, im.rx = true;
+      else return Bad(where, "expected both, tx or rx");
+    } else if (k == "hold_frames") {
+      if (!ParseUnsigned(v, 16, 1 << 20, &n)) return Bad(where, "expected 16..1048576");
+      im.hold_frames = static_cast<uint32_t>(n);
+    } else {
+      return Unknown("impair", k, "loss, dup, reorder, reorder_us, delay_us, corrupt, rnr_storm, seed, direction, "
+                                  "hold_frames");
     }
     return Status::Ok();
   }
@@ -616,6 +659,35 @@ StatusOr<ConfigOverride> ParseOverride(const std::string& text) {
     return InvalidArgument("--set " + text + ": expected section.key=value (e.g. endpoint.a.ipv4=10.0.0.1)");
   }
   return ConfigOverride{lhs.substr(0, dot), lhs.substr(dot + 1), Trim(text.substr(eq + 1))};
+}
+
+StatusOr<std::vector<ConfigOverride>> ParseImpairSpec(const std::string& text) {
+  std::vector<ConfigOverride> out;
+  std::set<std::string> keys;
+  for (const std::string& item : Split(text, ',')) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgument("--impair " + text + ": '" + item + "' is not key=value (e.g. loss=0.01,seed=7)");
+    }
+    const std::string key = Trim(item.substr(0, eq));
+    if (!keys.insert(key).second) return InvalidArgument("--impair " + text + ": " + key + " is given twice");
+    out.push_back(ConfigOverride{"impair", key, Trim(item.substr(eq + 1))});
+  }
+  if (out.empty()) return InvalidArgument("--impair needs key=value items (e.g. loss=0.01,seed=7)");
+  // Checked as the section's keys are, so that a typo fails where it is
+  // written (uroce exec) rather than later in the program.
+  std::vector<rte_cfgfile_entry> entries(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].key.size() >= CFG_NAME_LEN || out[i].value.size() >= CFG_VALUE_LEN) {
+      return InvalidArgument("--impair " + out[i].key + "=" + out[i].value + ": too long");
+    }
+    std::snprintf(entries[i].name, sizeof(entries[i].name), "%s", out[i].key.c_str());
+    std::snprintf(entries[i].value, sizeof(entries[i].value), "%s", out[i].value.c_str());
+  }
+  UroceConfig scratch;
+  Status s = Builder(&scratch).Section("impair", entries);
+  if (!s.ok()) return Status(s.code(), "--impair: " + s.message());
+  return out;
 }
 
 StatusOr<UroceConfig> LoadConfigFile(const std::string& path, const std::vector<ConfigOverride>& overrides) {

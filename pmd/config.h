@@ -33,6 +33,20 @@
 //                         sleeps 16 us, then twice as long each time, up to this)
 //   max_processes = 64    processes attached at once (at most 254)
 //
+//   [impair]              network faults on every port, from a seed (README,
+//                         "Fault injection"; pmd/impaired_port_io.h)
+//   loss = 0.01           probability a frame is dropped
+//   dup = 0.001           probability a frame is delivered twice
+//   reorder = 0.01        probability a frame is held back reorder_us
+//   reorder_us = 100        behind later frames
+//   delay_us = 50         extra delay of every frame, uniform in [0, delay_us]
+//   corrupt = 0.0001      probability one bit past the Ethernet header flips
+//   rnr_storm = 0.1       probability the responder finds no receive for a
+//                         SEND (RNR NAK, IBTA 9.7.5.2.8) while one is posted
+//   seed = 1              the same seed and frames: the same faults
+//   direction = both      tx, rx or both: where frames leave / enter the engine
+//   hold_frames = 1024    frames each direction holds (delayed, reordered)
+//
 //   [endpoint.NAME]       one port with one engine (any number of them)
 //   port = ring:PAIR:a    one side of an in-process net_ring pair
 //   port = net_memif0,role=server,socket=/tmp/x.sock   any vdev string
@@ -154,6 +168,20 @@ struct EngineTunables {
   std::vector<unsigned> helper_cpus;
 };
 
+// [impair]: faults injected on every port (pmd/impaired_port_io.h) and the
+// responder's RNR storm (transport::EngineConfig::rnr_storm).
+struct ImpairConfig {
+  double loss = 0, duplicate = 0, reorder = 0, corrupt = 0;
+  uint32_t delay_us = 0;
+  uint32_t reorder_us = 100;
+  double rnr_storm = 0;
+  uint64_t seed = 1;
+  bool tx = true, rx = true;
+  uint32_t hold_frames = 1024;
+  bool frame_faults() const { return loss > 0 || duplicate > 0 || reorder > 0 || corrupt > 0 || delay_us > 0; }
+  bool any() const { return frame_faults() || rnr_storm > 0; }
+};
+
 struct UroceConfig {
   std::string origin;  // the file (or "built-in ring.ini"), for messages
   EalConfig eal;       // vdevs and PCI allow-list filled from the endpoints
@@ -161,6 +189,7 @@ struct UroceConfig {
   ProgressMode progress = ProgressMode::kInline;
   EngineTunables engine;
   DaemonConfig daemon;
+  ImpairConfig impair;
   std::vector<EndpointConfig> endpoints;
 
   // The endpoint called `name`, or null.
@@ -173,6 +202,10 @@ struct ConfigOverride {
   std::string section, key, value;
 };
 StatusOr<ConfigOverride> ParseOverride(const std::string& text);
+// `--impair loss=0.01,dup=0.001,seed=7` (and UROCE_IMPAIR): one override
+// of [impair] per item; the keys and values are checked here, as the
+// section's are.
+StatusOr<std::vector<ConfigOverride>> ParseImpairSpec(const std::string& text);
 
 // Reads `path` (an INI file), applies `overrides` in order, checks it all.
 StatusOr<UroceConfig> LoadConfigFile(const std::string& path, const std::vector<ConfigOverride>& overrides = {});

@@ -201,6 +201,77 @@ TEST(ConfigTest, BadValuesAreNamed) {
   }
 }
 
+TEST(ConfigTest, ImpairSection) {
+  const std::string ep = "[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\n";
+  auto c = LoadConfigText("[impair]\nloss = 0.02\ndup=0.001\nreorder=1e-2\ndelay_us=50\ncorrupt=0.0001\n"
+                          "rnr_storm=0.3\nseed=7\ndirection=tx\nreorder_us=300\nhold_frames=64\n" + ep,
+                          "test.ini");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_DOUBLE_EQ(c->impair.loss, 0.02);
+  EXPECT_DOUBLE_EQ(c->impair.duplicate, 0.001);
+  EXPECT_DOUBLE_EQ(c->impair.reorder, 0.01);
+  EXPECT_DOUBLE_EQ(c->impair.corrupt, 0.0001);
+  EXPECT_DOUBLE_EQ(c->impair.rnr_storm, 0.3);
+  EXPECT_EQ(c->impair.delay_us, 50u);
+  EXPECT_EQ(c->impair.reorder_us, 300u);
+  EXPECT_EQ(c->impair.seed, 7u);
+  EXPECT_TRUE(c->impair.tx);
+  EXPECT_FALSE(c->impair.rx);
+  EXPECT_EQ(c->impair.hold_frames, 64u);
+  EXPECT_TRUE(c->impair.frame_faults());
+  // No section: no faults.
+  auto plain = LoadConfigText(ep, "test.ini");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->impair.any());
+  // Strict: each bad key or value is named.
+  const struct {
+    const char* line;
+    const char* expect;
+  } bad[] = {
+      {"loss=2", "[impair] loss = '2': expected a probability"},
+      {"loss=-0.1", "[impair] loss = '-0.1'"},
+      {"loss=0.1x", "[impair] loss = '0.1x'"},
+      {"loss=nan", "[impair] loss = 'nan'"},
+      {"dup=", "[impair] dup = ''"},
+      {"delay_us=-1", "[impair] delay_us = '-1'"},
+      {"seed=seven", "[impair] seed = 'seven'"},
+      {"direction=up", "[impair] direction = 'up': expected both, tx or rx"},
+      {"hold_frames=1", "[impair] hold_frames = '1'"},
+      {"drop=0.1", "unknown key 'drop' in [impair] (known: loss, dup,"},
+  };
+  for (const auto& b : bad) {
+    const std::string e = ErrorOf(std::string("[impair]\n") + b.line + "\n" + ep);
+    EXPECT_NE(e.find(b.expect), std::string::npos) << b.line << ": " << e;
+  }
+}
+
+TEST(ConfigTest, ImpairSpecOverridesTheSection) {
+  const std::string text = "[impair]\nloss=0.5\nseed=3\n[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\n";
+  auto spec = ParseImpairSpec("loss=0.01, dup=0.001,reorder=0.01,delay_us=50,corrupt=0.0001,seed=7");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->size(), 6u);
+  EXPECT_EQ((*spec)[1].section, "impair");
+  EXPECT_EQ((*spec)[1].key, "dup");
+  EXPECT_EQ((*spec)[1].value, "0.001");
+  auto c = LoadConfigText(text, "test.ini", *spec);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_DOUBLE_EQ(c->impair.loss, 0.01);
+  EXPECT_EQ(c->impair.seed, 7u);
+  EXPECT_EQ(c->impair.delay_us, 50u);
+  // Without the section in the file, the flag makes it.
+  auto made = LoadConfigText("[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\n", "test.ini", *spec);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_DOUBLE_EQ(made->impair.reorder, 0.01);
+  EXPECT_FALSE(ParseImpairSpec("").ok());
+  EXPECT_FALSE(ParseImpairSpec("loss").ok());
+  EXPECT_FALSE(ParseImpairSpec("=0.1").ok());
+  EXPECT_NE(ParseImpairSpec("loss=0.1,loss=0.2").status().message().find("given twice"), std::string::npos);
+  // Checked at once, as the section is.
+  EXPECT_NE(ParseImpairSpec("los=0.1").status().message().find("--impair: unknown key 'los' in [impair]"),
+            std::string::npos);
+  EXPECT_NE(ParseImpairSpec("loss=0.1,seed=x").status().message().find("[impair] seed = 'x'"), std::string::npos);
+}
+
 TEST(ConfigTest, StructuralErrors) {
   EXPECT_NE(ErrorOf("[eal]\nmemory = 64\n").find("no [endpoint.NAME]"), std::string::npos);
   EXPECT_NE(ErrorOf("[endpoint.a]\nipv4=1.2.3.4\n").find("needs a port"), std::string::npos);

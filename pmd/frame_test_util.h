@@ -6,6 +6,7 @@
 #include <rte_mempool.h>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <vector>
 
@@ -44,6 +45,23 @@ class QueuePort : public transport::PacketIo {
   std::vector<rte_mbuf*> out;
   uint16_t tx_room = UINT16_MAX;
 };
+
+// A 64-byte frame of zeros numbered `id` (at byte 20, past the Ethernet
+// header), for tests that follow frames across a wire; null if the pool is
+// empty.
+inline rte_mbuf* NumberedFrame(rte_mempool* pool, uint32_t id) {
+  rte_mbuf* m = rte_pktmbuf_alloc(pool);
+  if (m == nullptr) return nullptr;
+  auto* data = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, 64));
+  std::memset(data, 0, 64);
+  std::memcpy(data + 20, &id, sizeof(id));
+  return m;
+}
+inline uint32_t FrameNumber(const rte_mbuf* m) {
+  uint32_t id;
+  std::memcpy(&id, rte_pktmbuf_mtod(m, const uint8_t*) + 20, sizeof(id));
+  return id;
+}
 
 inline transport::Gid Ip(uint8_t last) {
   const uint8_t b[4] = {10, 0, 0, last};

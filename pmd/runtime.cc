@@ -141,7 +141,7 @@ Status StartEalFor(const UroceConfig& config) {
 
 std::string ShutdownReport::Summary() const {
   return "mbufs back in the pools: " + std::to_string(mbufs_in_pools) + " of " + std::to_string(mbufs_total) +
-         "; QPs flushed: " + std::to_string(qps_flushed);
+         "; QPs flushed: " + std::to_string(qps_flushed) + (impairments.empty() ? "" : "\n" + impairments);
 }
 
 StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const UroceConfig& config) {
@@ -178,6 +178,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const UroceConfig& config) {
       t.gids = e->config.gids;
       t.engine = e->endpoint.engine.get();
       t.neighbors = e->neighbors.get();
+      t.impaired = e->impaired.get();
       published.push_back(t);
     }
     rt->telemetry_handle_ =
@@ -392,6 +393,27 @@ Status Runtime::StartEngine(Endpoint* ep, const EndpointConfig& ec) {
   cfg.loopback = ec.loopback;
   cfg.qpn_base = ec.qpn_base;
   cfg.qpn_count = ec.qpn_count;
+  // [impair]: every endpoint and direction draws its own stream of the one
+  // seed, so that its faults follow its own frames only.
+  const ImpairConfig& im = config_.impair;
+  const uint64_t index = static_cast<uint64_t>(endpoints_.size() - 1);
+  if (im.frame_faults()) {
+    PortImpairment pi;
+    pi.faults.loss = im.loss;
+    pi.faults.duplicate = im.duplicate;
+    pi.faults.reorder = im.reorder;
+    pi.faults.corrupt = im.corrupt;
+    pi.faults.max_delay = im.delay_us;
+    pi.faults.reorder_delay = im.reorder_us;
+    pi.tx = im.tx;
+    pi.rx = im.rx;
+    pi.seed = DeriveSeed(im.seed, 2 * index);
+    pi.hold_frames = im.hold_frames;
+    ep->impaired = std::make_unique<ImpairedPortIo>(ep->io.get(), ep->pool.get(), pi);
+    cfg.io = ep->impaired.get();
+  }
+  cfg.rnr_storm = im.rnr_storm;
+  cfg.rnr_storm_seed = DeriveSeed(im.seed, 2 * index + 1);
   NeighborResolver* resolver = ep->neighbors.get();
   cfg.non_roce_handler = [resolver](rte_mbuf* m) { resolver->HandleFrame(m); };
   cfg.resolve_neighbor = [resolver](const transport::Gid& ip) { return resolver->Resolve(ip); };
@@ -546,6 +568,7 @@ ShutdownReport Runtime::Shutdown() {
   shut_down_ = true;
   if (telemetry_handle_ != 0) UnpublishTelemetry(telemetry_handle_);
   telemetry_handle_ = 0;
+  report_.impairments = ImpairmentReport();  // while the engines still count
   // 3. Engines (they free what they still staged), then QPs die with them.
   for (auto& e : endpoints_) {
     if (e->endpoint.engine) {
@@ -555,6 +578,10 @@ ShutdownReport Runtime::Shutdown() {
     }
     e->endpoint.engine.reset();
     e->endpoint.cq = nullptr;
+  }
+  // What [impair] held back (delayed, reordered) goes back to the pools.
+  for (auto& e : endpoints_) {
+    if (e->impaired) e->impaired->FreeHeld();
   }
   // 4. Ports: what is still queued for us is received and freed, then the
   //    port stops (a NIC returns the buffers of its RX ring then).
@@ -599,6 +626,23 @@ ShutdownReport Runtime::Shutdown() {
   }
   endpoints_.clear();
   return report_;
+}
+
+std::string Runtime::ImpairmentReport() {
+  if (!config_.impair.any()) return "";
+  std::string out;
+  for (size_t i = 0; i < endpoints_.size(); ++i) {
+    const Endpoint& e = *endpoints_[i];
+    std::string line = "uroce" + std::to_string(i) + " (" + e.name + ") impairments, seed " +
+                       std::to_string(config_.impair.seed) + ": ";
+    if (e.impaired) line += ImpairmentSummary(e.impaired->counters());
+    if (config_.impair.rnr_storm > 0) {
+      const uint64_t naks = e.endpoint.engine ? e.endpoint.engine->counters().rnr_storm_naks : 0;
+      line += std::string(e.impaired ? "; " : "") + "RNR storm NAKs " + std::to_string(naks);
+    }
+    out += (out.empty() ? "" : "\n") + line;
+  }
+  return out;
 }
 
 Runtime::~Runtime() { Shutdown(); }

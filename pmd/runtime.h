@@ -25,6 +25,7 @@
 #include "pmd/daemon_protocol.h"
 #include "pmd/engine_lcores.h"
 #include "pmd/eth_port_io.h"
+#include "pmd/impaired_port_io.h"
 #include "pmd/local_links.h"
 #include "pmd/mempool.h"
 #include "pmd/neighbor_resolver.h"
@@ -50,6 +51,8 @@ struct ShutdownReport {
   unsigned qps_flushed = 0;   // QPs moved to the error state (work flushed)
   unsigned mbufs_in_pools = 0;
   unsigned mbufs_total = 0;
+  // [impair]: what was injected, one line per endpoint ("" without faults).
+  std::string impairments;
   bool pools_full() const { return mbufs_in_pools == mbufs_total; }
   std::string Summary() const;  // "mbufs back in the pools: N of N; QPs flushed: Q"
 };
@@ -72,6 +75,8 @@ class Runtime {
     std::unique_ptr<ShmPortIo> shm_io;  // kShm: the port to the daemon's switch
     LocalLinks* links = nullptr;      // kShm: io, as what it is (pmd/local_links.h)
     std::unique_ptr<transport::PacketIo> io;
+    // [impair] with frame faults: between the engine and `io` (pmd/impaired_port_io.h).
+    std::unique_ptr<ImpairedPortIo> impaired;
     std::unique_ptr<NeighborResolver> neighbors;
     transport::Endpoint endpoint;  // engine, pd, cq, gid (the first), mac
   };
@@ -121,6 +126,11 @@ class Runtime {
   ShutdownReport Shutdown();
 
   const UroceConfig& config() const { return config_; }
+
+  // [impair]: the faults injected so far, one line per endpoint ("uroce0:
+  // seed 7; tx: frames N, dropped N, ...; rx: ...; RNR storm NAKs N"), or ""
+  // without [impair]. Control path (reads the engines' counters).
+  std::string ImpairmentReport();
 
   // Attached to a daemon: a LINK (file `fd`, not taken over) or UNLINK for
   // the endpoint of uplink change.uplink (pmd/local_links.h). Control path,

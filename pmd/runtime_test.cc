@@ -288,6 +288,67 @@ TEST(RuntimeTest, TelemetryShowsPortsAndQps) {
   EXPECT_EQ(after->find("\"a\""), std::string::npos) << *after;
 }
 
+// [impair]: RC traffic with every byte checked across a port that loses,
+// duplicates, reorders, delays and corrupts; the counters in telemetry and
+// in the shutdown report; every mbuf back in its pool. Inline progress and
+// one round of traffic: RunTraffic's buffers die with it while their MRs
+// stay registered, and under loss a retransmitted READ request may still
+// arrive later (as on any fabric); nothing polls until Shutdown has moved
+// the QPs to the error state.
+TEST(RuntimeTest, ImpairedPortsCarryCheckedTrafficAndCountTheFaults) {
+  auto rt = StartRuntime(RingConfig("rtx", "inline") +
+                         "[impair]\nloss = 0.1\ndup = 0.05\nreorder = 0.05\nreorder_us = 50\ndelay_us = 10\n"
+                         "corrupt = 0.01\nrnr_storm = 0.5\nseed = 5\n");
+  ASSERT_NE(rt, nullptr);
+  ASSERT_NE(rt->Find("a")->impaired, nullptr);
+  RunTraffic(*rt);
+  auto client = TelemetryClient::Connect(TelemetrySocketPath(EalFilePrefix()));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto port = client->Query("/uroce/port,b");
+  ASSERT_TRUE(port.ok());
+  for (const char* key : {"\"impair_tx_frames\"", "\"impair_rx_dropped\"", "\"impair_tx_reordered\"",
+                          "\"impair_rx_corrupted\"", "\"rnr_storm_naks\""}) {
+    EXPECT_NE(port->find(key), std::string::npos) << key << " in " << *port;
+  }
+  const ImpairedPortCounters ca = rt->Find("a")->impaired->counters();
+  const ImpairedPortCounters cb = rt->Find("b")->impaired->counters();
+  EXPECT_GT(ca.tx.sent, 0u);
+  EXPECT_GT(cb.rx.sent, 0u);
+  EXPECT_GT(ca.tx.dropped + ca.rx.dropped + cb.tx.dropped + cb.rx.dropped, 0u);
+  const ShutdownReport report = rt->Shutdown();
+  EXPECT_TRUE(report.pools_full()) << report.Summary();
+  EXPECT_NE(report.impairments.find("uroce0 (a) impairments, seed 5: tx: frames"), std::string::npos)
+      << report.impairments;
+  EXPECT_NE(report.impairments.find("RNR storm NAKs"), std::string::npos) << report.impairments;
+}
+
+// Frames still held back (delayed) when the runtime shuts down go back to
+// their pool.
+TEST(RuntimeTest, FramesHeldByImpairmentAreFreedAtShutdown) {
+  auto rt = StartRuntime(RingConfig("rth", "inline") + "[impair]\ndelay_us = 20000\nseed = 2\n");
+  ASSERT_NE(rt, nullptr);
+  transport::Endpoint& a = rt->Find("a")->endpoint;
+  transport::Endpoint& b = rt->Find("b")->endpoint;
+  auto qps = transport::ConnectQueuePairs(a, b, {});
+  ASSERT_TRUE(qps.ok()) << qps.status().ToString();
+  Buffer src = Register(a, 4096);
+  ibv_sge sge{src.addr(), 4096, src.keys.lkey};
+  for (uint64_t i = 0; i < 16; ++i) {
+    ibv_send_wr wr{};
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    const ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(a.engine->PostSend(qps->first, &wr, &bad), 0);
+  }
+  for (int i = 0; i < 20; ++i) rt->Progress();
+  EXPECT_GT(rt->Find("a")->impaired->held(), 0u);
+  const ShutdownReport report = rt->Shutdown();
+  EXPECT_TRUE(report.pools_full()) << report.Summary();
+}
+
 TEST(RuntimeTest, SigtermRequestsShutdown) {
   ResetShutdownRequest();
   EXPECT_FALSE(ShutdownRequested());

@@ -132,8 +132,23 @@ int Port(const char*, const char* params, rte_tel_data* d) {
       {"tx_build_errors", c.tx_build_errors},
       {"tx_queue_full_polls", c.tx_queue_full_polls},
       {"tx_raw_frames", c.tx_raw_frames},
+      {"rnr_storm_naks", c.rnr_storm_naks},
   };
   for (const auto& [name, value] : counters) rte_tel_data_add_dict_u64(d, name, value);
+  if (e->impaired != nullptr) {
+    const ImpairedPortCounters ic = e->impaired->counters();
+    const std::pair<const char*, const transport::ImpairmentCounters*> sides[] = {{"tx", &ic.tx}, {"rx", &ic.rx}};
+    for (const auto& [side, k] : sides) {
+      const std::pair<const char*, uint64_t> fields[] = {
+          {"frames", k->sent},         {"dropped", k->dropped},     {"duplicated", k->duplicated},
+          {"reordered", k->reordered}, {"delayed", k->delayed},     {"corrupted", k->corrupted},
+          {"overflowed", k->overflowed},
+      };
+      for (const auto& [field, value] : fields) {
+        rte_tel_data_add_dict_u64(d, (std::string("impair_") + side + "_" + field).c_str(), value);
+      }
+    }
+  }
   if (e->neighbors != nullptr) {
     const NeighborCounters n = e->neighbors->counters();
     const std::pair<const char*, uint64_t> nc[] = {

@@ -7,7 +7,9 @@
 //   /uroce/ports             endpoint names
 //   /uroce/port,NAME         one endpoint: port, MAC, GIDs, engine counters
 //                            (packets, bytes, retransmits, NAKs, RNR, ICRC and
-//                            parse drops, out of sequence) and ARP/ND counters
+//                            parse drops, out of sequence), ARP/ND counters, and
+//                            with [impair] the injected faults (impair_tx_dropped,
+//                            impair_rx_reordered, ..., rnr_storm_naks)
 //   /uroce/qps               "NAME/QPN" of every QP
 //   /uroce/qp,NAME/QPN       one QP: type, state, destination, counters
 //   /uroce/threads           every thread of the process: TID, name, the
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "pmd/impaired_port_io.h"
 #include "pmd/neighbor_resolver.h"
 #include "transport/engine.h"
 
@@ -37,6 +40,7 @@ struct TelemetryEndpoint {
   std::vector<transport::Gid> gids;
   transport::Engine* engine = nullptr;
   const NeighborResolver* neighbors = nullptr;
+  const ImpairedPortIo* impaired = nullptr;  // [impair] with frame faults, else null
 };
 
 // Registers the commands with rte_telemetry (after rte_eal_init; once per

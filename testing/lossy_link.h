@@ -15,25 +15,17 @@
 
 #include <cstdint>
 #include <functional>
-#include <random>
 #include <vector>
 
+#include "transport/impairment.h"
 #include "transport/packet_io.h"
 
 namespace uroce::transport {
 
-struct LinkImpairments {
-  double loss = 0;       // probability a frame is dropped
-  double duplicate = 0;  // probability a frame is delivered twice
-  double reorder = 0;    // probability a frame is held back behind later ones
-  double corrupt = 0;    // probability one byte past the Ethernet header flips
-  uint32_t max_delay_ticks = 0;  // extra delay, uniform in [0, max]
-  uint32_t reorder_ticks = 4;    // how long a reordered frame is held
-};
-
-struct LinkCounters {
-  uint64_t sent = 0, delivered = 0, dropped = 0, duplicated = 0, reordered = 0, corrupted = 0, overflowed = 0;
-};
+// The faults and their counters are transport/impairment.h's (shared with
+// the impairment of real ports, `[impair]`); delays here are in ticks.
+using LinkImpairments = Impairments;
+using LinkCounters = ImpairmentCounters;
 
 class LossyLink {
  public:
@@ -55,45 +47,38 @@ class LossyLink {
   void set_drop_filter(std::function<bool(const rte_mbuf*)> drop) { drop_filter_ = std::move(drop); }
   const LinkCounters& counters() const { return counters_; }
   // Frames still on the wire, both directions.
-  size_t in_flight() const { return a_to_b_.frames.size() + b_to_a_.frames.size(); }
+  size_t in_flight() const { return a_to_b_.stage.held() + b_to_a_.stage.held(); }
 
  private:
-  struct InFlight {
-    rte_mbuf* mbuf;
-    uint64_t deliver_at;
-    uint64_t order;  // arrival order, to keep FIFO among equal times
-  };
   struct Direction {
-    std::vector<InFlight> frames;  // kept small; capacity reserved up front
-    uint64_t now = 0;
-    uint64_t next_order = 0;
+    Direction(LossyLink* link, uint32_t capacity)
+        : stage(&link->generator_, &link->impairments_, &link->counters_, link->copy_pool_, capacity) {
+      stage.set_drop_filter(&link->drop_filter_);
+    }
+    ImpairmentStage stage;
+    uint64_t now = 0;  // ticks: one per RxBurst on the receiving end
   };
   class End : public PacketIo {
    public:
-    End(LossyLink* link, Direction* out, Direction* in) : link_(link), out_(out), in_(in) {}
-    uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override { return link_->Receive(in_, pkts, n); }
-    uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override { return link_->Send(out_, pkts, n); }
+    End(Direction* out, Direction* in) : out_(out), in_(in) {}
+    uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override { return in_->stage.Release(++in_->now, pkts, n); }
+    uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override { return out_->stage.Admit(pkts, n, out_->now); }
 
    private:
-    LossyLink* link_;
     Direction* out_;
     Direction* in_;
   };
 
-  uint16_t Send(Direction* dir, rte_mbuf** pkts, uint16_t n);
-  uint16_t Receive(Direction* dir, rte_mbuf** pkts, uint16_t n);
-  void Enqueue(Direction* dir, rte_mbuf* m);
-  bool Chance(double p);
-
   rte_mempool* copy_pool_;
-  std::mt19937_64 random_;
-  LinkImpairments impairments_;
+  FaultGenerator generator_;
+  Impairments impairments_;
   std::function<bool(const rte_mbuf*)> drop_filter_;
-  const uint32_t capacity_;
   LinkCounters counters_;
-  Direction a_to_b_, b_to_a_;
-  End end_a_{this, &a_to_b_, &b_to_a_};
-  End end_b_{this, &b_to_a_, &a_to_b_};
+  const uint32_t capacity_;
+  Direction a_to_b_{this, capacity_};
+  Direction b_to_a_{this, capacity_};
+  End end_a_{&a_to_b_, &b_to_a_};
+  End end_b_{&b_to_a_, &a_to_b_};
 };
 
 }  // namespace uroce::transport

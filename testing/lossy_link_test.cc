@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "pmd/frame_test_util.h"
 #include "pmd/mempool.h"
 
 namespace uroce::transport {
@@ -22,18 +23,8 @@ class LossyLinkTest : public ::testing::Test {
   }
   void TearDown() override { EXPECT_EQ(pmd::AvailableMbufs(pool_.get()), kPool) << "mbufs leaked"; }
 
-  rte_mbuf* Frame(uint32_t id) {
-    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
-    auto* data = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, 64));
-    std::memset(data, 0, 64);
-    std::memcpy(data + 20, &id, sizeof(id));
-    return m;
-  }
-  static uint32_t Id(rte_mbuf* m) {
-    uint32_t id;
-    std::memcpy(&id, rte_pktmbuf_mtod(m, uint8_t*) + 20, sizeof(id));
-    return id;
-  }
+  rte_mbuf* Frame(uint32_t id) { return pmd::testing::NumberedFrame(pool_.get(), id); }
+  static uint32_t Id(rte_mbuf* m) { return pmd::testing::FrameNumber(m); }
 
   // Sends `count` frames from A, then ticks B until the link is empty; returns
   // the ids B saw, in order.
@@ -70,7 +61,7 @@ TEST_F(LossyLinkTest, ImpairmentsHappenAndReplayFromTheSeed) {
   bad.loss = 0.1;
   bad.duplicate = 0.1;
   bad.reorder = 0.1;
-  bad.max_delay_ticks = 3;
+  bad.max_delay = 3;
   LossyLink first(pool_.get(), 42, bad);
   std::vector<uint32_t> a = Run(first, 1000);
   LossyLink second(pool_.get(), 42, bad);
@@ -110,7 +101,7 @@ TEST_F(LossyLinkTest, CorruptionChangesABytePastEthernet) {
 
 TEST_F(LossyLinkTest, FramesLeftOnTheWireAreFreed) {
   LinkImpairments slow;
-  slow.max_delay_ticks = 1000;
+  slow.max_delay = 1000;
   LossyLink link(pool_.get(), 3, slow);
   for (uint32_t i = 0; i < 100; ++i) {
     rte_mbuf* m = Frame(i);

@@ -93,7 +93,7 @@ StatusOr<SoakResult> RunSoak(const SoakOptions& o, const std::function<void(cons
   pair_options.seed = o.seed;
   pair_options.dpdk_ring = o.dpdk_ring;
   if (o.dpdk_ring && (o.impairments.loss > 0 || o.impairments.duplicate > 0 || o.impairments.reorder > 0 ||
-                      o.impairments.corrupt > 0 || o.impairments.max_delay_ticks > 0)) {
+                      o.impairments.corrupt > 0 || o.impairments.max_delay > 0)) {
     return InvalidArgument("link impairments apply to the in-memory link only, not to --port ring");
   }
   pair_options.impairments = o.impairments;

@@ -18,6 +18,8 @@ FI_MSG_PROVIDER="$FI_TEST_PROVIDER"
 FI_RDM_PROVIDER="$FI_TEST_PROVIDER;ofi_rxm"
 FI_TMP="$(mktemp -d /tmp/uroce-fi.XXXXXX)"  # short: memif socket paths
 FI_FAILS=0
+# More `uroce exec` flags for every program fi_launcher starts (e.g. --impair SPEC).
+FI_EXEC_FLAGS=()
 FI_RUNS=0
 
 fi_fail() { echo "FAIL: $*"; FI_FAILS=$((FI_FAILS + 1)); }
@@ -28,7 +30,7 @@ fi_uses_uroce() { [[ $FI_TEST_PROVIDER == uroce ]]; }
 # uroce (`uroce exec` with CONFIG) when uroce is under test, else to nothing.
 fi_launcher() {
   FI_LAUNCH=()
-  if fi_uses_uroce; then FI_LAUNCH=("$UROCE" exec --config "$1" --); fi
+  if fi_uses_uroce; then FI_LAUNCH=("$UROCE" exec --config "$1" ${FI_EXEC_FLAGS[@]+"${FI_EXEC_FLAGS[@]}"} --); fi
 }
 
 # Configs for one pair of uroce processes joined by net_memif

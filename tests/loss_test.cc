@@ -113,7 +113,7 @@ TEST(LossTest, DuplicatedReadsNeverCrowdOutNewOnes) {
   o.impairments.reorder = 0.01;
   o.impairments.duplicate = 0.01;
   o.impairments.corrupt = 0.005;
-  o.impairments.max_delay_ticks = 3;
+  o.impairments.max_delay = 3;
   ExpectClean(RunSoak(o, {}));
 }
 

@@ -9,6 +9,8 @@ PAIR_A="$2"
 PAIR_B="$3"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 FAILS=0
+# More `uroce exec` flags for both sides of run_pair (e.g. --impair SPEC).
+EXEC_FLAGS=()
 # A pair name per test run and pair: the configurations leave the memif
 # socket out, and UROCE_PAIR picks the file both ends use.
 PAIR_BASE="verbs-$$-$RANDOM"
@@ -37,7 +39,7 @@ run_pair() {
   local port=$((20000 + (RANDOM % 20000)))
   make_pair_configs
   local a="$TMP/a-$PAIRS.ini" b="$TMP/b-$PAIRS.ini"
-  timeout -k 5 "$limit" "$UROCE" exec --config "$a" -- "$prog" -p "$port" $sargs > "$TMP/$name.server" 2>&1 &
+  timeout -k 5 "$limit" "$UROCE" exec --config "$a" ${EXEC_FLAGS[@]+"${EXEC_FLAGS[@]}"} -- "$prog" -p "$port" $sargs > "$TMP/$name.server" 2>&1 &
   local spid=$!
   local waited=0
   until listening "$port"; do
@@ -45,7 +47,7 @@ run_pair() {
     waited=$((waited + 1))
     if ! kill -0 "$spid" 2>/dev/null || [[ $waited -gt $((limit * 10)) ]]; then break; fi
   done
-  timeout -k 5 "$limit" "$UROCE" exec --config "$b" -- "$prog" -p "$port" $cargs 127.0.0.1 > "$TMP/$name.client" 2>&1
+  timeout -k 5 "$limit" "$UROCE" exec --config "$b" ${EXEC_FLAGS[@]+"${EXEC_FLAGS[@]}"} -- "$prog" -p "$port" $cargs 127.0.0.1 > "$TMP/$name.client" 2>&1
   local crc=$?
   wait "$spid"
   local src=$?

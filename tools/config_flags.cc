@@ -10,6 +10,23 @@ bool TakeConfigFlag(int argc, char** argv, int* i, ConfigFlags* flags, std::stri
   const char* arg = argv[*i];
   std::string value;
   bool is_set = false;
+  if (!std::strcmp(arg, "--impair") || !std::strncmp(arg, "--impair=", 9)) {
+    if (arg[8] == '=') {
+      value = arg + 9;
+    } else if (*i + 1 >= argc) {
+      *error = "--impair needs a value (e.g. loss=0.01,seed=7)";
+      return true;
+    } else {
+      value = argv[++*i];
+    }
+    auto items = pmd::ParseImpairSpec(value);
+    if (!items.ok()) {
+      *error = items.status().message();
+    } else {
+      flags->overrides.insert(flags->overrides.end(), items->begin(), items->end());
+    }
+    return true;
+  }
   if (!std::strcmp(arg, "--config") || !std::strcmp(arg, "--set")) {
     is_set = !std::strcmp(arg, "--set");
     if (*i + 1 >= argc) {

@@ -2,6 +2,8 @@
 //   --config FILE             an INI file instead of the built-in one
 //   --set SECTION.KEY=VALUE   override one key (repeatable), e.g.
 //                             --set engine.progress=engine
+//   --impair SPEC             network faults: the [impair] keys as
+//                             key=value,... (e.g. loss=0.01,seed=7)
 #pragma once
 
 #include <string>
@@ -17,7 +19,7 @@ struct ConfigFlags {
   std::vector<pmd::ConfigOverride> overrides;
 };
 
-// If argv[*i] is --config or --set, consumes it (and its value) and returns
+// If argv[*i] is --config, --set or --impair, consumes it (and its value) and returns
 // true; a malformed one sets *error.
 bool TakeConfigFlag(int argc, char** argv, int* i, ConfigFlags* flags, std::string* error);
 

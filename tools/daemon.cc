@@ -1015,6 +1015,13 @@ int DaemonCommand(int argc, char** argv) {
     std::fprintf(stderr, "uroce daemon: %s\n", config.status().ToString().c_str());
     return 2;
   }
+  if (config->impair.any()) {
+    // The switch moves other processes' frames; faults belong to a
+    // program's own ports, where they replay from its seed.
+    std::fprintf(stderr, "uroce daemon: [impair] (--impair) is for programs' ports: give it to them "
+                         "(uroce exec --impair SPEC), not to the daemon\n");
+    return 2;
+  }
   if (config->endpoints.empty() || config->endpoints.size() > pmd::kMaxUplinks) {
     std::fprintf(stderr, "uroce daemon: the configuration needs 1 to %zu [endpoint.NAME] sections, the uplinks (%zu given)\n",
                  pmd::kMaxUplinks, config->endpoints.size());

@@ -203,7 +203,7 @@ int Fail(const std::string& what) {
 
 int DemoUsage(FILE* out) {
   std::fprintf(out,
-               "usage: uroce demo [--iterations N] [--config FILE] [--set SECTION.KEY=VALUE ...]\n"
+               "usage: uroce demo [--iterations N] [--config FILE] [--set SECTION.KEY=VALUE ...] [--impair SPEC]\n"
                "  two endpoints of one process (configs/ring.ini: a DPDK net_ring pair) connect RC\n"
                "  QPs over RoCEv2 and exchange SEND, WRITE, READ and atomics, every byte checked;\n"
                "  then QPs flushed and every packet buffer back in its pool.\n");
@@ -292,6 +292,11 @@ int DemoCommand(int argc, char** argv) {
     if (!(send_ok && write_ok && read_ok && atomic_ok)) rc = 1;
     const pmd::ShutdownReport report = runtime.Shutdown();
     std::printf("  mbufs back in the pools: %u of %u\n", report.mbufs_in_pools, report.mbufs_total);
+    if (!report.impairments.empty()) {
+      std::string lines = report.impairments;
+      for (size_t at = lines.find('\n'); at != std::string::npos; at = lines.find('\n', at + 3)) lines.insert(at + 1, "  ");
+      std::printf("  %s\n", lines.c_str());
+    }
     if (!report.pools_full()) rc = 1;
   }
   if (!pmd::StopEal().ok()) rc = 1;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "tools/command.h"
+#include "pmd/config.h"
 #include "pmd/daemon_client.h"
 #include "tools/device_files.h"
 
@@ -79,10 +80,13 @@ std::string FindLibraryDir(const char* env_var, const char* subdir, const char* 
 
 int ExecUsage(FILE* out) {
   std::fprintf(out,
-               "usage: uroce exec [--config FILE] [--device-files=auto|yes|no] -- PROGRAM [ARGS...]\n"
+               "usage: uroce exec [--config FILE] [--impair SPEC] [--device-files=auto|yes|no] -- PROGRAM [ARGS...]\n"
                "  runs PROGRAM with uroce's libibverbs.so.1, librdmacm.so.1 and libfabric provider\n"
                "  (liburoce-fi.so, provider \"uroce\"); uroce devices from FILE, or from $UROCE_CONFIG, or else\n"
                "  the host's devices from the running `uroce daemon` ($UROCE_DAEMON or /run/uroce/uroce.sock)\n"
+               "  --impair SPEC: network faults on PROGRAM's ports, the keys of [impair] (README, \"Fault\n"
+               "  injection\"), e.g. loss=0.02,reorder=0.01,dup=0.001,delay_us=50,corrupt=0.0001,rnr_storm=0.1,seed=7;\n"
+               "  what was injected is printed at exit\n"
                "  --device-files: present /dev/infiniband/uverbsN and /sys/class/infiniband/uroceN to PROGRAM\n"
                "  in a private mount namespace (UCX needs them); auto (default): when root, silently\n"
                "  not otherwise; yes: or fail; no: never\n");
@@ -150,6 +154,7 @@ int PresentDevices(DeviceFilesMode mode, const std::string& config) {
 
 int ExecCommand(int argc, char** argv) {
   std::string config;
+  std::string impair;
   DeviceFilesMode device_files = DeviceFilesMode::kAuto;
   int i = 1;
   for (; i < argc; ++i) {
@@ -162,6 +167,14 @@ int ExecCommand(int argc, char** argv) {
       config = argv[++i];
     } else if (a.rfind("--config=", 0) == 0) {
       config = a.substr(9);
+    } else if ((a == "--impair" && i + 1 < argc) || a.rfind("--impair=", 0) == 0) {
+      impair = a == "--impair" ? argv[++i] : a.substr(9);
+      // Checked here (keys and values), so that a typo fails at once rather
+      // than in the program.
+      if (auto parsed = pmd::ParseImpairSpec(impair); !parsed.ok()) {
+        std::fprintf(stderr, "uroce exec: %s\n", parsed.status().message().c_str());
+        return 2;
+      }
     } else if (a == "--device-files=auto" || a == "--device-files=yes" || a == "--device-files=no") {
       const std::string v = a.substr(15);
       device_files = v == "yes" ? DeviceFilesMode::kYes : v == "no" ? DeviceFilesMode::kNo : DeviceFilesMode::kAuto;
@@ -182,6 +195,9 @@ int ExecCommand(int argc, char** argv) {
     }
     setenv("UROCE_CONFIG", abs.c_str(), 1);
   }
+  // The program's library reads it (api/verbs/provider.cc), over the
+  // configuration's own [impair].
+  if (!impair.empty()) setenv("UROCE_IMPAIR", impair.c_str(), 1);
   {
     const char* env_config = secure_getenv("UROCE_CONFIG");
     if (int rc = PresentDevices(device_files, env_config != nullptr ? env_config : ""); rc != 0) return rc;

@@ -363,7 +363,9 @@ int FloorCommand(int argc, char** argv) {
   }
   const pmd::ShutdownReport report = (*rt)->Shutdown();
   rt->reset();
-  if (!report.pools_full()) std::fprintf(stderr, "uroce floor: %s\n", report.Summary().c_str());
+  if (!report.pools_full() || !report.impairments.empty()) {
+    std::fprintf(stderr, "uroce floor: %s\n", report.Summary().c_str());
+  }
   (void)pmd::StopEal();
   return rc != 0 ? rc : report.pools_full() ? 0 : 1;
 }

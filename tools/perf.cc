@@ -68,7 +68,7 @@ int PerfUsage(FILE* out) {
                "usage: uroce perf [--test T[,T...]|all] [--size BYTES[,BYTES...]] [--iters N] [--qps N]\n"
                "                  [--idle-qps N] [--window N] [--port ring|memif|afpacket|daemon] [--role server|client]\n"
                "                  [--control PATH|HOST:PORT] [--verify] [--csv|--json] [--quiet]\n"
-               "                  [--config FILE] [--set SECTION.KEY=VALUE ...]\n"
+               "                  [--config FILE] [--set SECTION.KEY=VALUE ...] [--impair SPEC]\n"
                "  tests: send_lat write_lat read_lat atomic_lat send_bw write_bw read_bw\n"
                "  --port ring runs both sides in this process (configs/ring.ini); memif and\n"
                "  afpacket run one side per process (configs/pair-a.ini / pair-b.ini,\n"

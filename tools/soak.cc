@@ -54,7 +54,7 @@ int SoakCommand(int argc, char** argv) {
     else if (flag == "--dup") ok = ParseDouble(v, &o.impairments.duplicate);
     else if (flag == "--reorder") ok = ParseDouble(v, &o.impairments.reorder);
     else if (flag == "--corrupt") ok = ParseDouble(v, &o.impairments.corrupt);
-    else if (flag == "--delay") ok = ParseU64(v, &n), o.impairments.max_delay_ticks = static_cast<uint32_t>(n);
+    else if (flag == "--delay") ok = ParseU64(v, &n), o.impairments.max_delay = static_cast<uint32_t>(n);
     else if (flag == "--seed") ok = ParseU64(v, &o.seed);
     else if (flag == "--messages") ok = ParseU64(v, &o.messages);
     else if (flag == "--qps") ok = ParseU64(v, &n) && n > 0 && n <= 256, o.qps = static_cast<uint32_t>(n);

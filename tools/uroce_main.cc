@@ -29,6 +29,9 @@ constexpr Subcommand kSubcommands[] = {
      "# the same with libfabric (FI_EP_RDM through ofi_rxm):\n"
      "uroce exec --config configs/pair-a.ini -- fi_pingpong -p 'uroce;ofi_rxm' -e rdm &\n"
      "uroce exec --config configs/pair-b.ini -- fi_pingpong -p 'uroce;ofi_rxm' -e rdm 127.0.0.1\n"
+     "# the same under network faults from a seed (README, \"Fault injection\"):\n"
+     "uroce exec --config configs/pair-a.ini --impair loss=0.02,reorder=0.01,seed=7 -- ibv_rc_pingpong -g 0 -c &\n"
+     "uroce exec --config configs/pair-b.ini --impair loss=0.02,reorder=0.01,seed=7 -- ibv_rc_pingpong -g 0 -c 127.0.0.1\n"
      "# attached to the host's running uroce daemon (no configuration):\n"
      "uroce exec -- ibv_devinfo\n"},
     {"daemon", uroce::tools::DaemonCommand, uroce::tools::DaemonUsage,

@@ -610,6 +610,55 @@ TEST_F(EngineTest, ReceiveArrivingLateIsWaitedFor) {
   EXPECT_EQ(dst.bytes, src.bytes);
 }
 
+TEST_F(EngineTest, RnrStormNaksSendsThatHaveAReceive) {
+  // [impair] rnr_storm: with a receive posted, the responder still answers
+  // RNR NAK with the storm's probability; rnr_retry 7 carries every message
+  // through, data intact; a storm of 1 exhausts a finite rnr_retry.
+  EnginePairOptions options;
+  options.engine_template.rnr_storm = 0.5;
+  options.engine_template.rnr_storm_seed = 9;
+  Start(options);
+  auto qps = pair_->ConnectQps({});  // rnr_retry 7: for ever
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer src = Register(pair_->a(), 64, 1);
+  Buffer dst = Register(pair_->b(), 64, 0);
+  for (uint64_t i = 0; i < 20; ++i) {
+    PostRecv(pair_->b(), qb, dst, 100 + i);
+    ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 64, i), 0);
+    auto sent = pair_->WaitCompletions(pair_->a().cq, 1);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+    auto got = pair_->WaitCompletions(pair_->b().cq, 1);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+  }
+  EXPECT_EQ(dst.bytes, src.bytes);
+  const EngineCounters cb = pair_->b().engine->counters();
+  EXPECT_GT(cb.rnr_storm_naks, 3u);
+  EXPECT_LT(cb.rnr_storm_naks, 40u);
+  EXPECT_EQ(cb.rnr_naks_sent, cb.rnr_storm_naks);
+  EXPECT_EQ(pair_->a().engine->counters().rnr_naks_received, cb.rnr_storm_naks);
+}
+
+TEST_F(EngineTest, RnrStormExhaustsAFiniteRnrRetry) {
+  EnginePairOptions options;
+  options.engine_template.rnr_storm = 1.0;
+  Start(options);
+  RcConnectOptions connect;
+  connect.rnr_retry = 1;
+  auto qps2 = pair_->ConnectQps(connect);
+  ASSERT_TRUE(qps2.ok());
+  Buffer src2 = Register(pair_->a(), 64, 1);
+  Buffer dst2 = Register(pair_->b(), 64, 0);
+  PostRecv(pair_->b(), qps2->second, dst2, 1);
+  ASSERT_EQ(PostSend(pair_->a(), qps2->first, IBV_WR_SEND, src2, 64, 1), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(pair_->b().engine->counters().rnr_storm_naks, 2u);  // first try + 1 retry
+}
+
 TEST_F(EngineTest, IdleQpsLeaveThePollAndComeBackWhenPostedTo) {
   // Issue 16: a poll runs only the QPs with work (the ready list).
   Start();

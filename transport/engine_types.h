@@ -69,6 +69,12 @@ struct EngineConfig {
   // qpn_count 0: the whole 24-bit space. QPNs 0 and 1 are never drawn.
   uint32_t qpn_base = 0;
   uint32_t qpn_count = 0;
+  // The RNR storm ([impair] rnr_storm): an RC request that needs a receive
+  // finds none with this probability and is answered with an RNR NAK, so
+  // that the application's RNR handling runs. Decided by a generator
+  // seeded with rnr_storm_seed (transport/impairment.h).
+  double rnr_storm = 0;
+  uint64_t rnr_storm_seed = 1;
 };
 
 struct EngineCounters {
@@ -89,6 +95,8 @@ struct EngineCounters {
   // Frames to our own GIDs, handed from transmit to receive (also counted in
   // tx_frames and, when received, rx_frames; never in the port's counters).
   uint64_t loopback_frames = 0;
+  // RNR NAKs of the RNR storm (EngineConfig::rnr_storm), also in rnr_naks_sent.
+  uint64_t rnr_storm_naks = 0;
 };
 
 // One QP as the counters see it (Engine::QpStatsSnapshot).

@@ -78,7 +78,7 @@ const char* ResponderStepName(ResponderStep step) {
 }
 
 Responder::Responder(EngineCore& core, FrameIo& frames, Completions& completions)
-    : core_(core), frames_(frames), completions_(completions) {
+    : core_(core), frames_(frames), completions_(completions), rnr_storm_(core.config.rnr_storm_seed) {
   ack_list_.reserve(core.config.max_qps);
 }
 
@@ -135,6 +135,15 @@ bool Responder::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
 
 void Responder::SendNak(QueuePair* qp, Psn psn, NakCode code) {
   QueueNak(qp, psn, AethFields::Syndrome(AethKind::kNak, static_cast<uint8_t>(code)));
+}
+
+bool Responder::RnrStorm() {
+  // Receiver not ready although a receive is posted: the requester's RNR
+  // retry (IBTA 9.7.5.2.8, rnr_retry and min_rnr_timer) is what runs, as
+  // when the application posts its receives late.
+  if (core_.config.rnr_storm <= 0 || !rnr_storm_.Chance(core_.config.rnr_storm)) return false;
+  core_.counters.rnr_storm_naks++;
+  return true;
 }
 
 void Responder::SendRnrNak(QueuePair* qp, Psn psn) {
@@ -565,7 +574,7 @@ ResponderStep Responder::ExecuteSend(const Request& r) {
   const auto& [qp, p, s, rc, psn, info] = r;
   if (info.starts_message()) {
     RecvWqe wqe;
-    if (!completions_.TakeRecv(qp, &wqe)) {
+    if ((rc && RnrStorm()) || !completions_.TakeRecv(qp, &wqe)) {
       if (rc) {
         SendRnrNak(qp, psn);
       } else {
@@ -675,7 +684,7 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
   if (with_imm) {
     // The immediate consumes a receive request: check for one before
     // placing the last packet, so an RNR retry finds memory unchanged.
-    if (!s.have_recv && !completions_.TakeRecv(qp, &wqe)) {
+    if (!s.have_recv && ((rc && RnrStorm()) || !completions_.TakeRecv(qp, &wqe))) {
       if (rc) SendRnrNak(qp, psn);
       return ResponderStep::kDone;
     }

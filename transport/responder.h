@@ -14,6 +14,7 @@
 #include "transport/engine_core.h"
 #include "transport/frame_io.h"
 #include "transport/headers.h"
+#include "transport/impairment.h"
 #include "transport/opcode.h"
 #include "transport/packet_parser.h"
 #include "transport/queue_pair.h"
@@ -89,10 +90,14 @@ class Responder {
   void SendNak(QueuePair* qp, Psn psn, NakCode code);
   void SendRnrNak(QueuePair* qp, Psn psn);
   void ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_status recv_status);
+  // The RNR storm (EngineConfig::rnr_storm): true when this RC request
+  // that needs a receive is to find none (counted).
+  bool RnrStorm();
 
   EngineCore& core_;
   FrameIo& frames_;
   Completions& completions_;
+  FaultGenerator rnr_storm_;  // seeded from EngineConfig::rnr_storm_seed
   // QPs with an ACK or NAK to send (QueuePair::ack_listed).
   std::vector<QueuePair*> ack_list_;
 };

@@ -86,9 +86,20 @@ void Provider::LoadConfigOnce() {
   // linked with this library does not take it from its caller's
   // environment, as glibc's loader ignores LD_LIBRARY_PATH there.
   const char* path = secure_getenv("UROCE_CONFIG");
+  // UROCE_IMPAIR (`uroce exec --impair SPEC`): the [impair] section's keys,
+  // over whatever the configuration says.
+  std::vector<pmd::ConfigOverride> impair;
+  if (const char* spec = secure_getenv("UROCE_IMPAIR"); spec != nullptr && *spec != '\0') {
+    auto parsed = pmd::ParseImpairSpec(spec);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "uroce: UROCE_IMPAIR: %s: no uroce devices\n", parsed.status().ToString().c_str());
+      return;
+    }
+    impair = std::move(*parsed);
+  }
   StatusOr<pmd::UroceConfig> config = NotFound("");
   if (path != nullptr && *path != '\0') {
-    config = pmd::LoadConfigFile(path);
+    config = pmd::LoadConfigFile(path, impair);
     if (!config.ok()) {
       std::fprintf(stderr, "uroce: %s: %s: no uroce devices\n", path, config.status().ToString().c_str());
       return;
@@ -103,7 +114,9 @@ void Provider::LoadConfigOnce() {
       return;
     }
     const std::string origin = "uroce daemon at " + (*session)->socket_path();
-    config = (*session)->LoadConfig(DaemonOverrides());
+    std::vector<pmd::ConfigOverride> overrides = DaemonOverrides();
+    overrides.insert(overrides.end(), impair.begin(), impair.end());
+    config = (*session)->LoadConfig(overrides);
     if (!config.ok()) {
       std::fprintf(stderr, "uroce: %s: %s: no uroce devices\n", origin.c_str(), config.status().ToString().c_str());
       return;
@@ -670,6 +683,11 @@ void Provider::Shutdown() {
     // during exit. A rare SIGSEGV at the exit of ibv_rc_pingpong -e was seen
     // with the full teardown.
     runtime_->FlushQueuePairs();
+    // [impair]: what was injected, for the test log (stderr: the
+    // program's stdout stays its own).
+    if (const std::string report = runtime_->ImpairmentReport(); !report.empty()) {
+      std::fprintf(stderr, "uroce: %s\n", report.c_str());
+    }
   }
 }
 

@@ -1,0 +1,146 @@
+#include "transport/impairment.h"
+
+#include <algorithm>
+
+namespace uroce::transport {
+namespace {
+
+// Corruption spares the Ethernet header: on a real link a damaged MAC
+// header is a frame for someone else (or none); what uroce must catch is a
+// damaged IP/UDP/BTH/payload, which the ICRC covers.
+constexpr uint32_t kEthernetHeaderBytes = 14;
+
+// `m` as a buffer this stage may write: a frame whose data another mbuf
+// shares (a clone, refcnt > 1) is copied first, so that corrupting it
+// cannot change a frame someone else keeps. Null if no copy can be made
+// (the frame then stays as it is).
+rte_mbuf* OwnWritable(rte_mbuf* m, rte_mempool* pool) {
+  if (RTE_MBUF_DIRECT(m) && rte_mbuf_refcnt_read(m) == 1) return m;
+  return rte_pktmbuf_copy(m, pool, 0, UINT32_MAX);
+}
+
+}  // namespace
+
+bool FaultGenerator::CorruptFrame(rte_mbuf* m) {
+  if (rte_pktmbuf_data_len(m) <= kEthernetHeaderBytes) return false;
+  const uint32_t span = rte_pktmbuf_data_len(m) - kEthernetHeaderBytes;
+  const uint32_t at = kEthernetHeaderBytes + Uniform(span - 1);
+  rte_pktmbuf_mtod(m, uint8_t*)[at] ^= static_cast<uint8_t>(1u << (random_() % 8));
+  return true;
+}
+
+ImpairmentStage::ImpairmentStage(FaultGenerator* generator, const Impairments* impairments,
+                                 ImpairmentCounters* counters, rte_mempool* copy_pool, uint32_t capacity,
+                                 uint64_t cycles_per_unit)
+    : generator_(generator),
+      impairments_(impairments),
+      counters_(counters),
+      copy_pool_(copy_pool),
+      capacity_(capacity),
+      cycles_per_unit_(cycles_per_unit) {
+  held_.reserve(capacity);
+}
+
+ImpairmentStage::~ImpairmentStage() { FreeAll(); }
+
+void ImpairmentStage::FreeAll() {
+  for (const Held& h : held_) rte_pktmbuf_free(h.mbuf);
+  held_.clear();
+}
+
+void ImpairmentStage::Hold(rte_mbuf* m, uint64_t now) {
+  if (held_.size() >= capacity_) {
+    ++counters_->overflowed;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  uint64_t delay = 0;
+  if (impairments_->max_delay > 0) {
+    delay = generator_->Uniform(impairments_->max_delay);
+    if (delay > 0) ++counters_->delayed;
+  }
+  if (generator_->Chance(impairments_->reorder)) {
+    ++counters_->reordered;
+    delay += impairments_->reorder_delay;
+  }
+  held_.push_back({m, now + delay * cycles_per_unit_, next_order_++});
+  std::push_heap(held_.begin(), held_.end(), Later);
+}
+
+ImpairmentStage::Held ImpairmentStage::PopEarliest() {
+  std::pop_heap(held_.begin(), held_.end(), Later);
+  const Held h = held_.back();
+  held_.pop_back();
+  return h;
+}
+
+uint16_t ImpairmentStage::Admit(rte_mbuf** pkts, uint16_t n, uint64_t now) {
+  // The draws, per frame and in this order: loss; corruption (then where
+  // and which bit); duplication; then for the copy (if any) and the frame,
+  // delay and reordering. Changing the order changes what every seed means.
+  for (uint16_t i = 0; i < n; ++i) {
+    // A full hold queue takes no more, like a full NIC TX ring: the sender
+    // keeps the rest for later (back-pressure, not loss).
+    if (held_.size() >= capacity_) return i;
+    rte_mbuf* m = pkts[i];
+    ++counters_->sent;
+    if (generator_->Chance(impairments_->loss) || (drop_filter_ != nullptr && *drop_filter_ && (*drop_filter_)(m))) {
+      ++counters_->dropped;
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    if (generator_->Chance(impairments_->corrupt)) {
+      rte_mbuf* own = OwnWritable(m, copy_pool_);
+      if (own != nullptr) {
+        if (own != m) rte_pktmbuf_free(m);
+        m = own;
+        if (generator_->CorruptFrame(m)) ++counters_->corrupted;
+      }
+    }
+    if (generator_->Chance(impairments_->duplicate)) {
+      rte_mbuf* copy = rte_pktmbuf_copy(m, copy_pool_, 0, UINT32_MAX);
+      if (copy != nullptr) {
+        ++counters_->duplicated;
+        Hold(copy, now);
+      }
+    }
+    Hold(m, now);
+  }
+  return n;
+}
+
+uint16_t ImpairmentStage::Release(uint64_t now, rte_mbuf** out, uint16_t n) {
+  uint16_t count = 0;
+  while (count < n && !held_.empty() && held_.front().due <= now) out[count++] = PopEarliest().mbuf;
+  counters_->delivered += count;
+  return count;
+}
+
+uint32_t ImpairmentStage::ReleaseTo(uint64_t now, PacketIo& port) {
+  constexpr uint16_t kBurst = 32;
+  uint32_t total = 0;
+  while (!held_.empty() && held_.front().due <= now) {
+    Held taken[kBurst];
+    rte_mbuf* burst[kBurst];
+    uint16_t k = 0;
+    while (k < kBurst && !held_.empty() && held_.front().due <= now) {
+      taken[k] = PopEarliest();
+      burst[k] = taken[k].mbuf;
+      ++k;
+    }
+    const uint16_t sent = port.TxBurst(burst, k);
+    total += sent;
+    counters_->delivered += sent;
+    if (sent < k) {
+      // A full TX queue: the rest go back with their times and places.
+      for (uint16_t j = sent; j < k; ++j) {
+        held_.push_back(taken[j]);
+        std::push_heap(held_.begin(), held_.end(), Later);
+      }
+      break;
+    }
+  }
+  return total;
+}
+
+}  // namespace uroce::transport
