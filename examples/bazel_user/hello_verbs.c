@@ -1,8 +1,11 @@
-/* A small verbs program: two RC QPs of the first device, connected to each
- * other through the device's own GID, send a message; the receiver checks
- * it. Plain libibverbs: it runs on any RoCE device, and over uroce in CI. */
+/* hello_verbs [MESSAGES]: two RC QPs, on the first two devices when there are
+ * two (uroce0 and uroce1 of configs/ring.ini: the messages cross their
+ * link), else both on the first, connected through their GIDs: one sends
+ * MESSAGES messages (default 1), the other checks each. Plain libibverbs:
+ * it runs on any RoCE device, and over uroce in CI. */
 #include <infiniband/verbs.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int fail(const char *what) {
@@ -49,46 +52,66 @@ static int wait_one(struct ibv_cq *cq, struct ibv_wc *wc) {
   return -1;
 }
 
-int main(void) {
+struct side {
+  struct ibv_context *ctx;
+  union ibv_gid gid;
+  struct ibv_pd *pd;
+  struct ibv_cq *cq;
+  struct ibv_qp *qp;
+};
+
+static int open_side(struct ibv_device *device, struct side *s) {
+  s->ctx = ibv_open_device(device);
+  if (s->ctx == NULL || ibv_query_gid(s->ctx, 1, 0, &s->gid)) return -1;
+  s->pd = ibv_alloc_pd(s->ctx);
+  s->cq = ibv_create_cq(s->ctx, 16, NULL, NULL, 0);
+  if (s->pd == NULL || s->cq == NULL) return -1;
+  struct ibv_qp_init_attr init = {.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+  s->qp = ibv_create_qp(s->pd, &init);
+  return s->qp == NULL ? -1 : 0;
+}
+
+static void close_side(struct side *s) {
+  ibv_destroy_qp(s->qp);
+  ibv_destroy_cq(s->cq);
+  ibv_dealloc_pd(s->pd);
+  ibv_close_device(s->ctx);
+}
+
+int main(int argc, char **argv) {
+  const int messages = argc > 1 ? atoi(argv[1]) : 1;
   int n = 0;
   struct ibv_device **devices = ibv_get_device_list(&n);
   if (devices == NULL || n == 0) return fail("finding a device");
-  struct ibv_context *ctx = ibv_open_device(devices[0]);
-  if (ctx == NULL) return fail("ibv_open_device");
-  union ibv_gid gid;
-  if (ibv_query_gid(ctx, 1, 0, &gid)) return fail("ibv_query_gid");
-  struct ibv_pd *pd = ibv_alloc_pd(ctx);
-  struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
-  if (pd == NULL || cq == NULL) return fail("ibv_alloc_pd / ibv_create_cq");
+  struct side a, b;
+  if (open_side(devices[0], &a) || open_side(devices[n > 1 ? 1 : 0], &b)) return fail("opening a device");
   static char sent[64] = "hello from uroce", received[64];
-  struct ibv_mr *mr_sent = ibv_reg_mr(pd, sent, sizeof(sent), 0);
-  struct ibv_mr *mr_received = ibv_reg_mr(pd, received, sizeof(received), IBV_ACCESS_LOCAL_WRITE);
+  struct ibv_mr *mr_sent = ibv_reg_mr(a.pd, sent, sizeof(sent), 0);
+  struct ibv_mr *mr_received = ibv_reg_mr(b.pd, received, sizeof(received), IBV_ACCESS_LOCAL_WRITE);
   if (mr_sent == NULL || mr_received == NULL) return fail("ibv_reg_mr");
-  struct ibv_qp_init_attr init = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-                                  .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
-  struct ibv_qp *a = ibv_create_qp(pd, &init), *b = ibv_create_qp(pd, &init);
-  if (a == NULL || b == NULL) return fail("ibv_create_qp");
-  if (to_rts(a, b->qp_num, &gid) || to_rts(b, a->qp_num, &gid)) return fail("connecting the QPs");
+  if (to_rts(a.qp, b.qp->qp_num, &b.gid) || to_rts(b.qp, a.qp->qp_num, &a.gid)) return fail("connecting the QPs");
 
-  struct ibv_sge rsge = {.addr = (uintptr_t)received, .length = sizeof(received), .lkey = mr_received->lkey};
-  struct ibv_recv_wr rwr = {.wr_id = 2, .sg_list = &rsge, .num_sge = 1}, *bad_rwr;
-  if (ibv_post_recv(b, &rwr, &bad_rwr)) return fail("ibv_post_recv");
-  struct ibv_sge ssge = {.addr = (uintptr_t)sent, .length = sizeof(sent), .lkey = mr_sent->lkey};
-  struct ibv_send_wr swr = {.wr_id = 1, .sg_list = &ssge, .num_sge = 1, .opcode = IBV_WR_SEND,
-                            .send_flags = IBV_SEND_SIGNALED}, *bad_swr;
-  if (ibv_post_send(a, &swr, &bad_swr)) return fail("ibv_post_send");
-  struct ibv_wc first, second;
-  if (wait_one(cq, &first) || wait_one(cq, &second)) return fail("a completion");
-  if (strcmp(received, sent) != 0) return fail("checking the message");
-  printf("hello_verbs: %s: QP 0x%x sent \"%s\" to QP 0x%x\n", ibv_get_device_name(devices[0]), a->qp_num,
-         received, b->qp_num);
-  ibv_destroy_qp(a);
-  ibv_destroy_qp(b);
+  for (int i = 0; i < messages; ++i) {
+    snprintf(sent, sizeof(sent), "hello %d from uroce", i);
+    struct ibv_sge rsge = {.addr = (uintptr_t)received, .length = sizeof(received), .lkey = mr_received->lkey};
+    struct ibv_recv_wr rwr = {.wr_id = 2, .sg_list = &rsge, .num_sge = 1}, *bad_rwr;
+    if (ibv_post_recv(b.qp, &rwr, &bad_rwr)) return fail("ibv_post_recv");
+    struct ibv_sge ssge = {.addr = (uintptr_t)sent, .length = sizeof(sent), .lkey = mr_sent->lkey};
+    struct ibv_send_wr swr = {.wr_id = 1, .sg_list = &ssge, .num_sge = 1, .opcode = IBV_WR_SEND,
+                              .send_flags = IBV_SEND_SIGNALED}, *bad_swr;
+    if (ibv_post_send(a.qp, &swr, &bad_swr)) return fail("ibv_post_send");
+    struct ibv_wc wc;
+    if (wait_one(b.cq, &wc) || wait_one(a.cq, &wc)) return fail("a completion");
+    if (strcmp(received, sent) != 0) return fail("checking a message");
+  }
+  printf("hello_verbs: QP 0x%x of %s sent %d messages, each checked (the last \"%s\"), to QP 0x%x of %s\n",
+         a.qp->qp_num, ibv_get_device_name(devices[0]), messages, received, b.qp->qp_num,
+         ibv_get_device_name(devices[n > 1 ? 1 : 0]));
   ibv_dereg_mr(mr_sent);
   ibv_dereg_mr(mr_received);
-  ibv_destroy_cq(cq);
-  ibv_dealloc_pd(pd);
-  ibv_close_device(ctx);
+  close_side(&a);
+  close_side(&b);
   ibv_free_device_list(devices);
   return 0;
 }
