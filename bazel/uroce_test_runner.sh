@@ -28,7 +28,8 @@ elif ((processes == 2)); then
   configs=("$pair_a" "$pair_b")
 else
   # More processes share one host device, as on a host with one NIC: a uroce
-  # daemon of the test's own whose uplink goes nowhere (net_null); every
+  # daemon of the test's own whose uplink goes nowhere (net_null, no-rx=1:
+  # without it net_null "receives" an endless stream of zeroed frames); every
   # rank attaches to it and has uroce0 at 10.88.0.1, frames between ranks
   # cross the daemon's switch.
   if [[ $impair != - ]]; then
@@ -48,7 +49,7 @@ telemetry = no
 socket = $dir/uroce.sock
 
 [endpoint.up]
-port = net_null0
+port = net_null0,no-rx=1
 ipv4 = 10.88.0.1
 ipv6 = fd00:88::1
 INI
