@@ -18,6 +18,9 @@
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root
 umask 022
+# The initramfs's root comes up world-writable; DPDK refuses to load its
+# drivers from under a directory anybody may write to.
+chmod 755 /
 
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -43,14 +46,21 @@ step() {
   "$@" || fail "$name: '$*' exited with status $?"
 }
 
-ip4= ip6= mtu=1500
+ip4= ip6= mtu=1500 kind=rxe nic=pci hugepages=0 dip4= dip6= name=guest
 for arg in $(cat /proc/cmdline); do
   case $arg in
     uroce.ip4=*) ip4=${arg#*=} ;;
     uroce.ip6=*) ip6=${arg#*=} ;;
     uroce.mtu=*) mtu=${arg#*=} ;;
+    uroce.kind=*) kind=${arg#*=} ;;
+    uroce.nic=*) nic=${arg#*=} ;;
+    uroce.hugepages=*) hugepages=${arg#*=} ;;
+    uroce.dip4=*) dip4=${arg#*=} ;;
+    uroce.dip6=*) dip6=${arg#*=} ;;
+    uroce.hostname=*) name=${arg#*=} ;;
   esac
 done
+hostname "$name"
 
 # The kernel asks /sbin/modprobe for modules it wants by alias; ours is kmod's.
 echo /sbin/modprobe >/proc/sys/kernel/modprobe
@@ -58,9 +68,11 @@ echo /sbin/modprobe >/proc/sys/kernel/modprobe
 # and `rdma link add` fails until that algorithm is registered.
 step "load module crc32_generic" modprobe crc32_generic
 step "load virtio modules" modprobe -a virtio_pci virtio_net
-# rdma_rxe pulls in ib_core, udp_tunnel and ip6_udp_tunnel; ib_uverbs gives
-# user space /dev/infiniband/uverbs*; rdma_ucm gives rdma_cm (rping).
-step "load rdma modules" modprobe -a rdma_rxe ib_uverbs rdma_ucm
+if [ "$kind" = rxe ]; then
+  # rdma_rxe pulls in ib_core, udp_tunnel and ip6_udp_tunnel; ib_uverbs gives
+  # user space /dev/infiniband/uverbs*; rdma_ucm gives rdma_cm (rping).
+  step "load rdma modules" modprobe -a rdma_rxe ib_uverbs rdma_ucm
+fi
 
 # virtio_net registers eth0 asynchronously; wait for it (5 s at most).
 i=0
@@ -88,16 +100,20 @@ while [ "$(cat /sys/class/net/eth0/operstate)" != up ]; do
   [ $i -gt 100 ] && fail "eth0: no carrier (operstate $(cat /sys/class/net/eth0/operstate))"
   sleep 0.1
 done
-# The addresses are there before rxe0, so its GID table holds them from the start.
-step "create rxe0" rdma link add rxe0 type rxe netdev eth0
+if [ "$kind" = rxe ]; then
+  # The addresses are there before rxe0, so its GID table holds them from the start.
+  step "create rxe0" rdma link add rxe0 type rxe netdev eth0
 
-# Wait until the device is visible to user space (uverbs node and sysfs).
-i=0
-while ! ls /dev/infiniband/uverbs* >/dev/null 2>&1; do
-  i=$((i + 1))
-  [ $i -gt 50 ] && fail "rxe0: /dev/infiniband/uverbs* did not appear"
-  sleep 0.1
-done
+  # Wait until the device is visible to user space (uverbs node and sysfs).
+  i=0
+  while ! ls /dev/infiniband/uverbs* >/dev/null 2>&1; do
+    i=$((i + 1))
+    [ $i -gt 50 ] && fail "rxe0: /dev/infiniband/uverbs* did not appear"
+    sleep 0.1
+  done
+else
+  . /usr/lib/uroce-vm/uroce_guest.sh
+fi
 
 echo "UROCE-READY $(uname -r)"
 

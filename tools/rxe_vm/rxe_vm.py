@@ -18,6 +18,16 @@ Subcommands (`rxe_vm.py COMMAND --help` for the options):
   stop           power the started guest off and remove the namespace; can save
                  the console log and the capture
   prepare        only fetch the kernel and build the initramfs (warms the cache)
+  net-up, net-down  a namespace with a bridge that several guests share
+                 (start --netns NS --bridge rxebr0 --tap NAME): one virtual
+                 network, as the VMs of one cloud subnet
+
+Two kinds of guest: --kind rxe (the default) runs kernel Soft-RoCE (rxe0 on
+eth0); --kind uroce is a cloud VM with uroce installed (from
+--uroce-tarball) running `uroce daemon`, whose uroce0 is either DPDK's
+virtio PMD on a second virtio NIC bound to uio_pci_generic (--nic pci) or
+the guest kernel's eth0 shared through net_af_xdp/net_af_packet (--nic
+kernel); programs run as `uroce exec -- PROGRAM`.
 
 Exit status: the guest command's own status, or 125 when the harness itself
 failed (qemu missing, kernel download failed, module load failed, ...); the
@@ -57,6 +67,10 @@ GUEST_MODULES = [
     "crc32_generic",  # rxe's ICRC algorithm; `rdma link add` fails without it
     "virtio_pci", "virtio_net",
     "rdma_rxe", "ib_uverbs", "rdma_ucm",
+    # The uroce guest's DPDK NIC (mode "pci"): Debian's kernel has no
+    # CONFIG_VFIO_NOIOMMU, and a TCG guest has no IOMMU, so vfio-pci cannot
+    # bind; uio_pci_generic can (DPDK then needs IOVA as PA: hugepages).
+    "uio_pci_generic",
 ]
 
 # Programs copied into the guest, with the Debian package that has each (for
@@ -323,9 +337,9 @@ def prepare_kernel(cache):
 LDD_LINE = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x")
 
 
-def shared_libraries(path):
+def shared_libraries(path, env=None):
     """Absolute paths of the shared libraries `path` loads (ldd)."""
-    r = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=30)
+    r = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=30, env=env)
     if "not a dynamic executable" in (r.stdout + r.stderr):
         return []
     if r.returncode != 0:
@@ -374,6 +388,107 @@ def initramfs_inputs():
     return files
 
 
+# --------------------------------------------------------------------------
+# The uroce guest (--kind uroce): what a cloud VM with uroce installed holds.
+# uroce itself comes from its release tarball (//tools:uroce_tarball),
+# unpacked under /usr as the .deb installs it; the rest from the host's
+# Debian packages, as for the rxe guest.
+
+UROCE_GUEST_PROGRAMS = {
+    "fi_pingpong": "libfabric-bin",
+    "fi_info": "libfabric-bin",
+    "mpirun": "openmpi-bin",
+    "orted": "openmpi-bin",
+}
+# The guest side of the uroce guest, beside guest_init.sh.
+UROCE_GUEST_SCRIPTS = ["uroce_guest.sh", "guest_rsh.sh", "guest_rsh_server.sh"]
+# DPDK loads every driver in its plugin directory at start-up; the guest's
+# holds only these (and what they load), not the ~150 drivers of the host's.
+DPDK_PLUGIN_DIR = "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0"
+DPDK_GUEST_DRIVERS = [
+    "bus_pci", "bus_vdev", "mempool_ring", "mempool_stack",
+    "net_virtio", "net_af_packet", "net_af_xdp", "net_memif", "net_ring", "net_null",
+]
+# Open MPI's components and help texts, loaded and read at run time.
+OPENMPI_TREES = [
+    "/usr/lib/x86_64-linux-gnu/openmpi",
+    "/usr/lib/x86_64-linux-gnu/pmix2",
+    "/usr/share/openmpi",
+    "/etc/openmpi",
+]
+# Open MPI components that pull in whole stacks the guest does not need
+# (CUDA-aware UCX, verbs through UCX, libfabric's psm, ...): left out, so
+# mpirun cannot pick them either.
+OPENMPI_SKIP = re.compile(r"mca_(pml_ucx|osc_ucx|spml_ucx|atomic_ucx|btl_uct|btl_openib|"
+                          r"mtl_psm|mtl_psm2|btl_usnic|coll_hcoll|coll_fca)\.so$")
+
+
+def unpack_uroce_tarball(tarball, cache):
+    """Directory holding the tarball's tree (bin/uroce, lib/uroce/..., ...),
+    unpacked once per tarball content."""
+    h = hashlib.sha256(open(tarball, "rb").read()).hexdigest()[:12]
+    tree = os.path.join(cache, f"uroce-{h}")
+    if os.path.exists(os.path.join(tree, ".ok")):
+        return tree
+    tmp = tempfile.mkdtemp(prefix="uroce-tree.", dir=cache)
+    try:
+        run_cmd(["tar", "-xzf", tarball, "-C", tmp, "--strip-components=1"],
+                "unpacking the uroce tarball", 120)
+        if not os.path.exists(os.path.join(tmp, "bin", "uroce")):
+            raise HarnessError(f"{tarball}: no bin/uroce inside (not a uroce tarball?)")
+        open(os.path.join(tmp, ".ok"), "w").close()
+        shutil.rmtree(tree, ignore_errors=True)
+        os.replace(tmp, tree)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return tree
+
+
+def uroce_guest_inputs(tree, extras):
+    """(files, tree) for the uroce guest: host files (guest path -> host path)
+    beyond the rxe guest's, and the uroce tree that goes under /usr."""
+    files = {}
+    libs = []
+    for prog, package in UROCE_GUEST_PROGRAMS.items():
+        host = need_tool(prog, package)
+        files[f"/usr/bin/{prog}"] = host
+        libs.append(host)
+    for d in DPDK_GUEST_DRIVERS:
+        found = glob.glob(os.path.join(DPDK_PLUGIN_DIR, f"librte_{d}.so"))
+        if not found:
+            raise HarnessError(f"DPDK driver librte_{d}.so is not in {DPDK_PLUGIN_DIR} "
+                               "(Debian package dpdk / librte-*)")
+        files[found[0]] = found[0]
+        libs.append(found[0])
+    for top in OPENMPI_TREES:
+        if not os.path.exists(top):
+            raise HarnessError(f"{top} does not exist (Debian package openmpi-bin)")
+        for dirpath, _, names in os.walk(top):
+            for n in names:
+                path = os.path.join(dirpath, n)
+                if OPENMPI_SKIP.search(n):
+                    continue
+                files[path] = path
+                if n.endswith(".so") and not os.path.islink(path):
+                    libs.append(path)
+    for name in UROCE_GUEST_SCRIPTS:
+        files[f"/usr/lib/uroce-vm/{name}"] = os.path.join(HERE, name)
+    for host, guest in extras:
+        if not os.path.isfile(host):
+            raise HarnessError(f"--extra {host}: no such file")
+        files[guest] = host
+        libs.append(host)
+    libs += [os.path.join(tree, "bin", "uroce")]
+    libs += glob.glob(os.path.join(tree, "lib", "uroce", "*.so*"))
+    libs += glob.glob(os.path.join(tree, "lib", "*.so"))
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(tree, "lib", "uroce"))
+    for obj in libs:
+        for lib in shared_libraries(obj, env):
+            if not lib.startswith(tree):
+                files[lib] = lib
+    return files
+
+
 def guest_path(p):
     """Where a host path lives in the image, whose /bin, /sbin, /lib and /lib64
     are symbolic links into /usr (merged /usr, as on Debian 12)."""
@@ -383,17 +498,43 @@ def guest_path(p):
     return p
 
 
-def prepare_initramfs(cache, kit):
+def copy_keeping_links(stage, guest, host):
+    """Copies host to stage+guest; a symbolic link stays one (its target comes
+    too). DPDK's drivers depend on it: /usr/lib/x86_64-linux-gnu/librte_X.so.23
+    and the plugin directory's librte_X.so name one file, and two copies would
+    be loaded twice (every driver registered twice)."""
+    for _ in range(40):
+        dst = stage + guest_path(guest)
+        if os.path.lexists(dst):
+            return
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if guest != host or not os.path.islink(host):
+            shutil.copy2(os.path.realpath(host), dst)
+            return
+        target = os.readlink(host)
+        os.symlink(target, dst)
+        host = guest = os.path.normpath(os.path.join(os.path.dirname(host), target))
+    raise HarnessError(f"{host}: too many levels of symbolic links")
+
+
+def prepare_initramfs(cache, kit, kind="rxe", tarball=None, extras=()):
     need_tool("cpio", "cpio")
     files = initramfs_inputs()
+    tree = None
+    if kind == "uroce":
+        if not tarball:
+            raise HarnessError("--kind uroce needs --uroce-tarball (bazel build //tools:uroce_tarball)")
+        tree = unpack_uroce_tarball(tarball, cache)
+        files.update(uroce_guest_inputs(tree, extras))
     release = open(os.path.join(kit, "release")).read().strip()
     h = hashlib.sha256()
     h.update(open(GUEST_INIT, "rb").read())
     h.update(kit.encode())
+    h.update(f"{kind} {tree}".encode())
     for g in sorted(files):
         st = os.stat(files[g])
         h.update(f"{g} {files[g]} {st.st_size} {st.st_mtime_ns}\n".encode())
-    image = os.path.join(cache, f"initramfs-{h.hexdigest()[:12]}.cpio")
+    image = os.path.join(cache, f"initramfs-{kind}-{h.hexdigest()[:12]}.cpio")
     if os.path.exists(image):
         return image
     log("building the initramfs")
@@ -404,10 +545,21 @@ def prepare_initramfs(cache, kit):
             os.makedirs(os.path.join(stage, d), exist_ok=True)
         for link in ("bin", "sbin", "lib", "lib64"):
             os.symlink(f"usr/{link}", os.path.join(stage, link))
-        for g, host in files.items():
-            dst = stage + guest_path(g)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            shutil.copy2(os.path.realpath(host), dst)
+        os.symlink("../run", os.path.join(stage, "var", "run"))  # DPDK's runtime files
+        for g, host in sorted(files.items()):
+            copy_keeping_links(stage, g, host)
+        if tree:
+            # As the .deb installs it: /usr/bin/uroce, /usr/lib/uroce/, ...
+            for dirpath, _, names in os.walk(tree):
+                for n in names:
+                    src = os.path.join(dirpath, n)
+                    rel = os.path.relpath(src, tree)
+                    if rel == ".ok":
+                        continue
+                    dst = os.path.join(stage, "usr", rel)
+                    os.makedirs(os.path.dirname(dst), exist_ok=True)
+                    if not os.path.lexists(dst):
+                        shutil.copy2(src, dst, follow_symlinks=False)
         # busybox applets for what no real program provides (mount, stty, ...).
         applets = subprocess.run([files["/usr/bin/busybox"], "--list"],
                                  capture_output=True, text=True, timeout=30).stdout
@@ -450,13 +602,13 @@ def prepare_initramfs(cache, kit):
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     # Older initramfs images of this cache are stale now.
-    for old in glob.glob(os.path.join(cache, "initramfs-*.cpio")):
+    for old in glob.glob(os.path.join(cache, f"initramfs-{kind}-*.cpio")):
         if old != image and time.time() - os.path.getmtime(old) > 3600:
             os.unlink(old)
     return image
 
 
-def prepare():
+def prepare(kind="rxe", tarball=None, extras=()):
     """(vmlinux, initramfs), both cached."""
     need_tool("qemu-system-x86_64", "qemu-system-x86")
     cache = cache_dir()
@@ -464,7 +616,7 @@ def prepare():
     with open(os.path.join(cache, "lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         kit = prepare_kernel(cache)
-        return os.path.join(kit, "vmlinux"), prepare_initramfs(cache, kit)
+        return os.path.join(kit, "vmlinux"), prepare_initramfs(cache, kit, kind, tarball, extras)
 
 
 # --------------------------------------------------------------------------
@@ -493,23 +645,44 @@ def supervise(state):
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    taps, bridge = cfg.get("taps", [tap]), cfg.get("bridge")
+    capture_tap = taps[-1]  # the one RoCE crosses: eth0, or DPDK's NIC
     status = "not started"
     try:
-        run_cmd(["ip", "netns", "add", ns], "creating the network namespace", 30)
         nsrun = ["ip", "netns", "exec", ns]
-        for argv in (["ip", "link", "set", "lo", "up"],
-                     ["ip", "tuntap", "add", "dev", tap, "mode", "tap"],
-                     ["ip", "link", "set", tap, "address", HOST_MAC, "mtu",
-                      str(cfg["mtu"]), "up"],
-                     ["ip", "addr", "add", cfg["host_ip"], "dev", tap],
-                     ["ip", "-6", "addr", "add", cfg["host_ip6"], "dev", tap, "nodad"]):
+        if bridge:
+            # A network shared with other guests (`net-up` made it): only
+            # this guest's taps are ours, plugged into the bridge.
+            steps = []
+            for t in taps:
+                steps += [["ip", "tuntap", "add", "dev", t, "mode", "tap"],
+                          ["ip", "link", "set", t, "mtu", str(cfg["mtu"]), "master", bridge,
+                           "up"]]
+        else:
+            run_cmd(["ip", "netns", "add", ns], "creating the network namespace", 30)
+            steps = [["ip", "link", "set", "lo", "up"]]
+            for t in taps:
+                steps.append(["ip", "tuntap", "add", "dev", t, "mode", "tap"])
+            # One tap: the host's addresses on it. Two (DPDK's NIC beside
+            # eth0): both on a bridge made here, which holds the addresses.
+            host_if = tap if len(taps) == 1 else BRIDGE
+            if len(taps) > 1:
+                steps.append(["ip", "link", "add", BRIDGE, "type", "bridge"])
+                for t in taps:
+                    steps.append(["ip", "link", "set", t, "mtu", str(cfg["mtu"]), "master",
+                                  BRIDGE, "up"])
+            steps += [["ip", "link", "set", host_if, "address", HOST_MAC, "mtu",
+                       str(cfg["mtu"]), "up"],
+                      ["ip", "addr", "add", cfg["host_ip"], "dev", host_if],
+                      ["ip", "-6", "addr", "add", cfg["host_ip6"], "dev", host_if, "nodad"]]
+        for argv in steps:
             run_cmd(nsrun + argv, f"setting up {tap} in namespace {ns}", 30)
         # The capture starts before qemu so it holds the guest's first frame.
         # --immediate-mode and -U: each frame reaches the file at once, so
         # stopping tcpdump right after the guest loses none.
         cap_err = open(os.path.join(state, "tcpdump.log"), "w")
         procs["tcpdump"] = subprocess.Popen(
-            nsrun + [cfg["tcpdump"], "-i", tap, "--immediate-mode", "-U", "-s", "0", "-n",
+            nsrun + [cfg["tcpdump"], "-i", capture_tap, "--immediate-mode", "-U", "-s", "0", "-n",
                      "-w", os.path.join(state, "capture.pcap")],
             stdout=cap_err, stderr=cap_err)
         deadline = time.time() + 10
@@ -540,15 +713,50 @@ def supervise(state):
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
-        remove_netns(ns, tap)
+        remove_network(cfg)
         with open(os.path.join(state, "done"), "w") as f:
             f.write(status + "\n")
 
 
-def remove_netns(ns, tap):
-    """Deletes the tap and the namespace; quiet when they are gone already."""
-    subprocess.run(["ip", "-n", ns, "link", "del", tap], capture_output=True, timeout=30)
-    subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+def remove_network(cfg):
+    """Deletes the guest's taps, and the namespace unless it is a shared one
+    (`net-up`'s); quiet when they are gone already."""
+    ns = cfg["netns"]
+    for t in cfg.get("taps", [cfg["tap"]]):
+        subprocess.run(["ip", "-n", ns, "link", "del", t], capture_output=True, timeout=30)
+    if not cfg.get("bridge"):
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+BRIDGE = "rxebr0"
+
+
+def net_up(args):
+    """A network namespace with a bridge that guests started with --netns NS
+    --bridge rxebr0 plug their taps into, as the VMs of one cloud subnet; the
+    host's kernel has args.host_ip / host_ip6 on the bridge."""
+    need_tool("ip", "iproute2")
+    run_cmd(["ip", "netns", "add", args.netns], "creating the network namespace", 30)
+    nsrun = ["ip", "netns", "exec", args.netns]
+    try:
+        for argv in (["ip", "link", "set", "lo", "up"],
+                     ["ip", "link", "add", BRIDGE, "type", "bridge"],
+                     ["ip", "link", "set", BRIDGE, "address", HOST_MAC, "mtu", str(args.mtu),
+                      "up"],
+                     ["ip", "addr", "add", args.host_ip, "dev", BRIDGE],
+                     ["ip", "-6", "addr", "add", args.host_ip6, "dev", BRIDGE, "nodad"]):
+            run_cmd(nsrun + argv, f"setting up {BRIDGE} in namespace {args.netns}", 30)
+        # A bridge's ports forward at once (no STP learning delay).
+        run_cmd(nsrun + ["ip", "link", "set", BRIDGE, "type", "bridge", "forward_delay", "0",
+                         "stp_state", "0"], "bridge settings", 30)
+    except HarnessError:
+        subprocess.run(["ip", "netns", "del", args.netns], capture_output=True, timeout=30)
+        raise
+    print(f"RXE_VM_NETNS={args.netns}\nRXE_VM_BRIDGE={BRIDGE}")
+
+
+def net_down(args):
+    subprocess.run(["ip", "netns", "del", args.netns], capture_output=True, timeout=30)
 
 
 def tail(path, n=60):
@@ -559,9 +767,19 @@ def tail(path, n=60):
         return "(none)\n"
 
 
+def parse_extras(values):
+    """--extra HOST[=GUEST] pairs; GUEST defaults to /usr/bin/<name>."""
+    out = []
+    for v in values or []:
+        host, _, guest = v.partition("=")
+        host = os.path.abspath(host)
+        out.append((host, guest or f"/usr/bin/{os.path.basename(host)}"))
+    return out
+
+
 def start(state, args):
     """Boots a guest that keeps running; raises HarnessError on any failure."""
-    vmlinux, initramfs = prepare()
+    vmlinux, initramfs = prepare(args.kind, args.uroce_tarball, parse_extras(args.extra))
     tcpdump = need_tool("tcpdump", "tcpdump")
     need_tool("ip", "iproute2")
     os.makedirs(state, exist_ok=True)
@@ -570,23 +788,46 @@ def start(state, args):
             os.unlink(os.path.join(state, f))
     agent_dir = tempfile.mkdtemp(prefix="uroce-rxe-")
     sock = os.path.join(agent_dir, "agent.sock")
+    if args.bridge and not args.netns:
+        raise HarnessError("--bridge needs --netns (the namespace `net-up` made)")
     netns = args.netns or f"uroce-rxe-{secrets.token_hex(4)}"
+    tap = args.tap
+    taps = [tap]
     cmdline = (f"console=ttyS0 panic=-1 {'' if args.verbose else 'quiet'} "
-               f"uroce.ip4={args.guest_ip} uroce.ip6={args.guest_ip6} uroce.mtu={args.mtu}")
+               f"uroce.ip4={args.guest_ip} uroce.ip6={args.guest_ip6} uroce.mtu={args.mtu} "
+               f"uroce.kind={args.kind} uroce.hostname={args.hostname}")
+    nic_argv = []
+    if args.kind == "uroce":
+        cmdline += f" uroce.nic={args.nic} uroce.hugepages={args.hugepages}"
+        if args.nic == "pci":
+            # The second NIC, DPDK's: its own tap (same bridge), its own
+            # addresses, which the guest's kernel never sees.
+            cmdline += f" uroce.dip4={args.dpdk_ip} uroce.dip6={args.dpdk_ip6}"
+            taps.append(tap + "d")
+            nic_argv = [
+                "-netdev", f"tap,id=net1,ifname={taps[1]},script=no,downscript=no",
+                "-device", f"virtio-net-pci,netdev=net1,mac={args.dpdk_mac},romfile=,"
+                           "addr=0x5",
+            ]
+    # DPDK needs SSE4.2 and more than TCG's default qemu64 CPU offers;
+    # "max" is every feature TCG emulates.
+    cpu_argv = ["-cpu", "max"] if args.kind == "uroce" else []
     qemu_argv = [
         "qemu-system-x86_64", "-accel", "tcg", "-M", "pc", "-m", str(args.memory),
-        "-smp", "1", "-nodefaults", "-no-user-config", "-display", "none",
-        "-no-reboot",
+        "-smp", str(args.smp), "-nodefaults", "-no-user-config", "-display", "none",
+        "-no-reboot", *cpu_argv,
         "-kernel", vmlinux, "-initrd", initramfs, "-append", cmdline,
         "-chardev", f"file,id=console,path={os.path.join(state, 'console.log')}",
         "-serial", "chardev:console",
         "-chardev", f"socket,id=agent,path={sock},server=on,wait=off",
         "-serial", "chardev:agent",
-        "-netdev", f"tap,id=net0,ifname={TAP},script=no,downscript=no",
-        "-device", f"virtio-net-pci,netdev=net0,mac={args.guest_mac},romfile=",
+        "-netdev", f"tap,id=net0,ifname={tap},script=no,downscript=no",
+        "-device", f"virtio-net-pci,netdev=net0,mac={args.guest_mac},romfile=,addr=0x4",
+        *nic_argv,
     ]
     cfg = {
-        "netns": netns, "tap": TAP, "mtu": args.mtu, "tcpdump": tcpdump,
+        "netns": netns, "tap": tap, "taps": taps, "bridge": args.bridge,
+        "mtu": args.mtu, "tcpdump": tcpdump,
         "host_ip": args.host_ip, "host_ip6": args.host_ip6,
         "guest_ip": args.guest_ip, "guest_ip6": args.guest_ip6,
         "guest_mac": args.guest_mac, "host_mac": HOST_MAC,
@@ -631,10 +872,10 @@ def start(state, args):
             raise HarnessError(f"the guest was not ready within {args.boot_timeout} s\n"
                                f"--- guest console ---\n{tail(console)}")
         time.sleep(0.1)
-    log(f"guest ready in {time.time() - t0:.1f} s (namespace {netns}, tap {TAP})")
+    log(f"guest ready in {time.time() - t0:.1f} s (namespace {netns}, tap {tap})")
     env = {
         "RXE_VM_STATE": os.path.abspath(state), "RXE_VM_NETNS": netns,
-        "RXE_VM_TAP": TAP, "RXE_VM_HOST_MAC": HOST_MAC, "RXE_VM_GUEST_MAC": args.guest_mac,
+        "RXE_VM_TAP": tap, "RXE_VM_HOST_MAC": HOST_MAC, "RXE_VM_GUEST_MAC": args.guest_mac,
         "RXE_VM_HOST_IP": args.host_ip.split("/")[0],
         "RXE_VM_HOST_IP6": args.host_ip6.split("/")[0],
         "RXE_VM_GUEST_IP": args.guest_ip.split("/")[0],
@@ -764,7 +1005,7 @@ def stop(state, save_to=None, label="rxe_vm"):
             os.kill(qpid, signal.SIGKILL)
     except (OSError, ValueError):
         pass
-    remove_netns(cfg["netns"], cfg["tap"])
+    remove_network(cfg)
     shutil.rmtree(cfg["agent_dir"], ignore_errors=True)
     if save_to:
         os.makedirs(save_to, exist_ok=True)
@@ -785,8 +1026,32 @@ def add_net_args(p):
     p.add_argument("--host-ip6", default="fd77::1/64", help="the tap's IPv6/prefix")
     p.add_argument("--guest-mac", default=GUEST_MAC)
     p.add_argument("--mtu", type=int, default=1500, help="MTU of eth0 and the tap")
-    p.add_argument("--netns", help="namespace name (default: uroce-rxe-<random>)")
-    p.add_argument("--memory", type=int, default=512, help="guest memory, MiB")
+    p.add_argument("--netns", help="namespace name (default: uroce-rxe-<random>); with "
+                   "--bridge, the one `net-up` made")
+    p.add_argument("--bridge", help="plug the taps into this bridge of --netns (made by "
+                   "`net-up`) instead of a namespace of the guest's own")
+    p.add_argument("--tap", default=TAP, help="the tap's name (unique per namespace)")
+    p.add_argument("--kind", choices=("rxe", "uroce"), default="rxe",
+                   help="rxe: kernel Soft-RoCE on eth0 (default); uroce: `uroce daemon` "
+                        "serving uroce0")
+    p.add_argument("--nic", choices=("pci", "kernel"), default="pci",
+                   help="uroce guest: pci = DPDK's net_virtio on a second virtio NIC "
+                        "(uio_pci_generic, hugepages); kernel = port kernel:eth0 "
+                        "(net_af_xdp, else net_af_packet), shared with the guest kernel")
+    p.add_argument("--dpdk-ip", default="10.77.0.12", help="uroce's IPv4 on the DPDK NIC")
+    p.add_argument("--dpdk-ip6", default="fd77::12", help="uroce's IPv6 on the DPDK NIC")
+    p.add_argument("--dpdk-mac", default="52:54:00:77:01:02", help="the DPDK NIC's MAC")
+    p.add_argument("--hugepages", type=int, default=192,
+                   help="uroce guest: 2 MiB pages reserved (pci mode)")
+    p.add_argument("--uroce-tarball", help="uroce guest: the release tarball "
+                   "(bazel build //tools:uroce_tarball)")
+    p.add_argument("--extra", action="append", metavar="HOST[=GUEST]",
+                   help="another program for the guest (default place /usr/bin/NAME)")
+    p.add_argument("--smp", type=int, default=1, help="guest CPUs")
+    p.add_argument("--hostname", default="vm", help="the guest's host name (Open MPI "
+                   "tells nodes apart by it)")
+    p.add_argument("--memory", type=int, default=0,
+                   help="guest memory, MiB (default 512; 1536 for --kind uroce)")
     p.add_argument("--boot-timeout", type=int, default=120,
                    help="seconds until the guest must be ready")
     p.add_argument("--lifetime", type=int, default=1800,
@@ -841,7 +1106,17 @@ def main(argv):
     p.add_argument("--state", required=True)
     p.add_argument("--save-to", help="copy the capture and console log here")
     p.add_argument("--label", default="rxe_vm", help="file name stem of the copies")
-    sub.add_parser("prepare", help="fetch the kernel and build the initramfs only")
+    p = sub.add_parser("prepare", help="fetch the kernel and build the initramfs only")
+    p.add_argument("--kind", choices=("rxe", "uroce"), default="rxe")
+    p.add_argument("--uroce-tarball")
+    p.add_argument("--extra", action="append", metavar="HOST[=GUEST]")
+    for name, hlp in (("net-up", "make a namespace with a bridge for several guests"),
+                      ("net-down", "remove net-up's namespace")):
+        p = sub.add_parser(name, help=hlp)
+        p.add_argument("--netns", required=True)
+        p.add_argument("--host-ip", default="10.77.0.1/24")
+        p.add_argument("--host-ip6", default="fd77::1/64")
+        p.add_argument("--mtu", type=int, default=1500)
     p = sub.add_parser("_supervise", help=argparse.SUPPRESS)
     p.add_argument("--state", required=True)
     args = ap.parse_args(argv)
@@ -857,8 +1132,17 @@ def main(argv):
         if args.cmd == "_supervise":
             supervise(args.state)
             return 0
+        if args.cmd in ("run", "start") and not args.memory:
+            args.memory = 1536 if args.kind == "uroce" else 512
+        if args.cmd == "net-up":
+            net_up(args)
+            return 0
+        if args.cmd == "net-down":
+            net_down(args)
+            return 0
         if args.cmd == "prepare":
-            vmlinux, initramfs = prepare()
+            vmlinux, initramfs = prepare(args.kind, args.uroce_tarball,
+                                         parse_extras(args.extra))
             print(f"kernel {vmlinux}\ninitramfs {initramfs}")
             return 0
         if args.cmd == "run":
