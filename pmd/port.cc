@@ -95,6 +95,29 @@ Status StartPort(uint16_t port_id, const PortConfig& config) {
   return Status::Ok();
 }
 
+rte_ether_addr SolicitedNodeMac(const std::array<uint8_t, 16>& ipv6_address) {
+  // ff02::1:ffXX:XXXX (RFC 4291 §2.7.1) mapped to 33:33 + its last 32 bits
+  // (RFC 2464 §7).
+  return rte_ether_addr{{0x33, 0x33, 0xff, ipv6_address[13], ipv6_address[14], ipv6_address[15]}};
+}
+
+Status JoinSolicitedNodeGroups(uint16_t port_id, const std::vector<std::array<uint8_t, 16>>& ipv6_addresses) {
+  if (ipv6_addresses.empty()) return Status::Ok();
+  std::vector<rte_ether_addr> groups;
+  for (const auto& address : ipv6_addresses) {
+    const rte_ether_addr mac = SolicitedNodeMac(address);
+    bool seen = false;
+    for (const rte_ether_addr& g : groups) seen = seen || rte_is_same_ether_addr(&g, &mac);
+    if (!seen) groups.push_back(mac);
+  }
+  int ret = rte_eth_dev_set_mc_addr_list(port_id, groups.data(), static_cast<uint32_t>(groups.size()));
+  if (ret == 0) return Status::Ok();
+  // No multicast list in this driver (or too short a one): all multicast.
+  ret = rte_eth_allmulticast_enable(port_id);
+  if (ret == 0 || ret == -ENOTSUP) return Status::Ok();
+  return EthError("rte_eth_allmulticast_enable", port_id, ret);
+}
+
 Status ClosePort(uint16_t port_id) {
   if (!rte_eth_dev_is_valid_port(port_id)) return NotFound("no DPDK port " + std::to_string(port_id));
   int ret = rte_eth_dev_stop(port_id);

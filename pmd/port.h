@@ -5,7 +5,9 @@
 #include <rte_ethdev.h>
 #include <rte_mempool.h>
 
+#include <array>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -26,6 +28,17 @@ struct PortConfig {
 
 // Configures the queues of `port_id` and starts it.
 Status StartPort(uint16_t port_id, const PortConfig& config);
+
+// Lets the port receive the IPv6 neighbour solicitations for `ipv6_addresses`
+// (RFC 4861 §7.2.1: a node joins the solicited-node multicast group of each
+// of its addresses; on Ethernet the group's MAC is 33:33:ff and the address's
+// last 24 bits, RFC 2464 §7). A NIC that filters multicast (a virtio-net
+// device in a VM does) otherwise never delivers them, and peers cannot
+// resolve our IPv6 GIDs. Uses the port's multicast list where the driver has
+// one, else all-multicast; ports that filter nothing need neither (ENOTSUP is
+// no error).
+rte_ether_addr SolicitedNodeMac(const std::array<uint8_t, 16>& ipv6_address);
+Status JoinSolicitedNodeGroups(uint16_t port_id, const std::vector<std::array<uint8_t, 16>>& ipv6_addresses);
 
 // Stops and closes the port; buffers still held in its rings are freed.
 Status ClosePort(uint16_t port_id);

@@ -6,6 +6,7 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
+#include <array>
 #include <cstring>
 
 #include "pmd/eal.h"
@@ -78,6 +79,35 @@ TEST(PortTest, UnknownPortIsNotFound) {
   EXPECT_EQ(PortByName("net_nothing_here").status().code(), StatusCode::kNotFound);
   PortConfig config;
   EXPECT_EQ(StartPort(RTE_MAX_ETHPORTS - 1, config).code(), StatusCode::kNotFound);
+}
+
+// RFC 4291 §2.7.1 / RFC 2464 §7: fe80::2aa:ff:fe28:9c5a solicits at
+// ff02::1:ff28:9c5a, whose Ethernet group is 33:33:ff:28:9c:5a.
+TEST(PortTest, SolicitedNodeMacOfAnAddress) {
+  const std::array<uint8_t, 16> address = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0xaa, 0x00, 0xff, 0xfe, 0x28, 0x9c, 0x5a};
+  const rte_ether_addr mac = SolicitedNodeMac(address);
+  const uint8_t want[6] = {0x33, 0x33, 0xff, 0x28, 0x9c, 0x5a};
+  EXPECT_EQ(std::memcmp(mac.addr_bytes, want, 6), 0);
+}
+
+// A port that filters no multicast (net_ring) joins without error, and a
+// port that does not exist is refused.
+TEST(PortTest, JoinSolicitedNodeGroups) {
+  auto pool = CreatePktPool({.name = "rp_join_pool", .mbufs = 255, .per_core_cache = 0});
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  auto pair = CreateRingPair("join");
+  ASSERT_TRUE(pair.ok()) << pair.status().ToString();
+  PortConfig port_config;
+  port_config.rx_pool = pool->get();
+  ASSERT_TRUE(StartPort(pair->port_a, port_config).ok());
+  std::array<uint8_t, 16> a{}, b{};
+  a[0] = b[0] = 0xfd;
+  a[15] = 1;
+  b[15] = 2;
+  EXPECT_TRUE(JoinSolicitedNodeGroups(pair->port_a, {a, b, a}).ok());
+  EXPECT_TRUE(JoinSolicitedNodeGroups(pair->port_a, {}).ok());
+  EXPECT_FALSE(JoinSolicitedNodeGroups(RTE_MAX_ETHPORTS - 1, {a}).ok());
+  EXPECT_TRUE(DestroyRingPair(*pair).ok());
 }
 
 }  // namespace

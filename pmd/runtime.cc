@@ -254,6 +254,11 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   ep->memif_client = memif_client;
   ep->link_ready.store(!memif_client, std::memory_order_release);
   endpoints_.push_back(std::move(e));
+  std::vector<transport::Gid> ipv6;
+  for (const transport::Gid& gid : ec.gids) {
+    if (!transport::IsIpv4MappedGid(gid)) ipv6.push_back(gid);
+  }
+  UROCE_RETURN_IF_ERROR(JoinSolicitedNodeGroups(ep->port_id, ipv6));
 
   if (ec.mac_from_port) {
     rte_ether_addr mac;

@@ -809,9 +809,10 @@ def start(state, args):
                 "-device", f"virtio-net-pci,netdev=net1,mac={args.dpdk_mac},romfile=,"
                            "addr=0x5",
             ]
-    # DPDK needs SSE4.2 and more than TCG's default qemu64 CPU offers;
-    # "max" is every feature TCG emulates.
-    cpu_argv = ["-cpu", "max"] if args.kind == "uroce" else []
+    # DPDK needs more than TCG's default CPU model (qemu64) offers (see
+    # --cpu); "max" is every feature TCG emulates.
+    cpu = args.cpu or ("max" if args.kind == "uroce" else None)
+    cpu_argv = ["-cpu", cpu] if cpu else []
     qemu_argv = [
         "qemu-system-x86_64", "-accel", "tcg", "-M", "pc", "-m", str(args.memory),
         "-smp", str(args.smp), "-nodefaults", "-no-user-config", "-display", "none",
@@ -1048,6 +1049,9 @@ def add_net_args(p):
     p.add_argument("--extra", action="append", metavar="HOST[=GUEST]",
                    help="another program for the guest (default place /usr/bin/NAME)")
     p.add_argument("--smp", type=int, default=1, help="guest CPUs")
+    p.add_argument("--cpu", help="qemu's -cpu model (default: qemu's own for rxe, max "
+                   "for uroce: Debian's DPDK stops at start-up on qemu64, which lacks "
+                   "SSE4.2)")
     p.add_argument("--hostname", default="vm", help="the guest's host name (Open MPI "
                    "tells nodes apart by it)")
     p.add_argument("--memory", type=int, default=0,
