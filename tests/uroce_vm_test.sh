@@ -118,6 +118,11 @@ wait_listen() {  # vm port
 
 passed=()
 port=18600
+# UROCE_VM_CASES=REGEX runs only the cases whose names match (by hand, while
+# working on one; the test itself runs them all and says so at the end).
+selected() {
+  [[ -z ${UROCE_VM_CASES:-} || $1 =~ $UROCE_VM_CASES ]]
+}
 # pair NAME EXPECT SERVER CLIENT "SERVER ARGS" "CLIENT ARGS" [tcp|none]: the
 # server in one guest (a job), the client in the other; both must exit 0
 # and print a line matching EXPECT. tcp: the client starts once the
@@ -125,6 +130,7 @@ port=18600
 pair() {
   local name=$1 expect=$2 s=$3 c=$4 sargs=$5 cargs=$6 ready=${7:-tcp}
   local t0=$SECONDS srv cli sst cst
+  selected "$name" || return 0
   rxe_vm spawn --state "${state[$s]}" --job "$name" --timeout 150 -- \
     "$(run_prefix "$s") $sargs" || fail "$name: cannot start the server in $s"
   if [[ $ready == tcp ]]; then
@@ -185,6 +191,7 @@ rping_case() {
 # Open MPI: mpirun in the first guest, the second reached by its remote shell.
 mpi_case() {  # name ranks program expect
   local name=$1 np=$2 prog=$3 expect=$4 t0=$SECONDS out st
+  selected "$name" || return 0
   out=$(gx "${vms[0]}" 320 "timeout -k 10 300 mpirun --allow-run-as-root --oversubscribe \
     --bind-to none -np $np --map-by node --hostfile /tmp/hostfile \
     --mca plm rsh --mca plm_rsh_agent /usr/lib/uroce-vm/guest_rsh.sh \
@@ -221,10 +228,14 @@ else
   verbs_case write_bw "^ +65536 +20 " ib_write_bw -x "-n 20 -s 65536 -F"
   verbs_case read_bw "^ +65536 +20 " ib_read_bw -x "-n 20 -s 65536 -F"
   rping_case
+  # FI_EP_MSG is uroce's own; FI_EP_RDM is libfabric's RxM over it.
+  fi_provider() { [[ $1 == msg ]] && echo uroce || echo "uroce;ofi_rxm"; }
+  # fi_pingpong swaps its fabric addresses over TCP (-B/-P, to the
+  # server's kernel address); -c checks every byte.
   for ep in msg rdm; do
     pair "fi_pingpong_$ep" "[0-9]+ +[0-9.]+[kMG]? +[0-9]+" a b \
-      "fi_pingpong -p 'uroce;ofi_rxm' -e $ep -S 4096 -I 100 -B $port" \
-      "fi_pingpong -p 'uroce;ofi_rxm' -e $ep -S 4096 -I 100 -P $port ${roce4[a]}"
+      "fi_pingpong -p '$(fi_provider $ep)' -e $ep -c -S 4096 -I 100 -B $port" \
+      "fi_pingpong -p '$(fi_provider $ep)' -e $ep -c -S 4096 -I 100 -P $port ${ip4[a]}"
   done
   for vm in a b; do
     gx "$vm" 30 "printf '127.0.0.1 localhost\n10.77.0.2 a\n10.77.0.3 b\n' >/etc/hosts
@@ -264,4 +275,5 @@ for vm in "${vms[@]}"; do
     { cp "$pcap" "$artifacts/"; fail "$vm: expected RoCE frames, all with a good ICRC: $summary"; }
 done
 vms=()
+[[ -n ${UROCE_VM_CASES:-} ]] && echo "NOTE: only the cases matching UROCE_VM_CASES='$UROCE_VM_CASES' ran"
 echo "PASS ($mode): ${#passed[@]} cases in $((SECONDS - t_start)) s: ${passed[*]}"
