@@ -625,6 +625,14 @@ std::string DefaultMemifSocket(const std::string& memif_id) {
   return path + "-" + memif_id + ".sock";
 }
 
+std::vector<transport::Gid> EndpointConfig::Ipv6Gids() const {
+  std::vector<transport::Gid> out;
+  for (const transport::Gid& gid : gids) {
+    if (!transport::IsIpv4MappedGid(gid)) out.push_back(gid);
+  }
+  return out;
+}
+
 bool EndpointConfig::PortActiveBeforeLink() const {
   switch (active_before_link) {
     case ActiveBeforeLink::kYes:

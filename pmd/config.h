@@ -124,6 +124,8 @@ struct EndpointConfig {
   unsigned shm_index = 0;  // kShm: `port = shm:daemon:K`, the K-th file
   KernelIo kernel_io = KernelIo::kAuto;
   std::vector<transport::Gid> gids;  // the GID table: ipv4, ipv6, then `gids`
+  // The GIDs that are IPv6 addresses (not ::ffff:a.b.c.d).
+  std::vector<transport::Gid> Ipv6Gids() const;
   bool has_ipv4 = false, has_ipv6 = false;
   bool mac_from_port = true;
   transport::MacAddress mac{};

@@ -92,7 +92,7 @@ Status StartPort(uint16_t port_id, const PortConfig& config) {
     ret = rte_eth_promiscuous_enable(port_id);
     if (ret != 0 && ret != -ENOTSUP) return EthError("rte_eth_promiscuous_enable", port_id, ret);
   }
-  return Status::Ok();
+  return JoinSolicitedNodeGroups(port_id, config.ipv6_addresses);
 }
 
 rte_ether_addr SolicitedNodeMac(const std::array<uint8_t, 16>& ipv6_address) {

@@ -20,6 +20,9 @@ struct PortConfig {
   uint16_t tx_descriptors = 1024;
   uint16_t mtu = 0;  // 0: keep the port's own
   bool promiscuous = false;
+  // The port's IPv6 addresses: it joins their solicited-node groups
+  // (JoinSolicitedNodeGroups) once started.
+  std::vector<std::array<uint8_t, 16>> ipv6_addresses;
   rte_mempool* rx_pool = nullptr;  // receive buffers come from here
   // false: configure the queues only; the caller starts the port (a memif
   // client retries its start until the server's socket is there).

@@ -238,6 +238,7 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   port.tx_descriptors = ec.tx_descriptors;
   port.mtu = static_cast<uint16_t>(ec.mtu);
   port.promiscuous = ec.promiscuous;
+  port.ipv6_addresses = ec.Ipv6Gids();
   // A memif client connects when its port starts, and only once: started
   // before the server listens, the start fails (EPERM); connected before the
   // server's port started, the handshake is refused and nobody retries. So
@@ -254,11 +255,6 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   ep->memif_client = memif_client;
   ep->link_ready.store(!memif_client, std::memory_order_release);
   endpoints_.push_back(std::move(e));
-  std::vector<transport::Gid> ipv6;
-  for (const transport::Gid& gid : ec.gids) {
-    if (!transport::IsIpv4MappedGid(gid)) ipv6.push_back(gid);
-  }
-  UROCE_RETURN_IF_ERROR(JoinSolicitedNodeGroups(ep->port_id, ipv6));
 
   if (ec.mac_from_port) {
     rte_ether_addr mac;

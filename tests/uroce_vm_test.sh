@@ -197,11 +197,16 @@ mpi_case() {  # name ranks program expect
     --mca plm rsh --mca plm_rsh_agent /usr/lib/uroce-vm/guest_rsh.sh \
     --mca oob_tcp_if_include 10.77.0.0/24 \
     --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include uroce --mca mtl_ofi_verbose 1 \
-    --mca btl self,vader --mca osc ^ucx uroce exec -- $prog 2>&1")
+    --mca btl self,vader --mca osc ^ucx -x FI_LOG_LEVEL=warn uroce exec -- $prog 2>&1")
   st=$?
   out=$(grep -v 'not in include list' <<<"$out")
   if [[ $st -ne 0 ]] || ! grep -qE "$expect" <<<"$out" || grep -qiE "signal|ORTE_ERROR" <<<"$out"; then
-    echo "$out" | tail -n 80
+    echo "$out" | grep -v "round trips verified" | tail -n 60
+    local vm
+    for vm in "${vms[@]}"; do
+      echo "--- guest $vm: uroce stats --daemon, and the daemon's log"
+      gx "$vm" 30 "uroce stats --daemon /run/uroce/uroce.sock; tail -n 20 /tmp/uroce-daemon.log"
+    done
     fail "$name: mpirun exited $st"
   fi
   grep -E "allreduce|PASS|layout" <<<"$out" | head -n 12

@@ -289,6 +289,7 @@ Status Daemon::StartPortUplink(Uplink& u) {
   port.tx_descriptors = ec.tx_descriptors;
   port.mtu = static_cast<uint16_t>(ec.mtu);
   port.promiscuous = ec.promiscuous;
+  port.ipv6_addresses = ec.Ipv6Gids();
   UROCE_RETURN_IF_ERROR(pmd::StartPort(u.port, port));
   u.started = true;
   if (ec.mac_from_port) {

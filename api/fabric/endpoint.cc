@@ -604,6 +604,13 @@ transport::CmQpParams QpParams(Endpoint* ep) {
   transport::CmQpParams p;
   p.qp = ep->qp;
   p.access_flags = kQpAccess;
+  // What libfabric's verbs provider gets on RoCE, through the kernel's
+  // rdma_cm: the path's packet lifetime (CMA_IBOE_PACKET_LIFETIME, 16) plus
+  // one, 4.096 us * 2^17 = 0.54 s per try (uroce's librdmacm does the same,
+  // api/rdmacm/objects.h). The transport's 67 ms gave up after 0.5 s without
+  // an ACK: Open MPI across two TCG guests (tests/uroce_vm_test.sh, kernel
+  // mode) ended in "transport retry counter exceeded" with no frame lost.
+  p.local_ack_timeout = 17;
   return p;
 }
 
