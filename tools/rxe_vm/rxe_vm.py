@@ -441,6 +441,10 @@ def unpack_uroce_tarball(tarball, cache):
         os.replace(tmp, tree)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    # Trees of older builds (one per tarball content) go after an hour.
+    for old in glob.glob(os.path.join(cache, "uroce-*")):
+        if old != tree and time.time() - os.path.getmtime(old) > 3600:
+            shutil.rmtree(old, ignore_errors=True)
     return tree
 
 
