@@ -3,10 +3,11 @@
 # fails with status 125 and says what failed -- so the tests built on it fail
 # with the reason instead of passing silently. Checked: qemu missing, the kernel
 # package missing or broken, and a step inside the guest failing (a bad
-# address: the guest reports the step and powers off, the host says which step).
-# Arguments: rxe_vm.py.
+# address: the guest reports the step and powers off, the host says which step),
+# and a uroce guest whose DPDK cannot start (below).
+# Arguments: rxe_vm.py [UROCE_TARBALL].
 set -uo pipefail
-harness=$1
+harness=$1 tarball=${2:-}
 source "$(dirname "$0")/rxe_vm_lib.sh"
 # The interpreter itself, not a wrapper script that needs PATH (pyenv shims).
 python=$(python3 -c "import sys; print(sys.executable)") || fail "python3 is not installed"
@@ -44,6 +45,12 @@ unset UROCE_RXE_VM_CACHE
 expect_failure "guest set-up step failing" "guest set-up failed at: add IPv4 address 10.77.0.2/99" \
   "$python" "$harness" run --guest-ip 10.77.0.2/99 --save never -- true
 # ... and nothing is left behind.
+# A uroce guest whose DPDK cannot start fails the boot with the reason
+# (issue 19): on TCG's default CPU model, qemu64, the daemon dies of SIGILL.
+if [[ -n $tarball ]]; then
+  expect_failure "uroce guest on qemu64" "start uroce daemon (nic=pci): it exited with status" \
+    "$python" "$harness" run --kind uroce --uroce-tarball "$tarball" --cpu qemu64 --save never -- true
+fi
 ! ip netns list | grep -q '^uroce-rxe-' ||
   echo "note: uroce-rxe-* namespaces exist (other tests may be running): $(ip netns list)"
 echo "PASS: every failure ends in status 125 with its reason"

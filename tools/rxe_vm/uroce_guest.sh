@@ -84,11 +84,21 @@ until [ -S /run/uroce/uroce.sock ] && kill -0 $daemon_pid 2>/dev/null &&
     uroce exec -- ibv_devices 2>/dev/null | grep -q uroce0; do
   i=$((i + 1))
   if ! kill -0 $daemon_pid 2>/dev/null || [ $i -gt 240 ]; then
-    echo "--- uroce daemon log ---"
-    cat $daemon_log
+    # The daemon's log last: the host shows the console's tail.
     echo "--- /etc/uroce/daemon.ini ---"
     cat /etc/uroce/daemon.ini
-    fail "start uroce daemon (nic=$nic): $(kill -0 $daemon_pid 2>/dev/null && echo 'no uroce0 after 120 s' || echo 'it exited')"
+    echo "--- uroce daemon log ---"
+    cat $daemon_log
+    if kill -0 $daemon_pid 2>/dev/null; then
+      why="no uroce0 after 120 s"
+    else
+      wait $daemon_pid
+      status=$?
+      why="it exited with status $status"
+      # 132: SIGILL, an instruction the (virtual) CPU does not have.
+      [ $status -eq 132 ] && why="$why (SIGILL: an instruction this CPU model lacks; qemu -cpu max)"
+    fi
+    fail "start uroce daemon (nic=$nic): $why"
   fi
   sleep 0.5
 done
