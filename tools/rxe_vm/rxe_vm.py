@@ -449,8 +449,9 @@ def unpack_uroce_tarball(tarball, cache):
 
 
 def uroce_guest_inputs(tree, extras):
-    """(files, tree) for the uroce guest: host files (guest path -> host path)
-    beyond the rxe guest's, and the uroce tree that goes under /usr."""
+    """Host files the uroce guest holds beyond the rxe guest's (guest path ->
+    host path): programs, DPDK's drivers, Open MPI, and every library they and
+    the uroce tree (which goes under /usr separately) load."""
     files = {}
     libs = []
     for prog, package in UROCE_GUEST_PROGRAMS.items():
