@@ -17,7 +17,8 @@
 # Cases (uroce-uroce modes): ibv_rc_pingpong -c (every byte checked),
 # ib_write_bw, ib_read_bw and rping -V, each with the server in either guest
 # (both directions), over the IPv4 and the IPv6 GID / address;
-# fi_pingpong -e msg and -e rdm ("uroce;ofi_rxm"); Open MPI across the two
+# fi_pingpong -c -e msg (uroce) and -e rdm ("uroce;ofi_rxm"), server in
+# either guest; Open MPI across the two
 # guests, mpirun in guest A starting guest B's orted through a remote shell
 # (ssh's place, tools/rxe_vm/guest_rsh.sh): one rank per guest
 # (mpi_pingpong, every byte checked) and two per guest (mpi_two_hosts:
@@ -209,8 +210,12 @@ mpi_case() {  # name ranks program expect
     done
     fail "$name: mpirun exited $st"
   fi
+  # Every rank's OFI MTL on uroce (mtl_ofi_verbose names the provider).
+  local provs
+  provs=$(grep -c 'mtl:ofi:prov: uroce;ofi_rxm$' <<<"$out")
+  [[ $provs -eq $np ]] || { echo "$out" | grep "mtl:ofi" | head; fail "$name: $provs of $np ranks on 'uroce;ofi_rxm'"; }
   grep -E "allreduce|PASS|layout" <<<"$out" | head -n 12
-  echo "ok: $name: $np ranks, $((SECONDS - t0)) s"
+  echo "ok: $name: $np ranks on uroce;ofi_rxm, $((SECONDS - t0)) s"
   passed+=("$name")
 }
 
@@ -238,9 +243,13 @@ else
   # fi_pingpong swaps its fabric addresses over TCP (-B/-P, to the
   # server's kernel address); -c checks every byte.
   for ep in msg rdm; do
-    pair "fi_pingpong_$ep" "[0-9]+ +[0-9.]+[kMG]? +[0-9]+" a b \
-      "fi_pingpong -p '$(fi_provider $ep)' -e $ep -c -S 4096 -I 100 -B $port" \
-      "fi_pingpong -p '$(fi_provider $ep)' -e $ep -c -S 4096 -I 100 -P $port ${ip4[a]}"
+    for s in a b; do
+      c=b
+      [[ $s == b ]] && c=a
+      pair "fi_pingpong_${ep}_$s" "[0-9]+ +[0-9.]+[kMG]? +[0-9]+" "$s" "$c" \
+        "fi_pingpong -p '$(fi_provider $ep)' -e $ep -c -S 4096 -I 100 -B $port" \
+        "fi_pingpong -p '$(fi_provider $ep)' -e $ep -c -S 4096 -I 100 -P $port ${ip4[$s]}"
+    done
   done
   for vm in a b; do
     gx "$vm" 30 "printf '127.0.0.1 localhost\n10.77.0.2 a\n10.77.0.3 b\n' >/etc/hosts
