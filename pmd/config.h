@@ -63,7 +63,8 @@
 //   ipv6 = fd00::1        uroce's own IPv6 address (next GID); an empty
 //                         ipv4 or ipv6 means none (--set endpoint.a.ipv4=)
 //   gids = ADDR,ADDR      more GIDs (IPv4 or IPv6 text), after those two
-//   mac = port            port: the port's own MAC; or xx:xx:xx:xx:xx:xx
+//   mac = port            port: the port's own MAC; or xx:xx:xx:xx:xx:xx,
+//                         given to the port (or promiscuous: PortConfig::mac)
 //   lcore = 1             the engine's lcore (engine progress only)
 //   mtu = 1500            Ethernet MTU (path MTU follows, as in rxe)
 //   rx_descriptors, tx_descriptors   ring depths of the port's queues

@@ -28,6 +28,20 @@ int KernelInterfaceMtu(uint32_t if_index) {
   return ret == 0 ? req.ifr_mtu : -1;
 }
 
+// PortConfig::mac: gives the port `wanted` as its address. False when it
+// cannot take it (see PortConfig::mac) and must be promiscuous instead.
+bool TakeMacAddress(uint16_t port_id, const rte_eth_dev_info& info, const std::array<uint8_t, 6>& wanted) {
+  rte_ether_addr mac;
+  std::memcpy(mac.addr_bytes, wanted.data(), 6);
+  rte_ether_addr current;
+  if (rte_eth_macaddr_get(port_id, &current) == 0 && rte_is_same_ether_addr(&current, &mac)) return true;
+  if (info.if_index != 0) return false;  // the kernel's address: not ours to change
+  // Before the start: ethdev writes the default address into the NIC again
+  // at every start (its configuration replay), so it survives restarts.
+  // Fails with ENOTSUP, or where a NIC refuses it.
+  return rte_eth_dev_default_mac_addr_set(port_id, &mac) == 0;
+}
+
 }  // namespace
 
 Status StartPort(uint16_t port_id, const PortConfig& config) {
@@ -85,10 +99,13 @@ Status StartPort(uint16_t port_id, const PortConfig& config) {
     }
     if (ret != 0 && ret != -ENOTSUP) return EthError("rte_eth_dev_set_mtu", port_id, ret);
   }
+  bool promiscuous = config.promiscuous;
+  if (config.mac && !TakeMacAddress(port_id, info, *config.mac)) promiscuous = true;
   if (!config.start) return Status::Ok();
   ret = rte_eth_dev_start(port_id);
   if (ret != 0) return EthError("rte_eth_dev_start", port_id, ret);
-  if (config.promiscuous) {
+  if (promiscuous) {
+    // ENOTSUP: a port that filters nothing (net_ring, memif).
     ret = rte_eth_promiscuous_enable(port_id);
     if (ret != 0 && ret != -ENOTSUP) return EthError("rte_eth_promiscuous_enable", port_id, ret);
   }

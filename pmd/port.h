@@ -6,6 +6,7 @@
 #include <rte_mempool.h>
 
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,15 @@ struct PortConfig {
   uint16_t tx_descriptors = 1024;
   uint16_t mtu = 0;  // 0: keep the port's own
   bool promiscuous = false;
+  // The address the port must receive unicast frames to (an [endpoint]'s
+  // `mac = XX`), unless it already has it: the port is given it as its
+  // default address (rte_eth_dev_default_mac_addr_set) before it starts. A
+  // NIC that filters unicast (a virtio-net device in a VM does) otherwise
+  // drops every frame sent to it. Where the driver cannot change its
+  // address, and on ports that are views of a kernel interface (af_packet,
+  // tap: the address is the kernel's, other programs use it), the port is
+  // put in promiscuous mode instead. Unset: the port keeps its address.
+  std::optional<std::array<uint8_t, 6>> mac;
   // The port's IPv6 addresses: it joins their solicited-node groups
   // (JoinSolicitedNodeGroups) once started.
   std::vector<std::array<uint8_t, 16>> ipv6_addresses;

@@ -3,6 +3,7 @@
 #include "pmd/ring_pair.h"
 
 #include <gtest/gtest.h>
+#include <rte_dev.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
@@ -107,6 +108,45 @@ TEST(PortTest, JoinSolicitedNodeGroups) {
   EXPECT_TRUE(JoinSolicitedNodeGroups(pair->port_a, {a, b, a}).ok());
   EXPECT_TRUE(JoinSolicitedNodeGroups(pair->port_a, {}).ok());
   EXPECT_FALSE(JoinSolicitedNodeGroups(RTE_MAX_ETHPORTS - 1, {a}).ok());
+  EXPECT_TRUE(DestroyRingPair(*pair).ok());
+}
+
+// PortConfig::mac: a port whose driver can change its address takes it
+// (net_null can); one that cannot (net_ring) is promiscuous instead. A port
+// that has the address already is left as it is.
+TEST(PortTest, TakesTheConfiguredMac) {
+  auto pool = CreatePktPool({.name = "rp_mac_pool", .mbufs = 255, .per_core_cache = 0});
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  const std::array<uint8_t, 6> wanted = {0x02, 0x75, 0x72, 0x6d, 0x61, 0x63};
+  PortConfig port_config;
+  port_config.rx_pool = pool->get();
+  port_config.mac = wanted;
+
+  ASSERT_EQ(rte_eal_hotplug_add("vdev", "net_null_mac0", "no-rx=1"), 0);
+  auto null_port = PortByName("net_null_mac0");
+  ASSERT_TRUE(null_port.ok()) << null_port.status().ToString();
+  rte_ether_addr before;
+  ASSERT_EQ(rte_eth_macaddr_get(*null_port, &before), 0);
+  ASSERT_NE(std::memcmp(before.addr_bytes, wanted.data(), 6), 0);
+  ASSERT_TRUE(StartPort(*null_port, port_config).ok());
+  rte_ether_addr mac;
+  ASSERT_EQ(rte_eth_macaddr_get(*null_port, &mac), 0);
+  EXPECT_EQ(std::memcmp(mac.addr_bytes, wanted.data(), 6), 0) << "net_null did not take the MAC";
+  EXPECT_TRUE(ClosePort(*null_port).ok());
+  EXPECT_EQ(rte_eal_hotplug_remove("vdev", "net_null_mac0"), 0);
+
+  auto pair = CreateRingPair("mac");
+  ASSERT_TRUE(pair.ok()) << pair.status().ToString();
+  ASSERT_TRUE(StartPort(pair->port_a, port_config).ok());
+  ASSERT_EQ(rte_eth_macaddr_get(pair->port_a, &mac), 0);
+  EXPECT_TRUE(std::memcmp(mac.addr_bytes, wanted.data(), 6) == 0 || rte_eth_promiscuous_get(pair->port_a) == 1);
+  ASSERT_EQ(rte_eth_macaddr_get(pair->port_b, &mac), 0);
+  std::array<uint8_t, 6> own;
+  std::memcpy(own.data(), mac.addr_bytes, 6);
+  port_config.mac = own;
+  ASSERT_TRUE(StartPort(pair->port_b, port_config).ok());
+  ASSERT_EQ(rte_eth_macaddr_get(pair->port_b, &mac), 0);
+  EXPECT_EQ(std::memcmp(mac.addr_bytes, own.data(), 6), 0);
   EXPECT_TRUE(DestroyRingPair(*pair).ok());
 }
 

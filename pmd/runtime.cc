@@ -239,6 +239,7 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   port.mtu = static_cast<uint16_t>(ec.mtu);
   port.promiscuous = ec.promiscuous;
   port.ipv6_addresses = ec.Ipv6Gids();
+  if (!ec.mac_from_port) port.mac = ec.mac;
   // A memif client connects when its port starts, and only once: started
   // before the server listens, the start fails (EPERM); connected before the
   // server's port started, the handshake is refused and nobody retries. So
@@ -271,12 +272,7 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
     }
     std::memcpy(ep->endpoint.mac.data(), mac.addr_bytes, 6);
   } else {
-    ep->endpoint.mac = ec.mac;
-    rte_ether_addr mac;
-    std::memcpy(mac.addr_bytes, ec.mac.data(), 6);
-    // Best effort: a port that cannot change its address still sees frames
-    // to it in promiscuous mode (promiscuous = yes).
-    rte_eth_dev_default_mac_addr_set(ep->port_id, &mac);
+    ep->endpoint.mac = ec.mac;  // the port took it, or is promiscuous (StartPort)
   }
 
   ep->io = std::make_unique<EthPortIo>(ep->port_id, 0, memif_client ? &ep->link_ready : nullptr);

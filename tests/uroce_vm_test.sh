@@ -8,7 +8,8 @@
 #   pci     both uroce, uroce0 = DPDK's net_virtio PCI PMD on each guest's
 #           second virtio-net NIC (uio_pci_generic, 2 MiB hugepages; Debian's
 #           kernel has no vfio no-IOMMU mode); eth0 stays the kernel's
-#           (TCP side channels, mpirun's remote shell);
+#           (TCP side channels, mpirun's remote shell); guest B's daemon
+#           has `mac = 02:75:72:77:01:03`, not its NIC's own address;
 #   kernel  both uroce, uroce0 = the guest's only NIC shared with its kernel
 #           (port = kernel:eth0: net_af_xdp where XDP loads, else
 #           net_af_packet; the guest's daemon log says which);
@@ -58,10 +59,11 @@ trap cleanup EXIT
 echo "== network: namespace $netns, one bridge (10.77.0.1, fd77::1 on the host side)"
 rxe_vm net-up --netns "$netns" >/dev/null || fail "net-up"
 
-# boot NAME KIND NIC N: guest N's eth0 is 10.77.0.N / fd77::N, its DPDK NIC
-# 10.77.0.(10+N) / fd77::(10+N).
+# boot NAME KIND NIC N [ARG...]: guest N's eth0 is 10.77.0.N / fd77::N, its
+# DPDK NIC 10.77.0.(10+N) / fd77::(10+N); ARGs go to rxe_vm start.
 boot() {
   local vm=$1 k=$2 nic=$3 n=$4 t0=$SECONDS
+  shift 4
   state[$vm]=$tmp/$vm kind[$vm]=$k
   vms+=("$vm")
   rxe_vm start --state "${state[$vm]}" --netns "$netns" --bridge rxebr0 --tap "uvm$vm" \
@@ -69,7 +71,7 @@ boot() {
     --guest-ip "10.77.0.$n/24" --guest-ip6 "fd77::$n/64" --guest-mac "52:54:00:77:00:0$n" \
     --dpdk-ip "10.77.0.$((10 + n))" --dpdk-ip6 "fd77::$((10 + n))" \
     --dpdk-mac "52:54:00:77:01:0$n" --uroce-tarball "$tarball" \
-    --extra "$mpi_pingpong" --extra "$mpi_two_hosts" >"$tmp/$vm.env" ||
+    --extra "$mpi_pingpong" --extra "$mpi_two_hosts" "$@" >"$tmp/$vm.env" ||
     fail "guest $vm ($k, nic $nic) did not start (its console is above and in $artifacts)"
   echo "guest $vm: $k, nic $nic, ready after $((SECONDS - t0)) s"
 }
@@ -228,7 +230,14 @@ if [[ $mode == rxe ]]; then
   verbs_case send_bw "^ +65536 +20 " ib_send_bw -x "-n 20 -s 65536 -F"
 else
   boot a uroce "$mode" 2
-  boot b uroce "$mode" 3
+  if [[ $mode == pci ]]; then
+    # Guest B's daemon is configured with a MAC that is not its NIC's own
+    # (`mac = 02:...`): the NIC (virtio-net filters unicast) must be given
+    # it, or nothing sent to guest B arrives.
+    boot b uroce "$mode" 3 --daemon-mac 02:75:72:77:01:03
+  else
+    boot b uroce "$mode" 3
+  fi
   learn a 2 "$mode"
   learn b 3 "$mode"
   for vm in a b; do

@@ -290,6 +290,7 @@ Status Daemon::StartPortUplink(Uplink& u) {
   port.mtu = static_cast<uint16_t>(ec.mtu);
   port.promiscuous = ec.promiscuous;
   port.ipv6_addresses = ec.Ipv6Gids();
+  if (!ec.mac_from_port) port.mac = ec.mac;
   UROCE_RETURN_IF_ERROR(pmd::StartPort(u.port, port));
   u.started = true;
   if (ec.mac_from_port) {

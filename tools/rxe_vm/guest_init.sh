@@ -46,7 +46,7 @@ step() {
   "$@" || fail "$name: '$*' exited with status $?"
 }
 
-ip4= ip6= mtu=1500 kind=rxe nic=pci hugepages=0 dip4= dip6= name=guest
+ip4= ip6= mtu=1500 kind=rxe nic=pci hugepages=0 dip4= dip6= dmac=port name=guest
 for arg in $(cat /proc/cmdline); do
   case $arg in
     uroce.ip4=*) ip4=${arg#*=} ;;
@@ -57,6 +57,7 @@ for arg in $(cat /proc/cmdline); do
     uroce.hugepages=*) hugepages=${arg#*=} ;;
     uroce.dip4=*) dip4=${arg#*=} ;;
     uroce.dip6=*) dip6=${arg#*=} ;;
+    uroce.dmac=*) dmac=${arg#*=} ;;
     uroce.hostname=*) name=${arg#*=} ;;
   esac
 done

@@ -808,6 +808,8 @@ def start(state, args):
             # The second NIC, DPDK's: its own tap (same bridge), its own
             # addresses, which the guest's kernel never sees.
             cmdline += f" uroce.dip4={args.dpdk_ip} uroce.dip6={args.dpdk_ip6}"
+            if args.daemon_mac:
+                cmdline += f" uroce.dmac={args.daemon_mac}"
             taps.append(tap + "d")
             nic_argv = [
                 "-netdev", f"tap,id=net1,ifname={taps[1]},script=no,downscript=no",
@@ -1047,6 +1049,10 @@ def add_net_args(p):
     p.add_argument("--dpdk-ip", default="10.77.0.12", help="uroce's IPv4 on the DPDK NIC")
     p.add_argument("--dpdk-ip6", default="fd77::12", help="uroce's IPv6 on the DPDK NIC")
     p.add_argument("--dpdk-mac", default="52:54:00:77:01:02", help="the DPDK NIC's MAC")
+    p.add_argument("--daemon-mac", metavar="MAC",
+                   help="uroce guest, pci mode: the daemon's `mac =` for the DPDK NIC "
+                        "(default: port, the NIC's own); another address must be given "
+                        "to the NIC, which filters unicast")
     p.add_argument("--hugepages", type=int, default=192,
                    help="uroce guest: 2 MiB pages reserved (pci mode)")
     p.add_argument("--uroce-tarball", help="uroce guest: the release tarball "

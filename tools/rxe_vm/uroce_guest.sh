@@ -7,6 +7,7 @@
 #                   (net_af_xdp where XDP loads, else net_af_packet).
 #   hugepages  2 MiB pages to reserve (pci)
 #   dip4 dip6  uroce's addresses on the DPDK NIC (pci; the kernel never has them)
+#   dmac       the daemon's `mac =` for the DPDK NIC (pci; port: its own)
 #   mtu        the link's MTU
 # It also starts the remote shell mpirun uses in place of ssh (port 2222,
 # guest_rsh.sh is the client). Failures end in `fail` with the daemon's own
@@ -51,7 +52,7 @@ socket = /run/uroce/uroce.sock
 port = $dpdk_nic
 ipv4 = ${dip4%/*}
 ipv6 = ${dip6%/*}
-mac = port
+mac = $dmac
 mtu = $mtu
 mbufs = 8191
 link_timeout_ms = 20000
