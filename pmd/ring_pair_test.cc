@@ -112,8 +112,9 @@ TEST(PortTest, JoinSolicitedNodeGroups) {
 }
 
 // PortConfig::mac: a port whose driver can change its address takes it
-// (net_null can); one that cannot (net_ring) is promiscuous instead. A port
-// that has the address already is left as it is.
+// (net_null can); a net_ring port (promiscuous from its creation) ends up
+// with the address or promiscuous. A port that has the address already is
+// left as it is.
 TEST(PortTest, TakesTheConfiguredMac) {
   auto pool = CreatePktPool({.name = "rp_mac_pool", .mbufs = 255, .per_core_cache = 0});
   ASSERT_TRUE(pool.ok()) << pool.status().ToString();
