@@ -1,9 +1,9 @@
-// Real RoCEv2 frames from the Linux kernel's rxe (../shared/captures, see its
+// Real RoCEv2 frames from the Linux kernel's rxe (testdata/captures, see its
 // README) as the outside oracle: every frame decodes with a correct ICRC,
 // building the decoded fields again gives the same bytes, and the ICRC
 // covers exactly what IBTA says it covers.
 //
-// The capture files come as arguments ($(rootpaths @captures//:pcaps)).
+// The capture files come as arguments ($(rootpaths //testdata/captures:pcaps)).
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -1,9 +1,9 @@
 // The CM MAD codec against the outside oracle: the IB CM MADs the Linux
-// kernel's rdma_cm sent over rxe (rping_rdma_cm.pcap, ../shared/captures),
+// kernel's rdma_cm sent over rxe (testdata/captures/rping_rdma_cm.pcap),
 // field by field as tshark 4.0 decodes them (`tshark -r rping_rdma_cm.pcap
 // -V`), and encoded again byte for byte. Malformed input is refused.
 //
-// The capture files come as arguments ($(rootpaths @captures//:pcaps)).
+// The capture files come as arguments ($(rootpaths //testdata/captures:pcaps)).
 #include "transport/cm_mad.h"
 
 #include <gtest/gtest.h>

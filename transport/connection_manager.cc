@@ -776,7 +776,7 @@ void ConnectionManager::Impl::HandleRep(const Gid& source, const MacAddress& sou
   // PSNs as the Linux kernel's CM (and so every RoCE peer) uses them: each
   // message's Starting PSN is the first PSN its sender will *receive*. The
   // REQ's is our receive queue's, the REP's our send queue's
-  // (../shared/captures/rping_rdma_cm.pcap: the active side's first SEND
+  // (testdata/captures/rping_rdma_cm.pcap: the active side's first SEND
   // carries the REP's Starting PSN, the passive side's first READ the
   // REQ's).
   // ModifyQp with a path asks the resolver for a MAC the neighbour table

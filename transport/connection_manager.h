@@ -6,7 +6,7 @@
 // of a REQ's private data are the IP CM header (version, IP version, source
 // port, source and destination IP), so a REQ carries 56 bytes of the user's
 // data. This is the exchange the Linux kernel's rdma_cm makes over rxe
-// (../shared/captures/rping_rdma_cm.pcap).
+// (testdata/captures/rping_rdma_cm.pcap).
 //
 // One ConnectionManager per engine (port), speaking for every GID of the
 // engine's table (IPv4-mapped and IPv6 alike). It owns QP 1 on that engine (a UD
