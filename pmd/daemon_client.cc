@@ -151,6 +151,20 @@ DaemonSession::~DaemonSession() {
   if (fd_ >= 0) close(fd_);
 }
 
+void DaemonSession::CloseInheritedFilesAfterFork() {
+  for (int& fd : shm_fds_) {
+    close(fd);
+    fd = -1;
+  }
+  for (QueuedLinkChange& c : link_changes_) {
+    if (c.fd >= 0) close(c.fd);
+    c.fd = -1;
+  }
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  gone_ = true;
+}
+
 Status DaemonSession::ClaimPort(uint16_t port, bool listen) {
   std::lock_guard<std::mutex> lock(request_mutex_);
   if (gone_) return Unavailable("the uroce daemon is gone");

@@ -81,6 +81,15 @@ class DaemonSession {
   // daemon's switch, where its counters see it). Default: takes them.
   bool takes_links() const { return takes_links_; }
 
+  // In the child of a fork(2), for the copy of its parent's session: closes
+  // the copies of the parent's socket and files, and says nothing to the
+  // daemon. The parent's session ends when the parent closes its socket,
+  // whatever its children do, and the child attaches as a process of its
+  // own. Touches no lock (another thread of the parent may have held one
+  // at the fork): the child is single-threaded then. The object is not to
+  // be used or destroyed afterwards; the caller lets go of it.
+  void CloseInheritedFilesAfterFork();
+
  private:
   DaemonSession() = default;
   void Send(std::string message);

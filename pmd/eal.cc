@@ -2,16 +2,22 @@
 
 #include <rte_eal.h>
 #include <rte_errno.h>
+#include <rte_memory.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace uroce::pmd {
 namespace {
@@ -116,6 +122,57 @@ Status StartEal(const EalConfig& config) {
   }
   g_state = EalState::kRunning;
   g_file_prefix = resolved.file_prefix;
+  return Status::Ok();
+}
+
+Status MakeEalMemoryPrivate() {
+  if (g_state != EalState::kRunning) return FailedPrecondition("DPDK EAL is not running");
+  std::ifstream maps("/proc/self/maps");
+  if (!maps) return IoError("cannot read /proc/self/maps");
+  struct Mapping {
+    uintptr_t start = 0, end = 0;
+    off_t offset = 0;
+  };
+  std::vector<Mapping> shared;
+  for (std::string line; std::getline(maps, line);) {
+    // proc(5): "start-end perms offset dev inode pathname".
+    std::istringstream in(line);
+    std::string range, perms, offset, dev, inode, path;
+    if (!(in >> range >> perms >> offset >> dev >> inode >> path)) continue;
+    if (perms.size() < 4 || perms[3] != 's' || path.rfind("/memfd:nohuge", 0) != 0) continue;
+    const size_t dash = range.find('-');
+    if (dash == std::string::npos) continue;
+    shared.push_back({std::stoull(range.substr(0, dash), nullptr, 16), std::stoull(range.substr(dash + 1), nullptr, 16),
+                      static_cast<off_t>(std::stoll(offset, nullptr, 16))});
+  }
+  for (const Mapping& m : shared) {
+    const size_t len = m.end - m.start;
+    char* const from = reinterpret_cast<char*>(m.start);
+    void* copy = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (copy == MAP_FAILED) return IoError(std::string("mmap for EAL's memory: ") + std::strerror(errno));
+    // Copy only what the file holds (lseek(2) SEEK_DATA / SEEK_HOLE): a
+    // read of a hole in a memfd would allocate it.
+    const rte_memseg* ms = rte_mem_virt2memseg(from, nullptr);
+    const int fd = ms != nullptr ? rte_memseg_get_fd_thread_unsafe(ms) : -1;
+    const off_t first = m.offset, last = m.offset + static_cast<off_t>(len);
+    if (fd < 0) {
+      std::memcpy(copy, from, len);
+    } else {
+      for (off_t data = lseek(fd, first, SEEK_DATA); data >= first && data < last;
+           data = lseek(fd, data, SEEK_DATA)) {
+        off_t hole = lseek(fd, data, SEEK_HOLE);
+        if (hole < 0 || hole > last) hole = last;
+        std::memcpy(static_cast<char*>(copy) + (data - first), from + (data - first), static_cast<size_t>(hole - data));
+        data = hole;
+        if (data >= last) break;
+      }
+    }
+    if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, from) == MAP_FAILED) {
+      const int err = errno;
+      munmap(copy, len);
+      return IoError(std::string("mremap over EAL's memory: ") + std::strerror(err));
+    }
+  }
   return Status::Ok();
 }
 

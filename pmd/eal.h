@@ -46,6 +46,20 @@ std::vector<std::string> EalArguments(const EalConfig& config);
 // with the rte_errno text if EAL refuses.
 Status StartEal(const EalConfig& config);
 
+// Without hugepages, DPDK 22.11 backs all of EAL's memory (heap, pools,
+// the lists that name them) with one memfd mapped MAP_SHARED ("nohuge"), so
+// that vhost-user can map it. A fork(2) child then shares its parent's heap:
+// what either allocates lands in the other's lists, and what a child
+// allocates outlives it. This turns that mapping into private memory with
+// the same contents, at the same address, so that a forked child gets a
+// copy-on-write heap of its own (api/verbs/provider.h,
+// ForgetParentAfterFork). Only for a process with no vhost-user or
+// virtio_user port (they hand the memfd to their peer): a process attached
+// to a uroce daemon. Call it right after StartEal, before anything else
+// allocates from EAL. Does nothing with hugepages (the files are mapped as
+// they are). Control path.
+Status MakeEalMemoryPrivate();
+
 // True between a successful StartEal and StopEal.
 bool EalRunning();
 

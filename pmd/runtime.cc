@@ -3,6 +3,7 @@
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
 #include <rte_log.h>
+#include <rte_mempool.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -288,7 +289,14 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
 // the provider's progress thread) have no cache and use the ring, as before.
 // DPDK allows a cache of at most mbufs / 1.5.
 Status Runtime::CreatePool(Endpoint* e, const EndpointConfig& ec) {
-  auto pool = CreatePktPool({.name = "uroce_" + ec.name,
+  // EAL's names are the process's: a forked child's EAL still lists the
+  // pools of the runtime its parent started (api/verbs/provider.h,
+  // ForgetParentAfterFork), which the child's own runtime must not take.
+  std::string name = "uroce_" + ec.name;
+  for (unsigned n = 1; rte_mempool_lookup(name.c_str()) != nullptr; ++n) {
+    name = "uroce_" + ec.name + "_" + std::to_string(n);
+  }
+  auto pool = CreatePktPool({.name = name,
                              .mbufs = ec.mbufs,
                              .per_core_cache = std::min(256u, ec.mbufs / 8),
                              .data_room = DataRoomFor(ec.mtu)});

@@ -1,5 +1,7 @@
 #include "api/fabric/cm_service.h"
 
+#include <pthread.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -56,8 +58,21 @@ void WriteCmError(cq::EventQueue* eq, fid* f, int err, int prov_errno, const std
 CmService& CmService::Get() {
   // Never destroyed: the connection managers' thread calls it until the
   // process ends.
-  static CmService* service = new CmService();
+  static CmService* service = [] {
+    auto* s = new CmService();
+    pthread_atfork(nullptr, nullptr, [] { Get().ForgetParentAfterFork(); });
+    return s;
+  }();
   return *service;
+}
+
+void CmService::ForgetParentAfterFork() {
+  new (&mutex_) std::mutex();
+  new (&jobs_mutex_) std::mutex();
+  new (&jobs_ready_) std::condition_variable();
+  jobs_.clear();
+  resolver_started_ = false;
+  targets_.clear();
 }
 
 CmService::CmService() {

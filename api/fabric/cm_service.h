@@ -50,6 +50,10 @@ class CmService {
 
  private:
   CmService();
+  // pthread_atfork(3)'s child handler: the endpoints and the resolver
+  // thread are the parent's; the child starts with none (its connection
+  // managers are its own, verbs::ConnectionManagers).
+  void ForgetParentAfterFork();
   void Dispatch(transport::ConnectionManager* cm, transport::CmEvent& event);
 
   struct ResolveJob {

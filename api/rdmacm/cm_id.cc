@@ -17,6 +17,7 @@
 //   kUnreachable    -> UNREACHABLE, status -ETIMEDOUT
 //   kDisconnected   -> DISCONNECTED
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -298,17 +299,42 @@ void OnCmEvent(size_t device, ConnectionManager* cm, CmEvent& event) {
 
 }  // namespace
 
+namespace {
+
+// pthread_atfork(3)'s child handler: the ids, channels' events and contexts
+// are the parent's (its runtime, which the child lets go of:
+// verbs::Provider); the child opens its own at its first use. The objects
+// are let go of, never destroyed, and every lock is made anew (only the
+// forking thread exists in the child). The sink number stays: the
+// connection managers keep their consumers across the fork.
+void ForgetParentAfterFork() {
+  Registry& registry = GetRegistry();
+  new (&registry.open_mutex) std::mutex();
+  new (&registry.mutex) std::mutex();
+  new (&registry.acked) std::condition_variable();
+  registry.opened = false;
+  registry.ids.clear();
+  registry.contexts.clear();
+  registry.default_pds.clear();
+}
+
+}  // namespace
+
 Registry& GetRegistry() {
   // Never destroyed: the connection managers' thread may call in until the
   // process ends.
-  static Registry* registry = new Registry();
+  static Registry* registry = [] {
+    auto* r = new Registry();
+    pthread_atfork(nullptr, nullptr, ForgetParentAfterFork);
+    return r;
+  }();
   return *registry;
 }
 
 bool OpenDevices() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    Registry& registry = GetRegistry();
+  Registry& registry = GetRegistry();
+  std::lock_guard<std::mutex> open_lock(registry.open_mutex);
+  if (!registry.opened) {
     int count = 0;
     ibv_device** devices = ibv_get_device_list(&count);
     std::vector<ibv_context*> contexts;
@@ -323,14 +349,20 @@ bool OpenDevices() {
     // Device indexes are the configuration's endpoints: all of them open, or
     // the runtime did not start.
     if (std::find(contexts.begin(), contexts.end(), nullptr) != contexts.end()) contexts.clear();
-    const uint16_t sink = verbs::ConnectionManagers::Get().AddSink(OnCmEvent);
+    uint16_t sink = 0;
+    {
+      std::lock_guard<std::mutex> lock(registry.mutex);
+      sink = registry.sink;
+    }
+    if (sink == 0) sink = verbs::ConnectionManagers::Get().AddSink(OnCmEvent);
     std::lock_guard<std::mutex> lock(registry.mutex);
     registry.contexts = std::move(contexts);
     registry.default_pds.assign(registry.contexts.size(), nullptr);
     registry.sink = sink;
-  });
-  std::lock_guard<std::mutex> lock(GetRegistry().mutex);
-  return !GetRegistry().contexts.empty();
+    registry.opened = true;
+  }
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  return !registry.contexts.empty();
 }
 
 void DropQueuedEvents(CmId* id) {

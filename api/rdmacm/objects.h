@@ -97,6 +97,8 @@ struct CmId {
 };
 
 struct Registry {
+  std::mutex open_mutex;  // one OpenDevices at a time; taken before mutex
+  bool opened = false;    // open_mutex
   std::mutex mutex;
   std::condition_variable acked;  // events_unacked went down
   std::map<uint64_t, CmId*> ids;  // by tag
@@ -108,7 +110,9 @@ struct Registry {
 
 Registry& GetRegistry();
 // Opens every uroce device once (librdmacm opens them all at first use too)
-// and registers with the connection managers. False: no device.
+// and registers with the connection managers. False: no device. A forked
+// child opens them anew: its parent's ids and contexts are not its own
+// (ibv_fork_init(3)), and the registry forgets them at the fork.
 bool OpenDevices();
 
 // Registry::mutex held.

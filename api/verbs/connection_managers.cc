@@ -1,5 +1,7 @@
 #include "api/verbs/connection_managers.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,8 +36,22 @@ struct PendingEvent {
 ConnectionManagers& ConnectionManagers::Get() {
   // Never destroyed: its thread runs until the process ends, and the
   // connection managers live as long as the runtime (Provider::Shutdown).
-  static ConnectionManagers* managers = new ConnectionManagers();
+  static ConnectionManagers* managers = [] {
+    auto* m = new ConnectionManagers();
+    pthread_atfork(nullptr, nullptr, [] { Get().ForgetParentAfterFork(); });
+    return m;
+  }();
   return *managers;
+}
+
+void ConnectionManagers::ForgetParentAfterFork() {
+  new (&mutex_) std::mutex();
+  new (&wake_mutex_) std::mutex();
+  new (&wake_) std::condition_variable();
+  for (auto& cm : cms_) (void)cm.release();
+  cms_.clear();
+  thread_started_ = false;
+  wakes_ = 0;
 }
 
 uint16_t ConnectionManagers::AddSink(Sink sink) {

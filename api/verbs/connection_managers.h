@@ -59,6 +59,11 @@ class ConnectionManagers {
 
  private:
   ConnectionManagers() = default;
+  // pthread_atfork(3)'s child handler: the connection managers are the
+  // parent's engines' and the polling thread is not in the child; both are
+  // let go of (never destroyed, see Provider::ForgetParentAfterFork), and
+  // the child's first ForDevice makes its own. Consumers stay registered.
+  void ForgetParentAfterFork();
   void Loop();
   // Any thread: the loop polls at once and then every millisecond again.
   void Wake();

@@ -1,5 +1,6 @@
 #include "api/verbs/provider.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
@@ -74,7 +75,11 @@ bool IsConnectedState(ibv_qp_state state) {
 
 Provider& Provider::Get() {
   // Never destroyed: other libraries' destructors may still call verbs.
-  static Provider* provider = new Provider();
+  static Provider* provider = [] {
+    auto* p = new Provider();
+    pthread_atfork(nullptr, nullptr, [] { Get().ForgetParentAfterFork(); });
+    return p;
+  }();
   return *provider;
 }
 
@@ -125,10 +130,17 @@ void Provider::LoadConfigOnce() {
   }
   config_ = std::move(*config);
   config_ok_ = true;
+  // The engine lcores are EAL's threads, which a forked child does not have.
+  if (forked_after_eal_) config_.progress = pmd::ProgressMode::kInline;
   inline_ = config_.progress == pmd::ProgressMode::kInline;
   idle_us_ = config_.engine.progress_idle_us;
+  // A forked child loads anew: the parent's ibv_device pointers, which it
+  // may still hold, stay valid and name the same devices.
+  std::vector<Device*> previous;
+  previous.swap(devices_);
   for (size_t i = 0; i < config_.endpoints.size(); ++i) {
-    auto* d = new Device();
+    auto* d = i < previous.size() ? previous[i] : new Device();
+    *d = Device();
     d->index = i;
     d->endpoint_name = config_.endpoints[i].name;
     d->device.node_type = IBV_NODE_CA;
@@ -164,13 +176,29 @@ uint64_t DeviceGuid(Device* device) {
 int Provider::StartRuntimeLocked() {
   LoadConfigOnce();
   if (!config_ok_) return ENODEV;
+  if (!refused_after_fork_.empty()) {
+    std::fprintf(stderr, "uroce: this process was forked from one that had started uroce (%s): %s\n",
+                 config_.origin.c_str(), refused_after_fork_.c_str());
+    return ENODEV;
+  }
   if (start_failed_) return EIO;
   if (runtime_) return 0;
-  Status s = pmd::EalRunning() ? Status::Ok() : pmd::StartEalFor(config_);
+  const bool eal_started_here = !pmd::EalRunning();
+  Status s = eal_started_here ? pmd::StartEalFor(config_) : Status::Ok();
   if (!s.ok()) {
     std::fprintf(stderr, "uroce: cannot start DPDK: %s\n", s.ToString().c_str());
     start_failed_ = true;
     return EIO;
+  }
+  if (eal_started_here && daemon_) {
+    // A forked child must get a heap of its own (pmd/eal.h). Attached to a
+    // daemon there is no vhost-user port that needs the memory shared.
+    Status private_memory = pmd::MakeEalMemoryPrivate();
+    eal_memory_private_ = private_memory.ok();
+    if (!private_memory.ok()) {
+      std::fprintf(stderr, "uroce: DPDK's memory stays shared with forked children, who cannot use uroce: %s\n",
+                   private_memory.ToString().c_str());
+    }
   }
   auto rt = pmd::Runtime::Start(config_);
   if (!rt.ok()) {
@@ -637,6 +665,56 @@ void Provider::WatchDaemon() {
   // The same flush as at exit: the engines stay, the QPs end in ERR with
   // their work completed as flushed (IBV_WC_WR_FLUSH_ERR), CQs stay readable.
   runtime_->FlushQueuePairs();
+}
+
+void Provider::ForgetParentAfterFork() {
+  // Only this thread exists now. A lock another thread of the parent held at
+  // the fork would stay held for ever: every lock is made anew. What the
+  // parent's objects hold (runtime, session, thread) is let go of, never
+  // destroyed: their destructors would join threads that are not here, or
+  // tell the daemon the parent detached.
+  new (&mutex_) std::mutex();
+  new (&objects_mutex_) std::mutex();
+  new (&wake_mutex_) std::mutex();
+  new (&wake_) std::condition_variable();
+  new (&peers_mutex_) std::mutex();
+  new (&hook_mutex_) std::mutex();
+  new (&thread_) std::thread();
+  if (!loaded_) return;  // nothing was started: the child starts as any process
+  const bool started = runtime_ != nullptr;
+  if (daemon_) {
+    daemon_->CloseInheritedFilesAfterFork();
+    (void)daemon_.release();
+    if (pmd::EalRunning() && !eal_memory_private_) {
+      // The child's pools would land in its parent's heap (pmd/eal.h).
+      refused_after_fork_ = "DPDK's memory is shared with the parent, so the child cannot open a device";
+    }
+  } else if (started) {
+    refused_after_fork_ =
+        "its DPDK ports are the parent's, so the child cannot open a device. A child can when both attach to a "
+        "uroce daemon (no UROCE_CONFIG)";
+  }
+  (void)runtime_.release();
+  forked_after_eal_ = pmd::EalRunning();
+  start_failed_ = false;
+  stop_.store(false);
+  shut_down_ = false;
+  daemon_gone_ = false;
+  armed_.store(0);
+  app_polls_.store(0);
+  blocking_.store(false);
+  wakes_.store(0);
+  cqs_.clear();
+  contexts_.clear();
+  qps_.clear();
+  srqs_.clear();
+  peers_.clear();
+  unconnected_.clear();
+  port_active_.clear();
+  if (refused_after_fork_.empty()) {
+    loaded_ = false;  // the next use attaches to the daemon as this process
+    config_ok_ = false;
+  }
 }
 
 void Provider::Shutdown() {

@@ -120,6 +120,17 @@ class Provider {
   Provider() = default;
   void LoadConfigOnce();
   int StartRuntimeLocked();
+  // pthread_atfork(3)'s child handler. ibv_fork_init(3): a child may not use
+  // its parent's verbs objects, but may open a device and make its own. So
+  // the child lets go of everything its parent started, without touching
+  // it: the runtime (its engines, pools and shared memory stay as copied
+  // memory nobody uses), the progress thread (which does not exist in the
+  // child), the daemon session (its socket and files are closed, so the
+  // parent's session ends with the parent). Attached to a daemon, the
+  // child's first use of verbs attaches it anew, as a process of its own.
+  // A process-private runtime (UROCE_CONFIG) cannot be started again in the
+  // child: its DPDK ports are the parent's.
+  void ForgetParentAfterFork();
   void ProgressLoop();
   // Sleeps up to `us`, or until WakeProgress ran since `seen_wakes` was read
   // (NoteArmed, NoteBlocking, Shutdown).
@@ -166,6 +177,16 @@ class Provider {
   std::vector<Device*> devices_;
   std::unique_ptr<pmd::Runtime> runtime_;
   bool start_failed_ = false;
+  // In a forked child: the parent had started EAL (so the child has EAL's
+  // memory but none of its threads: engines are polled inline).
+  bool forked_after_eal_ = false;
+  // In a forked child that cannot have a runtime of its own (the parent's
+  // was process-private, or EAL's memory is shared with it): why. The
+  // devices stay listed; opening one fails with ENODEV and this message.
+  std::string refused_after_fork_;
+  // Attached to a daemon: EAL's memory was made private after EAL started
+  // (pmd::MakeEalMemoryPrivate), so that a forked child's is its own.
+  bool eal_memory_private_ = false;
   bool inline_ = true;
   unsigned idle_us_ = 50;
   std::unique_ptr<pmd::DaemonSession> daemon_;  // attached mode only
