@@ -33,8 +33,8 @@
 //                         sleeps 16 us, then twice as long each time, up to this)
 //   max_processes = 64    processes attached at once (at most 254)
 //
-//   [impair]              network faults on every port, from a seed (README,
-//                         "Fault injection"; pmd/impaired_port_io.h)
+//   [impair]              network faults on every port, from a seed (docs/configuration.md,
+//                         "[impair]"; pmd/impaired_port_io.h)
 //   loss = 0.01           probability a frame is dropped
 //   dup = 0.001           probability a frame is delivered twice
 //   reorder = 0.01        probability a frame is held back reorder_us

@@ -1,8 +1,8 @@
 // The connection manager against hostile peers (issue 14), across the
 // transport: two engines on the EnginePair's virtual clock, one of them used
 // as a wire that puts any CM MAD, from any MAC and IP, in front of the other
-// side's connection manager. What must hold (DESIGN.md "Memory and
-// protection"): the state a peer makes is bounded, nothing on the receive
+// side's connection manager. What must hold (docs/architecture.md, "Untrusted
+// input"): the state a peer makes is bounded, nothing on the receive
 // path resolves an address (Poll never waits for ARP/ND), garbage is counted
 // and dropped, and real connections keep working.
 #include <gtest/gtest.h>

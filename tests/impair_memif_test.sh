@@ -1,6 +1,6 @@
 #!/bin/bash
-# Fault injection under unmodified programs (`uroce exec --impair`, README
-# "Fault injection"): two processes over net_memif, each side's sent frames
+# Fault injection under unmodified programs (`uroce exec --impair`,
+# docs/testing.md, "Fault injection"): two processes over net_memif, each side's sent frames
 # lost with 2 % probability, reordered (held back 100 us behind later ones)
 # with 2 %, delayed up to 20 us, duplicated and corrupted now and then.
 # direction=tx: every frame passes one impairment (its sender's), so the

@@ -23,7 +23,7 @@ import unittest
 # another device's own interface.
 VENDOR = 'vendor modules (mlx5, efa): another device\'s own interface'
 
-# Reason pattern -> why uroce skips it (the README says the same).
+# Reason pattern -> why uroce skips it (docs/interoperability.md says the same).
 KNOWN_SKIPS = [
     (r'cuda-python|/dev/dri/renderD|dmabuf',
      'GPU memory (CUDA, dma-buf): no GPU driver here'),

@@ -4,7 +4,7 @@
 # unmodified, under `uroce exec` over configs/ring.ini (devices uroce0 and
 # uroce1 on a net_ring pair; every test connects QPs of one device: loopback).
 # rdma_core_suite.py prints the counts per module and fails on any failure,
-# error, or skip whose reason the README's "not offered" list does not give.
+# error, or skip whose reason the "not offered" lists of docs/interoperability.md do not give.
 set -uo pipefail
 UROCE="$1"
 CONFIG="$2"

@@ -398,8 +398,8 @@ StatusOr<uint32_t> ConnectionManager::Impl::AddressHandleFor(const Gid& gid, con
     counters.address_handles_evicted++;
   }
   // Never CreateAh here: that would resolve the neighbour (ARP/ND), waiting
-  // with the CM locked on a peer's say-so (DESIGN.md: nothing on the receive
-  // path waits).
+  // with the CM locked on a peer's say-so (docs/architecture.md, "The fast
+  // path": nothing on the receive path waits).
   auto handle = engine->CreateAhToMac(pd, attr, mac);
   if (!handle.ok()) return handle.status();
   address_handles[{gid, mac}] = CachedAh{*handle, now};

@@ -23,8 +23,8 @@
 // connect that gets no answer ends in kUnreachable; a REQ for a port nobody
 // listens on is answered with REJ "invalid service ID" (reason 8).
 //
-// Hostile peers (the peer is never trusted, DESIGN.md "Memory and
-// protection"): every table a peer can grow is bounded and aged. A listener
+// Hostile peers (the peer is never trusted, docs/architecture.md,
+// "Untrusted input"): every table a peer can grow is bounded and aged. A listener
 // holds at most `backlog` requests nobody has accepted or rejected yet; one
 // more is answered with REJ "no resources" (IBTA 12.6.7 table 112, reason 3)
 // and leaves no state. A request nobody answers expires after the time the

@@ -1108,8 +1108,8 @@ TEST_F(ConnectionManagerTest, MraIsBoundedAndTakenOnlyFromThePeer) {
 }
 
 // Starting PSNs (IBTA 9.7.1: chosen by each side) come from the CM's random
-// generator over the whole 24 bits, on both sides (DESIGN.md: QPNs and
-// starting PSNs are random).
+// generator over the whole 24 bits, on both sides (QPNs and starting PSNs
+// are random, so that a stale or forged packet is unlikely to fit).
 TEST_F(ConnectionManagerTest, StartingPsnsAreRandomOverAll24Bits) {
   Start();
   ASSERT_TRUE(cm(1).Listen(7307, 1).ok());
