@@ -22,7 +22,8 @@ P=$TMP/prefix
 mkdir -p "$P" && tar -xzf "$TARBALL" -C "$P" || { echo "FAIL: cannot unpack"; exit 1; }
 for f in bin/uroce lib/uroce/libibverbs.so.1 lib/uroce/librdmacm.so.1 lib/uroce/liburoce-fi.so \
          lib/liburoce_fi.so include/uroce/uroce_fi.h lib/pkgconfig/uroce-fi.pc \
-         share/uroce/configs/pair-a.ini share/uroce/configs/pair-b.ini share/man/man1/uroce.1.gz; do
+         share/uroce/configs/pair-a.ini share/uroce/configs/pair-b.ini share/man/man1/uroce.1.gz \
+         share/doc/uroce/README.md share/doc/uroce/docs/architecture.md; do
   [[ -e $P/$f ]] || fail "missing $f"
 done
 

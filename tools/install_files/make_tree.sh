@@ -7,9 +7,10 @@
 #                         (private: `uroce exec` puts them first for a program)
 #   lib/liburoce_fi.so, include/uroce/uroce_fi.h, lib/pkgconfig/uroce-fi.pc
 #   share/uroce/configs/*.ini, share/man/man1/uroce.1, share/doc/uroce/README.md
+#   and the documents it links to, share/doc/uroce/docs/*.md
 #
 # usage: make_tree.sh tar|deb OUT VERSION FILES...   (FILES: KIND=PATH)
-# KIND: bin, privlib, lib, include, config, man, doc. Deterministic output
+# KIND: bin, privlib, lib, include, config, man, doc, docs. Deterministic output
 # (sorted, mtime 0, root-owned).
 set -euo pipefail
 mode=$1 out=$2 version=$3
@@ -18,7 +19,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 root=$stage/tree
 [[ $mode == deb ]] && root=$stage/tree/usr
-mkdir -p "$root"/{bin,lib/uroce,lib/pkgconfig,include/uroce,share/uroce/configs,share/man/man1,share/doc/uroce}
+mkdir -p "$root"/{bin,lib/uroce,lib/pkgconfig,include/uroce,share/uroce/configs,share/man/man1,share/doc/uroce/docs}
 for item in "$@"; do
   kind=${item%%=*} path=${item#*=}
   case $kind in
@@ -29,6 +30,7 @@ for item in "$@"; do
     config) install -m 0644 "$path" "$root/share/uroce/configs/" ;;
     man) install -m 0644 "$path" "$root/share/man/man1/" && gzip -9n "$root/share/man/man1/$(basename "$path")" ;;
     doc) install -m 0644 "$path" "$root/share/doc/uroce/" ;;
+    docs) install -m 0644 "$path" "$root/share/doc/uroce/docs/" ;;
     *) echo "make_tree.sh: unknown kind '$kind'" >&2; exit 2 ;;
   esac
 done
