@@ -1,15 +1,120 @@
+// rte_intr_instance_alloc and its setters are experimental in DPDK 22.11
+// (the version uroce builds against); RunOnInterruptThread needs them to
+// make an interrupt source of its own. Before any DPDK header.
+#define ALLOW_EXPERIMENTAL_API 1
+
 #include "pmd/port.h"
 
 #include <net/if.h>
 #include <rte_errno.h>
+#include <rte_interrupts.h>
+#include <rte_log.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
 namespace uroce::pmd {
 namespace {
+
+// RunOnInterruptThread's mailbox: an eventfd registered as one more source
+// of EAL's interrupt thread, whose callback runs the job posted. That thread
+// runs its callbacks one at a time, so the job never runs beside a driver's.
+// The source is never unregistered: every unregistration makes the thread
+// rebuild its epoll set from all sources' handles, and memif leaves its
+// listener's handle there in DPDK memory (its close never unregisters it); a
+// rebuild late at exit, after rte_eal_cleanup unmapped that memory, would
+// fault. For the same reason this handle lives in malloc's memory (PRIVATE).
+class InterruptThreadJobs {
+ public:
+  // Leaked on purpose: the interrupt thread outlives exit()'s destructors.
+  static InterruptThreadJobs& Get() {
+    static InterruptThreadJobs* const jobs = new InterruptThreadJobs;
+    return *jobs;
+  }
+
+  // False when the job did not run there (no source could be registered,
+  // or the thread did not take it in time): the caller runs it itself.
+  bool Run(const std::function<void()>& job) {
+    std::lock_guard<std::mutex> one_job_at_a_time(post_);
+    if (!Register()) return false;
+    std::unique_lock<std::mutex> lock(mutex_);
+    job_ = &job;
+    done_ = false;
+    const uint64_t one = 1;
+    if (write(fd_, &one, sizeof(one)) != static_cast<ssize_t>(sizeof(one))) {
+      job_ = nullptr;
+      return false;
+    }
+    // The thread is busy only while a driver's callback runs (memif's
+    // handshake or disconnect: microseconds); a thread that does not come
+    // in 10 s is stuck, and the caller is better off running the job.
+    if (!done_cv_.wait_for(lock, std::chrono::seconds(10), [this] { return done_; })) {
+      if (job_ != nullptr) {
+        job_ = nullptr;
+        RTE_LOG(WARNING, USER1, "uroce: EAL's interrupt thread took no job for 10 s; running it here\n");
+        return false;
+      }
+      done_cv_.wait(lock, [this] { return done_; });  // taken: it is running now
+    }
+    return true;
+  }
+
+ private:
+  bool Register() {
+    if (fd_ >= 0) return true;
+    if (failed_) return false;
+    const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    rte_intr_handle* handle = fd < 0 ? nullptr : rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE);
+    if (handle != nullptr && rte_intr_fd_set(handle, fd) == 0 && rte_intr_type_set(handle, RTE_INTR_HANDLE_EXT) == 0 &&
+        rte_intr_callback_register(handle, &InterruptThreadJobs::OnEvent, this) == 0) {
+      handle_ = handle;  // kept (EAL copied it) so that it is never a leak
+      fd_ = fd;          // the callback reads fd_ only after a job is posted, under mutex_
+      return true;
+    }
+    if (handle != nullptr) rte_intr_instance_free(handle);
+    if (fd >= 0) close(fd);
+    failed_ = true;
+    return false;
+  }
+
+  static void OnEvent(void* arg) {
+    auto* self = static_cast<InterruptThreadJobs*>(arg);
+    std::unique_lock<std::mutex> lock(self->mutex_);
+    // EAL reads nothing from an EXT source, and epoll here is level
+    // triggered: unread, the eventfd would call back forever.
+    uint64_t count;
+    (void)!read(self->fd_, &count, sizeof(count));
+    const std::function<void()>* job = self->job_;
+    if (job == nullptr) return;  // an event whose job was taken back (timeout)
+    self->job_ = nullptr;
+    lock.unlock();
+    (*job)();
+    lock.lock();
+    self->done_ = true;
+    self->done_cv_.notify_all();
+  }
+
+  std::mutex post_;   // one caller at a time
+  std::mutex mutex_;  // job_, done_; fd_ is set before the first job is posted
+  std::condition_variable done_cv_;
+  const std::function<void()>* job_ = nullptr;
+  bool done_ = false;
+  int fd_ = -1;
+  rte_intr_handle* handle_ = nullptr;
+  bool failed_ = false;
+};
+
+bool IsMemifPort(uint16_t port_id) {
+  rte_eth_dev_info info;
+  return rte_eth_dev_info_get(port_id, &info) == 0 && info.driver_name != nullptr &&
+         std::strcmp(info.driver_name, "net_memif") == 0;
+}
 
 Status EthError(const char* what, uint16_t port_id, int ret) {
   return IoError(std::string(what) + " on port " + std::to_string(port_id) + ": " + rte_strerror(-ret));
@@ -135,12 +240,33 @@ Status JoinSolicitedNodeGroups(uint16_t port_id, const std::vector<std::array<ui
   return EthError("rte_eth_allmulticast_enable", port_id, ret);
 }
 
+void RunOnInterruptThread(const std::function<void()>& job) {
+  if (rte_thread_is_intr() || !InterruptThreadJobs::Get().Run(job)) job();
+}
+
 Status ClosePort(uint16_t port_id) {
   if (!rte_eth_dev_is_valid_port(port_id)) return NotFound("no DPDK port " + std::to_string(port_id));
-  int ret = rte_eth_dev_stop(port_id);
-  if (ret != 0) return EthError("rte_eth_dev_stop", port_id, ret);
-  ret = rte_eth_dev_close(port_id);
-  if (ret != 0) return EthError("rte_eth_dev_close", port_id, ret);
+  int stopped = 0, closed = 0;
+  auto stop_and_close = [&] {
+    stopped = rte_eth_dev_stop(port_id);
+    if (stopped == 0) closed = rte_eth_dev_close(port_id);
+  };
+  // A memif port is also torn down by EAL's interrupt thread, when its peer
+  // disconnects (memif_disconnect: unmaps and frees its regions and control
+  // channel). rte_eth_dev_stop runs memif_disconnect as well, and
+  // rte_eth_dev_close frees the queues and the port's data, with nothing in
+  // the driver to keep the two threads apart: both sides of a memif pair
+  // closing at once (uroce perf's client and server after the last run)
+  // freed the same regions twice and corrupted the heap (SIGSEGV). On the
+  // interrupt thread the close runs before or after the peer's disconnect,
+  // never during it.
+  if (IsMemifPort(port_id)) {
+    RunOnInterruptThread(stop_and_close);
+  } else {
+    stop_and_close();
+  }
+  if (stopped != 0) return EthError("rte_eth_dev_stop", port_id, stopped);
+  if (closed != 0) return EthError("rte_eth_dev_close", port_id, closed);
   return Status::Ok();
 }
 

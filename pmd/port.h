@@ -6,6 +6,7 @@
 #include <rte_mempool.h>
 
 #include <array>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,8 +54,20 @@ Status StartPort(uint16_t port_id, const PortConfig& config);
 rte_ether_addr SolicitedNodeMac(const std::array<uint8_t, 16>& ipv6_address);
 Status JoinSolicitedNodeGroups(uint16_t port_id, const std::vector<std::array<uint8_t, 16>>& ipv6_addresses);
 
-// Stops and closes the port; buffers still held in its rings are freed.
+// Stops and closes the port; buffers still held in its rings are freed. A
+// memif port is stopped and closed on EAL's interrupt thread (see
+// RunOnInterruptThread).
 Status ClosePort(uint16_t port_id);
+
+// Runs `job` on EAL's interrupt thread, between the callbacks DPDK's drivers
+// run there, and returns once it has run. For what must not run beside a
+// driver's own interrupt-thread work on the same port: DPDK 22.11's memif
+// connects and disconnects there (its peer's handshake and hang-up), and
+// starting, stopping or closing a memif port from another thread at the same
+// time frees its memory twice. Runs `job` on the calling thread when that is
+// the interrupt thread, or if the interrupt thread cannot take jobs. EAL must
+// be running. Control path; `job` must not wait for another job.
+void RunOnInterruptThread(const std::function<void()>& job);
 
 // The port id of a device by name (e.g. "net_ring0", "net_memif").
 StatusOr<uint16_t> PortByName(const std::string& name);

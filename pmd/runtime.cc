@@ -515,8 +515,14 @@ void Runtime::ConnectMemifClients() {
         continue;
       }
       waiting = true;
-      if (e->port_started) rte_eth_dev_stop(e->port_id);
-      e->port_started = rte_eth_dev_start(e->port_id) == 0;
+      // On EAL's interrupt thread, where memif runs the handshake this may
+      // interrupt: a stop beside it would free the regions it is setting up
+      // (see ClosePort).
+      Endpoint* ep = e.get();
+      RunOnInterruptThread([ep] {
+        if (ep->port_started) rte_eth_dev_stop(ep->port_id);
+        ep->port_started = rte_eth_dev_start(ep->port_id) == 0;
+      });
       if (!e->port_started && !told) {
         UROCE_LOG(INFO, "%s: waiting for the memif server\n", e->config.port.c_str());
         told = true;

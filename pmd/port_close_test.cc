@@ -1,0 +1,242 @@
+// ClosePort against EAL's interrupt thread. DPDK 22.11's net_memif handles
+// its control channel there: when the peer goes away, that thread runs
+// memif_disconnect on the port (unmaps its regions, rte_frees them and the
+// channel); rte_eth_dev_stop runs memif_disconnect too, and rte_eth_dev_close
+// frees the queues and the port's private data, with no lock between them.
+// Both ends of `uroce perf` close their ports at about the same moment after
+// the last run, so the second to close sees the first's disconnect arrive on
+// its interrupt thread while its own ClosePort runs: the heap was corrupted
+// and the process died with SIGSEGV (tools/perf_compare's client, exit -11).
+
+// rte_intr_instance_alloc and its setters (the test's own interrupt source)
+// are experimental in DPDK 22.11. Before any DPDK header.
+#define ALLOW_EXPERIMENTAL_API 1
+
+#include "pmd/port.h"
+
+#include <gtest/gtest.h>
+#include <rte_bus_vdev.h>
+#include <rte_ethdev.h>
+#include <rte_interrupts.h>
+#include <rte_log.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "pmd/eal.h"
+#include "pmd/eal_test_environment.h"
+#include "pmd/mempool.h"
+
+namespace uroce::pmd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A memif device created at run time (what --vdev makes at start-up).
+class MemifDevice {
+ public:
+  MemifDevice(const std::string& name, const std::string& args) : name_(name) {
+    ok_ = rte_vdev_init(name.c_str(), args.c_str()) == 0;
+  }
+  ~MemifDevice() {
+    // The port is closed by the test; this removes the device itself.
+    if (ok_) rte_vdev_uninit(name_.c_str());
+  }
+  bool ok() const { return ok_; }
+  StatusOr<uint16_t> port() const { return PortByName(name_); }
+
+ private:
+  std::string name_;
+  bool ok_ = false;
+};
+
+bool LinkUp(uint16_t port) {
+  rte_eth_link link;
+  return rte_eth_link_get_nowait(port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+}
+
+// In /tmp: Bazel's TEST_TMPDIR is longer than a UNIX socket's 108 bytes.
+// Named after EAL's file prefix, unique per process (concurrent runs of this
+// test share /tmp, and may share a pid in their PID namespaces).
+std::string SocketPath(const std::string& tag) {
+  const std::string path = "/tmp/" + EalFilePrefix() + "-" + tag + ".sock";
+  unlink(path.c_str());  // a run that died left it
+  return path;
+}
+
+// DPDK's log, kept in a file while it lives. The heap logs "Invalid memory"
+// when rte_free is handed a block that is not in use: a second free of the
+// same block, which is what memif's two teardowns racing do (most of them
+// leave the heap whole; some corrupted it).
+class DpdkLogCapture {
+ public:
+  DpdkLogCapture() : file_(std::tmpfile()) {
+    if (file_ != nullptr) rte_openlog_stream(file_);
+  }
+  ~DpdkLogCapture() { (void)Stop(); }
+  // Back to the default stream; what was logged meanwhile.
+  std::string Stop() {
+    if (file_ == nullptr) return "";
+    rte_openlog_stream(nullptr);
+    std::string text;
+    std::rewind(file_);
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), file_)) > 0;) text.append(buf, n);
+    std::fclose(file_);
+    file_ = nullptr;
+    return text;
+  }
+
+ private:
+  std::FILE* file_;
+};
+
+// Holds EAL's interrupt thread in a callback of its own (as memif's
+// disconnect handler holds it) until Release.
+class InterruptThreadBlocker {
+ public:
+  InterruptThreadBlocker() {
+    fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    handle_ = rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE);
+    if (fd_ < 0 || handle_ == nullptr) return;
+    rte_intr_fd_set(handle_, fd_);
+    rte_intr_type_set(handle_, RTE_INTR_HANDLE_EXT);
+    registered_ = rte_intr_callback_register(handle_, &InterruptThreadBlocker::Run, this) == 0;
+  }
+  ~InterruptThreadBlocker() {
+    Release();
+    if (registered_) rte_intr_callback_unregister_sync(handle_, &InterruptThreadBlocker::Run, this);
+    if (handle_ != nullptr) rte_intr_instance_free(handle_);
+    if (fd_ >= 0) close(fd_);
+  }
+  bool ok() const { return registered_; }
+
+  // Returns once the interrupt thread is inside the callback.
+  bool Block() {
+    const uint64_t one = 1;
+    if (write(fd_, &one, sizeof(one)) != sizeof(one)) return false;
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (!inside_.load(std::memory_order_acquire)) {
+      if (Clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+  void Release() { release_.store(true, std::memory_order_release); }
+  bool left() const { return left_.load(std::memory_order_acquire); }
+
+ private:
+  static void Run(void* arg) {
+    auto* self = static_cast<InterruptThreadBlocker*>(arg);
+    uint64_t n;
+    (void)!read(self->fd_, &n, sizeof(n));
+    self->inside_.store(true, std::memory_order_release);
+    while (!self->release_.load(std::memory_order_acquire)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    self->left_.store(true, std::memory_order_release);
+  }
+
+  int fd_ = -1;
+  rte_intr_handle* handle_ = nullptr;
+  bool registered_ = false;
+  std::atomic<bool> inside_{false}, release_{false}, left_{false};
+};
+
+// Returns once EAL's interrupt thread is done with what it was handling.
+// Its epoll batches name descriptors by number: a batch taken before a
+// close can still hold an event for a closed descriptor, and a device made
+// meanwhile whose socket got the same number would be handed that event (a
+// memif listener then blocks the thread in accept). Between rounds only.
+void SettleInterruptThread() {
+  InterruptThreadBlocker probe;
+  if (probe.ok() && probe.Block()) probe.Release();
+}
+
+class PortCloseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(EalRunning());
+    auto pool = CreatePktPool({.name = "close_test_pool", .mbufs = 2047, .per_core_cache = 0});
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    pool_ = std::move(*pool);
+  }
+  MempoolPtr pool_;
+};
+
+// The deterministic half: while the interrupt thread is busy in a callback,
+// closing a memif port waits for it (and then runs there), so the port's
+// teardown never runs beside memif's own. Before the fix ClosePort returned
+// at once with the callback still running.
+TEST_F(PortCloseTest, MemifCloseWaitsForTheInterruptThread) {
+  MemifDevice dev("net_memif_close_wait",
+                  "role=server,id=1,socket-abstract=no,socket=" + SocketPath("wait"));
+  ASSERT_TRUE(dev.ok());
+  auto port = dev.port();
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  PortConfig config;
+  config.rx_pool = pool_.get();
+  ASSERT_TRUE(StartPort(*port, config).ok());
+
+  InterruptThreadBlocker blocker;
+  ASSERT_TRUE(blocker.ok());
+  ASSERT_TRUE(blocker.Block());
+  std::thread releaser([&blocker] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    blocker.Release();
+  });
+  const Status closed = ClosePort(*port);
+  const bool callback_done_first = blocker.left();
+  releaser.join();
+  EXPECT_TRUE(closed.ok()) << closed.ToString();
+  EXPECT_TRUE(callback_done_first) << "ClosePort ran while the interrupt thread was in a callback";
+}
+
+// The stress: a memif server and client in this process, connected, then
+// both closed back to back, as perf's two processes do. Closing the server
+// hangs up on the client, whose disconnect the interrupt thread handles
+// while the client's own ClosePort comes in.
+TEST_F(PortCloseTest, MemifPairClosesBackToBack) {
+  constexpr int kRounds = 40;
+  DpdkLogCapture log;
+  for (int round = 0; round < kRounds; ++round) {
+    const std::string tag = "pair" + std::to_string(round);
+    const std::string socket = "socket-abstract=no,socket=" + SocketPath(tag);
+    // Server first: the first device on a socket decides whether it listens.
+    MemifDevice server("net_memif_s" + std::to_string(round), "role=server,id=0," + socket);
+    MemifDevice client("net_memif_c" + std::to_string(round), "role=client,id=0," + socket);
+    ASSERT_TRUE(server.ok() && client.ok()) << "round " << round;
+    auto s = server.port();
+    auto c = client.port();
+    ASSERT_TRUE(s.ok() && c.ok()) << "round " << round;
+    PortConfig config;
+    config.rx_pool = pool_.get();
+    ASSERT_TRUE(StartPort(*s, config).ok()) << "round " << round;
+    ASSERT_TRUE(StartPort(*c, config).ok()) << "round " << round;
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (!(LinkUp(*s) && LinkUp(*c)) && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(LinkUp(*s) && LinkUp(*c)) << "round " << round << ": the memif pair never connected";
+    // Alternate which side goes first: each side's disconnect reaches the
+    // other through the interrupt thread.
+    const uint16_t first = round % 2 == 0 ? *s : *c;
+    const uint16_t second = round % 2 == 0 ? *c : *s;
+    EXPECT_TRUE(ClosePort(first).ok()) << "round " << round;
+    EXPECT_TRUE(ClosePort(second).ok()) << "round " << round;
+    SettleInterruptThread();
+  }
+  const std::string logged = log.Stop();
+  EXPECT_EQ(logged.find("Invalid memory"), std::string::npos)
+      << "memory freed twice: the port's close ran beside memif's disconnect\n"
+      << logged;
+  EXPECT_EQ(AvailableMbufs(pool_.get()), 2047u);
+}
+
+}  // namespace
+}  // namespace uroce::pmd
