@@ -519,7 +519,7 @@ TEST(FiCqControl, GetWaitGivesAPollableFd) {
 // fi_cq(3) "FI_WAIT_UNSPEC": the provider's choice must be one libfabric's
 // utility code can wait on. ofi_rxm adds the core CQ's wait object to an
 // epoll set through FI_GETWAIT and refuses anything but an fd; a mutex/cond
-// (what FI_WAIT_UNSPEC was before) left its RDM server blind. The fd comes
+// as FI_WAIT_UNSPEC's object would leave its RDM server blind. The fd comes
 // through FI_GETWAIT, fi_trywait arms it, epoll sees it readable when a
 // completion arrives.
 TEST(FiCqControl, UnspecWaitIsAnFdThatEpollSeesACompletionOn) {

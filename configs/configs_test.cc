@@ -30,7 +30,7 @@ TEST(ConfigsTest, BuiltinsMatchTheFiles) {
 }
 
 // The pair's ends leave the memif socket out: both get the same file, and
-// another UROCE_PAIR another file (issue 18: two pairs never meet). Each
+// another UROCE_PAIR another file (two pairs never meet). Each
 // process gets its own DPDK file prefix at EAL start (no fixed one here).
 TEST(ConfigsTest, PairEndsShareTheDefaultSocketPerPair) {
   auto socket = [](const std::string& vdev) {

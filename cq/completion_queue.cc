@@ -231,8 +231,8 @@ ssize_t CompletionQueue::ReadFrom(void* buf, size_t count,
                                   fi_addr_t* src_addr) {
   RunProgressHook();
   if (count > 0 && buf == nullptr) return -FI_EINVAL;
-  // Empty, the usual answer to a polling loop: no lock (the mutex was 6 % of
-  // fi_pingpong's CPU, issue 16). head never passes tail, so equal values
+  // Empty, the usual answer to a polling loop: no lock (a mutex here costs
+  // 6 % of fi_pingpong's CPU). head never passes tail, so equal values
   // mean nothing was queued when tail was read.
   if (consumer_.head.load(std::memory_order_acquire) == producer_.tail.load(std::memory_order_acquire)) {
     return -FI_EAGAIN;

@@ -311,7 +311,7 @@ TEST(ConfigTest, EngineProgressNeedsWorkerLcores) {
   EXPECT_EQ(ErrorOf(std::string(base) + "lcore=1\n"), "");
 }
 
-// Issue 14 item 9: EAL's -d loads a shared object (runs its code); the
+// EAL's -d loads a shared object (runs its code); the
 // configuration (UROCE_CONFIG, --set) does not get to do that by accident.
 TEST(ConfigTest, EalDriverLoadNeedsAllowDriverLoad) {
   const std::string base = "[endpoint.a]\nport=ring:p:a\nipv4=1.2.3.4\n[endpoint.b]\nport=ring:p:b\nipv4=1.2.3.5\n";

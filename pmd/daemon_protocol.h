@@ -16,7 +16,7 @@
 //                       UNLINK U S                        (a notification)
 //   process -> daemon   UNLINK U S                        (no reply)
 //
-// Connections between processes on the host (issue 15, isolation): when a
+// Connections between processes on the host (isolation): when a
 // process connects an RC or UC QP Q of its own lease to QP D at one of the
 // host's addresses, it tells the daemon (PEER); when it destroys or resets Q,
 // UNPEER. When the process that holds D's slot ends (exit, kill -9: its

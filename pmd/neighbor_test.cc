@@ -320,7 +320,7 @@ TEST_F(ResolverPairTest, OwnAddressIsLoopbackWithoutArp) {
   EXPECT_NE(s.message().find("no local IPv6 address"), std::string::npos) << s.message();
 }
 
-// Issue 14 item 9: ARP and ND have no authentication; a station that
+// ARP and ND have no authentication; a station that
 // answers what nobody asked must not bind (or rebind) an address.
 TEST_F(ResolverPairTest, UnsolicitedReplyForANewAddressIsNotLearned) {
   MakeSide(0, {Ip("10.10.0.1")}, kMacA, /*timeout_ms=*/60);

@@ -5,8 +5,9 @@
 // frees the queues and the port's private data, with no lock between them.
 // Both ends of `uroce perf` close their ports at about the same moment after
 // the last run, so the second to close sees the first's disconnect arrive on
-// its interrupt thread while its own ClosePort runs: the heap was corrupted
-// and the process died with SIGSEGV (tools/perf_compare's client, exit -11).
+// its interrupt thread while its own ClosePort runs. The two teardowns must
+// not overlap: when they do, the heap is corrupted and the process dies of
+// SIGSEGV (tools/perf_compare's client, exit -11). These tests guard that.
 
 // rte_intr_instance_alloc and its setters (the test's own interrupt source)
 // are experimental in DPDK 22.11. Before any DPDK header.
@@ -72,7 +73,7 @@ std::string SocketPath(const std::string& tag) {
 // DPDK's log, kept in a file while it lives. The heap logs "Invalid memory"
 // when rte_free is handed a block that is not in use: a second free of the
 // same block, which is what memif's two teardowns racing do (most of them
-// leave the heap whole; some corrupted it).
+// leave the heap whole; some corrupt it).
 class DpdkLogCapture {
  public:
   DpdkLogCapture() : file_(std::tmpfile()) {
@@ -171,8 +172,8 @@ class PortCloseTest : public ::testing::Test {
 
 // The deterministic half: while the interrupt thread is busy in a callback,
 // closing a memif port waits for it (and then runs there), so the port's
-// teardown never runs beside memif's own. Before the fix ClosePort returned
-// at once with the callback still running.
+// teardown never runs beside memif's own: ClosePort must not return at once
+// with the callback still running.
 TEST_F(PortCloseTest, MemifCloseWaitsForTheInterruptThread) {
   MemifDevice dev("net_memif_close_wait",
                   "role=server,id=1,socket-abstract=no,socket=" + SocketPath("wait"));

@@ -28,8 +28,8 @@ namespace {
 using transport::Engine;
 using transport::EngineConfig;
 
-// uroce's own rte_log type (DESIGN.md, "Observability"): --log-level
-// 'uroce.*:debug' and the like select it.
+// uroce's own rte_log type, named as DPDK's own are ("uroce.pmd"): EAL's
+// --log-level 'uroce.*:debug' and the like select it.
 int LogType() {
   static const int type = rte_log_register_type_and_pick_level("uroce.pmd", RTE_LOG_NOTICE);
   return type >= 0 ? type : RTE_LOGTYPE_USER1;
@@ -245,7 +245,7 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   // before the server listens, the start fails (EPERM); connected before the
   // server's port started, the handshake is refused and nobody retries. So
   // the connector thread starts it, and restarts it, until its link is up
-  // (ConnectMemifClients); Start does not wait for that (issue 18: a device
+  // (ConnectMemifClients); Start does not wait for that (a device
   // opens at once, whether or not its peer exists yet).
   const bool memif_client = ec.kind == PortKind::kVdev && ec.port.rfind("net_memif", 0) == 0 &&
                             VdevArg(ec.port, "role") == "client";
@@ -281,12 +281,12 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
 }
 
 // The endpoint's packet pool: its port's receive buffers and every frame
-// its engine builds. With a per-lcore cache (issue 16): the polling lcore
+// its engine builds. With a per-lcore cache: the polling lcore
 // gets back the buffers it freed last, still in its CPU cache; without one
-// the pool's FIFO ring handed out the buffer freed `mbufs` allocations ago,
-// and the first store into each new mbuf missed the cache (27 % of
+// the pool's FIFO ring hands out the buffer freed `mbufs` allocations ago,
+// and the first store into each new mbuf misses the cache (27 % of
 // send_lat's CPU). Threads that are not EAL lcores (an application's own,
-// the provider's progress thread) have no cache and use the ring, as before.
+// the provider's progress thread) have no cache and use the ring.
 // DPDK allows a cache of at most mbufs / 1.5.
 Status Runtime::CreatePool(Endpoint* e, const EndpointConfig& ec) {
   // EAL's names are the process's: a forked child's EAL still lists the

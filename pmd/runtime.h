@@ -98,9 +98,9 @@ class Runtime {
   unsigned Progress();
   // Inline mode, from a poll of a CQ of `polled`'s (ibv_poll_cq, fi_cq_read):
   // one Poll of that engine, and of the others only every
-  // kOtherEnginesEvery calls. Issue 16: polling one device's CQ used to
-  // drive every engine of the process (a then b), so what one engine sent
-  // waited a whole round of the others; the others still move (a process
+  // kOtherEnginesEvery calls: if a poll of one device's CQ drove every
+  // engine of the process (a then b), what one engine sent would wait a
+  // whole round of the others. The others still move (a process
   // that polls only uroce0 while a peer talks to uroce1, the CM's MADs),
   // at a lower rate. Null `polled`: every engine.
   unsigned Progress(const transport::Engine* polled);
@@ -109,7 +109,7 @@ class Runtime {
   // Waits until every endpoint's link is up, each for at most its
   // link_timeout_ms (0: not waited for). For uroce's own tools, which
   // measure or demonstrate over the link; Start itself never waits (a verbs
-  // or libfabric program opens its device at once, issue 18). Control path.
+  // or libfabric program opens its device at once). Control path.
   Status WaitForLinks();
   // Whether the endpoint's port moves frames over an up link now. Any thread.
   bool LinkUp(const Endpoint& e) const;

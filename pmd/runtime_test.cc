@@ -153,7 +153,7 @@ TEST(RuntimeTest, InlineProgressOverRingPair) {
   EXPECT_EQ(report.qps_flushed, 2u);
 }
 
-// Issue 16: a poll of one engine's CQ drives that engine, and the others of
+// A poll of one engine's CQ drives that engine, and the others of
 // the process only every kOtherEnginesEvery polls (they still move).
 TEST(RuntimeTest, ProgressOfOnePolledEngineDrivesTheOthersNowAndThen) {
   auto rt = StartRuntime(RingConfig("rtp", "inline"));

@@ -1,5 +1,5 @@
-// Where a process's threads run (issue 16, "threads that stay out of the
-// way"): helper threads placed as the configuration says, and every thread
+// Where a process's threads run, so that they stay out of the
+// way: helper threads placed as the configuration says, and every thread
 // of the process as `uroce stats` shows it.
 //
 // Helper threads are the verbs/libfabric provider's progress thread and the

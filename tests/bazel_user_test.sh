@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18, a Bazel rule for other workspaces: examples/bazel_user is a user's
+# A Bazel rule for other workspaces: examples/bazel_user is a user's
 # workspace (uroce as a local_repository, bazel/deps.bzl, bazel/defs.bzl's
 # uroce_test), built and tested here as its owner would: `bazel test //...`
 # in that directory, with a Bazel server and output tree of its own. Then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `uroce daemon` on the kernel's own interface (issue 15, test 3): two
+# `uroce daemon` on the kernel's own interface: two
 # network namespaces ("hosts") joined by a veth pair, each interface with the
 # kernel's IPv4 and IPv6 addresses; a daemon in each with
 # `port = kernel:IFNAME`, so uroce uses the kernel's addresses and MAC:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Open MPI through `uroce daemon` (issue 15): one mpirun job of four ranks,
+# Open MPI through `uroce daemon`: one mpirun job of four ranks,
 # two on each of two "hosts", every rank attached to its host's daemon with
 # no uroce configuration of its own, messages on Open MPI's OFI MTL over
 # "uroce;ofi_rxm" (`--mca pml cm --mca mtl ofi`, the MTL restricted to
@@ -308,8 +308,8 @@ for ns in "$ns_a" "$ns_b"; do
   echo "--- daemon log ($ns)"
   show_log "$TMP/$ns.daemon.log" 40
   # DPDK's complaints (e.g. "EAL: Error: Invalid memory", an rte_free of
-  # memory it does not know) are shown, not counted: see the report of
-  # issue 15's memif races.
+  # memory it does not know) are shown, not counted: memif's teardown races
+  # inside DPDK can log them (pmd/port_close_test.cc shows such a race).
   grep -q "^EAL: Error\|PANIC" "$TMP/$ns.daemon.log" && echo "WARNING: the daemon of $ns logged DPDK errors (above)"
 done
 

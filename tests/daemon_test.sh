@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `uroce daemon`: one host device shared by every process (issue 15, first
-# part). A network namespace stands for a host; its uplink is one end of a
+# `uroce daemon`: one host device shared by every process. A network
+# namespace stands for a host; its uplink is one end of a
 # veth pair (net_af_packet), whose other end is in a second namespace. In the
 # host namespace:
 #   1. a second daemon on the same socket refuses to start;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Debian's fi_info, unmodified, over uroce's provider: liburoce-fi.so is
 # found (FI_PROVIDER_PATH from `uroce exec`) and offers, for each configured
-# endpoint, FI_EP_MSG with the capabilities issue 8 asks for, a source
+# endpoint, FI_EP_MSG with message, RMA and atomic capabilities, a source
 # address that is the endpoint's own IP, and the memory registration modes;
 # "uroce;ofi_rxm" layers FI_EP_RDM with tagged messages on top; and hints
 # are honoured (a destination node, an address format, a capability the

@@ -1,4 +1,4 @@
-// The connection manager against hostile peers (issue 14), across the
+// The connection manager against hostile peers, across the
 // transport: two engines on the EnginePair's virtual clock, one of them used
 // as a wire that puts any CM MAD, from any MAC and IP, in front of the other
 // side's connection manager. What must hold (docs/architecture.md, "Untrusted

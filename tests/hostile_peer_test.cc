@@ -1,4 +1,4 @@
-// The hostile-peer suite (issue 14): a peer that speaks raw RoCEv2 frames
+// The hostile-peer suite: a peer that speaks raw RoCEv2 frames
 // into the engine's real receive path (HandleFrame and every stage behind
 // it), through a port whose transmit side the test can block, as a NIC whose
 // queue is backed up. Every scenario asserts what an RDMA NIC trusted with an

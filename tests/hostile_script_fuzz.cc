@@ -13,7 +13,7 @@
 //   mad       a CM MAD (REQ, REP, REJ, MRA, DREQ, ...) to QP 1, then a CM poll,
 // run against a live engine with a connection manager that listens. A new
 // world per input (so that a crash replays from its input alone), and after
-// the script, the invariants of issue 14, each an abort:
+// the script, the hostile-peer invariants, each an abort:
 //   - every mbuf is back in its pool once the engine is gone;
 //   - no byte outside the registered slots (guards) changed;
 //   - no byte of a slot changed while it was not registered;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18, an install: the relocatable tarball unpacked into a temporary
+# An install: the relocatable tarball unpacked into a temporary
 # prefix outside the source tree is all a user needs. From there: uroce help
 # for every command and the man page; a C program built against uroce_fi.h
 # with pkg-config; ibv_rc_pingpong and fi_pingpong between two processes

@@ -97,12 +97,12 @@ TEST(SoakOverDpdkRingTest, MixedWorkloadOverANetRingPair) {
 namespace uroce::transport {
 namespace {
 
-// Regression: duplicated READ requests used to fill the responder's queue so
-// that a new READ was refused (NAK invalid request, QP in ERR).
+// Duplicated READ requests must not fill the responder's queue so that a new
+// READ is refused (NAK invalid request, QP in ERR).
 TEST(LossTest, DuplicatedReadsNeverCrowdOutNewOnes) {
   // `uroce soak --messages 100 --qps 1 --max-size 67165 --mtu 256 --loss 0.03
-  // --reorder 0.01 --dup 0.01 --corrupt 0.005 --delay 3 --seed 35` failed at
-  // message 7 before the fix.
+  // --reorder 0.01 --dup 0.01 --corrupt 0.005 --delay 3 --seed 35` duplicates
+  // READs so that, without that guarantee, its message 7 fails.
   SoakOptions o;
   o.seed = 35;
   o.messages = 100;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 18, devices open at once: opening a device never waits for its link.
+# Devices open at once: opening a device never waits for its link.
 # 1. ibv_devinfo over every configuration a program may use alone returns
-#    at once with the port ACTIVE (before: 30 s for pair-a, then a failure).
+#    at once with the port ACTIVE (pair-a too, whose peer is not there).
 # 2. A memif pair with active_before_link = no behaves as a NIC's port: DOWN
 #    until the peer connects, then IBV_EVENT_PORT_ACTIVE; when the peer's
 #    process ends, IBV_EVENT_PORT_ERR.

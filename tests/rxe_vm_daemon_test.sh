@@ -1,19 +1,16 @@
 #!/usr/bin/env bash
 # Kernel rxe in the qemu guest (tools/rxe_vm) against two processes behind
-# ONE `uroce daemon`, at the same time (issue 15, test 6).
+# ONE `uroce daemon`, at the same time.
 #
-# On this 2-core machine qemu's TCG guest needs a CPU of its own most of the
-# time. Until 25 Nov 2026 (session 7) this test failed: a host program ended
-# by "transport retry counter exceeded" once both pairs ran, because the
-# guest stalled for seconds (the daemon's stats show no frame from it for
-# 4 s) while the daemon (busy-polling, or waking every 50 us) and two
-# busy-polling host programs took both CPUs. Now the daemon sleeps when idle
-# (16 us doubling up to idle_us, default 1000) and the host's
-# ibv_rc_pingpong waits for completions with -e (rping always does): 4 of 5
-# runs passed; the fifth failed only this test's own proof that the pings
-# overlapped the pairs (they ran 2.9 s, the pair 2.7 s); with 1.4 s of
-# pings, 3 of 3 passed (about 21 s each), and so did the CI run of the suite.
-# So it runs in `tools/test` now.
+# On a 2-core machine qemu's TCG guest needs a CPU of its own most of the
+# time. A daemon that busy-polls (or wakes every 50 us) and two busy-polling
+# host programs take both CPUs: the guest stalls for seconds (the daemon's
+# stats show no frame from it for 4 s) and a host program ends by
+# "transport retry counter exceeded" once both pairs run. So the daemon
+# sleeps when idle (16 us doubling up to idle_us, default 1000) and the
+# host's ibv_rc_pingpong waits for completions with -e (rping always does).
+# The pings take 1.4 s, well inside a pair's run (about 2.7 s), so that this
+# test's proof that they overlapped the pairs holds; a run takes about 21 s.
 # RXE_DAEMON_LCORES and RXE_DAEMON_IDLE_US set the daemon's lcores (default
 # 0) and idle_us.
 #

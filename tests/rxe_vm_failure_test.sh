@@ -45,8 +45,8 @@ unset UROCE_RXE_VM_CACHE
 expect_failure "guest set-up step failing" "guest set-up failed at: add IPv4 address 10.77.0.2/99" \
   "$python" "$harness" run --guest-ip 10.77.0.2/99 --save never -- true
 # ... and nothing is left behind.
-# A uroce guest whose DPDK cannot start fails the boot with the reason
-# (issue 19): on TCG's default CPU model, qemu64, the daemon dies of SIGILL.
+# A uroce guest whose DPDK cannot start fails the boot with the reason:
+# on TCG's default CPU model, qemu64, the daemon dies of SIGILL.
 if [[ -n $tarball ]]; then
   expect_failure "uroce guest on qemu64" "start uroce daemon (nic=pci): it exited with status" \
     "$python" "$harness" run --kind uroce --uroce-tarball "$tarball" --cpu qemu64 --save never -- true

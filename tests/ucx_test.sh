@@ -1,5 +1,5 @@
 #!/bin/bash
-# UCX 1.13 (ucx-utils), unmodified, over uroce (issue 17 item 4): UCX finds
+# UCX 1.13 (ucx-utils), unmodified, over uroce: UCX finds
 # uroce's devices through the device files `uroce exec` presents (root: a
 # private mount namespace, tools/device_files.h), and its perftest runs
 # between two processes joined by net_memif.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# uroce inside virtual machines (issue 19): two qemu guests (tools/rxe_vm,
+# uroce inside virtual machines: two qemu guests (tools/rxe_vm,
 # TCG) on one virtual network, as two cloud VMs of one subnet, each a VM with
 # uroce installed from its release tarball and `uroce daemon` serving uroce0
 # to unmodified programs (`uroce exec -- PROGRAM`).

@@ -1,7 +1,7 @@
 // Verbs calls a program makes, checked through Debian's libibverbs API
 // against uroce's libibverbs.so.1 (run by verbs_api_test.sh under `uroce
-// exec` over configs/ring.ini: two devices on a net_ring pair). Issue 17's
-// smaller defects, found by UCX and rdma-core's own tests.
+// exec` over configs/ring.ini: two devices on a net_ring pair): what UCX
+// and rdma-core's own tests rely on.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -567,7 +567,7 @@ TEST(RdmaCmApiTest, GetaddrinfoFailureSetsErrno) {
   rdma_freeaddrinfo(res);
 }
 
-// Issue 17 item 1 at the rdma_cm level: a program connects to its own
+// Loopback at the rdma_cm level: a program connects to its own
 // device's address (rdma_resolve_addr to our own IP, a connection between two
 // cm_ids of one process), as rdma-core's tests and UCX's self-checks do.
 TEST(RdmaCmApiTest, ConnectsToItsOwnAddress) {

@@ -724,7 +724,7 @@ void Daemon::Release(Session& s) {
         static_cast<unsigned long long>(c.rx_dropped + c.tx_full));
     for (auto& u : uplinks_) u->sw->Detach(s.slot);
     CloseLinksOf(s.slot);
-    // Its local peers (issue 15): every other process's QP connected to one
+    // Its local peers: every other process's QP connected to one
     // of its QPs is told, and moves to the error state at once instead of
     // retrying into the void (or waiting for ever for a message). Not when
     // the daemon stops: every session closes then, which tells them more.

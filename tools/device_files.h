@@ -5,7 +5,7 @@
 // /sys/class/infiniband_verbs/uverbsN. A kernel RDMA driver makes them;
 // uroce has no kernel driver, and UCX ignores a device without them (it
 // requires the character device, and without gid_attrs/types takes every GID
-// for RoCE v1), rdma-core's rdma_cm tests look for device/net (issue 17).
+// for RoCE v1), rdma-core's rdma_cm tests look for device/net.
 //
 // `uroce exec` presents them to the program it runs, without changing the
 // host: in a mount namespace of its own (unshare(2) CLONE_NEWNS, all mounts

@@ -15,7 +15,7 @@ std::string FileText(const DeviceTree& tree, const std::string& path) {
   return "<missing>";
 }
 
-// What UCX and rdma-core read (issue 17 item 4), for a device on a virtual
+// What UCX and rdma-core read, for a device on a virtual
 // port and one whose address a kernel interface holds.
 TEST(DeviceFilesTest, TreeHasWhatUcxAndRdmaCmRead) {
   PresentedDevice ring;

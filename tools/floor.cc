@@ -4,7 +4,7 @@
 // configs/pair-a.ini and pair-b.ini), through the same runtime, pools and
 // PacketIo, but with no engine in the path: no headers, no ICRC, no ACKs,
 // no completions. tools/perf_compare prints it beside uroce, so that its
-// table shows what uroce adds to the medium (issue 16).
+// table shows what uroce adds to the medium.
 //
 //   uroce floor --role server [--config FILE] [--set SECTION.KEY=VALUE]
 //   uroce floor --role client [--size B] [--iters N] [--config FILE] [--set ...]

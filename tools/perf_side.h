@@ -39,7 +39,7 @@ struct RunSpec {
   uint32_t qps = 1;
   bool verify = false;
   uint32_t window = 1;  // messages outstanding (bandwidth tests), over all QPs
-  // Connected RC QPs on each side that never carry anything (issue 16: what
+  // Connected RC QPs on each side that never carry anything (to measure what
   // idle QPs cost every message); they aim at QPNs nobody has.
   uint32_t idle_qps = 0;
 

@@ -1,5 +1,5 @@
-// The `uroce perf` side channel faces a peer it cannot trust (issue 14, item
-// 9): it listens on loopback unless told otherwise, every wait ends, a line
+// The `uroce perf` side channel faces a peer it cannot trust: it listens on
+// loopback unless told otherwise, every wait ends, a line
 // has a length limit, and a RUN beyond the tool's limits is refused.
 #include "tools/side_channel.h"
 

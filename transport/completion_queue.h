@@ -63,8 +63,8 @@ class CompletionQueue {
   //
   // With sinks attached (a libfabric CQ or counter behind this one) a
   // completion goes straight into them: one hop from the engine to the
-  // application's fi_cq_read, no ring in between (issue 16: the ring's CAS
-  // pop in the forwarding bounce was a fifth of Poll's own time in
+  // application's fi_cq_read, no ring in between (a CAS pop from a ring in
+  // a forwarding bounce would be a fifth of Poll's own time in
   // fi_pingpong). Only when a full libfabric CQ holds completions back
   // (back-pressure) do later ones queue in the ring behind them, in order;
   // ForwardToSinks moves them on as the CQ drains.

@@ -1,5 +1,5 @@
 // The engine-side completion queue: polled rings (verbs) and the one-hop
-// path to libfabric sinks with back-pressure (issue 16).
+// path to libfabric sinks with back-pressure.
 #include "transport/completion_queue.h"
 
 #include <gtest/gtest.h>

@@ -53,7 +53,7 @@ void Completions::RetireOldestSend(QueuePair* qp, ibv_wc_status status) {
     wc.qp_num = qp->qpn;
     wc.byte_len = status == IBV_WC_SUCCESS ? static_cast<uint32_t>(slot.wqe->total_length) : 0;
   }
-  // The request is read: its slot goes back to the posters (issue 16: the
+  // The request is read: its slot goes back to the posters (the
   // send queue is the window), and only then its credit, so a poster that
   // gets the credit finds the slot free.
   qp->send_ring.Release(position);

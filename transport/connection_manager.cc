@@ -666,7 +666,7 @@ void ConnectionManager::Impl::HandleReq(const Gid& source, const MacAddress& sou
     // again. While the user still decides, the caller is about to give up:
     // tell it to wait (MRA, IBTA 12.6.6), as the kernel's rdma_cm does (its
     // delayed MRA is sent for the first duplicate REQ, never for a REQ the
-    // user answers at once, so a quick accept is REQ/REP/RTU as before).
+    // user answers at once, so a quick accept stays REQ/REP/RTU).
     counters.duplicates++;
     Connection* c = Find(known->second);
     if (c != nullptr && c->have_answer && (c->state == State::kRepSent || c->state == State::kEstablished ||

@@ -846,7 +846,7 @@ TEST_F(ConnectionManagerTest, SeededRandomLossOverManyConnections) {
   EXPECT_GT(cm(0).counters().duplicates + cm(1).counters().duplicates, 0u);
 }
 
-// ---- Hostile peers (issue 14) ----
+// ---- Hostile peers ----
 
 // 2,000 REQs with distinct communication IDs against a listener with a
 // backlog of 16: 16 wait for an answer, every other one is refused with REJ

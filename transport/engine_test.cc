@@ -332,8 +332,8 @@ TEST_F(EngineTest, AtomicWriteStoresEightBytes) {
 
 // perftest's ib_read_bw and ib_atomic_bw servers leave their QP in RTR: the
 // responder must answer READs and atomics from RTR (IBTA 10.3.1.2), as the
-// kernel's rxe does. Before the fix uroce queued the responses and never sent
-// them, and the rxe client retried forever.
+// kernel's rxe does. Responses queued and never sent would leave the rxe
+// client retrying forever.
 TEST_F(EngineTest, ResponderInRtrAnswersReadsAndAtomics) {
   Start();
   RcConnectOptions connect;
@@ -660,7 +660,7 @@ TEST_F(EngineTest, RnrStormExhaustsAFiniteRnrRetry) {
 }
 
 TEST_F(EngineTest, IdleQpsLeaveThePollAndComeBackWhenPostedTo) {
-  // Issue 16: a poll runs only the QPs with work (the ready list).
+  // A poll runs only the QPs with work (the ready list).
   Start();
   std::vector<std::pair<QueuePair*, QueuePair*>> pairs;
   for (int i = 0; i < 4; ++i) {
@@ -773,8 +773,8 @@ TEST_F(EngineTest, ReceiveTooSmallIsLocalLengthError) {
   EXPECT_EQ(sent[0].status, IBV_WC_REM_INV_REQ_ERR);
 }
 
-// Issue 17: an address vector that can never be valid fails at once, before
-// any neighbour resolution (a zero destination GID waited 3 s for ND).
+// An address vector that can never be valid fails at once, before any
+// neighbour resolution (a zero destination GID must not wait 3 s for ND).
 TEST_F(EngineTest, AnAddressThatCanNeverBeValidFailsBeforeNeighbourResolution) {
   EnginePairOptions options;
   int resolver_calls = 0;
@@ -1191,7 +1191,7 @@ TEST_F(EngineTest, InlineDataIsCopiedAtPostTime) {
   for (int i = 0; i < 100; ++i) ASSERT_EQ(dst.bytes[i], 0x5C);
 }
 
-// Issue 16 (memory per QP): a QP's send and receive queues and its window
+// Memory per QP: a QP's send and receive queues and its window
 // are sized from its capabilities. ibv_rc_pingpong's 256/256 work requests
 // with one SGE each and no inline data take at most 64 KiB, and such a QP
 // still runs several full send queues' worth of traffic (its slots are
@@ -1265,7 +1265,7 @@ TEST_F(EngineTest, WorkRequestStorageFollowsTheCapabilities) {
   }
 }
 
-// The other end of issue 16's sizing: a QP with the device's most SGEs and
+// The other end of that sizing: a QP with the device's most SGEs and
 // most inline data still carries requests that use all of them, on the
 // send side (gather, multi-packet), the receive side (scatter) and for a
 // READ's response (scatter into the requester's 16 SGEs).
@@ -1464,7 +1464,7 @@ TEST_F(EngineTest, ModifyQpToErrorFlushesPostedReceives) {
   EXPECT_EQ(wc[0].opcode, IBV_WC_RECV);
 }
 
-// Issue 17: a consumer that moves its QP to ERR gets the flush and no
+// A consumer that moves its QP to ERR gets the flush and no
 // affiliated asynchronous error; FailQp (the peer's process ended) raises
 // IBV_EVENT_QP_FATAL with its flush.
 TEST_F(EngineTest, OnlyAnErrorTheConsumerDidNotAskForRaisesQpFatal) {

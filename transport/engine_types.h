@@ -2,7 +2,7 @@
 // (QP creation attributes, async events, address handles). Split from
 // engine.h so that the engine's stages (engine_core.h, requester.h, ...) can
 // use them without the Engine class; engine.h includes this header, so its
-// users see the same names as before.
+// users see these names without including it.
 #pragma once
 
 #include <infiniband/verbs.h>

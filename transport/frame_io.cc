@@ -223,7 +223,7 @@ void FrameIo::ReceiveBurst() {
       core_.counters.rx_bytes += rte_pktmbuf_pkt_len(rx_burst_[i]);
       if (HandleFrame(rx_burst_[i])) rx_done_[done++] = rx_burst_[i];
     }
-    // Handled frames go back to the pool in one bulk call (issue 16).
+    // Handled frames go back to the pool in one bulk call.
     rte_pktmbuf_free_bulk(rx_done_.data(), done);
     if (n < rx_burst_.size()) break;
   }

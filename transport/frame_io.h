@@ -59,9 +59,9 @@ class FrameIo {
   bool HandleFrame(rte_mbuf* m, bool from_loopback = false);
 
   // A transmit buffer: from the spares, refilled kTxSpares at a time with
-  // one rte_pktmbuf_alloc_bulk (issue 16: bulk mbuf allocation; one at a
-  // time was ~9 % of a 64 B message-rate profile). When the pool has fewer
-  // than that left, one at a time as before, so a nearly empty pool still
+  // one rte_pktmbuf_alloc_bulk (one at a time is ~9 % of a 64 B
+  // message-rate profile). When the pool has fewer
+  // than that left, one at a time, so a nearly empty pool still
   // gives what it has. Null when it has none.
   rte_mbuf* AllocTx();
 

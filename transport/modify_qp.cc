@@ -86,7 +86,7 @@ Status Engine::ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint
   }
   if (target == IBV_QPS_RESET) {
     // Back to a clean QP (IBTA 10.3.1.1): queues emptied without completions.
-    // The window's requests hold their send queue slots (issue 16): free
+    // The window's requests hold their send queue slots: free
     // them, then drain what was never taken.
     for (uint64_t p = qp->req.head; p != qp->req.tail; ++p) qp->send_ring.Release(p);
     while (qp->send_ring.TryPopSingleConsumer([](const std::byte*) {})) {}
@@ -112,8 +112,8 @@ Status Engine::ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint
     qp->flush_pending = true;
     // A consumer that moves its QP to ERR asked for it: no affiliated
     // asynchronous error (ibv_get_async_event(3): IBV_EVENT_QP_FATAL is an
-    // error the device detected; UCX logged "local work queue catastrophic
-    // error" at every teardown, issue 17). FailQp's callers did not ask.
+    // error the device detected; with one, UCX logs "local work queue
+    // catastrophic error" at every teardown). FailQp's callers did not ask.
     qp->flush_fatal = fatal;
   }
   core_.MarkBusy(qp);  // the next poll looks at it in its new state (we hold the token)

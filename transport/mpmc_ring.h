@@ -3,7 +3,7 @@
 // completions (the engine produces, application threads consume), doorbells
 // and events; send and receive work requests (any application thread
 // produces, the engine consumes) use StridedRing below, the same algorithm
-// over slots whose size the QP's capabilities decide (issue 16). Producer
+// over slots whose size the QP's capabilities decide. Producer
 // and consumer positions sit on their own cache lines; every hand-over is an
 // acquire/release pair on the slot's sequence number, so a consumer never
 // sees a half-written slot. No allocation after construction,
@@ -165,7 +165,7 @@ class MpmcRing {
 };
 
 // The same ring for work requests whose size a queue's capabilities decide
-// (issue 16, memory per QP): each slot is a sequence number followed by
+// (memory per QP): each slot is a sequence number followed by
 // `payload_bytes` of raw storage, and the stride between slots is chosen at
 // run time, so a QP with one SGE and no inline data pays for one SGE, not
 // for the device's largest request. The payload is bytes: users write and
@@ -233,7 +233,7 @@ class StridedRing {
 
   // One consumer at a time (the engine thread, or a control call holding
   // the progress token, whose acquire/release orders one consumer after the
-  // other; issue 16: no compare-exchange on a single-consumer path): lets
+  // other; no compare-exchange on a single-consumer path): lets
   // `take(const std::byte* payload)` read the oldest request in place and
   // frees its slot. False when empty.
   template <typename Take>

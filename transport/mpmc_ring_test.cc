@@ -80,7 +80,7 @@ TEST(MpmcRingTest, ProducersAgainstOneConsumer) {
   EXPECT_FALSE(ring.TryPop(&v));
 }
 
-// StridedRing (issue 16): slots as large as asked, rounded to 8 bytes.
+// StridedRing: slots as large as asked, rounded to 8 bytes.
 TEST(StridedRingTest, SlotsAreSizedFromThePayload) {
   StridedRing ring(200, 20);
   EXPECT_EQ(ring.capacity(), 256u);

@@ -41,9 +41,9 @@ bool AddressVectorGid(const ibv_ah_attr& ah, Gid* gid) {
 // What a RoCE address vector needs whatever its neighbour: a GRH, a source
 // GID in our table, a destination of the same IP version that is an address
 // at all (the all-zero GID, IPv6's unspecified address, is none). Checked
-// before neighbour resolution (issue 17: ibv_create_ah with a zero
-// destination GID waited 3 s for ND and failed with EAGAIN; UCX makes such
-// AHs while it probes GIDs).
+// before neighbour resolution: ibv_create_ah with a zero destination GID
+// fails at once, not after 3 s of ND with EAGAIN (UCX makes such AHs while
+// it probes GIDs).
 bool CheckAddressVector(const ibv_ah_attr& ah, const std::vector<Gid>& gids, std::string* why) {
   if (!ah.is_global) {
     *why = "RoCE addresses need a GRH (is_global = 1)";

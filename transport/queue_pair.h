@@ -49,7 +49,7 @@ struct QpCaps {
 
 // One send work request as the requester tracks it until it completes. The
 // request itself stays in its send queue slot, which is the window's entry
-// too (issue 16: written once, read in place): `wqe` views it there, from
+// too (written once, read in place): `wqe` views it there, from
 // when the requester takes it until it retires (Completions::RetireOldestSend
 // frees the slot).
 struct SendSlot {
@@ -220,7 +220,7 @@ class QueuePair {
 
   // Application threads -> engine. Credits keep the rings from overflowing:
   // a post takes one, the engine returns it when the request completes.
-  // Slots are sized from `caps` (issue 16: SendWqePayloadBytes,
+  // Slots are sized from `caps` (SendWqePayloadBytes,
   // RecvWqePayloadBytes). A send request keeps its slot until it retires:
   // the send queue is the requester's window (RequesterState).
   StridedRing send_ring;
@@ -249,7 +249,7 @@ class QueuePair {
   bool flush_pending = false;
   bool flush_fatal = false;  // with the flush: IBV_EVENT_QP_FATAL (Engine::FailQp)
 
-  // The engine's ready list (Engine::Poll runs only QPs with work, issue 16):
+  // The engine's ready list (Engine::Poll runs only QPs with work):
   // a poster that finds `doorbell` clear sets it and hands the QP to the
   // engine's ring of QPs with new requests; the engine clears it when the QP
   // has nothing left to do. `busy`: on the engine's list (engine thread only).
@@ -265,7 +265,7 @@ class QueuePair {
   void ResetWindow();
 
   // The bytes this QP's work request storage takes: its send and receive
-  // queues and its window (issue 16: sized from the capabilities).
+  // queues and its window (sized from the capabilities).
   size_t WorkRequestBytes() const;
 };
 

@@ -55,7 +55,7 @@ ReadResponseJob AtomicJob(Psn psn, uint64_t original, bool duplicate) {
 // Verbs has no field for it; RoCE NICs put it in sl (mlx5: bit 3 "UDP header
 // present", bits 2:0 the L3 type, 1 IPv6, 2 IPv4), and UCX's UD transport
 // reads it there: with 0 it takes an IPv4 frame's addresses for IPv6 ones and
-// drops every datagram (issue 17).
+// drops every datagram.
 constexpr uint8_t kSlUdpHeader = 0x8;
 constexpr uint8_t kSlIpv6 = 0x1;
 constexpr uint8_t kSlIpv4 = 0x2;
@@ -314,8 +314,9 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
     for (const AtomicReplay& a : s.atomics) {
       if (a.valid && a.psn.value() == p.fields.bth.psn.value()) {
         // The duplicate must be the request (same key and address), and the
-        // region must still allow it (DESIGN: every duplicate passes the
-        // checks of the first); otherwise it earns nothing.
+        // region must still allow it (docs/architecture.md, "Untrusted input":
+        // every duplicate passes the checks of the first); otherwise it earns
+        // nothing.
         uint8_t* host = nullptr;
         if (request.rkey != a.rkey || request.virtual_address != a.virtual_address ||
             !MrGranted(core_.mrs.CheckRemote(a.rkey, qp->resp.pd, a.virtual_address, 8, IBV_ACCESS_REMOTE_ATOMIC,
@@ -332,7 +333,8 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
   if (op == Operation::kAtomicWrite) {
     // Answered again (its zero-length READ response), never stored again: a
     // later write to the word may have landed since. Only if the request
-    // still passes the checks of the first (DESIGN); otherwise nothing.
+    // still passes the checks of the first (docs/architecture.md, "Untrusted
+    // input"); otherwise nothing.
     const RethFields& reth = p.fields.reth;
     uint8_t* host = nullptr;
     if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0 || reth.dma_length != 8 ||

@@ -103,7 +103,7 @@ class SharedReceiveQueue {
   CompletionQueue* cq = nullptr;
 
  private:
-  // A ring for `max_wr_in` requests of max_sge SGEs (issue 16: slots sized
+  // A ring for `max_wr_in` requests of max_sge SGEs (slots sized
   // from max_sge), its slots from allocator_ if any; null when the
   // allocator gives nothing.
   std::unique_ptr<StridedRing> MakeRing(uint32_t max_wr_in) {

@@ -2,7 +2,7 @@
 // Posting copies a work request (and any inline data) into a slot of the
 // QP's send or receive queue, so the application may reuse its structures as
 // soon as ibv_post_send returns, as verbs requires (ibv_post_send(3)). A slot
-// is as large as the QP's capabilities need (issue 16), so the queues hold
+// is as large as the QP's capabilities need, so the queues hold
 // bytes and these helpers write and read the used part of a request.
 #pragma once
 
@@ -71,7 +71,7 @@ struct SendWqe : SendWqeHeader {
 };
 static_assert(sizeof(SendWqe) <= 336, "a send work request grew");
 
-// Issue 16 (memory per QP): a send queue slot holds a SendWqeHeader and then
+// Memory per QP: a send queue slot holds a SendWqeHeader and then
 // max(max_send_sge SGEs, max_inline_data bytes), as the QP's capabilities
 // allow, not a whole SendWqe. These are the bytes a slot's payload needs.
 inline size_t SendWqePayloadBytes(uint32_t max_sge, uint32_t max_inline) {
@@ -125,7 +125,7 @@ struct RecvWqe {
   Sge sge[kMaxRecvSge];
 };
 
-// Issue 16: a receive queue slot (of a QP or an SRQ) holds RecvWqe's fixed
+// A receive queue slot (of a QP or an SRQ) holds RecvWqe's fixed
 // fields and max_sge SGEs, not kMaxRecvSge.
 inline size_t RecvWqePayloadBytes(uint32_t max_sge) { return offsetof(RecvWqe, sge) + size_t{max_sge} * sizeof(Sge); }
 

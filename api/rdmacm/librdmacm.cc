@@ -106,7 +106,7 @@ namespace {
 
 // An EAI_* code of getaddrinfo(3) as errno. rdma_getaddrinfo(3) says errno
 // tells why it failed; librdmacm's examples print gai_strerror of the return
-// value: both hold (issue 17: errno was left as it was).
+// value: both hold, so the EAI_* code is returned and errno is set too.
 int EaiAsErrno(int eai) {
   switch (eai) {
     case EAI_SYSTEM: return errno;

@@ -18,8 +18,8 @@ namespace {
 // millisecond (its resend timers are 50 ms). When it is quiet the interval
 // doubles up to kQuietPollInterval: the thread shares the application's
 // core under `uroce exec` (it inherits the main lcore's affinity), and on a
-// 2-core VM each wake costs the polling application tens of microseconds
-// (issue 16). A call that starts something (Connect, Listen, Accept, ...)
+// 2-core VM each wake costs the polling application tens of microseconds.
+// A call that starts something (Connect, Listen, Accept, ...)
 // wakes it at once (Options::activity_hook); a MAD from a peer to a quiet
 // CM (a new REQ, a DREQ) waits at most kQuietPollInterval.
 constexpr auto kPollInterval = std::chrono::milliseconds(1);

@@ -40,7 +40,7 @@ void FillDeviceAttr(Context* ctx, ibv_device_attr* a) {
   // IBV_DEVICE_MEM_MGT_EXTENSIONS: it promises fast-registration MRs and
   // remote invalidation of MRs, which uroce does not have.
   // IBV_DEVICE_SRQ_RESIZE: ibv_modify_srq(3) with IBV_SRQ_MAX_WR (srq.cc,
-  // Engine::ResizeSrq; advertised and refused before issue 17).
+  // Engine::ResizeSrq) works, as the flag promises.
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
                         IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC |
                         IBV_DEVICE_SRQ_RESIZE;
@@ -139,7 +139,7 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, 
   a.xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
                    IBV_ODP_SUPPORT_SRQ_RECV;
   // ibv_query_device_ex(3): the port count for devices with more than 255
-  // ports, and for everyone who reads it (UCX does; it was 0, issue 17).
+  // ports, and for everyone who reads it (UCX does), so it is set, never 0.
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
   std::memcpy(attr, &a, std::min(attr_size, sizeof(a)));
   return 0;

@@ -173,7 +173,7 @@ struct Qp {
   // ibv_wr_start .. ibv_wr_complete (ibv_wr_post(3)): the requests built so
   // far (the first wr_count of these), posted together by wr_complete. The
   // vectors only grow: once they are as long as a program's longest chain,
-  // building a request allocates nothing (issue 16).
+  // building a request allocates nothing.
   size_t wr_count = 0;
   std::vector<ibv_send_wr> wr_list;
   std::vector<ibv_sge> wr_sges;  // one per request (wr_set_sge)

@@ -331,7 +331,7 @@ ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     return nullptr;
   }
   // IBV_QP_INIT_ATTR_CREATE_FLAGS with no flag asks for nothing (UCX sets
-  // the mask with flags 0; issue 17); none of the flags is offered.
+  // the mask with flags 0); none of the flags is offered.
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags != 0) {
     errno = EOPNOTSUPP;
     return nullptr;
