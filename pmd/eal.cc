@@ -3,6 +3,7 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_memory.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -155,7 +156,10 @@ Status MakeEalMemoryPrivate() {
     const rte_memseg* ms = rte_mem_virt2memseg(from, nullptr);
     const int fd = ms != nullptr ? rte_memseg_get_fd_thread_unsafe(ms) : -1;
     const off_t first = m.offset, last = m.offset + static_cast<off_t>(len);
-    if (fd < 0) {
+    // ENXIO: no data from `first` on. Any other failure (a file system
+    // without SEEK_DATA): copy all of it rather than lose any.
+    const bool seekable = fd >= 0 && (lseek(fd, first, SEEK_DATA) >= 0 || errno == ENXIO);
+    if (!seekable) {
       std::memcpy(copy, from, len);
     } else {
       for (off_t data = lseek(fd, first, SEEK_DATA); data >= first && data < last;
@@ -172,6 +176,8 @@ Status MakeEalMemoryPrivate() {
       munmap(copy, len);
       return IoError(std::string("mremap over EAL's memory: ") + std::strerror(err));
     }
+    // The file's pages are nobody's now: give them back (fallocate(2)).
+    if (fd >= 0) (void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, first, static_cast<off_t>(len));
   }
   return Status::Ok();
 }

@@ -6,7 +6,10 @@
 //   fork_check pair     Attached to a daemon: two forked children each open
 //                       uroce0, connect an RC QP to each other (QPN and GID
 //                       over a socketpair) and SEND 32 checked messages each
-//                       way. Exit 0 when both children did.
+//                       way, with DPDK's memory not shared with the parent.
+//                       Then the parent, whose heap the children must not
+//                       have touched, SENDs to itself over a new RC QP.
+//                       Exit 0 when all of that worked.
 //   fork_check orphan   Attached to a daemon: the parent opens uroce0, forks
 //                       a child that sleeps for ARG seconds and exits, and
 //                       prints "parent PID child PID" and leaves at once. The
@@ -81,6 +84,52 @@ static int poll_one(struct ibv_cq* cq, struct ibv_wc* wc) {
   exit(1);
 }
 
+static void connect_rc(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid* dgid, const char* who) {
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = 0};
+  modify(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, who);
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = dest_qpn;
+  a.rq_psn = 0;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 1;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.dgid = *dgid;
+  a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.port_num = 1;
+  modify(qp, &a,
+         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+             IBV_QP_MIN_RNR_TIMER,
+         who);
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.sq_psn = 0;
+  a.max_rd_atomic = 1;
+  modify(qp, &a,
+         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
+         who);
+}
+
+// Whether this process still maps DPDK's memory shared ("/memfd:nohuge"
+// with "s" in its permissions, proc(5)): a forked child's heap would then be
+// its parent's.
+static int eal_memory_shared(void) {
+  FILE* maps = fopen("/proc/self/maps", "r");
+  if (maps == NULL) die("/proc/self/maps");
+  char line[512];
+  int shared = 0;
+  while (fgets(line, sizeof(line), maps) != NULL) {
+    char perms[8] = "";
+    if (sscanf(line, "%*s %7s", perms) == 1 && perms[3] == 's' && strstr(line, "/memfd:nohuge") != NULL) shared = 1;
+  }
+  fclose(maps);
+  return shared;
+}
+
 // One child: its own device, PD, CQ and RC QP, connected over `sock` to the
 // other child's; `first` sends first.
 static void child(int sock, int first, struct ibv_device** inherited_list) {
@@ -104,33 +153,8 @@ static void child(int sock, int first, struct ibv_device** inherited_list) {
   if (write(sock, &mine, sizeof(mine)) != (ssize_t)sizeof(mine)) die("child: write");
   if (read(sock, &theirs, sizeof(theirs)) != (ssize_t)sizeof(theirs)) die("child: read");
 
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = 0};
-  modify(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "child: INIT");
-  memset(&a, 0, sizeof(a));
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = theirs.qpn;
-  a.rq_psn = 0;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = theirs.gid;
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  modify(qp, &a,
-         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-             IBV_QP_MIN_RNR_TIMER,
-         "child: RTR");
-  memset(&a, 0, sizeof(a));
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.sq_psn = 0;
-  a.max_rd_atomic = 1;
-  modify(qp, &a,
-         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
-         "child: RTS");
+  connect_rc(qp, theirs.qpn, &theirs.gid, "child: connect");
+  if (eal_memory_shared()) die("child: DPDK's memory is still shared with the parent");
   // Both ready before the first SEND (RNR retries would cover it too).
   char go = 1;
   struct ibv_sge rsge = {.addr = (uintptr_t)buf[1], .length = kSize, .lkey = mr->lkey};
@@ -198,6 +222,33 @@ static int pair(void) {
       fprintf(stderr, "fork_check: child %d failed (status 0x%x)\n", (int)kids[k], status);
       failed = 1;
     }
+  }
+  if (!failed) {
+    // The parent's own runtime, untouched by its children: a SEND to itself.
+    struct ibv_pd* pd = ibv_alloc_pd(ctx);
+    struct ibv_cq* cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+    static char buf[2][kSize];
+    struct ibv_mr* mr = pd == NULL ? NULL : ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+    struct ibv_qp* qp = mr == NULL || cq == NULL ? NULL : ibv_create_qp(pd, &ia);
+    if (qp == NULL) die("parent after its children: pd/cq/mr/qp");
+    union ibv_gid gid;
+    if (ibv_query_gid(ctx, 1, 0, &gid) != 0) die("parent: query_gid");
+    alarm(30);
+    connect_rc(qp, qp->qp_num, &gid, "parent: connect to itself");
+    memset(buf[0], 'p', kSize);
+    struct ibv_sge rsge = {.addr = (uintptr_t)buf[1], .length = kSize, .lkey = mr->lkey};
+    struct ibv_recv_wr rwr = {.sg_list = &rsge, .num_sge = 1}, *bad_r;
+    struct ibv_sge sge = {.addr = (uintptr_t)buf[0], .length = kSize, .lkey = mr->lkey};
+    struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
+                       *bad;
+    if (ibv_post_recv(qp, &rwr, &bad_r) != 0 || ibv_post_send(qp, &wr, &bad) != 0) die("parent: post");
+    struct ibv_wc wc;
+    poll_one(cq, &wc);
+    poll_one(cq, &wc);
+    if (memcmp(buf[0], buf[1], kSize) != 0) die("parent: its SEND to itself arrived wrong");
+    printf("pair: the parent's own runtime still works\n");
   }
   ibv_free_device_list(list);
   printf(failed ? "pair: FAILED\n" : "pair: both children connected and exchanged their messages\n");

@@ -9,7 +9,8 @@
 # its own (ibv_fork_init(3)). Every test passes or skips for a reason that
 # tests/rdma_core_suite.py knows.
 # Needs root (namespaces, the daemon on a kernel interface). Every process runs
-# under `timeout`; the namespaces go on every exit path.
+# under `timeout`, within Bazel's 300 s for a medium test; the namespaces go
+# on every exit path.
 #   args: UROCE RUNNER
 set -uo pipefail
 UROCE=$1
@@ -43,6 +44,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
+# A namespace of that name left by a killed run of the same pid goes first.
+ip netns del "$ns_a" 2>/dev/null
+ip netns del "$ns_b" 2>/dev/null
 ip netns add "$ns_a" && ip netns add "$ns_b" &&
   ip link add "$if_a" netns "$ns_a" type veth peer name "$if_b" netns "$ns_b" || {
   echo "FAIL: cannot make network namespaces and a veth pair here"
@@ -67,7 +71,7 @@ socket = $TMP/uroce.sock
 [endpoint.eth0]
 port = kernel:$if_a
 INI
-ip netns exec "$ns_a" timeout -k 5 900 "$UROCE" daemon --config "$TMP/daemon.ini" > "$TMP/daemon.log" 2>&1 &
+ip netns exec "$ns_a" timeout -k 5 280 "$UROCE" daemon --config "$TMP/daemon.ini" > "$TMP/daemon.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 200); do
   grep -q "control socket" "$TMP/daemon.log" 2>/dev/null && [[ -S $TMP/uroce.sock ]] && break
@@ -85,7 +89,7 @@ mkdir -p "$WORK"
 cp -r "$SRC" "$WORK/tests"
 gunzip -f "$WORK"/tests/*.gz
 status=0
-UROCE_DAEMON=$TMP/uroce.sock ip netns exec "$ns_a" timeout -k 10 600 \
+UROCE_DAEMON=$TMP/uroce.sock ip netns exec "$ns_a" timeout -k 10 240 \
   "$UROCE" exec -- "$PYTHON" "$RUNNER" "$WORK/tests" uroce0 0 test_rdmacm || status=1
 echo "== the daemon"
 UROCE_DAEMON=$TMP/uroce.sock "$UROCE" stats --daemon "$TMP/uroce.sock" | head -20

@@ -629,7 +629,7 @@ void Provider::ProgressLoop() {
     work += SignalArmedCqs();
     work += PumpAsyncEvents();
     if (application_drives) {
-      // Issue 16: a wake-up costs this 2-core VM ~50 us of the CPU the
+      // A wake-up costs a 2-core VM ~50 us of the CPU the
       // application polls on; every 50 us it took more than half of it
       // (ibv_rc_pingpong 22-34 us per iteration against 6.6-7.2). Out of its
       // way for longer: a thread that starts to wait wakes us (NoteArmed,
@@ -755,11 +755,9 @@ void Provider::Shutdown() {
   if (runtime_) {
     // At exit only the engine lcores stop and the QPs are flushed. Ports,
     // engines and pools are not torn down: the process is ending and its
-    // memory goes with it, while closing a memif port here races EAL's
-    // interrupt thread handling the peer's disconnect (both ends finish
-    // together), and other threads of the program may still call verbs
-    // during exit. A rare SIGSEGV at the exit of ibv_rc_pingpong -e was seen
-    // with the full teardown.
+    // memory goes with it, and other threads of the program may still call
+    // verbs during exit (a full teardown here would pull their engines from
+    // under them).
     runtime_->FlushQueuePairs();
     // [impair]: what was injected, for the test log (stderr: the
     // program's stdout stays its own).

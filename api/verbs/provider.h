@@ -85,7 +85,7 @@ class Provider {
   void RegisterSrq(Srq* srq);
   void UnregisterSrq(Srq* srq);
 
-  // Attached to a daemon (issue 15, isolation): the daemon learns which of
+  // Attached to a daemon (isolation between processes): the daemon learns which of
   // our RC/UC QPs are connected to QPs on the host (PEER/UNPEER, control
   // path only), and when such a peer's process ends, the progress thread
   // moves our QP to the error state (its work completes as flushed, an

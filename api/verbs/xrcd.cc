@@ -6,6 +6,7 @@
 // that same domain; the engine's domain ends with the last close.
 #include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -20,10 +21,21 @@
 namespace uroce::verbs {
 namespace {
 
+std::vector<Xrcd*>& Table();
+
 // The domains associated with a file, by engine, device and inode.
 std::mutex& TableMutex() {
-  static std::mutex m;
-  return m;
+  static std::mutex* const m = [] {
+    // In a forked child the domains are its parent's (ibv_fork_init(3);
+    // Provider::ForgetParentAfterFork), and the lock may have been held by
+    // another thread of the parent at the fork.
+    pthread_atfork(nullptr, nullptr, [] {
+      new (&TableMutex()) std::mutex();
+      Table().clear();
+    });
+    return new std::mutex();
+  }();
+  return *m;
 }
 std::vector<Xrcd*>& Table() {
   static std::vector<Xrcd*> t;
