@@ -55,7 +55,7 @@ struct SendWqeHeader {
   // (host order). IBV_WR_LOCAL_INV: invalidate_rkey.
 };
 static_assert(sizeof(SendWqeHeader) == 80 && alignof(SendWqeHeader) == 8,
-              "the fixed part of every send queue slot (issue 16)");
+              "the fixed part of every send queue slot");
 
 // A whole send work request as PostSend builds it on its stack, with room
 // for the device's largest request. Only its used part is written into the
