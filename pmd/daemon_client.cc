@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -33,8 +34,33 @@ std::string ProgramName() {
   return name.empty() ? "unknown" : TameProgramName(name);
 }
 
+bool AllowedDaemonUid(uid_t uid, uid_t self, const char* daemon_uid_env, bool* env_bad) {
+  *env_bad = false;
+  if (uid == 0 || uid == self) return true;
+  if (daemon_uid_env == nullptr || *daemon_uid_env == '\0') return false;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long allowed = std::strtoull(daemon_uid_env, &end, 10);
+  if (errno != 0 || *end != '\0' || allowed > 0xFFFFFFFEull) {
+    *env_bad = true;
+    return false;
+  }
+  return uid == static_cast<uid_t>(allowed);
+}
+
+std::string AllowedText(const char* daemon_uid_env) {
+  return daemon_uid_env != nullptr && *daemon_uid_env != '\0'
+             ? std::string("root, this user or UROCE_DAEMON_UID=") + daemon_uid_env
+             : std::string("root or this user (a daemon of another user: set UROCE_DAEMON_UID to its uid)");
+}
+
 // A connected SOCK_SEQPACKET socket to the daemon, replies bounded by 10 s.
 StatusOr<int> ConnectToDaemon(const std::string& socket_path) {
+  const char* daemon_uid_env = secure_getenv("UROCE_DAEMON_UID");
+  if (Status path = CheckDaemonSocketPath(socket_path, geteuid(), daemon_uid_env);
+      !path.ok() && path.code() != StatusCode::kNotFound) {
+    return path;
+  }
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.empty() || socket_path.size() >= sizeof(addr.sun_path)) {
@@ -53,6 +79,19 @@ StatusOr<int> ConnectToDaemon(const std::string& socket_path) {
     }
     return IoError("cannot reach uroce daemon at " + socket_path + ": " + std::strerror(e));
   }
+  // Who answered (unix(7), SO_PEERCRED: the credentials of the process
+  // that created the listening socket, fixed at connect).
+  ucred peer{};
+  socklen_t peer_length = sizeof(peer);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_length) != 0) {
+    const int e = errno;
+    close(fd);
+    return IoError("uroce daemon at " + socket_path + ": cannot learn who it is: " + std::strerror(e));
+  }
+  if (Status who = CheckDaemonPeer(peer.uid, peer.pid, geteuid(), daemon_uid_env, socket_path); !who.ok()) {
+    close(fd);
+    return who;
+  }
   // The daemon answers at once (it only starts a port): bound the wait.
   timeval limit{10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
@@ -61,6 +100,44 @@ StatusOr<int> ConnectToDaemon(const std::string& socket_path) {
 }
 
 }  // namespace
+
+Status CheckDaemonPeer(uid_t peer_uid, pid_t peer_pid, uid_t self, const char* daemon_uid_env,
+                       const std::string& socket_path) {
+  bool env_bad = false;
+  if (AllowedDaemonUid(peer_uid, self, daemon_uid_env, &env_bad)) return Status::Ok();
+  if (env_bad) {
+    return InvalidArgument(std::string("UROCE_DAEMON_UID='") + daemon_uid_env + "' is not a uid");
+  }
+  return PermissionDenied("uroce daemon at " + socket_path + " is run by uid " + std::to_string(peer_uid) + " (pid " +
+                          std::to_string(peer_pid) + "), not " + AllowedText(daemon_uid_env) +
+                          ": refusing its configuration");
+}
+
+Status CheckDaemonSocketPath(const std::string& socket_path, uid_t self, const char* daemon_uid_env) {
+  struct stat socket_stat{};
+  if (lstat(socket_path.c_str(), &socket_stat) != 0) {
+    if (errno == ENOENT) return NotFound("no socket at " + socket_path);
+    return IoError("cannot look at " + socket_path + ": " + std::strerror(errno));
+  }
+  bool env_bad = false;
+  if (!S_ISSOCK(socket_stat.st_mode)) return FailedPrecondition(socket_path + " is not a socket");
+  if (!AllowedDaemonUid(socket_stat.st_uid, self, daemon_uid_env, &env_bad)) {
+    if (env_bad) return InvalidArgument(std::string("UROCE_DAEMON_UID='") + daemon_uid_env + "' is not a uid");
+    return PermissionDenied(socket_path + " belongs to uid " + std::to_string(socket_stat.st_uid) + ", not " +
+                            AllowedText(daemon_uid_env) + ": refusing it");
+  }
+  const size_t slash = socket_path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : socket_path.substr(0, slash);
+  struct stat dir_stat{};
+  if (stat(dir.c_str(), &dir_stat) != 0) return IoError("cannot look at " + dir + ": " + std::strerror(errno));
+  if ((dir_stat.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (dir_stat.st_mode & S_ISVTX) == 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(dir_stat.st_mode & 07777));
+    return PermissionDenied("the directory of " + socket_path + " (mode " + mode +
+                            ") lets other users replace the daemon's socket: refusing it (make it 0755)");
+  }
+  return Status::Ok();
+}
 
 namespace {
 
@@ -121,11 +198,19 @@ StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string
   if (!parsed.ok()) {
     return Status(parsed.status().code(), "uroce daemon at " + socket_path + ": " + parsed.status().message());
   }
-  if (session->shm_fds_.empty() || truncated) {
-    return IoError("uroce daemon at " + socket_path + ": the reply carried no port (an older daemon?)");
+  // Only the configuration a daemon writes is taken (ParseAttachGrant), and
+  // what gets loaded is our own text of it.
+  auto grant = ParseAttachGrant(parsed->config_text, parsed->slot);
+  if (!grant.ok()) {
+    return Status(grant.status().code(), "uroce daemon at " + socket_path +
+                                             ": refusing the configuration it handed out: " + grant.status().message());
+  }
+  if (session->shm_fds_.size() != grant->endpoints.size() || truncated) {
+    return IoError("uroce daemon at " + socket_path + ": the reply carried " + std::to_string(session->shm_fds_.size()) +
+                   " ports for " + std::to_string(grant->endpoints.size()) + " uplinks");
   }
   session->slot_ = parsed->slot;
-  session->config_text_ = std::move(parsed->config_text);
+  session->config_text_ = FormatGrantConfig(*grant);
   return session;
 }
 

@@ -6,6 +6,8 @@
 // one thread (the provider's progress thread); the rest from any thread.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -21,6 +23,23 @@ namespace uroce::pmd {
 
 // UROCE_DAEMON (read with secure_getenv(3)), or the default socket.
 std::string DaemonSocketPath();
+
+// Whom a process takes a configuration from. Whoever answers on the
+// daemon's socket chooses the ports, addresses and QPNs the program uses,
+// so the answer is taken only from a daemon run by root, by this process's
+// own effective user (no boundary: it could ptrace us anyway) or by the uid
+// in UROCE_DAEMON_UID (secure_getenv(3); a daemon run by a service user).
+// Pure, for tests: `daemon_uid_env` is the variable's value or null.
+Status CheckDaemonPeer(uid_t peer_uid, pid_t peer_pid, uid_t self, const char* daemon_uid_env,
+                       const std::string& socket_path);
+// The socket's own file and its directory, before connecting: the socket
+// must be a socket, owned by an allowed uid (CheckDaemonPeer), and the
+// directory must not let other users replace it (writable by group or
+// others only with the sticky bit, as /tmp). A failure names the path and
+// what is wrong. The peer's credentials are checked after connecting as
+// well: the directory check only turns a misconfiguration into a clear
+// error early.
+Status CheckDaemonSocketPath(const std::string& socket_path, uid_t self, const char* daemon_uid_env);
 
 // The daemon's STATS answer (attached processes, uplink, switch counters),
 // without attaching. kNotFound when nobody listens at `socket_path`.

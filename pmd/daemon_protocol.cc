@@ -240,9 +240,8 @@ bool IsLinkChange(std::string_view message) {
 
 bool IsNotification(std::string_view message) { return StartsWithWord(message, kPeerGone) || IsLinkChange(message); }
 
-std::string FormatAttachReply(const AttachGrant& grant) {
-  std::string text = std::string(kOk) + " slot=" + std::to_string(grant.slot) + "\n";
-  text += "; handed out by uroce daemon: slot " + std::to_string(grant.slot) + "\n";
+std::string FormatGrantConfig(const AttachGrant& grant) {
+  std::string text = "; handed out by uroce daemon: slot " + std::to_string(grant.slot) + "\n";
   text += "[eal]\nhugepages = no\nlog_level = *:error\ntelemetry = no\n";
   text += "[engine]\nprogress = inline\n";
   for (size_t k = 0; k < grant.endpoints.size(); ++k) {
@@ -275,6 +274,152 @@ std::string FormatAttachReply(const AttachGrant& grant) {
     text += "link_timeout_ms = 10000\n";
   }
   return text;
+}
+
+std::string FormatAttachReply(const AttachGrant& grant) {
+  return std::string(kOk) + " slot=" + std::to_string(grant.slot) + "\n" + FormatGrantConfig(grant);
+}
+
+namespace {
+
+// Text from the other side, fit to quote in a message: printable ASCII, at
+// most 80 bytes.
+std::string Quotable(std::string_view text) {
+  std::string out(text.substr(0, 80));
+  for (char& c : out) {
+    if (c < ' ' || c > '~') c = '?';
+  }
+  return out;
+}
+
+bool ValidEndpointName(std::string_view name) {
+  if (name.empty() || name.size() > 32) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+// "KEY = VALUE" with this key: the value.
+bool TakeSetting(std::string_view line, std::string_view key, std::string* value) {
+  if (line.size() < key.size() + 3 || line.substr(0, key.size()) != key || line.substr(key.size(), 3) != " = ") {
+    return false;
+  }
+  *value = std::string(line.substr(key.size() + 3));
+  return true;
+}
+
+}  // namespace
+
+StatusOr<AttachGrant> ParseAttachGrant(std::string_view config_text, uint32_t slot) {
+  if (config_text.size() > kMaxControlMessage) return InvalidArgument("the configuration is too long");
+  if (slot == 0 || slot > kDaemonMaxProcesses) return InvalidArgument("slot " + std::to_string(slot) + " is not a slot");
+  // Read what varies (each uplink's name, addresses, MAC and MTU), then
+  // write the grant back and demand the very same text: every other line,
+  // key and value is then the daemon's fixed one.
+  AttachGrant grant;
+  grant.slot = slot;
+  size_t start = 0;
+  while (start < config_text.size()) {
+    const size_t end = std::min(config_text.find('\n', start), config_text.size());
+    const std::string_view line = config_text.substr(start, end - start);
+    start = end + 1;
+    std::string value;
+    if (line.substr(0, 10) == "[endpoint." && line.size() > 11 && line.back() == ']') {
+      if (grant.endpoints.size() == kMaxUplinks) return InvalidArgument("more than " + std::to_string(kMaxUplinks) + " uplinks");
+      GrantEndpoint e;
+      e.name = std::string(line.substr(10, line.size() - 11));
+      if (!ValidEndpointName(e.name)) return InvalidArgument("not an endpoint name: " + std::string(line));
+      grant.endpoints.push_back(std::move(e));
+    } else if (grant.endpoints.empty()) {
+      continue;
+    } else if (TakeSetting(line, "gids", &value)) {
+      GrantEndpoint& e = grant.endpoints.back();
+      if (!e.gids.empty()) return InvalidArgument("a second gids line: " + std::string(line));
+      for (size_t from = 0; from <= value.size();) {
+        const size_t comma = std::min(value.find(',', from), value.size());
+        transport::Gid gid{};
+        if (e.gids.size() == kMaxGrantGids || !ParseIpAddress(value.substr(from, comma - from), &gid)) {
+          return InvalidArgument("not the uplink's addresses: " + std::string(line));
+        }
+        e.gids.push_back(gid);
+        from = comma + 1;
+      }
+    } else if (TakeSetting(line, "mac", &value)) {
+      if (!ParseMacAddress(value, &grant.endpoints.back().mac) || (grant.endpoints.back().mac[0] & 1) != 0) {
+        return InvalidArgument("not a unicast MAC: " + std::string(line));
+      }
+    } else if (TakeSetting(line, "mtu", &value)) {
+      uint64_t mtu = 0;
+      if (!ParseDecimal(value, 9216, &mtu) || mtu < 68) return InvalidArgument("not an MTU: " + std::string(line));
+      grant.endpoints.back().mtu = static_cast<uint32_t>(mtu);
+    }
+  }
+  if (grant.endpoints.empty()) return InvalidArgument("the configuration grants no uplink");
+  for (const GrantEndpoint& e : grant.endpoints) {
+    if (e.gids.empty()) return InvalidArgument("[endpoint." + e.name + "] has no addresses");
+  }
+  const std::string expected = FormatGrantConfig(grant);
+  if (expected != config_text) {
+    size_t a = 0, line_number = 1;
+    while (a < expected.size() && a < config_text.size() && expected[a] == config_text[a]) {
+      if (expected[a] == '\n') ++line_number;
+      ++a;
+    }
+    const size_t from = config_text.rfind('\n', a == 0 ? 0 : a - 1);
+    const size_t begin = from == std::string_view::npos || a == 0 ? 0 : from + 1;
+    const std::string_view bad = config_text.substr(begin, config_text.find('\n', begin) - begin);
+    return InvalidArgument("line " + std::to_string(line_number) + " is not what uroce daemon writes: '" +
+                           Quotable(bad) + "'");
+  }
+  return grant;
+}
+
+bool ValidInterfaceName(std::string_view name) {
+  if (name.empty() || name.size() > 15 || name == "." || name == "..") return false;
+  return std::all_of(name.begin(), name.end(), [](char c) { return c > ' ' && c < 0x7f && c != '/' && c != ':'; });
+}
+
+StatusOr<std::vector<DeviceLine>> ParseDevicesReply(std::string_view text) {
+  if (text.size() > kMaxControlMessage) return InvalidArgument("the DEVICES answer is too long");
+  std::vector<DeviceLine> devices;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    const std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.empty()) continue;
+    const std::vector<std::string_view> words = Words(line);
+    std::string_view netdev, gids;
+    DeviceLine d;
+    d.index = static_cast<unsigned>(devices.size());
+    if (words.size() != 4 || words[0] != "device" || words[1] != "uroce" + std::to_string(d.index) ||
+        !TakeValue(words[2], "netdev", &netdev) || !TakeValue(words[3], "gids", &gids)) {
+      return InvalidArgument("the DEVICES answer has a line that is not the next device: '" + Quotable(line) + "'");
+    }
+    if (devices.size() == kMaxUplinks) return InvalidArgument("the DEVICES answer has more than " + std::to_string(kMaxUplinks) + " devices");
+    if (netdev != "-") {
+      if (!ValidInterfaceName(netdev)) {
+        return InvalidArgument("the DEVICES answer names no interface: netdev='" + Quotable(netdev) + "'");
+      }
+      d.netdev = std::string(netdev);
+    }
+    for (size_t from = 0; from <= gids.size();) {
+      const size_t comma = std::min(gids.find(',', from), gids.size());
+      const std::string_view hex = gids.substr(from, comma - from);
+      if (hex.size() != 32 || hex.find_first_not_of("0123456789abcdef") != std::string_view::npos ||
+          d.gids.size() == kMaxGrantGids) {
+        return InvalidArgument("the DEVICES answer has a GID that is not 32 hex digits: '" + Quotable(hex) + "'");
+      }
+      transport::Gid gid{};
+      for (size_t b = 0; b < 16; ++b) {
+        auto nibble = [](char c) { return static_cast<uint8_t>(c <= '9' ? c - '0' : c - 'a' + 10); };
+        gid[b] = static_cast<uint8_t>(nibble(hex[2 * b]) << 4 | nibble(hex[2 * b + 1]));
+      }
+      d.gids.push_back(gid);
+      from = comma + 1;
+    }
+    devices.push_back(std::move(d));
+  }
+  return devices;
 }
 
 StatusOr<AttachReply> ParseAttachReply(std::string_view message) {

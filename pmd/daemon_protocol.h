@@ -142,8 +142,37 @@ struct AttachGrant {
   std::vector<GrantEndpoint> endpoints;
 };
 
-// "OK slot=S\n" and the process's configuration.
+// "OK slot=S\n" and the process's configuration (FormatGrantConfig).
 std::string FormatAttachReply(const AttachGrant& grant);
+// The configuration the daemon hands a process: EAL without hugepages,
+// inline progress, and per uplink K `port = shm:daemon:K`, its addresses,
+// MAC and MTU, loopback off, the slot's QPN range, the host's addresses as
+// neighbours at the uplink's MAC.
+std::string FormatGrantConfig(const AttachGrant& grant);
+// The grant in a configuration text the daemon sent for `slot`, accepted
+// only when it is exactly what FormatGrantConfig writes for it: whoever
+// answers on the daemon's socket could otherwise choose any port (a vdev
+// that writes files), EAL arguments (-d loads a shared object) or
+// impairments for the program. kInvalidArgument names the first line that
+// differs. To give processes something new, the daemon must write it and
+// this parser learn it together.
+StatusOr<AttachGrant> ParseAttachGrant(std::string_view config_text, uint32_t slot);
+
+// A network interface name as the kernel allows one (netdevice(7): at most
+// IFNAMSIZ - 1 bytes; no '/', ':' or white space; not "." or ".."), so that
+// it is safe as one component of a path.
+bool ValidInterfaceName(std::string_view name);
+
+// The DEVICES answer: "device uroceK netdev=NAME|- gids=HEX32[,HEX32...]",
+// one line per uplink in order. Names are checked (ValidInterfaceName), at
+// most kMaxUplinks devices and kMaxGrantGids addresses each.
+constexpr size_t kMaxGrantGids = 16;
+struct DeviceLine {
+  unsigned index = 0;
+  std::string netdev;  // empty for "-" (no kernel interface)
+  std::vector<transport::Gid> gids;
+};
+StatusOr<std::vector<DeviceLine>> ParseDevicesReply(std::string_view text);
 // The slot and the configuration text of an OK reply; an ERROR reply is
 // kFailedPrecondition with the daemon's reason; anything else kInvalidArgument.
 struct AttachReply {

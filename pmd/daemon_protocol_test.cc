@@ -94,6 +94,90 @@ TEST(DaemonProtocolTest, GrantIsAConfigurationOnTheDaemonsSharedMemoryPort) {
   EXPECT_EQ(config->progress, ProgressMode::kInline);
 }
 
+AttachGrant TwoUplinkGrant() {
+  AttachGrant grant;
+  grant.slot = 7;
+  GrantEndpoint g;
+  g.name = "eth0";
+  g.mac = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
+  ParseIpAddress("10.1.2.3", &g.gids.emplace_back());
+  ParseIpAddress("fd00::3", &g.gids.emplace_back());
+  grant.endpoints.push_back(g);
+  g.name = "second_1";
+  g.mac[5] = 0x57;
+  g.gids.resize(1);
+  ParseIpAddress("10.9.9.9", &g.gids[0]);
+  g.mtu = 9000;
+  grant.endpoints.push_back(g);
+  return grant;
+}
+
+// A process takes from the daemon's socket only the configuration a daemon
+// writes: whoever answers there could otherwise load a shared object into
+// it (EAL -d), give it a port that writes files (net_pcap) or impair it.
+TEST(DaemonProtocolTest, GrantRefusesEverythingTheDaemonDoesNotWrite) {
+  const AttachGrant grant = TwoUplinkGrant();
+  const std::string text = FormatGrantConfig(grant);
+  EXPECT_EQ(FormatAttachReply(grant), "OK slot=7\n" + text);
+  auto parsed = ParseAttachGrant(text, 7);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString() << "\n" << text;
+  ASSERT_EQ(parsed->endpoints.size(), 2u);
+  EXPECT_EQ(parsed->endpoints[1].name, "second_1");
+  EXPECT_EQ(parsed->endpoints[1].mtu, 9000u);
+  EXPECT_EQ(parsed->endpoints[0].gids, grant.endpoints[0].gids);
+  EXPECT_EQ(FormatGrantConfig(*parsed), text);
+
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    const size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return t.replace(at, from.size(), to);
+  };
+  const std::vector<std::string> hostile = {
+      text + "[eal]\nallow_driver_load = yes\nargs = -d /tmp/x.so\n",
+      with("[eal]\n", "[eal]\nallow_driver_load = yes\nargs = -d /tmp/x.so\n"),
+      with("port = shm:daemon:0", "port = net_pcap0,tx_pcap=/etc/x"),
+      with("port = shm:daemon:1", "port = shm:daemon:0"),
+      text + "[impair]\nloss = 1\n",
+      with("qpn_range = 458752+65536", "qpn_range = 65536+65536"),
+      with("loopback = no", "loopback = yes"),
+      with("mtu = 1500", "mtu = 1500\nrx_descriptors = 8"),
+      with("hugepages = no", "hugepages = yes"),
+      with("link_timeout_ms = 10000", "link_timeout_ms = 1"),
+      with("10.1.2.3=52:54:00:12:34:56", "10.1.2.3=02:66:66:66:66:66"),
+      with("mac = 52:54:00:12:34:56", "mac = 03:54:00:12:34:56"),
+      with("[endpoint.eth0]", "[endpoint.../x]"),
+      with("gids = 10.1.2.3,fd00::3", "gids = 10.1.2.3,fd00::3,"),
+      with("; handed out by uroce daemon: slot 7", "; handed out by uroce daemon: slot 8"),
+      text + "\n",
+      "",
+  };
+  for (const std::string& bad : hostile) {
+    EXPECT_FALSE(ParseAttachGrant(bad, 7).ok()) << bad;
+  }
+  EXPECT_FALSE(ParseAttachGrant(text, 8).ok());  // another slot's lease
+  EXPECT_FALSE(ParseAttachGrant(text, 0).ok());
+  auto refused = ParseAttachGrant(hostile[1], 7);
+  EXPECT_NE(refused.status().message().find("line 3 is not what uroce daemon writes: 'allow_driver_load = yes'"),
+            std::string::npos)
+      << refused.status().ToString();
+}
+
+TEST(DaemonProtocolTest, DevicesAnswerNamesOnlyInterfaces) {
+  auto ok = ParseDevicesReply("device uroce0 netdev=eth0 gids=00000000000000000000ffff0a000001\n");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ((*ok)[0].netdev, "eth0");
+  for (const char* name : {"../../../../tmp/x", "..", ".", "a/b", "a:b", "sixteen_bytes_xx", ""}) {
+    EXPECT_FALSE(ValidInterfaceName(name)) << name;
+    const std::string line = std::string("device uroce0 netdev=") + name + " gids=00000000000000000000ffff0a000001\n";
+    EXPECT_FALSE(ParseDevicesReply(line).ok()) << line;
+  }
+  for (const char* name : {"eth0", "veth-a.1", "fifteen_bytes_x", "uk1234-a2"}) EXPECT_TRUE(ValidInterfaceName(name)) << name;
+  std::string many;
+  for (int i = 0; i < 9; ++i) many += "device uroce" + std::to_string(i) + " netdev=- gids=00000000000000000000ffff0a000001\n";
+  EXPECT_FALSE(ParseDevicesReply(many).ok());
+}
+
 TEST(DaemonProtocolTest, ErrorRepliesCarryTheDaemonsReason) {
   auto reply = ParseAttachReply("ERROR the daemon serves 64 processes already");
   ASSERT_FALSE(reply.ok());

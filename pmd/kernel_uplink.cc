@@ -19,6 +19,7 @@
 
 #include "pmd/port.h"
 #include "pmd/runtime.h"
+#include "pmd/udp_port_holders.h"
 #include "xdp/steer_program.h"
 
 namespace uroce::pmd {
@@ -93,13 +94,13 @@ StatusOr<std::unique_ptr<KernelUplink>> KernelUplink::Open(const EndpointConfig&
     return InvalidArgument("mtu " + std::to_string(ec.mtu) + " is above interface " + kif.name + "'s mtu " +
                            std::to_string(kif.mtu));
   }
+  // Port 4791 is held before any frame flows: whoever else held it would
+  // receive every RoCE frame the kernel sees (BindUdpGuards).
+  UROCE_RETURN_IF_ERROR(up->BindUdpGuards());
   Status xdp = NotSupported("kernel_io = af_packet");
   if (ec.kernel_io != KernelIo::kAfPacket) {
     xdp = up->OpenAfXdp(ec, kif, pool);
-    if (xdp.ok()) {
-      up->BindUdpGuards(notes);
-      return up;
-    }
+    if (xdp.ok()) return up;
     up->RemovePort();
     if (ec.kernel_io == KernelIo::kAfXdp) return xdp;
     *notes += "af_xdp on " + kif.name + " failed (" + xdp.message() +
@@ -110,7 +111,6 @@ StatusOr<std::unique_ptr<KernelUplink>> KernelUplink::Open(const EndpointConfig&
     up->RemovePort();
     return packet;
   }
-  up->BindUdpGuards(notes);
   return up;
 }
 
@@ -197,15 +197,37 @@ int g_guard_fds[2] = {-1, -1};
 int g_guard_users = 0;
 }  // namespace
 
-void KernelUplink::BindUdpGuards(std::string* notes) {
-  guarded_ = true;
-  if (g_guard_users++ != 0) return;
-  // Bound, never read: RoCE frames the kernel also gets fill its buffer
-  // and are dropped there, instead of drawing ICMP port unreachable.
+Status KernelUplink::BindUdpGuards() {
+  if (g_guard_users != 0) {
+    ++g_guard_users;
+    guarded_ = true;
+    return Status::Ok();
+  }
+  // Bound, never read: RoCE frames the kernel also gets (af_packet shows it
+  // every frame; af_xdp passes it those of a queue with no socket) fill the
+  // guards' buffers and are dropped there, instead of drawing ICMP port
+  // unreachable. And nobody else may hold the port: a local user who bound
+  // 4791 first would receive, from the kernel, the headers and payload of
+  // every SEND, WRITE and READ response to every attached process. So fail
+  // closed. No SO_REUSEADDR or SO_REUSEPORT: without them Linux refuses any
+  // later bind of port 4791 on this namespace, on a wildcard, a specific
+  // address or a device (ip(7), udp(7)), and a bind of ours fails while any
+  // such socket exists.
   const int families[2] = {AF_INET, AF_INET6};
+  int fds[2] = {-1, -1};
+  auto close_held = [&fds] {
+    for (int held : fds) {
+      if (held >= 0) close(held);
+    }
+  };
   for (int i = 0; i < 2; ++i) {
     const int fd = socket(families[i], SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;  // no IPv6 in this kernel, say
+    if (fd < 0) {
+      if (errno == EAFNOSUPPORT) continue;  // no IPv6 in this kernel: nothing to deliver to either
+      const Status error = IoError(Errno("socket for the UDP 4791 guard"));
+      close_held();
+      return error;
+    }
     int bound = -1;
     if (families[i] == AF_INET) {
       sockaddr_in a{};
@@ -221,15 +243,29 @@ void KernelUplink::BindUdpGuards(std::string* notes) {
       bound = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
     }
     if (bound != 0) {
-      if (errno == EADDRINUSE) {
-        *notes += std::string("UDP port 4791 (") + (i == 0 ? "IPv4" : "IPv6") +
-                  ") is taken on this host: is the kernel's rdma_rxe on it? It would answer uroce's peers too\n";
-      }
+      const int bind_errno = errno;
       close(fd);
-      continue;
+      close_held();
+      const std::string family = i == 0 ? "IPv4" : "IPv6";
+      if (bind_errno != EADDRINUSE) {
+        return IoError("cannot bind UDP port 4791 (" + family + "): " + std::strerror(bind_errno));
+      }
+      std::string who;
+      for (const UdpPortHolder& h : UdpPortHolders(kRoceV2Port)) {
+        who += (who.empty() ? "" : "; ") + DescribeHolder(h);
+      }
+      if (who.empty()) who = "somebody this process cannot see";
+      return FailedPrecondition("UDP port 4791 (" + family + ") is held by " + who +
+                                ": it would receive every RoCE frame the kernel sees; refusing to start (stop it, "
+                                "or run the daemon in a network namespace of its own)");
     }
-    g_guard_fds[i] = fd;
+    fds[i] = fd;
   }
+  g_guard_fds[0] = fds[0];
+  g_guard_fds[1] = fds[1];
+  g_guard_users = 1;
+  guarded_ = true;
+  return Status::Ok();
 }
 
 void KernelUplink::RemovePort() {

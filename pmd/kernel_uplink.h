@@ -11,10 +11,12 @@
 //
 // af_packet (DPDK's net_af_packet), where XDP cannot load (an older kernel,
 // another XDP program on the interface, no CAP_BPF): uroce reads every frame
-// of the interface and the kernel still sees them all, RoCE included. A UDP
-// socket bound to port 4791 keeps the kernel from answering RoCE frames with
-// ICMP port unreachable (it binds in af_xdp mode as well, for frames of a
-// queue with no socket).
+// of the interface and the kernel still sees them all, RoCE included. UDP
+// sockets bound to port 4791 (IPv4 and IPv6, before the port opens) keep the
+// kernel from answering RoCE frames with ICMP port unreachable and keep any
+// other local socket from receiving them; an uplink refuses to open while
+// somebody else holds the port, and names the holder (pmd/udp_port_holders.h).
+// They are bound in af_xdp mode as well, for frames of a queue with no socket.
 //
 // Either way the kernel owns the addresses: the daemon never answers ARP/ND
 // for them, and learns neighbours from the kernel (pmd/kernel_neighbors.h).
@@ -58,7 +60,7 @@ class KernelUplink {
   Status OpenAfPacket(const EndpointConfig& ec, const KernelInterface& kif, rte_mempool* pool);
   Status StartProbed(const std::string& devargs, const EndpointConfig& ec, rte_mempool* pool, uint16_t queues);
   void RemovePort();
-  void BindUdpGuards(std::string* notes);
+  Status BindUdpGuards();  // fails while anybody else holds UDP 4791
 
   std::string interface_;
   std::string vdev_;  // the probed device's name, empty when none

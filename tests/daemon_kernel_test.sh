@@ -17,7 +17,10 @@
 #      programs see uroce0 and uroce1; ibv_rc_pingpong from uroce0 to
 #      uroce1's address (between the switches, on no wire); ib_write_bw
 #      over uroce1, and rping to
-#      each peer (rdma_cm picks the device the host's route leads through).
+#      each peer (rdma_cm picks the device the host's route leads through);
+#   6. another user (uid 65534) holding UDP port 4791 on a wildcard or the
+#      host's address before the daemon starts: the daemon refuses to start
+#      and names the holder.
 # Needs root (namespaces, XDP). Every process runs under `timeout`; the
 # namespaces go on every exit path. No assertion on speed.
 #   args: UROCE OTHER_XDP_OBJECT
@@ -363,6 +366,58 @@ grep -qE "^uplink rx_frames=[1-9][0-9]* .*device=uroce1 name=second" <<<"$stats"
 stop_daemon a
 stop_daemon c
 stop_daemon b
+
+echo "== 6. another user holding UDP 4791 first: the daemon refuses to start"
+# Whoever holds port 4791 in the uplink's namespace gets, from the kernel,
+# every RoCE datagram to the host (af_packet shows the kernel every frame).
+# An unprivileged user (uid 65534, no groups) binds it before the daemon
+# starts; the daemon must refuse to start and name the holder, and the
+# squatter must receive nothing.
+chmod 755 "$TMP"
+mkdir "$TMP/squat" && chown 65534:65534 "$TMP/squat"
+for squat in "0.0.0.0 af_packet" ":: auto" "10.75.0.1 af_packet"; do
+  read -r addr io <<<"$squat"
+  rm -f "$TMP/squat/s.ready" "$TMP/squat/s.count"
+  "${A[@]}" setpriv --reuid=65534 --regid=65534 --clear-groups -- timeout 40 /usr/bin/python3 -c '
+import socket, sys
+addr, out = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_DGRAM)
+if ":" in addr: s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+s.bind((addr, 4791)); s.settimeout(0.2); open(out + ".ready", "w").close(); n = 0
+while True:
+    try: s.recv(65536); n += 1
+    except socket.timeout: pass
+    with open(out + ".count", "w") as f: f.write(str(n))
+' "$addr" "$TMP/squat/s" > "$TMP/squat.log" 2>&1 &
+  squatter=$!
+  pids+=("$squatter")
+  for _ in $(seq 100); do [[ -e $TMP/squat/s.ready ]] && break; sleep 0.1; done
+  [[ -e $TMP/squat/s.ready ]] || fail "the squatter could not bind $addr:4791: $(cat "$TMP/squat.log")"
+  squatter_pid=$(pgrep -P "$squatter" -f python3 | head -1)
+  write_config a A "$if_a" "$io"
+  "${A[@]}" timeout -k 5 60 "$UROCE" daemon --config "$TMP/a.ini" > "$TMP/a.log" 2>&1 &
+  a_pid=$!
+  pids+=("$a_pid")
+  for _ in $(seq 150); do kill -0 "$a_pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$a_pid" 2>/dev/null; then
+    fail "daemon a ($io) started while uid 65534 held $addr:4791: $(cat "$TMP/a.log")"
+    # The attack itself: RoCE to the host reaches the squatter.
+    UROCE_DAEMON=$TMP/a.sock "${A[@]}" timeout 20 "$UROCE" exec -- ibv_devices > /dev/null 2>&1
+    stop_daemon a
+  else
+    wait "$a_pid"
+    rc=$?
+    if [[ $rc -ne 0 ]] && grep -q "UDP port 4791 (IPv[46]) is held by uid 65534 (pid $squatter_pid python3)" "$TMP/a.log"; then
+      echo "ok: daemon ($io) refused $addr:4791 held by another user: $(grep -o 'UDP port 4791.*python3)' "$TMP/a.log")"
+    else
+      fail "daemon a ($io, squatter on $addr pid $squatter_pid) exited $rc without naming the holder: $(cat "$TMP/a.log")"
+    fi
+  fi
+  kill "$squatter" 2>/dev/null
+  wait "$squatter" 2>/dev/null
+  [[ $(cat "$TMP/squat/s.count" 2>/dev/null || echo 0) == 0 ]] ||
+    fail "the squatter on $addr:4791 received $(cat "$TMP/squat/s.count") datagrams"
+done
 
 if [[ $FAILS -ne 0 ]]; then
   echo "--- daemon a:"; cat "$TMP/a.log"; echo "--- daemon b:"; cat "$TMP/b.log"

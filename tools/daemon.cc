@@ -219,6 +219,16 @@ Status Daemon::Listen() {
     if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
       return IoError("cannot create " + dir + ": " + std::strerror(errno));
     }
+    // Programs refuse a socket that others could replace
+    // (pmd::CheckDaemonSocketPath): say so here, at once.
+    struct stat dir_stat{};
+    if (stat(dir.c_str(), &dir_stat) != 0 || !S_ISDIR(dir_stat.st_mode)) {
+      return IoError(dir + " is not a directory");
+    }
+    if ((dir_stat.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (dir_stat.st_mode & S_ISVTX) == 0) {
+      return FailedPrecondition(dir + " is writable by other users, who could replace the control socket: give the "
+                                "daemon a directory of its own ([daemon] socket)");
+    }
   }
   listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) return IoError(std::string("socket: ") + std::strerror(errno));

@@ -83,6 +83,17 @@ std::string InterfaceHolding(const std::vector<transport::Gid>& gids) {
   return found;
 }
 
+Status CheckRelativePath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return InvalidArgument("not a relative path: '" + path + "'");
+  for (size_t start = 0; start <= path.size();) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    const std::string part = path.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return InvalidArgument("a path leaves its tree: '" + path + "'");
+    start = end + 1;
+  }
+  return Status::Ok();
+}
+
 Status MakeDirs(const std::string& path) {
   for (size_t slash = path.find('/', 1); ; slash = path.find('/', slash + 1)) {
     const std::string part = slash == std::string::npos ? path : path.substr(0, slash);
@@ -139,35 +150,16 @@ StatusOr<std::vector<PresentedDevice>> DevicesOfConfig(const std::string& config
 }
 
 StatusOr<std::vector<PresentedDevice>> ParseDaemonDevices(const std::string& text) {
+  // Strict (pmd::ParseDevicesReply): the names become paths that root
+  // creates below, so a name that is not an interface's is refused.
+  auto lines = pmd::ParseDevicesReply(text);
+  if (!lines.ok()) return IoError(lines.status().message());
   std::vector<PresentedDevice> devices;
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.empty()) continue;
-    std::istringstream words(line);
-    std::string word, name, netdev, gids;
-    words >> word >> name >> netdev >> gids;
-    if (word != "device" || name.rfind("uroce", 0) != 0 || netdev.rfind("netdev=", 0) != 0 ||
-        gids.rfind("gids=", 0) != 0) {
-      return IoError("the daemon's DEVICES answer has a line that is not a device: " + line);
-    }
+  for (pmd::DeviceLine& line : *lines) {
     PresentedDevice d;
-    d.index = static_cast<unsigned>(devices.size());
-    if (name != "uroce" + std::to_string(d.index)) return IoError("the daemon's devices are out of order: " + name);
-    d.netdev = netdev.substr(7) == "-" ? "" : netdev.substr(7);
-    std::string list = gids.substr(5);
-    for (size_t start = 0; start < list.size();) {
-      const size_t end = std::min(list.find(',', start), list.size());
-      const std::string hex = list.substr(start, end - start);
-      if (hex.size() != 32 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
-        return IoError("the daemon's DEVICES answer has a GID that is not 32 hex digits: " + hex);
-      }
-      transport::Gid gid{};
-      for (size_t b = 0; b < 16; ++b) gid[b] = static_cast<uint8_t>(std::stoul(hex.substr(2 * b, 2), nullptr, 16));
-      d.gids.push_back(gid);
-      start = end + 1;
-    }
-    if (d.netdev.empty()) d.netdev = InterfaceHolding(d.gids);
+    d.index = line.index;
+    d.gids = std::move(line.gids);
+    d.netdev = line.netdev.empty() ? InterfaceHolding(d.gids) : std::move(line.netdev);
     devices.push_back(std::move(d));
   }
   return devices;
@@ -231,6 +223,11 @@ Status PresentDeviceFiles(const std::vector<PresentedDevice>& devices) {
   if (mount("tmpfs", root.c_str(), "tmpfs", MS_NOSUID, "mode=0755") != 0) return Errno("tmpfs on " + root);
 
   const DeviceTree tree = BuildDeviceTree(devices, static_cast<unsigned>(sysconf(_SC_NPROCESSORS_CONF)));
+  // Every path stays below the scratch tree: no absolute path, no "." or
+  // ".." component (the names in it came from the daemon, checked there).
+  for (const auto& [path, text] : tree.sys_files) UROCE_RETURN_IF_ERROR(CheckRelativePath(path));
+  for (const std::string& dir : tree.sys_dirs) UROCE_RETURN_IF_ERROR(CheckRelativePath(dir));
+  for (const auto& [path, minor] : tree.char_devices) UROCE_RETURN_IF_ERROR(CheckRelativePath(path));
   for (const char* d : {"/sys/upper", "/sys/work", "/dev/upper", "/dev/work", "/keep"}) {
     UROCE_RETURN_IF_ERROR(MakeDirs(root + d));
   }

@@ -66,7 +66,11 @@ TEST(DeviceFilesTest, DaemonDevicesAreParsedStrictly) {
   EXPECT_EQ((*devices)[1].index, 1u);
   EXPECT_EQ((*devices)[1].gids[0][15], 2);
   for (const char* bad : {"device uroce0 netdev=- gids=0a\n", "device uroce1 netdev=- gids=\n", "hello\n",
-                          "device uroce0 netdev=- gids=00000000000000000000ffff0a00000g\n"}) {
+                          "device uroce0 netdev=- gids=00000000000000000000ffff0a00000g\n",
+                          // Names that would lead root's mkdir out of its scratch tree.
+                          "device uroce0 netdev=../../../../../../tmp/x gids=00000000000000000000ffff0a000001\n",
+                          "device uroce0 netdev=.. gids=00000000000000000000ffff0a000001\n",
+                          "device uroce0 netdev=a/b gids=00000000000000000000ffff0a000001\n"}) {
     EXPECT_FALSE(ParseDaemonDevices(bad).ok()) << bad;
   }
 }

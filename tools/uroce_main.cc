@@ -143,7 +143,8 @@ int Man() {
   }
   std::printf(".SH ENVIRONMENT\n.TP\n.B UROCE_CONFIG\nthe configuration a program's devices come from "
               "(uroce exec \\-\\-config sets it)\n.TP\n.B UROCE_DAEMON\nthe daemon's control socket "
-              "(default /run/uroce/uroce.sock)\n.TP\n.B UROCE_PAIR\nchooses the memif socket of a "
+              "(default /run/uroce/uroce.sock)\n.TP\n.B UROCE_DAEMON_UID\na uid, besides root and the "
+              "program's own, whose daemon is accepted\n.TP\n.B UROCE_PAIR\nchooses the memif socket of a "
               "port that names none, so that two pairs on one host never meet\n");
   std::printf(".SH SEE ALSO\n.BR ibv_devinfo (1),\n.BR ibv_rc_pingpong (1),\n.BR fi_pingpong (1),\n"
               ".BR rping (1)\n");
