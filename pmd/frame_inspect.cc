@@ -43,6 +43,7 @@ bool InspectFrame(const rte_mbuf* m, FrameInfo* info) {
     protocol = ip[9];
     info->src_ip = transport::Ipv4MappedGid(ip + 12);
     info->dst_ip = transport::Ipv4MappedGid(ip + 16);
+    info->ipv6_header = false;
     // Fragments are not RoCE (RoCEv2 sets DF and never fragments).
     if ((LoadBe16(ip + 6) & 0x3FFF) != 0) protocol = 0;
     l4 = kEthernetHeader + ihl;
@@ -53,6 +54,7 @@ bool InspectFrame(const rte_mbuf* m, FrameInfo* info) {
     protocol = ip[6];
     std::memcpy(info->src_ip.data(), ip + 8, 16);
     std::memcpy(info->dst_ip.data(), ip + 24, 16);
+    info->ipv6_header = true;
     l4 = kEthernetHeader + kIpv6Header;
     if (protocol == kIpProtocolIcmpv6) {
       info->kind = FrameInfo::Kind::kNeighbor;  // ParseNeighborMessage checks the rest
@@ -88,6 +90,21 @@ bool InspectFrame(const rte_mbuf* m, FrameInfo* info) {
     info->payload_length = len - info->payload - kIcrc;
   }
   return true;
+}
+
+bool UnusableSourceAddress(const transport::Gid& gid, bool ipv6_header) {
+  if (transport::IsIpv4MappedGid(gid)) {
+    if (ipv6_header) return true;
+    const uint8_t* a = gid.data() + 12;
+    if (a[0] == 0 || a[0] == 127) return true;        // 0/8, 127/8
+    if ((a[0] & 0xF0) == 0xE0) return true;          // 224/4
+    return a[0] == 255 && a[1] == 255 && a[2] == 255 && a[3] == 255;
+  }
+  if (gid[0] == 0xFF) return true;  // ff00::/8
+  for (size_t i = 0; i < 15; ++i) {
+    if (gid[i] != 0) return false;
+  }
+  return gid[15] <= 1;  // :: or ::1
 }
 
 }  // namespace uroce::pmd

@@ -82,6 +82,14 @@ bool FrameSwitch::IsOurs(const Gid& gid) const {
   return false;
 }
 
+bool FrameSwitch::IsHostAddress(const Gid& gid) const {
+  if (IsOurs(gid)) return true;
+  for (const FrameSwitch* sibling : siblings_) {
+    if (sibling->IsOurs(gid)) return true;
+  }
+  return false;
+}
+
 unsigned FrameSwitch::Poll() {
   unsigned moved = 0;
   // The uplink, then every process: one burst each, so no port starves
@@ -105,9 +113,28 @@ void FrameSwitch::FromUplink(rte_mbuf* m) {
   up.counters.rx_bytes += rte_pktmbuf_pkt_len(m);
   FrameInfo info;
   if (!InspectFrame(m, &info)) return Drop(kUplink, m, &counters_.malformed);
+  const uint8_t* eth_src = rte_pktmbuf_mtod_offset(m, const uint8_t*, 6);
   switch (info.kind) {
     case FrameInfo::Kind::kRoce:
+      // The destination first: an af_packet port shows us our own frames
+      // to other hosts too, and those are not attacks.
       if (!IsOurs(info.dst_ip)) return Drop(kUplink, m, &counters_.not_for_us);
+      // Nothing on the wire may speak as the host. Attached processes run
+      // with loopback = no (their configuration from the daemon), so their
+      // engines' own check, which drops a frame from the port that claims
+      // one of their GIDs, is off: for them the host's addresses are also
+      // their peers' on this host. A frame from the wire with the host's
+      // source would then pass the path check of a connection between two
+      // local processes and reach their QPs and CM as if local. Frames
+      // between processes never come from the uplink; the switch moves
+      // them.
+      if (IsHostAddress(info.src_ip)) return Drop(kUplink, m, &counters_.wire_own_source);
+      // Martian sources (RFC 1122 3.2.1.3, RFC 4291 2.5 and 2.7), and an
+      // Ethernet source that is a group address or our own MAC.
+      if (UnusableSourceAddress(info.src_ip, info.ipv6_header) || GroupMacAddress(eth_src) ||
+          std::memcmp(eth_src, options_.mac.data(), 6) == 0) {
+        return Drop(kUplink, m, &counters_.wire_bad_source);
+      }
       return ToRoceOwner(kUplink, info, m, this);
     case FrameInfo::Kind::kNeighbor:
       // A kernel uplink: the kernel answers for its addresses (an af_packet
@@ -313,8 +340,25 @@ void FrameSwitch::AnswerNeighbor(rte_mbuf* m) {
       return StageNeighborFrame(kUplink, frame, len);
     }
     case NeighborMessageKind::kArpReply:
-    case NeighborMessageKind::kNeighborAdvertisement:
+    case NeighborMessageKind::kNeighborAdvertisement: {
+      // An answer unicast to another station is not ours to learn from; it
+      // is also how an af_packet port shows us our own answers again.
+      const uint8_t* eth = rte_pktmbuf_mtod(m, const uint8_t*);
+      if (!GroupMacAddress(eth) && std::memcmp(eth, options_.mac.data(), 6) != 0) {
+        return Drop(kUplink, m, &counters_.not_for_us);
+      }
+      // An answer binds its sender's address to a MAC (RFC 826; RFC 4861
+      // 7.2.5: the NA's target). The host's addresses are this switch's and
+      // its siblings' to answer for, and every process knows them from its
+      // configuration: an answer for one of them from the wire is a claim
+      // on the host's address, never copied (the engines' own check does
+      // not apply to attached processes; see FromUplink).
+      if (IsHostAddress(msg.sender_ip)) return Drop(kUplink, m, &counters_.wire_own_source);
+      if (GroupMacAddress(msg.eth_src.data()) || msg.eth_src == options_.mac) {
+        return Drop(kUplink, m, &counters_.wire_bad_source);
+      }
       return CopyToProcesses(m);
+    }
     case NeighborMessageKind::kNone:
       return Drop(kUplink, m, &counters_.not_for_us);
   }

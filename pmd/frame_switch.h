@@ -14,7 +14,9 @@
 // only from a QPN it leased (DETH source QPN) or from QP 1 with CM messages
 // of its own connections (their sender's communication ID); it receives only
 // frames for its own QPNs and its own connections' CM messages. Frames from the wire are never trusted: malformed or foreign
-// frames are counted and dropped.
+// frames are counted and dropped, and so are those that claim to come from
+// the host itself (one of its addresses or its MAC) or from an address no
+// host sends from.
 //
 // ARP and IPv6 neighbour discovery on the uplink: the switch answers requests
 // for the uplink's addresses (it owns them, as uroce's engines do on their
@@ -81,6 +83,13 @@ struct SwitchCounters {
   uint64_t neighbor_questions = 0;  // kernel mode: requests handed to the daemon
   uint64_t neighbor_questions_dropped = 0;  // ... while its queue was full
   uint64_t alloc_failures = 0;
+  // From the wire, to one of our addresses, but claiming a source that is
+  // the host's own: an address of this or another uplink (RoCE, or an
+  // ARP reply / NA for it) ...
+  uint64_t wire_own_source = 0;
+  // ... or one no host sends from (UnusableSourceAddress), or a group or our
+  // own Ethernet source.
+  uint64_t wire_bad_source = 0;
 };
 
 // A process's ARP request or neighbour solicitation, in kernel mode.
@@ -129,6 +138,8 @@ class FrameSwitch {
   // loops them; IBTA A17 RoCEv2 routes by IP).
   void SetSiblings(std::vector<FrameSwitch*> siblings) { siblings_ = std::move(siblings); }
   bool IsOurs(const transport::Gid& gid) const;
+  // One of the host's addresses: this uplink's or a sibling's.
+  bool IsHostAddress(const transport::Gid& gid) const;
 
   // One round: a burst from the uplink and from every process, switched and
   // transmitted. Returns the frames moved.

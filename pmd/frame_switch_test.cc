@@ -375,6 +375,99 @@ TEST_F(FrameSwitchTest, CmRequestsGoToTheListenerAndAnswersToTheirCommunicationI
   EXPECT_EQ(switch_->listener(7174), 1u) << "only the listener itself stops listening";
 }
 
+// Nothing from the wire speaks as the host: attached processes' engines run
+// with loopback off, so only the switch can refuse a frame that claims the
+// host's own address (this uplink's or a sibling's), or a source address or
+// MAC no host has (RFC 1122 3.2.1.3, RFC 4291). Our own frames seen again
+// on an af_packet port are not for us, not attacks.
+TEST_F(FrameSwitchTest, FramesFromTheWireCannotClaimTheHostsAddress) {
+  const Gid host_ip6 = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  const Gid peer_ip6 = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+  switch_.reset();
+  FrameSwitch::Options o;
+  o.mac = kHostMac;
+  o.gids = {Ip(1), host_ip6};
+  o.uplink = &uplink_;
+  o.pool = pool_.get();
+  switch_ = std::make_unique<FrameSwitch>(o);
+  ASSERT_TRUE(switch_->Attach(1, &proc_[0]).ok());
+  ASSERT_TRUE(switch_->Attach(2, &proc_[1]).ok());
+  // A second uplink of the same daemon, address Ip(5).
+  QueuePort second_uplink;
+  o.mac = {0x02, 0, 0, 0, 0, 0x05};
+  o.gids = {Ip(5)};
+  o.uplink = &second_uplink;
+  FrameSwitch second(o);
+  switch_->SetSiblings({&second});
+  second.SetSiblings({switch_.get()});
+
+  auto v4 = [](uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
+    const uint8_t bytes[4] = {a, b, c, d};
+    return transport::Ipv4MappedGid(bytes);
+  };
+  auto roce6 = [&](const MacAddress& smac, const Gid& sip, const Gid& dip) {
+    transport::PacketFields f;
+    f.src_mac = smac;
+    f.dst_mac = kHostMac;
+    f.ip_version = transport::IpVersion::kIpv6;
+    f.src_gid = sip;
+    f.dst_gid = dip;
+    f.udp_src_port = 0xC000;
+    f.bth.opcode = static_cast<uint8_t>(Opcode::kRcSendOnly);
+    f.bth.dest_qp = 0x010005;
+    f.payload_length = 16;
+    const uint8_t payload[16] = {};
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+    EXPECT_EQ(transport::BuildPacket(f, payload, m), transport::BuildError::kOk);
+    return m;
+  };
+  const uint32_t victim = 0x010005;  // a QPN of the process on slot 1
+  // The host's own addresses as the source: this uplink's, IPv4 and IPv6,
+  // and the second uplink's.
+  uplink_.in.push_back(Roce(kPeerMac, Ip(1), kHostMac, Ip(1), victim));
+  uplink_.in.push_back(roce6(kPeerMac, host_ip6, host_ip6));
+  uplink_.in.push_back(Roce(kPeerMac, Ip(5), kHostMac, Ip(1), victim));
+  // Sources no host sends from.
+  uplink_.in.push_back(Roce(kPeerMac, v4(224, 0, 0, 1), kHostMac, Ip(1), victim));
+  uplink_.in.push_back(Roce(kPeerMac, v4(0, 0, 0, 0), kHostMac, Ip(1), victim));
+  uplink_.in.push_back(Roce(kPeerMac, v4(127, 0, 0, 1), kHostMac, Ip(1), victim));
+  uplink_.in.push_back(Roce(kPeerMac, v4(255, 255, 255, 255), kHostMac, Ip(1), victim));
+  const Gid all_nodes = {0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  const Gid unspecified = {};
+  const Gid loopback6 = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  uplink_.in.push_back(roce6(kPeerMac, all_nodes, host_ip6));
+  uplink_.in.push_back(roce6(kPeerMac, unspecified, host_ip6));
+  uplink_.in.push_back(roce6(kPeerMac, loopback6, host_ip6));
+  uplink_.in.push_back(roce6(kPeerMac, Ip(2), host_ip6));  // IPv4-mapped in an IPv6 header
+  // Ethernet sources no station has, and our own.
+  const MacAddress broadcast = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  const MacAddress multicast = {0x01, 0x00, 0x5e, 0, 0, 1};
+  uplink_.in.push_back(Roce(broadcast, Ip(2), kHostMac, Ip(1), victim));
+  uplink_.in.push_back(Roce(multicast, Ip(2), kHostMac, Ip(1), victim));
+  uplink_.in.push_back(Roce(kHostMac, Ip(2), kHostMac, Ip(1), victim));
+  // Answers that claim the host's addresses: ARP replies for Ip(1) and for
+  // the second uplink's Ip(5), an NA for the IPv6 address.
+  uint8_t frame[kMaxNeighborFrame];
+  uplink_.in.push_back(Raw(frame, BuildArpReply(frame, kPeerMac, Ip(1), kHostMac, Ip(2))));
+  uplink_.in.push_back(Raw(frame, BuildArpReply(frame, kPeerMac, Ip(5), kHostMac, Ip(2))));
+  uplink_.in.push_back(Raw(frame, BuildNeighborAdvertisement(frame, kPeerMac, host_ip6, kHostMac, peer_ip6)));
+  // Our own frames as an af_packet port shows them again: to another host.
+  uplink_.in.push_back(Roce(kHostMac, Ip(1), kPeerMac, Ip(2), 0x000777));
+  uplink_.in.push_back(Raw(frame, BuildArpReply(frame, kHostMac, Ip(1), kPeerMac, Ip(2))));
+  // A peer's honest frame and answer still pass.
+  uplink_.in.push_back(Roce(kPeerMac, Ip(2), kHostMac, Ip(1), victim));
+  uplink_.in.push_back(Raw(frame, BuildArpReply(frame, kPeerMac, Ip(2), kHostMac, Ip(1))));
+  switch_->Poll();
+  EXPECT_EQ(proc_[0].out.size(), 2u) << "only the honest frame and the honest answer reach the process";
+  EXPECT_EQ(proc_[1].out.size(), 1u) << "only the honest answer is copied";
+  EXPECT_EQ(switch_->counters().wire_own_source, 6u);
+  EXPECT_EQ(switch_->counters().wire_bad_source, 11u);
+  EXPECT_EQ(switch_->counters().not_for_us, 2u);
+  EXPECT_EQ(switch_->port_counters(0).rx_dropped, 19u);
+  EXPECT_TRUE(uplink_.out.empty());
+  EXPECT_TRUE(second_uplink.out.empty());
+}
+
 TEST_F(FrameSwitchTest, MalformedFramesAreCountedAndFreed) {
   const uint8_t tiny[10] = {};
   uplink_.in.push_back(Raw(tiny, sizeof(tiny)));

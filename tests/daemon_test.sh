@@ -21,15 +21,21 @@
 #      within a second;
 #      the same for rping (rdma_cm: DISCONNECTED) and fi_pingpong (a
 #      libfabric endpoint's QP);
-#   7. SIGTERM to the daemon during a long run: both processes stop within
+#   7. the wire cannot speak as the host: root in the peer namespace writes
+#      RoCE frames with the host's own source addresses (and with addresses
+#      no host has) to a QPN of an attached process; the daemon counts them
+#      (STATS drops line) and the process gets none;
+#   8. SIGTERM to the daemon during a long run: both processes stop within
 #      seconds (their QPs flushed to the error state), the daemon exits 0 with
 #      every mbuf back in its pool and its socket removed.
 # Needs root (namespaces). Every process runs under `timeout`; the namespaces
 # go on every exit path. No assertion on speed.
-#   args: UROCE VETH_TOOL
+#   args: UROCE VETH_TOOL [RAWSEND]  (default: attack/rawsend.py beside this
+#   script's source)
 set -uo pipefail
 UROCE=$1
 VETH=$2
+RAWSEND=${3:-$(dirname "$(readlink -f "$0")")/attack/rawsend.py}
 id=$$
 ns=uroce-d$id-h
 ns_peer=uroce-d$id-p
@@ -421,6 +427,49 @@ else
   grep -q "lost their peer on this host" "$TMP/fkill.client" ||
     fail "fi_pingpong's client was not told its peer was gone: $(tail -3 "$TMP/fkill.client")"
 fi
+
+echo "== the wire cannot speak as the host"
+# An attached process that sends nothing: an ibv_rc_pingpong server waiting
+# for its client (its QP exists from before it listens).
+port=$((20000 + RANDOM % 20000))
+"${IN_NS[@]}" timeout -k 5 60 "$UROCE" exec -- ibv_rc_pingpong -g 0 -p "$port" > "$TMP/wire.server" 2>&1 &
+wire_server=$!
+pids+=("$wire_server")
+wait_listening "$port" 30 || fail "the attacked process did not start"
+wire_pid=$(prog_pid "ibv_rc_pingpong -g 0 -p $port")
+# field NAME LINE: the value of NAME= in LINE (0 if it has none).
+field() { local v; v=$(grep -oE "(^| )$1=[^ ]+" <<<"$2" | head -1 | sed 's/.*=//'); echo "${v:-0}"; }
+out=$(timeout 30 "$UROCE" stats --daemon "$SOCK" 2>&1)
+victim_line=$(grep "^process pid=$wire_pid " <<<"$out")
+drops_before=$(grep "^drops device=uroce0 " <<<"$out")
+qpns=$(field qpns "$victim_line")
+victim_qpn=$(printf "0x%06x" $(( ${qpns%-*} + 5 )))
+host_mac=$(ip -n "$ns" -br link show dev "$if_h" | awk '{print $3}')
+peer_mac=$(ip -n "$ns_peer" -br link show dev "$if_p" | awk '{print $3}')
+if [[ -z $victim_line || $qpns == 0 || -z $host_mac || -z $peer_mac ]]; then
+  fail "no attached process, lease or MACs to attack: '$victim_line' '$host_mac' '$peer_mac'"
+else
+  # Root on the other end of the veth (the wire) sends as the host: 20
+  # frames from 10.76.0.1 and 20 from fd00:76::1, to those addresses; then
+  # 10 from 127.0.0.1 (RFC 1122 3.2.1.3: never on a wire).
+  wire_send() { ip netns exec "$ns_peer" /usr/bin/python3 "$RAWSEND" roce "$if_p" --src-mac "$peer_mac" \
+    --dst-mac "$host_mac" --qpn "$victim_qpn" "$@" >/dev/null || fail "rawsend.py $*"; }
+  wire_send --src-ip 10.76.0.1 --dst-ip 10.76.0.1 --count 20
+  wire_send --src-ip fd00:76::1 --dst-ip fd00:76::1 --count 20
+  wire_send --src-ip 127.0.0.1 --dst-ip 10.76.0.1 --count 10
+  sleep 0.5
+  out=$(timeout 30 "$UROCE" stats --daemon "$SOCK" 2>&1)
+  drops_after=$(grep "^drops device=uroce0 " <<<"$out")
+  echo "to QPN $victim_qpn of pid $wire_pid: $drops_after"
+  own=$(( $(field wire_own_source "$drops_after") - $(field wire_own_source "$drops_before") ))
+  bad=$(( $(field wire_bad_source "$drops_after") - $(field wire_bad_source "$drops_before") ))
+  [[ -n $drops_after && $own -eq 40 ]] || fail "40 frames from the host's own addresses, counted: '$drops_after'"
+  [[ -n $drops_after && $bad -eq 10 ]] || fail "10 frames from 127.0.0.1, counted: '$drops_after'"
+  got=$(( $(field tx_frames "$(grep "^process pid=$wire_pid " <<<"$out")") - $(field tx_frames "$victim_line") ))
+  [[ $got -eq 0 ]] || fail "the attacked process was handed $got of the frames from the wire"
+fi
+kill -TERM "$wire_pid" 2>/dev/null
+wait "$wire_server" 2>/dev/null
 
 echo "== SIGTERM to the daemon during a run"
 port=$((20000 + RANDOM % 20000))

@@ -940,6 +940,12 @@ std::string Daemon::StatsText() const {
                   static_cast<unsigned long long>(k.neighbor_questions),
                   static_cast<unsigned long long>(k.alloc_failures), up->device.c_str());
     out += line;
+    // Frames the switch refused for what they claim (pmd/frame_switch.h),
+    // on a line of their own: the lines above keep their fields.
+    std::snprintf(line, sizeof(line), "drops device=%s wire_own_source=%llu wire_bad_source=%llu\n",
+                  up->device.c_str(), static_cast<unsigned long long>(k.wire_own_source),
+                  static_cast<unsigned long long>(k.wire_bad_source));
+    out += line;
   }
   // Direct links between processes (their frames pass no switch): the
   // frames each way as the files' indices say (the processes write them).
