@@ -185,8 +185,8 @@ void FrameSwitch::FromProcess(uint32_t slot, rte_mbuf* m) {
         return Drop(slot, m, &counters_.not_for_us);
       }
       if (!IsOurs(msg.sender_ip)) return Drop(slot, m, &counters_.spoofed);
-      if (options_.kernel_neighbors) return AskNeighbor(slot, m);
-      return StageTo(kUplink, m);
+      if (options_.kernel_neighbors) return AskNeighbor(slot, msg, m);
+      return AskTheWire(slot, msg, m);
     }
     case FrameInfo::Kind::kOther:
       return Drop(slot, m, &counters_.not_for_us);
@@ -364,21 +364,39 @@ void FrameSwitch::AnswerNeighbor(rte_mbuf* m) {
   }
 }
 
+// A DPDK uplink: the switch asks the wire itself. A neighbour learns the
+// asker's address and MAC from a request (RFC 826's merge step; RFC 4861
+// 7.2.3 for the source link-layer option), so a process's own bytes (its
+// ARP sender hardware address, its NS option, a gratuitous request, a
+// unicast destination) would let it tell the LAN that the host's address is
+// at another MAC. The question is rebuilt from the target alone
+// (BuildNeighborQuestion); the sender address was checked above. One of the
+// host's own addresses is answered at once (the switch reaches them), never
+// asked on the wire.
+void FrameSwitch::AskTheWire(uint32_t slot, const NeighborMessage& msg, rte_mbuf* m) {
+  uint8_t frame[kMaxNeighborFrame];
+  NeighborRefusal why = NeighborRefusal::kNone;
+  const size_t len = BuildNeighborQuestion(frame, msg, options_.mac, msg.sender_ip, &why);
+  if (len == 0) return Drop(slot, m, &counters_.neighbor_refused);
+  if (IsHostAddress(msg.target_ip)) return AskNeighbor(slot, msg, m);
+  rte_pktmbuf_free(m);
+  counters_.neighbor_rebuilt++;
+  StageNeighborFrame(kUplink, frame, len);
+}
+
 // Kernel mode: the answer would reach the kernel, not the process, so the
 // question goes to the daemon. One of the host's own addresses is answered
-// at once (the switch reaches them).
-void FrameSwitch::AskNeighbor(uint32_t slot, rte_mbuf* m) {
-  const NeighborMessage msg = ParseNeighborMessage(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m));
+// at once (the switch reaches them). The answer goes to the uplink's MAC,
+// the only one a process may send from, whatever the request said.
+void FrameSwitch::AskNeighbor(uint32_t slot, const NeighborMessage& msg, rte_mbuf* m) {
   NeighborQuestion q;
   q.slot = slot;
   q.ipv6 = msg.kind == NeighborMessageKind::kNeighborSolicitation;
   q.target = msg.target_ip;
   q.sender_ip = msg.sender_ip;
-  q.sender_mac = msg.sender_mac;
+  q.sender_mac = options_.mac;
   rte_pktmbuf_free(m);
-  bool host_address = IsOurs(q.target);
-  for (const FrameSwitch* sibling : siblings_) host_address = host_address || sibling->IsOurs(q.target);
-  if (host_address) return AnswerNeighborQuestion(q, options_.mac);
+  if (IsHostAddress(q.target)) return AnswerNeighborQuestion(q, options_.mac);
   if (questions_ == kQuestions) {
     counters_.neighbor_questions_dropped++;
     return;

@@ -20,9 +20,10 @@
 //
 // ARP and IPv6 neighbour discovery on the uplink: the switch answers requests
 // for the uplink's addresses (it owns them, as uroce's engines do on their
-// ports), passes the processes' own requests to the wire, and copies every
-// answer from the wire to every process (each learns only answers to its own
-// requests: NeighborResolver's strict learning).
+// ports), asks the wire in its own words what the processes ask (only the
+// target is theirs: BuildNeighborQuestion), and copies every answer from
+// the wire to every process (each learns only answers to its own requests:
+// NeighborResolver's strict learning).
 //
 // When the uplink shares a kernel interface (Options::kernel_neighbors), the
 // kernel owns the host's addresses: the switch answers no ARP/ND from the
@@ -50,6 +51,7 @@
 
 #include "common/status.h"
 #include "pmd/frame_inspect.h"
+#include "pmd/neighbor_frames.h"
 #include "transport/headers.h"
 #include "transport/packet_io.h"
 
@@ -90,6 +92,10 @@ struct SwitchCounters {
   // ... or one no host sends from (UnusableSourceAddress), or a group or our
   // own Ethernet source.
   uint64_t wire_bad_source = 0;
+  // Processes' ARP requests / NSs the switch asked the wire in its own
+  // words (BuildNeighborQuestion), and those it refused.
+  uint64_t neighbor_rebuilt = 0;
+  uint64_t neighbor_refused = 0;
 };
 
 // A process's ARP request or neighbour solicitation, in kernel mode.
@@ -196,7 +202,8 @@ class FrameSwitch {
   void RejectRequest(uint32_t from, const FrameInfo& info, uint64_t transaction_id, uint32_t caller_id,
                      const rte_mbuf* request, FrameSwitch* origin);
   void AnswerNeighbor(rte_mbuf* m);
-  void AskNeighbor(uint32_t slot, rte_mbuf* m);
+  void AskTheWire(uint32_t slot, const NeighborMessage& msg, rte_mbuf* m);
+  void AskNeighbor(uint32_t slot, const NeighborMessage& msg, rte_mbuf* m);
   void StageNeighborFrame(uint32_t slot, const uint8_t* frame, size_t length);
   void CopyToProcesses(rte_mbuf* m);
   void StageTo(uint32_t slot, rte_mbuf* m);

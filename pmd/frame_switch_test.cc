@@ -242,6 +242,76 @@ TEST_F(FrameSwitchTest, ArpForTheHostIsAnsweredAndAnswersReachEveryProcess) {
   EXPECT_EQ(uplink_.out.size(), 2u);
 }
 
+// A neighbour learns the asker's MAC from a request (RFC 826, RFC 4861
+// 7.2.3): a process's own ARP sender hardware address, NS source
+// link-layer option or gratuitous request would tell the LAN that the
+// host's address is at another MAC. The switch asks in its own words.
+TEST_F(FrameSwitchTest, ProcessNeighbourRequestsAreRebuiltAsTheHosts) {
+  const Gid host_ip6 = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  const Gid peer_ip6 = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+  const MacAddress poison = {0x02, 0x66, 0x66, 0x66, 0x66, 0x66};
+  switch_.reset();
+  FrameSwitch::Options o;
+  o.mac = kHostMac;
+  o.gids = {Ip(1), Ip(3), host_ip6};
+  o.uplink = &uplink_;
+  o.pool = pool_.get();
+  switch_ = std::make_unique<FrameSwitch>(o);
+  ASSERT_TRUE(switch_->Attach(1, &proc_[0]).ok());
+  ASSERT_TRUE(switch_->Attach(2, &proc_[1]).ok());
+  uint8_t frame[kMaxNeighborFrame];
+  // An ARP request whose sender hardware address (byte 22 on) is not ours.
+  size_t len = BuildArpRequest(frame, kHostMac, Ip(1), Ip(2));
+  std::memcpy(frame + 22, poison.data(), 6);
+  proc_[0].in.push_back(Raw(frame, len));
+  // An NS whose source link-layer option (its MAC at byte 14 + 40 + 24 + 2)
+  // is not ours, with a valid checksum.
+  len = BuildNeighborSolicitation(frame, kHostMac, host_ip6, peer_ip6);
+  constexpr size_t kIcmp = 14 + 40;
+  std::memcpy(frame + kIcmp + sizeof(NdMessage) + 2, poison.data(), 6);
+  frame[kIcmp + 2] = frame[kIcmp + 3] = 0;
+  transport::StoreBe16(frame + kIcmp + 2, Icmpv6Checksum(frame + 22, frame + 38, frame + kIcmp,
+                                                          sizeof(NdMessage) + sizeof(NdLinkLayerOption)));
+  {
+    const NeighborMessage poisoned = ParseNeighborMessage(frame, len);
+    ASSERT_EQ(poisoned.kind, NeighborMessageKind::kNeighborSolicitation);
+    ASSERT_EQ(poisoned.sender_mac, poison);
+  }
+  proc_[0].in.push_back(Raw(frame, len));
+  // A gratuitous request (the sender's own address) and one for a
+  // multicast address: refused.
+  proc_[1].in.push_back(Raw(frame, BuildArpRequest(frame, kHostMac, Ip(1), Ip(1))));
+  const uint8_t group[4] = {224, 0, 0, 1};
+  proc_[1].in.push_back(Raw(frame, BuildArpRequest(frame, kHostMac, Ip(1), transport::Ipv4MappedGid(group))));
+  // Another of the host's addresses: answered by the switch, not asked.
+  len = BuildArpRequest(frame, kHostMac, Ip(1), Ip(3));
+  std::memcpy(frame + 22, poison.data(), 6);
+  proc_[1].in.push_back(Raw(frame, len));
+  switch_->Poll();
+
+  ASSERT_EQ(uplink_.out.size(), 2u);
+  for (rte_mbuf* m : uplink_.out) {
+    const NeighborMessage msg = ParseNeighborMessage(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m));
+    const bool arp = msg.kind == NeighborMessageKind::kArpRequest;
+    EXPECT_TRUE(arp || msg.kind == NeighborMessageKind::kNeighborSolicitation);
+    EXPECT_EQ(msg.sender_mac, kHostMac);
+    EXPECT_EQ(msg.eth_src, kHostMac);
+    EXPECT_EQ(msg.sender_ip, arp ? Ip(1) : host_ip6);
+    EXPECT_EQ(msg.target_ip, arp ? Ip(2) : peer_ip6);
+    EXPECT_NE(msg.target_ip, msg.sender_ip) << "no gratuitous request";
+  }
+  ASSERT_EQ(proc_[1].out.size(), 1u);
+  const NeighborMessage local = ParseNeighborMessage(rte_pktmbuf_mtod(proc_[1].out[0], const uint8_t*),
+                                                     rte_pktmbuf_data_len(proc_[1].out[0]));
+  EXPECT_EQ(local.kind, NeighborMessageKind::kArpReply);
+  EXPECT_EQ(local.sender_ip, Ip(3));
+  EXPECT_EQ(local.sender_mac, kHostMac);
+  EXPECT_TRUE(proc_[0].out.empty());
+  EXPECT_EQ(switch_->counters().neighbor_rebuilt, 2u);
+  EXPECT_EQ(switch_->counters().neighbor_refused, 2u);
+  EXPECT_EQ(switch_->port_counters(2).rx_dropped, 2u);
+}
+
 // A kernel uplink: the kernel answers ARP/ND for the host and gets the
 // answers to requests, so the switch answers nothing from the wire and hands
 // the processes' requests to the daemon as questions.

@@ -151,6 +151,22 @@ NeighborMessage ParseNd(const uint8_t* frame, size_t length, NeighborMessage msg
   return msg;
 }
 
+// An address no neighbour is found at (RFC 1122 3.2.1.3: 0/8, 127/8 and
+// the limited broadcast; RFC 1112 4: 224/4; RFC 4291 2.5.2, 2.5.3, 2.7: ::,
+// ::1, ff00::/8). IPv4 addresses are IPv4-mapped.
+bool UnusableNeighborAddress(const Gid& gid) {
+  if (transport::IsIpv4MappedGid(gid)) {
+    const uint8_t* a = gid.data() + 12;
+    const bool broadcast = a[0] == 255 && a[1] == 255 && a[2] == 255 && a[3] == 255;
+    return a[0] == 0 || a[0] == 127 || (a[0] & 0xF0) == 0xE0 || broadcast;
+  }
+  if (gid[0] == 0xFF) return true;
+  for (size_t i = 0; i < 15; ++i) {
+    if (gid[i] != 0) return false;
+  }
+  return gid[15] <= 1;
+}
+
 }  // namespace
 
 uint16_t Icmpv6Checksum(const uint8_t src[16], const uint8_t dst[16], const uint8_t* icmp, size_t length) {
@@ -204,6 +220,27 @@ size_t BuildNeighborAdvertisement(uint8_t* out, const MacAddress& my_mac, const 
                                   const Gid& to_ip) {
   return BuildNd(out, to_mac.data(), my_mac, my_ip, to_ip.data(), kIcmpv6NeighborAdvertisement,
                  kNaFlagSolicited | kNaFlagOverride, my_ip, kNdOptionTargetLinkLayer);
+}
+
+size_t BuildNeighborQuestion(uint8_t* out, const NeighborMessage& asked, const MacAddress& uplink_mac,
+                             const Gid& sender_ip, NeighborRefusal* why) {
+  const bool arp = asked.kind == NeighborMessageKind::kArpRequest;
+  NeighborRefusal refusal = NeighborRefusal::kNone;
+  if (!arp && asked.kind != NeighborMessageKind::kNeighborSolicitation) {
+    refusal = NeighborRefusal::kNotARequest;
+  } else if (transport::IsIpv4MappedGid(sender_ip) != arp || transport::IsIpv4MappedGid(asked.target_ip) != arp) {
+    refusal = NeighborRefusal::kOtherFamily;
+  } else if (UnusableNeighborAddress(sender_ip)) {
+    refusal = NeighborRefusal::kUnusableSender;
+  } else if (UnusableNeighborAddress(asked.target_ip)) {
+    refusal = NeighborRefusal::kUnusableTarget;
+  } else if (asked.target_ip == sender_ip) {
+    refusal = NeighborRefusal::kGratuitous;
+  }
+  if (why != nullptr) *why = refusal;
+  if (refusal != NeighborRefusal::kNone) return 0;
+  return arp ? BuildArpRequest(out, uplink_mac, sender_ip, asked.target_ip)
+             : BuildNeighborSolicitation(out, uplink_mac, sender_ip, asked.target_ip);
 }
 
 }  // namespace uroce::pmd

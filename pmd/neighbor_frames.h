@@ -111,6 +111,32 @@ size_t BuildNeighborSolicitation(uint8_t* out, const transport::MacAddress& my_m
 size_t BuildNeighborAdvertisement(uint8_t* out, const transport::MacAddress& my_mac, const transport::Gid& my_ip,
                                   const transport::MacAddress& to_mac, const transport::Gid& to_ip);
 
+// Why BuildNeighborQuestion refused a request.
+enum class NeighborRefusal {
+  kNone,
+  kNotARequest,     // not an ARP request or a neighbour solicitation
+  kUnusableSender,  // the sender address is unspecified, loopback or multicast
+  kUnusableTarget,  // the target is unspecified, loopback, multicast or broadcast
+  kOtherFamily,     // an address of the other family (IPv6 in ARP, IPv4-mapped in ND)
+  kGratuitous,      // the target is the sender's own address
+};
+
+// A process's ARP request or neighbour solicitation (`asked`) rebuilt as the
+// uplink's own question: only the target comes from it. The Ethernet source
+// and the ARP sender hardware address (RFC 826) or the source link-layer
+// address option (RFC 4861 4.3) are `uplink_mac`, the sender address is
+// `sender_ip` (the caller has checked it is one of the uplink's), and the
+// destination is the broadcast or the target's solicited-node multicast
+// address, as BuildArpRequest and BuildNeighborSolicitation write them. So a
+// process can ask, but never tell a neighbour which MAC an address has.
+// Refused: targets no neighbour answers for, a question about the sender's
+// own address (a gratuitous request announces the address to every
+// neighbour, RFC 5227 3), addresses of the other family.
+// Returns the frame's length in `out` (kMaxNeighborFrame bytes or more), or
+// 0 with `why` set.
+size_t BuildNeighborQuestion(uint8_t* out, const NeighborMessage& asked, const transport::MacAddress& uplink_mac,
+                             const transport::Gid& sender_ip, NeighborRefusal* why);
+
 // The ICMPv6 checksum (RFC 4443 2.3) over `icmp` (`length` bytes, the
 // checksum field included) and the IPv6 pseudo-header (RFC 8200 8.1). A
 // received message is intact when this returns 0.

@@ -14,7 +14,8 @@
 #   4. rdma_cm between two processes on the host (rping IPv4/IPv6, ucmatose,
 #      rdma_server/rdma_client), and a REQ nobody listens for rejected;
 #   5. two hosts, a daemon in each namespace: rping across the veth (ARP
-#      answered by each daemon for its own address);
+#      answered by each daemon for its own address, and asked by the
+#      client's daemon in its own words);
 #   6. kill -9 of one of four processes: its local peer (connected to it)
 #      ends within 2 s with its work flushed, the other two finish (over
 #      their link), and the daemon releases the killed one and its link
@@ -267,6 +268,8 @@ fi
 out=$(timeout 30 "$UROCE" stats --daemon "$TMP/peer.sock" 2>&1)
 grep -qE "^uplink rx_frames=[1-9]" <<<"$out" || fail "the second host's uplink carried nothing: $out"
 grep -qE "neighbor_answers=[1-9]" <<<"$out" || fail "the second host's daemon answered no ARP: $out"
+# The client's ARP request left as the daemon's own question, not its bytes.
+grep -qE "^drops device=uroce0 .* neighbor_rebuilt=[1-9]" <<<"$out" || fail "the second host's daemon asked no ARP itself: $out"
 kill -TERM "$peer_daemon"
 wait "$peer_daemon" || fail "the second host's daemon did not stop cleanly: $(cat "$TMP/peer-daemon.log")"
 

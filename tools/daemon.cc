@@ -940,11 +940,16 @@ std::string Daemon::StatsText() const {
                   static_cast<unsigned long long>(k.neighbor_questions),
                   static_cast<unsigned long long>(k.alloc_failures), up->device.c_str());
     out += line;
-    // Frames the switch refused for what they claim (pmd/frame_switch.h),
-    // on a line of their own: the lines above keep their fields.
-    std::snprintf(line, sizeof(line), "drops device=%s wire_own_source=%llu wire_bad_source=%llu\n",
+    // Frames the switch refused for what they claim, and the processes'
+    // neighbour questions it asked in its own words (pmd/frame_switch.h), on
+    // a line of their own: the lines above keep their fields.
+    std::snprintf(line, sizeof(line),
+                  "drops device=%s wire_own_source=%llu wire_bad_source=%llu neighbor_rebuilt=%llu "
+                  "neighbor_refused=%llu\n",
                   up->device.c_str(), static_cast<unsigned long long>(k.wire_own_source),
-                  static_cast<unsigned long long>(k.wire_bad_source));
+                  static_cast<unsigned long long>(k.wire_bad_source),
+                  static_cast<unsigned long long>(k.neighbor_rebuilt),
+                  static_cast<unsigned long long>(k.neighbor_refused));
     out += line;
   }
   // Direct links between processes (their frames pass no switch): the
