@@ -19,8 +19,8 @@ the machine) under `uroce exec`, with `args` and its rank's `rank_args`:
   * processes = 2: two processes joined by a memif pair (configs/pair-a.ini,
     pair-b.ini): rank 0 has uroce0 at 10.77.0.1 / fd00:77::1, rank 1 at
     10.77.0.2 / fd00:77::2. Rank 1 starts `stagger_ms` after rank 0 (a
-    server listens first). The memif socket is the test's own (from
-    TEST_TMPDIR), so tests run in parallel.
+    server listens first). The memif socket is in a directory of the
+    test's own (UROCE_RUNTIME_DIR, mode 0700), so tests run in parallel.
   * processes = 3 or more: the processes share one host device, as programs
     on a host with one NIC do: a uroce daemon of the test's own (its uplink
     goes nowhere: net_null) and every rank attached to it, all with uroce0

@@ -26,6 +26,11 @@ if ((processes == 1)); then
   UROCE_SERVER_IP=10.99.0.1
 elif ((processes == 2)); then
   configs=("$pair_a" "$pair_b")
+  # The pair's memif socket in a directory of the test's own (mode 0700),
+  # removed at exit with whatever a killed process left there.
+  dir=$(mktemp -d /tmp/uroce-test.XXXXXX)  # short: a socket path has 108 bytes
+  trap 'rm -rf "$dir"' EXIT
+  export UROCE_RUNTIME_DIR=$dir
 else
   # More processes share one host device, as on a host with one NIC: a uroce
   # daemon of the test's own whose uplink goes nowhere (net_null, no-rx=1:

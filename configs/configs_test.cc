@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/private_dir.h"
 #include "configs/builtin_configs.h"
 #include "pmd/config.h"
 
@@ -56,7 +57,10 @@ TEST(ConfigsTest, PairEndsShareTheDefaultSocketPerPair) {
   ASSERT_EQ(other.eal.vdevs.size(), 1u);
   EXPECT_TRUE(a.eal.file_prefix.empty() && b.eal.file_prefix.empty());
   EXPECT_NE(a.eal.lcores, b.eal.lcores);
-  EXPECT_EQ(socket(a.eal.vdevs[0]).rfind("/tmp/uroce-memif-", 0), 0u) << a.eal.vdevs[0];
+  // In the user's private directory (common/private_dir.h), never /tmp.
+  auto dir = PrivateRuntimeDir();
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  EXPECT_EQ(socket(a.eal.vdevs[0]).rfind(*dir + "/memif-", 0), 0u) << a.eal.vdevs[0];
   EXPECT_NE(a.eal.vdevs[0].find(",socket-abstract=no"), std::string::npos);
   EXPECT_EQ(socket(a.eal.vdevs[0]), socket(b.eal.vdevs[0]));
   EXPECT_NE(socket(b.eal.vdevs[0]), socket(other.eal.vdevs[0]));

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <rte_cfgfile.h>
 #include <sys/mman.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/private_dir.h"
 #include "pmd/threads.h"
 
 namespace uroce::pmd {
@@ -508,11 +510,21 @@ Status CrossCheck(UroceConfig& c) {
         if (!devices.insert(ep.device_name).second) {
           return InvalidArgument(where + " port: device " + ep.device_name + " is used twice");
         }
-        if (ep.device_name.rfind("net_memif", 0) == 0 && !HasVdevArg(ep.port, "socket")) {
-          // Both sides of a pair compute the same file (DefaultMemifSocket),
-          // a file under /tmp rather than memif's one abstract default
-          // that every pair on the host would share.
-          ep.port += ",socket=" + DefaultMemifSocket(VdevArgOr(ep.port, "id", "0")) + ",socket-abstract=no";
+        if (ep.device_name.rfind("net_memif", 0) == 0) {
+          if (!HasVdevArg(ep.port, "socket")) {
+            // Both sides of a pair compute the same file (DefaultMemifSocket)
+            // in the user's private directory, rather than memif's one
+            // abstract default that every pair on the host would share.
+            auto path = DefaultMemifSocket(VdevArgOr(ep.port, "id", "0"));
+            if (!path.ok()) return Status(path.status().code(), where + " port: " + path.status().message());
+            ep.port += ",socket=" + *path;
+          }
+          // DPDK's memif makes a socket abstract unless told otherwise: an
+          // abstract name has no owner or mode, and anyone in the network
+          // namespace may bind it first or connect to it (unix(7)). A file,
+          // in a directory only its user may enter, is the only check a
+          // memif peer gets (DPDK does not look at SCM_CREDENTIALS).
+          if (!HasVdevArg(ep.port, "socket-abstract")) ep.port += ",socket-abstract=no";
         }
         c.eal.vdevs.push_back(ep.port);
         break;
@@ -607,14 +619,16 @@ StatusOr<UroceConfig> Load(const std::string& path, const std::string& text, con
 
 }  // namespace
 
-std::string DefaultMemifSocket(const std::string& memif_id) {
+StatusOr<std::string> DefaultMemifSocket(const std::string& memif_id) {
   // Which pair: $UROCE_PAIR, else Bazel's per-test TEST_TMPDIR (tests run in
-  // parallel), else none (one pair per user and memif id on the host). A
-  // hash keeps the path short (sockaddr_un holds 108 bytes; TEST_TMPDIR is
-  // long). FNV-1a, 64 bits.
+  // parallel), else none (one pair per user and memif id). A hash keeps the
+  // path short (sockaddr_un holds 108 bytes; TEST_TMPDIR is long). FNV-1a,
+  // 64 bits.
+  auto dir = PrivateRuntimeDir();
+  if (!dir.ok()) return dir.status();
   const char* pair = std::getenv("UROCE_PAIR");
   if (pair == nullptr || *pair == '\0') pair = std::getenv("TEST_TMPDIR");
-  std::string path = "/tmp/uroce-memif-" + std::to_string(getuid());
+  std::string path = *dir + "/memif";
   if (pair != nullptr && *pair != '\0') {
     uint64_t hash = 14695981039346656037ull;
     for (const char* p = pair; *p != '\0'; ++p) hash = (hash ^ static_cast<uint8_t>(*p)) * 1099511628211ull;
@@ -622,7 +636,13 @@ std::string DefaultMemifSocket(const std::string& memif_id) {
     std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash));
     path += std::string("-") + hex;
   }
-  return path + "-" + memif_id + ".sock";
+  path += "-" + memif_id + ".sock";
+  if (path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+    return InvalidArgument("the memif socket " + path + " is longer than a socket path may be (" +
+                           std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) +
+                           " bytes): set UROCE_RUNTIME_DIR to a shorter directory, or give socket=");
+  }
+  return path;
 }
 
 std::vector<transport::Gid> EndpointConfig::Ipv6Gids() const {

@@ -219,9 +219,11 @@ StatusOr<UroceConfig> LoadConfigText(const std::string& text, const std::string&
 
 // Text forms shared with the tools.
 // The socket file of a net_memif port that names none: the same for both
-// sides of a pair, different for different pairs: $UROCE_PAIR (or Bazel's
-// TEST_TMPDIR) and the memif id pick it, under /tmp.
-std::string DefaultMemifSocket(const std::string& memif_id);
+// sides of a pair (of one user), different for different pairs:
+// $UROCE_PAIR (or Bazel's TEST_TMPDIR) and the memif id pick it, in the
+// user's private directory (common/private_dir.h). Fails when that
+// directory is not private or the path is too long for a socket.
+StatusOr<std::string> DefaultMemifSocket(const std::string& memif_id);
 
 bool ParseIpAddress(const std::string& text, transport::Gid* gid);  // IPv4 (mapped) or IPv6
 bool ParseMacAddress(const std::string& text, transport::MacAddress* mac);

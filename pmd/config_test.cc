@@ -1,6 +1,8 @@
 #include "pmd/config.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -101,6 +103,37 @@ ipv6 = fd00::1
   EXPECT_EQ(extra[0], "-a");
   EXPECT_EQ(extra[1], "0000:00:04.0");
   EXPECT_EQ(c->progress, ProgressMode::kInline);  // the default
+}
+
+// memif sockets are files in a directory only the user may enter, never
+// abstract names that anyone in the network namespace may take first.
+TEST(ConfigTest, MemifSocketsAreNeverAbstractUnlessAskedFor) {
+  auto c = LoadConfigText(R"INI(
+[endpoint.a]
+port = net_memif0,role=server,socket=/tmp/y.sock
+ipv4 = 10.0.0.1
+[endpoint.b]
+port = net_memif1,role=client,socket=/tmp/z.sock,socket-abstract=yes
+ipv4 = 10.0.1.1
+[endpoint.c]
+port = net_memif2,id=3
+ipv4 = 10.0.2.1
+)INI",
+                          "t.ini");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->eal.vdevs.size(), 3u);
+  EXPECT_EQ(c->eal.vdevs[0], "net_memif0,role=server,socket=/tmp/y.sock,socket-abstract=no");
+  EXPECT_EQ(c->eal.vdevs[1], "net_memif1,role=client,socket=/tmp/z.sock,socket-abstract=yes");  // asked for
+  // No socket given: one in the private directory, mode 0700, ours.
+  const std::string& v = c->eal.vdevs[2];
+  const size_t at = v.find(",socket=") + 8;
+  const std::string path = v.substr(at, v.find(',', at) - at);
+  EXPECT_EQ(path.rfind("/tmp/uroce-memif", 0), std::string::npos) << v;
+  EXPECT_NE(v.find(",socket-abstract=no"), std::string::npos) << v;
+  struct stat dir{};
+  ASSERT_EQ(stat(path.substr(0, path.rfind('/')).c_str(), &dir), 0) << path;
+  EXPECT_EQ(dir.st_uid, geteuid());
+  EXPECT_EQ(dir.st_mode & 077, 0u);
 }
 
 // The daemon's uplink on a kernel interface: nothing for EAL (the daemon

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/private_dir.h"
 #include "pmd/daemon_client.h"
 #include "pmd/eal.h"
 #include "pmd/runtime.h"
@@ -78,8 +79,10 @@ int PerfUsage(FILE* out) {
                "  Latency: median and p99 of half a round trip (send, write) or a whole one\n"
                "  (read, atomic), like perftest. --verify checks every byte that moves.\n"
                "  --control: the side channel, a UNIX socket PATH (default\n"
-               "  /tmp/uroce-perf-PORT.sock) or TCP HOST:PORT. It has no authentication and\n"
-               "  hands the client a writable rkey, so an empty HOST (:PORT) listens on\n"
+               "  perf-PORT.sock in the user's private directory: UROCE_RUNTIME_DIR,\n"
+               "  XDG_RUNTIME_DIR/uroce or /tmp/uroce-UID), both sides of the\n"
+               "  same user; or TCP HOST:PORT. TCP has no authentication and hands the\n"
+               "  client a writable rkey, so an empty HOST (:PORT) listens on\n"
                "  127.0.0.1 only; give 0.0.0.0:PORT or an address to serve other hosts.\n"
                "  The server waits up to 300 s for a client and 60 s for each message.\n"
                "  Limits: --size up to 1G, --iters up to 100000000, --qps up to 256,\n"
@@ -202,7 +205,16 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     std::fprintf(stderr, "uroce perf: --port daemon takes its configuration from the daemon; drop --config\n");
     return false;
   }
-  if (o->control.empty()) o->control = "/tmp/uroce-perf-" + o->port + ".sock";
+  if (o->control.empty()) {
+    // In the user's private directory: a fixed path in the shared /tmp could
+    // be bound first by another user, the peer of the run then.
+    auto dir = PrivateRuntimeDir();
+    if (!dir.ok()) {
+      std::fprintf(stderr, "uroce perf: --control: %s\n", dir.status().message().c_str());
+      return false;
+    }
+    o->control = *dir + "/perf-" + o->port + ".sock";
+  }
   return true;
 }
 

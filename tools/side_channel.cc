@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -69,6 +70,18 @@ StatusOr<sockaddr_un> UnixAddress(const std::string& path) {
 
 // One non-blocking connect(2), waited for with poll(2) until `deadline`.
 // Returns the connected socket, or -1 with errno set.
+// The process at the other end of a connected UNIX socket must run as our
+// effective user (SO_PEERCRED, unix(7)).
+Status CheckSameUser(int fd, const std::string& address, const char* role) {
+  ucred peer{};
+  socklen_t length = sizeof(peer);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) return Errno("SO_PEERCRED on " + address);
+  if (peer.uid == geteuid()) return Status::Ok();
+  return PermissionDenied("the perf " + std::string(role) + " on " + address + " is uid " + std::to_string(peer.uid) +
+                          " (pid " + std::to_string(peer.pid) + "), not this user (uid " + std::to_string(geteuid()) +
+                          "): refused");
+}
+
 int ConnectOnce(int family, const sockaddr* addr, socklen_t length, Clock::time_point deadline,
                 const std::function<bool()>& idle) {
   const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -116,7 +129,15 @@ StatusOr<SideChannel> SideChannel::Listen(const std::string& address) {
     // (a typo, a real file) is the user's and stays: bind then fails.
     struct stat st;
     if (lstat(address.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(address.c_str());
-    if (bind(fd, reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr)) != 0) {
+    // No access for group or others from the start (the umask applies to
+    // bind, unix(7)): only this user (and root) may connect. Accept checks
+    // who did as well.
+    const mode_t old_mask = umask(077);
+    const int bound = bind(fd, reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr));
+    const int bind_errno = errno;
+    umask(old_mask);
+    if (bound != 0) {
+      errno = bind_errno;
       Status s = Errno("bind " + address);
       close(fd);
       return s;
@@ -169,6 +190,14 @@ StatusOr<SideChannel> SideChannel::Connect(const std::string& address, unsigned 
                         : ConnectOnce(ai->ai_family, ai->ai_addr, ai->ai_addrlen, deadline, idle);
     if (fd >= 0) {
       if (ai != nullptr) freeaddrinfo(ai);
+      if (path) {
+        // Whoever listens on the path gets our QPNs, PSNs and a writable
+        // rkey: only a server of our own user.
+        if (Status peer = CheckSameUser(fd, address, "server"); !peer.ok()) {
+          close(fd);
+          return peer;
+        }
+      }
       const int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // fails harmlessly on UNIX sockets
       return SideChannel(fd);
@@ -232,7 +261,19 @@ std::string SideChannel::LocalAddress() const {
 StatusOr<SideChannel> SideChannel::Accept(unsigned timeout_ms, const std::function<bool()>& idle) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
-    const int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    sockaddr_storage from{};
+    socklen_t from_length = sizeof(from);
+    const int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&from), &from_length, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0 && from.ss_family == AF_UNIX) {
+      // A client of another user (root may reach any socket) is turned away
+      // and the wait goes on: the first comer cannot take the run.
+      if (Status peer = CheckSameUser(fd, LocalAddress(), "client"); !peer.ok()) {
+        close(fd);
+        std::fprintf(stderr, "uroce perf: %s\n", peer.message().c_str());
+        if (Clock::now() >= deadline) return Unavailable("no perf client of this user within " + std::to_string(timeout_ms) + " ms");
+        continue;
+      }
+    }
     if (fd >= 0) {
       const int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // fails harmlessly on UNIX sockets

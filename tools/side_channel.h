@@ -9,6 +9,11 @@
 //                         unauthenticated and hands the peer a writable
 //                         rkey, so reaching it from another host is asked
 //                         for by name (0.0.0.0:PORT, or the host's address)
+// A path socket gives group and others no access, and each side checks the other's
+// credentials (SO_PEERCRED): a server or client of another user is refused
+// (the server goes on waiting for its own). The default path is in the
+// user's private directory (common/private_dir.h). TCP has no such check:
+// it is for hosts and networks whose users are trusted.
 // The server listens, the client connects (retrying until the server is up).
 // Reads never block the caller for long: the caller keeps driving its engines
 // (inline progress) between tries, or the peer's ARP requests would go

@@ -5,13 +5,18 @@
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -224,6 +229,94 @@ TEST(SideChannelTest, UnixSocketPath) {
   EXPECT_FALSE(Listen(path).ok());
   EXPECT_EQ(access(path.c_str(), F_OK), 0);
   unlink(path.c_str());
+}
+
+// A path socket is the user's own (no access for others), and a peer of another user
+// (here uid 65534, from a forked child; needs root to switch users) is
+// refused at both ends. The server goes on waiting for its own client.
+TEST(SideChannelTest, PeersOfAnotherUserAreRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a peer as another user";
+  Watchdog dog("another user");
+  char dir[] = "/tmp/uroce-side-channel-users.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ASSERT_EQ(chmod(dir, 01777), 0);  // as /tmp: anybody may make a socket here
+  const std::string path = std::string(dir) + "/perf.sock";
+  // The child says how far it got on a pipe: 'c' once connected as the
+  // other user ('u': could not switch users, 's': no connection).
+  int report[2];
+  ASSERT_EQ(pipe(report), 0);
+  auto connect_as_other_user = [&report](const std::string& to) {
+    // Async-signal-safe calls only: the test has other threads.
+    if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) {
+      (void)!write(report[1], "u", 1);
+      _exit(2);
+    }
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, to.data(), to.size());
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      (void)!write(report[1], "s", 1);
+      _exit(3);
+    }
+    (void)!write(report[1], "c", 1);
+    sleep(3);
+    _exit(0);
+  };
+  {
+    auto listener = Listen(path);
+    ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+    struct stat st{};
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 077, 0u);  // nobody but its user
+    // Opened for the test, so that the other user's connect reaches Accept.
+    ASSERT_EQ(chmod(path.c_str(), 0666), 0);
+    const pid_t other = fork();
+    ASSERT_GE(other, 0);
+    if (other == 0) connect_as_other_user(path);
+    int status = 0;
+    char got = 0;
+    ASSERT_EQ(read(report[0], &got, 1), 1);
+    ASSERT_EQ(got, 'c') << "the other user's client did not connect ('u': no setresuid here, 's': connect failed)";
+    close(report[0]);
+    close(report[1]);
+    auto client = SideChannel::Connect(path, 2000, nullptr);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    auto server = listener->Accept(2000, nullptr);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    ASSERT_TRUE(client->Send("RUN mine").ok());
+    auto line = server->Receive(2000, nullptr);
+    ASSERT_TRUE(line.ok()) << line.status().ToString();
+    EXPECT_EQ(*line, "RUN mine");  // our own client's, not the other user's connection
+    kill(other, SIGKILL);
+    waitpid(other, &status, 0);
+  }
+  // A server of another user at the path: our client refuses it.
+  const pid_t squatter = fork();
+  ASSERT_GE(squatter, 0);
+  if (squatter == 0) {
+    if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) _exit(2);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.data(), path.size());
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 4) != 0) _exit(3);
+    sleep(5);
+    _exit(0);
+  }
+  for (int i = 0; i < 100 && access(path.c_str(), F_OK) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto refused = SideChannel::Connect(path, 500, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.status().message().find("the perf server on " + path + " is uid 65534"), std::string::npos)
+      << refused.status().ToString();
+  int status = 0;
+  kill(squatter, SIGKILL);
+  waitpid(squatter, &status, 0);
+  unlink(path.c_str());
+  rmdir(dir);
 }
 
 TEST(RunSpecTest, AbsurdRunIsRefused) {
