@@ -5,9 +5,6 @@
 #include <rte_memory.h>
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -91,50 +88,6 @@ std::vector<std::string> EalArguments(const EalConfig& config) {
   return args;
 }
 
-namespace {
-
-// The value of KEY in a vdev string "name,key=value,...", or "".
-std::string VdevValue(const std::string& vdev, const std::string& key) {
-  for (size_t start = vdev.find(',');
-       start != std::string::npos && start + 1 < vdev.size(); start = vdev.find(',', start + 1)) {
-    if (vdev.compare(start + 1, key.size() + 1, key + "=") == 0) {
-      const size_t from = start + 1 + key.size() + 1;
-      return vdev.substr(from, vdev.find(',', from) - from);
-    }
-  }
-  return "";
-}
-
-// A memif server's socket file left by a process of ours that died (kill -9:
-// DPDK removes the file only when its last device closes) would make the
-// next server's bind fail. Removed when it is a socket of this user that
-// nobody answers on (connect: ECONNREFUSED), as the daemon does with its
-// own; anything else stays, and the driver says why it cannot bind.
-void RemoveStaleMemifSockets(const std::vector<std::string>& vdevs) {
-  for (const std::string& vdev : vdevs) {
-    if (vdev.rfind("net_memif", 0) != 0 || VdevValue(vdev, "role") == "client" ||
-        VdevValue(vdev, "socket-abstract") != "no") {
-      continue;
-    }
-    const std::string path = VdevValue(vdev, "socket");
-    struct stat st{};
-    sockaddr_un addr{};
-    if (path.empty() || path.size() >= sizeof(addr.sun_path) || lstat(path.c_str(), &st) != 0 ||
-        !S_ISSOCK(st.st_mode) || st.st_uid != geteuid()) {
-      continue;
-    }
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path.data(), path.size());
-    const int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (probe < 0) continue;
-    const bool refused = connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 && errno == ECONNREFUSED;
-    close(probe);
-    if (refused) unlink(path.c_str());
-  }
-}
-
-}  // namespace
-
 Status StartEal(const EalConfig& config) {
   if (g_state == EalState::kRunning) {
     return FailedPrecondition("DPDK EAL is already running in this process");
@@ -151,7 +104,6 @@ Status StartEal(const EalConfig& config) {
   }
   EalConfig resolved = config;
   if (resolved.file_prefix.empty()) resolved.file_prefix = UniqueFilePrefix();
-  RemoveStaleMemifSockets(resolved.vdevs);
   std::vector<std::string> args = EalArguments(resolved);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

@@ -161,9 +161,14 @@ void FrameSwitch::FromProcess(uint32_t slot, rte_mbuf* m) {
       // UD carries its source QPN (DETH): it must be one the process leased,
       // or QP 1, its own GSI QP. RC and UC name no source QPN on the wire.
       if (info.ud && info.src_qpn != 1 && SlotOfQpn(info.src_qpn) != slot) return Drop(slot, m, &counters_.spoofed);
-      // From QP 1 (shared by name by every process): only CM MADs that
-      // speak for the process's own connections.
-      if (info.ud && info.src_qpn == 1 && !SpeaksForSlot(slot, info, m)) return Drop(slot, m, &counters_.spoofed);
+      // QP 1 is shared by name by every process: whatever goes to it must
+      // come from it (a CM MAD from a leased QPN would otherwise pass the
+      // check above), and whatever comes from it must be a CM MAD that
+      // speaks for the process's own connections.
+      if (info.ud && (info.src_qpn == 1 || info.dest_qpn == 1) &&
+          (info.src_qpn != 1 || !SpeaksForSlot(slot, info, m))) {
+        return Drop(slot, m, &counters_.spoofed);
+      }
       if (IsOurs(info.dst_ip)) {
         counters_.local_frames++;
         return ToRoceOwner(slot, info, m, this);
@@ -225,9 +230,11 @@ size_t FrameSwitch::TakeLinkRequests(LinkRequest* out, size_t max) {
 // Every process sends its CM MADs from QP 1, so the source QPN says nothing:
 // a MAD must be a CM message whose sender's communication ID (every CM
 // message carries it, IBTA 12.6) is one of the process's, so that no process
-// can disconnect, reject or answer for another's connection. A REJ with no
-// sender ID (a REQ refused before any state was made, 12.6.7) names only
-// the caller's own ID and passes.
+// can disconnect, reject or answer for another's connection. That includes
+// a REJ: uroce's CM puts an ID of its own in every REJ it sends, also for a
+// REQ it keeps no state for (IBTA 12.6.7 asks for the sender's ID), so a
+// REJ with ID 0 is nobody's. Only the switch's own REJ (RejectRequest) has
+// none, and it does not pass here.
 bool FrameSwitch::SpeaksForSlot(uint32_t slot, const FrameInfo& info, const rte_mbuf* m) const {
   transport::CmMad mad;
   if (transport::DecodeCmMad(rte_pktmbuf_mtod_offset(m, const uint8_t*, info.payload), info.payload_length, &mad) !=
@@ -235,16 +242,18 @@ bool FrameSwitch::SpeaksForSlot(uint32_t slot, const FrameInfo& info, const rte_
     return false;
   }
   const uint32_t local_comm_id = std::visit([](const auto& message) { return message.local_comm_id; }, mad.message);
-  if (local_comm_id == 0) return std::holds_alternative<transport::CmRej>(mad.message);
-  return local_comm_id >> kSwitchCommIdShift == slot;
+  return local_comm_id != 0 && local_comm_id >> kSwitchCommIdShift == slot;
 }
 
 // A CM MAD (IBTA 12.6) to the process it is for. Only well-formed CM MADs
 // are routed: DecodeCmMad checks the header and every field the CM reads.
 void FrameSwitch::ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m, FrameSwitch* origin) {
   transport::CmMad mad;
-  if (!info.ud ||
-      transport::DecodeCmMad(rte_pktmbuf_mtod_offset(m, const uint8_t*, info.payload), info.payload_length, &mad) !=
+  // The GSI QP speaks only to the GSI QP (IBTA 13.5.1): a frame to QP 1
+  // from any other QP (from the wire; processes are checked before) is no
+  // CM message.
+  if (!info.ud || info.src_qpn != 1) return origin->Drop(from, m, &counters_.cm_bad_qp);
+  if (transport::DecodeCmMad(rte_pktmbuf_mtod_offset(m, const uint8_t*, info.payload), info.payload_length, &mad) !=
           transport::CmMadError::kOk) {
     return origin->Drop(from, m, &counters_.cm_unrouted);
   }

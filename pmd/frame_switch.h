@@ -80,6 +80,7 @@ struct SwitchCounters {
   uint64_t cm_no_listener = 0;      // REQs for a port nobody listens on
   uint64_t cm_rejects = 0;          // REJs the switch sent for them
   uint64_t cm_unrouted = 0;         // other MADs to QP 1 no process owns
+  uint64_t cm_bad_qp = 0;           // frames to QP 1 not from QP 1 (or not UD)
   uint64_t neighbor_answers = 0;    // ARP replies / NAs the switch sent
   uint64_t neighbor_copies = 0;     // answers copied to processes
   uint64_t neighbor_questions = 0;  // kernel mode: requests handed to the daemon

@@ -58,7 +58,8 @@ class FrameSwitchTest : public ::testing::Test {
     return m;
   }
   // A CM MAD to QP 1 (UD, from QP 1), as a connection manager sends it.
-  rte_mbuf* Mad(const MacAddress& smac, const Gid& sip, const transport::CmMad& mad, const Gid& dip = Ip(1)) {
+  rte_mbuf* Mad(const MacAddress& smac, const Gid& sip, const transport::CmMad& mad, const Gid& dip = Ip(1),
+                uint32_t src_qp = 1) {
     transport::PacketFields f;
     f.src_mac = smac;
     f.dst_mac = kHostMac;
@@ -67,7 +68,7 @@ class FrameSwitchTest : public ::testing::Test {
     f.udp_src_port = 0xC000;
     f.bth.opcode = static_cast<uint8_t>(Opcode::kUdSendOnly);
     f.bth.dest_qp = 1;
-    f.deth.src_qp = 1;
+    f.deth.src_qp = src_qp;
     f.deth.qkey = 0x80010000;
     f.payload_length = transport::kMadBytes;
     uint8_t payload[transport::kMadBytes];
@@ -93,13 +94,13 @@ TEST_F(FrameSwitchTest, FramesFromTheWireGoToTheOwnerOfTheirQpn) {
   uplink_.in.push_back(Roce(kPeerMac, Ip(2), kHostMac, Ip(1), 0x02FFFF));
   uplink_.in.push_back(Roce(kPeerMac, Ip(2), kHostMac, Ip(1), 0x030001));  // nobody's
   uplink_.in.push_back(Roce(kPeerMac, Ip(2), kHostMac, Ip(9), 0x010005));  // not our address
-  uplink_.in.push_back(Roce(kPeerMac, Ip(2), kHostMac, Ip(1), 1));         // CM: not routed yet
+  uplink_.in.push_back(Roce(kPeerMac, Ip(2), kHostMac, Ip(1), 1));         // to QP 1, not a UD frame from it
   switch_->Poll();
   EXPECT_EQ(proc_[0].out.size(), 1u);
   EXPECT_EQ(proc_[1].out.size(), 1u);
   EXPECT_EQ(switch_->counters().unknown_qpn, 1u);
   EXPECT_EQ(switch_->counters().not_for_us, 1u);
-  EXPECT_EQ(switch_->counters().cm_unrouted, 1u);
+  EXPECT_EQ(switch_->counters().cm_bad_qp, 1u);
   EXPECT_EQ(switch_->port_counters(0).rx_dropped, 3u);
 }
 
@@ -437,6 +438,28 @@ TEST_F(FrameSwitchTest, CmRequestsGoToTheListenerAndAnswersToTheirCommunicationI
   switch_->Poll();
   EXPECT_EQ(switch_->counters().spoofed, spoofed + 1);
   EXPECT_EQ(proc_[1].out.size(), 2u) << "the forged DREQ reached nobody";
+  // Nor reject it: a REJ with no sender ID is nobody's (uroce's CM puts its
+  // own in every REJ), and a CM MAD from a leased QPN, or from any QP but
+  // QP 1 on the wire, is no CM message.
+  transport::CmMad rej_mad;
+  transport::CmRej rej;
+  rej.local_comm_id = 0;
+  rej.remote_comm_id = 0x01000042;
+  rej_mad.message = rej;
+  proc_[1].in.push_back(Mad(kHostMac, Ip(1), rej_mad));
+  rej.local_comm_id = 0x02000077;  // slot 2's own, but sent from a leased QPN
+  rej_mad.message = rej;
+  proc_[1].in.push_back(Mad(kHostMac, Ip(1), rej_mad, Ip(1), 0x020001));
+  uplink_.in.push_back(Mad(kPeerMac, Ip(2), rej_mad, Ip(1), 5));
+  const size_t caller_had = proc_[0].out.size();
+  switch_->Poll();
+  EXPECT_EQ(switch_->counters().spoofed, spoofed + 3);
+  EXPECT_EQ(switch_->counters().cm_bad_qp, 1u);
+  EXPECT_EQ(proc_[0].out.size(), caller_had) << "a forged REJ reached the caller";
+  // slot 2's REJ with its own ID, from QP 1, is routed.
+  proc_[1].in.push_back(Mad(kHostMac, Ip(1), rej_mad));
+  switch_->Poll();
+  EXPECT_EQ(proc_[0].out.size(), caller_had + 1);
   // A process that goes takes its ports with it.
   switch_->Detach(2);
   EXPECT_EQ(switch_->listener(7174), 0u);

@@ -26,7 +26,9 @@
 #      RoCE frames with the host's own source addresses (and with addresses
 #      no host has) to a QPN of an attached process; the daemon counts them
 #      (STATS drops line) and the process gets none;
-#   8. SIGTERM to the daemon during a long run: both processes stop within
+#   8. a client claiming pid 1 in its ATTACH shows in STATS with its real
+#      pid, uid and gid (SO_PEERCRED);
+#   9. SIGTERM to the daemon during a long run: both processes stop within
 #      seconds (their QPs flushed to the error state), the daemon exits 0 with
 #      every mbuf back in its pool and its socket removed.
 # Needs root (namespaces). Every process runs under `timeout`; the namespaces
@@ -473,6 +475,29 @@ else
 fi
 kill -TERM "$wire_pid" 2>/dev/null
 wait "$wire_server" 2>/dev/null
+
+echo "== a process is who the kernel says, not who it claims"
+# ATTACH names a pid and a program; the daemon takes the pid, uid and gid
+# from the connection (SO_PEERCRED). A client claiming pid 1 shows in STATS
+# with its real pid and uid.
+/usr/bin/python3 -c '
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect(sys.argv[1]); s.send(b"ATTACH pid=1 program=liar")
+print(s.recv(16384).split(b"\n")[0].decode(), flush=True)
+time.sleep(5)' "$SOCK" > "$TMP/liar.out" 2>&1 &
+liar=$!
+pids+=("$liar")
+for _ in $(seq 50); do [[ -s $TMP/liar.out ]] && break; sleep 0.1; done
+out=$(timeout 30 "$UROCE" stats --daemon "$SOCK" 2>&1)
+line=$(grep "^process .* program=liar " <<<"$out")
+if [[ $line == "process pid=$liar "* && $line == *" uid=0 gid=0" ]]; then
+  echo "ok: the liar shows as pid $liar, uid 0 ($(cat "$TMP/liar.out"))"
+else
+  fail "STATS takes the claimed pid or shows no credentials: '$line' (client: $(cat "$TMP/liar.out"))"
+fi
+kill "$liar" 2>/dev/null
+wait "$liar" 2>/dev/null
 
 echo "== SIGTERM to the daemon during a run"
 port=$((20000 + RANDOM % 20000))

@@ -92,7 +92,11 @@ namespace {
 // One attached process.
 struct Session {
   int fd = -1;
+  // Who connected, in the kernel's word (SO_PEERCRED, unix(7)): a process
+  // may claim any pid in its ATTACH, so the claim is only logged.
   int64_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
   std::string program;
   uint32_t slot = 0;  // 0: not attached yet
   // Its ports (pmd/shm_channel.h), one per uplink, in the uplinks' order.
@@ -505,6 +509,15 @@ void Daemon::Accept() {
     }
     auto s = std::make_unique<Session>();
     s->fd = fd;
+    ucred cred{};
+    socklen_t length = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) {
+      close(fd);
+      continue;
+    }
+    s->pid = cred.pid;
+    s->uid = cred.uid;
+    s->gid = cred.gid;
     sessions_.push_back(std::move(s));
   }
 }
@@ -713,10 +726,16 @@ Status Daemon::AttachSession(Session& s, const pmd::AttachRequest& request) {
     }
   }
   s.slot = slot;
-  s.pid = request.pid;
+  // A process in another pid namespace (a container) knows itself by
+  // another number: the claim is logged, never taken.
+  if (request.pid != s.pid) {
+    Log("pid %lld says it is pid %lld (another pid namespace, or a lie)", static_cast<long long>(s.pid),
+        static_cast<long long>(request.pid));
+  }
   s.program = request.program;
   ReplyWithFiles(s, pmd::FormatAttachReply(grant), files);
-  Log("attached pid %lld (%s): slot %u, QPNs 0x%06x-0x%06x", static_cast<long long>(s.pid), s.program.c_str(), slot,
+  Log("attached pid %lld uid %u (%s): slot %u, QPNs 0x%06x-0x%06x", static_cast<long long>(s.pid),
+      static_cast<unsigned>(s.uid), s.program.c_str(), slot,
       slot << pmd::kSwitchQpnShift, ((slot + 1) << pmd::kSwitchQpnShift) - 1);
   return Status::Ok();
 }
@@ -909,13 +928,14 @@ std::string Daemon::StatsText() const {
     const pmd::SwitchPortCounters c = SlotCounters(s->slot);
     std::snprintf(line, sizeof(line),
                   "process pid=%lld program=%s slot=%u qpns=0x%06x-0x%06x rx_frames=%llu rx_bytes=%llu "
-                  "tx_frames=%llu tx_bytes=%llu dropped=%llu peers=%zu peers_gone=%llu\n",
+                  "tx_frames=%llu tx_bytes=%llu dropped=%llu peers=%zu peers_gone=%llu uid=%u gid=%u\n",
                   static_cast<long long>(s->pid), s->program.c_str(), s->slot, s->slot << pmd::kSwitchQpnShift,
                   ((s->slot + 1) << pmd::kSwitchQpnShift) - 1, static_cast<unsigned long long>(c.rx_frames),
                   static_cast<unsigned long long>(c.rx_bytes), static_cast<unsigned long long>(c.tx_frames),
                   static_cast<unsigned long long>(c.tx_bytes),
                   static_cast<unsigned long long>(c.rx_dropped + c.tx_full), s->peers.size(),
-                  static_cast<unsigned long long>(s->peers_gone_told));
+                  static_cast<unsigned long long>(s->peers_gone_told), static_cast<unsigned>(s->uid),
+                  static_cast<unsigned>(s->gid));
     out += line;
   }
   // Per uplink (device uroceK): its port's counters and its switch's.
@@ -945,11 +965,12 @@ std::string Daemon::StatsText() const {
     // a line of their own: the lines above keep their fields.
     std::snprintf(line, sizeof(line),
                   "drops device=%s wire_own_source=%llu wire_bad_source=%llu neighbor_rebuilt=%llu "
-                  "neighbor_refused=%llu\n",
+                  "neighbor_refused=%llu cm_bad_qp=%llu\n",
                   up->device.c_str(), static_cast<unsigned long long>(k.wire_own_source),
                   static_cast<unsigned long long>(k.wire_bad_source),
                   static_cast<unsigned long long>(k.neighbor_rebuilt),
-                  static_cast<unsigned long long>(k.neighbor_refused));
+                  static_cast<unsigned long long>(k.neighbor_refused),
+                  static_cast<unsigned long long>(k.cm_bad_qp));
     out += line;
   }
   // Direct links between processes (their frames pass no switch): the

@@ -227,11 +227,11 @@ struct ConnectionManager::Impl {
   void HandleMad(const Gid& source, const MacAddress& source_mac, const uint8_t* data, size_t length);
   void HandleReq(const Gid& source, const MacAddress& source_mac, const MadHeader& header, const CmReq& req);
   void HandleRep(const Gid& source, const MacAddress& source_mac, const MadHeader& header, const CmRep& rep);
-  void HandleRtu(const CmRtu& rtu);
+  void HandleRtu(const Gid& source, const CmRtu& rtu);
   void HandleRej(const Gid& source, const CmRej& rej);
   void HandleMra(const Gid& source, const CmMra& mra);
   void HandleDreq(const Gid& source, const MacAddress& source_mac, const MadHeader& header, const CmDreq& dreq);
-  void HandleDrep(const CmDrep& drep);
+  void HandleDrep(const Gid& source, const CmDrep& drep);
   void RunTimers();
   void TimedOut(Connection& c);
   Connection* Find(uint32_t local_id) {
@@ -649,11 +649,11 @@ void ConnectionManager::Impl::HandleMad(const Gid& source, const MacAddress& sou
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, CmReq>) HandleReq(source, source_mac, mad.header, m);
         else if constexpr (std::is_same_v<T, CmRep>) HandleRep(source, source_mac, mad.header, m);
-        else if constexpr (std::is_same_v<T, CmRtu>) HandleRtu(m);
+        else if constexpr (std::is_same_v<T, CmRtu>) HandleRtu(source, m);
         else if constexpr (std::is_same_v<T, CmRej>) HandleRej(source, m);
         else if constexpr (std::is_same_v<T, CmMra>) HandleMra(source, m);
         else if constexpr (std::is_same_v<T, CmDreq>) HandleDreq(source, source_mac, mad.header, m);
-        else if constexpr (std::is_same_v<T, CmDrep>) HandleDrep(m);
+        else if constexpr (std::is_same_v<T, CmDrep>) HandleDrep(source, m);
       },
       mad.message);
 }
@@ -677,9 +677,13 @@ void ConnectionManager::Impl::HandleReq(const Gid& source, const MacAddress& sou
     }
     return;
   }
+  // Our REJ carries a communication ID of ours (IBTA 12.6.7: the sender's
+  // ID; the kernel's CM always fills it), drawn like any other and kept
+  // nowhere: on a host shared through uroce daemon, the switch passes a
+  // process's CM message only with an ID of that process's own.
   auto reject = [&](uint16_t reason) {
-    SendRej(source, source_mac, header.transaction_id, 0, req.local_comm_id, CmMessageKind::kReq, reason, nullptr,
-            0);
+    SendRej(source, source_mac, header.transaction_id, NewLocalId(), req.local_comm_id, CmMessageKind::kReq, reason,
+            nullptr, 0);
   };
   if ((req.service_id & ~uint64_t{0xFFFF}) != kRdmaIpServiceIdBase) return reject(kRejInvalidServiceId);
   const uint16_t port = static_cast<uint16_t>(req.service_id & 0xFFFF);
@@ -750,8 +754,19 @@ void ConnectionManager::Impl::HandleRep(const Gid& source, const MacAddress& sou
     // A REP for nothing we know (we gave up, or it is stale): say so, so that
     // the passive side stops waiting for an RTU (IBTA 12.9.6.2).
     counters.mads_dropped++;
-    SendRej(source, source_mac, header.transaction_id, rep.remote_comm_id, rep.local_comm_id, CmMessageKind::kRep,
+    const CmConnectionId ours = (rep.remote_comm_id & ~options.comm_id_mask) == options.comm_id_base &&
+                                        rep.remote_comm_id != 0
+                                    ? rep.remote_comm_id
+                                    : NewLocalId();
+    SendRej(source, source_mac, header.transaction_id, ours, rep.local_comm_id, CmMessageKind::kRep,
             kRejInvalidCommId, nullptr, 0);
+    return;
+  }
+  // Only the peer we asked answers: a REP from another address is forged
+  // (any host that guessed our 32-bit ID could otherwise pick the QP we
+  // talk to). Dropped without an answer, so that we reflect nothing.
+  if (source != c->peer.gid) {
+    counters.mads_forged++;
     return;
   }
   if (c->state != State::kReqSent) {
@@ -803,10 +818,14 @@ void ConnectionManager::Impl::HandleRep(const Gid& source, const MacAddress& sou
   Emit(*c, CmEventType::kEstablished, ToVector(rep.private_data));
 }
 
-void ConnectionManager::Impl::HandleRtu(const CmRtu& rtu) {
+void ConnectionManager::Impl::HandleRtu(const Gid& source, const CmRtu& rtu) {
   Connection* c = Find(rtu.remote_comm_id);
   if (c == nullptr || c->active || c->remote_id != rtu.local_comm_id) {
     counters.mads_dropped++;
+    return;
+  }
+  if (source != c->peer.gid) {
+    counters.mads_forged++;
     return;
   }
   if (c->state != State::kRepSent) {
@@ -827,10 +846,15 @@ void ConnectionManager::Impl::HandleRej(const Gid& source, const CmRej& rej) {
     auto known = by_remote.find({source, rej.local_comm_id});
     if (known != by_remote.end()) c = Find(known->second);
   }
-  // A REJ of a REQ carries no communication ID of the rejecter yet (ours
-  // carry 0); otherwise it must name the connection's peer.
-  if (c == nullptr || (c->remote_id != 0 && rej.local_comm_id != 0 && c->remote_id != rej.local_comm_id)) {
+  if (c == nullptr) {
     counters.mads_dropped++;
+    return;
+  }
+  // Only the peer rejects: from its address, and once its ID is known (its
+  // REQ or REP) naming it. Before that (the REJ of our REQ) any ID of the
+  // rejecter's goes; uroce's carry one of its own, a daemon's switch 0.
+  if (source != c->peer.gid || (c->remote_id != 0 && rej.local_comm_id != c->remote_id)) {
+    counters.mads_forged++;
     return;
   }
   switch (c->state) {
@@ -907,6 +931,10 @@ void ConnectionManager::Impl::HandleDreq(const Gid& source, const MacAddress& so
   drep.local_comm_id = dreq.remote_comm_id;
   drep.remote_comm_id = dreq.local_comm_id;
   mad.message = drep;
+  if (c != nullptr && c->remote_id == dreq.local_comm_id && source != c->peer.gid) {
+    counters.mads_forged++;
+    return;
+  }
   if (c == nullptr || c->remote_id != dreq.local_comm_id) {
     // Already forgotten (released): answer anyway so that the peer stops
     // asking (the kernel's CM does the same).
@@ -938,10 +966,14 @@ void ConnectionManager::Impl::HandleDreq(const Gid& source, const MacAddress& so
   }
 }
 
-void ConnectionManager::Impl::HandleDrep(const CmDrep& drep) {
+void ConnectionManager::Impl::HandleDrep(const Gid& source, const CmDrep& drep) {
   Connection* c = Find(drep.remote_comm_id);
   if (c == nullptr || c->remote_id != drep.local_comm_id) {
     counters.mads_dropped++;
+    return;
+  }
+  if (source != c->peer.gid) {
+    counters.mads_forged++;
     return;
   }
   if (c->state != State::kDreqSent) {

@@ -185,6 +185,7 @@ struct CmCounters {
   uint64_t requests_expired = 0;  // requests nobody answered in time (REJ "timeout")
   uint64_t mras_ignored = 0;      // MRAs from another source, or beyond the bound
   uint64_t mras_sent = 0;         // MRAs for requests the user had not answered yet
+  uint64_t mads_forged = 0;       // REP/REJ/RTU/DREQ/DREP of a known connection from another address or ID
   uint64_t address_handles_evicted = 0;
 };
 

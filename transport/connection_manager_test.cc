@@ -1107,6 +1107,80 @@ TEST_F(ConnectionManagerTest, MraIsBoundedAndTakenOnlyFromThePeer) {
   EXPECT_LE(pair_->now_ns() - start, 16'000'000u + 5'000'000u + 2'000'000u);
 }
 
+// A REP, REJ, RTU, DREQ or DREP for a connection is taken only from its
+// peer's address, and once the peer's ID is known, naming it: a host that
+// guessed a 32-bit communication ID cannot pick the QP a connection talks
+// to, reject it or tear it down.
+TEST_F(ConnectionManagerTest, ForgedAnswersFromAnotherSourceAreIgnored) {
+  Start();
+  ASSERT_TRUE(cm(1).Listen(7307, 1).ok());
+  CmConnectParams params;
+  params.qp = NewRcQp(0);
+  params.remote = {side(1).gid, 7307};
+  params.local_ack_timeout = 10;
+  auto id = cm(0).Connect(params, 1);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  CmEvent request;
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, &request));
+  const MadFrom stranger{{0x02, 0xee, 0, 0, 0, 0x43}, Ipv4(10, 0, 0, 99)};
+  {
+    CmMad mad;
+    CmRep rep;
+    rep.local_comm_id = 0x0bad0001;
+    rep.remote_comm_id = *id;
+    rep.local_qpn = 0xbad01;
+    rep.starting_psn = 1;
+    mad.message = rep;
+    Inject(1, stranger, mad);
+  }
+  {
+    CmMad mad;
+    CmRej rej;
+    rej.local_comm_id = 0;
+    rej.remote_comm_id = *id;
+    rej.reason = kRejConsumer;
+    mad.message = rej;
+    Inject(1, stranger, mad);
+  }
+  Settle(50);
+  EXPECT_EQ(cm(0).counters().mads_forged, 2u);
+  for (const CmEvent& e : events_[0]) {
+    EXPECT_NE(e.type, CmEventType::kEstablished) << "a forged REP established the connection";
+    EXPECT_NE(e.type, CmEventType::kRejected) << "a forged REJ rejected it";
+  }
+  // The real answer still establishes it, with the listener's QP.
+  QueuePair* qp1 = NewRcQp(1);
+  CmAcceptParams accept;
+  accept.qp = qp1;
+  accept.local_ack_timeout = 10;
+  ASSERT_TRUE(cm(1).Accept(request.id, accept, 2).ok());
+  CmEvent e;
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kEstablished, &e));
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kEstablished, &e));
+  EXPECT_EQ(StateOf(0, params.qp), IBV_QPS_RTS);
+  // Now the peer's ID is known: a REJ or DREQ from its own address that
+  // does not name it, and a DREQ from elsewhere that does, change nothing.
+  const MadFrom peer{side(1).mac, side(1).gid};
+  {
+    CmMad mad;
+    CmRej rej;
+    rej.local_comm_id = 0;
+    rej.remote_comm_id = *id;
+    rej.reason = kRejConsumer;
+    mad.message = rej;
+    Inject(1, peer, mad);
+    CmDreq dreq;
+    dreq.local_comm_id = request.id;
+    dreq.remote_comm_id = *id;
+    mad.message = dreq;
+    Inject(1, stranger, mad);
+  }
+  Settle(50);
+  EXPECT_EQ(cm(0).counters().mads_forged, 4u);
+  EXPECT_EQ(StateOf(0, params.qp), IBV_QPS_RTS);
+  for (const CmEvent& ev : events_[0]) EXPECT_NE(ev.type, CmEventType::kDisconnected);
+}
+
 // Starting PSNs (IBTA 9.7.1: chosen by each side) come from the CM's random
 // generator over the whole 24 bits, on both sides (QPNs and starting PSNs
 // are random, so that a stale or forged packet is unlikely to fit).
