@@ -301,8 +301,11 @@ class Builder {
         return Bad(where, "expected 1.." + std::to_string(kDaemonMaxProcesses));
       }
       c_.daemon.max_processes = static_cast<uint32_t>(n);
+    } else if (k == "slot_quarantine_ms") {
+      if (!ParseUnsigned(v, 0, 3600000, &n)) return Bad(where, "expected milliseconds, 0..3600000");
+      c_.daemon.slot_quarantine_ms = static_cast<uint32_t>(n);
     } else {
-      return Unknown("daemon", k, "socket, idle_us, max_processes");
+      return Unknown("daemon", k, "socket, idle_us, max_processes, slot_quarantine_ms");
     }
     return Status::Ok();
   }

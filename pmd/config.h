@@ -32,6 +32,8 @@
 //   idle_us = 1000        the switch's longest sleep while no frame moves (it
 //                         sleeps 16 us, then twice as long each time, up to this)
 //   max_processes = 64    processes attached at once (at most 254)
+//   slot_quarantine_ms = 10000   how long a released slot (its QPNs and CM
+//                         IDs) is given to nobody, for peers' late retries
 //
 //   [impair]              network faults on every port, from a seed (docs/configuration.md,
 //                         "[impair]"; pmd/impaired_port_io.h)
@@ -156,6 +158,7 @@ struct DaemonConfig {
   std::string socket = "/run/uroce/uroce.sock";
   uint32_t idle_us = 1000;  // the switch's longest sleep when no frame moves
   uint32_t max_processes = 64;
+  uint32_t slot_quarantine_ms = 10000;
 };
 
 struct EngineTunables {

@@ -28,17 +28,21 @@
 #      (STATS drops line) and the process gets none;
 #   8. a client claiming pid 1 in its ATTACH shows in STATS with its real
 #      pid, uid and gid (SO_PEERCRED);
-#   9. SIGTERM to the daemon during a long run: both processes stop within
+#   9. a released slot is not handed out again for slot_quarantine_ms
+#      (260 attach/detach steps never get it), and free slots are drawn at
+#      random;
+#  10. SIGTERM to the daemon during a long run: both processes stop within
 #      seconds (their QPs flushed to the error state), the daemon exits 0 with
 #      every mbuf back in its pool and its socket removed.
 # Needs root (namespaces). Every process runs under `timeout`; the namespaces
 # go on every exit path. No assertion on speed.
-#   args: UROCE VETH_TOOL [RAWSEND]  (default: attack/rawsend.py beside this
-#   script's source)
+#   args: UROCE VETH_TOOL [RAWSEND [SLOT_WALK]]  (default: attack/rawsend.py
+#   and attack/slot_walk.py beside this script's source)
 set -uo pipefail
 UROCE=$1
 VETH=$2
 RAWSEND=${3:-$(dirname "$(readlink -f "$0")")/attack/rawsend.py}
+SLOT_WALK=${4:-$(dirname "$(readlink -f "$0")")/attack/slot_walk.py}
 id=$$
 ns=uroce-d$id-h
 ns_peer=uroce-d$id-p
@@ -498,6 +502,24 @@ else
 fi
 kill "$liar" 2>/dev/null
 wait "$liar" 2>/dev/null
+
+echo "== a released slot is nobody's for a while, and slots are drawn at random"
+# A process that ended leaves its QPNs and CM IDs (its slot) to whoever gets
+# the slot next, and with them its peers' late retransmissions. Attaching and
+# detaching 260 times must not reach the slot just released (a round robin
+# gave it back within 253 steps).
+walk=$(timeout 120 /usr/bin/python3 "$SLOT_WALK" "$SOCK" 260 2>&1)
+victim=$(awk '/^victim/ { print $2 }' <<<"$walk")
+got=$(sed -n 's/^got //p' <<<"$walk")
+if [[ -z $victim || $victim == None ]]; then
+  fail "the first attach failed: $walk"
+elif grep -qw "$victim" <<<"$got"; then
+  fail "slot $victim, released a moment ago, was handed out again: $(tr '\n' ' ' <<<"$walk" | cut -c1-300)"
+else
+  echo "ok: slot $victim not handed out again in 260 attaches ($(grep refused <<<"$walk"), $(wc -w <<<"$got") granted)"
+fi
+# The walk put every slot in quarantine: wait for one to come out.
+[[ $(timeout 30 /usr/bin/python3 "$SLOT_WALK" "$SOCK" wait 20000) == ok ]] || fail "no slot free again within 20 s"
 
 echo "== SIGTERM to the daemon during a run"
 port=$((20000 + RANDOM % 20000))

@@ -32,12 +32,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -58,6 +60,12 @@
 
 namespace uroce::tools {
 namespace {
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
 
 static_assert(pmd::kDaemonCommIdShift == pmd::kSwitchCommIdShift, "the switch routes by the IDs the daemon leases");
 
@@ -192,7 +200,10 @@ class Daemon {
   unsigned pool_size_ = 0;
   std::vector<std::unique_ptr<Uplink>> uplinks_;
   std::vector<std::unique_ptr<Session>> sessions_;
-  uint32_t next_slot_ = pmd::kSwitchFirstSlot;
+  // When each slot was last released (steady clock, ns; 0: never), and the
+  // draw among free slots (FreeSlot).
+  std::array<uint64_t, pmd::kSwitchLastSlot + 1> released_ns_{};
+  std::mt19937_64 slot_random_{std::random_device{}()};
   std::vector<pollfd> control_fds_;
   std::vector<LocalLink> links_;
   uint64_t links_made_ = 0, links_refused_ = 0, links_declined_ = 0;
@@ -677,14 +688,23 @@ pmd::SwitchPortCounters Daemon::SlotCounters(uint32_t slot) const {
 }
 
 uint32_t Daemon::FreeSlot() {
-  // Round robin: a slot that was just released is taken last, so frames
-  // still on their way to a process that ended find no new owner.
-  for (uint32_t tries = 0; tries < pmd::kSwitchLastSlot; ++tries) {
-    const uint32_t slot = next_slot_;
-    next_slot_ = next_slot_ >= pmd::kSwitchLastSlot ? pmd::kSwitchFirstSlot : next_slot_ + 1;
-    if (!uplinks_.front()->sw->attached(slot)) return slot;
+  // A slot released less than slot_quarantine_ms ago is given to nobody:
+  // its QPNs and CM IDs were a process's that ended, and its peers may
+  // still retransmit to them (RC retries, RNR waits and CM resends of
+  // uroce's defaults end within seconds). Among the others one is drawn at
+  // random, so that nobody can walk a round robin to a given slot by
+  // attaching and detaching.
+  const uint64_t now = NowNs();
+  const uint64_t quarantine_ns = uint64_t{config_.daemon.slot_quarantine_ms} * 1000000;
+  uint32_t candidates[pmd::kSwitchLastSlot + 1];
+  uint32_t count = 0;
+  for (uint32_t slot = pmd::kSwitchFirstSlot; slot <= pmd::kSwitchLastSlot; ++slot) {
+    if (uplinks_.front()->sw->attached(slot)) continue;
+    if (released_ns_[slot] != 0 && now - released_ns_[slot] < quarantine_ns) continue;
+    candidates[count++] = slot;
   }
-  return 0;
+  if (count == 0) return 0;
+  return candidates[std::uniform_int_distribution<uint32_t>(0, count - 1)(slot_random_)];
 }
 
 Status Daemon::AttachSession(Session& s, const pmd::AttachRequest& request) {
@@ -694,7 +714,11 @@ Status Daemon::AttachSession(Session& s, const pmd::AttachRequest& request) {
     return ResourceExhausted("the daemon serves " + std::to_string(attached) + " processes already ([daemon] max_processes)");
   }
   const uint32_t slot = FreeSlot();
-  if (slot == 0) return ResourceExhausted("no free slot");
+  if (slot == 0) {
+    return ResourceExhausted("every free slot was released less than " +
+                             std::to_string(config_.daemon.slot_quarantine_ms) +
+                             " ms ago ([daemon] slot_quarantine_ms): try again shortly");
+  }
   // The process's ports, one per uplink: two rings in a sealed memory file
   // that only this session's reply carries (SCM_RIGHTS), so no other process
   // can reach it. Jumbo frames get fewer slots: the file's pages are real
@@ -752,6 +776,7 @@ void Daemon::Release(Session& s) {
         static_cast<unsigned long long>(c.tx_frames),
         static_cast<unsigned long long>(c.rx_dropped + c.tx_full));
     for (auto& u : uplinks_) u->sw->Detach(s.slot);
+    released_ns_[s.slot] = NowNs();
     CloseLinksOf(s.slot);
     // Its local peers: every other process's QP connected to one
     // of its QPs is told, and moves to the error state at once instead of
