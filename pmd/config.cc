@@ -301,11 +301,24 @@ class Builder {
         return Bad(where, "expected 1.." + std::to_string(kDaemonMaxProcesses));
       }
       c_.daemon.max_processes = static_cast<uint32_t>(n);
+    } else if (k == "max_processes_per_uid") {
+      if (!ParseUnsigned(v, 1, kDaemonMaxProcesses, &n)) {
+        return Bad(where, "expected 1.." + std::to_string(kDaemonMaxProcesses));
+      }
+      c_.daemon.max_processes_per_uid = static_cast<uint32_t>(n);
+    } else if (k == "max_listens_per_uid") {
+      if (!ParseUnsigned(v, 1, 65535, &n)) return Bad(where, "expected 1..65535");
+      c_.daemon.max_listens_per_uid = static_cast<uint32_t>(n);
+    } else if (k == "attach_timeout_ms") {
+      if (!ParseUnsigned(v, 100, 600000, &n)) return Bad(where, "expected milliseconds, 100..600000");
+      c_.daemon.attach_timeout_ms = static_cast<uint32_t>(n);
     } else if (k == "slot_quarantine_ms") {
       if (!ParseUnsigned(v, 0, 3600000, &n)) return Bad(where, "expected milliseconds, 0..3600000");
       c_.daemon.slot_quarantine_ms = static_cast<uint32_t>(n);
     } else {
-      return Unknown("daemon", k, "socket, idle_us, max_processes, slot_quarantine_ms");
+      return Unknown("daemon", k,
+                     "socket, idle_us, max_processes, max_processes_per_uid, max_listens_per_uid, attach_timeout_ms, "
+                     "slot_quarantine_ms");
     }
     return Status::Ok();
   }

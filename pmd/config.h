@@ -32,6 +32,11 @@
 //   idle_us = 1000        the switch's longest sleep while no frame moves (it
 //                         sleeps 16 us, then twice as long each time, up to this)
 //   max_processes = 64    processes attached at once (at most 254)
+//   max_processes_per_uid = 32   processes one uid may attach (root and the
+//                         daemon's own uid: no limit)
+//   max_listens_per_uid = 256    CM ports one uid may listen on
+//   attach_timeout_ms = 5000     a session that has not attached by then is
+//                         closed (a STATS or DEVICES query needs less)
 //   slot_quarantine_ms = 10000   how long a released slot (its QPNs and CM
 //                         IDs) is given to nobody, for peers' late retries
 //
@@ -158,6 +163,9 @@ struct DaemonConfig {
   std::string socket = "/run/uroce/uroce.sock";
   uint32_t idle_us = 1000;  // the switch's longest sleep when no frame moves
   uint32_t max_processes = 64;
+  uint32_t max_processes_per_uid = 32;
+  uint32_t max_listens_per_uid = 256;
+  uint32_t attach_timeout_ms = 5000;
   uint32_t slot_quarantine_ms = 10000;
 };
 

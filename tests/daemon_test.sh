@@ -28,21 +28,26 @@
 #      (STATS drops line) and the process gets none;
 #   8. a client claiming pid 1 in its ATTACH shows in STATS with its real
 #      pid, uid and gid (SO_PEERCRED);
-#   9. a released slot is not handed out again for slot_quarantine_ms
+#   9. a member of the daemon's group (uid 65534) attaches at most
+#      max_processes_per_uid times, holds at most 4 sessions waiting to
+#      attach, listens on at most max_listens_per_uid ports, cannot lock
+#      root out of STATS, and sees only its own processes there;
+#  10. a released slot is not handed out again for slot_quarantine_ms
 #      (260 attach/detach steps never get it), and free slots are drawn at
 #      random;
-#  10. SIGTERM to the daemon during a long run: both processes stop within
+#  11. SIGTERM to the daemon during a long run: both processes stop within
 #      seconds (their QPs flushed to the error state), the daemon exits 0 with
 #      every mbuf back in its pool and its socket removed.
 # Needs root (namespaces). Every process runs under `timeout`; the namespaces
 # go on every exit path. No assertion on speed.
-#   args: UROCE VETH_TOOL [RAWSEND [SLOT_WALK]]  (default: attack/rawsend.py
-#   and attack/slot_walk.py beside this script's source)
+#   args: UROCE VETH_TOOL [RAWSEND [SLOT_WALK [FLOOD]]]  (default: the
+#   scripts in attack/ beside this script's source)
 set -uo pipefail
 UROCE=$1
 VETH=$2
 RAWSEND=${3:-$(dirname "$(readlink -f "$0")")/attack/rawsend.py}
 SLOT_WALK=${4:-$(dirname "$(readlink -f "$0")")/attack/slot_walk.py}
+FLOOD=${5:-$(dirname "$(readlink -f "$0")")/attack/daemon_flood.py}
 id=$$
 ns=uroce-d$id-h
 ns_peer=uroce-d$id-p
@@ -82,6 +87,7 @@ log_level = *:error
 telemetry = no
 [daemon]
 socket = $SOCK
+max_processes_per_uid = 4
 [endpoint.eth0]
 port = net_af_packet0,iface=$if_h,qpairs=1
 ipv4 = 10.76.0.1
@@ -503,6 +509,42 @@ fi
 kill "$liar" 2>/dev/null
 wait "$liar" 2>/dev/null
 
+echo "== a member of the daemon's group cannot take more than its share"
+# uid 65534, in the socket's group (gid 65534 here), against
+# max_processes_per_uid = 4 (daemon.ini): at most 4 processes, at most 4
+# sessions waiting to attach, never root locked out of STATS, at most
+# max_listens_per_uid (256) CM ports, and STATS shows it its own processes
+# only.
+chmod 711 "$TMP"
+chgrp 65534 "$SOCK"
+install -m 0644 "$FLOOD" "$TMP/daemon_flood.py"
+as_member() { setpriv --reuid=65534 --regid=65534 --clear-groups -- timeout 60 /usr/bin/python3 "$TMP/daemon_flood.py" "$SOCK" "$@"; }
+timeout 60 /usr/bin/python3 "$TMP/daemon_flood.py" "$SOCK" hold 20 > "$TMP/holder.out" 2>&1 &
+holder=$!
+pids+=("$holder")
+for _ in $(seq 50); do [[ -s $TMP/holder.out ]] && break; sleep 0.1; done
+flood=$(as_member attach 10 2>&1)
+if [[ $flood == "attached 4 refused 6 sees_uids 65534" ]]; then
+  echo "ok: $flood"
+else
+  fail "a group member's 10 attaches (root's holder: $(cat "$TMP/holder.out")): '$flood'"
+fi
+as_member idle 20 4 > "$TMP/idle.out" 2>&1 &
+idler=$!
+pids+=("$idler")
+sleep 1
+if out=$(timeout 10 "$UROCE" stats --daemon "$SOCK" 2>&1) && grep -q "^daemon sessions=" <<<"$out"; then
+  echo "ok: root's STATS while a group member holds idle sessions: $(grep '^daemon' <<<"$out")"
+else
+  fail "root's STATS while a group member holds idle sessions: $out"
+fi
+wait "$idler"
+[[ $(cat "$TMP/idle.out") == "open 4 refused 0 closed 16" ]] || fail "idle sessions of one uid: '$(cat "$TMP/idle.out")'"
+listens=$(as_member listen 300 2>&1)
+[[ $listens == "listening 256 refused 44" ]] && echo "ok: CM ports: $listens" || fail "CM ports of one uid: '$listens'"
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+
 echo "== a released slot is nobody's for a while, and slots are drawn at random"
 # A process that ended leaves its QPNs and CM IDs (its slot) to whoever gets
 # the slot next, and with them its peers' late retransmissions. Attaching and
@@ -518,8 +560,8 @@ elif grep -qw "$victim" <<<"$got"; then
 else
   echo "ok: slot $victim not handed out again in 260 attaches ($(grep refused <<<"$walk"), $(wc -w <<<"$got") granted)"
 fi
-# The walk put every slot in quarantine: wait for one to come out.
-[[ $(timeout 30 /usr/bin/python3 "$SLOT_WALK" "$SOCK" wait 20000) == ok ]] || fail "no slot free again within 20 s"
+# The walk put every slot in quarantine (10 s, the default): wait it out.
+sleep 10.5
 
 echo "== SIGTERM to the daemon during a run"
 port=$((20000 + RANDOM % 20000))

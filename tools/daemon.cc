@@ -105,6 +105,7 @@ struct Session {
   int64_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  uint64_t accepted_ns = 0;  // when it connected (attach_timeout_ms)
   std::string program;
   uint32_t slot = 0;  // 0: not attached yet
   // Its ports (pmd/shm_channel.h), one per uplink, in the uplinks' order.
@@ -149,7 +150,18 @@ class Daemon {
   void HandleMessage(Session& s);
   Status AttachSession(Session& s, const pmd::AttachRequest& request);
   void Release(Session& s);
-  std::string StatsText() const;
+  // Every process's line for root and the daemon's own uid; a viewer of
+  // another uid sees only its own uid's processes.
+  std::string StatsText(const Session& viewer) const;
+  // Root and the daemon's own uid: no per-uid quota, never locked out.
+  static bool Exempt(uid_t uid) { return uid == 0 || uid == geteuid(); }
+  // CM ports the processes of `uid` listen on (the first switch's table:
+  // every switch has the same).
+  uint32_t ListensOfUid(uid_t uid) const;
+  static constexpr size_t kMaxPending = 16;       // sessions not attached, in all
+  static constexpr size_t kMaxPendingPerUid = 4;  // ... of one uid (not exempt)
+  uint64_t sessions_refused_ = 0;  // turned away (or closed for an exempt one)
+  uint64_t attach_timeouts_ = 0;   // closed for not attaching in time
   std::string DevicesText() const;
   void Reply(Session& s, const std::string& text);
   void ReplyWithFiles(Session& s, const std::string& text, const std::vector<int>& files);
@@ -469,6 +481,17 @@ void Daemon::Run() {
 }
 
 void Daemon::ServeControl(int timeout_us) {
+  // Sessions that never attached within attach_timeout_ms (and those closed
+  // to make room) go.
+  const uint64_t now = NowNs();
+  for (size_t i = sessions_.size(); i >= 1; --i) {
+    Session& s = *sessions_[i - 1];
+    const bool late = s.slot == 0 && now - s.accepted_ns > uint64_t{config_.daemon.attach_timeout_ms} * 1000000;
+    if (s.fd >= 0 && !late) continue;
+    if (late) ++attach_timeouts_;
+    Release(s);
+    sessions_.erase(sessions_.begin() + static_cast<long>(i - 1));
+  }
   std::vector<pollfd>& fds = control_fds_;  // kept: no allocation per look
   fds.clear();
   fds.push_back({listen_fd_, POLLIN, 0});
@@ -510,14 +533,6 @@ void Daemon::Accept() {
   for (;;) {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;
-    // A bounded number of sessions, attached or not: a local process cannot
-    // exhaust the daemon's descriptors.
-    if (sessions_.size() >= config_.daemon.max_processes + 16) {
-      const char busy[] = "ERROR too many sessions";
-      send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL);
-      close(fd);
-      continue;
-    }
     auto s = std::make_unique<Session>();
     s->fd = fd;
     ucred cred{};
@@ -529,6 +544,48 @@ void Daemon::Accept() {
     s->pid = cred.pid;
     s->uid = cred.uid;
     s->gid = cred.gid;
+    s->accepted_ns = NowNs();
+    // Sessions not attached (yet) of uids other than root's and the
+    // daemon's are bounded apart from attached ones: at most kMaxPending in
+    // all and kMaxPendingPerUid per uid. Every unattached session is closed
+    // after attach_timeout_ms. A session of root or of the daemon's own uid
+    // gets in while the daemon has descriptors to spare, and then in place
+    // of the oldest waiting one of another uid: no group member can lock
+    // the administrator out of STATS.
+    size_t pending = 0, pending_of_uid = 0;
+    Session* oldest_other = nullptr;
+    for (const auto& other : sessions_) {
+      if (other->slot != 0 || other->fd < 0) continue;
+      ++pending;
+      if (other->uid == s->uid) ++pending_of_uid;
+      if (!Exempt(other->uid) && (oldest_other == nullptr || other->accepted_ns < oldest_other->accepted_ns)) {
+        oldest_other = other.get();
+      }
+    }
+    const char* refusal = nullptr;
+    if (!Exempt(s->uid)) {
+      if (pending_of_uid >= kMaxPendingPerUid) {
+        refusal = "ERROR too many sessions waiting to attach for this uid";
+      } else if (pending >= kMaxPending) {
+        refusal = "ERROR too many sessions";
+      }
+    } else if (sessions_.size() >= config_.daemon.max_processes + kMaxPending) {
+      // Exempt sessions are bounded only by the descriptors the daemon
+      // keeps (many ranks of a job may connect at once), and make room.
+      if (oldest_other != nullptr) {
+        close(oldest_other->fd);
+        oldest_other->fd = -1;  // released by ServeControl's next look
+        ++sessions_refused_;
+      } else {
+        refusal = "ERROR too many sessions";
+      }
+    }
+    if (refusal != nullptr) {
+      send(fd, refusal, std::strlen(refusal), MSG_NOSIGNAL);
+      close(fd);
+      ++sessions_refused_;
+      continue;
+    }
     sessions_.push_back(std::move(s));
   }
 }
@@ -574,7 +631,7 @@ void Daemon::HandleMessage(Session& s) {
     if (n < 0) return;
     const std::string_view message(buf.data(), static_cast<size_t>(n));
     if (message == "STATS") {
-      Reply(s, StatsText());
+      Reply(s, StatsText(s));
       continue;
     }
     if (message == "DEVICES") {
@@ -649,6 +706,11 @@ void Daemon::HandleMessage(Session& s) {
       auto claim = pmd::ParsePortClaim(message);
       // A port is claimed on every uplink's switch, or on none.
       Status status = !claim.ok() ? claim.status() : s.slot == 0 ? FailedPrecondition("not attached") : Status::Ok();
+      if (status.ok() && claim->listen && !Exempt(s.uid) && ListensOfUid(s.uid) >= config_.daemon.max_listens_per_uid) {
+        status = ResourceExhausted("uid " + std::to_string(s.uid) + " listens on " +
+                                   std::to_string(config_.daemon.max_listens_per_uid) +
+                                   " ports already ([daemon] max_listens_per_uid)");
+      }
       for (size_t k = 0; status.ok() && k < uplinks_.size(); ++k) {
         if (!claim->listen) {
           uplinks_[k]->sw->Unlisten(claim->port, s.slot);
@@ -712,6 +774,14 @@ Status Daemon::AttachSession(Session& s, const pmd::AttachRequest& request) {
   for (const auto& other : sessions_) attached += other->slot != 0;
   if (attached >= config_.daemon.max_processes) {
     return ResourceExhausted("the daemon serves " + std::to_string(attached) + " processes already ([daemon] max_processes)");
+  }
+  if (!Exempt(s.uid)) {
+    uint32_t of_uid = 0;
+    for (const auto& other : sessions_) of_uid += other->slot != 0 && other->uid == s.uid;
+    if (of_uid >= config_.daemon.max_processes_per_uid) {
+      return ResourceExhausted("uid " + std::to_string(s.uid) + " has " + std::to_string(of_uid) +
+                               " processes attached already ([daemon] max_processes_per_uid)");
+    }
   }
   const uint32_t slot = FreeSlot();
   if (slot == 0) {
@@ -945,11 +1015,31 @@ std::string Daemon::DevicesText() const {
   return out;
 }
 
-std::string Daemon::StatsText() const {
+uint32_t Daemon::ListensOfUid(uid_t uid) const {
+  std::array<bool, pmd::kSwitchLastSlot + 1> of_uid{};
+  for (const auto& s : sessions_) {
+    if (s->slot != 0 && s->uid == uid) of_uid[s->slot] = true;
+  }
+  uint32_t count = 0;
+  for (uint32_t port = 1; port <= 65535; ++port) {
+    const uint32_t slot = uplinks_.front()->sw->listener(static_cast<uint16_t>(port));
+    count += slot != 0 && slot <= pmd::kSwitchLastSlot && of_uid[slot];
+  }
+  return count;
+}
+
+std::string Daemon::StatsText(const Session& viewer) const {
   std::string out = "OK\n";
   char line[512];
+  size_t pending = 0;
+  for (const auto& s : sessions_) pending += s->slot == 0;
+  std::snprintf(line, sizeof(line), "daemon sessions=%zu waiting=%zu refused=%llu attach_timeouts=%llu\n",
+                sessions_.size(), pending, static_cast<unsigned long long>(sessions_refused_),
+                static_cast<unsigned long long>(attach_timeouts_));
+  out += line;
   for (const auto& s : sessions_) {
     if (s->slot == 0) continue;
+    if (!Exempt(viewer.uid) && s->uid != viewer.uid) continue;  // another user's: not theirs to see
     const pmd::SwitchPortCounters c = SlotCounters(s->slot);
     std::snprintf(line, sizeof(line),
                   "process pid=%lld program=%s slot=%u qpns=0x%06x-0x%06x rx_frames=%llu rx_bytes=%llu "

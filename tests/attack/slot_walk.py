@@ -4,8 +4,6 @@ Standard library only.
                               attach and detach TRIES times; prints
                               "victim S", then "got S1 S2 ..." and
                               "refused N" (ERROR replies).
-  slot_walk.py SOCKET wait MS attach and detach until an attach succeeds, for
-                              at most MS ms; prints "ok" or "timeout".
 """
 import socket
 import sys
@@ -25,15 +23,6 @@ def attach(path):
 
 def main():
     path = sys.argv[1]
-    if sys.argv[2] == "wait":
-        deadline = time.time() + int(sys.argv[3]) / 1000
-        while time.time() < deadline:
-            if attach(path) is not None:
-                print("ok")
-                return
-            time.sleep(0.2)
-        print("timeout")
-        return
     victim = attach(path)
     print("victim %s" % victim, flush=True)
     time.sleep(0.2)  # the daemon releases it
