@@ -377,9 +377,9 @@ chmod 755 "$TMP"
 mkdir "$TMP/squat" && chown 65534:65534 "$TMP/squat"
 for squat in "0.0.0.0 af_packet" ":: auto" "10.75.0.1 af_packet"; do
   read -r addr io <<<"$squat"
-  rm -f "$TMP/squat/s.ready" "$TMP/squat/s.count"
+  rm -f "$TMP/squat/s.ready" "$TMP/squat/s.count" "$TMP/squat/s.tmp"
   "${A[@]}" setpriv --reuid=65534 --regid=65534 --clear-groups -- timeout 40 /usr/bin/python3 -c '
-import socket, sys
+import os, socket, sys
 addr, out = sys.argv[1], sys.argv[2]
 s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_DGRAM)
 if ":" in addr: s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
@@ -387,7 +387,9 @@ s.bind((addr, 4791)); s.settimeout(0.2); open(out + ".ready", "w").close(); n = 
 while True:
     try: s.recv(65536); n += 1
     except socket.timeout: pass
-    with open(out + ".count", "w") as f: f.write(str(n))
+    # Written whole, then renamed: a reader never sees a half-written count.
+    with open(out + ".tmp", "w") as f: f.write(str(n))
+    os.replace(out + ".tmp", out + ".count")
 ' "$addr" "$TMP/squat/s" > "$TMP/squat.log" 2>&1 &
   squatter=$!
   pids+=("$squatter")
