@@ -33,7 +33,12 @@ fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 fake_pid=""
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
-  [[ -n $fake_pid ]] && kill -KILL "$fake_pid" 2>/dev/null
+  # $fake_pid is timeout(1) (setpriv execs it): its child first, since
+  # SIGKILL is not passed on.
+  if [[ -n $fake_pid ]]; then
+    pkill -KILL -P "$fake_pid" 2>/dev/null
+    kill -KILL "$fake_pid" 2>/dev/null
+  fi
   rm -rf "$TMP" "$EVIL" "$PWNED" "$CANARY_FILE" "${LIBDIR:-}"
 }
 trap cleanup EXIT
