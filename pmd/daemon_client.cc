@@ -206,8 +206,9 @@ StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string
                                              ": refusing the configuration it handed out: " + grant.status().message());
   }
   if (session->shm_fds_.size() != grant->endpoints.size() || truncated) {
-    return IoError("uroce daemon at " + socket_path + ": the reply carried " + std::to_string(session->shm_fds_.size()) +
-                   " ports for " + std::to_string(grant->endpoints.size()) + " uplinks");
+    return IoError("uroce daemon at " + socket_path + ": the reply carried " +
+                   std::to_string(session->shm_fds_.size()) + " ports for " + std::to_string(grant->endpoints.size()) +
+                   " uplinks");
   }
   session->slot_ = parsed->slot;
   session->config_text_ = FormatGrantConfig(*grant);

@@ -25,8 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         abort();
       }
       auto config = LoadConfigText(reply->config_text, "fuzz");
-      if (!config.ok() || config->endpoints.size() != grant->endpoints.size() || !FindDriverLoadArgument(config->eal.extra_args).empty() ||
-          config->eal.allow_driver_load) {
+      if (!config.ok() || config->endpoints.size() != grant->endpoints.size() ||
+          !FindDriverLoadArgument(config->eal.extra_args).empty() || config->eal.allow_driver_load) {
         abort();
       }
       for (size_t k = 0; k < config->endpoints.size(); ++k) {

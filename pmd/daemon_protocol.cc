@@ -311,7 +311,9 @@ bool TakeSetting(std::string_view line, std::string_view key, std::string* value
 
 StatusOr<AttachGrant> ParseAttachGrant(std::string_view config_text, uint32_t slot) {
   if (config_text.size() > kMaxControlMessage) return InvalidArgument("the configuration is too long");
-  if (slot == 0 || slot > kDaemonMaxProcesses) return InvalidArgument("slot " + std::to_string(slot) + " is not a slot");
+  if (slot == 0 || slot > kDaemonMaxProcesses) {
+    return InvalidArgument("slot " + std::to_string(slot) + " is not a slot");
+  }
   // Read what varies (each uplink's name, addresses, MAC and MTU), then
   // write the grant back and demand the very same text: every other line,
   // key and value is then the daemon's fixed one.
@@ -324,7 +326,9 @@ StatusOr<AttachGrant> ParseAttachGrant(std::string_view config_text, uint32_t sl
     start = end + 1;
     std::string value;
     if (line.substr(0, 10) == "[endpoint." && line.size() > 11 && line.back() == ']') {
-      if (grant.endpoints.size() == kMaxUplinks) return InvalidArgument("more than " + std::to_string(kMaxUplinks) + " uplinks");
+      if (grant.endpoints.size() == kMaxUplinks) {
+        return InvalidArgument("more than " + std::to_string(kMaxUplinks) + " uplinks");
+      }
       GrantEndpoint e;
       e.name = std::string(line.substr(10, line.size() - 11));
       if (!ValidEndpointName(e.name)) return InvalidArgument("not an endpoint name: " + std::string(line));
@@ -395,7 +399,9 @@ StatusOr<std::vector<DeviceLine>> ParseDevicesReply(std::string_view text) {
         !TakeValue(words[2], "netdev", &netdev) || !TakeValue(words[3], "gids", &gids)) {
       return InvalidArgument("the DEVICES answer has a line that is not the next device: '" + Quotable(line) + "'");
     }
-    if (devices.size() == kMaxUplinks) return InvalidArgument("the DEVICES answer has more than " + std::to_string(kMaxUplinks) + " devices");
+    if (devices.size() == kMaxUplinks) {
+      return InvalidArgument("the DEVICES answer has more than " + std::to_string(kMaxUplinks) + " devices");
+    }
     if (netdev != "-") {
       if (!ValidInterfaceName(netdev)) {
         return InvalidArgument("the DEVICES answer names no interface: netdev='" + Quotable(netdev) + "'");

@@ -270,7 +270,9 @@ StatusOr<SideChannel> SideChannel::Accept(unsigned timeout_ms, const std::functi
       if (Status peer = CheckSameUser(fd, LocalAddress(), "client"); !peer.ok()) {
         close(fd);
         std::fprintf(stderr, "uroce perf: %s\n", peer.message().c_str());
-        if (Clock::now() >= deadline) return Unavailable("no perf client of this user within " + std::to_string(timeout_ms) + " ms");
+        if (Clock::now() >= deadline) {
+          return Unavailable("no perf client of this user within " + std::to_string(timeout_ms) + " ms");
+        }
         continue;
       }
     }
