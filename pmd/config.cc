@@ -309,6 +309,11 @@ class Builder {
     } else if (k == "max_listens_per_uid") {
       if (!ParseUnsigned(v, 1, 65535, &n)) return Bad(where, "expected 1..65535");
       c_.daemon.max_listens_per_uid = static_cast<uint32_t>(n);
+    } else if (k == "max_peers_per_uid") {
+      // Every QPN of every lease (leases are slot << 16, pmd/daemon_protocol.h).
+      constexpr uint64_t kMost = uint64_t{kDaemonMaxProcesses} << 16;
+      if (!ParseUnsigned(v, 1, kMost, &n)) return Bad(where, "expected 1.." + std::to_string(kMost));
+      c_.daemon.max_peers_per_uid = static_cast<uint32_t>(n);
     } else if (k == "attach_timeout_ms") {
       if (!ParseUnsigned(v, 100, 600000, &n)) return Bad(where, "expected milliseconds, 100..600000");
       c_.daemon.attach_timeout_ms = static_cast<uint32_t>(n);
@@ -317,7 +322,8 @@ class Builder {
       c_.daemon.slot_quarantine_ms = static_cast<uint32_t>(n);
     } else {
       return Unknown("daemon", k,
-                     "socket, idle_us, max_processes, max_processes_per_uid, max_listens_per_uid, attach_timeout_ms, "
+                     "socket, idle_us, max_processes, max_processes_per_uid, max_listens_per_uid, max_peers_per_uid, "
+                     "attach_timeout_ms, "
                      "slot_quarantine_ms");
     }
     return Status::Ok();

@@ -35,6 +35,8 @@
 //   max_processes_per_uid = 32   processes one uid may attach (root and the
 //                         daemon's own uid: no limit)
 //   max_listens_per_uid = 256    CM ports one uid may listen on
+//   max_peers_per_uid = 65536    PEER records (QPs connected to another
+//                         process on this host) of one uid's processes
 //   attach_timeout_ms = 5000     a session that has not attached by then is
 //                         closed (a STATS or DEVICES query needs less)
 //   slot_quarantine_ms = 10000   how long a released slot (its QPNs and CM
@@ -165,6 +167,7 @@ struct DaemonConfig {
   uint32_t max_processes = 64;
   uint32_t max_processes_per_uid = 32;
   uint32_t max_listens_per_uid = 256;
+  uint32_t max_peers_per_uid = 65536;
   uint32_t attach_timeout_ms = 5000;
   uint32_t slot_quarantine_ms = 10000;
 };

@@ -66,6 +66,8 @@ void FrameSwitch::Detach(uint32_t slot) {
   // requests not taken yet are void.
   asked_[slot] = {};
   for (auto& row : asked_) row[slot / 64] &= ~(uint64_t{1} << (slot % 64));
+  sent_[slot] = {};
+  for (auto& row : sent_) row[slot / 64] &= ~(uint64_t{1} << (slot % 64));
   size_t kept = 0;
   for (size_t i = 0; i < link_requests_; ++i) {
     const LinkRequest& r = link_request_queue_[i];
@@ -210,7 +212,12 @@ void FrameSwitch::ToRoceOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m,
   StageTo(slot, m);
 }
 
+// A link costs both processes a mapped file and a place among their few
+// links, so it is asked for only once frames went both ways: one process
+// sending to every other's QPNs (which their engines drop) links nobody.
 void FrameSwitch::NoteLocalPair(uint32_t from, uint32_t to) {
+  sent_[from][to / 64] |= uint64_t{1} << (to % 64);
+  if ((sent_[to][from / 64] & (uint64_t{1} << (from % 64))) == 0) return;
   const uint32_t a = std::min(from, to), b = std::max(from, to);
   uint64_t& word = asked_[a][b / 64];
   const uint64_t bit = uint64_t{1} << (b % 64);
@@ -406,17 +413,23 @@ void FrameSwitch::AskNeighbor(uint32_t slot, const NeighborMessage& msg, rte_mbu
   q.sender_mac = options_.mac;
   rte_pktmbuf_free(m);
   if (IsHostAddress(q.target)) return AnswerNeighborQuestion(q, options_.mac);
+  if (questions_of_[slot] >= kQuestionsPerProcess) {
+    counters_.neighbor_over_quota++;
+    return;
+  }
   if (questions_ == kQuestions) {
     counters_.neighbor_questions_dropped++;
     return;
   }
   counters_.neighbor_questions++;
+  questions_of_[slot]++;
   question_queue_[questions_++] = q;
 }
 
 size_t FrameSwitch::TakeNeighborQuestions(NeighborQuestion* out, size_t max) {
   const size_t n = std::min(max, questions_);
   std::copy(question_queue_.begin(), question_queue_.begin() + static_cast<long>(n), out);
+  for (size_t i = 0; i < n; ++i) questions_of_[out[i].slot]--;
   std::copy(question_queue_.begin() + static_cast<long>(n), question_queue_.begin() + static_cast<long>(questions_),
             question_queue_.begin());
   questions_ -= n;

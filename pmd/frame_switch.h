@@ -85,6 +85,9 @@ struct SwitchCounters {
   uint64_t neighbor_copies = 0;     // answers copied to processes
   uint64_t neighbor_questions = 0;  // kernel mode: requests handed to the daemon
   uint64_t neighbor_questions_dropped = 0;  // ... while its queue was full
+  // ... beyond kQuestionsPerProcess from one process (a process asking the
+  // kernel for every address on the LAN starves nobody else's resolution).
+  uint64_t neighbor_over_quota = 0;
   uint64_t alloc_failures = 0;
   // From the wire, to one of our addresses, but claiming a source that is
   // the host's own: an address of this or another uplink (RoCE, or an
@@ -156,6 +159,9 @@ class FrameSwitch {
   // most kQuestions are kept; more are dropped and counted, and the
   // process's resolver asks again).
   static constexpr size_t kQuestions = 64;
+  // At most this many of them are one process's: the daemon keeps the same
+  // bound on the questions it waits on for each process.
+  static constexpr size_t kQuestionsPerProcess = 8;
   size_t TakeNeighborQuestions(NeighborQuestion* out, size_t max);
   bool has_neighbor_questions() const { return questions_ != 0; }
   // Answers `question` for the process that asked (if it is still attached):
@@ -163,8 +169,8 @@ class FrameSwitch {
   // sent with the next Poll. Between two Polls, on the switch's thread.
   void AnswerNeighborQuestion(const NeighborQuestion& question, const transport::MacAddress& mac);
 
-  // Two processes whose frames to each other went through the switch: the
-  // daemon may link them straight (pmd/local_links.h). Each pair is asked
+  // Two processes whose frames to each other went through the switch, both
+  // ways: the daemon may link them straight (pmd/local_links.h). Each pair is asked
   // for once until either detaches; at most kLinkRequests wait (more are
   // asked for again on a later frame).
   struct LinkRequest {
@@ -223,7 +229,10 @@ class FrameSwitch {
   size_t link_requests_ = 0;
   // asked_[a] bit b: the pair (a, b), a < b, was asked for.
   std::array<std::array<uint64_t, (kPorts + 63) / 64>, kPorts> asked_{};
+  // sent_[a] bit b: a sent a frame to b (since either attached).
+  std::array<std::array<uint64_t, (kPorts + 63) / 64>, kPorts> sent_{};
   size_t questions_ = 0;
+  std::array<uint8_t, kPorts> questions_of_{};  // per slot, in question_queue_
   SwitchCounters counters_;
 };
 

@@ -184,7 +184,11 @@ TEST_F(FrameSwitchTest, ProcessesThatTalkAreAskedToBeLinkedOnce) {
   proc_[0].in.push_back(Roce(kHostMac, Ip(1), kPeerMac, Ip(2), 0x020777));  // another host: no pair
   switch_->Poll();
   EXPECT_FALSE(switch_->has_link_requests());
-  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(1), 0x020010));
+  // One way only (a process sending to another's QPNs, whatever it does
+  // with them) is no reason for a link.
+  for (int i = 0; i < 4; ++i) proc_[0].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(1), 0x020010));
+  switch_->Poll();
+  EXPECT_FALSE(switch_->has_link_requests());
   proc_[1].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(1), 0x010020));
   switch_->Poll();
   ASSERT_EQ(switch_->TakeLinkRequests(requests, 8), 1u);
@@ -197,6 +201,9 @@ TEST_F(FrameSwitchTest, ProcessesThatTalkAreAskedToBeLinkedOnce) {
   switch_->Detach(2);
   ASSERT_TRUE(switch_->Attach(2, &proc_[1]).ok());
   proc_[1].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(1), 0x010020));
+  switch_->Poll();
+  EXPECT_FALSE(switch_->has_link_requests());  // what slot 2's last process got counts no more
+  proc_[0].in.push_back(Roce(kHostMac, Ip(1), kHostMac, Ip(1), 0x020010));
   switch_->Poll();
   EXPECT_EQ(switch_->TakeLinkRequests(requests, 8), 1u);
 }
@@ -362,13 +369,24 @@ TEST_F(FrameSwitchTest, KernelModeTurnsNeighbourRequestsIntoQuestionsForTheDaemo
   EXPECT_EQ(answer.sender_mac, kPeerMac);
   EXPECT_EQ(proc_[0].out.size(), 1u);
   EXPECT_TRUE(uplink_.out.empty());
-  // A flood of questions is bounded; the rest are counted and dropped.
+  // One process's flood takes only its share of the queue (the rest is
+  // counted and dropped), and a question of another process still gets in.
   for (unsigned i = 0; i < FrameSwitch::kQuestions + 10; ++i) {
     proc_[0].in.push_back(Raw(frame, BuildArpRequest(frame, kHostMac, Ip(1), Ip(static_cast<uint8_t>(10 + i)))));
   }
   for (int i = 0; i < 8; ++i) switch_->Poll();
-  EXPECT_EQ(switch_->counters().neighbor_questions_dropped, 10u);
-  EXPECT_EQ(switch_->TakeNeighborQuestions(q, FrameSwitch::kQuestions), FrameSwitch::kQuestions);
+  proc_[1].in.push_back(Raw(frame, BuildArpRequest(frame, kHostMac, Ip(1), Ip(200))));
+  switch_->Poll();
+  EXPECT_EQ(switch_->counters().neighbor_over_quota, FrameSwitch::kQuestions + 10 - FrameSwitch::kQuestionsPerProcess);
+  EXPECT_EQ(switch_->counters().neighbor_questions_dropped, 0u);
+  ASSERT_EQ(switch_->TakeNeighborQuestions(q, FrameSwitch::kQuestions), FrameSwitch::kQuestionsPerProcess + 1);
+  EXPECT_EQ(q[FrameSwitch::kQuestionsPerProcess].slot, 2u);
+  EXPECT_EQ(q[FrameSwitch::kQuestionsPerProcess].target, Ip(200));
+  // Taken questions give the share back.
+  proc_[0].in.push_back(Raw(frame, BuildArpRequest(frame, kHostMac, Ip(1), Ip(201))));
+  switch_->Poll();
+  ASSERT_EQ(switch_->TakeNeighborQuestions(q, FrameSwitch::kQuestions), 1u);
+  EXPECT_EQ(q[0].slot, 1u);
   // An answer for a process that left goes nowhere.
   q[0].slot = 2;
   switch_->Detach(2);

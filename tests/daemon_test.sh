@@ -30,8 +30,9 @@
 #      pid, uid and gid (SO_PEERCRED);
 #   9. a member of the daemon's group (uid 65534) attaches at most
 #      max_processes_per_uid times, holds at most 4 sessions waiting to
-#      attach, listens on at most max_listens_per_uid ports, cannot lock
-#      root out of STATS, and sees only its own processes there;
+#      attach, listens on at most max_listens_per_uid ports, keeps at most
+#      max_peers_per_uid PEER records, cannot lock root out of STATS, and
+#      sees only its own processes there;
 #  10. a released slot is not handed out again for slot_quarantine_ms
 #      (260 attach/detach steps never get it), and free slots are drawn at
 #      random;
@@ -88,6 +89,7 @@ telemetry = no
 [daemon]
 socket = $SOCK
 max_processes_per_uid = 4
+max_peers_per_uid = 100
 [endpoint.eth0]
 port = net_af_packet0,iface=$if_h,qpairs=1
 ipv4 = 10.76.0.1
@@ -542,6 +544,9 @@ wait "$idler"
 [[ $(cat "$TMP/idle.out") == "open 4 refused 0 closed 16" ]] || fail "idle sessions of one uid: '$(cat "$TMP/idle.out")'"
 listens=$(as_member listen 300 2>&1)
 [[ $listens == "listening 256 refused 44" ]] && echo "ok: CM ports: $listens" || fail "CM ports of one uid: '$listens'"
+# PEER records cost the daemon memory: max_peers_per_uid = 100 (daemon.ini).
+peers=$(as_member peer 300 10.76.0.1 2>&1)
+[[ $peers == "records 100" ]] && echo "ok: PEER records: $peers of 300" || fail "PEER records of one uid: '$peers'"
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
 

@@ -40,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -112,8 +113,13 @@ struct Session {
   std::vector<std::unique_ptr<pmd::ShmChannel>> channels;
   std::vector<std::unique_ptr<pmd::ShmPortIo>> ios;
   // Its QPs connected to QPs on this host (PEER): local QPN -> the peer's
-  // QPN. Keys are QPNs of its own lease, so at most 65536 entries.
+  // QPN. Keys are QPNs of its own lease, so at most 65536 entries. The same
+  // records by the peer's slot, (slot, local QPN), so that a process's end
+  // finds its peers without a walk over everybody's records. Changed only
+  // through Daemon::SetPeer / ErasePeer / ClearPeers (they keep the per-uid
+  // count too).
   std::map<uint32_t, uint32_t> peers;
+  std::set<std::pair<uint32_t, uint32_t>> peers_by_slot;
   uint64_t peer_messages_refused = 0;  // malformed or not its own (the first few are logged)
   uint64_t peers_gone_told = 0;        // PEER_GONE sent to it
 };
@@ -158,6 +164,12 @@ class Daemon {
   // CM ports the processes of `uid` listen on (the first switch's table:
   // every switch has the same).
   uint32_t ListensOfUid(uid_t uid) const;
+  // PEER records: every uid other than root's and the daemon's may keep at
+  // most [daemon] max_peers_per_uid of them over all its processes.
+  void SetPeer(Session& s, uint32_t qpn, uint32_t peer_qpn);
+  void ErasePeer(Session& s, uint32_t qpn);
+  void ClearPeers(Session& s);
+  std::map<uid_t, size_t> peers_of_uid_;
   static constexpr size_t kMaxPending = 16;       // sessions not attached, in all
   static constexpr size_t kMaxPendingPerUid = 4;  // ... of one uid (not exempt)
   uint64_t sessions_refused_ = 0;  // turned away (or closed for an exempt one)
@@ -186,6 +198,7 @@ class Daemon {
       std::chrono::steady_clock::time_point deadline;
     };
     std::vector<PendingQuestion> pending;
+    uint64_t questions_over_quota = 0;  // not waited on: the asker had its share
     std::unique_ptr<pmd::FrameSwitch> sw;
   };
 
@@ -204,6 +217,10 @@ class Daemon {
   // And per process, so that one process talking to every other cannot
   // take them all (a full mesh of 65 processes still fits).
   static constexpr size_t kMaxLinksPerProcess = 64;
+  // And per uid other than root's and the daemon's (a link counts for the
+  // uids of both ends), so that one user's processes leave links for others.
+  static constexpr size_t kMaxLinksPerUid = kMaxLinks / 2;
+  size_t LinksOfUid(uid_t uid) const;
 
   pmd::UroceConfig config_;
   int listen_fd_ = -1;
@@ -409,10 +426,22 @@ void Daemon::ServeNeighborQuestions(Uplink& u) {
       continue;
     }
     if (answer == pmd::KernelNeighbors::Answer::kUnreachable) continue;
-    const bool asked = std::any_of(u.pending.begin(), u.pending.end(), [&](const auto& p) {
-      return p.question.slot == q.slot && p.question.target == q.target;
-    });
-    if (!asked && u.pending.size() < pmd::FrameSwitch::kQuestions) {
+    bool asked = false;
+    size_t of_slot = 0;
+    for (const auto& p : u.pending) {
+      if (p.question.slot != q.slot) continue;
+      ++of_slot;
+      asked = asked || p.question.target == q.target;
+    }
+    if (asked) continue;
+    // Each question has the kernel resolve an address (NTF_USE), and waits
+    // here up to resolve_timeout_ms: one process gets at most the switch's
+    // per-process share of the wait list, so it cannot starve the others.
+    if (of_slot >= pmd::FrameSwitch::kQuestionsPerProcess) {
+      u.questions_over_quota++;
+      continue;
+    }
+    if (u.pending.size() < pmd::FrameSwitch::kQuestions) {
       u.pending.push_back(
           {q, std::chrono::steady_clock::now() + std::chrono::milliseconds(u.config.resolve_timeout_ms)});
     }
@@ -661,24 +690,30 @@ void Daemon::HandleMessage(Session& s) {
       } else if (pmd::FrameSwitch::SlotOfQpn(qpn) != s.slot) {
         status = PermissionDenied("PEER/UNPEER: QPN " + std::to_string(qpn) + " is not of its lease");
       } else if (!peer) {
-        s.peers.erase(qpn);
+        ErasePeer(s, qpn);
       } else if (!IsHostAddress(record.dest)) {
         status = InvalidArgument("PEER: " + pmd::GidToString(record.dest) + " is not one of this host's addresses");
       } else if (s.peers.size() >= (size_t{1} << pmd::kDaemonQpnShift) && s.peers.count(qpn) == 0) {
         status = ResourceExhausted("PEER: 65536 records already");  // cannot happen: keys are its lease
+      } else if (!Exempt(s.uid) && s.peers.count(qpn) == 0 &&
+                 peers_of_uid_[s.uid] >= config_.daemon.max_peers_per_uid) {
+        // Its QP still works; only a peer's end is not told to it (the QP
+        // then ends by retry exhaustion, as with a peer on another host).
+        status = ResourceExhausted("PEER: its uid has " + std::to_string(config_.daemon.max_peers_per_uid) +
+                                   " records already ([daemon] max_peers_per_uid)");
       } else {
         const uint32_t dest_slot = pmd::FrameSwitch::SlotOfQpn(record.dest_qpn);
         if (dest_slot < pmd::kSwitchFirstSlot || dest_slot > pmd::kSwitchLastSlot || !uplinks_.front()->sw->attached(dest_slot)) {
           // Its peer's process ended before this record came (or never
           // was): told at once, as if it had been there.
-          s.peers.erase(qpn);
+          ErasePeer(s, qpn);
           for (const std::string& m : pmd::FormatPeersGone({{qpn, record.dest_qpn}})) {
             if (send(s.fd, m.data(), m.size(), MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(m.size())) {
               s.peers_gone_told++;
             }
           }
         } else {
-          s.peers[qpn] = record.dest_qpn;
+          SetPeer(s, qpn, record.dest_qpn);
         }
       }
       if (!status.ok() && ++s.peer_messages_refused <= 8) {
@@ -855,15 +890,12 @@ void Daemon::Release(Session& s) {
     for (const auto& other : sessions_) {
       if (stopped_ || other.get() == &s || other->slot == 0 || other->fd < 0) continue;
       std::vector<pmd::PeerGone> gone;
-      for (auto it = other->peers.begin(); it != other->peers.end();) {
-        if (pmd::FrameSwitch::SlotOfQpn(it->second) != s.slot) {
-          ++it;
-          continue;
-        }
-        gone.push_back({it->first, it->second});
-        it = other->peers.erase(it);
+      auto& by_slot = other->peers_by_slot;
+      for (auto it = by_slot.lower_bound({s.slot, 0}); it != by_slot.end() && it->first == s.slot; ++it) {
+        gone.push_back({it->second, other->peers.at(it->second)});
       }
       if (gone.empty()) continue;
+      for (const pmd::PeerGone& g : gone) ErasePeer(*other, g.qpn);
       size_t lost = 0;
       for (const std::string& m : pmd::FormatPeersGone(gone)) {
         // Never blocks the switch: a process that does not read its socket
@@ -878,7 +910,7 @@ void Daemon::Release(Session& s) {
           other->program.c_str(), gone.size(), static_cast<long long>(s.pid),
           lost != 0 ? " (its socket was full: some notifications lost)" : "");
     }
-    s.peers.clear();
+    ClearPeers(s);
     s.slot = 0;
   }
   // Detached from the switches first: nothing reads the rings any more when
@@ -935,6 +967,13 @@ void Daemon::ServeLinkRequests(size_t k) {
       }
       continue;
     }
+    if ((!Exempt(sa->uid) && LinksOfUid(sa->uid) >= kMaxLinksPerUid) ||
+        (!Exempt(sb->uid) && LinksOfUid(sb->uid) >= kMaxLinksPerUid)) {
+      if (links_refused_++ == 0) {
+        Log("a uid's processes have %zu local links: their further peers go through the switch", kMaxLinksPerUid);
+      }
+      continue;
+    }
     const uint32_t max_frame = u.config.mtu + 18;
     auto file = pmd::ShmChannel::Create(u.config.mtu > 4096 ? 256 : 1024, max_frame);
     if (!file.ok()) {
@@ -955,6 +994,15 @@ void Daemon::ServeLinkRequests(size_t k) {
 size_t Daemon::LinksOf(uint32_t slot) const {
   return static_cast<size_t>(
       std::count_if(links_.begin(), links_.end(), [slot](const LocalLink& l) { return l.a == slot || l.b == slot; }));
+}
+
+size_t Daemon::LinksOfUid(uid_t uid) const {
+  std::array<bool, pmd::kSwitchLastSlot + 1> of_uid{};
+  for (const auto& s : sessions_) {
+    if (s->slot != 0 && s->uid == uid) of_uid[s->slot] = true;
+  }
+  return static_cast<size_t>(
+      std::count_if(links_.begin(), links_.end(), [&](const LocalLink& l) { return of_uid[l.a] || of_uid[l.b]; }));
 }
 
 // A process sent UNLINK U S: it could not map the link we sent it (or does
@@ -1013,6 +1061,35 @@ std::string Daemon::DevicesText() const {
     out += "\n";
   }
   return out;
+}
+
+void Daemon::SetPeer(Session& s, uint32_t qpn, uint32_t peer_qpn) {
+  auto [it, added] = s.peers.try_emplace(qpn, peer_qpn);
+  if (!added) {
+    s.peers_by_slot.erase({pmd::FrameSwitch::SlotOfQpn(it->second), qpn});
+    it->second = peer_qpn;
+  } else {
+    peers_of_uid_[s.uid]++;
+  }
+  s.peers_by_slot.insert({pmd::FrameSwitch::SlotOfQpn(peer_qpn), qpn});
+}
+
+void Daemon::ErasePeer(Session& s, uint32_t qpn) {
+  auto it = s.peers.find(qpn);
+  if (it == s.peers.end()) return;
+  s.peers_by_slot.erase({pmd::FrameSwitch::SlotOfQpn(it->second), qpn});
+  s.peers.erase(it);
+  if (--peers_of_uid_[s.uid] == 0) peers_of_uid_.erase(s.uid);
+}
+
+void Daemon::ClearPeers(Session& s) {
+  auto count = peers_of_uid_.find(s.uid);
+  if (count != peers_of_uid_.end()) {
+    count->second -= std::min(count->second, s.peers.size());
+    if (count->second == 0) peers_of_uid_.erase(count);
+  }
+  s.peers.clear();
+  s.peers_by_slot.clear();
 }
 
 uint32_t Daemon::ListensOfUid(uid_t uid) const {
@@ -1080,12 +1157,13 @@ std::string Daemon::StatsText(const Session& viewer) const {
     // a line of their own: the lines above keep their fields.
     std::snprintf(line, sizeof(line),
                   "drops device=%s wire_own_source=%llu wire_bad_source=%llu neighbor_rebuilt=%llu "
-                  "neighbor_refused=%llu cm_bad_qp=%llu\n",
+                  "neighbor_refused=%llu cm_bad_qp=%llu neighbor_over_quota=%llu\n",
                   up->device.c_str(), static_cast<unsigned long long>(k.wire_own_source),
                   static_cast<unsigned long long>(k.wire_bad_source),
                   static_cast<unsigned long long>(k.neighbor_rebuilt),
                   static_cast<unsigned long long>(k.neighbor_refused),
-                  static_cast<unsigned long long>(k.cm_bad_qp));
+                  static_cast<unsigned long long>(k.cm_bad_qp),
+                  static_cast<unsigned long long>(k.neighbor_over_quota + up->questions_over_quota));
     out += line;
   }
   // Direct links between processes (their frames pass no switch): the

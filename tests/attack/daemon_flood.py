@@ -8,7 +8,12 @@ attack tests. Standard library only. Each mode prints one line of counts.
   daemon_flood.py SOCKET listen N   one attached session that LISTENs on
                                     ports 1..N: "listening L refused R"
   daemon_flood.py SOCKET hold S     one attached session kept S seconds
+  daemon_flood.py SOCKET peer N ADDR  two attached sessions; the first sends
+                                    N PEER records (its QPNs to a QPN of the
+                                    second at ADDR, a host address); then
+                                    the records it keeps: "records R"
 """
+import re
 import socket
 import sys
 import time
@@ -73,6 +78,19 @@ def main():
             else:
                 refused += 1
         print("listening %d refused %d" % (listening, refused), flush=True)
+    elif mode == "peer":
+        a, b = connect(path), connect(path)
+        slots = [re.match(r"OK slot=(\d+)", request(s, "ATTACH pid=1 program=peer%s" % name))
+                 for s, name in ((a, "s"), (b, "dest"))]
+        if None in slots:
+            print("records 0 (no attach)")
+            return
+        slot_a, slot_b = (int(m.group(1)) for m in slots)
+        for i in range(int(sys.argv[3])):
+            a.send(("PEER qpn=%d dest=%s dest_qpn=%d" % ((slot_a << 16) + i, sys.argv[4], (slot_b << 16) + 1)).encode())
+        stats = request(a, "STATS")
+        line = next((l for l in stats.splitlines() if l.startswith("process ") and " program=peers " in l + " "), "")
+        print("records %s" % next((w[6:] for w in line.split() if w.startswith("peers=")), "?"), flush=True)
     elif mode == "hold":
         s = connect(path)
         print(request(s, "ATTACH pid=1 program=holder").split("\n")[0], flush=True)
