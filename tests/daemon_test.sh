@@ -31,8 +31,10 @@
 #   9. a member of the daemon's group (uid 65534) attaches at most
 #      max_processes_per_uid times, holds at most 4 sessions waiting to
 #      attach, listens on at most max_listens_per_uid ports, keeps at most
-#      max_peers_per_uid PEER records, cannot lock root out of STATS, and
-#      sees only its own processes there;
+#      max_peers_per_uid PEER records, cannot lock root out of STATS, sees
+#      only its own processes there, and cannot poison the LAN's neighbour
+#      tables (its ARP request with another sender MAC leaves as the
+#      switch's own question);
 #  10. a released slot is not handed out again for slot_quarantine_ms
 #      (260 attach/detach steps never get it), and free slots are drawn at
 #      random;
@@ -41,14 +43,16 @@
 #      every mbuf back in its pool and its socket removed.
 # Needs root (namespaces). Every process runs under `timeout`; the namespaces
 # go on every exit path. No assertion on speed.
-#   args: UROCE VETH_TOOL [RAWSEND [SLOT_WALK [FLOOD]]]  (default: the
-#   scripts in attack/ beside this script's source)
+#   args: UROCE VETH_TOOL [RAWSEND [SLOT_WALK [FLOOD [INJECTOR]]]]  (default:
+#   the scripts in attack/ beside this script's source; without INJECTOR,
+#   attack/frame_injector.cc built, the ARP poisoning case is skipped)
 set -uo pipefail
 UROCE=$1
 VETH=$2
 RAWSEND=${3:-$(dirname "$(readlink -f "$0")")/attack/rawsend.py}
 SLOT_WALK=${4:-$(dirname "$(readlink -f "$0")")/attack/slot_walk.py}
 FLOOD=${5:-$(dirname "$(readlink -f "$0")")/attack/daemon_flood.py}
+INJECTOR=${6:-}
 id=$$
 ns=uroce-d$id-h
 ns_peer=uroce-d$id-p
@@ -547,6 +551,33 @@ listens=$(as_member listen 300 2>&1)
 # PEER records cost the daemon memory: max_peers_per_uid = 100 (daemon.ini).
 peers=$(as_member peer 300 10.76.0.1 2>&1)
 [[ $peers == "records 100" ]] && echo "ok: PEER records: $peers of 300" || fail "PEER records of one uid: '$peers'"
+# ARP poisoning: the member writes an ARP request for the peer with its own
+# sender MAC into its port. The peer's kernel merges the sender's pair into
+# its table (RFC 826), so the request must leave as the switch's own, with
+# the uplink's MAC; the peer must never learn the host's address at the
+# forged one. (The peer's interface gets an address for this case only.)
+if [[ -n $INJECTOR ]]; then
+  install -m 0755 "$INJECTOR" "$TMP/frame_injector"
+  ip -n "$ns_peer" addr add 10.76.0.2/24 dev "$if_p"
+  poison=$(/usr/bin/python3 "$RAWSEND" arp - --src-mac "$host_mac" --dst-mac ff:ff:ff:ff:ff:ff --op request \
+    --sender-mac 02:66:66:66:66:66 --sender-ip 10.76.0.1 --target-ip 10.76.0.2)
+  injected=$(setpriv --reuid=65534 --regid=65534 --clear-groups -- timeout 60 "$TMP/frame_injector" "$SOCK" \
+    "$poison" 3 2>&1)
+  neigh=$(ip -n "$ns_peer" neigh show 10.76.0.1 dev "$if_p")
+  if [[ $injected != "sent 3 slot "* ]]; then
+    fail "the member's frame injector: '$injected'"
+  elif grep -qi "02:66:66:66:66:66" <<<"$neigh"; then
+    fail "a member's ARP request poisoned the peer's neighbour table: '$neigh'"
+  elif ! grep -qi "lladdr $host_mac" <<<"$neigh"; then
+    fail "the peer did not learn the host's address from the switch's question: '$neigh'"
+  else
+    echo "ok: a member's forged ARP request left as the switch's own; the peer has '$neigh'"
+  fi
+  ip -n "$ns_peer" addr del 10.76.0.2/24 dev "$if_p"
+  ip -n "$ns_peer" neigh flush dev "$if_p"
+else
+  echo "skipped: ARP poisoning (no frame injector given)"
+fi
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
 

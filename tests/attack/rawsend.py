@@ -12,7 +12,8 @@ library only).
       ARP (RFC 826) with every field given, the Ethernet source apart from
       the ARP sender hardware address.
 
-Prints the number of frames sent.
+Prints the number of frames sent. IFACE "-" sends nothing and prints each
+frame in hex, one per line, instead.
 """
 import argparse
 import ipaddress
@@ -120,6 +121,10 @@ def main():
             frames.append(arp_frame(mac_bytes(args.src_mac), mac_bytes(args.dst_mac), args.op,
                                     mac_bytes(args.sender_mac), ipaddress.IPv4Address(args.sender_ip),
                                     mac_bytes(args.target_mac), ipaddress.IPv4Address(args.target_ip)))
+    if args.iface == "-":
+        # For a sender that is not a socket (tests/attack/frame_injector).
+        print("\n".join(frame.hex() for frame in frames))
+        return
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
         s.bind((args.iface, 0))
         for frame in frames:
