@@ -14,8 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <vector>
 
 #include "pmd/port.h"
 #include "pmd/runtime.h"
@@ -99,7 +101,7 @@ StatusOr<std::unique_ptr<KernelUplink>> KernelUplink::Open(const EndpointConfig&
   UROCE_RETURN_IF_ERROR(up->BindUdpGuards());
   Status xdp = NotSupported("kernel_io = af_packet");
   if (ec.kernel_io != KernelIo::kAfPacket) {
-    xdp = up->OpenAfXdp(ec, kif, pool);
+    xdp = up->OpenAfXdp(ec, kif, pool, notes);
     if (xdp.ok()) return up;
     up->RemovePort();
     if (ec.kernel_io == KernelIo::kAfXdp) return xdp;
@@ -114,7 +116,8 @@ StatusOr<std::unique_ptr<KernelUplink>> KernelUplink::Open(const EndpointConfig&
   return up;
 }
 
-Status KernelUplink::OpenAfXdp(const EndpointConfig& ec, const KernelInterface& kif, rte_mempool* pool) {
+Status KernelUplink::OpenAfXdp(const EndpointConfig& ec, const KernelInterface& kif, rte_mempool* pool,
+                               std::string* notes) {
   std::string name;
   const uint32_t id = AttachedProgram(kif.if_index, &name);
   if (id != 0) {
@@ -141,8 +144,129 @@ Status KernelUplink::OpenAfXdp(const EndpointConfig& ec, const KernelInterface& 
   const std::string devargs = vdev_ + ",iface=" + kif.name + ",start_queue=0,queue_count=" + std::to_string(queues_) +
                               ",xdp_prog=/proc/self/fd/" + std::to_string(program_fd_);
   UROCE_RETURN_IF_ERROR(StartProbed(devargs, ec, pool, queues_));
+  // The driver attached the program when the port's queues were set up;
+  // until it is configured it drops RoCE for the addresses it lists and
+  // passes the rest (the guards hold UDP 4791 meanwhile).
+  UROCE_RETURN_IF_ERROR(ConfigureSteering(kif.if_index, ec.gids, kif.mac));
+  if (queues_ < kif.queues) {
+    *notes += "interface " + kif.name + " has " + std::to_string(kif.queues) + " queues and uroce opened sockets on " +
+              std::to_string(queues_) + ": RoCE the NIC puts on queue " + std::to_string(queues_) +
+              " or above is dropped (xdp no_socket in STATS); steer UDP port 4791 to queues below " +
+              std::to_string(queues_) + " (ethtool -L or -N)\n";
+  }
   af_xdp_ = true;
   return Status::Ok();
+}
+
+namespace {
+
+// One of the attached program's maps (`map_ids`), by the name the kernel reports, checked
+// against the sizes the program declares (xdp/uroce_steer.bpf.c).
+StatusOr<int> ProgramMap(const std::vector<uint32_t>& map_ids, const char* name, uint32_t key_size,
+                         uint32_t value_size) {
+  for (uint32_t id : map_ids) {
+    const int fd = bpf_map_get_fd_by_id(id);
+    if (fd < 0) continue;
+    bpf_map_info info{};
+    uint32_t length = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &length) == 0 && std::strcmp(info.name, name) == 0) {
+      if (info.key_size != key_size || info.value_size != value_size) {
+        close(fd);
+        return FailedPrecondition(std::string("the XDP program's map ") + name + " is not the one uroce knows");
+      }
+      return fd;
+    }
+    close(fd);
+  }
+  return NotFound(std::string("the XDP program has no map ") + name);
+}
+
+}  // namespace
+
+Status KernelUplink::ConfigureSteering(uint32_t if_index, const std::vector<transport::Gid>& gids,
+                                       const transport::MacAddress& mac) {
+  if (gids.size() > xdp::kSteerAddresses) {
+    return InvalidArgument("af_xdp steers at most " + std::to_string(xdp::kSteerAddresses) + " addresses, not " +
+                           std::to_string(gids.size()));
+  }
+  // The program DPDK attached (with XDP_FLAGS_UPDATE_IF_NOEXIST, so no
+  // other one), found as bpftool would: its id, then its maps' ids
+  // (bpf(2) BPF_OBJ_GET_INFO_BY_FD). We loaded it, so we may open them.
+  uint32_t id = 0;
+  if (bpf_xdp_query_id(static_cast<int>(if_index), 0, &id) != 0 || id == 0) {
+    return IoError("no XDP program is attached to " + interface_ + " after the af_xdp port started");
+  }
+  const int prog_fd = bpf_prog_get_fd_by_id(id);
+  if (prog_fd < 0) return IoError(Errno("opening the XDP program"));
+  bpf_prog_info info{};
+  uint32_t length = sizeof(info);
+  std::vector<uint32_t> map_ids;
+  int got = bpf_obj_get_info_by_fd(prog_fd, &info, &length);
+  if (got == 0 && info.nr_map_ids > 0) {
+    map_ids.resize(info.nr_map_ids);
+    const uint32_t maps = info.nr_map_ids;
+    info = bpf_prog_info{};
+    info.nr_map_ids = maps;
+    info.map_ids = reinterpret_cast<uintptr_t>(map_ids.data());
+    length = sizeof(info);
+    got = bpf_obj_get_info_by_fd(prog_fd, &info, &length);
+    map_ids.resize(std::min<uint32_t>(maps, info.nr_map_ids));
+  }
+  close(prog_fd);
+  if (got != 0) return IoError("cannot read the XDP program's maps: " + std::string(std::strerror(-got)));
+  if (std::strcmp(info.name, xdp::kSteerProgramName) != 0) {
+    return FailedPrecondition("interface " + interface_ + " runs XDP program " + std::to_string(id) + " (" +
+                              info.name + "), not uroce's");
+  }
+  auto addresses = ProgramMap(map_ids, xdp::kAddressesMapName, sizeof(transport::Gid), 1);
+  if (!addresses.ok()) return addresses.status();
+  Status filled = Status::Ok();
+  const uint8_t ours = 1;
+  for (const transport::Gid& gid : gids) {
+    if (bpf_map_update_elem(*addresses, gid.data(), &ours, BPF_ANY) != 0) {
+      filled = IoError(Errno("filling the XDP program's addresses"));
+      break;
+    }
+  }
+  close(*addresses);
+  UROCE_RETURN_IF_ERROR(filled);
+  auto config = ProgramMap(map_ids, xdp::kConfigMapName, sizeof(uint32_t), sizeof(xdp::SteerConfig));
+  if (!config.ok()) return config.status();
+  steer_config_fd_ = *config;
+  auto counters = ProgramMap(map_ids, xdp::kCountersMapName, sizeof(uint32_t), sizeof(uint64_t));
+  if (!counters.ok()) return counters.status();
+  steer_counters_fd_ = *counters;
+  // The MAC first, then enabled, in two writes: an array map's update is a
+  // copy the program may read halfway, and the byte `enabled` alone turns
+  // the steering on once everything else is in place.
+  xdp::SteerConfig c{};
+  std::memcpy(c.mac, mac.data(), sizeof(c.mac));
+  const uint32_t zero = 0;
+  if (bpf_map_update_elem(steer_config_fd_, &zero, &c, BPF_ANY) != 0) {
+    return IoError(Errno("setting the XDP program's MAC"));
+  }
+  c.enabled = 1;
+  if (bpf_map_update_elem(steer_config_fd_, &zero, &c, BPF_ANY) != 0) {
+    return IoError(Errno("enabling the XDP program"));
+  }
+  return Status::Ok();
+}
+
+StatusOr<KernelUplink::XdpCounters> KernelUplink::ReadXdpCounters() const {
+  if (steer_counters_fd_ < 0) return FailedPrecondition("not an af_xdp uplink");
+  // A per-CPU array's value is one slot per possible CPU (bpf(2),
+  // BPF_MAP_TYPE_PERCPU_ARRAY), each rounded up to 8 bytes.
+  const int cpus = libbpf_num_possible_cpus();
+  if (cpus <= 0) return IoError("cannot count the possible CPUs");
+  std::vector<uint64_t> values(static_cast<size_t>(cpus));
+  XdpCounters sums{};
+  for (uint32_t i = 0; i < sums.size(); ++i) {
+    if (bpf_map_lookup_elem(steer_counters_fd_, &i, values.data()) != 0) {
+      return IoError(Errno("reading the XDP program's counters"));
+    }
+    for (uint64_t v : values) sums[i] += v;
+  }
+  return sums;
 }
 
 Status KernelUplink::OpenAfPacket(const EndpointConfig& ec, const KernelInterface& kif, rte_mempool* pool) {
@@ -278,6 +402,10 @@ void KernelUplink::RemovePort() {
     vdev_.clear();
   }
   started_ = false;
+  for (int* fd : {&steer_config_fd_, &steer_counters_fd_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
   if (program_fd_ >= 0) {
     close(program_fd_);
     program_fd_ = -1;

@@ -6,7 +6,8 @@
 #   1. af_xdp: the XDP program is attached; ib_write_bw across over the IPv4
 #      and the IPv6 GID, rping over IPv6 (neighbours from the kernel's table,
 #      flushed first), while ping and a TCP transfer (checksummed) run
-#      through the same interfaces: no ping lost, every byte arrives;
+#      through the same interfaces: no ping lost, every byte arrives; STATS'
+#      xdp line counts the RoCE frames the program steered;
 #   2. kill -9 of a daemon leaves its program attached, and ping still
 #      works; a new daemon replaces the stale program; SIGTERM detaches it;
 #   3. kernel_io = af_packet: rping across, and the kernel sends no ICMP port
@@ -229,6 +230,11 @@ grep -q " 0% packet loss" "$TMP/ping.log" || fail "ping beside RoCE lost packets
 echo "ok: ping beside RoCE: $(grep 'packet loss' "$TMP/ping.log")"
 UROCE_DAEMON=$TMP/a.sock "$UROCE" stats --daemon "$TMP/a.sock" > "$TMP/stats.a" 2>&1
 grep -q "neighbor_answers=[1-9]" "$TMP/stats.a" || fail "daemon a answered no neighbour question from the kernel's table: $(cat "$TMP/stats.a")"
+# The XDP program took RoCE for A's addresses, all of it to A's one queue's
+# socket and to A's MAC.
+grep -qE "^xdp device=uroce0 steered=[1-9][0-9]* not_ours=[0-9]+ no_socket=0 bad_mac=0 " "$TMP/stats.a" ||
+  fail "daemon a's XDP program steered nothing, or dropped RoCE: $(grep '^xdp' "$TMP/stats.a")"
+echo "ok: $(grep '^xdp' "$TMP/stats.a")"
 
 echo "== 2. kill -9 leaves the program; a new daemon replaces it; SIGTERM detaches"
 [[ -n $a_daemon ]] || fail "no pid for daemon a"
@@ -363,6 +369,7 @@ for peer in "C 10.75.1.2 c" "B 10.75.0.2 b"; do
 done
 stats=$(UROCE_DAEMON=$TMP/a.sock timeout 30 "$UROCE" stats --daemon "$TMP/a.sock" 2>&1)
 grep -qE "^uplink rx_frames=[1-9][0-9]* .*device=uroce1 name=second" <<<"$stats" || fail "uroce1's uplink carried nothing: $stats"
+grep -qE "^xdp device=uroce1 steered=[1-9][0-9]* " <<<"$stats" || fail "uroce1's XDP program steered nothing: $stats"
 stop_daemon a
 stop_daemon c
 stop_daemon b

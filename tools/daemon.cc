@@ -1165,6 +1165,21 @@ std::string Daemon::StatsText(const Session& viewer) const {
                   static_cast<unsigned long long>(k.cm_bad_qp),
                   static_cast<unsigned long long>(k.neighbor_over_quota + up->questions_over_quota));
     out += line;
+    // af_xdp: what the XDP program did with RoCE before the switch saw it
+    // (xdp/uroce_steer.bpf.c); all CPUs together.
+    if (up->kernel && up->kernel->af_xdp()) {
+      const auto x = up->kernel->ReadXdpCounters();
+      if (x.ok()) {
+        std::snprintf(line, sizeof(line),
+                      "xdp device=%s steered=%llu not_ours=%llu no_socket=%llu bad_mac=%llu unconfigured=%llu\n",
+                      up->device.c_str(), static_cast<unsigned long long>((*x)[xdp::kSteered]),
+                      static_cast<unsigned long long>((*x)[xdp::kNotOurs]),
+                      static_cast<unsigned long long>((*x)[xdp::kNoSocket]),
+                      static_cast<unsigned long long>((*x)[xdp::kBadMac]),
+                      static_cast<unsigned long long>((*x)[xdp::kUnconfigured]));
+        out += line;
+      }
+    }
   }
   // Direct links between processes (their frames pass no switch): the
   // frames each way as the files' indices say (the processes write them).

@@ -4,6 +4,7 @@
 // (they must match the program's).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -22,6 +23,9 @@ constexpr const char* kConfigMapName = "uroce_cfg";       // ARRAY[1] of SteerCo
 constexpr const char* kAddressesMapName = "uroce_addrs";  // HASH: 16-byte GID -> uint8_t
 constexpr const char* kCountersMapName = "uroce_cnt";     // PERCPU_ARRAY[kSteerCounters] of uint64_t
 constexpr const char* kSocketsMapName = "xsks_map";       // XSKMAP, DPDK's af_xdp driver fills it
+
+// uroce_addrs' size (the program's MAX_ADDRESSES).
+constexpr size_t kSteerAddresses = 64;
 
 // uroce_cfg's only value. RoCE for a listed address is dropped while
 // `enabled` is 0: the daemon sets it last, after the addresses and the MAC.
