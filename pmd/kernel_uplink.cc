@@ -328,7 +328,8 @@ Status KernelUplink::BindUdpGuards() {
     return Status::Ok();
   }
   // Bound, never read: RoCE frames the kernel also gets (af_packet shows it
-  // every frame; af_xdp passes it those of a queue with no socket) fill the
+  // every frame; af_xdp passes it those that arrive before the program's
+  // addresses are filled in) fill the
   // guards' buffers and are dropped there, instead of drawing ICMP port
   // unreachable. And nobody else may hold the port: a local user who bound
   // 4791 first would receive, from the kernel, the headers and payload of
