@@ -15,6 +15,7 @@
 #   4. auto with somebody else's XDP program on the interface: the daemon
 #      leaves it, says so, and falls back to af_packet; rping across;
 #   5. two uplinks in one daemon (a second veth pair to a third namespace):
+#      UDP 4791 that A routes from B to C is not taken by A's XDP program;
 #      programs see uroce0 and uroce1; ibv_rc_pingpong from uroce0 to
 #      uroce1's address (between the switches, on no wire); ib_write_bw
 #      over uroce1, and rping to
@@ -299,6 +300,43 @@ printf '[endpoint.second]\nport = kernel:%s\nkernel_io = af_xdp\n' "$if_a2" >> "
 "${A[@]}" timeout -k 5 300 "$UROCE" daemon --config "$TMP/a.ini" > "$TMP/a.log" 2>&1 &
 a_pid=$!
 pids+=("$a_pid")
+for _ in $(seq 100); do grep -q "uroce1 on" "$TMP/a.log" && break; sleep 0.1; done
+# RoCE for an address that is not the uplink's stays the kernel's: A routes
+# B's UDP 4791 datagrams to C's address (daemon c not started yet, so C's
+# kernel delivers them to a plain socket), and A's XDP program on if_a
+# passes them on to A's kernel instead of taking them.
+"${A[@]}" sysctl -q net.ipv4.ip_forward=1
+ip -n "$ns_b" route add 10.75.1.0/24 via 10.75.0.1
+ip -n "$ns_c" route add 10.75.0.0/24 via 10.75.1.1
+rm -f "$TMP/fwd.ready" "$TMP/fwd.count"
+"${C[@]}" timeout 30 /usr/bin/python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("10.75.1.2", 4791)); s.settimeout(2); open(sys.argv[1] + ".ready", "w").close(); n = 0
+while True:
+    try: s.recv(65536); n += 1
+    except socket.timeout: break
+open(sys.argv[1] + ".count", "w").write(str(n))
+' "$TMP/fwd" > "$TMP/fwd.log" 2>&1 &
+fwd_rx=$!
+pids+=("$fwd_rx")
+for _ in $(seq 100); do [[ -e $TMP/fwd.ready ]] && break; sleep 0.1; done
+"${B[@]}" timeout 30 /usr/bin/python3 -c '
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(200): s.sendto(b"forwarded %d" % i, ("10.75.1.2", 4791)); time.sleep(0.002)
+' || fail "cannot send to 10.75.1.2:4791 from B"
+wait "$fwd_rx"
+forwarded=$(cat "$TMP/fwd.count" 2>/dev/null || echo none)
+stats=$(UROCE_DAEMON=$TMP/a.sock timeout 30 "$UROCE" stats --daemon "$TMP/a.sock" 2>&1)
+if [[ $forwarded == 200 ]] && grep -qE "^xdp device=uroce0 steered=[0-9]+ not_ours=(2[0-9][0-9]|[3-9][0-9]{2}|[0-9]{4,}) " <<<"$stats"; then
+  echo "ok: 200 UDP 4791 datagrams routed through A to C: $(grep '^xdp device=uroce0' <<<"$stats")"
+else
+  fail "UDP 4791 routed through A: C received $forwarded of 200; $(grep '^xdp' <<<"$stats") $(cat "$TMP/fwd.log")"
+fi
+ip -n "$ns_b" route del 10.75.1.0/24 via 10.75.0.1
+ip -n "$ns_c" route del 10.75.0.0/24 via 10.75.1.1
+"${A[@]}" sysctl -q net.ipv4.ip_forward=0
 write_config c C "$if_c" af_xdp
 "${C[@]}" timeout -k 5 300 "$UROCE" daemon --config "$TMP/c.ini" > "$TMP/c.log" 2>&1 &
 c_pid=$!
