@@ -144,9 +144,10 @@ Status KernelUplink::OpenAfXdp(const EndpointConfig& ec, const KernelInterface& 
   const std::string devargs = vdev_ + ",iface=" + kif.name + ",start_queue=0,queue_count=" + std::to_string(queues_) +
                               ",xdp_prog=/proc/self/fd/" + std::to_string(program_fd_);
   UROCE_RETURN_IF_ERROR(StartProbed(devargs, ec, pool, queues_));
-  // The driver attached the program when the port's queues were set up;
-  // until it is configured it drops RoCE for the addresses it lists and
-  // passes the rest (the guards hold UDP 4791 meanwhile).
+  // The driver attached the program when the port's queues were set up.
+  // Until its addresses are filled in it passes all RoCE to the kernel,
+  // where the guards hold UDP 4791; from then until `enabled` it drops RoCE
+  // for those addresses.
   UROCE_RETURN_IF_ERROR(ConfigureSteering(kif.if_index, ec.gids, kif.mac));
   if (queues_ < kif.queues) {
     *notes += "interface " + kif.name + " has " + std::to_string(kif.queues) + " queues and uroce opened sockets on " +
@@ -160,8 +161,9 @@ Status KernelUplink::OpenAfXdp(const EndpointConfig& ec, const KernelInterface& 
 
 namespace {
 
-// One of the attached program's maps (`map_ids`), by the name the kernel reports, checked
-// against the sizes the program declares (xdp/uroce_steer.bpf.c).
+// One of the attached program's maps (`map_ids`), by the name the kernel
+// reports, checked against the sizes the program declares
+// (xdp/uroce_steer.bpf.c).
 StatusOr<int> ProgramMap(const std::vector<uint32_t>& map_ids, const char* name, uint32_t key_size,
                          uint32_t value_size) {
   for (uint32_t id : map_ids) {
@@ -329,9 +331,8 @@ Status KernelUplink::BindUdpGuards() {
   }
   // Bound, never read: RoCE frames the kernel also gets (af_packet shows it
   // every frame; af_xdp passes it those that arrive before the program's
-  // addresses are filled in) fill the
-  // guards' buffers and are dropped there, instead of drawing ICMP port
-  // unreachable. And nobody else may hold the port: a local user who bound
+  // addresses are filled in) fill the guards' buffers and are dropped
+  // there, instead of drawing ICMP port unreachable. And nobody else may hold the port: a local user who bound
   // 4791 first would receive, from the kernel, the headers and payload of
   // every SEND, WRITE and READ response to every attached process. So fail
   // closed. No SO_REUSEADDR or SO_REUSEPORT: without them Linux refuses any
