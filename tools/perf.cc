@@ -55,6 +55,11 @@ struct Options {
   std::string port = "ring";
   std::string role;  // server | client; empty with ring
   std::string control;
+  // The side channel's token (SideChannel::ParseToken's hex); empty: no
+  // hello. A TCP server without --token makes one (token_new).
+  std::string token;
+  bool token_new = false;
+  bool token_none = false;  // --token none: no hello over TCP, asked for by name
   bool verify = false;
   bool csv = false;
   bool json = false;  // the table as one JSON array of objects
@@ -68,7 +73,7 @@ int PerfUsage(FILE* out) {
   std::fprintf(out,
                "usage: uroce perf [--test T[,T...]|all] [--size BYTES[,BYTES...]] [--iters N] [--qps N]\n"
                "                  [--idle-qps N] [--window N] [--port ring|memif|afpacket|daemon] [--role server|client]\n"
-               "                  [--control PATH|HOST:PORT] [--verify] [--csv|--json] [--quiet]\n"
+               "                  [--control PATH|HOST:PORT] [--token HEX|none] [--verify] [--csv|--json] [--quiet]\n"
                "                  [--config FILE] [--set SECTION.KEY=VALUE ...] [--impair SPEC]\n"
                "  tests: send_lat write_lat read_lat atomic_lat send_bw write_bw read_bw\n"
                "  --port ring runs both sides in this process (configs/ring.ini); memif and\n"
@@ -81,9 +86,14 @@ int PerfUsage(FILE* out) {
                "  --control: the side channel, a UNIX socket PATH (default\n"
                "  perf-PORT.sock in the user's private directory: UROCE_RUNTIME_DIR,\n"
                "  XDG_RUNTIME_DIR/uroce or /tmp/uroce-UID), both sides of the\n"
-               "  same user; or TCP HOST:PORT. TCP has no authentication and hands the\n"
-               "  client a writable rkey, so an empty HOST (:PORT) listens on\n"
-               "  127.0.0.1 only; give 0.0.0.0:PORT or an address to serve other hosts.\n"
+               "  same user; or TCP HOST:PORT. TCP hands the client a writable rkey, so\n"
+               "  an empty HOST (:PORT) listens on 127.0.0.1 only; give 0.0.0.0:PORT or\n"
+               "  an address to serve other hosts, on a network you trust.\n"
+               "  --token: over TCP the sides first prove they share a one-time token.\n"
+               "  The server makes one and prints 'uroce perf: token HEX' on stderr\n"
+               "  (or takes --token HEX or UROCE_PERF_TOKEN); the client must be given\n"
+               "  it the same way. --token none on both sides: no token (the first\n"
+               "  client to connect gets the run). On a PATH the token is optional.\n"
                "  The server waits up to 300 s for a client and 60 s for each message.\n"
                "  Limits: --size up to 1G, --iters up to 100000000, --qps up to 256,\n"
                "  --window up to 4096, at most 4 GiB of buffer per side.\n"
@@ -113,6 +123,44 @@ bool ParseSize(const std::string& s, uint32_t* out) {
   if (*end != '\0' || v == 0 || v > (1u << 30)) return false;
   *out = static_cast<uint32_t>(v);
   return true;
+}
+
+// The side channel's token: --token, else UROCE_PERF_TOKEN (so a script can
+// give both sides the same one), checked and in lowercase; "none" turns the
+// hello off. Over TCP a client must have one or "none"; a server without
+// one makes its own (RunServer prints it).
+bool ResolveToken(Options* o) {
+  if (o->port == "ring") return true;  // one process: no side channel
+  if (o->token.empty()) {
+    // secure_getenv(3): a token from the environment is not taken into a
+    // set-user-ID program.
+    const char* env = secure_getenv("UROCE_PERF_TOKEN");
+    if (env != nullptr && *env != '\0') o->token = env;
+  }
+  if (o->token == "none") {
+    o->token.clear();
+    o->token_none = true;
+    return true;
+  }
+  if (!o->token.empty()) {
+    auto token = SideChannel::ParseToken(o->token);
+    if (!token.ok()) {
+      std::fprintf(stderr, "uroce perf: --token: %s\n", token.status().message().c_str());
+      return false;
+    }
+    o->token = *token;
+    return true;
+  }
+  if (SideChannel::IsPath(o->control)) return true;  // the peer credentials are the check there
+  if (o->role == "server") {
+    o->token_new = true;
+    return true;
+  }
+  std::fprintf(stderr,
+               "uroce perf: --control %s is TCP: give the token the server printed ('uroce perf: token HEX') "
+               "with --token HEX or UROCE_PERF_TOKEN, or --token none if the server was started with --token none\n",
+               o->control.c_str());
+  return false;
 }
 
 bool ParseArgs(int argc, char** argv, Options* o) {
@@ -187,6 +235,9 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       o->role = v;
     } else if (flag == "--control") {
       o->control = v;
+    } else if (flag == "--token") {
+      o->token = v;
+      if (v.empty()) return false;
     } else {
       std::fprintf(stderr, "uroce perf: unknown flag %s\n", flag.c_str());
       return false;
@@ -215,7 +266,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     }
     o->control = *dir + "/perf-" + o->port + ".sock";
   }
-  return true;
+  return ResolveToken(o);
 }
 
 std::vector<RunSpec> Specs(const Options& o) {
@@ -502,10 +553,22 @@ int RunServer(const Options& o) {
   auto idle = [&p] { return p.Idle(); };
   auto listener = SideChannel::Listen(o.control);
   if (!listener.ok()) return p.Finish(Fail(listener.status()));
+  std::string token = o.token;
+  if (o.token_new) {
+    auto made = SideChannel::NewToken();
+    if (!made.ok()) return p.Finish(Fail(made.status()));
+    token = *made;
+    // On stderr, where the user (or a script) reads it and hands it to the
+    // client; stdout stays the results'.
+    std::fprintf(stderr, "uroce perf: token %s\n", token.c_str());
+  } else if (o.token_none && !SideChannel::IsPath(o.control)) {
+    std::fprintf(stderr, "uroce perf: --token none: the first client to reach %s gets the run\n", o.control.c_str());
+  }
   pmd::Runtime::Endpoint& ep = rt.endpoint(0);
   std::fprintf(stderr, "uroce perf: server %s (%s) on %s, waiting for a client on %s\n", ep.name.c_str(),
-               pmd::GidToString(ep.endpoint.gid).c_str(), ep.config.port.c_str(), o.control.c_str());
-  auto ch = listener->Accept(kAcceptTimeoutMs, idle);
+               pmd::GidToString(ep.endpoint.gid).c_str(), ep.config.port.c_str(),
+               listener->LocalAddress().c_str());  // the port PORT 0 picked, too
+  auto ch = listener->Accept(kAcceptTimeoutMs, idle, token);
   if (!ch.ok()) return p.Finish(pmd::ShutdownRequested() ? 2 : Fail(ch.status()));
   std::unique_ptr<PerfSide> side;
   int rc = 0;
@@ -518,6 +581,14 @@ int RunServer(const Options& o) {
       break;
     }
     if (*line == "BYE") break;
+    if (line->rfind("HELLO ", 0) == 0) {
+      // A client with a token, and this server without one.
+      const Status hello = PermissionDenied("the client sent a token, and this server takes none (--token none "
+                                            "or a path without --token): give both sides the same");
+      (void)ch->Send("ERROR " + hello.message());
+      rc = Fail(hello);
+      break;
+    }
     auto spec = RunSpec::Decode(*line);
     if (!spec.ok()) {
       (void)ch->Send("ERROR " + spec.status().message().substr(0, 1024));  // the client says why it ends
@@ -594,7 +665,7 @@ int RunClient(const Options& o) {
   if (!s.ok()) return p.Finish(Fail(s));
   pmd::Runtime& rt = p.rt();
   auto idle = [&p] { return p.Idle(); };
-  auto ch = SideChannel::Connect(o.control, kControlTimeoutMs, idle);
+  auto ch = SideChannel::Connect(o.control, kControlTimeoutMs, idle, o.token);
   if (!ch.ok()) return p.Finish(pmd::ShutdownRequested() ? 2 : Fail(ch.status()));
   pmd::Runtime::Endpoint& ep = rt.endpoint(0);
   std::vector<PerfResult> results;

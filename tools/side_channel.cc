@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -17,18 +18,48 @@
 #include <cstring>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace uroce::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The address an empty HOST means. The channel carries a writable rkey and
-// has no authentication, so it is reachable from this host only unless the
-// user names another address.
+// The address an empty HOST means. The channel carries a writable rkey, so
+// it is reachable from this host only unless the user names another
+// address.
 constexpr char kDefaultHost[] = "127.0.0.1";
 
-bool IsPath(const std::string& address) { return address.find('/') != std::string::npos; }
+constexpr char kHello[] = "HELLO token=";
+
+// The hello lines of a token (hex): the client sends the first half, the
+// server the second, so neither line gives away the half it is checked
+// against.
+std::string ClientHello(const std::string& token) { return kHello + token.substr(0, token.size() / 2); }
+std::string ServerHello(const std::string& token) { return kHello + token.substr(token.size() / 2); }
+
+// `a == b` in a time that depends on the lengths only (which are no secret:
+// every hello line has the same), so the time a refusal takes does not say
+// how many leading digits were right.
+bool SameSecret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  // volatile: the compiler may not turn the loop into one that stops at the
+  // first difference.
+  volatile unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff = diff | static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// "127.0.0.1:PORT", "[::1]:PORT" or the socket path; "" if it has no name.
+std::string FormatAddress(const sockaddr_storage& ss, socklen_t len) {
+  if (ss.ss_family == AF_UNIX) return reinterpret_cast<const sockaddr_un*>(&ss)->sun_path;
+  char host[NI_MAXHOST], port[NI_MAXSERV];
+  if (getnameinfo(reinterpret_cast<const sockaddr*>(&ss), len, host, sizeof(host), port, sizeof(port),
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "";
+  }
+  return ss.ss_family == AF_INET6 ? "[" + std::string(host) + "]:" + port : std::string(host) + ":" + port;
+}
 
 Status Errno(const std::string& what) { return IoError(what + ": " + std::strerror(errno)); }
 
@@ -117,6 +148,50 @@ int ConnectOnce(int family, const sockaddr* addr, socklen_t length, Clock::time_
 
 }  // namespace
 
+bool SideChannel::IsPath(const std::string& address) { return address.find('/') != std::string::npos; }
+
+StatusOr<std::string> SideChannel::NewToken() {
+  unsigned char bytes[kTokenBytes];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    // getrandom(2) with no flags: the kernel's CSPRNG, blocking only until
+    // it is first seeded at boot. Up to 256 bytes never come back short
+    // once it is, but a signal may interrupt the wait (EINTR).
+    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Errno("getrandom");
+    }
+    got += static_cast<size_t>(n);
+  }
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char b : bytes) {
+    hex += kDigits[b >> 4];
+    hex += kDigits[b & 0xf];
+  }
+  return hex;
+}
+
+StatusOr<std::string> SideChannel::ParseToken(const std::string& text) {
+  // The message does not repeat what it was given: it may be a secret with
+  // a typo in it.
+  const Status bad = InvalidArgument("a perf token is " + std::to_string(2 * kTokenBytes) + " hex digits (" +
+                                     std::to_string(kTokenBytes) + " bytes), as the server prints it, or none");
+  if (text.size() != 2 * kTokenBytes) return bad;
+  std::string hex;
+  for (char c : text) {
+    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) {
+      hex += c;
+    } else if (c >= 'A' && c <= 'F') {
+      hex += static_cast<char>(c - 'A' + 'a');
+    } else {
+      return bad;
+    }
+  }
+  return hex;
+}
+
 StatusOr<SideChannel> SideChannel::Listen(const std::string& address) {
   int fd = -1;
   std::string unlink_path;
@@ -158,7 +233,11 @@ StatusOr<SideChannel> SideChannel::Listen(const std::string& address) {
     }
     freeaddrinfo(ai);
   }
-  if (listen(fd, 1) != 0) {
+  // Room for as many queued clients as may wait for their hello at once:
+  // with a backlog of 1 a few wrong clients would make the right one's SYN
+  // wait for a retransmission (listen(2): the queue of completed
+  // connections).
+  if (listen(fd, static_cast<int>(kMaxPendingHellos)) != 0) {
     Status s = Errno("listen " + address);
     close(fd);
     return s;
@@ -168,7 +247,8 @@ StatusOr<SideChannel> SideChannel::Listen(const std::string& address) {
 }
 
 StatusOr<SideChannel> SideChannel::Connect(const std::string& address, unsigned timeout_ms,
-                                           const std::function<bool()>& idle) {
+                                           const std::function<bool()>& idle, const std::string& token) {
+  if (!token.empty() && token.size() != 2 * kTokenBytes) return InvalidArgument("a perf token of the wrong length");
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   const bool path = IsPath(address);
   sockaddr_un unix_addr = {};
@@ -200,7 +280,31 @@ StatusOr<SideChannel> SideChannel::Connect(const std::string& address, unsigned 
       }
       const int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // fails harmlessly on UNIX sockets
-      return SideChannel(fd);
+      SideChannel channel(fd);
+      if (token.empty()) return channel;
+      // The hello. The server may be slow to take the connection (it runs
+      // `idle` between looks), so the answer gets the rest of the deadline,
+      // and at least kHelloTimeoutMs however long connecting took.
+      if (Status sent = channel.Send(ClientHello(token)); !sent.ok()) return sent;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      auto answer = channel.Receive(static_cast<unsigned>(std::max<long long>(left, kHelloTimeoutMs)), idle);
+      if (!answer.ok() && answer.status().code() == StatusCode::kNotFound) {
+        return PermissionDenied("the perf server at " + address +
+                                " closed the connection at the hello: it expects another token (the one it "
+                                "printed), or none (started with --token none)");
+      }
+      if (!answer.ok()) return answer.status();
+      if (answer->rfind("ERROR ", 0) == 0) {
+        return PermissionDenied("the perf server at " + address +
+                                " refused the hello (was it started with --token none?): " +
+                                answer->substr(6, 200));
+      }
+      if (!SameSecret(*answer, ServerHello(token))) {
+        return PermissionDenied("the perf server at " + address +
+                                " did not answer the hello with the token's other half: it does not know the "
+                                "token, refused");
+      }
+      return channel;
     }
     last_error = std::strerror(errno);
     if (Clock::now() >= deadline) {
@@ -221,7 +325,8 @@ SideChannel::SideChannel(SideChannel&& other) noexcept
       unlink_path_(std::move(other.unlink_path_)),
       buffer_(std::move(other.buffer_)),
       eof_(other.eof_),
-      too_long_(other.too_long_) {
+      too_long_(other.too_long_),
+      refused_(other.refused_) {
   other.unlink_path_.clear();
 }
 
@@ -234,6 +339,7 @@ SideChannel& SideChannel::operator=(SideChannel&& other) noexcept {
     buffer_ = std::move(other.buffer_);
     eof_ = other.eof_;
     too_long_ = other.too_long_;
+    refused_ = other.refused_;
   }
   return *this;
 }
@@ -249,46 +355,94 @@ std::string SideChannel::LocalAddress() const {
   sockaddr_storage ss = {};
   socklen_t len = sizeof(ss);
   if (getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
-  char host[NI_MAXHOST], port[NI_MAXSERV];
-  if (ss.ss_family == AF_UNIX) return reinterpret_cast<const sockaddr_un*>(&ss)->sun_path;
-  if (getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof(host), port, sizeof(port),
-                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return "";
-  }
-  return ss.ss_family == AF_INET6 ? "[" + std::string(host) + "]:" + port : std::string(host) + ":" + port;
+  return FormatAddress(ss, len);
 }
 
-StatusOr<SideChannel> SideChannel::Accept(unsigned timeout_ms, const std::function<bool()>& idle) {
+StatusOr<SideChannel> SideChannel::Accept(unsigned timeout_ms, const std::function<bool()>& idle,
+                                          const std::string& token) {
+  if (!token.empty() && token.size() != 2 * kTokenBytes) return InvalidArgument("a perf token of the wrong length");
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  // Clients connected but not through the hello yet. They wait side by
+  // side, each until its own deadline, so a client that connects and says
+  // nothing does not hold up the right one behind it.
+  struct Waiting {
+    SideChannel channel;
+    std::string peer;
+    Clock::time_point until;
+  };
+  std::vector<Waiting> waiting;
+  auto refuse = [this](const std::string& why) {
+    ++refused_;
+    std::fprintf(stderr, "uroce perf: %s (%u refused so far)\n", why.c_str(), refused_);
+  };
   for (;;) {
-    sockaddr_storage from{};
-    socklen_t from_length = sizeof(from);
-    const int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&from), &from_length, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd >= 0 && from.ss_family == AF_UNIX) {
-      // A client of another user (root may reach any socket) is turned away
-      // and the wait goes on: the first comer cannot take the run.
-      if (Status peer = CheckSameUser(fd, LocalAddress(), "client"); !peer.ok()) {
-        close(fd);
-        std::fprintf(stderr, "uroce perf: %s\n", peer.message().c_str());
-        if (Clock::now() >= deadline) {
-          return Unavailable("no perf client of this user within " + std::to_string(timeout_ms) + " ms");
-        }
-        continue;
+    // The connections queued now, a bounded number per round, so that a
+    // stream of them cannot keep this loop from its deadline.
+    for (size_t round = 0; round <= kMaxPendingHellos; ++round) {
+      sockaddr_storage from{};
+      socklen_t from_length = sizeof(from);
+      const int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&from), &from_length, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return Errno("accept");
+        break;
       }
-    }
-    if (fd >= 0) {
+      if (from.ss_family == AF_UNIX) {
+        // A client of another user (root may reach any socket) is turned
+        // away and the wait goes on: the first comer cannot take the run.
+        if (Status peer = CheckSameUser(fd, LocalAddress(), "client"); !peer.ok()) {
+          close(fd);
+          refuse(peer.message());
+          continue;
+        }
+      }
       const int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // fails harmlessly on UNIX sockets
-      return SideChannel(fd);
+      if (token.empty()) return SideChannel(fd);
+      if (waiting.size() >= kMaxPendingHellos) {
+        refuse("closed the client at " + waiting.front().peer + " before its hello, to make room");
+        waiting.erase(waiting.begin());
+      }
+      std::string peer = from.ss_family == AF_UNIX ? "a process of this user" : FormatAddress(from, from_length);
+      waiting.push_back({SideChannel(fd), std::move(peer),
+                         std::min(deadline, Clock::now() + std::chrono::milliseconds(kHelloTimeoutMs))});
     }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return Errno("accept");
+    for (size_t i = 0; i < waiting.size();) {
+      Waiting& w = waiting[i];
+      std::string line;
+      Status error;
+      std::string why;
+      if (w.channel.TryReceive(&line, &error)) {
+        if (SameSecret(line, ClientHello(token))) {
+          Status answered = w.channel.Send(ServerHello(token), kHelloTimeoutMs);
+          if (answered.ok()) return std::move(w.channel);
+          why = "cannot answer its hello: " + answered.message();
+        } else {
+          // What it sent stays out of the log: it may be a real token with
+          // a typo, or terminal escapes.
+          why = line.rfind(kHello, 0) == 0 ? "a wrong token" : "no hello";
+        }
+      } else if (!error.ok()) {
+        why = "no hello (" + error.message() + ")";
+      } else if (Clock::now() >= w.until) {
+        why = "no hello within " + std::to_string(kHelloTimeoutMs) + " ms";
+      } else {
+        ++i;
+        continue;
+      }
+      refuse("refused the client at " + w.peer + ": " + why);
+      waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
+    }
     if (Clock::now() >= deadline) {
-      return Unavailable("no perf client within " + std::to_string(timeout_ms) + " ms");
+      return Unavailable("no perf client within " + std::to_string(timeout_ms) + " ms" +
+                         (refused_ == 0 ? std::string()
+                                        : " (" + std::to_string(refused_) +
+                                              " refused: of another user, or with a wrong or no hello)"));
     }
     if (idle && !idle()) return Unavailable("interrupted while waiting for a client");
     if (!idle) {
-      pollfd p = {fd_, POLLIN, 0};
-      poll(&p, 1, PollSlice(deadline, 100));
+      std::vector<pollfd> fds = {{fd_, POLLIN, 0}};
+      for (const Waiting& w : waiting) fds.push_back({w.channel.fd_, POLLIN, 0});
+      poll(fds.data(), fds.size(), PollSlice(deadline, 100));
     }
   }
 }

@@ -1,10 +1,12 @@
 // The `uroce perf` side channel faces a peer it cannot trust: it listens on
 // loopback unless told otherwise, every wait ends, a line
-// has a length limit, and a RUN beyond the tool's limits is refused.
+// has a length limit, a RUN beyond the tool's limits is refused, and over
+// TCP each side must show it knows the one-time token.
 #include "tools/side_channel.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -317,6 +319,223 @@ TEST(SideChannelTest, PeersOfAnotherUserAreRefused) {
   waitpid(squatter, &status, 0);
   unlink(path.c_str());
   rmdir(dir);
+}
+
+// True once the peer of `fd` closed it (recv(2) returns 0) within
+// `timeout_ms`; false if it sent something or stayed open.
+bool ClosedByPeer(int fd, int timeout_ms) {
+  pollfd p = {fd, POLLIN, 0};
+  if (poll(&p, 1, timeout_ms) != 1) return false;
+  char c;
+  return recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+// The server's Accept on a thread of its own: the client's Connect waits
+// for the answer to its hello, which Accept gives.
+struct AcceptThread {
+  AcceptThread(SideChannel* listener, unsigned timeout_ms, std::string token)
+      : thread([this, listener, timeout_ms, token] { result = listener->Accept(timeout_ms, nullptr, token); }) {}
+  ~AcceptThread() {
+    if (thread.joinable()) thread.join();
+  }
+  StatusOr<SideChannel> Join() {
+    thread.join();
+    return std::move(result);
+  }
+  StatusOr<SideChannel> result = Unavailable("not run");
+  std::thread thread;
+};
+
+TEST(SideChannelTokenTest, TokensAreParsedAndFresh) {
+  auto a = SideChannel::NewToken();
+  auto b = SideChannel::NewToken();
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
+  EXPECT_EQ(a->size(), 2 * SideChannel::kTokenBytes);
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos) << *a;
+  auto parsed = SideChannel::ParseToken("00112233445566778899AABBCCDDEEFF");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, "00112233445566778899aabbccddeeff");
+  for (const char* bad : {"", "none", "0011223344556677", "00112233445566778899aabbccddeeff00",
+                          "00112233445566778899aabbccddeefg", "00112233445566778899aabbccddee f"}) {
+    auto token = SideChannel::ParseToken(bad);
+    ASSERT_FALSE(token.ok()) << bad;
+    EXPECT_EQ(token.status().code(), StatusCode::kInvalidArgument);
+    // A mistyped secret is not echoed into logs.
+    if (std::strlen(bad) > 4) {
+      EXPECT_EQ(token.status().message().find(bad), std::string::npos);
+    }
+  }
+}
+
+// Over TCP a client without the token, or with a wrong one, is closed and
+// counted, and the server goes on waiting: the right client, coming after
+// them (and after one that connects and says nothing), gets the channel.
+TEST(SideChannelTokenTest, WrongClientsAreRefusedThenTheRightOneGetsIn) {
+  Watchdog dog("token: wrong clients first");
+  auto token = SideChannel::NewToken();
+  ASSERT_TRUE(token.ok()) << token.status().ToString();
+  auto listener = Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  const std::string address = listener->LocalAddress();
+  AcceptThread server(&*listener, 10000, *token);
+
+  // 1. No hello: a client that starts with RUN, as one without a token does.
+  auto no_hello = SideChannel::Connect(address, 2000, nullptr, "");
+  ASSERT_TRUE(no_hello.ok()) << no_hello.status().ToString();
+  ASSERT_TRUE(no_hello->Send("RUN test=send_lat size=64 iters=10 qps=1 window=1 verify=0 idle_qps=0").ok());
+  auto answer = no_hello->Receive(3000, nullptr);
+  EXPECT_EQ(answer.status().code(), StatusCode::kNotFound) << "not closed: " << answer.status().ToString();
+
+  // 2. A hello with a wrong token: closed, without the server's half.
+  auto wrong = SideChannel::NewToken();
+  ASSERT_TRUE(wrong.ok());
+  const int raw = RawConnect(address);
+  ASSERT_GE(raw, 0);
+  const std::string hello = "HELLO token=" + wrong->substr(0, 16) + "\n";
+  ASSERT_EQ(send(raw, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
+  EXPECT_TRUE(ClosedByPeer(raw, 3000)) << "a wrong hello got an answer or stayed open";
+  close(raw);
+
+  // 2b. Through SideChannel: the client says why.
+  auto refused = SideChannel::Connect(address, 2000, nullptr, *wrong);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("closed the connection at the hello"), std::string::npos)
+      << refused.status().ToString();
+
+  // 3. One that connects and says nothing stays behind, not in the way.
+  const int silent = RawConnect(address);
+  ASSERT_GE(silent, 0);
+
+  // 4. The right client.
+  const auto start = Clock::now();
+  auto client = SideChannel::Connect(address, 3000, nullptr, *token);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_LT(MillisSince(start), 2000) << "the right client waited behind the silent one";
+  auto accepted = server.Join();
+  ASSERT_TRUE(accepted.ok()) << accepted.status().ToString();
+  EXPECT_EQ(listener->refused(), 3u);  // 1, 2 and 2b; the silent one was still within its time
+  ASSERT_TRUE(client->Send("RUN mine").ok());
+  auto line = accepted->Receive(2000, nullptr);
+  ASSERT_TRUE(line.ok()) << line.status().ToString();
+  EXPECT_EQ(*line, "RUN mine");
+  ASSERT_TRUE(accepted->Send("INFO yours").ok());
+  line = client->Receive(2000, nullptr);
+  ASSERT_TRUE(line.ok()) << line.status().ToString();
+  EXPECT_EQ(*line, "INFO yours");
+  // Accept has returned: the silent client is closed.
+  EXPECT_TRUE(ClosedByPeer(silent, 3000));
+  close(silent);
+}
+
+// Only wrong clients: the server gives up at its deadline and says how many
+// it refused.
+TEST(SideChannelTokenTest, ServerGivesUpAtItsDeadline) {
+  Watchdog dog("token: deadline");
+  auto token = SideChannel::NewToken();
+  ASSERT_TRUE(token.ok());
+  auto listener = Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  const int raw = RawConnect(listener->LocalAddress());
+  ASSERT_GE(raw, 0);
+  ASSERT_EQ(send(raw, "RUN\n", 4, MSG_NOSIGNAL), 4);
+  const auto start = Clock::now();
+  auto accepted = listener->Accept(500, nullptr, *token);
+  ASSERT_FALSE(accepted.ok());
+  EXPECT_EQ(accepted.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(accepted.status().message().find("1 refused"), std::string::npos) << accepted.status().ToString();
+  EXPECT_LT(MillisSince(start), 3000);
+  close(raw);
+}
+
+// A server that does not know the whole token is refused by the client:
+// here one whose first half is right (it takes the client's hello) and whose
+// second half is not, and one that just mirrors the client's hello back.
+TEST(SideChannelTokenTest, ServerWithAWrongTokenIsRefused) {
+  Watchdog dog("token: wrong server");
+  auto token = SideChannel::NewToken();
+  auto other = SideChannel::NewToken();
+  ASSERT_TRUE(token.ok() && other.ok());
+  const std::string half_right = token->substr(0, 16) + other->substr(16);
+  auto listener = Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  {
+    AcceptThread server(&*listener, 5000, half_right);
+    auto client = SideChannel::Connect(listener->LocalAddress(), 3000, nullptr, *token);
+    ASSERT_FALSE(client.ok());
+    EXPECT_EQ(client.status().code(), StatusCode::kPermissionDenied) << client.status().ToString();
+    EXPECT_NE(client.status().message().find("did not answer the hello with the token's other half"),
+              std::string::npos)
+        << client.status().ToString();
+    EXPECT_TRUE(server.Join().ok());  // the server was satisfied; the client was not
+  }
+  {
+    // The mirror: a listener with no token that sends back what it got.
+    std::thread mirror([&listener] {
+      auto ch = listener->Accept(5000, nullptr);
+      if (!ch.ok()) return;
+      auto line = ch->Receive(3000, nullptr);
+      if (line.ok()) (void)ch->Send(*line);
+      (void)ch->Receive(3000, nullptr);  // until the client closes
+    });
+    auto client = SideChannel::Connect(listener->LocalAddress(), 3000, nullptr, *token);
+    mirror.join();
+    ASSERT_FALSE(client.ok());
+    EXPECT_EQ(client.status().code(), StatusCode::kPermissionDenied) << client.status().ToString();
+  }
+}
+
+// No token on either side (`--token none`): no hello, the first line is the
+// caller's. A client with a token against a server without one gets the
+// server's ERROR (as `uroce perf` sends it) as a refusal.
+TEST(SideChannelTokenTest, NoTokenOnBothSides) {
+  Watchdog dog("token: none");
+  auto listener = Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  {
+    auto client = SideChannel::Connect(listener->LocalAddress(), 2000, nullptr, "");
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    auto server = listener->Accept(2000, nullptr, "");
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    ASSERT_TRUE(client->Send("RUN first").ok());
+    auto line = server->Receive(2000, nullptr);
+    ASSERT_TRUE(line.ok()) << line.status().ToString();
+    EXPECT_EQ(*line, "RUN first");
+  }
+  auto token = SideChannel::NewToken();
+  ASSERT_TRUE(token.ok());
+  std::thread none_server([&listener] {
+    auto ch = listener->Accept(5000, nullptr, "");
+    if (!ch.ok()) return;
+    auto line = ch->Receive(3000, nullptr);
+    if (line.ok() && line->rfind("HELLO ", 0) == 0) (void)ch->Send("ERROR this server takes no token");
+    (void)ch->Receive(3000, nullptr);
+  });
+  auto client = SideChannel::Connect(listener->LocalAddress(), 3000, nullptr, *token);
+  none_server.join();
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kPermissionDenied) << client.status().ToString();
+  EXPECT_NE(client.status().message().find("--token none"), std::string::npos) << client.status().ToString();
+}
+
+// On a path the token is optional, and works the same when both sides have it.
+TEST(SideChannelTokenTest, TokenOverAPath) {
+  Watchdog dog("token: path");
+  const std::string path = "/tmp/uroce-side-channel-test-" + std::to_string(getpid()) + "-t.sock";
+  auto token = SideChannel::NewToken();
+  ASSERT_TRUE(token.ok());
+  auto listener = Listen(path);
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  AcceptThread server(&*listener, 5000, *token);
+  auto client = SideChannel::Connect(path, 3000, nullptr, *token);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto accepted = server.Join();
+  ASSERT_TRUE(accepted.ok()) << accepted.status().ToString();
+  ASSERT_TRUE(client->Send("RUN path").ok());
+  auto line = accepted->Receive(2000, nullptr);
+  ASSERT_TRUE(line.ok()) << line.status().ToString();
+  EXPECT_EQ(*line, "RUN path");
 }
 
 TEST(RunSpecTest, AbsurdRunIsRefused) {
