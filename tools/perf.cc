@@ -547,16 +547,15 @@ int RunInProcess(const Options& o) {
 // The server process: answers one client's runs, then exits.
 int RunServer(const Options& o) {
   PerfProcess p(o);
-  Status s = p.Start(o.port == "memif" ? "pair-a" : "veth-a");
-  if (!s.ok()) return p.Finish(Fail(s));
-  pmd::Runtime& rt = p.rt();
-  auto idle = [&p] { return p.Idle(); };
+  // The listener and the token come first, before the port: a memif link
+  // comes up only once the client runs, and the client needs the token to
+  // start. A client that connects early waits in the listen queue.
   auto listener = SideChannel::Listen(o.control);
-  if (!listener.ok()) return p.Finish(Fail(listener.status()));
+  if (!listener.ok()) return Fail(listener.status());
   std::string token = o.token;
   if (o.token_new) {
     auto made = SideChannel::NewToken();
-    if (!made.ok()) return p.Finish(Fail(made.status()));
+    if (!made.ok()) return Fail(made.status());
     token = *made;
     // On stderr, where the user (or a script) reads it and hands it to the
     // client; stdout stays the results'.
@@ -564,6 +563,10 @@ int RunServer(const Options& o) {
   } else if (o.token_none && !SideChannel::IsPath(o.control)) {
     std::fprintf(stderr, "uroce perf: --token none: the first client to reach %s gets the run\n", o.control.c_str());
   }
+  Status s = p.Start(o.port == "memif" ? "pair-a" : "veth-a");
+  if (!s.ok()) return p.Finish(Fail(s));
+  pmd::Runtime& rt = p.rt();
+  auto idle = [&p] { return p.Idle(); };
   pmd::Runtime::Endpoint& ep = rt.endpoint(0);
   std::fprintf(stderr, "uroce perf: server %s (%s) on %s, waiting for a client on %s\n", ep.name.c_str(),
                pmd::GidToString(ep.endpoint.gid).c_str(), ep.config.port.c_str(),

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `uroce perf --port ring`: every test, several sizes (one packet, several,
 # a 64 KiB message), two QPs, with --verify, in inline and in engine
-# progress; then the CSV form. Checks results and clean shutdown, never speed.
+# progress; then the CSV form; `uroce floor` and a memif pair over TCP
+# control with its one-time token (and with none). Checks results and clean
+# shutdown, never speed.
 set -euo pipefail
 uroce=$1
 
@@ -60,9 +62,65 @@ grep -qE '^floor: size 64 lat_median_us [0-9.]+ lat_p99_us [0-9.]+ lat_mean_us [
   <<<"$out" || { echo "no floor: line"; exit 1; }
 if "$uroce" floor --role client --size 63 2>/dev/null; then echo "floor accepted --size 63"; exit 1; fi
 
+echo "== perf over memif with TCP control: the one-time token"
+# The server prints its token; a client with a wrong hello is closed and the
+# server goes on waiting; the right client (UROCE_PERF_TOKEN) runs.
+unset UROCE_PERF_TOKEN
+perf_side() {  # ROLE SIDE RUN
+  echo "--port memif --role $1 --quiet --control $control"
+  echo "--set endpoint.$2.port=net_memif0,role=$1,id=0,socket=$dir/perf-$3.sock,socket-abstract=no,bsize=8192,rsize=10"
+  echo "--set eal.file_prefix=uroce-perf-test-$$-$3-$2"
+}
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wait_for() {  # FILE PATTERN: up to 10 s
+  for _ in $(seq 200); do grep -q "$2" "$1" && return 0; sleep 0.05; done
+  cat "$1"; echo "no '$2' in $1"; exit 1
+}
+port=$(free_port)
+control=127.0.0.1:$port
+# shellcheck disable=SC2046
+timeout 60 "$uroce" perf $(perf_side server a token) > "$dir/token-server.log" 2>&1 &
+server=$!
+wait_for "$dir/token-server.log" '^uroce perf: token [0-9a-f]\{32\}$'
+token=$(sed -n 's/^uroce perf: token \([0-9a-f]*\)$/\1/p' "$dir/token-server.log")
+# shellcheck disable=SC2046
+err=$("$uroce" perf $(perf_side client b token) 2>&1) && { echo "a TCP client without a token ran"; exit 1; }
+grep -q "is TCP: give the token the server printed" <<<"$err" || { echo "$err"; echo "no hint at --token"; exit 1; }
+# A wrong hello, queued before the right client exists: the server closes it
+# (cat sees EOF, nothing else) once its port is up.
+timeout 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port; echo 'HELLO token=0123456789abcdef' >&3; cat <&3" \
+  > "$dir/wrong.out" 2>&1 &
+wrong=$!
+sleep 0.2
+# shellcheck disable=SC2046
+out=$(UROCE_PERF_TOKEN=$token timeout 60 "$uroce" perf $(perf_side client b token) --test send_lat,write_bw \
+      --iters 100 2>&1) || { echo "$out"; cat "$dir/token-server.log"; echo "the client with the token failed"; exit 1; }
+wait "$server" || { cat "$dir/token-server.log"; echo "the server failed"; exit 1; }
+wait "$wrong" || { cat "$dir/wrong.out"; echo "the wrong client was not closed"; exit 1; }
+[[ ! -s $dir/wrong.out ]] || { cat "$dir/wrong.out"; echo "the wrong client got an answer"; exit 1; }
+grep -qE '^send_lat +64 ' <<<"$out" || { echo "$out"; echo "no send_lat row"; exit 1; }
+grep -q 'refused the client at 127.0.0.1:[0-9]*: a wrong token (1 refused so far)' "$dir/token-server.log" ||
+  { cat "$dir/token-server.log"; echo "the server did not log the wrong client"; exit 1; }
+
+echo "== perf over memif with TCP control: --token none on both sides"
+port=$(free_port)
+control=127.0.0.1:$port
+# shellcheck disable=SC2046
+timeout 60 "$uroce" perf $(perf_side server a none) --token none > "$dir/none-server.log" 2>&1 &
+server=$!
+# shellcheck disable=SC2046
+out=$(timeout 60 "$uroce" perf $(perf_side client b none) --token none --test send_lat --iters 100 2>&1) ||
+  { echo "$out"; cat "$dir/none-server.log"; echo "the client with --token none failed"; exit 1; }
+wait "$server" || { cat "$dir/none-server.log"; echo "the server with --token none failed"; exit 1; }
+grep -qE '^send_lat +64 ' <<<"$out" || { echo "$out"; echo "no send_lat row"; exit 1; }
+grep -q 'token none: the first client' "$dir/none-server.log" || { cat "$dir/none-server.log"; exit 1; }
+
 echo "== bad arguments are refused"
 if "$uroce" perf --test nope 2>/dev/null; then echo "accepted --test nope"; exit 1; fi
 if "$uroce" perf --port memif 2>/dev/null; then echo "accepted memif without --role"; exit 1; fi
+if "$uroce" perf --port memif --role client --control 127.0.0.1:1 --token 0123 2>/dev/null; then
+  echo "accepted a short token"; exit 1
+fi
 err=$("$uroce" perf --set endpoint.a.mtu=1 2>&1) && { echo "accepted mtu=1"; exit 1; }
 grep -q "\[endpoint.a\] mtu = '1'" <<<"$err" || { echo "$err"; echo "error does not name the key"; exit 1; }
 echo "perf_test: OK"
