@@ -50,6 +50,14 @@ bool SameSecret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// What a peer sent, fit for a terminal: control characters (escapes) as '?'.
+std::string Tamed(std::string text) {
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return text;
+}
+
 // "127.0.0.1:PORT", "[::1]:PORT" or the socket path; "" if it has no name.
 std::string FormatAddress(const sockaddr_storage& ss, socklen_t len) {
   if (ss.ss_family == AF_UNIX) return reinterpret_cast<const sockaddr_un*>(&ss)->sun_path;
@@ -297,7 +305,7 @@ StatusOr<SideChannel> SideChannel::Connect(const std::string& address, unsigned 
       if (answer->rfind("ERROR ", 0) == 0) {
         return PermissionDenied("the perf server at " + address +
                                 " refused the hello (was it started with --token none?): " +
-                                answer->substr(6, 200));
+                                Tamed(answer->substr(6, 200)));
       }
       if (!SameSecret(*answer, ServerHello(token))) {
         return PermissionDenied("the perf server at " + address +
@@ -419,7 +427,16 @@ StatusOr<SideChannel> SideChannel::Accept(unsigned timeout_ms, const std::functi
         } else {
           // What it sent stays out of the log: it may be a real token with
           // a typo, or terminal escapes.
-          why = line.rfind(kHello, 0) == 0 ? "a wrong token" : "no hello";
+          const bool hello = line.rfind(kHello, 0) == 0;
+          why = hello ? "a wrong token" : "no hello";
+          // A client without a token (a RUN first) learns why it is turned
+          // away; one with a wrong token only sees the connection close.
+          // One try (timeout 0): a short line into an empty socket buffer.
+          if (!hello) {
+            (void)w.channel.Send("ERROR this perf server expects a hello with its token first (--token or "
+                                 "UROCE_PERF_TOKEN)",
+                                 0);
+          }
         }
       } else if (!error.ok()) {
         why = "no hello (" + error.message() + ")";

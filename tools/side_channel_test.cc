@@ -385,6 +385,9 @@ TEST(SideChannelTokenTest, WrongClientsAreRefusedThenTheRightOneGetsIn) {
   ASSERT_TRUE(no_hello.ok()) << no_hello.status().ToString();
   ASSERT_TRUE(no_hello->Send("RUN test=send_lat size=64 iters=10 qps=1 window=1 verify=0 idle_qps=0").ok());
   auto answer = no_hello->Receive(3000, nullptr);
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  EXPECT_EQ(answer->rfind("ERROR this perf server expects a hello", 0), 0u) << *answer;  // why, and no more
+  answer = no_hello->Receive(3000, nullptr);
   EXPECT_EQ(answer.status().code(), StatusCode::kNotFound) << "not closed: " << answer.status().ToString();
 
   // 2. A hello with a wrong token: closed, without the server's half.
