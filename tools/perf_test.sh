@@ -71,7 +71,9 @@ perf_side() {  # ROLE SIDE RUN
   echo "--set endpoint.$2.port=net_memif0,role=$1,id=0,socket=$dir/perf-$3.sock,socket-abstract=no,bsize=8192,rsize=10"
   echo "--set eal.file_prefix=uroce-perf-test-$$-$3-$2"
 }
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() {
+  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
 wait_for() {  # FILE PATTERN: up to 10 s
   for _ in $(seq 200); do grep -q "$2" "$1" && return 0; sleep 0.05; done
   cat "$1"; echo "no '$2' in $1"; exit 1
@@ -94,7 +96,8 @@ wrong=$!
 sleep 0.2
 # shellcheck disable=SC2046
 out=$(UROCE_PERF_TOKEN=$token timeout 60 "$uroce" perf $(perf_side client b token) --test send_lat,write_bw \
-      --iters 100 2>&1) || { echo "$out"; cat "$dir/token-server.log"; echo "the client with the token failed"; exit 1; }
+      --iters 100 2>&1) ||
+  { echo "$out"; cat "$dir/token-server.log"; echo "the client with the token failed"; exit 1; }
 wait "$server" || { cat "$dir/token-server.log"; echo "the server failed"; exit 1; }
 wait "$wrong" || { cat "$dir/wrong.out"; echo "the wrong client was not closed"; exit 1; }
 [[ ! -s $dir/wrong.out ]] || { cat "$dir/wrong.out"; echo "the wrong client got an answer"; exit 1; }
