@@ -16,8 +16,8 @@
 #include <cstring>
 #include <string>
 
+#include "common/pcap_file.h"
 #include "tools/command.h"
-#include "tools/pcap_file.h"
 #include "transport/headers.h"
 #include "transport/opcode.h"
 #include "transport/packet_parser.h"

@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "tools/pcap_file.h"
+#include "common/pcap_file.h"
 #include "transport/opcode.h"
 #include "transport/packet_builder.h"
 

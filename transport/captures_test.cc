@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/pcap_file.h"
+#include "common/pcap_file.h"
 #include "transport/icrc.h"
 #include "transport/opcode.h"
 #include "transport/packet_builder.h"
@@ -35,10 +35,10 @@ struct Frame {
 
 std::vector<Frame> ReadAll(const std::string& path) {
   std::vector<Frame> frames;
-  auto reader = tools::PcapReader::Open(path);
+  auto reader = PcapReader::Open(path);
   EXPECT_TRUE(reader.ok()) << reader.status().ToString();
   if (!reader.ok()) return frames;
-  tools::PcapRecord record;
+  PcapRecord record;
   while (true) {
     auto more = reader->Next(&record);
     EXPECT_TRUE(more.ok()) << more.status().ToString();

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/pcap_file.h"
+#include "common/pcap_file.h"
 #include "transport/packet_parser.h"
 
 namespace uroce::transport {
@@ -39,10 +39,10 @@ const std::vector<CapturedMad>& RpingMads() {
     if (p.size() >= 18 && p.compare(p.size() - 18, 18, "rping_rdma_cm.pcap") == 0) path = p;
   }
   EXPECT_FALSE(path.empty()) << "rping_rdma_cm.pcap not among the arguments";
-  auto reader = tools::PcapReader::Open(path);
+  auto reader = PcapReader::Open(path);
   EXPECT_TRUE(reader.ok()) << reader.status().ToString();
   if (!reader.ok()) return mads;
-  tools::PcapRecord record;
+  PcapRecord record;
   for (size_t number = 1;; ++number) {
     auto more = reader->Next(&record);
     if (!more.ok() || !*more) break;

@@ -16,7 +16,7 @@
 
 #include "common/status.h"
 
-namespace uroce::tools {
+namespace uroce {
 
 // LINKTYPE_ETHERNET: the only link type uroce reads and writes.
 constexpr uint32_t kPcapLinkTypeEthernet = 1;
@@ -79,4 +79,4 @@ class PcapWriter {
   std::string path_;
 };
 
-}  // namespace uroce::tools
+}  // namespace uroce

@@ -1,4 +1,4 @@
-#include "tools/pcap_file.h"
+#include "common/pcap_file.h"
 
 #include <cerrno>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <iterator>
 #include <utility>
 
-namespace uroce::tools {
+namespace uroce {
 namespace {
 
 // File header magic numbers, as read in the writer's byte order.
@@ -157,4 +157,4 @@ Status PcapWriter::Close() {
   return ok ? Status::Ok() : IoError(path_ + ": close failed");
 }
 
-}  // namespace uroce::tools
+}  // namespace uroce

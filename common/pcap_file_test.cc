@@ -1,4 +1,4 @@
-#include "tools/pcap_file.h"
+#include "common/pcap_file.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace uroce::tools {
+namespace uroce {
 namespace {
 
 std::string TempPath(const std::string& name) {
@@ -133,4 +133,4 @@ TEST(PcapWriterTest, WhatItWritesReadsBack) {
 }
 
 }  // namespace
-}  // namespace uroce::tools
+}  // namespace uroce
