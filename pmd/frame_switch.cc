@@ -5,9 +5,9 @@
 #include <type_traits>
 #include <variant>
 
+#include "cm/cm_mad.h"
 #include "pmd/frame_inspect.h"
 #include "pmd/neighbor_frames.h"
-#include "transport/cm_mad.h"
 #include "transport/opcode.h"
 #include "transport/packet_builder.h"
 #include "transport/wire_types.h"
@@ -243,9 +243,9 @@ size_t FrameSwitch::TakeLinkRequests(LinkRequest* out, size_t max) {
 // REJ with ID 0 is nobody's. Only the switch's own REJ (RejectRequest) has
 // none, and it does not pass here.
 bool FrameSwitch::SpeaksForSlot(uint32_t slot, const FrameInfo& info, const rte_mbuf* m) const {
-  transport::CmMad mad;
-  if (transport::DecodeCmMad(rte_pktmbuf_mtod_offset(m, const uint8_t*, info.payload), info.payload_length, &mad) !=
-      transport::CmMadError::kOk) {
+  cm::CmMad mad;
+  if (cm::DecodeCmMad(rte_pktmbuf_mtod_offset(m, const uint8_t*, info.payload), info.payload_length, &mad) !=
+      cm::CmMadError::kOk) {
     return false;
   }
   const uint32_t local_comm_id = std::visit([](const auto& message) { return message.local_comm_id; }, mad.message);
@@ -255,18 +255,18 @@ bool FrameSwitch::SpeaksForSlot(uint32_t slot, const FrameInfo& info, const rte_
 // A CM MAD (IBTA 12.6) to the process it is for. Only well-formed CM MADs
 // are routed: DecodeCmMad checks the header and every field the CM reads.
 void FrameSwitch::ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m, FrameSwitch* origin) {
-  transport::CmMad mad;
+  cm::CmMad mad;
   // The GSI QP speaks only to the GSI QP (IBTA 13.5.1): a frame to QP 1
   // from any other QP (from the wire; processes are checked before) is no
   // CM message.
   if (!info.ud || info.src_qpn != 1) return origin->Drop(from, m, &counters_.cm_bad_qp);
-  if (transport::DecodeCmMad(rte_pktmbuf_mtod_offset(m, const uint8_t*, info.payload), info.payload_length, &mad) !=
-          transport::CmMadError::kOk) {
+  if (cm::DecodeCmMad(rte_pktmbuf_mtod_offset(m, const uint8_t*, info.payload), info.payload_length, &mad) !=
+          cm::CmMadError::kOk) {
     return origin->Drop(from, m, &counters_.cm_unrouted);
   }
   uint32_t slot = 0;
-  if (const auto* req = std::get_if<transport::CmReq>(&mad.message)) {
-    if ((req->service_id & ~uint64_t{0xFFFF}) != transport::kRdmaIpServiceIdBase) {
+  if (const auto* req = std::get_if<cm::CmReq>(&mad.message)) {
+    if ((req->service_id & ~uint64_t{0xFFFF}) != cm::kRdmaIpServiceIdBase) {
       RejectRequest(from, info, mad.header.transaction_id, req->local_comm_id, m, origin);
       return origin->Drop(from, m, &counters_.cm_no_listener);
     }
@@ -280,7 +280,7 @@ void FrameSwitch::ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m, F
     // remote one.
     const uint32_t remote_comm_id =
         std::visit([](const auto& message) -> uint32_t {
-          if constexpr (std::is_same_v<std::decay_t<decltype(message)>, transport::CmReq>) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(message)>, cm::CmReq>) {
             return 0;
           } else {
             return message.remote_comm_id;
@@ -304,15 +304,15 @@ void FrameSwitch::RejectRequest(uint32_t from, const FrameInfo& info, uint64_t t
                                 const rte_mbuf* request, FrameSwitch* origin) {
   constexpr uint32_t kGsiQkey = 0x80010000;
   const uint8_t* eth = rte_pktmbuf_mtod(request, const uint8_t*);
-  transport::CmMad mad;
+  cm::CmMad mad;
   mad.header.transaction_id = transaction_id;
-  transport::CmRej rej;
+  cm::CmRej rej;
   rej.remote_comm_id = caller_id;
-  rej.message_rejected = transport::CmMessageKind::kReq;
-  rej.reason = transport::kRejInvalidServiceId;
+  rej.message_rejected = cm::CmMessageKind::kReq;
+  rej.reason = cm::kRejInvalidServiceId;
   mad.message = rej;
-  uint8_t payload[transport::kMadBytes];
-  transport::EncodeCmMad(mad, payload);
+  uint8_t payload[cm::kMadBytes];
+  cm::EncodeCmMad(mad, payload);
   transport::PacketFields f;
   std::memcpy(f.dst_mac.data(), eth + 6, 6);
   f.src_mac = options_.mac;
@@ -324,7 +324,7 @@ void FrameSwitch::RejectRequest(uint32_t from, const FrameInfo& info, uint64_t t
   f.bth.dest_qp = 1;
   f.deth.qkey = kGsiQkey;
   f.deth.src_qp = 1;
-  f.payload_length = transport::kMadBytes;
+  f.payload_length = cm::kMadBytes;
   rte_mbuf* answer = rte_pktmbuf_alloc(options_.pool);
   if (answer == nullptr) {
     counters_.alloc_failures++;

@@ -8,10 +8,10 @@
 #include <deque>
 #include <vector>
 
+#include "cm/cm_mad.h"
 #include "pmd/frame_test_util.h"
 #include "pmd/mempool.h"
 #include "pmd/neighbor_frames.h"
-#include "transport/cm_mad.h"
 #include "transport/opcode.h"
 #include "transport/packet_builder.h"
 
@@ -58,7 +58,7 @@ class FrameSwitchTest : public ::testing::Test {
     return m;
   }
   // A CM MAD to QP 1 (UD, from QP 1), as a connection manager sends it.
-  rte_mbuf* Mad(const MacAddress& smac, const Gid& sip, const transport::CmMad& mad, const Gid& dip = Ip(1),
+  rte_mbuf* Mad(const MacAddress& smac, const Gid& sip, const cm::CmMad& mad, const Gid& dip = Ip(1),
                 uint32_t src_qp = 1) {
     transport::PacketFields f;
     f.src_mac = smac;
@@ -70,9 +70,9 @@ class FrameSwitchTest : public ::testing::Test {
     f.bth.dest_qp = 1;
     f.deth.src_qp = src_qp;
     f.deth.qkey = 0x80010000;
-    f.payload_length = transport::kMadBytes;
-    uint8_t payload[transport::kMadBytes];
-    transport::EncodeCmMad(mad, payload);
+    f.payload_length = cm::kMadBytes;
+    uint8_t payload[cm::kMadBytes];
+    cm::EncodeCmMad(mad, payload);
     rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
     EXPECT_EQ(transport::BuildPacket(f, payload, m), transport::BuildError::kOk);
     return m;
@@ -158,13 +158,13 @@ TEST_F(FrameSwitchTest, FramesToAnotherUplinksAddressCrossToItsSwitchNotTheWire)
   // port on its own uplink; one for a listener reaches it on the other.
   for (auto& p : proc_) p.Clear();
   for (auto& p : second_proc) p.Clear();
-  transport::CmMad mad;
-  transport::CmReq req;
+  cm::CmMad mad;
+  cm::CmReq req;
   req.local_comm_id = 1u << kSwitchCommIdShift | 5;
-  req.service_id = transport::kRdmaIpServiceIdBase | 7001;
+  req.service_id = cm::kRdmaIpServiceIdBase | 7001;
   mad.message = req;
   proc_[0].in.push_back(Mad(kHostMac, Ip(1), mad, Ip(5)));
-  req.service_id = transport::kRdmaIpServiceIdBase | 7000;
+  req.service_id = cm::kRdmaIpServiceIdBase | 7000;
   mad.message = req;
   proc_[0].in.push_back(Mad(kHostMac, Ip(1), mad, Ip(5)));
   switch_->Poll();
@@ -399,21 +399,21 @@ TEST_F(FrameSwitchTest, CmRequestsGoToTheListenerAndAnswersToTheirCommunicationI
   ASSERT_TRUE(switch_->Listen(7174, 2).ok());
   EXPECT_EQ(switch_->Listen(7174, 1).code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(switch_->listener(7174), 2u);
-  transport::CmMad req_mad;
-  transport::CmReq req;
+  cm::CmMad req_mad;
+  cm::CmReq req;
   req.local_comm_id = 0x01345678;  // slot 1's: the process on slot 1 sends it too
-  req.service_id = transport::IpServiceId(7174);
+  req.service_id = cm::IpServiceId(7174);
   req.local_qpn = 0x777;
   req.starting_psn = 1;
   req.path_mtu = 3;  // IBV_MTU_1024
   req_mad.message = req;
   uplink_.in.push_back(Mad(kPeerMac, Ip(2), req_mad));        // from another host
   proc_[0].in.push_back(Mad(kHostMac, Ip(1), req_mad));       // from a process on this host
-  req.service_id = transport::IpServiceId(7175);
+  req.service_id = cm::IpServiceId(7175);
   req_mad.message = req;
   uplink_.in.push_back(Mad(kPeerMac, Ip(2), req_mad));        // nobody listens
-  transport::CmMad rep_mad;
-  transport::CmRep rep;
+  cm::CmMad rep_mad;
+  cm::CmRep rep;
   rep.local_comm_id = 0x02000001;
   rep.remote_comm_id = 0x01000042;  // slot 1's
   rep.local_qpn = 0x020005;
@@ -431,13 +431,13 @@ TEST_F(FrameSwitchTest, CmRequestsGoToTheListenerAndAnswersToTheirCommunicationI
     rte_mbuf* m = uplink_.out[0];
     const uint8_t* p = rte_pktmbuf_mtod(m, const uint8_t*);
     EXPECT_EQ(0, std::memcmp(p, kPeerMac.data(), 6));
-    transport::CmMad answer;
+    cm::CmMad answer;
     const size_t mad_at = 14 + 20 + 8 + 12 + 8;
-    ASSERT_EQ(transport::DecodeCmMad(p + mad_at, rte_pktmbuf_data_len(m) - mad_at - 4, &answer),
-              transport::CmMadError::kOk);
-    const auto* rej = std::get_if<transport::CmRej>(&answer.message);
+    ASSERT_EQ(cm::DecodeCmMad(p + mad_at, rte_pktmbuf_data_len(m) - mad_at - 4, &answer),
+              cm::CmMadError::kOk);
+    const auto* rej = std::get_if<cm::CmRej>(&answer.message);
     ASSERT_NE(rej, nullptr);
-    EXPECT_EQ(rej->reason, transport::kRejInvalidServiceId);
+    EXPECT_EQ(rej->reason, cm::kRejInvalidServiceId);
     EXPECT_EQ(rej->remote_comm_id, 0x01345678u);
   }
   EXPECT_EQ(switch_->counters().cm_rejects, 1u);
@@ -446,8 +446,8 @@ TEST_F(FrameSwitchTest, CmRequestsGoToTheListenerAndAnswersToTheirCommunicationI
   EXPECT_EQ(switch_->counters().cm_unrouted, 1u);
   // A process may not speak for another's connection: slot 2 sending a DREQ
   // with slot 1's communication ID as its own is dropped.
-  transport::CmMad dreq_mad;
-  transport::CmDreq dreq;
+  cm::CmMad dreq_mad;
+  cm::CmDreq dreq;
   dreq.local_comm_id = 0x01000042;
   dreq.remote_comm_id = 0x02000001;
   dreq_mad.message = dreq;
@@ -459,8 +459,8 @@ TEST_F(FrameSwitchTest, CmRequestsGoToTheListenerAndAnswersToTheirCommunicationI
   // Nor reject it: a REJ with no sender ID is nobody's (uroce's CM puts its
   // own in every REJ), and a CM MAD from a leased QPN, or from any QP but
   // QP 1 on the wire, is no CM message.
-  transport::CmMad rej_mad;
-  transport::CmRej rej;
+  cm::CmMad rej_mad;
+  cm::CmRej rej;
   rej.local_comm_id = 0;
   rej.remote_comm_id = 0x01000042;
   rej_mad.message = rej;

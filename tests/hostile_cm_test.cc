@@ -12,12 +12,34 @@
 #include <random>
 #include <vector>
 
+#include "cm/cm_mad.h"
+#include "cm/cm_test_frames.h"
+#include "cm/connection_manager.h"
 #include "testing/engine_pair.h"
-#include "transport/cm_mad.h"
-#include "transport/cm_test_frames.h"
-#include "transport/connection_manager.h"
 
 namespace uroce::transport {
+
+using cm::CmAcceptParams;
+using cm::CmConnectParams;
+using cm::CmCounters;
+using cm::CmDrep;
+using cm::CmDreq;
+using cm::CmEvent;
+using cm::CmEventType;
+using cm::CmMad;
+using cm::CmMra;
+using cm::CmRej;
+using cm::CmRep;
+using cm::CmRtu;
+using cm::CmStateSizes;
+using cm::ConnectionManager;
+using cm::EncodeCmMad;
+using cm::ForgedReq;
+using cm::InjectMadBytes;
+using cm::MadFrom;
+using cm::kCmDefaultBacklog;
+using cm::kMadBytes;
+
 namespace {
 
 Gid Ipv4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {

@@ -28,15 +28,26 @@
 #include <memory>
 #include <vector>
 
+#include "cm/cm_mad.h"
+#include "cm/connection_manager.h"
 #include "pmd/eal.h"
 #include "pmd/mempool.h"
-#include "transport/cm_mad.h"
-#include "transport/connection_manager.h"
 #include "transport/engine.h"
 #include "transport/packet_builder.h"
 #include "transport/scripted_port.h"
 
 namespace uroce::transport {
+
+using cm::CmEvent;
+using cm::CmEventType;
+using cm::ConnectionManager;
+using cm::kCmClassVersion;
+using cm::kCmManagementClass;
+using cm::kGsiQkey;
+using cm::kGsiQpn;
+using cm::kMadBaseVersion;
+using cm::kMadBytes;
+
 namespace {
 
 constexpr unsigned kPoolMbufs = 2047;

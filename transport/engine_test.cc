@@ -12,10 +12,16 @@
 #include <thread>
 #include <vector>
 
+#include "cm/cm_test_frames.h"
 #include "testing/engine_pair.h"
-#include "transport/cm_test_frames.h"
 
 namespace uroce::transport {
+
+using cm::CmDrep;
+using cm::CmMad;
+using cm::InjectMad;
+using cm::MadFrom;
+
 namespace {
 
 constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |

@@ -19,7 +19,7 @@
 #include <cstring>
 #include <vector>
 
-#include "transport/connection_manager.h"
+#include "cm/connection_manager.h"
 
 namespace uroce::fabric {
 
@@ -27,10 +27,10 @@ inline constexpr size_t kCmDataHeaderSize = 1;
 // What each call may carry once the header is in (FI_OPT_CM_DATA_SIZE
 // reports the smallest, fi_connect's: fi_endpoint(3) "FI_OPT_CM_DATA_SIZE -
 // ... the maximum size of connection data that may be passed").
-inline constexpr size_t kCmConnectDataSize = transport::kCmReqUserDataSize - kCmDataHeaderSize;     // 55
-inline constexpr size_t kCmAcceptDataSize = transport::kCmRepPrivateDataSize - kCmDataHeaderSize;   // 195
-inline constexpr size_t kCmRejectDataSize = transport::kCmRejPrivateDataSize - kCmDataHeaderSize;   // 147
-static_assert(transport::kCmRepPrivateDataSize - kCmDataHeaderSize <= 255, "the length must fit its byte");
+inline constexpr size_t kCmConnectDataSize = cm::kCmReqUserDataSize - kCmDataHeaderSize;     // 55
+inline constexpr size_t kCmAcceptDataSize = cm::kCmRepPrivateDataSize - kCmDataHeaderSize;   // 195
+inline constexpr size_t kCmRejectDataSize = cm::kCmRejPrivateDataSize - kCmDataHeaderSize;   // 147
+static_assert(cm::kCmRepPrivateDataSize - kCmDataHeaderSize <= 255, "the length must fit its byte");
 
 // The private data to send for `len` bytes at `data` (len <= the call's
 // limit above, checked by the caller).

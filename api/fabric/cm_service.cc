@@ -77,13 +77,13 @@ void CmService::ForgetParentAfterFork() {
 
 CmService::CmService() {
   sink_ = verbs::ConnectionManagers::Get().AddSink(
-      [this](size_t, transport::ConnectionManager* cm, transport::CmEvent& event) {
+      [this](size_t, cm::ConnectionManager* cm, cm::CmEvent& event) {
         std::lock_guard<std::mutex> lock(mutex_);
         Dispatch(cm, event);
       });
 }
 
-StatusOr<transport::ConnectionManager*> CmService::ForDevice(size_t index) {
+StatusOr<cm::ConnectionManager*> CmService::ForDevice(size_t index) {
   return verbs::ConnectionManagers::Get().ForDevice(index);
 }
 
@@ -107,7 +107,7 @@ void CmService::Unregister(uint64_t key) {
 }
 
 void CmService::ResolveThenConnect(uint64_t key, transport::Engine* engine, transport::PdHandle pd,
-                                   transport::ConnectionManager* cm, const transport::CmConnectParams& params) {
+                                   cm::ConnectionManager* cm, const cm::CmConnectParams& params) {
   std::lock_guard<std::mutex> lock(jobs_mutex_);
   ResolveJob job;
   job.key = key;
@@ -185,8 +185,8 @@ void CmService::FinishConnect(ResolveJob& job, bool resolved, const transport::M
 }
 
 // mutex_ held.
-void CmService::Dispatch(transport::ConnectionManager* cm, transport::CmEvent& event) {
-  using transport::CmEventType;
+void CmService::Dispatch(cm::ConnectionManager* cm, cm::CmEvent& event) {
+  using cm::CmEventType;
   if (event.type == CmEventType::kConnectRequest) {
     auto it = targets_.find(event.listen_tag);
     PassiveEndpoint* pep = it == targets_.end() ? nullptr : it->second.pep;

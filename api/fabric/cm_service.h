@@ -32,7 +32,7 @@ class CmService {
   static CmService& Get();
 
   // The CM of runtime endpoint `index`; the runtime must be running.
-  StatusOr<transport::ConnectionManager*> ForDevice(size_t index);
+  StatusOr<cm::ConnectionManager*> ForDevice(size_t index);
 
   // The returned key is the tag to give the connection manager.
   uint64_t Register(PassiveEndpoint* pep);
@@ -46,7 +46,7 @@ class CmService {
   // sends the REQ for endpoint `key` (registered, ep->resolving set). If it
   // does not resolve, the endpoint's EQ gets an FI_EHOSTUNREACH error event.
   void ResolveThenConnect(uint64_t key, transport::Engine* engine, transport::PdHandle pd,
-                          transport::ConnectionManager* cm, const transport::CmConnectParams& params);
+                          cm::ConnectionManager* cm, const cm::CmConnectParams& params);
 
  private:
   CmService();
@@ -54,14 +54,14 @@ class CmService {
   // thread are the parent's; the child starts with none (its connection
   // managers are its own, verbs::ConnectionManagers).
   void ForgetParentAfterFork();
-  void Dispatch(transport::ConnectionManager* cm, transport::CmEvent& event);
+  void Dispatch(cm::ConnectionManager* cm, cm::CmEvent& event);
 
   struct ResolveJob {
     uint64_t key = 0;
     transport::Engine* engine = nullptr;
     transport::PdHandle pd = 0;
-    transport::ConnectionManager* cm = nullptr;
-    transport::CmConnectParams params;
+    cm::ConnectionManager* cm = nullptr;
+    cm::CmConnectParams params;
   };
   void ResolverLoop();
   void FinishConnect(ResolveJob& job, bool resolved, const transport::MacAddress& mac);

@@ -1,6 +1,6 @@
 // uroce's FI_EP_MSG endpoint (fi_endpoint(3), fi_cm(3), fi_msg(3), fi_rma(3),
 // fi_atomic(3)): one RC QP on the domain's engine, connected by the
-// connection manager (transport/connection_manager.h).
+// connection manager (cm/connection_manager.h).
 //
 // Data path: every fi_send / fi_recv / fi_write / fi_read / fi_atomic call
 // becomes one verbs work request posted straight to the engine's QP rings (no
@@ -426,7 +426,7 @@ int EndpointClose(fid* f) {
   Endpoint* ep = reinterpret_cast<Endpoint*>(f);
   // No CM event reaches the endpoint after this (the service's lock).
   CmService::Get().Unregister(ep->registry_key);
-  transport::ConnectionManager* cm = ep->domain->cm;
+  cm::ConnectionManager* cm = ep->domain->cm;
   {
     std::lock_guard<std::mutex> lock(ep->mutex);
     if (ep->has_connection) {
@@ -600,8 +600,8 @@ int Getpeer(fid_ep* e, void* addr, size_t* addrlen) {
   return CopySockaddr(ep->peer, addr, addrlen);
 }
 
-transport::CmQpParams QpParams(Endpoint* ep) {
-  transport::CmQpParams p;
+cm::CmQpParams QpParams(Endpoint* ep) {
+  cm::CmQpParams p;
   p.qp = ep->qp;
   p.access_flags = kQpAccess;
   // What libfabric's verbs provider gets on RoCE, through the kernel's
@@ -622,14 +622,14 @@ int Connect(fid_ep* e, const void* addr, const void* param, size_t paramlen) {
   if (ep->has_connection || ep->request != nullptr || ep->resolving) return -FI_EOPBADSTATE;
   const sockaddr* dest = static_cast<const sockaddr*>(addr);
   if (dest == nullptr) dest = static_cast<const sockaddr*>(ep->info->dest_addr);
-  transport::CmConnectParams params;
-  static_cast<transport::CmQpParams&>(params) = QpParams(ep);
+  cm::CmConnectParams params;
+  static_cast<cm::CmQpParams&>(params) = QpParams(ep);
   if (dest == nullptr || !SockaddrToGid(dest, &params.remote.gid, &params.remote.port)) return -FI_EINVAL;
   transport::Gid local_gid{};
   // The endpoint's own address (its info's src_addr) when it is one of the
   // port's of the peer's IP version; else the connection manager picks.
   if (SockaddrToGid(reinterpret_cast<const sockaddr*>(&ep->local), &local_gid, &params.local_port) &&
-      !transport::IsWildcardSockaddr(reinterpret_cast<const sockaddr*>(&ep->local)) &&
+      !cm::IsWildcardSockaddr(reinterpret_cast<const sockaddr*>(&ep->local)) &&
       transport::IsIpv4MappedGid(local_gid) == transport::IsIpv4MappedGid(params.remote.gid)) {
     params.local_gid = local_gid;
   }
@@ -667,8 +667,8 @@ int Accept(fid_ep* e, const void* param, size_t paramlen) {
   std::lock_guard<std::mutex> lock(ep->mutex);
   if (ep->request == nullptr || ep->has_connection) return -FI_EOPBADSTATE;
   if (!MarkAnswered(ep->request)) return -FI_EOPBADSTATE;
-  transport::CmAcceptParams params;
-  static_cast<transport::CmQpParams&>(params) = QpParams(ep);
+  cm::CmAcceptParams params;
+  static_cast<cm::CmQpParams&>(params) = QpParams(ep);
   // The caller's FI_CONNECTED carries exactly these bytes (cm_data.h).
   params.private_data = PackCmData(param, paramlen);
   Status s = ep->domain->cm->Accept(ep->request->id, params, ep->registry_key);
@@ -705,7 +705,7 @@ int EndpointGetopt(fid*, int level, int optname, void* optval, size_t* optlen) {
   if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
   if (optname == FI_OPT_CM_DATA_SIZE) {
     // The most connection data fi_connect carries: a REQ's private data less
-    // the IP CM header (transport::kCmReqUserDataSize) and our length byte
+    // the IP CM header (cm::kCmReqUserDataSize) and our length byte
     // (cm_data.h). fi_accept and fi_reject may carry more; this is the
     // bound every call meets.
     if (optval == nullptr || optlen == nullptr || *optlen < sizeof(size_t)) return -FI_ETOOSMALL;

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "cm/socket_address.h"
 #include "transport/headers.h"
-#include "transport/socket_address.h"
 
 namespace uroce::fabric {
 
@@ -53,9 +53,9 @@ fi_info* DupInfo(const fi_info* info);
 void FreeInfo(fi_info* info);
 
 // Addresses: sockaddr_in / sockaddr_in6 <-> GID + port.
-using transport::GidToSockaddr;
-using transport::SockaddrLength;
-using transport::SockaddrToGid;
+using cm::GidToSockaddr;
+using cm::SockaddrLength;
+using cm::SockaddrToGid;
 // fi_getname / fi_getpeer (fi_cm(3)): copies `ss` to addr, *addrlen its
 // length; -FI_ETOOSMALL (with the length needed) when it does not fit.
 int CopySockaddr(const sockaddr_storage& ss, void* addr, size_t* addrlen);

@@ -351,7 +351,7 @@ TEST(CmData, LengthTravelsWithTheData) {
   std::vector<uint8_t> wire = PackCmData(ten, 10);
   ASSERT_EQ(wire.size(), 11u);
   EXPECT_EQ(wire[0], 10);
-  wire.resize(transport::kCmReqUserDataSize, 0);  // the REQ's field, padded
+  wire.resize(cm::kCmReqUserDataSize, 0);  // the REQ's field, padded
   EXPECT_EQ(UnpackCmData(wire), std::vector<uint8_t>(ten, ten + 10));
   EXPECT_TRUE(UnpackCmData(std::vector<uint8_t>(148, 0)).empty());  // a REJ of the CM's own
   EXPECT_TRUE(UnpackCmData({}).empty());

@@ -25,10 +25,10 @@
 #include <mutex>
 #include <string>
 
+#include "cm/connection_manager.h"
 #include "cq/completion_queue.h"
 #include "cq/counter.h"
 #include "cq/event_queue.h"
-#include "transport/connection_manager.h"
 #include "transport/engine.h"
 
 namespace uroce::fabric {
@@ -48,7 +48,7 @@ struct Domain {
   size_t endpoint_index = 0;  // the runtime endpoint (uroce device) it runs on
   transport::Engine* engine = nullptr;
   transport::PdHandle pd = 0;
-  transport::ConnectionManager* cm = nullptr;
+  cm::ConnectionManager* cm = nullptr;
   uint32_t port_mtu = 1500;
   uint64_t mr_mode = 0;  // as agreed in getinfo (FI_MR_VIRT_ADDR decides iova)
   std::atomic<uint32_t> open_objects{0};  // EPs, MRs, CQs... (fi_close -FI_EBUSY)
@@ -64,8 +64,8 @@ struct MemoryRegion {
 // later fi_endpoint + fi_accept or fi_reject answers.
 struct ConnectionRequest {
   fid handle;  // first; fclass FI_CLASS_CONNREQ
-  transport::ConnectionManager* cm = nullptr;
-  transport::CmConnectionId id = 0;
+  cm::ConnectionManager* cm = nullptr;
+  cm::CmConnectionId id = 0;
   std::atomic<bool> answered{false};
   // The listener's count of requests handed out and not answered yet
   // (shared: the passive endpoint may be closed first).
@@ -87,7 +87,7 @@ struct PassiveEndpoint {
   cq::EventQueue* eq = nullptr;
   sockaddr_storage local{};  // bound address (port 0 until listen picks one)
   size_t endpoint_index = 0;
-  transport::ConnectionManager* cm = nullptr;
+  cm::ConnectionManager* cm = nullptr;
   uint64_t registry_key = 0;
   bool listening = false;
   // fi_control(FI_BACKLOG) before fi_listen; 0: the connection manager's
@@ -95,7 +95,7 @@ struct PassiveEndpoint {
   // by it (and by half the EQ: the EQ must never overrun, fi_eq(3) makes an
   // overrun EQ unusable for good).
   int backlog = 0;
-  unsigned max_unanswered = transport::kCmDefaultBacklog;
+  unsigned max_unanswered = cm::kCmDefaultBacklog;
   std::shared_ptr<std::atomic<unsigned>> unanswered = std::make_shared<std::atomic<unsigned>>(0);
   std::mutex mutex;
 };
@@ -129,7 +129,7 @@ struct Endpoint {
   // caller's thread); the REQ goes once it resolves.
   bool resolving = false;
   bool has_connection = false;
-  transport::CmConnectionId connection = 0;
+  cm::CmConnectionId connection = 0;
   uint64_t registry_key = 0;
   sockaddr_storage local{};
   sockaddr_storage peer{};

@@ -348,8 +348,8 @@ int PepListen(fid_pep* p) {
   // that FI_CONNREQs alone cannot overrun it (fi_eq(3): an overrun EQ stays
   // so, and the listener with it). The connection manager refuses the rest
   // (REJ "no resources") without keeping anything.
-  unsigned backlog = pep->backlog > 0 ? static_cast<unsigned>(pep->backlog) : transport::kCmDefaultBacklog;
-  backlog = std::min<unsigned>(backlog, transport::kCmMaxBacklog);
+  unsigned backlog = pep->backlog > 0 ? static_cast<unsigned>(pep->backlog) : cm::kCmDefaultBacklog;
+  backlog = std::min<unsigned>(backlog, cm::kCmMaxBacklog);
   // The EQ's size is the EQ object's own (fi_eq_attr::size as opened), so
   // nothing outlives fi_close of the EQ (fi_eq(3): after fi_close the EQ and
   // everything of it are gone; a provider-side table keyed by its address

@@ -1,7 +1,7 @@
 // rdma_cm ids (rdma_cm(7)): addresses, listening, connecting, accepting and
 // disconnecting, over the process's connection managers (IB CM over QP1
 // with the RDMA IP CM service of IBTA Annex A11, as the kernel's rdma_cm
-// speaks it over RoCE, transport/connection_manager.h).
+// speaks it over RoCE, cm/connection_manager.h).
 //
 // Events, as librdmacm reports them (rdma_get_cm_event(3)):
 //   rdma_resolve_addr -> ADDR_RESOLVED once the peer's MAC is known (ARP /
@@ -34,15 +34,15 @@
 #include "api/verbs/connection_managers.h"
 #include "api/verbs/objects.h"
 #include "api/verbs/provider.h"
+#include "cm/socket_address.h"
 #include "pmd/neighbor_resolver.h"
-#include "transport/socket_address.h"
 
 namespace uroce::rdmacm {
 namespace {
 
-using transport::CmEvent;
-using transport::CmEventType;
-using transport::ConnectionManager;
+using cm::CmEvent;
+using cm::CmEventType;
+using cm::ConnectionManager;
 using transport::Gid;
 
 const std::vector<Gid>& GidsOf(int device) {
@@ -149,12 +149,12 @@ ConnectionManager* CmForDevice(int device) {
 
 void SetAddress(sockaddr_storage* out, const Gid& gid, uint16_t port) {
   size_t length = 0;
-  transport::GidToSockaddr(gid, port, out, &length);
+  cm::GidToSockaddr(gid, port, out, &length);
 }
 
 // route.addr and the path record from the two ends (rdma_cm_id's route is
 // what rdma_get_local_addr(3) and rdma_get_peer_addr(3) read).
-void SetRoute(CmId* id, const transport::CmAddress& local, const transport::CmAddress& peer) {
+void SetRoute(CmId* id, const cm::CmAddress& local, const cm::CmAddress& peer) {
   rdma_addr& addr = id->id.route.addr;
   SetAddress(&addr.src_storage, local.gid, local.port);
   SetAddress(&addr.dst_storage, peer.gid, peer.port);
@@ -183,7 +183,7 @@ void AttachDevice(CmId* id, int device, ConnectionManager* cm) {
 }
 
 bool LocalAddress(const CmId* id, Gid* gid, uint16_t* port) {
-  return transport::SockaddrToGid(&id->id.route.addr.src_addr, gid, port);
+  return cm::SockaddrToGid(&id->id.route.addr.src_addr, gid, port);
 }
 
 CmId* NewCmId(rdma_event_channel* channel, void* context, rdma_port_space ps) {
@@ -212,10 +212,10 @@ void CopyPrivateData(Event* event, const std::vector<uint8_t>& data) {
 bool ListenerTakes(const CmId* listener, const Gid& local) {
   const sockaddr* bound = &listener->id.route.addr.src_addr;
   const bool v4 = transport::IsIpv4MappedGid(local);
-  if (!transport::IsWildcardSockaddr(bound)) {
+  if (!cm::IsWildcardSockaddr(bound)) {
     Gid gid;
     uint16_t port;
-    return transport::SockaddrToGid(bound, &gid, &port) && gid == local;
+    return cm::SockaddrToGid(bound, &gid, &port) && gid == local;
   }
   if (bound->sa_family == AF_INET) return v4;
   return !(listener->af_only && v4);
@@ -455,10 +455,10 @@ int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
   if (id == nullptr || addr == nullptr) return Fail(EINVAL);
   Gid gid;
   uint16_t port = 0;
-  if (!transport::SockaddrToGid(addr, &gid, &port)) return Fail(EAFNOSUPPORT);
+  if (!cm::SockaddrToGid(addr, &gid, &port)) return Fail(EAFNOSUPPORT);
   int device = -1;
   ConnectionManager* cm = nullptr;
-  if (!transport::IsWildcardSockaddr(addr)) {
+  if (!cm::IsWildcardSockaddr(addr)) {
     {
       std::lock_guard<std::mutex> lock(GetRegistry().mutex);
       device = DeviceWithGid(gid);
@@ -471,7 +471,7 @@ int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
   std::lock_guard<std::mutex> lock(GetRegistry().mutex);
   CmId* ours = CmId::From(id);
   if (ours->state != IdState::kIdle) return Fail(EINVAL);
-  std::memcpy(&id->route.addr.src_storage, addr, transport::SockaddrLength(addr));
+  std::memcpy(&id->route.addr.src_storage, addr, cm::SockaddrLength(addr));
   if (device >= 0) AttachDevice(ours, device, cm);
   ours->state = IdState::kBound;
   return 0;
@@ -483,7 +483,7 @@ int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, in
   if (ours->state == IdState::kIdle && src_addr != nullptr && api::rdma_bind_addr(id, src_addr) != 0) return -1;
   Gid peer;
   uint16_t peer_port = 0;
-  if (!transport::SockaddrToGid(dst_addr, &peer, &peer_port)) return Fail(EAFNOSUPPORT);
+  if (!cm::SockaddrToGid(dst_addr, &peer, &peer_port)) return Fail(EAFNOSUPPORT);
   int device = -1;
   {
     std::lock_guard<std::mutex> lock(GetRegistry().mutex);
@@ -508,10 +508,10 @@ int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, in
     Registry& registry = GetRegistry();
     std::lock_guard<std::mutex> lock(registry.mutex);
     if (ours->state != IdState::kIdle && ours->state != IdState::kBound) return Fail(EINVAL);
-    transport::CmAddress local;
-    transport::CmAddress remote{peer, peer_port};
+    cm::CmAddress local;
+    cm::CmAddress remote{peer, peer_port};
     Gid bound;
-    if (LocalAddress(ours, &bound, &local.port) && !transport::IsWildcardSockaddr(&id->route.addr.src_addr)) {
+    if (LocalAddress(ours, &bound, &local.port) && !cm::IsWildcardSockaddr(&id->route.addr.src_addr)) {
       if (transport::IsIpv4MappedGid(bound) != transport::IsIpv4MappedGid(peer)) return Fail(EAFNOSUPPORT);
       local.gid = bound;
     } else if (!LocalGidFor(device, peer, &local.gid)) {
@@ -542,7 +542,7 @@ int rdma_listen(rdma_cm_id* id, int backlog) {
   // rdma_listen(3): "backlog - backlog of incoming connection requests".
   // Requests beyond it are refused (REJ "no resources") by the connection
   // manager, which keeps no state for them; 0 or less: its default.
-  const unsigned queue = backlog > 0 ? static_cast<unsigned>(backlog) : transport::kCmDefaultBacklog;
+  const unsigned queue = backlog > 0 ? static_cast<unsigned>(backlog) : cm::kCmDefaultBacklog;
   if (id == nullptr) return Fail(EINVAL);
   CmId* ours = CmId::From(id);
   std::vector<std::pair<int, ConnectionManager*>> targets;
@@ -568,7 +568,7 @@ int rdma_listen(rdma_cm_id* id, int backlog) {
   }
   std::lock_guard<std::mutex> lock(GetRegistry().mutex);
   if (ours->state != IdState::kBound) return Fail(EINVAL);
-  uint16_t port = transport::SockaddrPort(&id->route.addr.src_addr);
+  uint16_t port = cm::SockaddrPort(&id->route.addr.src_addr);
   for (const auto& [device, cm] : targets) {
     auto listening = cm->Listen(port, ours->tag, queue);
     if (!listening.ok()) {
@@ -632,14 +632,14 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
       std::fprintf(stderr, "uroce: rdma_connect needs a QP made by rdma_create_qp on the id\n");
       return Fail(EOPNOTSUPP);
     }
-    if (conn_param != nullptr && conn_param->private_data_len > transport::kCmReqUserDataSize) return Fail(EINVAL);
-    transport::CmConnectParams params;
+    if (conn_param != nullptr && conn_param->private_data_len > cm::kCmReqUserDataSize) return Fail(EINVAL);
+    cm::CmConnectParams params;
     params.qp = verbs::Qp::From(id->qp)->engine_qp;
     uint16_t local_port = 0;
     Gid local;
     if (LocalAddress(ours, &local, &local_port)) params.local_gid = local;
     params.local_port = local_port;
-    (void)transport::SockaddrToGid(&id->route.addr.dst_addr, &params.remote.gid, &params.remote.port);
+    (void)cm::SockaddrToGid(&id->route.addr.dst_addr, &params.remote.gid, &params.remote.port);
     params.local_ack_timeout = ours->ack_timeout;
     if (conn_param != nullptr) {
       params.responder_resources = conn_param->responder_resources;
@@ -678,10 +678,10 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
       std::fprintf(stderr, "uroce: rdma_accept needs a QP made by rdma_create_qp on the id\n");
       return Fail(EOPNOTSUPP);
     }
-    if (conn_param != nullptr && conn_param->private_data_len > transport::kCmRepPrivateDataSize) {
+    if (conn_param != nullptr && conn_param->private_data_len > cm::kCmRepPrivateDataSize) {
       return Fail(EINVAL);
     }
-    transport::CmAcceptParams params;
+    cm::CmAcceptParams params;
     params.qp = verbs::Qp::From(id->qp)->engine_qp;
     params.local_ack_timeout = ours->ack_timeout;
     // rdma_accept(3): with no parameters, what the caller asked for.
@@ -707,7 +707,7 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
 
 int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
   if (id == nullptr) return Fail(EINVAL);
-  if (private_data_len > transport::kCmRejPrivateDataSize) return Fail(EINVAL);
+  if (private_data_len > cm::kCmRejPrivateDataSize) return Fail(EINVAL);
   std::lock_guard<std::mutex> lock(GetRegistry().mutex);
   CmId* ours = CmId::From(id);
   if (ours->state != IdState::kConnectRequest) return Fail(EINVAL);
@@ -776,11 +776,11 @@ int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t
 }
 
 __be16 rdma_get_src_port(rdma_cm_id* id) {
-  return id == nullptr ? 0 : htons(transport::SockaddrPort(&id->route.addr.src_addr));
+  return id == nullptr ? 0 : htons(cm::SockaddrPort(&id->route.addr.src_addr));
 }
 
 __be16 rdma_get_dst_port(rdma_cm_id* id) {
-  return id == nullptr ? 0 : htons(transport::SockaddrPort(&id->route.addr.dst_addr));
+  return id == nullptr ? 0 : htons(cm::SockaddrPort(&id->route.addr.dst_addr));
 }
 
 ibv_context** rdma_get_devices(int* num_devices) {

@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "transport/connection_manager.h"
+#include "cm/connection_manager.h"
 
 namespace uroce::rdmacm {
 
@@ -73,9 +73,9 @@ struct CmId {
   // its channel and each call waits for the event that finishes it.
   bool sync = false;
   int device = -1;  // runtime endpoint index once an address names one
-  transport::ConnectionManager* cm = nullptr;
-  std::vector<std::pair<transport::ConnectionManager*, uint16_t>> listens;  // per device
-  transport::CmConnectionId connection = 0;
+  cm::ConnectionManager* cm = nullptr;
+  std::vector<std::pair<cm::ConnectionManager*, uint16_t>> listens;  // per device
+  cm::CmConnectionId connection = 0;
   bool has_connection = false;
   uint8_t peer_responder_resources = 0;  // what a connect request offered
   uint8_t peer_initiator_depth = 0;

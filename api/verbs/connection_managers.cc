@@ -27,8 +27,8 @@ constexpr auto kQuietPollInterval = std::chrono::milliseconds(32);
 
 struct PendingEvent {
   size_t device = 0;
-  transport::ConnectionManager* cm = nullptr;
-  transport::CmEvent event;
+  cm::ConnectionManager* cm = nullptr;
+  cm::CmEvent event;
 };
 
 }  // namespace
@@ -70,7 +70,7 @@ void ConnectionManagers::PeerGone(size_t index, uint32_t qpn, uint32_t remote_qp
   if (index < cms_.size() && cms_[index]) cms_[index]->PeerGone(qpn, remote_qpn);
 }
 
-StatusOr<transport::ConnectionManager*> ConnectionManagers::ForDevice(size_t index) {
+StatusOr<cm::ConnectionManager*> ConnectionManagers::ForDevice(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   pmd::Runtime* runtime = Provider::Get().runtime();
   if (runtime == nullptr || index >= runtime->endpoint_count()) {
@@ -79,7 +79,7 @@ StatusOr<transport::ConnectionManager*> ConnectionManagers::ForDevice(size_t ind
   if (cms_.size() < runtime->endpoint_count()) cms_.resize(runtime->endpoint_count());
   if (!cms_[index]) {
     pmd::Runtime::Endpoint& ep = runtime->endpoint(index);
-    transport::ConnectionManager::Options options;
+    cm::ConnectionManager::Options options;
     options.local_gid = ep.endpoint.gid;
     options.activity_hook = [this] { Wake(); };
     if (pmd::DaemonSession* daemon = Provider::Get().daemon_session(); daemon != nullptr) {
@@ -89,7 +89,7 @@ StatusOr<transport::ConnectionManager*> ConnectionManagers::ForDevice(size_t ind
       options.comm_id_mask = (1u << pmd::kDaemonCommIdShift) - 1;
       options.listen_hook = [daemon](uint16_t port, bool listen) { return daemon->ClaimPort(port, listen); };
     }
-    auto cm = transport::ConnectionManager::Create(ep.endpoint.engine.get(), ep.endpoint.pd, options);
+    auto cm = cm::ConnectionManager::Create(ep.endpoint.engine.get(), ep.endpoint.pd, options);
     if (!cm.ok()) return cm.status();
     cms_[index] = std::move(*cm);
   }
@@ -127,7 +127,7 @@ void ConnectionManagers::Loop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (size_t device = 0; device < cms_.size(); ++device) {
-        transport::ConnectionManager* cm = cms_[device].get();
+        cm::ConnectionManager* cm = cms_[device].get();
         if (cm == nullptr) continue;
         busy |= cm->Poll();
         PendingEvent p;
@@ -139,7 +139,7 @@ void ConnectionManagers::Loop() {
     // Sinks run without mutex_: they take their own locks, and API calls
     // that hold those locks may need ForDevice.
     for (PendingEvent& p : pending) {
-      const uint64_t tag = p.event.type == transport::CmEventType::kConnectRequest ? p.event.listen_tag : p.event.tag;
+      const uint64_t tag = p.event.type == cm::CmEventType::kConnectRequest ? p.event.listen_tag : p.event.tag;
       const uint64_t sink_number = tag >> kSinkShift;
       const Sink* sink = nullptr;
       {
@@ -148,7 +148,7 @@ void ConnectionManagers::Loop() {
       }
       if (sink != nullptr) {
         (*sink)(p.device, p.cm, p.event);
-      } else if (p.event.type == transport::CmEventType::kConnectRequest) {
+      } else if (p.event.type == cm::CmEventType::kConnectRequest) {
         (void)p.cm->Reject(p.event.id, nullptr, 0);
         p.cm->Release(p.event.id);
       }

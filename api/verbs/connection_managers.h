@@ -1,4 +1,4 @@
-// The process's connection managers: one transport::ConnectionManager per
+// The process's connection managers: one cm::ConnectionManager per
 // uroce device (it owns QP1 of that device's engine, so there can be only
 // one), shared by every API that connects RC QPs over it: the libfabric
 // provider (api/fabric) and librdmacm (api/rdmacm). One thread polls them
@@ -27,15 +27,15 @@
 #include <mutex>
 #include <vector>
 
+#include "cm/connection_manager.h"
 #include "common/status.h"
-#include "transport/connection_manager.h"
 
 namespace uroce::verbs {
 
 class ConnectionManagers {
  public:
   // device: the runtime endpoint index of the connection manager.
-  using Sink = std::function<void(size_t device, transport::ConnectionManager* cm, transport::CmEvent& event)>;
+  using Sink = std::function<void(size_t device, cm::ConnectionManager* cm, cm::CmEvent& event)>;
 
   static ConnectionManagers& Get();
 
@@ -51,7 +51,7 @@ class ConnectionManagers {
   // The connection manager of runtime endpoint `index`, made on first use
   // (the runtime must be running: Provider::StartRuntime or a verbs context),
   // and the polling thread with it.
-  StatusOr<transport::ConnectionManager*> ForDevice(size_t index);
+  StatusOr<cm::ConnectionManager*> ForDevice(size_t index);
   // The connection of device `index`'s QP `qpn` to `remote_qpn` lost its
   // peer (ConnectionManager::PeerGone); nothing if the device has no
   // connection manager yet or no such connection.
@@ -71,7 +71,7 @@ class ConnectionManagers {
   static constexpr size_t kMaxSinks = 8;
 
   std::mutex mutex_;  // cms_, sinks_, thread_started_ (never held while a sink runs)
-  std::vector<std::unique_ptr<transport::ConnectionManager>> cms_;  // by device index
+  std::vector<std::unique_ptr<cm::ConnectionManager>> cms_;  // by device index
   std::array<Sink, kMaxSinks> sinks_{};
   uint16_t sink_count_ = 0;
   bool thread_started_ = false;

@@ -4,7 +4,7 @@
 // -V`), and encoded again byte for byte. Malformed input is refused.
 //
 // The capture files come as arguments ($(rootpaths //testdata/captures:pcaps)).
-#include "transport/cm_mad.h"
+#include "cm/cm_mad.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,15 @@
 #include "common/pcap_file.h"
 #include "transport/packet_parser.h"
 
-namespace uroce::transport {
+namespace uroce::cm {
+
+using transport::Gid;
+using transport::Ipv4MappedGid;
+using transport::PacketView;
+using transport::ParseError;
+using transport::ParseOptions;
+using transport::ParsePacket;
+
 namespace {
 
 std::vector<std::string>& CapturePaths() {
@@ -354,10 +362,10 @@ TEST(CmMadTest, RandomMutationsDecodeOrAreRefusedAndEncodingIsAFixedPoint) {
 }
 
 }  // namespace
-}  // namespace uroce::transport
+}  // namespace uroce::cm
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  for (int i = 1; i < argc; ++i) uroce::transport::CapturePaths().push_back(argv[i]);
+  for (int i = 1; i < argc; ++i) uroce::cm::CapturePaths().push_back(argv[i]);
   return RUN_ALL_TESTS();
 }

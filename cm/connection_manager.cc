@@ -10,7 +10,7 @@
 //   both:    kEstablished --Disconnect--> kDreqSent --DREP / timeout--> kTimewait
 //            kEstablished --DREQ (DREP sent)--> kTimewait
 // A connection stays (answering duplicates) until Release.
-#include "transport/connection_manager.h"
+#include "cm/connection_manager.h"
 
 #include <algorithm>
 #include <array>
@@ -21,10 +21,24 @@
 #include <type_traits>
 #include <variant>
 
-#include "transport/cm_mad.h"
+#include "cm/cm_mad.h"
 #include "transport/qp_state.h"
 
-namespace uroce::transport {
+namespace uroce::cm {
+
+using transport::CompletionQueue;
+using transport::Engine;
+using transport::Gid;
+using transport::Ipv4MappedGid;
+using transport::IsIpv4MappedGid;
+using transport::MacAddress;
+using transport::MrKeys;
+using transport::MtuBytes;
+using transport::PdHandle;
+using transport::QpInitAttr;
+using transport::QpLimits;
+using transport::QueuePair;
+
 namespace {
 
 constexpr size_t kGrhBytes = 40;
@@ -1448,4 +1462,4 @@ CmStateSizes ConnectionManager::state_sizes() const {
   return sizes;
 }
 
-}  // namespace uroce::transport
+}  // namespace uroce::cm

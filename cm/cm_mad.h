@@ -17,7 +17,7 @@
 
 #include "transport/headers.h"
 
-namespace uroce::transport {
+namespace uroce::cm {
 
 inline constexpr size_t kMadBytes = 256;          // IBTA 13.4.1: every MAD on QP1
 inline constexpr size_t kMadHeaderBytes = 24;     // IBTA 13.4.2
@@ -72,8 +72,8 @@ struct MadHeader {
 struct CmPath {
   uint16_t local_lid = 0;
   uint16_t remote_lid = 0;
-  Gid local_gid{};
-  Gid remote_gid{};
+  transport::Gid local_gid{};
+  transport::Gid remote_gid{};
   uint32_t flow_label = 0;     // 20 bits
   uint8_t packet_rate = 0;     // 6 bits
   uint8_t traffic_class = 0;
@@ -205,8 +205,8 @@ struct IpCmHeader {
   uint8_t minor_version = 0;  // 4 bits
   uint8_t ip_version = 4;     // 4 or 6
   uint16_t source_port = 0;
-  Gid source_ip{};
-  Gid destination_ip{};
+  transport::Gid source_ip{};
+  transport::Gid destination_ip{};
 };
 
 // Refuses a short buffer and an IP version other than 4 or 6. The CM checks
@@ -217,4 +217,4 @@ CmMadError DecodeIpCmHeader(const uint8_t* data, size_t length, IpCmHeader* out)
 // Writes kIpCmHeaderBytes; false if the addresses do not fit the IP version.
 bool EncodeIpCmHeader(const IpCmHeader& header, uint8_t* out);
 
-}  // namespace uroce::transport
+}  // namespace uroce::cm

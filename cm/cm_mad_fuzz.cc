@@ -3,25 +3,25 @@
 // must encode into bytes that decode and encode again to the very same bytes
 // (encoding is a fixed point: reserved bits are dropped once, nothing else).
 //
-//   flock -o /tmp/uroce-bazel.lock bazel build --config=fuzz //transport:cm_mad_fuzz
-//   bazel-bin/transport/cm_mad_fuzz -max_total_time=300 transport/testdata/cm_mad_fuzz
+//   flock -o /tmp/uroce-bazel.lock bazel build --config=fuzz //cm:cm_mad_fuzz
+//   bazel-bin/cm/cm_mad_fuzz -max_total_time=300 cm/testdata/cm_mad_fuzz
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "transport/cm_mad.h"
+#include "cm/cm_mad.h"
 
-using uroce::transport::CmMad;
-using uroce::transport::CmMadError;
-using uroce::transport::CmReq;
-using uroce::transport::DecodeCmMad;
-using uroce::transport::DecodeIpCmHeader;
-using uroce::transport::EncodeCmMad;
-using uroce::transport::EncodeIpCmHeader;
-using uroce::transport::IpCmHeader;
-using uroce::transport::kIpCmHeaderBytes;
-using uroce::transport::kMadBytes;
+using uroce::cm::CmMad;
+using uroce::cm::CmMadError;
+using uroce::cm::CmReq;
+using uroce::cm::DecodeCmMad;
+using uroce::cm::DecodeIpCmHeader;
+using uroce::cm::EncodeCmMad;
+using uroce::cm::EncodeIpCmHeader;
+using uroce::cm::IpCmHeader;
+using uroce::cm::kIpCmHeaderBytes;
+using uroce::cm::kMadBytes;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // An exact-size copy, so that a read one byte past the input is caught.

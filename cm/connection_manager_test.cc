@@ -1,7 +1,7 @@
 // The connection manager between two engines over the in-memory LossyLink,
 // on the pair's virtual clock: connect, accept, reject, disconnect, and every
 // CM MAD lost once or at random.
-#include "transport/connection_manager.h"
+#include "cm/connection_manager.h"
 
 #include <gtest/gtest.h>
 
@@ -11,13 +11,33 @@
 #include <random>
 #include <vector>
 
+#include "cm/cm_mad.h"
+#include "cm/cm_test_frames.h"
 #include "testing/engine_pair.h"
-#include "transport/cm_mad.h"
-#include "transport/cm_test_frames.h"
 #include "transport/packet_parser.h"
 #include "transport/wire_types.h"
 
-namespace uroce::transport {
+namespace uroce::cm {
+
+using transport::Endpoint;
+using transport::EnginePair;
+using transport::EnginePairOptions;
+using transport::Gid;
+using transport::Ipv4MappedGid;
+using transport::LoadBe16;
+using transport::LoadBe32;
+using transport::LoadBe64;
+using transport::MacAddress;
+using transport::MrKeys;
+using transport::PacketView;
+using transport::ParseError;
+using transport::ParseOptions;
+using transport::ParsePacket;
+using transport::QpInitAttr;
+using transport::QueuePair;
+using transport::StoreBe32;
+using transport::StoreBe64;
+
 namespace {
 
 constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
@@ -1217,4 +1237,4 @@ TEST_F(ConnectionManagerTest, StartingPsnsAreRandomOverAll24Bits) {
 }
 
 }  // namespace
-}  // namespace uroce::transport
+}  // namespace uroce::cm

@@ -9,49 +9,49 @@
 #include <cstdint>
 #include <cstring>
 
-#include "transport/cm_mad.h"
-#include "transport/connection_manager.h"
+#include "cm/cm_mad.h"
+#include "cm/connection_manager.h"
 #include "transport/engine.h"
 #include "transport/headers.h"
 #include "transport/opcode.h"
 #include "transport/packet_builder.h"
 
-namespace uroce::transport {
+namespace uroce::cm {
 
 struct MadFrom {
-  MacAddress mac{};  // Ethernet source
-  Gid gid{};         // IP source (IPv4-mapped or IPv6)
+  transport::MacAddress mac{};  // Ethernet source
+  transport::Gid gid{};         // IP source (IPv4-mapped or IPv6)
 };
 
 // A UD SEND of the MAD `mad` (kMadBytes) from QP 1 of `from` to QP 1 of
 // (to_mac, to_gid), with Q_Key 0x80010000 (IBTA 13.5.1) and a valid ICRC.
 // Queued on `wire`'s port (Engine::QueueRawFrame); false if the raw queue or
 // the pool is full.
-inline bool InjectMadBytes(Engine& wire, rte_mempool* pool, const MadFrom& from, const MacAddress& to_mac,
-                           const Gid& to_gid, const uint8_t* mad) {
-  PacketFields f;
+inline bool InjectMadBytes(transport::Engine& wire, rte_mempool* pool, const MadFrom& from,
+                           const transport::MacAddress& to_mac, const transport::Gid& to_gid, const uint8_t* mad) {
+  transport::PacketFields f;
   f.dst_mac = to_mac;
   f.src_mac = from.mac;
-  f.ip_version = IsIpv4MappedGid(from.gid) ? IpVersion::kIpv4 : IpVersion::kIpv6;
+  f.ip_version = transport::IsIpv4MappedGid(from.gid) ? transport::IpVersion::kIpv4 : transport::IpVersion::kIpv6;
   f.src_gid = from.gid;
   f.dst_gid = to_gid;
   f.udp_src_port = 0xC001;
-  f.bth.opcode = static_cast<uint8_t>(Opcode::kUdSendOnly);
+  f.bth.opcode = static_cast<uint8_t>(transport::Opcode::kUdSendOnly);
   f.bth.dest_qp = kGsiQpn;
   f.deth.qkey = kGsiQkey;
   f.deth.src_qp = kGsiQpn;
   f.payload_length = kMadBytes;
   rte_mbuf* m = rte_pktmbuf_alloc(pool);
   if (m == nullptr) return false;
-  if (BuildPacket(f, mad, m) != BuildError::kOk || !wire.QueueRawFrame(m)) {
+  if (transport::BuildPacket(f, mad, m) != transport::BuildError::kOk || !wire.QueueRawFrame(m)) {
     rte_pktmbuf_free(m);
     return false;
   }
   return true;
 }
 
-inline bool InjectMad(Engine& wire, rte_mempool* pool, const MadFrom& from, const MacAddress& to_mac,
-                      const Gid& to_gid, const CmMad& mad) {
+inline bool InjectMad(transport::Engine& wire, rte_mempool* pool, const MadFrom& from,
+                      const transport::MacAddress& to_mac, const transport::Gid& to_gid, const CmMad& mad) {
   uint8_t bytes[kMadBytes];
   EncodeCmMad(mad, bytes);
   return InjectMadBytes(wire, pool, from, to_mac, to_gid, bytes);
@@ -59,7 +59,7 @@ inline bool InjectMad(Engine& wire, rte_mempool* pool, const MadFrom& from, cons
 
 // A REQ as rdma_cm makes it (RC, IP CM header) for `port` of `to_gid`, with
 // communication ID `comm_id`.
-inline CmMad ForgedReq(uint32_t comm_id, const Gid& from_gid, const Gid& to_gid, uint16_t port,
+inline CmMad ForgedReq(uint32_t comm_id, const transport::Gid& from_gid, const transport::Gid& to_gid, uint16_t port,
                        uint8_t response_timeout = 8, uint8_t max_retries = 15) {
   CmMad mad;
   mad.header.transaction_id = 0x1234'0000'0000ull | comm_id;
@@ -82,7 +82,7 @@ inline CmMad ForgedReq(uint32_t comm_id, const Gid& from_gid, const Gid& to_gid,
   req.primary.remote_gid = to_gid;
   req.primary.hop_limit = 64;
   IpCmHeader ip;
-  ip.ip_version = IsIpv4MappedGid(from_gid) ? 4 : 6;
+  ip.ip_version = transport::IsIpv4MappedGid(from_gid) ? 4 : 6;
   ip.source_port = 40000;
   ip.source_ip = from_gid;
   ip.destination_ip = to_gid;
@@ -91,4 +91,4 @@ inline CmMad ForgedReq(uint32_t comm_id, const Gid& from_gid, const Gid& to_gid,
   return mad;
 }
 
-}  // namespace uroce::transport
+}  // namespace uroce::cm

@@ -1,11 +1,24 @@
-#include "transport/cm_mad.h"
+#include "cm/cm_mad.h"
 
 #include <cstring>
 #include <type_traits>
 
 #include "transport/wire_types.h"
 
-namespace uroce::transport {
+namespace uroce::cm {
+
+using transport::Gid;
+using transport::Ipv4MappedGid;
+using transport::IsIpv4MappedGid;
+using transport::LoadBe16;
+using transport::LoadBe24;
+using transport::LoadBe32;
+using transport::LoadBe64;
+using transport::StoreBe16;
+using transport::StoreBe24;
+using transport::StoreBe32;
+using transport::StoreBe64;
+
 namespace {
 
 // Offsets below are from the start of the CM message (the MAD's data, 24
@@ -337,4 +350,4 @@ bool EncodeIpCmHeader(const IpCmHeader& h, uint8_t* out) {
   return false;
 }
 
-}  // namespace uroce::transport
+}  // namespace uroce::cm

@@ -13,13 +13,13 @@
 
 #include "transport/headers.h"
 
-namespace uroce::transport {
+namespace uroce::cm {
 
 // AF_INET or AF_INET6 -> GID and port (host order); false for other families.
-bool SockaddrToGid(const sockaddr* address, Gid* gid, uint16_t* port);
+bool SockaddrToGid(const sockaddr* address, transport::Gid* gid, uint16_t* port);
 // GID and port -> sockaddr_in (IPv4-mapped GIDs) or sockaddr_in6; `length`
 // gets the size used.
-void GidToSockaddr(const Gid& gid, uint16_t port, sockaddr_storage* out, size_t* length);
+void GidToSockaddr(const transport::Gid& gid, uint16_t port, sockaddr_storage* out, size_t* length);
 // sizeof(sockaddr_in) / sizeof(sockaddr_in6), 0 for other families or null.
 size_t SockaddrLength(const sockaddr* address);
 // INADDR_ANY or in6addr_any.
@@ -27,4 +27,4 @@ bool IsWildcardSockaddr(const sockaddr* address);
 // Port (host order) of an AF_INET/AF_INET6 address; 0 for others.
 uint16_t SockaddrPort(const sockaddr* address);
 
-}  // namespace uroce::transport
+}  // namespace uroce::cm

@@ -1,10 +1,15 @@
-#include "transport/socket_address.h"
+#include "cm/socket_address.h"
 
 #include <arpa/inet.h>
 
 #include <cstring>
 
-namespace uroce::transport {
+namespace uroce::cm {
+
+using transport::Gid;
+using transport::Ipv4MappedGid;
+using transport::IsIpv4MappedGid;
+
 
 bool SockaddrToGid(const sockaddr* address, Gid* gid, uint16_t* port) {
   if (address == nullptr) return false;
@@ -66,4 +71,4 @@ uint16_t SockaddrPort(const sockaddr* address) {
   return 0;
 }
 
-}  // namespace uroce::transport
+}  // namespace uroce::cm

@@ -59,12 +59,12 @@
 #include <mutex>
 #include <vector>
 
+#include "cm/cm_mad.h"
 #include "common/status.h"
-#include "transport/cm_mad.h"
 #include "transport/engine.h"
 #include "transport/headers.h"
 
-namespace uroce::transport {
+namespace uroce::cm {
 
 // IBTA Annex A11: the RDMA IP CM service ID of TCP-like port `port`.
 // The service timeout of the MRA a passive side sends for a request its user
@@ -87,14 +87,14 @@ inline constexpr uint32_t kGsiQkey = 0x80010000u;
 
 // An IP endpoint: the address as a GID (IPv4-mapped or IPv6) and a port.
 struct CmAddress {
-  Gid gid{};
+  transport::Gid gid{};
   uint16_t port = 0;
 };
 
 // Connection parameters both sides share. The CM takes the minimum of what
 // the two sides offer for the MTU and the read/atomic depths.
 struct CmQpParams {
-  QueuePair* qp = nullptr;   // RC, in RESET or INIT (the CM moves it on from there)
+  transport::QueuePair* qp = nullptr;   // RC, in RESET or INIT (the CM moves it on from there)
   int access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                      IBV_ACCESS_REMOTE_ATOMIC;
   uint8_t responder_resources = 16;  // RDMA READ/atomic requests we accept at once
@@ -119,14 +119,14 @@ struct CmConnectParams : CmQpParams {
   // This side's address: a GID of the engine's table of the remote's IP
   // version. Zero: Options::local_gid when its version matches, else the
   // table's first GID of that version.
-  Gid local_gid{};
+  transport::Gid local_gid{};
   std::vector<uint8_t> private_data;  // at most kCmReqUserDataSize bytes
   // The peer's MAC when the caller knows it already (resolved it itself).
   // Otherwise Connect takes it from the engine's neighbour table, resolving
   // (ARP/ND, through the engine's resolve_neighbor hook) in the caller's
   // thread without the CM's lock held, so Poll goes on meanwhile.
   bool has_remote_mac = false;
-  MacAddress remote_mac{};
+  transport::MacAddress remote_mac{};
 };
 
 struct CmAcceptParams : CmQpParams {
@@ -210,7 +210,7 @@ class ConnectionManager {
     // The CM speaks for every GID of the table: a connection uses the GID of
     // its peer's IP version (this one when it is of that version), a request
     // is answered from the GID it was sent to.
-    Gid local_gid{};
+    transport::Gid local_gid{};
     uint64_t response_timeout_ns = 50'000'000;  // 50 ms before a resend
     unsigned max_retries = 15;
     unsigned recv_buffers = 64;    // MAD receive buffers posted on QP 1
@@ -256,7 +256,8 @@ class ConnectionManager {
 
   // Creates QP 1 on `engine` (PD `pd`) and posts its receive buffers. One per
   // engine: a second one fails (QP 1 exists).
-  static StatusOr<std::unique_ptr<ConnectionManager>> Create(Engine* engine, PdHandle pd, const Options& options);
+  static StatusOr<std::unique_ptr<ConnectionManager>> Create(transport::Engine* engine, transport::PdHandle pd,
+                                                             const Options& options);
   // Destroys QP 1 (connections still up are not told: Disconnect them first).
   ~ConnectionManager();
   ConnectionManager(const ConnectionManager&) = delete;
@@ -307,4 +308,4 @@ class ConnectionManager {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace uroce::transport
+}  // namespace uroce::cm
