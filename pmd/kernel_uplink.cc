@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "pmd/port.h"
-#include "pmd/runtime.h"
+#include "pmd/port_setup.h"
 #include "pmd/udp_port_holders.h"
 #include "xdp/steer_program.h"
 

@@ -27,11 +27,11 @@ FLOORS = {
     "transport": 2,
     "cm": 3,
     "xdp": 0,  # a leaf: the BPF program depends on nothing
-    # pmd still holds the host device's pieces, the configuration model and
-    # the process runtime beside the poll-mode layer (they move to host/
-    # and runtime/ packages of their own).
+    # pmd still holds the host device's pieces and the configuration model
+    # beside the poll-mode layer.
     "pmd": 4,
     "testing": 5,  # the test harness: engines and ports, for tests and `uroce soak`
+    "runtime": 6,
     "api": 7,
     "api/verbs": 7,
     "api/fabric": 7,

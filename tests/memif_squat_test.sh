@@ -12,7 +12,7 @@
 #      removes the file;
 #   4. a server killed with SIGKILL leaves its socket file; the next server
 #      on the same path removes it and starts (a check that this stays so:
-#      pmd/runtime.cc removes a socket nobody answers on).
+#      pmd/port_setup.cc removes a socket nobody answers on).
 # Root (setpriv); no network; every process under `timeout`.
 #   args: UROCE UNIX_SQUAT_PY
 set -uo pipefail

@@ -27,7 +27,7 @@ interop_start() {
   eval "$env_lines"
 
   # A port MTU above 1500 needs af_packet ring frames that hold a whole RoCE
-  # frame at path MTU 4096 and tile the ring's blocks (pmd/runtime.cc says
+  # frame at path MTU 4096 and tile the ring's blocks (pmd/port_setup.cc says
   # why; uroce refuses to start otherwise).
   local frames=""
   [[ $mtu -gt 1500 ]] && frames=",framesz=4352,blocksz=69632"

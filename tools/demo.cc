@@ -20,7 +20,8 @@
 #include "cq/wc_mapping.h"
 #include "pmd/config.h"
 #include "pmd/eal.h"
-#include "pmd/runtime.h"
+#include "pmd/port_setup.h"
+#include "runtime/runtime.h"
 #include "pmd/shutdown_signal.h"
 #include "tools/command.h"
 #include "tools/config_flags.h"
@@ -47,7 +48,7 @@ double Seconds(uint64_t cycles) { return double(cycles) / double(rte_get_tsc_hz(
 
 class Demo {
  public:
-  Demo(pmd::Runtime& rt, Endpoint& a, Endpoint& b, QueuePair* qa, QueuePair* qb)
+  Demo(runtime::Runtime& rt, Endpoint& a, Endpoint& b, QueuePair* qa, QueuePair* qb)
       : rt_(rt), a_(a), b_(b), qa_(qa), qb_(qb) {}
 
   bool Register(Endpoint& side, Region& r, size_t size) {
@@ -186,7 +187,7 @@ class Demo {
   }
 
  private:
-  pmd::Runtime& rt_;
+  runtime::Runtime& rt_;
   Endpoint& a_;
   Endpoint& b_;
   QueuePair* qa_;
@@ -236,12 +237,12 @@ int DemoCommand(int argc, char** argv) {
   if (!s.ok()) return Fail(s.ToString());
   int rc = 0;
   {
-    auto rt = pmd::Runtime::Start(*config);
+    auto rt = runtime::Runtime::Start(*config);
     if (!rt.ok()) {
       (void)pmd::StopEal();
       return Fail(rt.status().ToString());
     }
-    pmd::Runtime& runtime = **rt;
+    runtime::Runtime& runtime = **rt;
     Endpoint& a = runtime.endpoint(0).endpoint;
     Endpoint& b = runtime.endpoint(1).endpoint;
     transport::RcConnectOptions connect;
@@ -284,13 +285,13 @@ int DemoCommand(int argc, char** argv) {
     std::printf("  A sent %llu frames, received %llu; retransmits %llu, ICRC drops %llu\n",
                 (unsigned long long)ca.tx_frames, (unsigned long long)ca.rx_frames,
                 (unsigned long long)ca.retransmits, (unsigned long long)ca.rx_icrc_errors);
-    const pmd::NeighborCounters na = runtime.endpoint(0).neighbors->counters();
-    const pmd::NeighborCounters nb = runtime.endpoint(1).neighbors->counters();
+    const runtime::NeighborCounters na = runtime.endpoint(0).neighbors->counters();
+    const runtime::NeighborCounters nb = runtime.endpoint(1).neighbors->counters();
     std::printf("  ARP: A sent %llu request(s) and got %llu reply(ies); B answered %llu, asked %llu\n",
                 (unsigned long long)na.arp_requests_sent, (unsigned long long)na.arp_replies_received,
                 (unsigned long long)nb.arp_replies_sent, (unsigned long long)nb.arp_requests_sent);
     if (!(send_ok && write_ok && read_ok && atomic_ok)) rc = 1;
-    const pmd::ShutdownReport report = runtime.Shutdown();
+    const runtime::ShutdownReport report = runtime.Shutdown();
     std::printf("  mbufs back in the pools: %u of %u\n", report.mbufs_in_pools, report.mbufs_total);
     if (!report.impairments.empty()) {
       std::string lines = report.impairments;

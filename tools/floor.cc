@@ -26,7 +26,8 @@
 #include <vector>
 
 #include "pmd/eal.h"
-#include "pmd/runtime.h"
+#include "pmd/port_setup.h"
+#include "runtime/runtime.h"
 #include "pmd/shutdown_signal.h"
 #include "tools/command.h"
 #include "tools/config_flags.h"
@@ -344,7 +345,7 @@ int FloorCommand(int argc, char** argv) {
     std::fprintf(stderr, "uroce floor: %s\n", s.ToString().c_str());
     return 1;
   }
-  auto rt = pmd::Runtime::Start(*config);
+  auto rt = runtime::Runtime::Start(*config);
   if (rt.ok()) {
     if (Status linked = (*rt)->WaitForLinks(); !linked.ok()) rt = linked;
   }
@@ -353,7 +354,7 @@ int FloorCommand(int argc, char** argv) {
     (void)pmd::StopEal();
     return 1;
   }
-  pmd::Runtime::Endpoint& ep = (*rt)->endpoint(0);
+  runtime::Runtime::Endpoint& ep = (*rt)->endpoint(0);
   const Port port{ep.io.get(), ep.pool.get()};
   int rc = 1;
   if (o.size > ep.config.mtu + 14u) {
@@ -361,7 +362,7 @@ int FloorCommand(int argc, char** argv) {
   } else {
     rc = o.role == "server" ? Serve(port) : Measure(port, o);
   }
-  const pmd::ShutdownReport report = (*rt)->Shutdown();
+  const runtime::ShutdownReport report = (*rt)->Shutdown();
   rt->reset();
   if (!report.pools_full() || !report.impairments.empty()) {
     std::fprintf(stderr, "uroce floor: %s\n", report.Summary().c_str());

@@ -25,7 +25,8 @@
 #include "common/private_dir.h"
 #include "pmd/daemon_client.h"
 #include "pmd/eal.h"
-#include "pmd/runtime.h"
+#include "pmd/port_setup.h"
+#include "runtime/runtime.h"
 #include "pmd/shutdown_signal.h"
 #include "tools/command.h"
 #include "tools/config_flags.h"
@@ -397,7 +398,7 @@ class PerfProcess {
         std::max<uint32_t>(config_.engine.max_qps, RunSpec::kMaxIdleQps + RunSpec::kMaxQps + 64);
     pmd::InstallShutdownSignals();
     UROCE_RETURN_IF_ERROR(pmd::StartEalFor(config_));
-    auto rt = pmd::Runtime::Start(config_);
+    auto rt = runtime::Runtime::Start(config_);
     if (!rt.ok()) return rt.status();
     rt_ = std::move(*rt);
     // A measurement needs the link: up to each endpoint's link_timeout_ms.
@@ -429,7 +430,7 @@ class PerfProcess {
       if (interrupted) rt_->FlushQueuePairs();
       if (side != nullptr) side->reset();
       if (other != nullptr) other->reset();
-      const pmd::ShutdownReport report = rt_->Shutdown();
+      const runtime::ShutdownReport report = rt_->Shutdown();
       rt_.reset();
       if (interrupted) {
         const int sig = pmd::ShutdownSignal();
@@ -448,7 +449,7 @@ class PerfProcess {
     return rc;
   }
 
-  pmd::Runtime& rt() { return *rt_; }
+  runtime::Runtime& rt() { return *rt_; }
   const pmd::UroceConfig& config() const { return config_; }
 
  private:
@@ -474,12 +475,12 @@ class PerfProcess {
   std::thread watch_;
   std::atomic<bool> stop_watch_{false};
   std::unique_ptr<pmd::DaemonSession> daemon_;  // --port daemon: attached while it lives
-  std::unique_ptr<pmd::Runtime> rt_;
+  std::unique_ptr<runtime::Runtime> rt_;
 };
 
 // Server, after the client finished: reads the completions it has not seen
 // yet (the client's last ACK can arrive before this side polled its CQ).
-Status Settle(pmd::Runtime& rt, PerfSide& server) {
+Status Settle(runtime::Runtime& rt, PerfSide& server) {
   const uint64_t deadline = rte_get_tsc_cycles() + 10 * rte_get_tsc_hz();
   while (!server.Settled()) {
     rt.Progress();
@@ -500,10 +501,10 @@ int RunInProcess(const Options& o) {
   PerfProcess p(o);
   Status s = p.Start("ring");
   if (!s.ok()) return p.Finish(Fail(s));
-  pmd::Runtime& rt = p.rt();
+  runtime::Runtime& rt = p.rt();
   if (rt.endpoint_count() < 2) return p.Finish(Fail(InvalidArgument("--port ring needs two endpoints")));
-  pmd::Runtime::Endpoint& ce = rt.endpoint(0);
-  pmd::Runtime::Endpoint& se = rt.endpoint(1);
+  runtime::Runtime::Endpoint& ce = rt.endpoint(0);
+  runtime::Runtime::Endpoint& se = rt.endpoint(1);
   std::vector<PerfResult> results;
   std::unique_ptr<PerfSide> client, server;
   for (const RunSpec& spec : Specs(o)) {
@@ -565,9 +566,9 @@ int RunServer(const Options& o) {
   }
   Status s = p.Start(o.port == "memif" ? "pair-a" : "veth-a");
   if (!s.ok()) return p.Finish(Fail(s));
-  pmd::Runtime& rt = p.rt();
+  runtime::Runtime& rt = p.rt();
   auto idle = [&p] { return p.Idle(); };
-  pmd::Runtime::Endpoint& ep = rt.endpoint(0);
+  runtime::Runtime::Endpoint& ep = rt.endpoint(0);
   std::fprintf(stderr, "uroce perf: server %s (%s) on %s, waiting for a client on %s\n", ep.name.c_str(),
                pmd::GidToString(ep.endpoint.gid).c_str(), ep.config.port.c_str(),
                listener->LocalAddress().c_str());  // the port PORT 0 picked, too
@@ -666,11 +667,11 @@ int RunClient(const Options& o) {
   PerfProcess p(o);
   Status s = p.Start(o.port == "memif" ? "pair-b" : "veth-b");
   if (!s.ok()) return p.Finish(Fail(s));
-  pmd::Runtime& rt = p.rt();
+  runtime::Runtime& rt = p.rt();
   auto idle = [&p] { return p.Idle(); };
   auto ch = SideChannel::Connect(o.control, kControlTimeoutMs, idle, o.token);
   if (!ch.ok()) return p.Finish(pmd::ShutdownRequested() ? 2 : Fail(ch.status()));
-  pmd::Runtime::Endpoint& ep = rt.endpoint(0);
+  runtime::Runtime::Endpoint& ep = rt.endpoint(0);
   std::vector<PerfResult> results;
   std::unique_ptr<PerfSide> side;
   for (const RunSpec& spec : Specs(o)) {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "pmd/runtime.h"
+#include "runtime/runtime.h"
 #include "transport/engine.h"
 
 namespace uroce::tools {
@@ -101,7 +101,7 @@ struct PerfResult {
 
 class PerfSide {
  public:
-  PerfSide(pmd::Runtime::Endpoint& endpoint, bool client, const RunSpec& spec);
+  PerfSide(runtime::Runtime::Endpoint& endpoint, bool client, const RunSpec& spec);
   ~PerfSide();
   PerfSide(const PerfSide&) = delete;
   PerfSide& operator=(const PerfSide&) = delete;
@@ -155,7 +155,7 @@ class PerfSide {
   void Sample(uint64_t start_cycles, bool half);
   void SyncWithEngine();
 
-  pmd::Runtime::Endpoint& ep_;
+  runtime::Runtime::Endpoint& ep_;
   transport::Engine& engine_;
   const bool client_;
   RunSpec spec_;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "pmd/daemon_client.h"
-#include "pmd/telemetry_client.h"
+#include "runtime/telemetry_client.h"
 #include "tools/command.h"
 #include "tools/config_flags.h"
 #include "tools/json_value.h"
@@ -39,7 +39,7 @@ StatusOr<std::string> PrefixOfPid(const std::string& pid) {
   if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) {
     return InvalidArgument("--pid wants a process id, not '" + pid + "'");
   }
-  const std::string probe = pmd::TelemetrySocketPath("x");  // BASE/dpdk/x/dpdk_telemetry.v2
+  const std::string probe = runtime::TelemetrySocketPath("x");  // BASE/dpdk/x/dpdk_telemetry.v2
   const std::filesystem::path dir = std::filesystem::path(probe).parent_path().parent_path();
   std::vector<std::string> found;
   std::error_code ec;
@@ -60,7 +60,7 @@ int Fail(const std::string& what) {
 }
 
 // The object or array under the answer's single key.
-StatusOr<JsonValue> Answer(pmd::TelemetryClient& client, const std::string& command) {
+StatusOr<JsonValue> Answer(runtime::TelemetryClient& client, const std::string& command) {
   auto raw = client.Query(command);
   if (!raw.ok()) return raw.status();
   auto json = ParseJson(*raw);
@@ -132,9 +132,9 @@ int StatsCommand(int argc, char** argv) {
   }
   if (socket_path.empty()) {
     if (prefix.empty()) return StatsUsage(stderr);
-    socket_path = pmd::TelemetrySocketPath(prefix);
+    socket_path = runtime::TelemetrySocketPath(prefix);
   }
-  auto client = pmd::TelemetryClient::Connect(socket_path);
+  auto client = runtime::TelemetryClient::Connect(socket_path);
   if (!client.ok()) return Fail(client.status().message());
 
   if (json) {

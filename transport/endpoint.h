@@ -1,7 +1,7 @@
 // One side of a connection between engines, and the QPs that join two sides:
 // what a test, `uroce demo` or the pmd runtime holds on one side (an engine, a
 // PD, a CQ, its addresses), and ConnectQueuePairs, which takes an RC or UC QP on
-// each side to RTS aimed at the other. Production code (pmd/runtime.h,
+// each side to RTS aimed at the other. Production code (runtime/runtime.h,
 // tools/demo.cc) uses these, so they live here, not in the test harness
 // (testing/engine_pair.h), which builds on them.
 #pragma once

@@ -223,7 +223,7 @@ int DomainOpen(fid_fabric* fabric, fi_info* info, fid_domain** out, void* contex
   const int index = DeviceIndex(info->domain_attr->name);
   if (index < 0) return -FI_EINVAL;
   if (int e = StartRuntime(); e != 0) return e;
-  pmd::Runtime::Endpoint& rt = Process().runtime()->endpoint(static_cast<size_t>(index));
+  runtime::Runtime::Endpoint& rt = Process().runtime()->endpoint(static_cast<size_t>(index));
   auto cm = CmService::Get().ForDevice(static_cast<size_t>(index));
   if (!cm.ok()) {
     std::fprintf(stderr, "uroce: connection manager: %s\n", cm.status().ToString().c_str());

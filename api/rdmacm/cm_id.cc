@@ -35,7 +35,7 @@
 #include "api/verbs/objects.h"
 #include "api/verbs/provider.h"
 #include "cm/socket_address.h"
-#include "pmd/neighbor_resolver.h"
+#include "runtime/neighbor_resolver.h"
 
 namespace uroce::rdmacm {
 namespace {
@@ -129,11 +129,11 @@ int DeviceForPeer(const Gid& peer) {
 // The peer's MAC on `device`'s port, asked for if not known yet (ARP / ND),
 // waiting up to timeout_ms (the port's resolve timeout when not positive).
 Status ResolveNeighbor(int device, const Gid& peer, int timeout_ms) {
-  pmd::Runtime* runtime = verbs::Provider::Get().runtime();
+  runtime::Runtime* runtime = verbs::Provider::Get().runtime();
   if (runtime == nullptr || static_cast<size_t>(device) >= runtime->endpoint_count()) {
     return FailedPrecondition("the runtime is not running");
   }
-  pmd::NeighborResolver* neighbors = runtime->endpoint(static_cast<size_t>(device)).neighbors.get();
+  runtime::NeighborResolver* neighbors = runtime->endpoint(static_cast<size_t>(device)).neighbors.get();
   if (neighbors == nullptr) return FailedPrecondition("the port has no neighbour resolver");
   return neighbors->Resolve(peer, timeout_ms > 0 ? static_cast<unsigned>(timeout_ms) : 0);
 }

@@ -72,13 +72,13 @@ void ConnectionManagers::PeerGone(size_t index, uint32_t qpn, uint32_t remote_qp
 
 StatusOr<cm::ConnectionManager*> ConnectionManagers::ForDevice(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
-  pmd::Runtime* runtime = Provider::Get().runtime();
+  runtime::Runtime* runtime = Provider::Get().runtime();
   if (runtime == nullptr || index >= runtime->endpoint_count()) {
     return FailedPrecondition("uroce: the runtime is not running");
   }
   if (cms_.size() < runtime->endpoint_count()) cms_.resize(runtime->endpoint_count());
   if (!cms_[index]) {
-    pmd::Runtime::Endpoint& ep = runtime->endpoint(index);
+    runtime::Runtime::Endpoint& ep = runtime->endpoint(index);
     cm::ConnectionManager::Options options;
     options.local_gid = ep.endpoint.gid;
     options.activity_hook = [this] { Wake(); };

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "pmd/eal.h"
+#include "pmd/port_setup.h"
 #include "pmd/threads.h"
 
 namespace uroce::verbs {
@@ -200,7 +201,7 @@ int Provider::StartRuntimeLocked() {
                    private_memory.ToString().c_str());
     }
   }
-  auto rt = pmd::Runtime::Start(config_);
+  auto rt = runtime::Runtime::Start(config_);
   if (!rt.ok()) {
     std::fprintf(stderr, "uroce: cannot start the runtime (%s): %s\n", config_.origin.c_str(),
                  rt.status().ToString().c_str());
@@ -223,7 +224,7 @@ int Provider::StartRuntime() {
 int Provider::Open(Device* device, Context* context) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (int e = StartRuntimeLocked(); e != 0) return e;
-  pmd::Runtime::Endpoint& ep = runtime_->endpoint(device->index);
+  runtime::Runtime::Endpoint& ep = runtime_->endpoint(device->index);
   context->device = device;
   context->engine = ep.endpoint.engine.get();
   context->engine_config = &context->engine->config();

@@ -30,7 +30,7 @@
 #include "api/verbs/objects.h"
 #include "pmd/config.h"
 #include "pmd/daemon_client.h"
-#include "pmd/runtime.h"
+#include "runtime/runtime.h"
 
 namespace uroce::verbs {
 
@@ -73,7 +73,7 @@ class Provider {
 
   // Inline mode: one poll of `engine`, the one that owns the CQ polled
   // (ibv_poll_cq, fi_cq_read), and now and then of the others
-  // (pmd::Runtime::Progress(polled)); null: every engine. Engine mode:
+  // (runtime::Runtime::Progress(polled)); null: every engine. Engine mode:
   // nothing.
   void ProgressFromPoll(const transport::Engine* engine);
 
@@ -108,7 +108,7 @@ class Provider {
   bool PortLinkUp(size_t device);
 
   bool inline_progress() const { return inline_; }
-  pmd::Runtime* runtime() { return runtime_.get(); }
+  runtime::Runtime* runtime() { return runtime_.get(); }
   // The daemon this process is attached to, or null (process-private mode).
   pmd::DaemonSession* daemon_session() { return daemon_.get(); }
   const pmd::UroceConfig* config() const { return config_ok_ ? &config_ : nullptr; }
@@ -175,7 +175,7 @@ class Provider {
   bool config_ok_ = false;
   pmd::UroceConfig config_;
   std::vector<Device*> devices_;
-  std::unique_ptr<pmd::Runtime> runtime_;
+  std::unique_ptr<runtime::Runtime> runtime_;
   bool start_failed_ = false;
   // In a forked child: the parent had started EAL (so the child has EAL's
   // memory but none of its threads: engines are polled inline).

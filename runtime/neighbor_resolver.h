@@ -62,7 +62,7 @@
 #include "transport/headers.h"
 #include "transport/mpmc_ring.h"
 
-namespace uroce::pmd {
+namespace uroce::runtime {
 
 struct NeighborCounters {
   uint64_t arp_requests_received = 0, arp_replies_sent = 0, arp_requests_sent = 0, arp_replies_received = 0;
@@ -174,4 +174,4 @@ class NeighborResolver {
   } counters_;
 };
 
-}  // namespace uroce::pmd
+}  // namespace uroce::runtime

@@ -1,4 +1,4 @@
-#include "pmd/telemetry.h"
+#include "runtime/telemetry.h"
 
 #include <rte_telemetry.h>
 #include <unistd.h>
@@ -12,7 +12,14 @@
 #include "pmd/config.h"
 #include "pmd/threads.h"
 
-namespace uroce::pmd {
+namespace uroce::runtime {
+
+using pmd::GidToString;
+using pmd::ImpairedPortCounters;
+using pmd::MacToString;
+using pmd::ReadThreadPlacements;
+using pmd::ThreadPlacement;
+
 namespace {
 
 struct Published {
@@ -244,4 +251,4 @@ void UnpublishTelemetry(int handle) {
   g_published.erase(handle);
 }
 
-}  // namespace uroce::pmd
+}  // namespace uroce::runtime

@@ -2,7 +2,7 @@
 // inline progress and with an engine lcore; RC traffic with every byte
 // checked; QPs flushed and every mbuf back at shutdown; telemetry read over
 // its socket; SIGTERM turned into a shutdown request.
-#include "pmd/runtime.h"
+#include "runtime/runtime.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -15,10 +15,19 @@
 #include "pmd/eal.h"
 #include "pmd/eal_test_environment.h"
 #include "pmd/shutdown_signal.h"
-#include "pmd/telemetry_client.h"
+#include "runtime/telemetry_client.h"
 #include "testing/engine_pair.h"
 
-namespace uroce::pmd {
+namespace uroce::runtime {
+
+using pmd::EalFilePrefix;
+using pmd::ImpairedPortCounters;
+using pmd::LoadConfigText;
+using pmd::MacToString;
+using pmd::ResetShutdownRequest;
+using pmd::ShutdownRequested;
+using pmd::ShutdownSignal;
+
 namespace {
 
 using transport::CompletionQueue;
@@ -372,4 +381,4 @@ TEST(RuntimeTest, MissingPortIsNamed) {
 }
 
 }  // namespace
-}  // namespace uroce::pmd
+}  // namespace uroce::runtime

@@ -1,4 +1,4 @@
-#include "pmd/neighbor_resolver.h"
+#include "runtime/neighbor_resolver.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,7 +7,19 @@
 #include "pmd/config.h"
 #include "pmd/neighbor_frames.h"
 
-namespace uroce::pmd {
+namespace uroce::runtime {
+
+using pmd::BuildArpReply;
+using pmd::BuildArpRequest;
+using pmd::BuildNeighborAdvertisement;
+using pmd::BuildNeighborSolicitation;
+using pmd::GidToString;
+using pmd::MacToString;
+using pmd::NeighborMessage;
+using pmd::NeighborMessageKind;
+using pmd::ParseNeighborMessage;
+using pmd::kMaxNeighborFrame;
+
 namespace {
 
 using transport::Gid;
@@ -304,4 +316,4 @@ NeighborCounters NeighborResolver::counters() const {
   return c;
 }
 
-}  // namespace uroce::pmd
+}  // namespace uroce::runtime

@@ -1,4 +1,4 @@
-#include "pmd/telemetry_client.h"
+#include "runtime/telemetry_client.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace uroce::pmd {
+namespace uroce::runtime {
 
 std::string TelemetrySocketPath(const std::string& file_prefix) {
   // EAL's eal_get_runtime_dir rule (DPDK lib/eal/linux/eal.c).
@@ -77,4 +77,4 @@ StatusOr<std::string> TelemetryClient::Query(const std::string& command) {
   return Receive();
 }
 
-}  // namespace uroce::pmd
+}  // namespace uroce::runtime

@@ -26,10 +26,10 @@
 #include <vector>
 
 #include "pmd/impaired_port_io.h"
-#include "pmd/neighbor_resolver.h"
+#include "runtime/neighbor_resolver.h"
 #include "transport/engine.h"
 
-namespace uroce::pmd {
+namespace uroce::runtime {
 
 struct TelemetryEndpoint {
   std::string name;
@@ -40,7 +40,7 @@ struct TelemetryEndpoint {
   std::vector<transport::Gid> gids;
   transport::Engine* engine = nullptr;
   const NeighborResolver* neighbors = nullptr;
-  const ImpairedPortIo* impaired = nullptr;  // [impair] with frame faults, else null
+  const pmd::ImpairedPortIo* impaired = nullptr;  // [impair] with frame faults, else null
 };
 
 // Registers the commands with rte_telemetry (after rte_eal_init; once per
@@ -52,4 +52,4 @@ void RegisterTelemetryCommands();
 int PublishTelemetry(const std::vector<TelemetryEndpoint>& endpoints, const std::string& progress);
 void UnpublishTelemetry(int handle);
 
-}  // namespace uroce::pmd
+}  // namespace uroce::runtime

@@ -7,7 +7,7 @@
 
 #include "common/status.h"
 
-namespace uroce::pmd {
+namespace uroce::runtime {
 
 // Where EAL puts the socket of the process with `file_prefix`: its runtime
 // directory (/var/run/dpdk/<prefix> as root; $XDG_RUNTIME_DIR/dpdk/<prefix>
@@ -36,4 +36,4 @@ class TelemetryClient {
   std::string greeting_;
 };
 
-}  // namespace uroce::pmd
+}  // namespace uroce::runtime

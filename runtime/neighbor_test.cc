@@ -12,13 +12,39 @@
 #include "pmd/eth_port_io.h"
 #include "pmd/mempool.h"
 #include "pmd/neighbor_frames.h"
-#include "pmd/neighbor_resolver.h"
+#include "runtime/neighbor_resolver.h"
 #include "pmd/port.h"
 #include "pmd/ring_pair.h"
 #include "testing/engine_pair.h"
 #include "transport/engine.h"
 
-namespace uroce::pmd {
+namespace uroce::runtime {
+
+using pmd::AvailableMbufs;
+using pmd::BuildArpReply;
+using pmd::BuildArpRequest;
+using pmd::BuildNeighborAdvertisement;
+using pmd::BuildNeighborSolicitation;
+using pmd::CreatePktPool;
+using pmd::CreateRingPair;
+using pmd::DestroyRingPair;
+using pmd::EthPortIo;
+using pmd::GidToString;
+using pmd::Icmpv6Checksum;
+using pmd::MempoolPtr;
+using pmd::NeighborMessage;
+using pmd::NeighborMessageKind;
+using pmd::ParseIpAddress;
+using pmd::ParseNeighborMessage;
+using pmd::PortConfig;
+using pmd::RingPair;
+using pmd::StartPort;
+using pmd::kMaxNeighborFrame;
+using pmd::kMinEthernetFrame;
+using pmd::kNaFlagOverride;
+using pmd::kNaFlagSolicited;
+using pmd::kNdHopLimit;
+
 namespace {
 
 using transport::Gid;
@@ -464,4 +490,4 @@ TEST_F(ResolverPairTest, FailuresAreCachedAndTablesBounded) {
 }
 
 }  // namespace
-}  // namespace uroce::pmd
+}  // namespace uroce::runtime

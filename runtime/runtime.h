@@ -28,24 +28,13 @@
 #include "pmd/impaired_port_io.h"
 #include "pmd/local_links.h"
 #include "pmd/mempool.h"
-#include "pmd/neighbor_resolver.h"
+#include "runtime/neighbor_resolver.h"
 #include "pmd/ring_pair.h"
 #include "pmd/shm_channel.h"
 #include "transport/endpoint.h"
 #include "transport/engine.h"
 
-namespace uroce::pmd {
-
-// What StopEal's counterpart needs before rte_eal_init: removes a memif
-// server's stale socket file (one nobody listens on, left by a process that
-// died), then StartEal(config.eal).
-Status StartEalFor(const UroceConfig& config);
-
-// The data room of a pool's buffers for ports of Ethernet MTU `mtu`.
-uint16_t DataRoomFor(uint32_t mtu);
-// For a net_af_packet port: its ring frames hold the largest frame `ec`'s
-// MTU allows, or an error that says which port arguments to add.
-Status CheckAfPacketFrameSize(const EndpointConfig& ec);
+namespace uroce::runtime {
 
 struct ShutdownReport {
   unsigned qps_flushed = 0;   // QPs moved to the error state (work flushed)
@@ -61,28 +50,28 @@ class Runtime {
  public:
   struct Endpoint {
     std::string name;
-    EndpointConfig config;
+    pmd::EndpointConfig config;
     uint16_t port_id = 0;  // RTE_MAX_ETHPORTS (none) for a daemon's shared-memory port
     std::string driver;
-    MempoolPtr pool;
+    pmd::MempoolPtr pool;
     unsigned pool_size = 0;
     bool port_started = false;  // false: a memif client that never connected
     // A memif client's port is started (and restarted) by the connector
     // thread until its link is up; until then nobody else touches the port.
     bool memif_client = false;
     std::atomic<bool> link_ready{true};
-    std::unique_ptr<ShmChannel> shm;  // kShm: the port's shared memory
-    std::unique_ptr<ShmPortIo> shm_io;  // kShm: the port to the daemon's switch
-    LocalLinks* links = nullptr;      // kShm: io, as what it is (pmd/local_links.h)
+    std::unique_ptr<pmd::ShmChannel> shm;  // kShm: the port's shared memory
+    std::unique_ptr<pmd::ShmPortIo> shm_io;  // kShm: the port to the daemon's switch
+    pmd::LocalLinks* links = nullptr;      // kShm: io, as what it is (pmd/local_links.h)
     std::unique_ptr<transport::PacketIo> io;
     // [impair] with frame faults: between the engine and `io` (pmd/impaired_port_io.h).
-    std::unique_ptr<ImpairedPortIo> impaired;
+    std::unique_ptr<pmd::ImpairedPortIo> impaired;
     std::unique_ptr<NeighborResolver> neighbors;
     transport::Endpoint endpoint;  // engine, pd, cq, gid (the first), mac
   };
 
   // EAL must be running with what config.eal asks for (StartEalFor).
-  static StatusOr<std::unique_ptr<Runtime>> Start(const UroceConfig& config);
+  static StatusOr<std::unique_ptr<Runtime>> Start(const pmd::UroceConfig& config);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -92,7 +81,7 @@ class Runtime {
   // The endpoint called `name`, or null.
   Endpoint* Find(const std::string& name);
 
-  bool inline_progress() const { return config_.progress == ProgressMode::kInline; }
+  bool inline_progress() const { return config_.progress == pmd::ProgressMode::kInline; }
   // Inline mode: one Poll of every engine, returns the packets moved. Engine
   // mode: nothing to do (the lcores poll), returns 0.
   unsigned Progress();
@@ -125,7 +114,7 @@ class Runtime {
   // QueuePair and CompletionQueue pointers die with it.
   ShutdownReport Shutdown();
 
-  const UroceConfig& config() const { return config_; }
+  const pmd::UroceConfig& config() const { return config_; }
 
   // [impair]: the faults injected so far, one line per endpoint ("uroce0:
   // seed 7; tx: frames N, dropped N, ...; rx: ...; RNR storm NAKs N"), or ""
@@ -135,30 +124,30 @@ class Runtime {
   // Attached to a daemon: a LINK (file `fd`, not taken over) or UNLINK for
   // the endpoint of uplink change.uplink (pmd/local_links.h). Control path,
   // any thread. kNotFound if no endpoint is that uplink's port.
-  Status ChangeLocalLink(const LinkChange& change, int fd);
+  Status ChangeLocalLink(const pmd::LinkChange& change, int fd);
   // Unmaps the links removed since, once the engines have moved on.
   void ReclaimLocalLinks();
   // Both for what `session` received so far (its LINK files closed here);
   // a link that cannot be made is said on stderr and the switch carries
   // that traffic. For the thread that watches the daemon.
-  void ApplyLinkChanges(DaemonSession* session);
+  void ApplyLinkChanges(pmd::DaemonSession* session);
 
  private:
-  explicit Runtime(const UroceConfig& config) : config_(config) {}
-  Status StartEndpoint(const EndpointConfig& ec);
+  explicit Runtime(const pmd::UroceConfig& config) : config_(config) {}
+  Status StartEndpoint(const pmd::EndpointConfig& ec);
   // The rest of StartEndpoint once the port moves frames: neighbours, engine.
-  Status StartEngine(Endpoint* ep, const EndpointConfig& ec);
-  Status StartShmEndpoint(const EndpointConfig& ec);
-  Status CreatePool(Endpoint* e, const EndpointConfig& ec);
+  Status StartEngine(Endpoint* ep, const pmd::EndpointConfig& ec);
+  Status StartShmEndpoint(const pmd::EndpointConfig& ec);
+  Status CreatePool(Endpoint* e, const pmd::EndpointConfig& ec);
   // The connector thread: starts every memif client port, and restarts it,
   // until its link is up or Shutdown stops it.
   void ConnectMemifClients();
   void StopConnector();
 
-  UroceConfig config_;
+  pmd::UroceConfig config_;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
-  std::vector<std::pair<std::string, RingPair>> ring_pairs_;
-  EngineLcores lcores_;
+  std::vector<std::pair<std::string, pmd::RingPair>> ring_pairs_;
+  pmd::EngineLcores lcores_;
   int telemetry_handle_ = 0;
   bool flushed_ = false;
   bool shut_down_ = false;
@@ -170,4 +159,4 @@ class Runtime {
   std::atomic<bool> stop_connecting_{false};
 };
 
-}  // namespace uroce::pmd
+}  // namespace uroce::runtime

@@ -1,0 +1,35 @@
+// What a process does around its DPDK ports before and while it starts
+// them, for the process runtime (runtime/runtime.h) and the host daemon
+// alike: EAL started for a configuration, the buffers a port's MTU needs,
+// the af_packet ring geometry, and uroce's own rte_log type.
+//
+// Control path.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "pmd/config.h"
+
+namespace uroce::pmd {
+
+// What StopEal's counterpart needs before rte_eal_init: removes a memif
+// server's stale socket file (one nobody listens on, left by a process that
+// died), then StartEal(config.eal).
+Status StartEalFor(const UroceConfig& config);
+
+// The data room of a pool's buffers for ports of Ethernet MTU `mtu`.
+uint16_t DataRoomFor(uint32_t mtu);
+// For a net_af_packet port: its ring frames hold the largest frame `ec`'s
+// MTU allows, or an error that says which port arguments to add.
+Status CheckAfPacketFrameSize(const EndpointConfig& ec);
+
+// The value of `key` in a vdev argument string ("net_memif0,role=server,..."),
+// "" if it has none.
+std::string VdevArg(const std::string& vdev, const std::string& key);
+
+// uroce's rte_log type, "uroce.pmd".
+int LogType();
+
+}  // namespace uroce::pmd
