@@ -64,7 +64,7 @@ def uroce_system_libraries():
     )
 
     # libbpf (Debian's libbpf-dev): the daemon recognizes and detaches an XDP
-    # program a daemon that died left on its interface (pmd/kernel_uplink.cc).
+    # program a daemon that died left on its interface (host/kernel_uplink.cc).
     # Its headers also serve the XDP program itself (xdp/).
     system_library(
         name = "libbpf",

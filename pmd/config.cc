@@ -310,7 +310,7 @@ class Builder {
       if (!ParseUnsigned(v, 1, 65535, &n)) return Bad(where, "expected 1..65535");
       c_.daemon.max_listens_per_uid = static_cast<uint32_t>(n);
     } else if (k == "max_peers_per_uid") {
-      // Every QPN of every lease (leases are slot << 16, pmd/daemon_protocol.h).
+      // Every QPN of every lease (leases are slot << 16, host/daemon_protocol.h).
       constexpr uint64_t kMost = uint64_t{kDaemonMaxProcesses} << 16;
       if (!ParseUnsigned(v, 1, kMost, &n)) return Bad(where, "expected 1.." + std::to_string(kMost));
       c_.daemon.max_peers_per_uid = static_cast<uint32_t>(n);
@@ -562,7 +562,7 @@ Status CrossCheck(UroceConfig& c) {
         if (!devices.insert(ep.port).second) return InvalidArgument(where + " port: " + ep.port + " is used twice");
         break;
       case PortKind::kKernel:
-        // The daemon opens it after EAL (pmd/kernel_uplink.h); nothing for EAL.
+        // The daemon opens it after EAL (host/kernel_uplink.h); nothing for EAL.
         if (!devices.insert("kernel:" + ep.interface).second) {
           return InvalidArgument(where + " port: kernel:" + ep.interface + " is used twice");
         }

@@ -114,10 +114,10 @@ enum class PortKind {
   kVdev,      // any DPDK virtual device, given to EAL as --vdev
   kPci,       // a PCI NIC, allowed with -a
   kKernel,    // a kernel interface the kernel keeps using (`uroce daemon` only)
-  kShm,       // a process's shared-memory port to `uroce daemon` (pmd/shm_channel.h)
+  kShm,       // a process's shared-memory port to `uroce daemon` (host/shm_channel.h)
 };
 
-// How a kernel port reaches its interface (pmd/kernel_uplink.h).
+// How a kernel port reaches its interface (host/kernel_uplink.h).
 enum class KernelIo { kAuto, kAfXdp, kAfPacket };
 
 struct EndpointConfig {

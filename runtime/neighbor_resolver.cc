@@ -5,20 +5,20 @@
 #include <thread>
 
 #include "pmd/config.h"
-#include "pmd/neighbor_frames.h"
+#include "host/neighbor_frames.h"
 
 namespace uroce::runtime {
 
-using pmd::BuildArpReply;
-using pmd::BuildArpRequest;
-using pmd::BuildNeighborAdvertisement;
-using pmd::BuildNeighborSolicitation;
+using host::BuildArpReply;
+using host::BuildArpRequest;
+using host::BuildNeighborAdvertisement;
+using host::BuildNeighborSolicitation;
 using pmd::GidToString;
 using pmd::MacToString;
-using pmd::NeighborMessage;
-using pmd::NeighborMessageKind;
-using pmd::ParseNeighborMessage;
-using pmd::kMaxNeighborFrame;
+using host::NeighborMessage;
+using host::NeighborMessageKind;
+using host::ParseNeighborMessage;
+using host::kMaxNeighborFrame;
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include "pmd/eal_test_environment.h"
 #include "pmd/eth_port_io.h"
 #include "pmd/mempool.h"
-#include "pmd/neighbor_frames.h"
+#include "host/neighbor_frames.h"
 #include "runtime/neighbor_resolver.h"
 #include "pmd/port.h"
 #include "pmd/ring_pair.h"
@@ -21,29 +21,29 @@
 namespace uroce::runtime {
 
 using pmd::AvailableMbufs;
-using pmd::BuildArpReply;
-using pmd::BuildArpRequest;
-using pmd::BuildNeighborAdvertisement;
-using pmd::BuildNeighborSolicitation;
+using host::BuildArpReply;
+using host::BuildArpRequest;
+using host::BuildNeighborAdvertisement;
+using host::BuildNeighborSolicitation;
 using pmd::CreatePktPool;
 using pmd::CreateRingPair;
 using pmd::DestroyRingPair;
 using pmd::EthPortIo;
 using pmd::GidToString;
-using pmd::Icmpv6Checksum;
+using host::Icmpv6Checksum;
 using pmd::MempoolPtr;
-using pmd::NeighborMessage;
-using pmd::NeighborMessageKind;
+using host::NeighborMessage;
+using host::NeighborMessageKind;
 using pmd::ParseIpAddress;
-using pmd::ParseNeighborMessage;
+using host::ParseNeighborMessage;
 using pmd::PortConfig;
 using pmd::RingPair;
 using pmd::StartPort;
-using pmd::kMaxNeighborFrame;
-using pmd::kMinEthernetFrame;
-using pmd::kNaFlagOverride;
-using pmd::kNaFlagSolicited;
-using pmd::kNdHopLimit;
+using host::kMaxNeighborFrame;
+using host::kMinEthernetFrame;
+using host::kNaFlagOverride;
+using host::kNaFlagSolicited;
+using host::kNdHopLimit;
 
 namespace {
 

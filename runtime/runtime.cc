@@ -30,7 +30,7 @@ using pmd::CheckAfPacketFrameSize;
 using pmd::ClosePort;
 using pmd::CreatePktPool;
 using pmd::CreateRingPair;
-using pmd::DaemonSession;
+using host::DaemonSession;
 using pmd::DataRoomFor;
 using pmd::DeriveSeed;
 using pmd::DestroyRingPair;
@@ -40,8 +40,8 @@ using pmd::EthPortIo;
 using pmd::ImpairConfig;
 using pmd::ImpairedPortIo;
 using pmd::ImpairmentSummary;
-using pmd::LinkChange;
-using pmd::LocalLinks;
+using host::LinkChange;
+using host::LocalLinks;
 using pmd::LogType;
 using pmd::PortByName;
 using pmd::PortConfig;
@@ -49,8 +49,8 @@ using pmd::PortImpairment;
 using pmd::PortKind;
 using pmd::ProgressMode;
 using pmd::RunOnInterruptThread;
-using pmd::ShmChannel;
-using pmd::ShmPortIo;
+using host::ShmChannel;
+using host::ShmPortIo;
 using pmd::StartEalFor;
 using pmd::StartPort;
 using pmd::UroceConfig;
@@ -251,7 +251,7 @@ Status Runtime::StartShmEndpoint(const EndpointConfig& ec) {
   UROCE_RETURN_IF_ERROR(CreatePool(e.get(), ec));
   e->shm_io = std::make_unique<ShmPortIo>(e->shm.get(), e->pool.get());
   // Straight to the other processes on the host once the daemon links us
-  // (pmd/local_links.h); our lease says our slot.
+  // (host/local_links.h); our lease says our slot.
   LocalLinks::Options lo;
   lo.daemon = e->shm_io.get();
   lo.daemon_channel = e->shm.get();

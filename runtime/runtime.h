@@ -21,16 +21,16 @@
 
 #include "common/status.h"
 #include "pmd/config.h"
-#include "pmd/daemon_client.h"
-#include "pmd/daemon_protocol.h"
+#include "host/daemon_client.h"
+#include "host/daemon_protocol.h"
 #include "pmd/engine_lcores.h"
 #include "pmd/eth_port_io.h"
 #include "pmd/impaired_port_io.h"
-#include "pmd/local_links.h"
+#include "host/local_links.h"
 #include "pmd/mempool.h"
 #include "runtime/neighbor_resolver.h"
 #include "pmd/ring_pair.h"
-#include "pmd/shm_channel.h"
+#include "host/shm_channel.h"
 #include "transport/endpoint.h"
 #include "transport/engine.h"
 
@@ -60,9 +60,9 @@ class Runtime {
     // thread until its link is up; until then nobody else touches the port.
     bool memif_client = false;
     std::atomic<bool> link_ready{true};
-    std::unique_ptr<pmd::ShmChannel> shm;  // kShm: the port's shared memory
-    std::unique_ptr<pmd::ShmPortIo> shm_io;  // kShm: the port to the daemon's switch
-    pmd::LocalLinks* links = nullptr;      // kShm: io, as what it is (pmd/local_links.h)
+    std::unique_ptr<host::ShmChannel> shm;  // kShm: the port's shared memory
+    std::unique_ptr<host::ShmPortIo> shm_io;  // kShm: the port to the daemon's switch
+    host::LocalLinks* links = nullptr;      // kShm: io, as what it is (host/local_links.h)
     std::unique_ptr<transport::PacketIo> io;
     // [impair] with frame faults: between the engine and `io` (pmd/impaired_port_io.h).
     std::unique_ptr<pmd::ImpairedPortIo> impaired;
@@ -122,15 +122,15 @@ class Runtime {
   std::string ImpairmentReport();
 
   // Attached to a daemon: a LINK (file `fd`, not taken over) or UNLINK for
-  // the endpoint of uplink change.uplink (pmd/local_links.h). Control path,
+  // the endpoint of uplink change.uplink (host/local_links.h). Control path,
   // any thread. kNotFound if no endpoint is that uplink's port.
-  Status ChangeLocalLink(const pmd::LinkChange& change, int fd);
+  Status ChangeLocalLink(const host::LinkChange& change, int fd);
   // Unmaps the links removed since, once the engines have moved on.
   void ReclaimLocalLinks();
   // Both for what `session` received so far (its LINK files closed here);
   // a link that cannot be made is said on stderr and the switch carries
   // that traffic. For the thread that watches the daemon.
-  void ApplyLinkChanges(pmd::DaemonSession* session);
+  void ApplyLinkChanges(host::DaemonSession* session);
 
  private:
   explicit Runtime(const pmd::UroceConfig& config) : config_(config) {}

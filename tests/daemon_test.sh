@@ -190,7 +190,7 @@ run_pair rc_pingpong_v6 60 "iters in" ibv_rc_pingpong -g 1 -n 500 -s 8000
 run_pair write_bw 90 "remote address:" ib_write_bw -x 0 -n 200 -s 65536
 run_pair read_lat 90 "remote address:" ib_read_lat -x 0 -n 200
 # Each pair's frames went through the switch only until the daemon linked
-# the two processes straight (pmd/local_links.h); links close with them.
+# the two processes straight (host/local_links.h); links close with them.
 out=$(timeout 30 "$UROCE" stats --daemon "$SOCK" 2>&1) || fail "uroce stats --daemon: $out"
 grep -qE "^links now=0 made=([4-9]|[1-9][0-9]+) " <<<"$out" || fail "the pairs were not linked straight: $(grep links <<<"$out")"
 # Processes that take no links (UROCE_LOCAL_LINKS=no) send UNLINK back: the

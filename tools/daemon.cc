@@ -2,15 +2,15 @@
 // device, shared by every process, as the kernel's rxe is.
 //
 // The daemon owns the uplink ([endpoint.NAME]: a DPDK port, or the kernel's
-// own interface shared with the kernel, pmd/kernel_uplink.h) and a control
+// own interface shared with the kernel, host/kernel_uplink.h) and a control
 // socket ([daemon] socket, default /run/uroce/uroce.sock, mode 0660). A
 // process that opens a uroce device with no configuration of its own
-// attaches through the socket (pmd/daemon_protocol.h): the daemon leases it a
+// attaches through the socket (host/daemon_protocol.h): the daemon leases it a
 // slot (QPNs slot<<16 ..), makes a shared-memory port for it
-// (pmd/shm_channel.h), and hands it the port and a configuration on it with
+// (host/shm_channel.h), and hands it the port and a configuration on it with
 // the uplink's addresses and MAC. The process
 // runs its own engine for its own QPs (its memory never leaves it); the
-// daemon's FrameSwitch (pmd/frame_switch.h) moves frames between the uplink
+// daemon's FrameSwitch (host/frame_switch.h) moves frames between the uplink
 // and the processes by destination QPN, and between processes on the host
 // without touching the wire.
 //
@@ -45,17 +45,17 @@
 #include <vector>
 
 #include "pmd/config.h"
-#include "pmd/daemon_protocol.h"
+#include "host/daemon_protocol.h"
 #include "pmd/eth_port_io.h"
-#include "pmd/frame_switch.h"
-#include "pmd/kernel_interface.h"
-#include "pmd/kernel_neighbors.h"
-#include "pmd/kernel_uplink.h"
+#include "host/frame_switch.h"
+#include "host/kernel_interface.h"
+#include "host/kernel_neighbors.h"
+#include "host/kernel_uplink.h"
 #include "pmd/mempool.h"
 #include "pmd/port.h"
 #include "pmd/port_setup.h"
 #include "runtime/runtime.h"
-#include "pmd/shm_channel.h"
+#include "host/shm_channel.h"
 #include "pmd/shutdown_signal.h"
 #include "tools/command.h"
 #include "tools/config_flags.h"
@@ -69,7 +69,7 @@ uint64_t NowNs() {
           .count());
 }
 
-static_assert(pmd::kDaemonCommIdShift == pmd::kSwitchCommIdShift, "the switch routes by the IDs the daemon leases");
+static_assert(host::kDaemonCommIdShift == host::kSwitchCommIdShift, "the switch routes by the IDs the daemon leases");
 
 using pmd::DaemonConfig;
 using pmd::EndpointConfig;
@@ -110,9 +110,9 @@ struct Session {
   uint64_t accepted_ns = 0;  // when it connected (attach_timeout_ms)
   std::string program;
   uint32_t slot = 0;  // 0: not attached yet
-  // Its ports (pmd/shm_channel.h), one per uplink, in the uplinks' order.
-  std::vector<std::unique_ptr<pmd::ShmChannel>> channels;
-  std::vector<std::unique_ptr<pmd::ShmPortIo>> ios;
+  // Its ports (host/shm_channel.h), one per uplink, in the uplinks' order.
+  std::vector<std::unique_ptr<host::ShmChannel>> channels;
+  std::vector<std::unique_ptr<host::ShmPortIo>> ios;
   // Its QPs connected to QPs on this host (PEER): local QPN -> the peer's
   // QPN. Keys are QPNs of its own lease, so at most 65536 entries. The same
   // records by the peer's slot, (slot, local QPN), so that a process's end
@@ -155,7 +155,7 @@ class Daemon {
   bool IsHostAddress(const transport::Gid& gid) const;
   void Accept();
   void HandleMessage(Session& s);
-  Status AttachSession(Session& s, const pmd::AttachRequest& request);
+  Status AttachSession(Session& s, const host::AttachRequest& request);
   void Release(Session& s);
   // Every process's line for root and the daemon's own uid; a viewer of
   // another uid sees only its own uid's processes.
@@ -180,7 +180,7 @@ class Daemon {
   void ReplyWithFiles(Session& s, const std::string& text, const std::vector<int>& files);
   uint32_t FreeSlot();
   // A process's counters over every uplink's switch.
-  pmd::SwitchPortCounters SlotCounters(uint32_t slot) const;
+  host::SwitchPortCounters SlotCounters(uint32_t slot) const;
 
   // One per [endpoint.NAME]: device uroceK of every attached process.
   struct Uplink {
@@ -192,24 +192,24 @@ class Daemon {
     std::unique_ptr<pmd::EthPortIo> io;
     // A kernel interface's uplink (port = kernel:IFNAME) and the kernel's
     // neighbour table, with the processes' questions it has not answered yet.
-    std::unique_ptr<pmd::KernelUplink> kernel;
-    std::unique_ptr<pmd::KernelNeighbors> neighbors;
+    std::unique_ptr<host::KernelUplink> kernel;
+    std::unique_ptr<host::KernelNeighbors> neighbors;
     struct PendingQuestion {
-      pmd::NeighborQuestion question;
+      host::NeighborQuestion question;
       std::chrono::steady_clock::time_point deadline;
     };
     std::vector<PendingQuestion> pending;
     uint64_t questions_over_quota = 0;  // not waited on: the asker had its share
-    std::unique_ptr<pmd::FrameSwitch> sw;
+    std::unique_ptr<host::FrameSwitch> sw;
   };
 
-  // A direct link between two processes on one uplink (pmd/local_links.h).
+  // A direct link between two processes on one uplink (host/local_links.h).
   // The daemon keeps the file mapped: it marks it closed when either process
   // ends, and shows its traffic in STATS.
   struct LocalLink {
     size_t uplink = 0;
     uint32_t a = 0, b = 0;  // slots, a < b (a maps it as kDaemon: a -> b is "to process")
-    std::unique_ptr<pmd::ShmChannel> file;
+    std::unique_ptr<host::ShmChannel> file;
   };
   // Each link's file is real memory once its rings have gone round (about
   // 4 MiB at MTU 1500): a bounded number; beyond it the switch carries the
@@ -232,7 +232,7 @@ class Daemon {
   std::vector<std::unique_ptr<Session>> sessions_;
   // When each slot was last released (steady clock, ns; 0: never), and the
   // draw among free slots (FreeSlot).
-  std::array<uint64_t, pmd::kSwitchLastSlot + 1> released_ns_{};
+  std::array<uint64_t, host::kSwitchLastSlot + 1> released_ns_{};
   std::mt19937_64 slot_random_{std::random_device{}()};
   std::vector<pollfd> control_fds_;
   std::vector<LocalLink> links_;
@@ -265,7 +265,7 @@ Status Daemon::Listen() {
       return IoError("cannot create " + dir + ": " + std::strerror(errno));
     }
     // Programs refuse a socket that others could replace
-    // (pmd::CheckDaemonSocketPath): say so here, at once.
+    // (host::CheckDaemonSocketPath): say so here, at once.
     struct stat dir_stat{};
     if (stat(dir.c_str(), &dir_stat) != 0 || !S_ISDIR(dir_stat.st_mode)) {
       return IoError(dir + " is not a directory");
@@ -322,7 +322,7 @@ Status Daemon::StartUplinks() {
   // A process's frames to another uplink's address cross between the
   // switches, never onto a wire (FrameSwitch::SetSiblings).
   for (auto& u : uplinks_) {
-    std::vector<pmd::FrameSwitch*> siblings;
+    std::vector<host::FrameSwitch*> siblings;
     for (auto& other : uplinks_) {
       if (other != u) siblings.push_back(other->sw.get());
     }
@@ -358,12 +358,12 @@ Status Daemon::StartPortUplink(Uplink& u) {
     u.mac = ec.mac;
   }
   u.io = std::make_unique<pmd::EthPortIo>(u.port, 0);
-  pmd::FrameSwitch::Options options;
+  host::FrameSwitch::Options options;
   options.mac = u.mac;
   options.gids = ec.gids;
   options.uplink = u.io.get();
   options.pool = pool_.get();
-  u.sw = std::make_unique<pmd::FrameSwitch>(options);
+  u.sw = std::make_unique<host::FrameSwitch>(options);
   return Status::Ok();
 }
 
@@ -371,7 +371,7 @@ Status Daemon::StartPortUplink(Uplink& u) {
 // names some) its addresses; af_xdp with uroce's XDP program, or af_packet.
 Status Daemon::StartKernelUplink(Uplink& u) {
   EndpointConfig& ec = u.config;
-  auto kif = pmd::ReadKernelInterface(ec.interface);
+  auto kif = host::ReadKernelInterface(ec.interface);
   if (!kif.ok()) return kif.status();
   if (ec.gids.empty()) ec.gids = kif->gids;
   if (ec.gids.empty()) {
@@ -382,7 +382,7 @@ Status Daemon::StartKernelUplink(Uplink& u) {
     return InvalidArgument("mac: a kernel port sends as its interface, " + pmd::MacToString(kif->mac));
   }
   std::string notes;
-  auto uplink = pmd::KernelUplink::Open(ec, *kif, pool_.get(), &notes);
+  auto uplink = host::KernelUplink::Open(ec, *kif, pool_.get(), &notes);
   for (size_t start = 0; start < notes.size();) {
     const size_t end = notes.find('\n', start);
     Log("%s", notes.substr(start, end - start).c_str());
@@ -392,15 +392,15 @@ Status Daemon::StartKernelUplink(Uplink& u) {
   u.kernel = std::move(*uplink);
   u.port = u.kernel->port_id();
   u.mac = kif->mac;
-  u.neighbors = std::make_unique<pmd::KernelNeighbors>();
+  u.neighbors = std::make_unique<host::KernelNeighbors>();
   UROCE_RETURN_IF_ERROR(u.neighbors->Open(kif->if_index));
-  pmd::FrameSwitch::Options options;
+  host::FrameSwitch::Options options;
   options.mac = u.mac;
   options.gids = ec.gids;
   options.uplink = u.kernel->io();
   options.pool = pool_.get();
   options.kernel_neighbors = true;
-  u.sw = std::make_unique<pmd::FrameSwitch>(options);
+  u.sw = std::make_unique<host::FrameSwitch>(options);
   return Status::Ok();
 }
 
@@ -416,17 +416,17 @@ bool Daemon::IsHostAddress(const transport::Gid& gid) const {
 // has it (a neighbour event), or dropped after the resolver's own time
 // (the process then reports the address unreachable).
 void Daemon::ServeNeighborQuestions(Uplink& u) {
-  pmd::NeighborQuestion questions[pmd::FrameSwitch::kQuestions];
-  const size_t n = u.sw->TakeNeighborQuestions(questions, pmd::FrameSwitch::kQuestions);
+  host::NeighborQuestion questions[host::FrameSwitch::kQuestions];
+  const size_t n = u.sw->TakeNeighborQuestions(questions, host::FrameSwitch::kQuestions);
   for (size_t i = 0; i < n; ++i) {
-    const pmd::NeighborQuestion& q = questions[i];
+    const host::NeighborQuestion& q = questions[i];
     transport::MacAddress mac;
     const auto answer = u.neighbors->Lookup(q.target, &mac);
-    if (answer == pmd::KernelNeighbors::Answer::kKnown) {
+    if (answer == host::KernelNeighbors::Answer::kKnown) {
       u.sw->AnswerNeighborQuestion(q, mac);
       continue;
     }
-    if (answer == pmd::KernelNeighbors::Answer::kUnreachable) continue;
+    if (answer == host::KernelNeighbors::Answer::kUnreachable) continue;
     bool asked = false;
     size_t of_slot = 0;
     for (const auto& p : u.pending) {
@@ -438,11 +438,11 @@ void Daemon::ServeNeighborQuestions(Uplink& u) {
     // Each question has the kernel resolve an address (NTF_USE), and waits
     // here up to resolve_timeout_ms: one process gets at most the switch's
     // per-process share of the wait list, so it cannot starve the others.
-    if (of_slot >= pmd::FrameSwitch::kQuestionsPerProcess) {
+    if (of_slot >= host::FrameSwitch::kQuestionsPerProcess) {
       u.questions_over_quota++;
       continue;
     }
-    if (u.pending.size() < pmd::FrameSwitch::kQuestions) {
+    if (u.pending.size() < host::FrameSwitch::kQuestions) {
       u.pending.push_back(
           {q, std::chrono::steady_clock::now() + std::chrono::milliseconds(u.config.resolve_timeout_ms)});
     }
@@ -455,12 +455,12 @@ void Daemon::RecheckNeighbors(Uplink& u, bool ask) {
   const auto now = std::chrono::steady_clock::now();
   for (size_t i = 0; i < u.pending.size();) {
     transport::MacAddress mac;
-    const pmd::NeighborQuestion& q = u.pending[i].question;
+    const host::NeighborQuestion& q = u.pending[i].question;
     bool done = now >= u.pending[i].deadline;
     if (!done && ask) {
       const auto answer = u.neighbors->Lookup(q.target, &mac);
-      if (answer == pmd::KernelNeighbors::Answer::kKnown) u.sw->AnswerNeighborQuestion(q, mac);
-      done = answer != pmd::KernelNeighbors::Answer::kAsked;
+      if (answer == host::KernelNeighbors::Answer::kKnown) u.sw->AnswerNeighborQuestion(q, mac);
+      done = answer != host::KernelNeighbors::Answer::kAsked;
     }
     if (done) {
       u.pending[i] = u.pending.back();
@@ -623,7 +623,7 @@ void Daemon::Accept() {
 // A reply with file descriptors as SCM_RIGHTS ancillary data (unix(7)).
 void Daemon::ReplyWithFiles(Session& s, const std::string& text, const std::vector<int>& files) {
   iovec iov{const_cast<char*>(text.data()), text.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * pmd::kMaxUplinks)] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * host::kMaxUplinks)] = {};
   msghdr mh{};
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
@@ -648,7 +648,7 @@ void Daemon::Reply(Session& s, const std::string& text) {
 }
 
 void Daemon::HandleMessage(Session& s) {
-  std::vector<char> buf(pmd::kMaxControlMessage + 1);
+  std::vector<char> buf(host::kMaxControlMessage + 1);
   // PEER/UNPEER (no reply) come in bursts when a process connects many QPs:
   // up to 64 messages per look, so its socket does not fill up.
   for (int i = 0; i < 64 && s.fd >= 0; ++i) {
@@ -669,17 +669,17 @@ void Daemon::HandleMessage(Session& s) {
       continue;
     }
     if (message.rfind("PEER ", 0) == 0 || message.rfind("UNPEER ", 0) == 0) {
-      // Fire and forget (pmd/daemon_protocol.h): a bad one is counted, the
+      // Fire and forget (host/daemon_protocol.h): a bad one is counted, the
       // first few logged, never answered.
       const bool peer = message[0] == 'P';
-      pmd::PeerRecord record;
+      host::PeerRecord record;
       Status status = Status::Ok();
       if (peer) {
-        auto parsed = pmd::ParsePeer(message);
+        auto parsed = host::ParsePeer(message);
         if (parsed.ok()) record = *parsed;
         status = parsed.status();
       } else {
-        auto parsed = pmd::ParseUnpeer(message);
+        auto parsed = host::ParseUnpeer(message);
         if (parsed.ok()) record.qpn = *parsed;
         status = parsed.status();
       }
@@ -688,13 +688,13 @@ void Daemon::HandleMessage(Session& s) {
         // malformed: logged below
       } else if (s.slot == 0) {
         status = FailedPrecondition("PEER/UNPEER: not attached");
-      } else if (pmd::FrameSwitch::SlotOfQpn(qpn) != s.slot) {
+      } else if (host::FrameSwitch::SlotOfQpn(qpn) != s.slot) {
         status = PermissionDenied("PEER/UNPEER: QPN " + std::to_string(qpn) + " is not of its lease");
       } else if (!peer) {
         ErasePeer(s, qpn);
       } else if (!IsHostAddress(record.dest)) {
         status = InvalidArgument("PEER: " + pmd::GidToString(record.dest) + " is not one of this host's addresses");
-      } else if (s.peers.size() >= (size_t{1} << pmd::kDaemonQpnShift) && s.peers.count(qpn) == 0) {
+      } else if (s.peers.size() >= (size_t{1} << host::kDaemonQpnShift) && s.peers.count(qpn) == 0) {
         status = ResourceExhausted("PEER: 65536 records already");  // cannot happen: keys are its lease
       } else if (!Exempt(s.uid) && s.peers.count(qpn) == 0 &&
                  peers_of_uid_[s.uid] >= config_.daemon.max_peers_per_uid) {
@@ -703,12 +703,12 @@ void Daemon::HandleMessage(Session& s) {
         status = ResourceExhausted("PEER: its uid has " + std::to_string(config_.daemon.max_peers_per_uid) +
                                    " records already ([daemon] max_peers_per_uid)");
       } else {
-        const uint32_t dest_slot = pmd::FrameSwitch::SlotOfQpn(record.dest_qpn);
-        if (dest_slot < pmd::kSwitchFirstSlot || dest_slot > pmd::kSwitchLastSlot || !uplinks_.front()->sw->attached(dest_slot)) {
+        const uint32_t dest_slot = host::FrameSwitch::SlotOfQpn(record.dest_qpn);
+        if (dest_slot < host::kSwitchFirstSlot || dest_slot > host::kSwitchLastSlot || !uplinks_.front()->sw->attached(dest_slot)) {
           // Its peer's process ended before this record came (or never
           // was): told at once, as if it had been there.
           ErasePeer(s, qpn);
-          for (const std::string& m : pmd::FormatPeersGone({{qpn, record.dest_qpn}})) {
+          for (const std::string& m : host::FormatPeersGone({{qpn, record.dest_qpn}})) {
             if (send(s.fd, m.data(), m.size(), MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(m.size())) {
               s.peers_gone_told++;
             }
@@ -723,9 +723,9 @@ void Daemon::HandleMessage(Session& s) {
       }
       continue;
     }
-    if (pmd::IsLinkChange(message)) {
+    if (host::IsLinkChange(message)) {
       // UNLINK U S (fire and forget): the process declines its link to S.
-      auto change = pmd::ParseLinkChange(message);
+      auto change = host::ParseLinkChange(message);
       Status status = !change.ok()                        ? change.status()
                       : s.slot == 0                       ? FailedPrecondition("UNLINK: not attached")
                       : change->add                       ? InvalidArgument("LINK: only the daemon makes links")
@@ -739,7 +739,7 @@ void Daemon::HandleMessage(Session& s) {
       continue;
     }
     if (message.rfind("LISTEN ", 0) == 0 || message.rfind("UNLISTEN ", 0) == 0) {
-      auto claim = pmd::ParsePortClaim(message);
+      auto claim = host::ParsePortClaim(message);
       // A port is claimed on every uplink's switch, or on none.
       Status status = !claim.ok() ? claim.status() : s.slot == 0 ? FailedPrecondition("not attached") : Status::Ok();
       if (status.ok() && claim->listen && !Exempt(s.uid) && ListensOfUid(s.uid) >= config_.daemon.max_listens_per_uid) {
@@ -761,7 +761,7 @@ void Daemon::HandleMessage(Session& s) {
       Reply(s, status.ok() ? "OK" : "ERROR " + status.message());
       continue;
     }
-    auto request = pmd::ParseAttachRequest(message);
+    auto request = host::ParseAttachRequest(message);
     Status status = request.ok() ? (s.slot != 0 ? FailedPrecondition("already attached") : AttachSession(s, *request))
                                  : request.status();
     if (!status.ok()) {
@@ -771,10 +771,10 @@ void Daemon::HandleMessage(Session& s) {
   }
 }
 
-pmd::SwitchPortCounters Daemon::SlotCounters(uint32_t slot) const {
-  pmd::SwitchPortCounters sum;
+host::SwitchPortCounters Daemon::SlotCounters(uint32_t slot) const {
+  host::SwitchPortCounters sum;
   for (const auto& u : uplinks_) {
-    const pmd::SwitchPortCounters& c = u->sw->port_counters(slot);
+    const host::SwitchPortCounters& c = u->sw->port_counters(slot);
     sum.rx_frames += c.rx_frames;
     sum.rx_bytes += c.rx_bytes;
     sum.tx_frames += c.tx_frames;
@@ -794,9 +794,9 @@ uint32_t Daemon::FreeSlot() {
   // attaching and detaching.
   const uint64_t now = NowNs();
   const uint64_t quarantine_ns = uint64_t{config_.daemon.slot_quarantine_ms} * 1000000;
-  uint32_t candidates[pmd::kSwitchLastSlot + 1];
+  uint32_t candidates[host::kSwitchLastSlot + 1];
   uint32_t count = 0;
-  for (uint32_t slot = pmd::kSwitchFirstSlot; slot <= pmd::kSwitchLastSlot; ++slot) {
+  for (uint32_t slot = host::kSwitchFirstSlot; slot <= host::kSwitchLastSlot; ++slot) {
     if (uplinks_.front()->sw->attached(slot)) continue;
     if (released_ns_[slot] != 0 && now - released_ns_[slot] < quarantine_ns) continue;
     candidates[count++] = slot;
@@ -805,7 +805,7 @@ uint32_t Daemon::FreeSlot() {
   return candidates[std::uniform_int_distribution<uint32_t>(0, count - 1)(slot_random_)];
 }
 
-Status Daemon::AttachSession(Session& s, const pmd::AttachRequest& request) {
+Status Daemon::AttachSession(Session& s, const host::AttachRequest& request) {
   uint32_t attached = 0;
   for (const auto& other : sessions_) attached += other->slot != 0;
   if (attached >= config_.daemon.max_processes) {
@@ -829,7 +829,7 @@ Status Daemon::AttachSession(Session& s, const pmd::AttachRequest& request) {
   // that only this session's reply carries (SCM_RIGHTS), so no other process
   // can reach it. Jumbo frames get fewer slots: the file's pages are real
   // memory once the rings have gone round.
-  pmd::AttachGrant grant;
+  host::AttachGrant grant;
   grant.slot = slot;
   std::vector<int> files;
   // A session whose earlier ATTACH failed part-way may ask again: its ports
@@ -838,10 +838,10 @@ Status Daemon::AttachSession(Session& s, const pmd::AttachRequest& request) {
   s.channels.clear();
   for (const auto& u : uplinks_) {
     const uint32_t max_frame = u->config.mtu + 18;  // Ethernet header and a VLAN tag
-    auto channel = pmd::ShmChannel::Create(u->config.mtu > 4096 ? 256 : 1024, max_frame);
+    auto channel = host::ShmChannel::Create(u->config.mtu > 4096 ? 256 : 1024, max_frame);
     if (!channel.ok()) return channel.status();
     s.channels.push_back(std::move(*channel));
-    s.ios.push_back(std::make_unique<pmd::ShmPortIo>(s.channels.back().get(), pool_.get()));
+    s.ios.push_back(std::make_unique<host::ShmPortIo>(s.channels.back().get(), pool_.get()));
     files.push_back(s.channels.back()->fd());
     grant.endpoints.push_back({u->config.name, u->mac, u->config.gids, u->config.mtu});
   }
@@ -863,10 +863,10 @@ Status Daemon::AttachSession(Session& s, const pmd::AttachRequest& request) {
         static_cast<long long>(request.pid));
   }
   s.program = request.program;
-  ReplyWithFiles(s, pmd::FormatAttachReply(grant), files);
+  ReplyWithFiles(s, host::FormatAttachReply(grant), files);
   Log("attached pid %lld uid %u (%s): slot %u, QPNs 0x%06x-0x%06x", static_cast<long long>(s.pid),
       static_cast<unsigned>(s.uid), s.program.c_str(), slot,
-      slot << pmd::kSwitchQpnShift, ((slot + 1) << pmd::kSwitchQpnShift) - 1);
+      slot << host::kSwitchQpnShift, ((slot + 1) << host::kSwitchQpnShift) - 1);
   return Status::Ok();
 }
 
@@ -876,7 +876,7 @@ void Daemon::Release(Session& s) {
     s.fd = -1;
   }
   if (s.slot != 0) {
-    const pmd::SwitchPortCounters c = SlotCounters(s.slot);
+    const host::SwitchPortCounters c = SlotCounters(s.slot);
     Log("released pid %lld (%s): slot %u; frames from it %llu, to it %llu, dropped %llu",
         static_cast<long long>(s.pid), s.program.c_str(), s.slot, static_cast<unsigned long long>(c.rx_frames),
         static_cast<unsigned long long>(c.tx_frames),
@@ -890,15 +890,15 @@ void Daemon::Release(Session& s) {
     // the daemon stops: every session closes then, which tells them more.
     for (const auto& other : sessions_) {
       if (stopped_ || other.get() == &s || other->slot == 0 || other->fd < 0) continue;
-      std::vector<pmd::PeerGone> gone;
+      std::vector<host::PeerGone> gone;
       auto& by_slot = other->peers_by_slot;
       for (auto it = by_slot.lower_bound({s.slot, 0}); it != by_slot.end() && it->first == s.slot; ++it) {
         gone.push_back({it->second, other->peers.at(it->second)});
       }
       if (gone.empty()) continue;
-      for (const pmd::PeerGone& g : gone) ErasePeer(*other, g.qpn);
+      for (const host::PeerGone& g : gone) ErasePeer(*other, g.qpn);
       size_t lost = 0;
-      for (const std::string& m : pmd::FormatPeersGone(gone)) {
+      for (const std::string& m : host::FormatPeersGone(gone)) {
         // Never blocks the switch: a process that does not read its socket
         // loses the notification (its QPs then end by retry exhaustion).
         if (send(other->fd, m.data(), m.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(m.size()) &&
@@ -946,13 +946,13 @@ bool Daemon::Notify(Session& s, const std::string& text, int file) {
 }
 
 // Processes whose frames to each other went through uplink k's switch get a
-// link of their own (pmd/local_links.h): a file like a process's port, sent
+// link of their own (host/local_links.h): a file like a process's port, sent
 // to both. If the second cannot be told, the first is told UNLINK and the
 // file is marked closed, so nobody sends into a link nobody reads.
 void Daemon::ServeLinkRequests(size_t k) {
   Uplink& u = *uplinks_[k];
-  pmd::FrameSwitch::LinkRequest requests[pmd::FrameSwitch::kLinkRequests];
-  const size_t n = u.sw->TakeLinkRequests(requests, pmd::FrameSwitch::kLinkRequests);
+  host::FrameSwitch::LinkRequest requests[host::FrameSwitch::kLinkRequests];
+  const size_t n = u.sw->TakeLinkRequests(requests, host::FrameSwitch::kLinkRequests);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t a = requests[i].a, b = requests[i].b;
     Session* sa = SessionOfSlot(a);
@@ -976,15 +976,15 @@ void Daemon::ServeLinkRequests(size_t k) {
       continue;
     }
     const uint32_t max_frame = u.config.mtu + 18;
-    auto file = pmd::ShmChannel::Create(u.config.mtu > 4096 ? 256 : 1024, max_frame);
+    auto file = host::ShmChannel::Create(u.config.mtu > 4096 ? 256 : 1024, max_frame);
     if (!file.ok()) {
       Log("no local link for slots %u and %u: %s", a, b, file.status().message().c_str());
       continue;
     }
-    if (!Notify(*sa, pmd::FormatLinkChange({static_cast<uint32_t>(k), b, true}), (*file)->fd())) continue;
-    if (!Notify(*sb, pmd::FormatLinkChange({static_cast<uint32_t>(k), a, true}), (*file)->fd())) {
+    if (!Notify(*sa, host::FormatLinkChange({static_cast<uint32_t>(k), b, true}), (*file)->fd())) continue;
+    if (!Notify(*sb, host::FormatLinkChange({static_cast<uint32_t>(k), a, true}), (*file)->fd())) {
       (*file)->MarkClosed();
-      Notify(*sa, pmd::FormatLinkChange({static_cast<uint32_t>(k), b, false}), -1);
+      Notify(*sa, host::FormatLinkChange({static_cast<uint32_t>(k), b, false}), -1);
       continue;
     }
     links_made_++;
@@ -998,7 +998,7 @@ size_t Daemon::LinksOf(uint32_t slot) const {
 }
 
 size_t Daemon::LinksOfUid(uid_t uid) const {
-  std::array<bool, pmd::kSwitchLastSlot + 1> of_uid{};
+  std::array<bool, host::kSwitchLastSlot + 1> of_uid{};
   for (const auto& s : sessions_) {
     if (s->slot != 0 && s->uid == uid) of_uid[s->slot] = true;
   }
@@ -1016,7 +1016,7 @@ void Daemon::DeclineLink(Session& s, size_t uplink, uint32_t other) {
     if (l.uplink != uplink || !pair) continue;
     l.file->MarkClosed();
     if (Session* so = SessionOfSlot(other)) {
-      Notify(*so, pmd::FormatLinkChange({static_cast<uint32_t>(uplink), s.slot, false}), -1);
+      Notify(*so, host::FormatLinkChange({static_cast<uint32_t>(uplink), s.slot, false}), -1);
     }
     links_[i] = std::move(links_.back());
     links_.pop_back();
@@ -1038,14 +1038,14 @@ void Daemon::CloseLinksOf(uint32_t slot) {
     l.file->MarkClosed();
     const uint32_t other = l.a == slot ? l.b : l.a;
     if (Session* so = SessionOfSlot(other)) {
-      Notify(*so, pmd::FormatLinkChange({static_cast<uint32_t>(l.uplink), slot, false}), -1);
+      Notify(*so, host::FormatLinkChange({static_cast<uint32_t>(l.uplink), slot, false}), -1);
     }
     links_[i] = std::move(links_.back());
     links_.pop_back();
   }
 }
 
-// DEVICES (pmd/daemon_client.h): each device's kernel interface (a shared
+// DEVICES (host/daemon_client.h): each device's kernel interface (a shared
 // kernel port's) and GIDs, for `uroce exec` to present as its files.
 std::string Daemon::DevicesText() const {
   std::string out = "OK\n";
@@ -1067,18 +1067,18 @@ std::string Daemon::DevicesText() const {
 void Daemon::SetPeer(Session& s, uint32_t qpn, uint32_t peer_qpn) {
   auto [it, added] = s.peers.try_emplace(qpn, peer_qpn);
   if (!added) {
-    s.peers_by_slot.erase({pmd::FrameSwitch::SlotOfQpn(it->second), qpn});
+    s.peers_by_slot.erase({host::FrameSwitch::SlotOfQpn(it->second), qpn});
     it->second = peer_qpn;
   } else {
     peers_of_uid_[s.uid]++;
   }
-  s.peers_by_slot.insert({pmd::FrameSwitch::SlotOfQpn(peer_qpn), qpn});
+  s.peers_by_slot.insert({host::FrameSwitch::SlotOfQpn(peer_qpn), qpn});
 }
 
 void Daemon::ErasePeer(Session& s, uint32_t qpn) {
   auto it = s.peers.find(qpn);
   if (it == s.peers.end()) return;
-  s.peers_by_slot.erase({pmd::FrameSwitch::SlotOfQpn(it->second), qpn});
+  s.peers_by_slot.erase({host::FrameSwitch::SlotOfQpn(it->second), qpn});
   s.peers.erase(it);
   if (--peers_of_uid_[s.uid] == 0) peers_of_uid_.erase(s.uid);
 }
@@ -1094,14 +1094,14 @@ void Daemon::ClearPeers(Session& s) {
 }
 
 uint32_t Daemon::ListensOfUid(uid_t uid) const {
-  std::array<bool, pmd::kSwitchLastSlot + 1> of_uid{};
+  std::array<bool, host::kSwitchLastSlot + 1> of_uid{};
   for (const auto& s : sessions_) {
     if (s->slot != 0 && s->uid == uid) of_uid[s->slot] = true;
   }
   uint32_t count = 0;
   for (uint32_t port = 1; port <= 65535; ++port) {
     const uint32_t slot = uplinks_.front()->sw->listener(static_cast<uint16_t>(port));
-    count += slot != 0 && slot <= pmd::kSwitchLastSlot && of_uid[slot];
+    count += slot != 0 && slot <= host::kSwitchLastSlot && of_uid[slot];
   }
   return count;
 }
@@ -1118,12 +1118,12 @@ std::string Daemon::StatsText(const Session& viewer) const {
   for (const auto& s : sessions_) {
     if (s->slot == 0) continue;
     if (!Exempt(viewer.uid) && s->uid != viewer.uid) continue;  // another user's: not theirs to see
-    const pmd::SwitchPortCounters c = SlotCounters(s->slot);
+    const host::SwitchPortCounters c = SlotCounters(s->slot);
     std::snprintf(line, sizeof(line),
                   "process pid=%lld program=%s slot=%u qpns=0x%06x-0x%06x rx_frames=%llu rx_bytes=%llu "
                   "tx_frames=%llu tx_bytes=%llu dropped=%llu peers=%zu peers_gone=%llu uid=%u gid=%u\n",
-                  static_cast<long long>(s->pid), s->program.c_str(), s->slot, s->slot << pmd::kSwitchQpnShift,
-                  ((s->slot + 1) << pmd::kSwitchQpnShift) - 1, static_cast<unsigned long long>(c.rx_frames),
+                  static_cast<long long>(s->pid), s->program.c_str(), s->slot, s->slot << host::kSwitchQpnShift,
+                  ((s->slot + 1) << host::kSwitchQpnShift) - 1, static_cast<unsigned long long>(c.rx_frames),
                   static_cast<unsigned long long>(c.rx_bytes), static_cast<unsigned long long>(c.tx_frames),
                   static_cast<unsigned long long>(c.tx_bytes),
                   static_cast<unsigned long long>(c.rx_dropped + c.tx_full), s->peers.size(),
@@ -1133,8 +1133,8 @@ std::string Daemon::StatsText(const Session& viewer) const {
   }
   // Per uplink (device uroceK): its port's counters and its switch's.
   for (const auto& up : uplinks_) {
-    const pmd::SwitchPortCounters& u = up->sw->port_counters(0);
-    const pmd::SwitchCounters& k = up->sw->counters();
+    const host::SwitchPortCounters& u = up->sw->port_counters(0);
+    const host::SwitchCounters& k = up->sw->counters();
     std::snprintf(line, sizeof(line),
                   "uplink rx_frames=%llu tx_frames=%llu rx_dropped=%llu tx_full=%llu device=%s name=%s\n"
                   "switch local_frames=%llu cross_frames=%llu unknown_qpn=%llu not_for_us=%llu malformed=%llu spoofed=%llu "
@@ -1154,7 +1154,7 @@ std::string Daemon::StatsText(const Session& viewer) const {
                   static_cast<unsigned long long>(k.alloc_failures), up->device.c_str());
     out += line;
     // Frames the switch refused for what they claim, and the processes'
-    // neighbour questions it asked in its own words (pmd/frame_switch.h), on
+    // neighbour questions it asked in its own words (host/frame_switch.h), on
     // a line of their own: the lines above keep their fields.
     std::snprintf(line, sizeof(line),
                   "drops device=%s wire_own_source=%llu wire_bad_source=%llu neighbor_rebuilt=%llu "
@@ -1185,7 +1185,7 @@ std::string Daemon::StatsText(const Session& viewer) const {
   // Direct links between processes (their frames pass no switch): the
   // frames each way as the files' indices say (the processes write them).
   for (const LocalLink& l : links_) {
-    const pmd::ShmChannelTraffic t = l.file->Traffic();
+    const host::ShmChannelTraffic t = l.file->Traffic();
     std::snprintf(line, sizeof(line), "link device=%s slots=%u,%u frames=%u,%u\n",
                   uplinks_[l.uplink]->device.c_str(), l.a, l.b, t.to_process, t.from_process);
     out += line;
@@ -1275,9 +1275,9 @@ int DaemonCommand(int argc, char** argv) {
                          "(uroce exec --impair SPEC), not to the daemon\n");
     return 2;
   }
-  if (config->endpoints.empty() || config->endpoints.size() > pmd::kMaxUplinks) {
+  if (config->endpoints.empty() || config->endpoints.size() > host::kMaxUplinks) {
     std::fprintf(stderr, "uroce daemon: the configuration needs 1 to %zu [endpoint.NAME] sections, the uplinks (%zu given)\n",
-                 pmd::kMaxUplinks, config->endpoints.size());
+                 host::kMaxUplinks, config->endpoints.size());
     return 2;
   }
   for (const pmd::EndpointConfig& ec : config->endpoints) {

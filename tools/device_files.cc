@@ -18,7 +18,7 @@
 #include <sstream>
 
 #include "pmd/config.h"
-#include "pmd/daemon_client.h"
+#include "host/daemon_client.h"
 
 namespace uroce::tools {
 namespace {
@@ -150,12 +150,12 @@ StatusOr<std::vector<PresentedDevice>> DevicesOfConfig(const std::string& config
 }
 
 StatusOr<std::vector<PresentedDevice>> ParseDaemonDevices(const std::string& text) {
-  // Strict (pmd::ParseDevicesReply): the names become paths that root
+  // Strict (host::ParseDevicesReply): the names become paths that root
   // creates below, so a name that is not an interface's is refused.
-  auto lines = pmd::ParseDevicesReply(text);
+  auto lines = host::ParseDevicesReply(text);
   if (!lines.ok()) return IoError(lines.status().message());
   std::vector<PresentedDevice> devices;
-  for (pmd::DeviceLine& line : *lines) {
+  for (host::DeviceLine& line : *lines) {
     PresentedDevice d;
     d.index = line.index;
     d.gids = std::move(line.gids);
@@ -166,7 +166,7 @@ StatusOr<std::vector<PresentedDevice>> ParseDaemonDevices(const std::string& tex
 }
 
 StatusOr<std::vector<PresentedDevice>> DevicesOfDaemon(const std::string& socket_path) {
-  auto text = pmd::QueryDaemonDevices(socket_path);
+  auto text = host::QueryDaemonDevices(socket_path);
   if (!text.ok()) return text.status();
   return ParseDaemonDevices(*text);
 }

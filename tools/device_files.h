@@ -40,7 +40,7 @@ struct PresentedDevice {
 // The devices of a uroce configuration, with their kernel interfaces.
 StatusOr<std::vector<PresentedDevice>> DevicesOfConfig(const std::string& config_path);
 // The devices of the running daemon at `socket_path` (its DEVICES answer,
-// pmd/daemon_client.h), which a program without a configuration attaches to.
+// host/daemon_client.h), which a program without a configuration attaches to.
 StatusOr<std::vector<PresentedDevice>> DevicesOfDaemon(const std::string& socket_path);
 // The DEVICES answer's text as devices (split out for tests); kIoError for
 // text that is not one.

@@ -51,7 +51,7 @@ TEST(DeviceFilesTest, TreeHasWhatUcxAndRdmaCmRead) {
   EXPECT_EQ(tree.sys_dirs, (std::vector<std::string>{"infiniband/uroce1/device/net/eth0"}));
 }
 
-// The daemon's DEVICES answer (pmd/daemon_client.h) as devices; anything
+// The daemon's DEVICES answer (host/daemon_client.h) as devices; anything
 // else is refused, never half-read.
 TEST(DeviceFilesTest, DaemonDevicesAreParsedStrictly) {
   auto devices = ParseDaemonDevices(

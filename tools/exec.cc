@@ -33,7 +33,7 @@
 
 #include "tools/command.h"
 #include "pmd/config.h"
-#include "pmd/daemon_client.h"
+#include "host/daemon_client.h"
 #include "tools/device_files.h"
 
 namespace uroce::tools {
@@ -141,7 +141,7 @@ int PresentDevices(DeviceFilesMode mode, const std::string& config) {
   if (mode == DeviceFilesMode::kAuto && geteuid() != 0) return 0;
   Status s = Status::Ok();
   // Without a configuration the program attaches to the daemon: its devices.
-  auto devices = config.empty() ? DevicesOfDaemon(pmd::DaemonSocketPath()) : DevicesOfConfig(config);
+  auto devices = config.empty() ? DevicesOfDaemon(host::DaemonSocketPath()) : DevicesOfConfig(config);
   if (!devices.ok()) {
     s = devices.status();
   } else {

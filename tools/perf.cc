@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "common/private_dir.h"
-#include "pmd/daemon_client.h"
+#include "host/daemon_client.h"
 #include "pmd/eal.h"
 #include "pmd/port_setup.h"
 #include "runtime/runtime.h"
@@ -381,7 +381,7 @@ class PerfProcess {
     if (o_.port == "daemon") {
       // The configuration the daemon hands out, with the caller's --set
       // overrides (lcores, say) applied on top.
-      auto session = pmd::DaemonSession::Attach(pmd::DaemonSocketPath());
+      auto session = host::DaemonSession::Attach(host::DaemonSocketPath());
       if (!session.ok()) return session.status();
       auto config = (*session)->LoadConfig(o_.config.overrides);
       if (!config.ok()) return config.status();
@@ -454,7 +454,7 @@ class PerfProcess {
 
  private:
   // --port daemon: as the verbs library's progress thread does, reads what
-  // the daemon sends (LINK to the other process, pmd/local_links.h) every
+  // the daemon sends (LINK to the other process, host/local_links.h) every
   // few milliseconds, off the measuring thread.
   void StartDaemonWatch() {
     watch_ = std::thread([this] {
@@ -474,7 +474,7 @@ class PerfProcess {
   pmd::UroceConfig config_;
   std::thread watch_;
   std::atomic<bool> stop_watch_{false};
-  std::unique_ptr<pmd::DaemonSession> daemon_;  // --port daemon: attached while it lives
+  std::unique_ptr<host::DaemonSession> daemon_;  // --port daemon: attached while it lives
   std::unique_ptr<runtime::Runtime> rt_;
 };
 

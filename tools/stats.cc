@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "pmd/daemon_client.h"
+#include "host/daemon_client.h"
 #include "runtime/telemetry_client.h"
 #include "tools/command.h"
 #include "tools/config_flags.h"
@@ -102,8 +102,8 @@ int StatsCommand(int argc, char** argv) {
       continue;
     }
     if (!std::strcmp(argv[i], "--daemon")) {
-      const std::string path = i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : pmd::DaemonSocketPath();
-      auto text = pmd::QueryDaemonStats(path);
+      const std::string path = i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : host::DaemonSocketPath();
+      auto text = host::QueryDaemonStats(path);
       if (!text.ok()) return Fail(text.status().message());
       std::printf("uroce daemon at %s\n%s", path.c_str(), text->c_str());
       return 0;

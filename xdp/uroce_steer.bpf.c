@@ -14,11 +14,11 @@
 // daemon died and its sockets are gone: a stale program drops RoCE for the
 // host's addresses), or when it is not addressed to the interface's MAC.
 //
-// Same reading as the switch's (pmd/frame_switch.cc Inspect): untagged
+// Same reading as the switch's (host/frame_switch.cc Inspect): untagged
 // Ethernet II; IPv4 without fragments; IPv6 with UDP as the next header (as
 // RoCEv2 sends it). DPDK's af_xdp driver loads it (its xdp_prog argument)
 // and fills xsks_map, the map it looks for by that name; the daemon fills
-// uroce_addrs and uroce_cfg (pmd/kernel_uplink.cc ConfigureSteering) and
+// uroce_addrs and uroce_cfg (host/kernel_uplink.cc ConfigureSteering) and
 // reads uroce_cnt for STATS. Map names stay under 16 bytes
 // (BPF_OBJ_NAME_LEN), as the kernel reports them.
 #include <linux/bpf.h>
@@ -34,7 +34,7 @@
 #define MAX_QUEUES 256
 #define MAX_ADDRESSES 64
 
-// Counter indices of uroce_cnt; pmd/kernel_uplink.cc reads them in this order.
+// Counter indices of uroce_cnt; host/kernel_uplink.cc reads them in this order.
 enum {
   CNT_STEERED = 0,       // RoCE for us, to the queue's socket
   CNT_NOT_OURS = 1,      // RoCE for another address: passed to the kernel

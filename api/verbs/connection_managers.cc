@@ -82,11 +82,11 @@ StatusOr<cm::ConnectionManager*> ConnectionManagers::ForDevice(size_t index) {
     cm::ConnectionManager::Options options;
     options.local_gid = ep.endpoint.gid;
     options.activity_hook = [this] { Wake(); };
-    if (pmd::DaemonSession* daemon = Provider::Get().daemon_session(); daemon != nullptr) {
+    if (host::DaemonSession* daemon = Provider::Get().daemon_session(); daemon != nullptr) {
       // Attached to a daemon: it routes CM MADs between the processes on
       // the host by our communication IDs and listened ports.
-      options.comm_id_base = daemon->slot() << pmd::kDaemonCommIdShift;
-      options.comm_id_mask = (1u << pmd::kDaemonCommIdShift) - 1;
+      options.comm_id_base = daemon->slot() << host::kDaemonCommIdShift;
+      options.comm_id_mask = (1u << host::kDaemonCommIdShift) - 1;
       options.listen_hook = [daemon](uint16_t port, bool listen) { return daemon->ClaimPort(port, listen); };
     }
     auto cm = cm::ConnectionManager::Create(ep.endpoint.engine.get(), ep.endpoint.pd, options);

@@ -112,7 +112,7 @@ void Provider::LoadConfigOnce() {
     }
   } else {
     // No configuration of our own: the host's devices, from the daemon.
-    auto session = pmd::DaemonSession::Attach(pmd::DaemonSocketPath());
+    auto session = host::DaemonSession::Attach(host::DaemonSocketPath());
     if (!session.ok()) {
       // (secure_getenv(3) ignores UROCE_CONFIG in a secure-execution process.)
       std::fprintf(stderr, "uroce: UROCE_CONFIG is not set, and %s: no uroce devices\n",
@@ -319,7 +319,7 @@ void Provider::NoteConnectedLocked(const WatchedQp& w, const transport::Gid& des
   auto it = peers_.find(qpn);
   if (it != peers_.end() && it->second.watched.qp == w.qp && it->second.dest_qpn == dest_qpn) return;
   peers_[qpn] = PeerOf{w, dest_qpn};
-  daemon_->RegisterPeer(pmd::PeerRecord{qpn, dest, dest_qpn});
+  daemon_->RegisterPeer(host::PeerRecord{qpn, dest, dest_qpn});
 }
 
 void Provider::DropPeerLocked(const transport::QueuePair* qp) {
@@ -390,7 +390,7 @@ void Provider::WatchPeersLocked(std::vector<std::array<uint32_t, 3>>* lost) {
   // destroyed, reset or connected elsewhere since is stale: ignored.
   unsigned moved = 0;
   std::string names;
-  for (const pmd::PeerGone& g : daemon_->TakePeersGone()) {
+  for (const host::PeerGone& g : daemon_->TakePeersGone()) {
     auto it = peers_.find(g.qpn);
     if (it == peers_.end() || it->second.dest_qpn != g.dest_qpn) continue;
     const WatchedQp w = it->second.watched;
@@ -656,7 +656,7 @@ void Provider::WatchDaemon() {
   if (daemon_gone_) return;
   if (!daemon_->DaemonGone()) {
     WatchPeers();
-    // Straight links to the processes we talk to (pmd/local_links.h).
+    // Straight links to the processes we talk to (host/local_links.h).
     runtime_->ApplyLinkChanges(daemon_.get());
     return;
   }

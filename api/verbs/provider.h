@@ -29,7 +29,7 @@
 
 #include "api/verbs/objects.h"
 #include "pmd/config.h"
-#include "pmd/daemon_client.h"
+#include "host/daemon_client.h"
 #include "runtime/runtime.h"
 
 namespace uroce::verbs {
@@ -110,7 +110,7 @@ class Provider {
   bool inline_progress() const { return inline_; }
   runtime::Runtime* runtime() { return runtime_.get(); }
   // The daemon this process is attached to, or null (process-private mode).
-  pmd::DaemonSession* daemon_session() { return daemon_.get(); }
+  host::DaemonSession* daemon_session() { return daemon_.get(); }
   const pmd::UroceConfig* config() const { return config_ok_ ? &config_ : nullptr; }
 
   // atexit: stop the thread, flush and shut the runtime down.
@@ -189,7 +189,7 @@ class Provider {
   bool eal_memory_private_ = false;
   bool inline_ = true;
   unsigned idle_us_ = 50;
-  std::unique_ptr<pmd::DaemonSession> daemon_;  // attached mode only
+  std::unique_ptr<host::DaemonSession> daemon_;  // attached mode only
   bool daemon_gone_ = false;                     // progress thread only
 
   std::mutex objects_mutex_;  // the lists below

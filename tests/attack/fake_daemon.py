@@ -2,7 +2,7 @@
 socket (mode 0777, so that anybody may connect), logs the first line of
 every request, answers DEVICES with the text of DEVICES_FILE and ATTACH with
 the reply in GRANT_FILE plus a memory file as the port (SCM_RIGHTS, as the
-daemon's protocol carries it: pmd/daemon_protocol.h). Standard library only;
+daemon's protocol carries it: host/daemon_protocol.h). Standard library only;
 run as the attacking user.
   usage: fake_daemon.py SOCKET DEVICES_FILE GRANT_FILE LOG
 """

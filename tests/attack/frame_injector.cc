@@ -1,7 +1,7 @@
 // frame_injector SOCKET HEX [COUNT]: a process attached to `uroce daemon`
 // that writes any frame it likes into its own port, for attack tests. It
-// attaches as every uroce program does (pmd::DaemonSession), maps the port
-// the daemon handed it (pmd::ShmChannel) and sends the frame given in hex
+// attaches as every uroce program does (host::DaemonSession), maps the port
+// the daemon handed it (host::ShmChannel) and sends the frame given in hex
 // COUNT times (default 1), bypassing the engine's own builders: what a
 // hostile member of the daemon's group can do with its shared memory. It
 // then keeps the session for a second (the switch polls its ring; a closed
@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "pmd/daemon_client.h"
+#include "host/daemon_client.h"
 #include "pmd/eal.h"
 #include "pmd/mempool.h"
-#include "pmd/shm_channel.h"
+#include "host/shm_channel.h"
 
 namespace {
 
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int count = argc > 3 ? std::atoi(argv[3]) : 1;
-  auto session = pmd::DaemonSession::Attach(argv[1]);
+  auto session = host::DaemonSession::Attach(argv[1]);
   if (!session.ok()) return Fail("attach", session.status());
   auto config = (*session)->LoadConfig({});
   if (!config.ok()) return Fail("grant", config.status());
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   if (Status s = pmd::StartEal(eal); !s.ok()) return Fail("EAL", s);
   auto pool = pmd::CreatePktPool({.name = "injector", .mbufs = 255, .per_core_cache = 0});
   if (!pool.ok()) return Fail("pool", pool.status());
-  auto port = pmd::ShmChannel::Map(config->endpoints.front().shm_fd);
+  auto port = host::ShmChannel::Map(config->endpoints.front().shm_fd);
   if (!port.ok()) return Fail("port", port.status());
   int sent = 0;
   for (int i = 0; i < count; ++i) {

@@ -1,0 +1,143 @@
+// A process's side of `uroce daemon`: attaching over the control socket and
+// noticing when the daemon is gone. The verbs provider attaches when the
+// program has no configuration of its own (no UROCE_CONFIG).
+//
+// Threads: Attach on the control path; DaemonGone and TakePeersGone from any
+// one thread (the provider's progress thread); the rest from any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "pmd/config.h"
+#include "host/daemon_protocol.h"
+
+namespace uroce::host {
+
+// UROCE_DAEMON (read with secure_getenv(3)), or the default socket.
+std::string DaemonSocketPath();
+
+// Whom a process takes a configuration from. Whoever answers on the
+// daemon's socket chooses the ports, addresses and QPNs the program uses,
+// so the answer is taken only from a daemon run by root, by this process's
+// own effective user (no boundary: it could ptrace us anyway) or by the uid
+// in UROCE_DAEMON_UID (secure_getenv(3); a daemon run by a service user).
+// Pure, for tests: `daemon_uid_env` is the variable's value or null.
+Status CheckDaemonPeer(uid_t peer_uid, pid_t peer_pid, uid_t self, const char* daemon_uid_env,
+                       const std::string& socket_path);
+// The socket's own file and its directory, before connecting: the socket
+// must be a socket, owned by an allowed uid (CheckDaemonPeer), and the
+// directory must not let other users replace it (writable by group or
+// others only with the sticky bit, as /tmp). A failure names the path and
+// what is wrong. The peer's credentials are checked after connecting as
+// well: the directory check only turns a misconfiguration into a clear
+// error early.
+Status CheckDaemonSocketPath(const std::string& socket_path, uid_t self, const char* daemon_uid_env);
+
+// The daemon's STATS answer (attached processes, uplink, switch counters),
+// without attaching. kNotFound when nobody listens at `socket_path`.
+StatusOr<std::string> QueryDaemonStats(const std::string& socket_path);
+// The daemon's DEVICES answer, without attaching: one line per device,
+// "device uroceK netdev=IFNAME|- gids=HEX32[,HEX32...]" (what `uroce exec`
+// presents as the devices' files, tools/device_files.h).
+StatusOr<std::string> QueryDaemonDevices(const std::string& socket_path);
+
+class DaemonSession {
+ public:
+  // Connects to the daemon at `socket_path`, attaches as this process and
+  // returns the configuration it hands out. kNotFound when nobody listens
+  // there (the message says how to start a daemon).
+  static StatusOr<std::unique_ptr<DaemonSession>> Attach(const std::string& socket_path);
+  ~DaemonSession();
+  DaemonSession(const DaemonSession&) = delete;
+  DaemonSession& operator=(const DaemonSession&) = delete;
+
+  uint32_t slot() const { return slot_; }
+  const std::string& config_text() const { return config_text_; }
+  const std::string& socket_path() const { return socket_path_; }
+  // The handed-out configuration, each port set to its shared-memory file
+  // (host/shm_channel.h; they came with the reply and belong to the
+  // session), with `overrides`.
+  StatusOr<pmd::UroceConfig> LoadConfig(const std::vector<pmd::ConfigOverride>& overrides) const;
+  // True once the daemon closed the session (it stopped or died). Reads
+  // what the daemon sent unasked (PEER_GONE, queued for TakePeersGone) and
+  // sends what RegisterPeer/UnregisterPeer could not send at once. A few
+  // non-blocking system calls: for a progress thread, never the fast path.
+  bool DaemonGone();
+  // Claims (listen) or releases a CM port host-wide: kAlreadyExists when
+  // another process on the host listens on it. Control path; any thread.
+  Status ClaimPort(uint16_t port, bool listen);
+
+  // Our QP `record.qpn` is connected to a QP at one of the host's addresses
+  // (PEER), or no longer (UNPEER). Fire and forget, never blocks: a message
+  // the socket cannot take now waits, in order, for the next DaemonGone.
+  // Control path; any thread.
+  void RegisterPeer(const PeerRecord& record);
+  void UnregisterPeer(uint32_t qpn);
+  // The PEER_GONE notifications received so far (our QPs whose peer's
+  // process ended), oldest first; only QPNs of our own lease.
+  std::vector<PeerGone> TakePeersGone();
+  // The LINK / UNLINK notifications received so far, oldest first; a LINK's
+  // file (fd) is the taker's to close.
+  struct QueuedLinkChange {
+    LinkChange change;
+    int fd = -1;
+  };
+  std::vector<QueuedLinkChange> TakeLinkChanges();
+  // We let go of (or could not map) the link on `uplink` to `slot`: the
+  // daemon closes it for both (UNLINK U S, fire and forget, as PEER), and
+  // our frames to that process go through the switch.
+  void DeclineLink(uint32_t uplink, uint32_t slot);
+  // UROCE_LOCAL_LINKS=no in the environment at attach: this process takes
+  // no direct links (every frame to another process goes through the
+  // daemon's switch, where its counters see it). Default: takes them.
+  bool takes_links() const { return takes_links_; }
+
+  // In the child of a fork(2), for the copy of its parent's session: closes
+  // the copies of the parent's socket and files, and says nothing to the
+  // daemon. The parent's session ends when the parent closes its socket,
+  // whatever its children do, and the child attaches as a process of its
+  // own. Touches no lock (another thread of the parent may have held one
+  // at the fork): the child is single-threaded then. The object is not to
+  // be used or destroyed afterwards; the caller lets go of it.
+  void CloseInheritedFilesAfterFork();
+
+ private:
+  DaemonSession() = default;
+  void Send(std::string message);
+  // One message into read_buffer_ (request_mutex_), with the files that
+  // came with it (truncated: some did not fit); recvmsg(2)'s result.
+  ssize_t ReadMessage(int flags, std::vector<int>* files, bool* truncated = nullptr);
+  static void CloseAll(std::vector<int>* files);
+  // A message the daemon sent: a notification is queued (true; its files
+  // taken); anything else is a reply (false; its files left).
+  bool QueueIfNotification(std::string_view message, std::vector<int>* files);
+  void QueueLinkChange(std::string_view message, std::vector<int>* files);
+  int fd_ = -1;
+  std::vector<int> shm_fds_;  // one per uplink, in order
+  uint32_t slot_ = 0;
+  bool takes_links_ = true;
+  std::string config_text_;
+  std::string socket_path_;
+  std::atomic<bool> gone_{false};
+  std::mutex request_mutex_;  // one request and its reply at a time; whoever reads the socket
+  std::vector<char> read_buffer_;  // request_mutex_
+
+  std::mutex outbox_mutex_;  // PEER/UNPEER not sent yet, in order (bounded)
+  std::deque<std::string> outbox_;
+  bool outbox_overflowed_ = false;
+  std::mutex gone_mutex_;  // PEER_GONE received, not taken yet (bounded)
+  std::vector<PeerGone> peers_gone_;
+  bool peers_gone_overflowed_ = false;
+  static constexpr size_t kMaxQueuedLinkChanges = 1024;
+  std::vector<QueuedLinkChange> link_changes_;  // gone_mutex_
+};
+
+}  // namespace uroce::host

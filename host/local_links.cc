@@ -1,0 +1,205 @@
+#include "host/local_links.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "host/frame_inspect.h"
+
+namespace uroce::host {
+namespace {
+
+constexpr uint32_t kQpnShift = 16;  // a slot's lease: slot << 16 .. + 0xFFFF (daemon_protocol.h)
+
+uint32_t SlotOf(uint32_t qpn) { return qpn >> kQpnShift; }
+
+}  // namespace
+
+LocalLinks::LocalLinks(const Options& options) : options_(options), current_(std::make_unique<Table>()) {
+  table_.store(current_.get());
+}
+
+LocalLinks::~LocalLinks() {
+  // Frames still looping are ours to free; the links unmap with links_.
+  while (loop_head_ != loop_tail_) rte_pktmbuf_free(loop_[loop_head_++ % kLoopCapacity]);
+}
+
+bool LocalLinks::IsHost(const transport::Gid& gid) const {
+  for (const transport::Gid& own : options_.gids) {
+    if (own == gid) return true;
+  }
+  return false;
+}
+
+uint16_t LocalLinks::Route(const rte_mbuf* m, const Table* table) {
+  FrameInfo info;
+  if (!InspectFrame(m, &info) || info.kind != FrameInfo::Kind::kRoce || !IsHost(info.dst_ip)) return kToDaemon;
+  const uint32_t slot = SlotOf(info.dest_qpn);
+  // QP 1 (slot 0) is every process's: the daemon routes CM MADs.
+  if (slot == 0 || slot >= kSlots) return kToDaemon;
+  if (slot == options_.own_slot) return kToLoop;
+  const ShmChannel* link = table->by_slot[slot];
+  if (link == nullptr || link->closed()) return kToDaemon;
+  if (in_use_[slot] != table->generation[slot]) {
+    // A new link: not before the switch has taken what we sent it (order).
+    if (options_.daemon_channel != nullptr && !options_.daemon_channel->SendDrained()) return kToDaemon;
+    in_use_[slot] = table->generation[slot];
+  }
+  return static_cast<uint16_t>(slot);
+}
+
+uint16_t LocalLinks::SendRun(uint16_t destination, const Table* table, rte_mbuf** pkts, uint16_t n) {
+  if (destination == kToDaemon) {
+    const uint16_t sent = options_.daemon->TxBurst(pkts, n);
+    Bump(daemon_tx_frames_, sent);
+    return sent;
+  }
+  if (destination == kToLoop) {
+    const uint16_t room = static_cast<uint16_t>(std::min<uint32_t>(n, kLoopCapacity - (loop_tail_ - loop_head_)));
+    for (uint16_t i = 0; i < room; ++i) loop_[loop_tail_++ % kLoopCapacity] = pkts[i];
+    Bump(loop_frames_, room);
+    return room;
+  }
+  ShmChannel* link = table->by_slot[destination];
+  const uint16_t sent = link->Send(pkts, n);
+  if (sent != 0) {
+    stalled_[destination] = 0;
+    Bump(link_tx_frames_, sent);
+    return sent;
+  }
+  if (++stalled_[destination] < kStallLimit) return 0;
+  // Its process has not read for a long time: do not let it hold up the
+  // rest of our traffic.
+  rte_pktmbuf_free_bulk(pkts, n);
+  Bump(tx_stalled_drops_, n);
+  return n;
+}
+
+uint16_t LocalLinks::TxBurst(rte_mbuf** pkts, uint16_t n) {
+  const Table* table = table_.load(std::memory_order_seq_cst);
+  uint16_t done = 0;
+  // Runs of frames to the same place, in order: what one destination cannot
+  // take now stops the burst there (the caller keeps the rest, in order).
+  uint16_t next_route = n != 0 ? Route(pkts[0], table) : kToDaemon;
+  while (done < n) {
+    const uint16_t destination = next_route;
+    uint16_t end = done + 1;
+    while (end < n && (next_route = Route(pkts[end], table)) == destination) ++end;
+    const uint16_t run = static_cast<uint16_t>(end - done);
+    const uint16_t sent = SendRun(destination, table, pkts + done, run);
+    done = static_cast<uint16_t>(done + sent);
+    if (sent < run) break;
+  }
+  EndBurst();
+  return done;
+}
+
+bool LocalLinks::Acceptable(uint32_t from_slot, const rte_mbuf* m) const {
+  FrameInfo info;
+  if (!InspectFrame(m, &info) || info.kind != FrameInfo::Kind::kRoce) return false;
+  const uint8_t* eth = rte_pktmbuf_mtod(m, const uint8_t*);
+  if (std::memcmp(eth + 6, options_.mac.data(), 6) != 0) return false;
+  if (!IsHost(info.src_ip) || !IsHost(info.dst_ip)) return false;
+  if (info.dest_qpn == 1 || SlotOf(info.dest_qpn) != options_.own_slot) return false;
+  if (info.ud && SlotOf(info.src_qpn) != from_slot) return false;
+  return true;
+}
+
+uint16_t LocalLinks::ReceiveFromLink(uint32_t slot, ShmChannel* link, rte_mbuf** pkts, uint16_t n) {
+  const uint16_t got = link->Receive(pkts, n, options_.pool);
+  uint16_t kept = 0;
+  for (uint16_t i = 0; i < got; ++i) {
+    if (Acceptable(slot, pkts[i])) {
+      pkts[kept++] = pkts[i];
+    } else {
+      rte_pktmbuf_free(pkts[i]);
+      Bump(rx_refused_);
+    }
+  }
+  Bump(link_rx_frames_, kept);
+  return kept;
+}
+
+uint16_t LocalLinks::RxBurst(rte_mbuf** pkts, uint16_t n) {
+  const Table* table = table_.load(std::memory_order_seq_cst);
+  uint16_t got = 0;
+  while (got < n && loop_head_ != loop_tail_) pkts[got++] = loop_[loop_head_++ % kLoopCapacity];
+  if (got < n) got = static_cast<uint16_t>(got + options_.daemon->RxBurst(pkts + got, static_cast<uint16_t>(n - got)));
+  // The links round robin, so that no process starves another.
+  const uint32_t count = table->count;
+  for (uint32_t i = 0; i < count && got < n; ++i) {
+    const uint32_t slot = table->slots[(next_link_ + i) % count];
+    got = static_cast<uint16_t>(got + ReceiveFromLink(slot, table->by_slot[slot], pkts + got,
+                                                      static_cast<uint16_t>(n - got)));
+  }
+  if (count != 0) next_link_ = (next_link_ + 1) % count;
+  EndBurst();
+  return got;
+}
+
+// ---------------------------------------------------------------- control path
+
+void LocalLinks::Publish(std::unique_ptr<Table> table, std::unique_ptr<ShmChannel> retired) {
+  link_count_.store(table->count, std::memory_order_relaxed);
+  table_.store(table.get(), std::memory_order_seq_cst);
+  // Whatever burst holds the old table ends by moving the epoch past this.
+  const uint64_t epoch = epoch_.load(std::memory_order_seq_cst);
+  retired_.push_back({epoch, std::move(current_), std::move(retired)});
+  current_ = std::move(table);
+}
+
+Status LocalLinks::Add(uint32_t peer_slot, int fd) {
+  if (peer_slot == 0 || peer_slot >= kSlots - 1 || peer_slot == options_.own_slot) {
+    return InvalidArgument("local link to slot " + std::to_string(peer_slot) + ": not another process's slot");
+  }
+  const ShmChannel::Side side = peer_slot > options_.own_slot ? ShmChannel::Side::kDaemon : ShmChannel::Side::kProcess;
+  auto link = ShmChannel::Map(fd, side);
+  if (!link.ok()) return link.status();
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  auto table = std::make_unique<Table>(*current_);
+  if (table->by_slot[peer_slot] == nullptr) table->slots[table->count++] = static_cast<uint8_t>(peer_slot);
+  table->by_slot[peer_slot] = link->get();
+  table->generation[peer_slot] = ++generations_;  // never 0: in_use_ starts there
+  std::unique_ptr<ShmChannel> old = std::move(links_[peer_slot]);
+  links_[peer_slot] = std::move(*link);
+  Publish(std::move(table), std::move(old));
+  return Status::Ok();
+}
+
+void LocalLinks::Remove(uint32_t peer_slot) {
+  if (peer_slot >= kSlots) return;
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  if (links_[peer_slot] == nullptr) return;
+  auto table = std::make_unique<Table>();
+  for (uint32_t i = 0; i < current_->count; ++i) {
+    const uint32_t slot = current_->slots[i];
+    if (slot == peer_slot) continue;
+    table->slots[table->count++] = static_cast<uint8_t>(slot);
+    table->by_slot[slot] = current_->by_slot[slot];
+    table->generation[slot] = current_->generation[slot];
+  }
+  Publish(std::move(table), std::move(links_[peer_slot]));
+}
+
+void LocalLinks::Reclaim() {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  const uint64_t epoch = epoch_.load(std::memory_order_seq_cst);
+  retired_.erase(std::remove_if(retired_.begin(), retired_.end(), [epoch](const Retired& r) { return epoch > r.epoch; }),
+                 retired_.end());
+}
+
+LocalLinkCounters LocalLinks::counters() const {
+  LocalLinkCounters c;
+  c.loop_frames = loop_frames_.load(std::memory_order_relaxed);
+  c.link_tx_frames = link_tx_frames_.load(std::memory_order_relaxed);
+  c.link_rx_frames = link_rx_frames_.load(std::memory_order_relaxed);
+  c.daemon_tx_frames = daemon_tx_frames_.load(std::memory_order_relaxed);
+  c.rx_refused = rx_refused_.load(std::memory_order_relaxed);
+  c.tx_stalled_drops = tx_stalled_drops_.load(std::memory_order_relaxed);
+  c.links = link_count_.load(std::memory_order_relaxed);
+  return c;
+}
+
+}  // namespace uroce::host

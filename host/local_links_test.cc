@@ -1,0 +1,215 @@
+// A process's port to the daemon with direct links to other processes
+// (host/local_links.h): what goes where, what a linked process may send us,
+// back-pressure, links coming and going, and every buffer back.
+#include "host/local_links.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <vector>
+
+#include "pmd/frame_test_util.h"
+#include "pmd/mempool.h"
+#include "transport/opcode.h"
+#include "transport/packet_builder.h"
+
+namespace uroce::host {
+
+using pmd::AvailableMbufs;
+using pmd::CreatePktPool;
+using pmd::MempoolPtr;
+
+namespace {
+
+using transport::Gid;
+using transport::MacAddress;
+using transport::Opcode;
+
+constexpr unsigned kPoolSize = 2047;
+
+using pmd::testing::Ip;
+using pmd::testing::QueuePort;
+
+const MacAddress kHostMac = {0x02, 0, 0, 0, 0, 0x01};
+const MacAddress kOtherMac = {0x02, 0, 0, 0, 0, 0x02};
+
+uint32_t Qpn(uint32_t slot, uint32_t n) { return (slot << 16) + n; }
+
+class LocalLinksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto pool = CreatePktPool({.name = "links_test", .mbufs = kPoolSize, .per_core_cache = 0});
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    pool_ = std::move(*pool);
+    a_ = Make(3, &daemon_a_);
+    b_ = Make(7, &daemon_b_);
+  }
+  void TearDown() override {
+    for (rte_mbuf* m : received_) rte_pktmbuf_free(m);
+    a_.reset();
+    b_.reset();
+    daemon_a_.Clear();
+    daemon_b_.Clear();
+    EXPECT_EQ(AvailableMbufs(pool_.get()), kPoolSize) << "a buffer leaked";
+  }
+  std::unique_ptr<LocalLinks> Make(uint32_t slot, QueuePort* daemon) {
+    LocalLinks::Options o;
+    o.daemon = daemon;
+    o.pool = pool_.get();
+    o.own_slot = slot;
+    o.mac = kHostMac;
+    o.gids = {Ip(1)};
+    return std::make_unique<LocalLinks>(o);
+  }
+  // Links a (slot 3) and b (slot 7) as the daemon does: one file, both ends.
+  void Link(uint32_t slots = 64) {
+    auto file = ShmChannel::Create(slots, 1518);
+    ASSERT_TRUE(file.ok());
+    ASSERT_TRUE(a_->Add(7, (*file)->fd()).ok());
+    ASSERT_TRUE(b_->Add(3, (*file)->fd()).ok());
+    file_ = std::move(*file);
+  }
+  rte_mbuf* Roce(uint32_t qpn, Opcode op = Opcode::kRcSendOnly, uint32_t src_qpn = 0, const Gid& sip = Ip(1),
+                 const Gid& dip = Ip(1), const MacAddress& smac = kHostMac) {
+    rte_mbuf* m = pmd::testing::RoceFrame(pool_.get(), smac, sip, kHostMac, dip, qpn, op, src_qpn);
+    EXPECT_NE(m, nullptr);
+    return m;
+  }
+  uint16_t Send(LocalLinks* links, std::vector<rte_mbuf*> frames) {
+    const uint16_t sent = links->TxBurst(frames.data(), static_cast<uint16_t>(frames.size()));
+    for (size_t i = sent; i < frames.size(); ++i) rte_pktmbuf_free(frames[i]);
+    return sent;
+  }
+  // Everything `links` receives now (kept, freed at teardown).
+  size_t Receive(LocalLinks* links) {
+    rte_mbuf* burst[32];
+    size_t total = 0;
+    for (uint16_t n; (n = links->RxBurst(burst, 32)) != 0; total += n) received_.insert(received_.end(), burst, burst + n);
+    return total;
+  }
+
+  MempoolPtr pool_;
+  QueuePort daemon_a_, daemon_b_;
+  std::unique_ptr<LocalLinks> a_, b_;
+  std::unique_ptr<ShmChannel> file_;
+  std::vector<rte_mbuf*> received_;
+};
+
+TEST_F(LocalLinksTest, WithoutALinkEverythingGoesToTheDaemonButOurOwnQpsLoop) {
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5)), Roce(1, Opcode::kUdSendOnly, 1), Roce(Qpn(3, 9))}), 3);
+  EXPECT_EQ(daemon_a_.out.size(), 2u);  // to slot 7 (no link yet) and the CM's QP 1
+  EXPECT_EQ(Receive(a_.get()), 1u);     // QP 3:9 is ours: round the loop
+  EXPECT_EQ(a_->counters().loop_frames, 1u);
+  EXPECT_EQ(a_->counters().daemon_tx_frames, 2u);
+}
+
+TEST_F(LocalLinksTest, LinkedProcessesTalkStraightAndTheDaemonKeepsTheRest) {
+  Link();
+  const Gid other_host = Ip(9);
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5)), Roce(Qpn(7, 6)), Roce(1, Opcode::kUdSendOnly, 1),
+                            Roce(Qpn(7, 5), Opcode::kRcSendOnly, 0, Ip(1), other_host)}),
+            4);
+  // QP 1 and the frame to another host went to the daemon.
+  EXPECT_EQ(daemon_a_.out.size(), 2u);
+  EXPECT_EQ(Receive(b_.get()), 2u);
+  EXPECT_EQ(b_->counters().link_rx_frames, 2u);
+  // And back the other way.
+  EXPECT_EQ(Send(b_.get(), {Roce(Qpn(3, 1))}), 1);
+  EXPECT_EQ(Receive(a_.get()), 1u);
+  EXPECT_EQ(a_->counters().links, 1u);
+}
+
+TEST_F(LocalLinksTest, ANewLinkWaitsUntilTheSwitchTookWhatWentBefore) {
+  // a's port to the daemon is a real channel here: the link must not carry
+  // frames to b while frames to b still wait in it for the switch, or they
+  // would overtake them.
+  auto port = ShmChannel::Create(64, 1518);
+  ASSERT_TRUE(port.ok());
+  auto process_side = ShmChannel::Map((*port)->fd());
+  ASSERT_TRUE(process_side.ok());
+  ShmPortIo port_io(process_side->get(), pool_.get());
+  LocalLinks::Options o;
+  o.daemon = &port_io;
+  o.daemon_channel = process_side->get();
+  o.pool = pool_.get();
+  o.own_slot = 3;
+  o.mac = kHostMac;
+  o.gids = {Ip(1)};
+  a_ = std::make_unique<LocalLinks>(o);
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);  // before the link: to the switch
+  Link();
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);  // the switch has not taken the first yet
+  EXPECT_EQ(Receive(b_.get()), 0u);
+  EXPECT_EQ(a_->counters().daemon_tx_frames, 2u);
+  // The switch takes both (and passes them on); from now on the link.
+  rte_mbuf* taken[4];
+  EXPECT_EQ((*port)->Receive(taken, 4, pool_.get()), 2);
+  rte_pktmbuf_free_bulk(taken, 2);
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);
+  // And stays on it, whatever waits for the switch (a CM MAD here).
+  EXPECT_EQ(Send(a_.get(), {Roce(1, Opcode::kUdSendOnly, 1), Roce(Qpn(7, 5))}), 2);
+  EXPECT_EQ(Receive(b_.get()), 2u);
+  EXPECT_EQ(a_->counters().link_tx_frames, 2u);
+  a_.reset();  // before the channel it sends on
+}
+
+TEST_F(LocalLinksTest, ALinkedProcessMaySendOnlyAsTheHostToOurQps) {
+  Link();
+  // Written straight into the link as a hostile process would (its own
+  // LocalLinks would route none of these there).
+  std::vector<rte_mbuf*> hostile = {
+      Roce(Qpn(3, 1), Opcode::kRcSendOnly, 0, Ip(9)),                     // as another host
+      Roce(Qpn(3, 1), Opcode::kRcSendOnly, 0, Ip(1), Ip(1), kOtherMac),   // another MAC
+      Roce(Qpn(5, 1)),                                                    // not our QPN
+      Roce(1, Opcode::kUdSendOnly, 1),                                    // QP 1: the daemon's to route
+      Roce(Qpn(3, 1), Opcode::kUdSendOnly, Qpn(9, 1)),                    // UD from another's lease
+      Roce(Qpn(3, 1), Opcode::kUdSendOnly, Qpn(7, 1)),                    // fine
+  };
+  // a (slot 3) maps the link as its kDaemon side: slot 7 writes the other ring.
+  auto as_b = ShmChannel::Map(file_->fd(), ShmChannel::Side::kProcess);
+  ASSERT_TRUE(as_b.ok());
+  ASSERT_EQ((*as_b)->Send(hostile.data(), static_cast<uint16_t>(hostile.size())), hostile.size());
+  EXPECT_EQ(Receive(a_.get()), 1u);
+  EXPECT_EQ(a_->counters().rx_refused, 5u);
+}
+
+TEST_F(LocalLinksTest, AFullLinkHoldsTheRestInOrder) {
+  Link(/*slots=*/4);
+  std::vector<rte_mbuf*> frames;
+  for (uint32_t i = 0; i < 6; ++i) frames.push_back(Roce(Qpn(7, i)));
+  frames.push_back(Roce(Qpn(9, 1)));  // to the daemon, behind them
+  // Four fit; the caller keeps the rest, the daemon's frame included.
+  EXPECT_EQ(a_->TxBurst(frames.data(), 7), 4);
+  EXPECT_TRUE(daemon_a_.out.empty());
+  EXPECT_EQ(Receive(b_.get()), 4u);
+  EXPECT_EQ(a_->TxBurst(frames.data() + 4, 3), 3);
+  EXPECT_EQ(daemon_a_.out.size(), 1u);
+  EXPECT_EQ(Receive(b_.get()), 2u);
+}
+
+TEST_F(LocalLinksTest, AClosedOrRemovedLinkSendsThroughTheDaemonAgain) {
+  Link();
+  file_->MarkClosed();  // the daemon: slot 7's process ended
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);
+  EXPECT_EQ(daemon_a_.out.size(), 1u);
+  b_->Remove(3);
+  EXPECT_EQ(Send(b_.get(), {Roce(Qpn(3, 5))}), 1);
+  EXPECT_EQ(daemon_b_.out.size(), 1u);
+  EXPECT_EQ(b_->counters().links, 0u);
+  // The removed link is unmapped once the polling side has moved on.
+  Receive(b_.get());
+  b_->Reclaim();
+}
+
+TEST_F(LocalLinksTest, BadLinksAreRefused) {
+  auto file = ShmChannel::Create(8, 1518);
+  ASSERT_TRUE(file.ok());
+  EXPECT_FALSE(a_->Add(3, (*file)->fd()).ok());    // our own slot
+  EXPECT_FALSE(a_->Add(0, (*file)->fd()).ok());    // QP 1's
+  EXPECT_FALSE(a_->Add(255, (*file)->fd()).ok());  // beyond the leases
+  EXPECT_FALSE(a_->Add(7, -1).ok());
+  EXPECT_EQ(a_->counters().links, 0u);
+}
+
+}  // namespace
+}  // namespace uroce::host

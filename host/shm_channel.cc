@@ -1,0 +1,212 @@
+#include "host/shm_channel.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace uroce::host {
+namespace {
+
+constexpr uint64_t kMagic = 0x4d485345434f5255ull;  // "UROCESHM", little-endian
+constexpr uint32_t kVersion = 1;
+constexpr size_t kLine = 64;
+constexpr size_t kHeader = kLine;
+constexpr size_t kSlotHeader = 4;  // the frame's length
+
+uint32_t SlotSizeFor(uint32_t max_frame) {
+  return static_cast<uint32_t>((kSlotHeader + max_frame + kLine - 1) / kLine * kLine);
+}
+
+bool PowerOfTwo(uint32_t n) { return n >= 2 && (n & (n - 1)) == 0; }
+
+uint32_t LoadAcquire(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+void StoreRelease(uint32_t* p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+}  // namespace
+
+struct ShmChannel::Header {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t slots;
+  uint32_t slot_size;
+  uint32_t max_frame;
+  // Set by the daemon when one of a local link's two processes ended
+  // (MarkClosed): the other stops sending into it. Advice only: a process
+  // that writes it harms only its own link.
+  uint32_t closed;
+};
+
+// One ring: the producer's index, the consumer's (each on its own cache
+// line), then the slots.
+struct ShmChannel::Ring {
+  uint32_t* produced() { return reinterpret_cast<uint32_t*>(this); }
+  uint32_t* consumed() { return reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(this) + kLine); }
+  uint8_t* slot(uint32_t index, uint32_t slots, uint32_t slot_size) {
+    return reinterpret_cast<uint8_t*>(this) + 2 * kLine + static_cast<size_t>(index & (slots - 1)) * slot_size;
+  }
+};
+
+size_t ShmChannel::FileSize(uint32_t slots, uint32_t slot_size) {
+  return kHeader + 2 * (2 * kLine + static_cast<size_t>(slots) * slot_size);
+}
+
+ShmChannel::Ring* ShmChannel::ring(bool to_process) const {
+  const size_t ring_bytes = 2 * kLine + static_cast<size_t>(slots_) * slot_size_;
+  return reinterpret_cast<Ring*>(static_cast<uint8_t*>(base_) + kHeader + (to_process ? 0 : ring_bytes));
+}
+
+StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(uint32_t slots, uint32_t max_frame) {
+  if (!PowerOfTwo(slots) || slots > 65536) return InvalidArgument("shm channel: slots must be a power of two, 2..65536");
+  if (max_frame < 64 || max_frame > 16384) return InvalidArgument("shm channel: frames of 64..16384 bytes");
+  std::unique_ptr<ShmChannel> c(new ShmChannel());
+  c->side_ = Side::kDaemon;
+  c->slots_ = slots;
+  c->max_frame_ = max_frame;
+  c->slot_size_ = SlotSizeFor(max_frame);
+  c->size_ = FileSize(slots, c->slot_size_);
+  c->fd_ = memfd_create("uroce-port", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (c->fd_ < 0) return IoError(std::string("memfd_create: ") + std::strerror(errno));
+  // Sealed at its size: a process that truncated the file would make the
+  // daemon's next read of it a SIGBUS.
+  if (ftruncate(c->fd_, static_cast<off_t>(c->size_)) != 0 ||
+      fcntl(c->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return IoError(std::string("sizing the shared port: ") + std::strerror(errno));
+  }
+  c->base_ = mmap(nullptr, c->size_, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd_, 0);
+  if (c->base_ == MAP_FAILED) {
+    c->base_ = nullptr;
+    return IoError(std::string("mmap of the shared port: ") + std::strerror(errno));
+  }
+  Header h{kMagic, kVersion, slots, c->slot_size_, max_frame, 0};
+  std::memcpy(c->base_, &h, sizeof(h));
+  return c;
+}
+
+StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Map(int fd, Side side) {
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return InvalidArgument("shm channel: not a file");
+  // Only a sealed file cannot shrink under us (SIGBUS).
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+    return InvalidArgument("shm channel: the file is not sealed against resizing");
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size < kHeader) return InvalidArgument("shm channel: file too small");
+  Header h;
+  if (pread(fd, &h, sizeof(h), 0) != static_cast<ssize_t>(sizeof(h))) return InvalidArgument("shm channel: no header");
+  if (h.magic != kMagic || h.version != kVersion) return InvalidArgument("shm channel: not a uroce port (version?)");
+  if (!PowerOfTwo(h.slots) || h.slots > 65536 || h.max_frame < 64 || h.max_frame > 16384 ||
+      h.slot_size != SlotSizeFor(h.max_frame) || FileSize(h.slots, h.slot_size) != size) {
+    return InvalidArgument("shm channel: inconsistent geometry");
+  }
+  std::unique_ptr<ShmChannel> c(new ShmChannel());
+  c->side_ = side;
+  c->slots_ = h.slots;
+  c->slot_size_ = h.slot_size;
+  c->max_frame_ = h.max_frame;
+  c->size_ = size;
+  c->base_ = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (c->base_ == MAP_FAILED) {
+    c->base_ = nullptr;
+    return IoError(std::string("mmap of the shared port: ") + std::strerror(errno));
+  }
+  // A forked child attaches on its own (api/verbs/provider.h,
+  // ForgetParentAfterFork); its parent's rings are not to be in it at all,
+  // so that nothing in the child can consume or corrupt them (madvise(2)).
+  (void)madvise(c->base_, size, MADV_DONTFORK);
+  // Pick up where the indices are (a fresh file: 0).
+  c->consumed_ = LoadAcquire(c->ring(side == Side::kProcess)->consumed());
+  c->produced_ = LoadAcquire(c->ring(side != Side::kProcess)->produced());
+  return c;
+}
+
+ShmChannel::Header* ShmChannel::header() const {
+  static_assert(sizeof(Header) <= kHeader, "header fits its line");
+  return static_cast<Header*>(base_);
+}
+
+void ShmChannel::MarkClosed() { __atomic_store_n(&header()->closed, 1u, __ATOMIC_RELEASE); }
+
+bool ShmChannel::closed() const { return __atomic_load_n(&header()->closed, __ATOMIC_RELAXED) != 0; }
+
+ShmChannelTraffic ShmChannel::Traffic() const {
+  return {LoadAcquire(ring(true)->produced()), LoadAcquire(ring(false)->produced())};
+}
+
+ShmChannel::~ShmChannel() {
+  if (base_ != nullptr) munmap(base_, size_);
+  if (fd_ >= 0) close(fd_);
+}
+
+uint16_t ShmChannel::Receive(rte_mbuf** pkts, uint16_t n, rte_mempool* pool) {
+  Ring* r = ring(side_ == Side::kProcess);
+  const uint32_t produced = LoadAcquire(r->produced());
+  const uint32_t available = produced - consumed_;
+  if (available == 0) return 0;
+  if (available > slots_) {
+    // Nothing sane to read; wait for the peer to put it right (or go).
+    counters_.rx_bad_index++;
+    return 0;
+  }
+  const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(available, n));
+  if (rte_pktmbuf_alloc_bulk(pool, pkts, want) != 0) {
+    counters_.rx_no_mbuf++;
+    return 0;
+  }
+  uint16_t got = 0;
+  for (uint16_t i = 0; i < want; ++i) {
+    const uint8_t* slot = r->slot(consumed_++, slots_, slot_size_);
+    uint32_t length;
+    std::memcpy(&length, slot, sizeof(length));  // read once
+    rte_mbuf* m = pkts[got];
+    char* data = length == 0 || length > max_frame_ ? nullptr : rte_pktmbuf_append(m, static_cast<uint16_t>(length));
+    if (data == nullptr) {
+      counters_.rx_bad_length++;
+      continue;  // the slot is skipped; its mbuf serves the next one
+    }
+    std::memcpy(data, slot + kSlotHeader, length);
+    ++got;
+  }
+  if (got < want) rte_pktmbuf_free_bulk(pkts + got, want - got);
+  StoreRelease(r->consumed(), consumed_);
+  counters_.rx_frames += got;
+  return got;
+}
+
+bool ShmChannel::SendDrained() const {
+  return LoadAcquire(ring(side_ == Side::kDaemon)->consumed()) == produced_;
+}
+
+uint16_t ShmChannel::Send(rte_mbuf** pkts, uint16_t n) {
+  Ring* r = ring(side_ == Side::kDaemon);
+  const uint32_t consumed = LoadAcquire(r->consumed());
+  const uint32_t used = produced_ - consumed;
+  // A peer that claims to have read what was never written leaves no room.
+  const uint32_t room = used > slots_ ? 0 : slots_ - used;
+  const uint16_t take = static_cast<uint16_t>(std::min<uint32_t>(room, n));
+  for (uint16_t i = 0; i < take; ++i) {
+    rte_mbuf* m = pkts[i];
+    const uint32_t length = rte_pktmbuf_pkt_len(m);
+    if (length == 0 || length > max_frame_) {
+      counters_.tx_too_long++;
+      continue;
+    }
+    uint8_t* slot = r->slot(produced_++, slots_, slot_size_);
+    std::memcpy(slot, &length, sizeof(length));
+    // Chained mbufs (large frames from a pool of small buffers) copy whole.
+    const void* data = rte_pktmbuf_read(m, 0, length, slot + kSlotHeader);
+    if (data != slot + kSlotHeader) std::memcpy(slot + kSlotHeader, data, length);
+    counters_.tx_frames++;
+  }
+  if (take != 0) StoreRelease(r->produced(), produced_);
+  rte_pktmbuf_free_bulk(pkts, take);
+  return take;
+}
+
+}  // namespace uroce::host

@@ -1,0 +1,128 @@
+// A process's port to `uroce daemon`: two rings of frames in one shared
+// memory file (memfd_create(2), sealed against resizing), one ring each way.
+// The daemon creates the file, maps it, and hands the descriptor to the
+// process over its control session (SCM_RIGHTS); each side copies frames in
+// and out of its own mbufs, as memif's copy mode does.
+//
+// Why not memif: DPDK 22.11's memif handles its control channel on EAL's
+// interrupt thread. In a daemon that hot-plugs a port per process, a process
+// that exits mid-traffic had the interrupt thread unmap the port's rings
+// while the switch was reading them (SIGSEGV), and two processes attaching
+// at once broke memif's socket bookkeeping (a double free, then a PANIC in
+// eal-intr-thread). Here the daemon's one thread does everything: the
+// mapping stays until the daemon releases the session itself, whether the
+// process exited, crashed or was killed.
+//
+// Trust: the other side may write anything into the shared memory at any
+// moment. A reader takes the peer's index once per burst, refuses one that
+// claims more than the ring holds, reads each slot's length once and checks
+// it, and copies the frame into its own mbuf before anyone parses it; the
+// geometry comes from the creator's own copy, never from the shared header
+// (the process checks the header against the file's size when it maps it).
+//
+// Each ring has one producer and one consumer, each index written by its
+// side only (release stores, acquire loads): no lock, no system call.
+#pragma once
+
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "common/status.h"
+#include "transport/packet_io.h"
+
+namespace uroce::host {
+
+struct ShmChannelCounters {
+  uint64_t rx_frames = 0, tx_frames = 0;
+  uint64_t rx_bad_length = 0;   // a slot whose length the reader refused
+  uint64_t rx_bad_index = 0;    // the peer's index claimed more than the ring holds
+  uint64_t rx_no_mbuf = 0;      // frames left in the ring: the pool was empty
+  uint64_t tx_too_long = 0;     // frames longer than a slot, dropped
+};
+
+// Frames each way so far, as the shared indices say (the creator's view of
+// a file both ends can write: for display, never trusted). They wrap at 2^32.
+struct ShmChannelTraffic {
+  uint32_t to_process = 0, from_process = 0;
+};
+
+class ShmChannel {
+ public:
+  enum class Side { kDaemon, kProcess };
+
+  // The daemon's side: a new file with `slots` (a power of two, 2..65536)
+  // slots of room for frames of up to `max_frame` bytes, each way.
+  static StatusOr<std::unique_ptr<ShmChannel>> Create(uint32_t slots, uint32_t max_frame);
+  // A process's side, from the descriptor the daemon sent (not taken over:
+  // the caller closes it). kInvalidArgument for a file that is not one.
+  // A local link between two processes (host/local_links.h) is mapped by
+  // one as kDaemon (it sends on the "to process" ring) and by the other as
+  // kProcess.
+  static StatusOr<std::unique_ptr<ShmChannel>> Map(int fd, Side side = Side::kProcess);
+  ~ShmChannel();
+  ShmChannel(const ShmChannel&) = delete;
+  ShmChannel& operator=(const ShmChannel&) = delete;
+
+  // The daemon's side: the file, to hand to the process.
+  int fd() const { return fd_; }
+  Side side() const { return side_; }
+  uint32_t slots() const { return slots_; }
+  uint32_t max_frame() const { return max_frame_; }
+
+  // Fast path, one thread per side. Receive: up to n frames the other side
+  // sent, each copied into a new mbuf from `pool`. Send: copies up to n
+  // frames into the ring and frees those mbufs; returns how many it took
+  // (a full ring takes fewer; a frame longer than a slot is dropped and
+  // counted, and counts as taken).
+  uint16_t Receive(rte_mbuf** pkts, uint16_t n, rte_mempool* pool);
+  uint16_t Send(rte_mbuf** pkts, uint16_t n);
+
+  const ShmChannelCounters& counters() const { return counters_; }
+  // The sending side's thread: everything we sent has been taken by the
+  // other side (one shared load).
+  bool SendDrained() const;
+
+  // A local link whose process on the other end ended: the daemon marks it
+  // (any thread), the survivor reads it (closed(), a relaxed load of a
+  // shared line that changes once).
+  void MarkClosed();
+  bool closed() const;
+  ShmChannelTraffic Traffic() const;
+
+  // The file's size for this geometry (the process checks it).
+  static size_t FileSize(uint32_t slots, uint32_t slot_size);
+
+ private:
+  ShmChannel() = default;
+  struct Ring;
+  Ring* ring(bool to_process) const;
+  struct Header;
+  Header* header() const;
+
+  Side side_ = Side::kDaemon;
+  int fd_ = -1;
+  void* base_ = nullptr;
+  size_t size_ = 0;
+  uint32_t slots_ = 0, slot_size_ = 0, max_frame_ = 0;
+  // Our own copies of our side's indices: the shared ones are only told.
+  uint32_t produced_ = 0, consumed_ = 0;
+  ShmChannelCounters counters_;
+};
+
+// A ShmChannel as a port (the engine's wire in the process, a switch port in
+// the daemon). Receive buffers come from `pool`.
+class ShmPortIo final : public transport::PacketIo {
+ public:
+  ShmPortIo(ShmChannel* channel, rte_mempool* pool) : channel_(channel), pool_(pool) {}
+  uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override { return channel_->Receive(pkts, n, pool_); }
+  uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override { return channel_->Send(pkts, n); }
+
+ private:
+  ShmChannel* channel_;
+  rte_mempool* pool_;
+};
+
+}  // namespace uroce::host

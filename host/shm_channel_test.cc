@@ -1,0 +1,175 @@
+// The daemon's shared-memory port (host/shm_channel.h): frames both ways,
+// full rings, and a peer that writes nonsense into the shared memory.
+#include "host/shm_channel.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "pmd/mempool.h"
+
+namespace uroce::host {
+
+using pmd::AvailableMbufs;
+using pmd::CreatePktPool;
+using pmd::MempoolPtr;
+
+namespace {
+
+constexpr unsigned kPoolSize = 1023;
+
+class ShmChannelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto pool = CreatePktPool({.name = "shm_test", .mbufs = kPoolSize, .per_core_cache = 0});
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    pool_ = std::move(*pool);
+    auto daemon = ShmChannel::Create(8, 1518);
+    ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+    daemon_ = std::move(*daemon);
+    auto process = ShmChannel::Map(daemon_->fd());
+    ASSERT_TRUE(process.ok()) << process.status().ToString();
+    process_ = std::move(*process);
+  }
+  void TearDown() override {
+    daemon_.reset();
+    process_.reset();
+    EXPECT_EQ(AvailableMbufs(pool_.get()), kPoolSize) << "a buffer leaked";
+  }
+  rte_mbuf* Frame(uint32_t length, uint8_t fill) {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+    std::memset(rte_pktmbuf_append(m, static_cast<uint16_t>(length)), fill, length);
+    return m;
+  }
+  // The shared memory as the other side sees it (a second mapping).
+  uint8_t* Shared() {
+    if (shared_ == nullptr) {
+      shared_size_ = ShmChannel::FileSize(8, 1536);
+      shared_ = static_cast<uint8_t*>(mmap(nullptr, shared_size_, PROT_READ | PROT_WRITE, MAP_SHARED, daemon_->fd(), 0));
+    }
+    return shared_;
+  }
+  ~ShmChannelTest() override {
+    if (shared_ != nullptr) munmap(shared_, shared_size_);
+  }
+
+  MempoolPtr pool_;
+  std::unique_ptr<ShmChannel> daemon_, process_;
+  uint8_t* shared_ = nullptr;
+  size_t shared_size_ = 0;
+};
+
+TEST_F(ShmChannelTest, FramesGoBothWaysWholeAndInOrder) {
+  rte_mbuf* out[3] = {Frame(60, 1), Frame(1518, 2), Frame(300, 3)};
+  ASSERT_EQ(daemon_->Send(out, 3), 3);
+  rte_mbuf* in[8];
+  ASSERT_EQ(process_->Receive(in, 8, pool_.get()), 3);
+  const uint32_t lengths[3] = {60, 1518, 300};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rte_pktmbuf_pkt_len(in[i]), lengths[i]);
+    EXPECT_EQ(rte_pktmbuf_mtod(in[i], uint8_t*)[lengths[i] - 1], i + 1);
+  }
+  // Back the other way, in the same mbufs.
+  ASSERT_EQ(process_->Send(in, 3), 3);
+  ASSERT_EQ(daemon_->Receive(in, 8, pool_.get()), 3);
+  EXPECT_EQ(rte_pktmbuf_pkt_len(in[1]), 1518u);
+  rte_pktmbuf_free_bulk(in, 3);
+  EXPECT_EQ(daemon_->Receive(in, 8, pool_.get()), 0);
+  EXPECT_EQ(process_->counters().rx_frames, 3u);
+}
+
+TEST_F(ShmChannelTest, AFullRingTakesWhatFitsAndTooLongFramesAreDropped) {
+  std::vector<rte_mbuf*> out;
+  for (int i = 0; i < 10; ++i) out.push_back(Frame(100, static_cast<uint8_t>(i)));
+  EXPECT_EQ(daemon_->Send(out.data(), 10), 8);  // 8 slots
+  EXPECT_EQ(daemon_->Send(out.data() + 8, 2), 0);
+  rte_mbuf* in[16];
+  ASSERT_EQ(process_->Receive(in, 16, pool_.get()), 8);
+  EXPECT_EQ(rte_pktmbuf_mtod(in[7], uint8_t*)[0], 7);
+  rte_pktmbuf_free_bulk(in, 8);
+  EXPECT_EQ(daemon_->Send(out.data() + 8, 2), 2);
+  ASSERT_EQ(process_->Receive(in, 16, pool_.get()), 2);
+  rte_pktmbuf_free_bulk(in, 2);
+  // A frame longer than a slot holds is dropped, and counted as taken.
+  rte_mbuf* big = rte_pktmbuf_alloc(pool_.get());
+  rte_mbuf* tail = Frame(1000, 9);
+  std::memset(rte_pktmbuf_append(big, 1000), 9, 1000);
+  ASSERT_EQ(rte_pktmbuf_chain(big, tail), 0);  // 2000 bytes in two segments
+  EXPECT_EQ(daemon_->Send(&big, 1), 1);
+  EXPECT_EQ(daemon_->counters().tx_too_long, 1u);
+  EXPECT_EQ(process_->Receive(in, 16, pool_.get()), 0);
+}
+
+TEST_F(ShmChannelTest, ChainedFramesAreCopiedWhole) {
+  rte_mbuf* head = Frame(700, 4);
+  rte_mbuf* tail = Frame(500, 5);
+  ASSERT_EQ(rte_pktmbuf_chain(head, tail), 0);
+  ASSERT_EQ(process_->Send(&head, 1), 1);
+  rte_mbuf* in[1];
+  ASSERT_EQ(daemon_->Receive(in, 1, pool_.get()), 1);
+  ASSERT_EQ(rte_pktmbuf_pkt_len(in[0]), 1200u);
+  EXPECT_EQ(rte_pktmbuf_mtod(in[0], uint8_t*)[699], 4);
+  EXPECT_EQ(rte_pktmbuf_mtod(in[0], uint8_t*)[700], 5);
+  rte_pktmbuf_free(in[0]);
+}
+
+// The process may write anything into the shared memory: the daemon reads
+// nothing it should not and keeps every buffer.
+TEST_F(ShmChannelTest, NonsenseFromTheProcessIsRefused) {
+  // Ring 1 (process to daemon) starts after the header and ring 0.
+  const size_t ring1 = 64 + 2 * 64 + 8 * 1536;
+  uint8_t* produced = Shared() + ring1;
+  uint8_t* slots = produced + 128;
+  rte_mbuf* in[16];
+  // An index far ahead of what the ring holds.
+  uint32_t index = 1000;
+  std::memcpy(produced, &index, 4);
+  EXPECT_EQ(daemon_->Receive(in, 16, pool_.get()), 0);
+  EXPECT_EQ(daemon_->counters().rx_bad_index, 1u);
+  // Three slots: a length of 0, one beyond a slot, one right.
+  const uint32_t lengths[3] = {0, 0xFFFFFFFF, 64};
+  for (int i = 0; i < 3; ++i) std::memcpy(slots + i * 1536, &lengths[i], 4);
+  index = 3;
+  std::memcpy(produced, &index, 4);
+  ASSERT_EQ(daemon_->Receive(in, 16, pool_.get()), 1);
+  EXPECT_EQ(rte_pktmbuf_pkt_len(in[0]), 64u);
+  EXPECT_EQ(daemon_->counters().rx_bad_length, 2u);
+  rte_pktmbuf_free(in[0]);
+  // A consumer index that claims more was read than was written: no room.
+  uint8_t* consumed0 = Shared() + 64 + 64;
+  index = 12345;
+  std::memcpy(consumed0, &index, 4);
+  rte_mbuf* out = Frame(64, 1);
+  EXPECT_EQ(daemon_->Send(&out, 1), 0);
+  rte_pktmbuf_free(out);
+}
+
+TEST_F(ShmChannelTest, MapRefusesWhatIsNotAPort) {
+  EXPECT_FALSE(ShmChannel::Map(-1).ok());
+  // Not sealed.
+  const int plain = memfd_create("plain", MFD_CLOEXEC);
+  ASSERT_GE(plain, 0);
+  ASSERT_EQ(ftruncate(plain, static_cast<off_t>(ShmChannel::FileSize(8, 1536))), 0);
+  EXPECT_NE(ShmChannel::Map(plain).status().message().find("sealed"), std::string::npos);
+  close(plain);
+  // Sealed, but a bad header (the real one, changed).
+  auto other = ShmChannel::Create(8, 1518);
+  ASSERT_TRUE(other.ok());
+  uint8_t* mem = static_cast<uint8_t*>(
+      mmap(nullptr, ShmChannel::FileSize(8, 1536), PROT_READ | PROT_WRITE, MAP_SHARED, (*other)->fd(), 0));
+  ASSERT_NE(mem, MAP_FAILED);
+  mem[12] = 16;  // slots: 8 -> 16, which the file's size does not hold
+  EXPECT_NE(ShmChannel::Map((*other)->fd()).status().message().find("geometry"), std::string::npos);
+  mem[12] = 8;
+  mem[0] ^= 1;  // magic
+  EXPECT_FALSE(ShmChannel::Map((*other)->fd()).ok());
+  munmap(mem, ShmChannel::FileSize(8, 1536));
+  EXPECT_FALSE(ShmChannel::Create(6, 1518).ok());
+  EXPECT_FALSE(ShmChannel::Create(8, 100000).ok());
+}
+
+}  // namespace
+}  // namespace uroce::host
