@@ -881,6 +881,10 @@ void Daemon::Release(Session& s) {
         static_cast<long long>(s.pid), s.program.c_str(), s.slot, static_cast<unsigned long long>(c.rx_frames),
         static_cast<unsigned long long>(c.tx_frames),
         static_cast<unsigned long long>(c.rx_dropped + c.tx_full));
+    // What it sent before it ended still leaves (a REJ or DREQ written just
+    // before exit), as a NIC sends what was posted: one round of every
+    // switch takes its rings before the slot goes.
+    for (auto& u : uplinks_) u->sw->Poll();
     for (auto& u : uplinks_) u->sw->Detach(s.slot);
     released_ns_[s.slot] = NowNs();
     CloseLinksOf(s.slot);

@@ -138,6 +138,18 @@ Status ResolveNeighbor(int device, const Gid& peer, int timeout_ms) {
   return neighbors->Resolve(peer, timeout_ms > 0 ? static_cast<unsigned>(timeout_ms) : 0);
 }
 
+// No Registry::mutex held. What the connection manager queued on `device`'s
+// QP 1 (a REJ) leaves before the call returns: a program may end right
+// after it (pyverbs' test processes end with _exit, so no exit handler
+// runs), and the kernel's ib_cm sends a REJ whatever its caller does next.
+// One inline poll of the device's engine sends it; with engine lcores, or
+// while another thread polls, that thread does.
+void TransmitNow(int device) {
+  runtime::Runtime* runtime = verbs::Provider::Get().runtime();
+  if (runtime == nullptr || device < 0 || static_cast<size_t>(device) >= runtime->endpoint_count()) return;
+  verbs::Provider::Get().ProgressFromPoll(runtime->endpoint(static_cast<size_t>(device)).endpoint.engine.get());
+}
+
 ConnectionManager* CmForDevice(int device) {
   auto cm = verbs::ConnectionManagers::Get().ForDevice(static_cast<size_t>(device));
   if (!cm.ok()) {
@@ -708,13 +720,18 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
 int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
   if (id == nullptr) return Fail(EINVAL);
   if (private_data_len > cm::kCmRejPrivateDataSize) return Fail(EINVAL);
-  std::lock_guard<std::mutex> lock(GetRegistry().mutex);
-  CmId* ours = CmId::From(id);
-  if (ours->state != IdState::kConnectRequest) return Fail(EINVAL);
-  Status rejected = ours->cm->Reject(ours->connection, static_cast<const uint8_t*>(private_data),
-                                     private_data == nullptr ? 0 : private_data_len);
-  if (!rejected.ok()) return Fail(rejected.ToErrno());
-  ours->state = IdState::kRejected;
+  int device = -1;
+  {
+    std::lock_guard<std::mutex> lock(GetRegistry().mutex);
+    CmId* ours = CmId::From(id);
+    if (ours->state != IdState::kConnectRequest) return Fail(EINVAL);
+    Status rejected = ours->cm->Reject(ours->connection, static_cast<const uint8_t*>(private_data),
+                                       private_data == nullptr ? 0 : private_data_len);
+    if (!rejected.ok()) return Fail(rejected.ToErrno());
+    ours->state = IdState::kRejected;
+    device = ours->device;
+  }
+  TransmitNow(device);
   return 0;
 }
 
