@@ -147,7 +147,7 @@ Status ResolveNeighbor(int device, const Gid& peer, int timeout_ms) {
 void TransmitNow(int device) {
   runtime::Runtime* runtime = verbs::Provider::Get().runtime();
   if (runtime == nullptr || device < 0 || static_cast<size_t>(device) >= runtime->endpoint_count()) return;
-  verbs::Provider::Get().ProgressFromPoll(runtime->endpoint(static_cast<size_t>(device)).endpoint.engine.get());
+  verbs::Provider::Get().PollOnce(runtime->endpoint(static_cast<size_t>(device)).endpoint.engine.get());
 }
 
 ConnectionManager* CmForDevice(int device) {

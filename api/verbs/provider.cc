@@ -573,6 +573,14 @@ void Provider::ProgressFromPoll(const transport::Engine* engine) {
   }
 }
 
+void Provider::PollOnce(const transport::Engine* engine) {
+  if (inline_ && runtime_) {
+    t_in_progress = true;
+    runtime_->Progress(engine);
+    t_in_progress = false;
+  }
+}
+
 void Provider::NoteArmed() {
   armed_.fetch_add(1, std::memory_order_acq_rel);
   WakeProgress();

@@ -76,6 +76,11 @@ class Provider {
   // (runtime::Runtime::Progress(polled)); null: every engine. Engine mode:
   // nothing.
   void ProgressFromPoll(const transport::Engine* engine);
+  // Inline mode: one poll of `engine` for a control call that must see its
+  // frames leave now (rdma_reject); unlike ProgressFromPoll it does not
+  // tell the progress thread that an application thread polls. Engine
+  // mode: nothing (the engine lcore sends them).
+  void PollOnce(const transport::Engine* engine);
 
   // The application's object for an engine object (async events).
   ibv_qp* QpFor(const transport::QueuePair* qp);
