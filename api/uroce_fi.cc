@@ -5,13 +5,13 @@
 #include <infiniband/verbs.h>
 
 #include "common/status.h"
-#include "cq/completion_queue.h"
+#include "cq/fabric_cq.h"
 #include "cq/counter.h"
 #include "cq/event_queue.h"
 
 namespace {
 
-using uroce::cq::CompletionQueue;
+using uroce::cq::FabricCq;
 using uroce::cq::Counter;
 using uroce::cq::EndpointBindings;
 using uroce::cq::EventQueue;
@@ -21,7 +21,7 @@ using uroce::cq::EventQueue;
 int FabricError(const uroce::Status& status) { return -status.ToErrno(); }
 
 EndpointBindings* BindingsOf(struct fid* fid) {
-  if (CompletionQueue* cq = CompletionQueue::FromFid(fid)) {
+  if (FabricCq* cq = FabricCq::FromFid(fid)) {
     return &cq->bindings();
   }
   if (Counter* cntr = Counter::FromFid(fid)) return &cntr->bindings();
@@ -36,7 +36,7 @@ extern "C" {
 int uroce_cq_open(const struct fi_cq_attr* attr, struct fid_cq** cq,
                   void* context) {
   if (attr == nullptr || cq == nullptr) return -FI_EINVAL;
-  auto opened = CompletionQueue::Open(*attr, context);
+  auto opened = FabricCq::Open(*attr, context);
   if (!opened.ok()) return FabricError(opened.status());
   *cq = (*opened).release()->fid();
   return 0;
@@ -62,7 +62,7 @@ int uroce_eq_open(const struct fi_eq_attr* attr, struct fid_eq** eq,
 
 ssize_t uroce_cq_push_wc(struct fid_cq* cq, const struct ibv_wc* wc,
                          size_t count) {
-  CompletionQueue* queue = CompletionQueue::FromFid(cq);
+  FabricCq* queue = FabricCq::FromFid(cq);
   if (queue == nullptr || (wc == nullptr && count > 0)) return -FI_EINVAL;
   return static_cast<ssize_t>(queue->PushCompletions(wc, count));
 }
@@ -102,7 +102,7 @@ int uroce_fid_unbind_ep(struct fid* fid) {
 }
 
 int uroce_trywait(struct fid* fid) {
-  if (CompletionQueue* cq = CompletionQueue::FromFid(fid)) return cq->TryWait();
+  if (FabricCq* cq = FabricCq::FromFid(fid)) return cq->TryWait();
   if (Counter* cntr = Counter::FromFid(fid)) return cntr->TryWait();
   if (EventQueue* eq = EventQueue::FromFid(fid)) return eq->TryWait();
   return -FI_EINVAL;

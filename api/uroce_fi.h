@@ -15,7 +15,7 @@
  * Every function returns a negative fabric errno (rdma/fi_errno.h) on
  * invalid arguments; none crashes on NULL or on a fid that is not uroce's.
  * The semantics, and where uroce chose among the man pages' options, are
- * documented in cq/completion_queue.h, cq/counter.h, cq/event_queue.h and
+ * documented in cq/fabric_cq.h, cq/counter.h, cq/event_queue.h and
  * cq/wait_object.h. In short: a full CQ applies back-pressure (the push
  * returns how many it took and nothing is lost); failed completions keep
  * their place and are read with fi_cq_readerr after fi_cq_read returns

@@ -3,13 +3,13 @@
 //
 // How the engine uses it:
 //   - The provider binds an endpoint to a CQ or counter (fi_ep_bind) and
-//     calls bindings().Add(); CompletionQueue::FromFid / Counter::FromFid
+//     calls bindings().Add(); FabricCq::FromFid / Counter::FromFid
 //     turn the application's fid into the object. While any binding remains,
 //     fi_close on the CQ or counter returns -FI_EBUSY (fi_cq(3), fi_cntr(3)
 //     "fi_close").
 //   - The engine's poll thread calls PushCompletions with a burst of ibv_wc.
 //     It returns how many it took, from the front. A CQ that is full takes
-//     fewer (back-pressure, see completion_queue.h); the engine keeps the rest
+//     fewer (back-pressure, see fabric_cq.h); the engine keeps the rest
 //     and pushes them again on its next poll, as it does with a full TX queue.
 //     A counter always takes all of them.
 //   - When the endpoint is closed, and only once the engine will not push to

@@ -18,7 +18,7 @@
 //
 // Order. Error events keep their place among the others: fi_eq_read returns
 // -FI_EAVAIL when the next event is an error, and fi_eq_readerr takes it; the
-// same reading of "out of band" as the CQ's (completion_queue.h).
+// same reading of "out of band" as the CQ's (fabric_cq.h).
 //
 // Overrun (fi_eq(3) NOTES). The EQ holds `size` events (0: kDefaultEqSize).
 // A write that finds it full puts it in the overrun state: that write and

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "api/uroce_fi.h"
-#include "cq/completion_queue.h"
+#include "cq/fabric_cq.h"
 #include "cq/counter.h"
 #include "testing/engine_pair.h"
 
@@ -44,7 +44,7 @@ TEST(FiOverTransportTest, RcCompletionsReadWithFiCqReadAndCountedWithFiCntrWait)
   fid_cq* recv_cq = nullptr;
   ASSERT_EQ(uroce_cq_open(&cq_attr, &recv_cq, nullptr), 0);
   ASSERT_TRUE(pair->a().engine->AttachCompletionSinks(pair->a().cq, nullptr, cq::Counter::FromFid(counter)).ok());
-  ASSERT_TRUE(pair->b().engine->AttachCompletionSinks(pair->b().cq, cq::CompletionQueue::FromFid(recv_cq), nullptr).ok());
+  ASSERT_TRUE(pair->b().engine->AttachCompletionSinks(pair->b().cq, cq::FabricCq::FromFid(recv_cq), nullptr).ok());
 
   std::vector<uint8_t> src(256 * kMessages), dst(256 * kMessages);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7);

@@ -478,7 +478,7 @@ int EndpointBind(fid* f, fid* bfid, uint64_t flags) {
   if (ep->qp != nullptr) return -FI_EOPBADSTATE;  // bind before fi_enable
   switch (bfid->fclass) {
     case FI_CLASS_CQ: {
-      cq::CompletionQueue* cq = cq::CompletionQueue::FromFid(bfid);
+      cq::FabricCq* cq = cq::FabricCq::FromFid(bfid);
       if (cq == nullptr) return -FI_EINVAL;
       if (!(flags & (FI_TRANSMIT | FI_RECV))) return -FI_EBADFLAGS;
       if ((flags & FI_TRANSMIT) && ep->tx_cq != nullptr) return -FI_EINVAL;

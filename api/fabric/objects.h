@@ -26,7 +26,7 @@
 #include <string>
 
 #include "cm/connection_manager.h"
-#include "cq/completion_queue.h"
+#include "cq/fabric_cq.h"
 #include "cq/counter.h"
 #include "cq/event_queue.h"
 #include "transport/engine.h"
@@ -107,8 +107,8 @@ struct Endpoint {
   Domain* domain = nullptr;
   fi_info* info = nullptr;  // our copy
   // Bindings (fi_ep_bind): the cq layer's objects.
-  cq::CompletionQueue* tx_cq = nullptr;
-  cq::CompletionQueue* rx_cq = nullptr;
+  cq::FabricCq* tx_cq = nullptr;
+  cq::FabricCq* rx_cq = nullptr;
   cq::Counter* tx_cntr = nullptr;
   cq::Counter* rx_cntr = nullptr;
   cq::EventQueue* eq = nullptr;

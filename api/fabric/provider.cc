@@ -155,7 +155,7 @@ fi_ops_mr kDomainMrOps = {sizeof(fi_ops_mr), MrReg, MrRegv, MrRegattr};
 
 int CqOpen(fid_domain* d, fi_cq_attr* attr, fid_cq** out, void* context) {
   if (attr == nullptr || out == nullptr) return -FI_EINVAL;
-  auto cq = cq::CompletionQueue::Open(*attr, context);
+  auto cq = cq::FabricCq::Open(*attr, context);
   if (!cq.ok()) return cq.status().code() == StatusCode::kNotSupported ? -FI_ENOSYS : -FI_EINVAL;
   // fi_cq_read drives the engine in inline mode (manual progress underneath
   // an automatic-progress promise: the progress thread drives it too).
@@ -461,7 +461,7 @@ int FabricTrywait(fid_fabric*, fid** fids, int count) {
     int r = -FI_EINVAL;
     switch (f->fclass) {
       case FI_CLASS_CQ: {
-        cq::CompletionQueue* c = cq::CompletionQueue::FromFid(f);
+        cq::FabricCq* c = cq::FabricCq::FromFid(f);
         if (c != nullptr) r = c->TryWait();
         break;
       }

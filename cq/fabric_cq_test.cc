@@ -1,4 +1,4 @@
-#include "cq/completion_queue.h"
+#include "cq/fabric_cq.h"
 
 #include <rdma/fi_errno.h>
 
@@ -29,20 +29,20 @@ ibv_wc Wc(uint64_t wr_id, ibv_wc_status status = IBV_WC_SUCCESS) {
   return wc;
 }
 
-std::unique_ptr<CompletionQueue> Open(const fi_cq_attr& attr) {
-  auto opened = CompletionQueue::Open(attr, nullptr);
+std::unique_ptr<FabricCq> Open(const fi_cq_attr& attr) {
+  auto opened = FabricCq::Open(attr, nullptr);
   EXPECT_TRUE(opened.ok()) << opened.status().ToString();
   return opened.ok() ? std::move(*opened) : nullptr;
 }
 
-TEST(CompletionQueue, CapacityIsRoundedUpToAPowerOfTwo) {
+TEST(FabricCq, CapacityIsRoundedUpToAPowerOfTwo) {
   EXPECT_EQ(Open(Attr(5))->capacity(), 8u);
   EXPECT_EQ(Open(Attr(8))->capacity(), 8u);
   EXPECT_EQ(Open(Attr(0))->capacity(), kDefaultCqSize);
   EXPECT_EQ(Open(Attr(1))->capacity(), 1u);
 }
 
-TEST(CompletionQueue, RingWrapsAroundManyTimesInOrder) {
+TEST(FabricCq, RingWrapsAroundManyTimesInOrder) {
   auto cq = Open(Attr(4));
   uint64_t pushed = 0, read = 0;
   std::vector<ibv_wc> burst;
@@ -59,7 +59,7 @@ TEST(CompletionQueue, RingWrapsAroundManyTimesInOrder) {
   }
 }
 
-TEST(CompletionQueue, SourcesReachReadFrom) {
+TEST(FabricCq, SourcesReachReadFrom) {
   auto cq = Open(Attr(8));
   ibv_wc wcs[2] = {Wc(1), Wc(2)};
   fi_addr_t sources[2] = {17, 42};
@@ -74,7 +74,7 @@ TEST(CompletionQueue, SourcesReachReadFrom) {
 int progress_calls = 0;
 void CountProgress(void* arg) { ++*static_cast<int*>(arg); }
 
-TEST(CompletionQueue, ProgressHookRunsOnEveryRead) {
+TEST(FabricCq, ProgressHookRunsOnEveryRead) {
   auto cq = Open(Attr(8));
   cq->SetProgressHook(CountProgress, &progress_calls);
   fi_cq_data_entry entry;
@@ -87,7 +87,7 @@ TEST(CompletionQueue, ProgressHookRunsOnEveryRead) {
 
 void CountBlocks(void* arg) { ++*static_cast<int*>(arg); }
 
-TEST(CompletionQueue, BlockHookRunsBeforeAReaderMaySleep) {
+TEST(FabricCq, BlockHookRunsBeforeAReaderMaySleep) {
   // The provider's progress thread must drive the engines while a reader
   // sleeps (api/verbs/provider.h NoteBlocking): told before every sleep,
   // and by a fi_trywait that allows one, never by one that refuses.
@@ -107,17 +107,17 @@ TEST(CompletionQueue, BlockHookRunsBeforeAReaderMaySleep) {
   EXPECT_EQ(blocks, 1);
 }
 
-TEST(CompletionQueue, FromFidKnowsOnlyUroceCqs) {
+TEST(FabricCq, FromFidKnowsOnlyUroceCqs) {
   auto cq = Open(Attr(8));
-  EXPECT_EQ(CompletionQueue::FromFid(cq->fid()), cq.get());
-  EXPECT_EQ(CompletionQueue::FromFid(static_cast<fid_cq*>(nullptr)), nullptr);
+  EXPECT_EQ(FabricCq::FromFid(cq->fid()), cq.get());
+  EXPECT_EQ(FabricCq::FromFid(static_cast<fid_cq*>(nullptr)), nullptr);
   fid_cq foreign;
   std::memset(&foreign, 0, sizeof(foreign));
   foreign.fid.fclass = FI_CLASS_CQ;
-  EXPECT_EQ(CompletionQueue::FromFid(&foreign), nullptr);
+  EXPECT_EQ(FabricCq::FromFid(&foreign), nullptr);
 }
 
-TEST(CompletionQueue, BindingsBlockClose) {
+TEST(FabricCq, BindingsBlockClose) {
   auto cq = Open(Attr(8));
   EXPECT_EQ(cq->CheckClosable(), 0);
   cq->bindings().Add();
@@ -128,7 +128,7 @@ TEST(CompletionQueue, BindingsBlockClose) {
 }
 
 // The engine-side interface the transport will use.
-TEST(CompletionQueue, IsACompletionSink) {
+TEST(FabricCq, IsACompletionSink) {
   auto cq = Open(Attr(2, FI_WAIT_UNSPEC));
   CompletionSink* sink = cq.get();
   ibv_wc wcs[3] = {Wc(1), Wc(2, IBV_WC_WR_FLUSH_ERR), Wc(3)};
@@ -136,7 +136,7 @@ TEST(CompletionQueue, IsACompletionSink) {
   EXPECT_EQ(cq->Available(), 2u);
 }
 
-TEST(CompletionQueue, ProducerThreadAgainstBlockedReader) {
+TEST(FabricCq, ProducerThreadAgainstBlockedReader) {
   auto cq = Open(Attr(16, FI_WAIT_FD));
   constexpr uint64_t kTotal = 10000;
   std::thread producer([&] {

@@ -70,18 +70,18 @@ inline constexpr size_t kDefaultCqSize = 1024;
 inline constexpr size_t kMaxCqSize = size_t{1} << 20;
 
 
-class CompletionQueue final : public CompletionSink {
+class FabricCq final : public CompletionSink {
  public:
   // Checks `attr` against fi_cq(3) and opens the CQ. The caller owns it; to
   // hand it to an application, release it: fi_close on fid() deletes it.
-  static StatusOr<std::unique_ptr<CompletionQueue>> Open(const fi_cq_attr& attr,
+  static StatusOr<std::unique_ptr<FabricCq>> Open(const fi_cq_attr& attr,
                                                          void* context);
 
-  // The CompletionQueue behind a fid, or null if `cq` is not a uroce CQ.
-  static CompletionQueue* FromFid(fid_cq* cq);
-  static CompletionQueue* FromFid(struct fid* fid);
+  // The FabricCq behind a fid, or null if `cq` is not a uroce CQ.
+  static FabricCq* FromFid(fid_cq* cq);
+  static FabricCq* FromFid(struct fid* fid);
 
-  ~CompletionQueue() override;
+  ~FabricCq() override;
 
   fid_cq* fid() { return &fid_.cq; }
   size_t capacity() const { return mask_ + 1; }
@@ -138,10 +138,10 @@ class CompletionQueue final : public CompletionSink {
   // What the application holds: a struct fid_cq, followed by the way back.
   struct CqFid {
     fid_cq cq;  // first: a fid_cq* is a CqFid*
-    CompletionQueue* owner;
+    FabricCq* owner;
   };
 
-  CompletionQueue(const fi_cq_attr& attr, fi_cq_format format, size_t capacity,
+  FabricCq(const fi_cq_attr& attr, fi_cq_format format, size_t capacity,
                   std::unique_ptr<CompletionRecord[]> ring,
                   std::unique_ptr<WaitObject> wait, void* context);
 

@@ -1,7 +1,7 @@
 // fi_cq_read throughput: entries per second through a push (as the engine
 // does) and an fi_cq_read (as the application does).
 //
-//   bazel run //cq:completion_queue_benchmark
+//   bazel run //cq:fabric_cq_benchmark
 //
 // BM_PushThenRead: one thread pushes a burst and reads it back; the cost of
 // both sides without cache-line transfers. BM_ProducerThread: the engine's
@@ -18,18 +18,18 @@
 
 #include <benchmark/benchmark.h>
 
-#include "cq/completion_queue.h"
+#include "cq/fabric_cq.h"
 
 namespace uroce::cq {
 namespace {
 
-std::unique_ptr<CompletionQueue> OpenCq(fi_wait_obj wait_obj) {
+std::unique_ptr<FabricCq> OpenCq(fi_wait_obj wait_obj) {
   fi_cq_attr attr;
   std::memset(&attr, 0, sizeof(attr));
   attr.size = 1024;
   attr.format = FI_CQ_FORMAT_DATA;
   attr.wait_obj = wait_obj;
-  return CompletionQueue::Open(attr, nullptr).value();
+  return FabricCq::Open(attr, nullptr).value();
 }
 
 std::vector<ibv_wc> Completions(size_t count) {

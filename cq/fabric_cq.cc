@@ -1,5 +1,5 @@
 #include "common/raw_enum.h"
-#include "cq/completion_queue.h"
+#include "cq/fabric_cq.h"
 
 #include <rdma/fi_errno.h>
 
@@ -14,12 +14,12 @@
 namespace uroce::cq {
 namespace {
 
-CompletionQueue* Owner(fid_cq* cq) { return CompletionQueue::FromFid(cq); }
-CompletionQueue* Owner(struct fid* fid) { return CompletionQueue::FromFid(fid); }
+FabricCq* Owner(fid_cq* cq) { return FabricCq::FromFid(cq); }
+FabricCq* Owner(struct fid* fid) { return FabricCq::FromFid(fid); }
 
 // fi_ops: what every fid has.
 int CqClose(struct fid* fid) {
-  CompletionQueue* cq = Owner(fid);
+  FabricCq* cq = Owner(fid);
   if (cq == nullptr) return -FI_EINVAL;
   const int rc = cq->CheckClosable();
   if (rc != 0) return rc;
@@ -28,7 +28,7 @@ int CqClose(struct fid* fid) {
 }
 int CqBind(struct fid*, struct fid*, uint64_t) { return -FI_ENOSYS; }
 int CqControl(struct fid* fid, int command, void* arg) {
-  CompletionQueue* self = Owner(fid);
+  FabricCq* self = Owner(fid);
   if (self == nullptr) return -FI_EINVAL;
   return self->Control(command, arg);
 }
@@ -46,40 +46,40 @@ fi_ops kCqFiOps = {
 
 // fi_ops_cq.
 ssize_t CqRead(fid_cq* cq, void* buf, size_t count) {
-  CompletionQueue* self = Owner(cq);
+  FabricCq* self = Owner(cq);
   if (self == nullptr) return -FI_EINVAL;
   return self->ReadFrom(buf, count, nullptr);
 }
 ssize_t CqReadFrom(fid_cq* cq, void* buf, size_t count, fi_addr_t* src_addr) {
-  CompletionQueue* self = Owner(cq);
+  FabricCq* self = Owner(cq);
   if (self == nullptr) return -FI_EINVAL;
   return self->ReadFrom(buf, count, src_addr);
 }
 ssize_t CqReadErr(fid_cq* cq, fi_cq_err_entry* entry, uint64_t flags) {
-  CompletionQueue* self = Owner(cq);
+  FabricCq* self = Owner(cq);
   if (self == nullptr) return -FI_EINVAL;
   return self->ReadErr(entry, flags);
 }
 ssize_t CqSRead(fid_cq* cq, void* buf, size_t count, const void* cond,
                 int timeout) {
-  CompletionQueue* self = Owner(cq);
+  FabricCq* self = Owner(cq);
   if (self == nullptr) return -FI_EINVAL;
   return self->SReadFrom(buf, count, nullptr, cond, timeout);
 }
 ssize_t CqSReadFrom(fid_cq* cq, void* buf, size_t count, fi_addr_t* src_addr,
                     const void* cond, int timeout) {
-  CompletionQueue* self = Owner(cq);
+  FabricCq* self = Owner(cq);
   if (self == nullptr) return -FI_EINVAL;
   return self->SReadFrom(buf, count, src_addr, cond, timeout);
 }
 int CqSignal(fid_cq* cq) {
-  CompletionQueue* self = Owner(cq);
+  FabricCq* self = Owner(cq);
   if (self == nullptr) return -FI_EINVAL;
   return self->Signal();
 }
 const char* CqStrError(fid_cq* cq, int prov_errno, const void* err_data,
                        char* buf, size_t len) {
-  CompletionQueue* self = Owner(cq);
+  FabricCq* self = Owner(cq);
   if (self == nullptr) return "not a uroce completion queue";
   return self->StrError(prov_errno, err_data, buf, len);
 }
@@ -97,7 +97,7 @@ size_t RoundUpToPowerOfTwo(size_t n) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<CompletionQueue>> CompletionQueue::Open(
+StatusOr<std::unique_ptr<FabricCq>> FabricCq::Open(
     const fi_cq_attr& attr, void* context) {
   // fi_cq(3) "flags": FI_AFFINITY is the only one; signaling_vector is a hint
   // that a software CQ has no interrupt to apply to.
@@ -136,12 +136,12 @@ StatusOr<std::unique_ptr<CompletionQueue>> CompletionQueue::Open(
   if (!ring) return ResourceExhausted("no memory for the CQ ring");
   fi_cq_attr resolved = attr;
   resolved.wait_cond = wait_cond;
-  return std::unique_ptr<CompletionQueue>(
-      new CompletionQueue(resolved, format, capacity, std::move(ring),
+  return std::unique_ptr<FabricCq>(
+      new FabricCq(resolved, format, capacity, std::move(ring),
                           std::move(*wait), context));
 }
 
-CompletionQueue::CompletionQueue(const fi_cq_attr& attr, fi_cq_format format,
+FabricCq::FabricCq(const fi_cq_attr& attr, fi_cq_format format,
                                  size_t capacity,
                                  std::unique_ptr<CompletionRecord[]> ring,
                                  std::unique_ptr<WaitObject> wait,
@@ -160,25 +160,25 @@ CompletionQueue::CompletionQueue(const fi_cq_attr& attr, fi_cq_format format,
   fid_.owner = this;
 }
 
-CompletionQueue::~CompletionQueue() = default;
+FabricCq::~FabricCq() = default;
 
-CompletionQueue* CompletionQueue::FromFid(fid_cq* cq) {
+FabricCq* FabricCq::FromFid(fid_cq* cq) {
   if (cq == nullptr) return nullptr;
   return FromFid(&cq->fid);
 }
 
-CompletionQueue* CompletionQueue::FromFid(struct fid* fid) {
+FabricCq* FabricCq::FromFid(struct fid* fid) {
   if (fid == nullptr || fid->fclass != FI_CLASS_CQ || fid->ops != &kCqFiOps) {
     return nullptr;
   }
   return reinterpret_cast<CqFid*>(fid)->owner;
 }
 
-size_t CompletionQueue::PushCompletions(const ibv_wc* wcs, size_t count) {
+size_t FabricCq::PushCompletions(const ibv_wc* wcs, size_t count) {
   return PushCompletionsFrom(wcs, nullptr, count);
 }
 
-size_t CompletionQueue::PushCompletionsFrom(const ibv_wc* wcs,
+size_t FabricCq::PushCompletionsFrom(const ibv_wc* wcs,
                                             const fi_addr_t* sources,
                                             size_t count) {
   const uint64_t tail = producer_.tail.load(std::memory_order_relaxed);
@@ -208,7 +208,7 @@ size_t CompletionQueue::PushCompletionsFrom(const ibv_wc* wcs,
 }
 
 template <typename Entry>
-size_t CompletionQueue::CopyOut(uint64_t head, size_t limit, void* buf,
+size_t FabricCq::CopyOut(uint64_t head, size_t limit, void* buf,
                                 fi_addr_t* src_addr) {
   Entry* out = static_cast<Entry*>(buf);
   size_t n = 0;
@@ -221,13 +221,13 @@ size_t CompletionQueue::CopyOut(uint64_t head, size_t limit, void* buf,
   return n;
 }
 
-bool CompletionQueue::TopmostFailedLocked() const {
+bool FabricCq::TopmostFailedLocked() const {
   const uint64_t head = consumer_.head.load(std::memory_order_relaxed);
   const uint64_t tail = producer_.tail.load(std::memory_order_acquire);
   return head != tail && ring_[head & mask_].wc.status != IBV_WC_SUCCESS;
 }
 
-ssize_t CompletionQueue::ReadFrom(void* buf, size_t count,
+ssize_t FabricCq::ReadFrom(void* buf, size_t count,
                                   fi_addr_t* src_addr) {
   RunProgressHook();
   if (count > 0 && buf == nullptr) return -FI_EINVAL;
@@ -273,7 +273,7 @@ ssize_t CompletionQueue::ReadFrom(void* buf, size_t count,
   return static_cast<ssize_t>(n);
 }
 
-ssize_t CompletionQueue::ReadErr(fi_cq_err_entry* entry, uint64_t flags) {
+ssize_t FabricCq::ReadErr(fi_cq_err_entry* entry, uint64_t flags) {
   RunProgressHook();
   if (entry == nullptr) return -FI_EINVAL;
   if (flags != 0) return -FI_EBADFLAGS;
@@ -305,7 +305,7 @@ ssize_t CompletionQueue::ReadErr(fi_cq_err_entry* entry, uint64_t flags) {
   return 1;  // "the positive value 1 (number of error entries returned)"
 }
 
-bool CompletionQueue::ReadyForWaiter(size_t wanted) {
+bool FabricCq::ReadyForWaiter(size_t wanted) {
   const size_t available = Available();
   if (available == 0) return false;
   if (available >= wanted) return true;
@@ -314,7 +314,7 @@ bool CompletionQueue::ReadyForWaiter(size_t wanted) {
   return TopmostFailedLocked();
 }
 
-ssize_t CompletionQueue::SReadFrom(void* buf, size_t count,
+ssize_t FabricCq::SReadFrom(void* buf, size_t count,
                                    fi_addr_t* src_addr, const void* cond,
                                    int timeout_ms) {
   if (wait_ == nullptr) return -FI_ENOSYS;
@@ -363,14 +363,14 @@ ssize_t CompletionQueue::SReadFrom(void* buf, size_t count,
   }
 }
 
-int CompletionQueue::Signal() {
+int FabricCq::Signal() {
   // "only available if the CQ was configured with a wait object".
   if (wait_ == nullptr) return -FI_ENOSYS;
   wait_->Interrupt();
   return 0;
 }
 
-const char* CompletionQueue::StrError(int prov_errno, const void* err_data,
+const char* FabricCq::StrError(int prov_errno, const void* err_data,
                                       char* buf, size_t len) const {
   // err_data is not read: the application may pass a partial copy, and the
   // status alone names the error.
@@ -380,7 +380,7 @@ const char* CompletionQueue::StrError(int prov_errno, const void* err_data,
   return buf;
 }
 
-int CompletionQueue::Control(int command, void* arg) {
+int FabricCq::Control(int command, void* arg) {
   switch (command) {
     case FI_GETWAIT:
       if (wait_ == nullptr) return -FI_ENODATA;
@@ -395,14 +395,14 @@ int CompletionQueue::Control(int command, void* arg) {
   }
 }
 
-int CompletionQueue::TryWait() {
+int FabricCq::TryWait() {
   if (wait_ == nullptr) return -FI_EINVAL;
   const int result = wait_->TryWait([&] { return Available() > 0; });
   if (result == FI_SUCCESS) RunBlockHook();  // the caller may sleep on the wait object now
   return result;
 }
 
-int CompletionQueue::CheckClosable() const {
+int FabricCq::CheckClosable() const {
   // fi_cq(3) fi_close: "If resources are still associated with the CQ when
   // attempting to close, the call will return -FI_EBUSY."
   return bindings().count() != 0 ? -FI_EBUSY : 0;
