@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <optional>
 #include <cstring>
 #include <random>
 #include <string>
@@ -41,8 +42,7 @@ using transport::QueuePair;
 
 namespace {
 
-constexpr size_t kGrhBytes = 40;
-constexpr size_t kRecvSlotBytes = kGrhBytes + kMadBytes;
+constexpr size_t kRecvSlotBytes = transport::kGrhBytes + kMadBytes;
 constexpr uint32_t kSendQueueDepth = 256;
 // IBTA 12.6.7 table 112: reason 3, "No resources available" (also what a
 // listener whose backlog is full answers).
@@ -362,18 +362,16 @@ int ConnectionManager::Impl::GidIndex(const Gid& gid) const {
 }
 
 bool ConnectionManager::Impl::LocalGidFor(const Gid& peer, Gid* local) const {
-  const bool v4 = IsIpv4MappedGid(peer);
-  if (IsIpv4MappedGid(options.local_gid) == v4) {
+  // The configured local GID wins when it is of the peer's IP version.
+  if (IsIpv4MappedGid(options.local_gid) == IsIpv4MappedGid(peer)) {
     *local = options.local_gid;
     return true;
   }
-  for (const Gid& gid : engine->config().gids) {
-    if (IsIpv4MappedGid(gid) == v4) {
-      *local = gid;
-      return true;
-    }
-  }
-  return false;
+  const auto& gids = engine->config().gids;
+  const std::optional<size_t> index = transport::SourceGidFor(gids, peer);
+  if (!index) return false;
+  *local = gids[*index];
+  return true;
 }
 
 bool ConnectionManager::Impl::AhAttrFor(const Gid& peer, ibv_ah_attr* attr) const {
@@ -642,7 +640,7 @@ void ConnectionManager::Impl::DrainCompletions() {
           counters.mads_dropped++;
         } else {
           counters.mads_received++;
-          HandleMad(source, source_mac, buffer + kGrhBytes, wc[i].byte_len - kGrhBytes);
+          HandleMad(source, source_mac, buffer + transport::kGrhBytes, wc[i].byte_len - transport::kGrhBytes);
         }
       }
       if (wc[i].status != IBV_WC_WR_FLUSH_ERR) (void)PostRecvSlot(slot);

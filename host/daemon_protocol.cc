@@ -4,13 +4,14 @@
 #include <cctype>
 
 #include "pmd/config.h"
+#include "transport/address_text.h"
 
 namespace uroce::host {
 
-using pmd::GidToString;
-using pmd::MacToString;
-using pmd::ParseIpAddress;
-using pmd::ParseMacAddress;
+using transport::GidToString;
+using transport::MacToString;
+using transport::ParseIpAddress;
+using transport::ParseMacAddress;
 using pmd::kDaemonMaxProcesses;
 
 namespace {

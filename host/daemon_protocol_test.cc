@@ -5,12 +5,13 @@
 #include <gtest/gtest.h>
 
 #include "pmd/config.h"
+#include "transport/address_text.h"
 
 namespace uroce::host {
 
 using pmd::EndpointConfig;
 using pmd::LoadConfigText;
-using pmd::ParseIpAddress;
+using transport::ParseIpAddress;
 using pmd::PortKind;
 using pmd::ProgressMode;
 

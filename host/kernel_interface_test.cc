@@ -8,10 +8,11 @@
 #include "pmd/config.h"
 #include "host/kernel_interface.h"
 #include "host/kernel_neighbors.h"
+#include "transport/address_text.h"
 
 namespace uroce::host {
 
-using pmd::ParseIpAddress;
+using transport::ParseIpAddress;
 
 namespace {
 

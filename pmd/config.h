@@ -231,18 +231,12 @@ StatusOr<UroceConfig> LoadConfigFile(const std::string& path, const std::vector<
 StatusOr<UroceConfig> LoadConfigText(const std::string& text, const std::string& origin,
                                      const std::vector<ConfigOverride>& overrides = {});
 
-// Text forms shared with the tools.
 // The socket file of a net_memif port that names none: the same for both
 // sides of a pair (of one user), different for different pairs:
 // $UROCE_PAIR (or Bazel's TEST_TMPDIR) and the memif id pick it, in the
 // user's private directory (common/private_dir.h). Fails when that
 // directory is not private or the path is too long for a socket.
 StatusOr<std::string> DefaultMemifSocket(const std::string& memif_id);
-
-bool ParseIpAddress(const std::string& text, transport::Gid* gid);  // IPv4 (mapped) or IPv6
-bool ParseMacAddress(const std::string& text, transport::MacAddress* mac);
-std::string GidToString(const transport::Gid& gid);  // "10.0.0.1" or "fd00::1"
-std::string MacToString(const transport::MacAddress& mac);
 
 // The EAL lcores that `lcores` (EAL's -l / --lcores syntax: "0-1", "0,2",
 // "1@(0-1)") names; empty if the text is not understood.

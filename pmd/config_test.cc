@@ -7,8 +7,15 @@
 #include <cstdio>
 #include <fstream>
 
+#include "transport/address_text.h"
+
 namespace uroce::pmd {
 namespace {
+
+using transport::GidToString;
+using transport::MacToString;
+using transport::ParseIpAddress;
+using transport::ParseMacAddress;
 
 constexpr char kRing[] = R"INI(
 ; two endpoints in one process over a net_ring pair

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "pmd/config.h"
 #include "host/neighbor_frames.h"
+#include "transport/address_text.h"
 
 namespace uroce::runtime {
 
@@ -13,8 +15,8 @@ using host::BuildArpReply;
 using host::BuildArpRequest;
 using host::BuildNeighborAdvertisement;
 using host::BuildNeighborSolicitation;
-using pmd::GidToString;
-using pmd::MacToString;
+using transport::GidToString;
+using transport::MacToString;
 using host::NeighborMessage;
 using host::NeighborMessageKind;
 using host::ParseNeighborMessage;
@@ -50,11 +52,8 @@ bool NeighborResolver::IsOurs(const Gid& ip) const {
 
 // Our first address of the same IP version as `ip`.
 const Gid* NeighborResolver::SourceFor(const Gid& ip) const {
-  const bool v4 = transport::IsIpv4MappedGid(ip);
-  for (const Gid& a : options_.addresses) {
-    if (transport::IsIpv4MappedGid(a) == v4) return &a;
-  }
-  return nullptr;
+  const std::optional<size_t> index = transport::SourceGidFor(options_.addresses, ip);
+  return index ? &options_.addresses[*index] : nullptr;
 }
 
 uint64_t NeighborResolver::PendingBit(const Gid& ip) {

@@ -16,6 +16,7 @@
 #include "pmd/port.h"
 #include "pmd/ring_pair.h"
 #include "testing/engine_pair.h"
+#include "transport/address_text.h"
 #include "transport/engine.h"
 
 namespace uroce::runtime {
@@ -29,12 +30,12 @@ using pmd::CreatePktPool;
 using pmd::CreateRingPair;
 using pmd::DestroyRingPair;
 using pmd::EthPortIo;
-using pmd::GidToString;
+using transport::GidToString;
 using host::Icmpv6Checksum;
 using pmd::MempoolPtr;
 using host::NeighborMessage;
 using host::NeighborMessageKind;
-using pmd::ParseIpAddress;
+using transport::ParseIpAddress;
 using host::ParseNeighborMessage;
 using pmd::PortConfig;
 using pmd::RingPair;

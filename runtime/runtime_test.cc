@@ -17,13 +17,14 @@
 #include "pmd/shutdown_signal.h"
 #include "runtime/telemetry_client.h"
 #include "testing/engine_pair.h"
+#include "transport/address_text.h"
 
 namespace uroce::runtime {
 
 using pmd::EalFilePrefix;
 using pmd::ImpairedPortCounters;
 using pmd::LoadConfigText;
-using pmd::MacToString;
+using transport::MacToString;
 using pmd::ResetShutdownRequest;
 using pmd::ShutdownRequested;
 using pmd::ShutdownSignal;

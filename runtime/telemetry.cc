@@ -11,12 +11,13 @@
 
 #include "pmd/config.h"
 #include "pmd/threads.h"
+#include "transport/address_text.h"
 
 namespace uroce::runtime {
 
-using pmd::GidToString;
+using transport::GidToString;
 using pmd::ImpairedPortCounters;
-using pmd::MacToString;
+using transport::MacToString;
 using pmd::ReadThreadPlacements;
 using pmd::ThreadPlacement;
 

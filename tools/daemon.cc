@@ -59,6 +59,7 @@
 #include "pmd/shutdown_signal.h"
 #include "tools/command.h"
 #include "tools/config_flags.h"
+#include "transport/address_text.h"
 
 namespace uroce::tools {
 namespace {
@@ -313,11 +314,11 @@ Status Daemon::StartUplinks() {
     Status s = ec.kind == pmd::PortKind::kKernel ? StartKernelUplink(up) : StartPortUplink(up);
     if (!s.ok()) return Status(s.code(), "[endpoint." + ec.name + "] " + s.message());
     std::string gids;
-    for (const auto& g : up.config.gids) gids += (gids.empty() ? "" : ", ") + pmd::GidToString(g);
+    for (const auto& g : up.config.gids) gids += (gids.empty() ? "" : ", ") + transport::GidToString(g);
     Log("%s on %s, MAC %s, addresses %s; control socket %s", up.device.c_str(),
         up.kernel ? (up.kernel->Describe() + ", shared with the kernel").c_str()
                   : (ec.port + " (" + ec.name + ")").c_str(),
-        pmd::MacToString(up.mac).c_str(), gids.c_str(), socket_path_.c_str());
+        transport::MacToString(up.mac).c_str(), gids.c_str(), socket_path_.c_str());
   }
   // A process's frames to another uplink's address cross between the
   // switches, never onto a wire (FrameSwitch::SetSiblings).
@@ -379,7 +380,7 @@ Status Daemon::StartKernelUplink(Uplink& u) {
                               " has no IPv4 or global IPv6 address to be the device's GIDs (or give ipv4/ipv6)");
   }
   if (!ec.mac_from_port && ec.mac != kif->mac) {
-    return InvalidArgument("mac: a kernel port sends as its interface, " + pmd::MacToString(kif->mac));
+    return InvalidArgument("mac: a kernel port sends as its interface, " + transport::MacToString(kif->mac));
   }
   std::string notes;
   auto uplink = host::KernelUplink::Open(ec, *kif, pool_.get(), &notes);
@@ -693,7 +694,7 @@ void Daemon::HandleMessage(Session& s) {
       } else if (!peer) {
         ErasePeer(s, qpn);
       } else if (!IsHostAddress(record.dest)) {
-        status = InvalidArgument("PEER: " + pmd::GidToString(record.dest) + " is not one of this host's addresses");
+        status = InvalidArgument("PEER: " + transport::GidToString(record.dest) + " is not one of this host's addresses");
       } else if (s.peers.size() >= (size_t{1} << host::kDaemonQpnShift) && s.peers.count(qpn) == 0) {
         status = ResourceExhausted("PEER: 65536 records already");  // cannot happen: keys are its lease
       } else if (!Exempt(s.uid) && s.peers.count(qpn) == 0 &&

@@ -25,6 +25,7 @@
 #include "pmd/shutdown_signal.h"
 #include "tools/command.h"
 #include "tools/config_flags.h"
+#include "transport/address_text.h"
 #include "transport/endpoint.h"
 
 namespace uroce::tools {
@@ -259,8 +260,8 @@ int DemoCommand(int argc, char** argv) {
     std::printf("uroce demo: two RoCEv2 endpoints over DPDK (%s <-> %s), no hugepages\n",
                 runtime.endpoint(0).config.port.c_str(), runtime.endpoint(1).config.port.c_str());
     std::printf("  A %s %s QPN 0x%x  <->  B %s %s QPN 0x%x, RC, path MTU %u, MACs found by ARP\n",
-                pmd::GidToString(a.gid).c_str(), pmd::MacToString(a.mac).c_str(), qps->first->qpn,
-                pmd::GidToString(b.gid).c_str(), pmd::MacToString(b.mac).c_str(), qps->second->qpn,
+                transport::GidToString(a.gid).c_str(), transport::MacToString(a.mac).c_str(), qps->first->qpn,
+                transport::GidToString(b.gid).c_str(), transport::MacToString(b.mac).c_str(), qps->second->qpn,
                 transport::MtuBytes(connect.mtu));
     std::printf("  progress: %s\n", engine_mode ? "engine (both engines spin on their own lcore)"
                                                  : "inline (this thread polls both engines)");

@@ -32,6 +32,7 @@
 #include "tools/config_flags.h"
 #include "tools/perf_side.h"
 #include "tools/side_channel.h"
+#include "transport/address_text.h"
 
 namespace uroce::tools {
 namespace {
@@ -570,7 +571,7 @@ int RunServer(const Options& o) {
   auto idle = [&p] { return p.Idle(); };
   runtime::Runtime::Endpoint& ep = rt.endpoint(0);
   std::fprintf(stderr, "uroce perf: server %s (%s) on %s, waiting for a client on %s\n", ep.name.c_str(),
-               pmd::GidToString(ep.endpoint.gid).c_str(), ep.config.port.c_str(),
+               transport::GidToString(ep.endpoint.gid).c_str(), ep.config.port.c_str(),
                listener->LocalAddress().c_str());  // the port PORT 0 picked, too
   auto ch = listener->Accept(kAcceptTimeoutMs, idle, token);
   if (!ch.ok()) return p.Finish(pmd::ShutdownRequested() ? 2 : Fail(ch.status()));

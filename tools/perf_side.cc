@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "cq/wc_mapping.h"
 #include "pmd/config.h"
+#include "transport/address_text.h"
 
 namespace uroce::tools {
 namespace {
@@ -230,7 +232,7 @@ StatusOr<RunSpec> RunSpec::Decode(const std::string& line) {
 
 std::string SideInfo::Encode() const {
   std::ostringstream o;
-  o << "INFO gid=" << pmd::GidToString(gid) << " addr=0x" << std::hex << addr << " rkey=0x" << rkey << std::dec
+  o << "INFO gid=" << transport::GidToString(gid) << " addr=0x" << std::hex << addr << " rkey=0x" << rkey << std::dec
     << " out=" << out_slots << " in=" << in_slots << " slot=" << slot_size << " mtu=" << mtu_bytes << " qps=";
   for (size_t i = 0; i < qps.size(); ++i) o << (i ? "," : "") << qps[i].first << ":" << qps[i].second;
   return o.str();
@@ -240,7 +242,7 @@ StatusOr<SideInfo> SideInfo::Decode(const std::string& line) {
   SideInfo s;
   std::string gid, qps;
   uint64_t addr = 0, rkey = 0, out = 0, in = 0, slot = 0, mtu = 0;
-  if (line.rfind("INFO ", 0) != 0 || !Field(line, "gid", &gid) || !pmd::ParseIpAddress(gid, &s.gid) ||
+  if (line.rfind("INFO ", 0) != 0 || !Field(line, "gid", &gid) || !transport::ParseIpAddress(gid, &s.gid) ||
       !FieldU64(line, "addr", &addr) || !FieldU64(line, "rkey", &rkey) || !FieldU64(line, "out", &out) ||
       !FieldU64(line, "in", &in) || !FieldU64(line, "slot", &slot) || !FieldU64(line, "mtu", &mtu) ||
       !Field(line, "qps", &qps)) {
@@ -371,17 +373,8 @@ Status PerfSide::Connect(const SideInfo& remote) {
   }
   remote_ = remote;
   // The local GID of the peer's IP version.
-  const auto& gids = ep_.config.gids;
-  uint8_t sgid_index = 0;
-  bool found = false;
-  for (size_t i = 0; i < gids.size(); ++i) {
-    if (transport::IsIpv4MappedGid(gids[i]) == transport::IsIpv4MappedGid(remote.gid)) {
-      sgid_index = static_cast<uint8_t>(i);
-      found = true;
-      break;
-    }
-  }
-  if (!found) return InvalidArgument("no local GID of the peer's IP version (" + pmd::GidToString(remote.gid) + ")");
+  const std::optional<size_t> source = transport::SourceGidFor(ep_.config.gids, remote.gid);
+  if (!source) return InvalidArgument("no local GID of the peer's IP version (" + transport::GidToString(remote.gid) + ")");
   const ibv_mtu mtu = IbMtuFor(std::min<uint32_t>(remote.mtu_bytes, transport::MtuBytes(engine_.limits().max_mtu)));
   // Idle QPs: connected to the peer's address, at QPNs counted down from
   // the top of the space (nothing is ever sent to them).
@@ -401,7 +394,7 @@ Status PerfSide::Connect(const SideInfo& remote) {
     attr.min_rnr_timer = 1;  // 0.01 ms: a receiver that fell behind is asked again soon
     attr.ah_attr.is_global = 1;
     attr.ah_attr.port_num = 1;
-    attr.ah_attr.grh.sgid_index = sgid_index;
+    attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(*source);
     attr.ah_attr.grh.hop_limit = 64;
     std::memcpy(attr.ah_attr.grh.dgid.raw, remote.gid.data(), 16);
     UROCE_RETURN_IF_ERROR(engine_.ModifyQp(qp, attr,

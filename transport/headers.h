@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <vector>
 
 #include "transport/wire_types.h"
 
@@ -62,6 +64,17 @@ inline bool IsIpv4MappedGid(const Gid& gid) {
   return std::memcmp(gid.data(), kPrefix, sizeof(kPrefix)) == 0;
 }
 
+// The index of the first GID in `gids` of the IP version of `peer`, or
+// nullopt if there is none. A RoCEv2 packet's source and destination are of
+// one IP version (IBTA A17.4.5.1): IPv4 goes out from an IPv4-mapped GID.
+inline std::optional<size_t> SourceGidFor(const std::vector<Gid>& gids, const Gid& peer) {
+  const bool v4 = IsIpv4MappedGid(peer);
+  for (size_t i = 0; i < gids.size(); ++i) {
+    if (IsIpv4MappedGid(gids[i]) == v4) return i;
+  }
+  return std::nullopt;
+}
+
 // --- Wire layouts ---------------------------------------------------------
 
 struct EthernetHeader {
@@ -102,6 +115,12 @@ struct Ipv6Header {
   uint8_t src[16];
   uint8_t dst[16];
 };
+
+// A UD receive starts with the 40-byte Global Route Header, which RoCEv2
+// fills with the IPv6 header, or with 20 zero bytes and the IPv4 header
+// (IBTA A17.4.5.2; ibv_post_recv(3)).
+inline constexpr uint32_t kGrhBytes = 40;
+static_assert(sizeof(Ipv6Header) == kGrhBytes, "the GRH is an IPv6 header's size");
 
 // RFC 768. RoCEv2 senders write checksum 0 (IBTA A17.4.2; rxe never fills it
 // in); the ICRC takes it as all ones.

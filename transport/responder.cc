@@ -19,7 +19,6 @@
 namespace uroce::transport {
 namespace {
 
-constexpr uint32_t kGrhBytes = 40;
 // The largest message (ibv_query_device max_msg_sz, 2^31): a RETH asking for
 // more is an invalid request, whatever its key.
 constexpr uint64_t kMaxMessageBytes = 1ull << 31;

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
+#include <vector>
 
 #include "transport/headers.h"
 
@@ -122,6 +124,20 @@ TEST(HeadersTest, Ipv4MappedGid) {
   Gid v6{};
   v6[0] = 0xFD;
   EXPECT_FALSE(IsIpv4MappedGid(v6));
+}
+
+TEST(HeadersTest, SourceGidForTakesTheFirstGidOfThePeersVersion) {
+  Gid v6a{};
+  v6a[0] = 0xFD;
+  Gid v6b = v6a;
+  v6b[15] = 2;
+  const Gid v4a = Ipv4MappedGid(0x0A4D0001u);
+  const Gid v4b = Ipv4MappedGid(0x0A4D0003u);
+  const std::vector<Gid> gids = {v6a, v4a, v6b, v4b};
+  EXPECT_EQ(SourceGidFor(gids, Ipv4MappedGid(0x0A4D0002u)), std::optional<size_t>(1));
+  EXPECT_EQ(SourceGidFor(gids, v6b), std::optional<size_t>(0));
+  EXPECT_EQ(SourceGidFor({v4a, v4b}, v6a), std::nullopt);
+  EXPECT_EQ(SourceGidFor({}, v4a), std::nullopt);
 }
 
 }  // namespace

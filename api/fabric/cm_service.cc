@@ -2,8 +2,10 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "api/fabric/cm_data.h"
 #include "api/fabric/info.h"
@@ -136,14 +138,13 @@ void CmService::ResolverLoop() {
     // CreateAh asks the engine's resolver (ARP/ND) for a missing MAC; no lock
     // of ours is held meanwhile, so events and other connects go on.
     const transport::Gid& peer = job.params.remote.gid;
-    const bool v4 = transport::IsIpv4MappedGid(peer);
+    // The endpoint's own GID when the device has it, else the device's first
+    // GID of the peer's IP version.
     const auto& gids = job.engine->config().gids;
-    int sgid = -1;
-    for (size_t i = 0; i < gids.size(); ++i) {
-      if (gids[i] == job.params.local_gid || (sgid < 0 && transport::IsIpv4MappedGid(gids[i]) == v4)) {
-        sgid = static_cast<int>(i);
-      }
-    }
+    const auto own = std::find(gids.begin(), gids.end(), job.params.local_gid);
+    const std::optional<size_t> source =
+        own != gids.end() ? std::optional<size_t>(own - gids.begin()) : transport::SourceGidFor(gids, peer);
+    const int sgid = source ? static_cast<int>(*source) : -1;
     transport::MacAddress mac{};
     bool resolved = job.engine->LookupNeighbor(peer, &mac);
     if (!resolved && sgid >= 0) {

@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "api/rdmacm/entry_points.h"
 #include "api/rdmacm/objects.h"
@@ -61,13 +62,11 @@ int DeviceWithGid(const Gid& gid) {
 
 // `device`'s first GID of the IP version of `peer`; false if it has none.
 bool LocalGidFor(int device, const Gid& peer, Gid* local) {
-  for (const Gid& gid : GidsOf(device)) {
-    if (transport::IsIpv4MappedGid(gid) == transport::IsIpv4MappedGid(peer)) {
-      *local = gid;
-      return true;
-    }
-  }
-  return false;
+  const auto& gids = GidsOf(device);
+  const std::optional<size_t> index = transport::SourceGidFor(gids, peer);
+  if (!index) return false;
+  *local = gids[*index];
+  return true;
 }
 
 // The address the host's routes would send to `peer` from, as a GID (false
