@@ -115,6 +115,7 @@ void Completer::FailOldest(QueuePair* qp, ibv_wc_status status) {
 }
 
 void Completer::HandleAcknowledge(QueuePair* qp, const PacketView& p) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   RequesterState& r = qp->req;
   const Psn psn = p.fields.bth.psn;
   if (!AckPsnValid(qp, psn)) {
@@ -178,6 +179,7 @@ void Completer::HandleAcknowledge(QueuePair* qp, const PacketView& p) {
 
 // READ response packets (IBTA 9.7.5.1.3) and atomic acknowledgements.
 void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   RequesterState& r = qp->req;
   const Psn psn = p.fields.bth.psn;
   if (!AckPsnValid(qp, psn)) {
@@ -270,6 +272,7 @@ bool Completer::ScatterToWqe(const QueuePair* qp, const SendWqeView& w, uint64_t
 // The local ACK timer (IBTA 9.7.6.1.3): nothing acknowledged in time means a
 // retransmission from the oldest unacknowledged PSN, up to retry_cnt times.
 void Completer::RunTimers(QueuePair* qp) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   RequesterState& r = qp->req;
   if (!IsReliable(qp->type) || r.timer_deadline_ns == 0) return;
   if (core_.TimerNow() < r.timer_deadline_ns) return;

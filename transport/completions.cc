@@ -9,6 +9,7 @@
 namespace uroce::transport {
 
 bool Completions::TakeRecv(QueuePair* qp, RecvWqe* out) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   // An XRC target takes its receives from the XRC SRQ of the request
   // (Responder::SelectXrcSrq), never from a queue of its own.
   SharedReceiveQueue* srq = qp->type == IBV_QPT_XRC_RECV ? qp->resp.xrc_srq : qp->srq;
@@ -40,6 +41,7 @@ void Completions::RaiseAsync(ibv_event_type type, uint32_t qpn, const void* obje
 }
 
 void Completions::RetireOldestSend(QueuePair* qp, ibv_wc_status status) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   RequesterState& r = qp->req;
   const uint64_t position = r.head++;
   const SendSlot& slot = r.window[position & r.window_mask];
@@ -87,6 +89,7 @@ void Completions::CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status 
 }
 
 void Completions::EnterError(QueuePair* qp) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   if (qp->state.load(std::memory_order_relaxed) == IBV_QPS_ERR) return;
   qp->state.store(IBV_QPS_ERR, std::memory_order_release);
   core_.MarkBusy(qp);
@@ -97,6 +100,7 @@ void Completions::EnterError(QueuePair* qp) {
 // IBTA 10.3.1.8 / o10-2.2: in the error state every outstanding and every
 // newly posted request completes with a flush error.
 void Completions::FlushQueues(QueuePair* qp) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   RequesterState& req = qp->req;
   // Requests still in the send queue join the window first (credits leave
   // room for all of them), so that every request retires the same way.

@@ -304,6 +304,7 @@ int Engine::PostSrqRecv(SharedReceiveQueue* srq, const ibv_recv_wr* wr, const ib
 unsigned Engine::Poll() {
   bool expected = false;
   if (!core_.progress_busy.compare_exchange_strong(expected, true, std::memory_order_acquire)) return 0;
+  core_.RecordTokenOwner();
   core_.StartPoll(last_poll_moved_);
   const uint64_t before = core_.counters.rx_frames + core_.counters.tx_frames;
 
@@ -329,6 +330,7 @@ unsigned Engine::Poll() {
 
   const unsigned moved = static_cast<unsigned>(core_.counters.rx_frames + core_.counters.tx_frames - before);
   last_poll_moved_ = moved != 0;
+  core_.ClearTokenOwner();
   core_.progress_busy.store(false, std::memory_order_release);
   return moved;
 }

@@ -58,16 +58,19 @@ thread_local int t_control_tokens_held = 0;
 bool ThisThreadHoldsAControlToken() { return t_control_tokens_held != 0; }
 
 ProgressToken::ProgressToken(const EngineCore& core) : core_(core) {
+  UROCE_DCHECK(!core_.TokenHeldByThisThread());  // it would wait for itself
   bool expected = false;
   while (!core_.progress_busy.compare_exchange_weak(expected, true, std::memory_order_acquire)) {
     expected = false;
     std::this_thread::yield();
   }
+  core_.RecordTokenOwner();
   ++t_control_tokens_held;
 }
 
 ProgressToken::~ProgressToken() {
   --t_control_tokens_held;
+  core_.ClearTokenOwner();
   core_.progress_busy.store(false, std::memory_order_release);
 }
 

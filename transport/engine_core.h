@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
+#include "common/check.h"
 #include "transport/engine_types.h"
 #include "transport/memory_region.h"
 #include "transport/mpmc_ring.h"
@@ -100,6 +102,7 @@ struct EngineCore {
   // Ready list (busy_qps): engine thread, or the control path holding the
   // progress token.
   void MarkBusy(QueuePair* qp) {
+    UROCE_DCHECK(TokenHeldByThisThread());
     if (qp->busy) return;
     qp->busy = true;
     busy_qps.push_back(qp);
@@ -110,6 +113,20 @@ struct EngineCore {
   MemoryRegionTable mrs;
   // Held by Poll, and by a control call between two polls (ProgressToken).
   mutable std::atomic<bool> progress_busy{false};
+  // The thread that holds progress_busy, recorded only where UROCE_DCHECKS
+  // is on (common/check.h) for UROCE_DCHECK_ENGINE_THREAD; no thread
+  // otherwise. Only the holder writes it, and a thread compares it only with
+  // itself, so relaxed order suffices.
+  mutable std::atomic<std::thread::id> token_owner{};
+  void RecordTokenOwner() const {
+    if constexpr (kDchecksEnabled) token_owner.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  }
+  void ClearTokenOwner() const {
+    if constexpr (kDchecksEnabled) token_owner.store(std::thread::id(), std::memory_order_relaxed);
+  }
+  bool TokenHeldByThisThread() const {
+    return token_owner.load(std::memory_order_relaxed) == std::this_thread::get_id();
+  }
   static constexpr uint32_t kPollsPerClockRead = 32;
   void ReadClock();
   uint64_t now_ns = 0;  // Now, TimerNow
@@ -130,6 +147,11 @@ struct EngineCore {
   MpmcRing<AsyncEvent> async_events{256};
 };
 
+// "Engine thread" in the stages' comments means the holder of the progress
+// token: Poll, or a control call between two polls. This checks it where
+// UROCE_DCHECKS is on.
+#define UROCE_DCHECK_ENGINE_THREAD(core) UROCE_DCHECK((core).TokenHeldByThisThread())
+
 // True while this thread holds a ProgressToken (a control call is between
 // taking and releasing it). For exit handlers that a signal may run on top
 // of such a call: they must not wait for a token (Poll's included, which the
@@ -138,7 +160,9 @@ bool ThisThreadHoldsAControlToken();
 
 // The progress token: whoever holds it may touch engine-thread state. Poll
 // takes it with one compare-exchange (never waits); a control call waits for
-// it, which is between two polls.
+// it, which is between two polls: the wait is bounded by one poll, since a
+// poll never waits for anything. The one way to wait for ever is to take it
+// again on the thread that holds it; checked builds abort there instead.
 class ProgressToken {
  public:
   // Control path: waits until the token is free.

@@ -47,6 +47,7 @@ rte_mbuf* FrameIo::AllocTx() {
 }
 
 rte_mbuf* FrameIo::StartPacket(const PathInfo& path, PacketFields& f, uint8_t** payload) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   f.dst_mac = path.dmac;
   f.src_mac = core_.config.mac;
   f.ip_version = path.ipv6 ? IpVersion::kIpv6 : IpVersion::kIpv4;
@@ -171,12 +172,14 @@ bool FrameIo::HandleFrame(rte_mbuf* m, bool from_loopback) {
 }
 
 void FrameIo::Stage(rte_mbuf* m) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   tx_stage_[tx_count_++] = m;
   core_.counters.tx_frames++;
   core_.counters.tx_bytes += rte_pktmbuf_pkt_len(m);
 }
 
 void FrameIo::StageRawFrames() {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   rte_mbuf* m = nullptr;
   while (TxRoom(1) && raw_tx_.TryPop(&m)) {
     core_.counters.tx_raw_frames++;
@@ -185,6 +188,7 @@ void FrameIo::StageRawFrames() {
 }
 
 void FrameIo::FlushTx() {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   if (tx_count_ == 0) return;
   const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(tx_count_, UINT16_MAX));
   const uint16_t sent = core_.config.io->TxBurst(tx_stage_, want);
@@ -197,6 +201,7 @@ void FrameIo::FlushTx() {
 }
 
 void FrameIo::ReceiveLoopback() {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   // Only what the last poll staged: anything the receive path stages to
   // ourselves now waits for the next poll, so one poll's work stays bounded.
   const uint32_t n = loopback_count_;
@@ -213,6 +218,7 @@ void FrameIo::ReceiveLoopback() {
 }
 
 void FrameIo::ReceiveBurst() {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   // Up to kRxBurstsPerPoll bursts, so that receiving keeps pace with what the
   // QPs may send in one poll.
   for (int burst = 0; burst < kRxBurstsPerPoll; ++burst) {

@@ -110,6 +110,7 @@ bool Requester::CopyFromWqe(const QueuePair* qp, const SendWqeView& w, uint64_t 
 }
 
 void Requester::Run(QueuePair* qp) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   RequesterState& r = qp->req;
   // Take newly posted requests into the window (credits guarantee room).
   while (qp->TakePostedSend()) {}
@@ -340,6 +341,7 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
 // Go-back-N (IBTA 9.7.5.2.x): resume sending at `psn`, which lies in one of
 // the requests already started.
 void Requester::RestartFrom(QueuePair* qp, Psn psn) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   RequesterState& r = qp->req;
   for (uint64_t i = r.head; i != r.tail; ++i) {
     SendSlot& slot = r.window[i & r.window_mask];

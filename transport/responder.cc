@@ -82,6 +82,7 @@ Responder::Responder(EngineCore& core, FrameIo& frames, Completions& completions
 }
 
 void Responder::ForgetQp(QueuePair* qp) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   ack_list_.erase(std::remove(ack_list_.begin(), ack_list_.end(), qp), ack_list_.end());
 }
 
@@ -166,6 +167,7 @@ void Responder::ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_stat
 }
 
 void Responder::SendPendingAcks() {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   size_t kept = 0;
   for (QueuePair* qp : ack_list_) {
     ResponderState& s = qp->resp;
@@ -427,6 +429,7 @@ bool Responder::EnqueueResponse(QueuePair* qp, ReadResponseJob job) {
 // rxe's responder (rxe_resp.c): each step either hands it to the next one or
 // ends it (dropped, NAKed, or answered later by a READ response).
 void Responder::HandleRequest(QueuePair* qp, const PacketView& p) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
   if (state != IBV_QPS_RTR && state != IBV_QPS_RTS && state != IBV_QPS_SQD) {
     core_.counters.rx_dropped++;
@@ -873,6 +876,7 @@ ResponderStep Responder::Acknowledge(const Request& r) {
 // Sends queued READ responses and atomic acknowledgements, in order, within
 // the QP's packet budget (a 1 MiB READ must not starve the other QPs).
 void Responder::RunReadResponses(QueuePair* qp) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
   ResponderState& s = qp->resp;
   uint32_t budget = core_.config.per_qp_packet_budget;
   const uint32_t mtu = qp->mtu_bytes;
