@@ -1,0 +1,232 @@
+// When the peer cannot take a request: RNR NAKs and retries, a dead peer, lost packets
+// recovered, PSN wrap, and the IBTA timer tables behind them.
+#include "transport/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "transport/engine_test_fixture.h"
+
+namespace uroce::transport {
+namespace {
+
+TEST_F(EngineTest, ReceiverNotReadyExhaustsRnrRetry) {
+  Start();
+  RcConnectOptions connect;
+  connect.rnr_retry = 2;
+  auto qps = pair_->ConnectQps(connect);
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer src = Register(pair_->a(), 64, 1);
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 64, 1), 0);
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 64, 2), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(wc[1].wr_id, 2u);
+  EXPECT_EQ(wc[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(pair_->a().engine->counters().rnr_naks_received, 3u);  // first try + 2 retries
+}
+
+TEST_F(EngineTest, ReceiveArrivingLateIsWaitedFor) {
+  Start();
+  auto qps = pair_->ConnectQps({});  // rnr_retry 7: for ever
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer src = Register(pair_->a(), 64, 1);
+  Buffer dst = Register(pair_->b(), 64, 0);
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 64, 1), 0);
+  for (int i = 0; i < 200; ++i) pair_->PollOnce();
+  EXPECT_GT(pair_->a().engine->counters().rnr_naks_received, 0u);
+  PostRecv(pair_->b(), qb, dst, 9);
+  auto wc = pair_->WaitCompletions(pair_->b().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(dst.bytes, src.bytes);
+}
+
+TEST_F(EngineTest, RnrStormNaksSendsThatHaveAReceive) {
+  // [impair] rnr_storm: with a receive posted, the responder still answers
+  // RNR NAK with the storm's probability; rnr_retry 7 carries every message
+  // through, data intact; a storm of 1 exhausts a finite rnr_retry.
+  EnginePairOptions options;
+  options.engine_template.rnr_storm = 0.5;
+  options.engine_template.rnr_storm_seed = 9;
+  Start(options);
+  auto qps = pair_->ConnectQps({});  // rnr_retry 7: for ever
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer src = Register(pair_->a(), 64, 1);
+  Buffer dst = Register(pair_->b(), 64, 0);
+  for (uint64_t i = 0; i < 20; ++i) {
+    PostRecv(pair_->b(), qb, dst, 100 + i);
+    ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 64, i), 0);
+    auto sent = pair_->WaitCompletions(pair_->a().cq, 1);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+    auto got = pair_->WaitCompletions(pair_->b().cq, 1);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+  }
+  EXPECT_EQ(dst.bytes, src.bytes);
+  const EngineCounters cb = pair_->b().engine->counters();
+  EXPECT_GT(cb.rnr_storm_naks, 3u);
+  EXPECT_LT(cb.rnr_storm_naks, 40u);
+  EXPECT_EQ(cb.rnr_naks_sent, cb.rnr_storm_naks);
+  EXPECT_EQ(pair_->a().engine->counters().rnr_naks_received, cb.rnr_storm_naks);
+}
+
+TEST_F(EngineTest, RnrStormExhaustsAFiniteRnrRetry) {
+  EnginePairOptions options;
+  options.engine_template.rnr_storm = 1.0;
+  Start(options);
+  RcConnectOptions connect;
+  connect.rnr_retry = 1;
+  auto qps2 = pair_->ConnectQps(connect);
+  ASSERT_TRUE(qps2.ok());
+  Buffer src2 = Register(pair_->a(), 64, 1);
+  Buffer dst2 = Register(pair_->b(), 64, 0);
+  PostRecv(pair_->b(), qps2->second, dst2, 1);
+  ASSERT_EQ(PostSend(pair_->a(), qps2->first, IBV_WR_SEND, src2, 64, 1), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(pair_->b().engine->counters().rnr_storm_naks, 2u);  // first try + 1 retry
+}
+
+TEST_F(EngineTest, DeadPeerIsRetryExceededAndFlushesTheRest) {
+  Start();
+  RcConnectOptions connect;
+  connect.retry_cnt = 3;
+  auto qps = pair_->ConnectQps(connect);
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  LinkImpairments dead;
+  dead.loss = 1.0;
+  pair_->link().set_impairments(dead);
+  Buffer src = Register(pair_->a(), 64, 1);
+  for (uint64_t id = 1; id <= 3; ++id) ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 64, id), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 3);
+  ASSERT_EQ(wc.size(), 3u);
+  EXPECT_EQ(wc[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wc[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wc[2].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(pair_->a().engine->counters().timeouts, 4u);  // the first try and 3 retries
+  EXPECT_EQ(qa->state.load(), IBV_QPS_ERR);
+  // Posting in ERR still completes, as flushed.
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 64, 4), 0);
+  wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wc[0].wr_id, 4u);
+}
+
+TEST_F(EngineTest, PsnWrapsInsideAMultiPacketMessage) {
+  Start();
+  RcConnectOptions connect;
+  connect.psn_a = 0xFFFFFE;
+  connect.psn_b = 0xFFFFFD;
+  auto qps = pair_->ConnectQps(connect);
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer src = Register(pair_->a(), 8000, 0);
+  Pattern(src, 5);
+  Buffer dst = Register(pair_->b(), 8000, 0);
+  for (int round = 0; round < 3; ++round) {
+    PostRecv(pair_->b(), qb, dst, round);
+    ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, src, 8000, round), 0);
+    auto wc = pair_->WaitCompletions(pair_->b().cq, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(dst.bytes, src.bytes);
+  }
+  EXPECT_LT(qa->req.psn.value(), 0x100u) << "the PSN wrapped";
+}
+
+// The BTH opcode of a frame built by the engine (IPv4, no VLAN).
+uint8_t FrameOpcode(const rte_mbuf* m) { return rte_pktmbuf_mtod(m, const uint8_t*)[14 + 20 + 8]; }
+
+TEST_F(EngineTest, LostReadResponseIsRecovered) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer local = Register(pair_->a(), 4096, 0);
+  Buffer remote = Register(pair_->b(), 4096, 0);
+  Pattern(remote, 12);
+  for (uint8_t victim : {uint8_t(0x0D), uint8_t(0x0E), uint8_t(0x0F), uint8_t(0x0C)}) {
+    int dropped = 0;
+    pair_->link().set_drop_filter([&](const rte_mbuf* m) {
+      if (dropped == 0 && FrameOpcode(m) == victim) return ++dropped, true;
+      return false;
+    });
+    std::fill(local.bytes.begin(), local.bytes.end(), 0);
+    ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_READ, local, 4096, victim, remote.addr(), remote.keys.rkey), 0);
+    auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+    ASSERT_EQ(wc.size(), 1u) << int(victim);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS) << int(victim);
+    EXPECT_EQ(dropped, 1);
+    EXPECT_EQ(local.bytes, remote.bytes) << int(victim);
+  }
+}
+
+TEST_F(EngineTest, LostAtomicRequestOrResponseIsRecovered) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer result = Register(pair_->a(), 8, 0);
+  Buffer target = Register(pair_->b(), 8, 0);
+  uint64_t expected = 0;
+  for (uint8_t victim : {uint8_t(0x14), uint8_t(0x12)}) {
+    int dropped = 0;
+    pair_->link().set_drop_filter([&](const rte_mbuf* m) {
+      if (dropped == 0 && FrameOpcode(m) == victim) return ++dropped, true;
+      return false;
+    });
+    ibv_sge sge{result.addr(), 8, result.keys.lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = victim;
+    wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.atomic.remote_addr = target.addr();
+    wr.wr.atomic.rkey = target.keys.rkey;
+    wr.wr.atomic.compare_add = 1;
+    const ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);
+    auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS) << int(victim);
+    uint64_t original, now;
+    std::memcpy(&original, result.bytes.data(), 8);
+    std::memcpy(&now, target.bytes.data(), 8);
+    EXPECT_EQ(original, expected) << "a replayed atomic returns the first result";
+    EXPECT_EQ(now, expected + 1) << "and is not executed twice";
+    expected = now;
+  }
+}
+
+TEST(TimerTableTest, LocalAckTimeoutFollowsIbta) {
+  EXPECT_EQ(LocalAckTimeoutNs(0), 0u);  // "infinite"
+  EXPECT_EQ(LocalAckTimeoutNs(1), 8192u);
+  EXPECT_EQ(LocalAckTimeoutNs(14), 67108864u);  // 4.096 us * 2^14 = 67.1 ms
+}
+
+TEST(TimerTableTest, RnrTimerFollowsIbtaTable45) {
+  EXPECT_EQ(RnrTimerNs(0), 655360000u);  // 655.36 ms
+  EXPECT_EQ(RnrTimerNs(1), 10000u);      // 0.01 ms
+  EXPECT_EQ(RnrTimerNs(14), 1280000u);   // 1.28 ms
+  EXPECT_EQ(RnrTimerNs(31), 491520000u); // 491.52 ms
+}
+
+}  // namespace
+}  // namespace uroce::transport
