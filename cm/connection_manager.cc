@@ -1,7 +1,7 @@
 // IB CM over RoCE (IBTA vol. 1 ch. 12, Annex A11); see connection_manager.h.
 //
-// Connection states (after IBTA 12.9.6, reduced to what RC over the RDMA IP
-// CM service needs; no LAP/APR, no MRA sent):
+// Connection states: cm_state.h, whose table every change of state is
+// checked against (Impl::MoveTo):
 //   active:  kReqSent --REP--> kEstablished (RTU sent)
 //            kReqSent --REJ / timeout--> kClosed
 //   passive: kReqReceived --Accept--> kRepSent --RTU--> kEstablished
@@ -15,14 +15,17 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <optional>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <type_traits>
 #include <variant>
 
 #include "cm/cm_mad.h"
+#include "cm/cm_state.h"
+#include "common/check.h"
 #include "transport/qp_state.h"
 
 namespace uroce::cm {
@@ -52,7 +55,7 @@ constexpr uint16_t kRejInvalidTransport = 9;
 // Our ACK delay as the REP's Target ACK Delay (rxe announces 15 too).
 constexpr uint8_t kTargetAckDelay = 15;
 
-enum class State { kReqSent, kReqReceived, kRepSent, kEstablished, kDreqSent, kTimewait, kClosed };
+using State = CmState;
 
 // 4.096 us * 2^x >= ns (IBTA 12.6.5 "CM Response Timeout").
 uint8_t TimeoutExponent(uint64_t ns) {
@@ -248,6 +251,19 @@ struct ConnectionManager::Impl {
   void HandleDrep(const Gid& source, const CmDrep& drep);
   void RunTimers();
   void TimedOut(Connection& c);
+  // Every change of a connection's state: checked against cm_state.h's
+  // table where UROCE_DCHECKS is on.
+  static void MoveTo(Connection& c, State to) {
+    if constexpr (kDchecksEnabled) {
+      if (!CmTransitionAllowed(c.state, to)) {
+        std::fprintf(stderr, "CM connection %u: %s -> %s is not in the state table\n", c.local_id,
+                     CmStateName(c.state), CmStateName(to));
+      }
+    }
+    UROCE_DCHECK(CmTransitionAllowed(c.state, to));
+    c.state = to;
+  }
+
   Connection* Find(uint32_t local_id) {
     auto it = connections.find(local_id);
     return it == connections.end() ? nullptr : &it->second;
@@ -723,7 +739,7 @@ void ConnectionManager::Impl::HandleReq(const Gid& source, const MacAddress& sou
   c.local_id = NewLocalId();
   c.remote_id = req.local_comm_id;
   c.active = false;
-  c.state = State::kReqReceived;
+  MoveTo(c, State::kReqReceived);
   c.listen_tag = listener->second.tag;
   // Answer from the address the caller called (the REQ's primary path
   // names it; the IP CM header too); one of the caller's IP version else.
@@ -816,7 +832,7 @@ void ConnectionManager::Impl::HandleRep(const Gid& source, const MacAddress& sou
     SendRej(c->peer.gid, c->peer_mac, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kRep, kRejNoResources,
             nullptr, 0);
     ToError(*c);
-    c->state = State::kClosed;
+    MoveTo(*c, State::kClosed);
     Emit(*c, CmEventType::kUnreachable);
     return;
   }
@@ -826,7 +842,7 @@ void ConnectionManager::Impl::HandleRep(const Gid& source, const MacAddress& sou
   rtu.remote_comm_id = c->remote_id;
   mad.message = rtu;
   SendAnswer(*c, mad);
-  c->state = State::kEstablished;
+  MoveTo(*c, State::kEstablished);
   Emit(*c, CmEventType::kEstablished, ToVector(rep.private_data));
 }
 
@@ -845,7 +861,7 @@ void ConnectionManager::Impl::HandleRtu(const Gid& source, const CmRtu& rtu) {
     return;
   }
   c->waiting = false;
-  c->state = State::kEstablished;
+  MoveTo(*c, State::kEstablished);
   Emit(*c, CmEventType::kEstablished);
 }
 
@@ -877,7 +893,7 @@ void ConnectionManager::Impl::HandleRej(const Gid& source, const CmRej& rej) {
       c->waiting = false;
       c->have_answer = false;
       ToError(*c);
-      c->state = State::kClosed;
+      MoveTo(*c, State::kClosed);
       Emit(*c, CmEventType::kRejected, ToVector(rej.private_data), rej.reason);
       return;
     default:
@@ -964,7 +980,7 @@ void ConnectionManager::Impl::HandleDreq(const Gid& source, const MacAddress& so
     case State::kDreqSent:
       c->waiting = false;
       ToError(*c);
-      c->state = State::kTimewait;
+      MoveTo(*c, State::kTimewait);
       SendAnswer(*c, mad);
       Emit(*c, CmEventType::kDisconnected);
       return;
@@ -993,7 +1009,7 @@ void ConnectionManager::Impl::HandleDrep(const Gid& source, const CmDrep& drep) 
     return;
   }
   c->waiting = false;
-  c->state = State::kTimewait;
+  MoveTo(*c, State::kTimewait);
   Emit(*c, CmEventType::kDisconnected);
 }
 
@@ -1043,12 +1059,12 @@ void ConnectionManager::Impl::TimedOut(Connection& c) {
               c.state == State::kReqSent ? CmMessageKind::kReq : CmMessageKind::kRep, kRejTimeout, nullptr, 0);
       ToError(c);
       c.have_answer = false;
-      c.state = State::kClosed;
+      MoveTo(c, State::kClosed);
       Emit(c, CmEventType::kUnreachable);
       return;
     case State::kDreqSent:
       // No DREP: the QP is in ERR already; the connection is over anyway.
-      c.state = State::kTimewait;
+      MoveTo(c, State::kTimewait);
       Emit(c, CmEventType::kDisconnected);
       return;
     default:
@@ -1171,7 +1187,7 @@ Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& p
     m.LeaveBacklog(*c);
     m.SendRej(c->peer.gid, c->peer_mac, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kReq,
               kRejNoResources, nullptr, 0);
-    c->state = State::kClosed;
+    Impl::MoveTo(*c, State::kClosed);
     return Unavailable("the caller's address does not resolve (ARP/ND): rejected");
   }
 
@@ -1184,7 +1200,7 @@ Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& p
     m.LeaveBacklog(*c);
     m.SendRej(c->peer.gid, c->peer_mac, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kReq, kRejInvalidPathMtu,
               nullptr, 0);
-    c->state = State::kClosed;
+    Impl::MoveTo(*c, State::kClosed);
     return InvalidArgument("the caller's path MTU is above this side's max_mtu / port MTU: rejected");
   }
   c->mtu = static_cast<ibv_mtu>(req.path_mtu);
@@ -1210,7 +1226,7 @@ Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& p
     m.ToError(*c);
     m.SendRej(c->peer.gid, c->peer_mac, c->transaction_id, c->local_id, c->remote_id, CmMessageKind::kReq, kRejNoResources,
               nullptr, 0);
-    c->state = State::kClosed;
+    Impl::MoveTo(*c, State::kClosed);
     return s;
   }
   CmMad mad = m.MadFor(*c);
@@ -1228,7 +1244,7 @@ Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& p
   std::copy(params.private_data.begin(), params.private_data.end(), rep.private_data.begin());
   mad.message = rep;
   m.LeaveBacklog(*c);
-  c->state = State::kRepSent;
+  Impl::MoveTo(*c, State::kRepSent);
   // The REP is both what we wait an RTU for and the answer to a duplicate REQ.
   // The caller said how long its CM may take to answer (the REQ's Local CM
   // Response Timeout, 4.096 us * 2^t, IBTA 12.7.24; the kernel's rdma_cm
@@ -1263,7 +1279,7 @@ Status ConnectionManager::Reject(CmConnectionId request, const uint8_t* private_
   if (length > 0) std::memcpy(rej.private_data.data(), private_data, length);
   mad.message = rej;
   m.LeaveBacklog(*c);
-  c->state = State::kClosed;
+  Impl::MoveTo(*c, State::kClosed);
   m.SendAnswer(*c, mad);  // repeated for a duplicate REQ
   return Status::Ok();
 }
@@ -1349,7 +1365,7 @@ StatusOr<CmConnectionId> ConnectionManager::Connect(const CmConnectParams& param
   (void)EncodeIpCmHeader(ip, req.private_data.data());
   std::copy(params.private_data.begin(), params.private_data.end(), req.private_data.begin() + kIpCmHeaderBytes);
 
-  c.state = State::kReqSent;
+  Impl::MoveTo(c, State::kReqSent);
   auto& stored = m.connections[c.local_id] = c;
   CmMad mad = m.MadFor(stored);
   mad.message = req;
@@ -1373,7 +1389,7 @@ Status ConnectionManager::Disconnect(CmConnectionId id) {
       dreq.remote_comm_id = c->remote_id;
       dreq.remote_qpn = c->remote_qpn;
       mad.message = dreq;
-      c->state = State::kDreqSent;
+      Impl::MoveTo(*c, State::kDreqSent);
       m.SendAndWait(*c, mad);
       return Status::Ok();
     }
@@ -1384,7 +1400,7 @@ Status ConnectionManager::Disconnect(CmConnectionId id) {
       m.ToError(*c);
       m.SendRej(c->peer.gid, c->peer_mac, c->transaction_id, c->local_id, 0, CmMessageKind::kReq, kRejTimeout,
                 nullptr, 0);
-      c->state = State::kClosed;
+      Impl::MoveTo(*c, State::kClosed);
       m.Emit(*c, CmEventType::kDisconnected);
       return Status::Ok();
     case State::kReqReceived:
@@ -1406,7 +1422,7 @@ bool ConnectionManager::PeerGone(uint32_t qpn, uint32_t remote_qpn) {
       case State::kDreqSent:
         c.waiting = false;
         m.ToError(c);
-        c.state = State::kTimewait;
+        Impl::MoveTo(c, State::kTimewait);
         m.Emit(c, CmEventType::kDisconnected);
         return true;
       default:
