@@ -1,5 +1,5 @@
 // What the kernel knows about one of its network interfaces, for an uplink
-// that shares it (`port = kernel:IFNAME`, tools/daemon.cc): the interface's
+// that shares it (`port = kernel:IFNAME`, host/daemon.h): the interface's
 // index, MAC, MTU, its IPv4 and IPv6 addresses (rtnetlink(7) RTM_GETLINK,
 // RTM_GETADDR) and its queue count (ethtool's channels). Read once, on the
 // control path, in the caller's network namespace.

@@ -159,7 +159,7 @@ struct EndpointConfig {
   uint32_t qpn_base = 0, qpn_count = 0;
 };
 
-// `uroce daemon` (tools/daemon.cc): its control socket and switch.
+// `uroce daemon` (host/daemon.h): its control socket and switch.
 constexpr uint32_t kDaemonMaxProcesses = 254;  // QPN leases 1..254 << 16
 struct DaemonConfig {
   std::string socket = "/run/uroce/uroce.sock";
