@@ -38,8 +38,9 @@ def uroce_dependencies():
     uroce_system_libraries()
 
 def uroce_system_libraries():
-    """DPDK, libpcap, Open MPI, libbpf, GoogleTest, Google Benchmark and
-    rdma-core's and libfabric's headers, from the machine's packages."""
+    """DPDK, libpcap, Open MPI, libbpf, nlohmann-json, GoogleTest, Google
+    Benchmark and rdma-core's and libfabric's headers, from the machine's
+    packages."""
 
     # DPDK's compiler and linker flags come from `pkg-config libdpdk` when Bazel
     # configures the workspace; nothing is copied by hand.
@@ -70,6 +71,13 @@ def uroce_system_libraries():
         name = "libbpf",
         linkopts = ["-lbpf"],
         probe_header = "bpf/libbpf.h",
+    )
+
+    # nlohmann-json (Debian's nlohmann-json3-dev), header-only: `uroce stats`
+    # parses the answers of DPDK's telemetry socket with it (tools/stats.cc).
+    system_library(
+        name = "nlohmann_json",
+        probe_header = "nlohmann/json.hpp",
     )
 
     system_library(

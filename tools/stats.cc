@@ -1,5 +1,7 @@
 // `uroce stats`: the counters of a running uroce process, read from its DPDK
 // telemetry socket (the same data `dpdk-telemetry.py` shows under /uroce/).
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -10,12 +12,8 @@
 #include "runtime/telemetry_client.h"
 #include "tools/command.h"
 #include "tools/config_flags.h"
-#include "tools/json_value.h"
 
 namespace uroce::tools {
-namespace {
-
-}  // namespace
 
 int StatsUsage(FILE* out) {
   std::fprintf(out,
@@ -59,28 +57,99 @@ int Fail(const std::string& what) {
   return 1;
 }
 
+// ordered_json keeps an object's members in the order telemetry wrote them,
+// which is the order the counters are printed in.
+using Json = nlohmann::ordered_json;
+
+// Only finds where the text stops being JSON, for the error message: the
+// non-throwing parse says that it failed, not where.
+class JsonErrorOffset : public nlohmann::json_sax<Json> {
+ public:
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t position, const std::string&, const Json::exception&) override {
+    // position counts the bytes read up to the one the parser stopped at
+    // (the end of the text counts as one): the message names that byte's offset.
+    offset_ = position > 0 ? position - 1 : 0;
+    return false;
+  }
+  size_t offset() const { return offset_; }
+
+ private:
+  size_t offset_ = 0;
+};
+
+StatusOr<Json> ParseJson(const std::string& text) {
+  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_discarded()) return json;
+  JsonErrorOffset error;
+  Json::sax_parse(text, &error);
+  // Not strict, the parser stops after the first complete value: if that
+  // succeeds, the text is JSON followed by more bytes.
+  JsonErrorOffset ignored;
+  if (Json::sax_parse(text, &ignored, Json::input_format_t::json, /*strict=*/false)) {
+    return InvalidArgument("trailing bytes after JSON at offset " + std::to_string(error.offset()));
+  }
+  return InvalidArgument("bad JSON at offset " + std::to_string(error.offset()));
+}
+
+// A value as `uroce stats` prints it: a string as it is, a number as JSON
+// writes it (telemetry sends integers only, whose text this is), anything
+// else as nothing.
+std::string Text(const Json& v) {
+  if (v.is_string()) return v.get_ref<const std::string&>();
+  if (v.is_number()) return v.dump();
+  return "";
+}
+
+// The member `key` of an object; nullptr for a missing key or a value that
+// is not an object.
+const Json* Member(const Json& v, const std::string& key) {
+  if (!v.is_object()) return nullptr;
+  const auto it = v.find(key);
+  return it == v.end() ? nullptr : &*it;
+}
+
+// The elements of an array; none for anything else (iterating an object
+// would visit its values).
+const Json& Items(const Json& v) {
+  static const Json kNone = Json::array();
+  return v.is_array() ? v : kNone;
+}
+
 // The object or array under the answer's single key.
-StatusOr<JsonValue> Answer(runtime::TelemetryClient& client, const std::string& command) {
+StatusOr<Json> Answer(runtime::TelemetryClient& client, const std::string& command) {
   auto raw = client.Query(command);
   if (!raw.ok()) return raw.status();
   auto json = ParseJson(*raw);
   if (!json.ok()) return Status(json.status().code(), command + ": " + json.status().message());
   const size_t comma = command.find(',');
-  const JsonValue* v = json->Get(command.substr(0, comma));
-  if (v == nullptr || v->kind == JsonValue::Kind::kNull) {
+  const Json* v = Member(*json, command.substr(0, comma));
+  if (v == nullptr || v->is_null()) {
     return NotFound(command + ": no answer (not a uroce process, or it is shutting down)");
   }
   return *v;
 }
 
-void PrintCounters(const JsonValue& object, const std::vector<std::string>& skip) {
+void PrintCounters(const Json& object, const std::vector<std::string>& skip) {
+  if (!object.is_object()) return;
   int column = 0;
-  for (const auto& [key, value] : object.members) {
+  for (const auto& [key, value] : object.items()) {
     bool skipped = false;
     for (const std::string& s : skip) skipped |= key == s;
     if (skipped) continue;
     if (column == 0) std::printf("   ");
-    std::printf(" %s=%s", key.c_str(), value.text.c_str());
+    std::printf(" %s=%s", key.c_str(), Text(value).c_str());
     if (++column == 6) {
       std::printf("\n");
       column = 0;
@@ -142,10 +211,10 @@ int StatsCommand(int argc, char** argv) {
     std::vector<std::string> commands = {"/uroce/info", "/uroce/threads", "/uroce/ports"};
     auto ports = Answer(*client, "/uroce/ports");
     if (!ports.ok()) return Fail(ports.status().message());
-    for (const JsonValue& p : ports->items) commands.push_back("/uroce/port," + p.text);
+    for (const Json& p : Items(*ports)) commands.push_back("/uroce/port," + Text(p));
     auto qps = Answer(*client, "/uroce/qps");
     if (!qps.ok()) return Fail(qps.status().message());
-    for (const JsonValue& q : qps->items) commands.push_back("/uroce/qp," + q.text);
+    for (const Json& q : Items(*qps)) commands.push_back("/uroce/qp," + Text(q));
     for (const std::string& c : commands) {
       auto raw = client->Query(c);
       if (!raw.ok()) return Fail(raw.status().message());
@@ -156,52 +225,57 @@ int StatsCommand(int argc, char** argv) {
 
   auto info = Answer(*client, "/uroce/info");
   if (!info.ok()) return Fail(info.status().message());
-  const JsonValue* pid = info->Get("pid");
-  const JsonValue* progress = info->Get("progress");
-  std::printf("uroce process %s (%s progress), telemetry %s\n", pid ? pid->text.c_str() : "?",
-              progress ? progress->text.c_str() : "?", socket_path.c_str());
+  const Json* pid = Member(*info, "pid");
+  const Json* progress = Member(*info, "progress");
+  std::printf("uroce process %s (%s progress), telemetry %s\n", pid ? Text(*pid).c_str() : "?",
+              progress ? Text(*progress).c_str() : "?", socket_path.c_str());
   // Where each thread runs: "thread TID NAME: cpus LIST, last on CPU N,
   // context switches V voluntary / I involuntary" (older processes have no
   // /uroce/threads: nothing printed).
   if (auto threads = Answer(*client, "/uroce/threads"); threads.ok()) {
-    for (const JsonValue& t : threads->items) {
+    for (const Json& t : Items(*threads)) {
+      const std::string line = Text(t);
       char name[64] = "", cpus[256] = "";
       int tid = 0, last = -1;
       unsigned long long vol = 0, invol = 0;
-      if (std::sscanf(t.text.c_str(), "%d %63s cpus=%255s last_cpu=%d voluntary=%llu involuntary=%llu", &tid, name,
+      if (std::sscanf(line.c_str(),
+                      "%d %63s cpus=%255s last_cpu=%d voluntary=%llu involuntary=%llu", &tid, name,
                       cpus, &last, &vol, &invol) == 6) {
         std::printf("thread %d %s: cpus %s, last on CPU %d, context switches %llu voluntary / %llu involuntary\n", tid,
                     name, cpus, last, vol, invol);
       } else {
-        std::printf("thread %s\n", t.text.c_str());
+        std::printf("thread %s\n", line.c_str());
       }
     }
   }
   auto ports = Answer(*client, "/uroce/ports");
   if (!ports.ok()) return Fail(ports.status().message());
-  for (const JsonValue& name : ports->items) {
-    auto port = Answer(*client, "/uroce/port," + name.text);
+  for (const Json& item : Items(*ports)) {
+    const std::string name = Text(item);
+    auto port = Answer(*client, "/uroce/port," + name);
     if (!port.ok()) return Fail(port.status().message());
     auto field = [&](const char* k) {
-      const JsonValue* v = port->Get(k);
-      return v ? v->text : std::string("?");
+      const Json* v = Member(*port, k);
+      return v ? Text(*v) : std::string("?");
     };
-    std::printf("endpoint %s: port %s (%s), mac %s, gids %s\n", name.text.c_str(), field("port_id").c_str(),
-                field("driver").c_str(), field("mac").c_str(), field("gids").c_str());
+    std::printf("endpoint %s: port %s (%s), mac %s, gids %s\n", name.c_str(),
+                field("port_id").c_str(), field("driver").c_str(), field("mac").c_str(),
+                field("gids").c_str());
     PrintCounters(*port, {"name", "port_id", "driver", "mac", "gids"});
   }
   auto qps = Answer(*client, "/uroce/qps");
   if (!qps.ok()) return Fail(qps.status().message());
-  if (qps->items.empty()) std::printf("no QPs\n");
-  for (const JsonValue& id : qps->items) {
-    auto qp = Answer(*client, "/uroce/qp," + id.text);
+  if (Items(*qps).empty()) std::printf("no QPs\n");
+  for (const Json& item : Items(*qps)) {
+    const std::string id = Text(item);
+    auto qp = Answer(*client, "/uroce/qp," + id);
     if (!qp.ok()) continue;  // destroyed since the list was read
     auto field = [&](const char* k) {
-      const JsonValue* v = qp->Get(k);
-      return v ? v->text : std::string("?");
+      const Json* v = Member(*qp, k);
+      return v ? Text(*v) : std::string("?");
     };
-    std::printf("QP %s: %s %s, destination QP %s\n", id.text.c_str(), field("type").c_str(), field("state").c_str(),
-                field("dest_qpn").c_str());
+    std::printf("QP %s: %s %s, destination QP %s\n", id.c_str(), field("type").c_str(),
+                field("state").c_str(), field("dest_qpn").c_str());
     PrintCounters(*qp, {"endpoint", "qpn", "type", "state", "dest_qpn"});
   }
   return 0;
