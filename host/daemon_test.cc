@@ -1,0 +1,106 @@
+// host::Daemon in one process: a daemon on a net_null uplink (nothing leaves
+// the process), a program attaching through its control socket, STATS, the
+// end of a session, and a second daemon refused on the same socket.
+#include "host/daemon.h"
+
+#include <gtest/gtest.h>
+#include <rte_dev.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "host/daemon_client.h"
+#include "pmd/config.h"
+#include "pmd/eal_test_environment.h"
+#include "pmd/shutdown_signal.h"
+#include "transport/address_text.h"
+
+namespace uroce::host {
+namespace {
+
+// A private directory for the socket: Bazel's TEST_TMPDIR is too long for
+// a socket's path (unix(7): 108 bytes).
+std::string ScratchDir() {
+  char dir[] = "/tmp/uroce-daemon-test-XXXXXX";
+  return mkdtemp(dir) != nullptr ? dir : "";
+}
+
+// Asks for STATS until `done` holds for the answer, for up to five seconds.
+template <typename Done>
+std::string StatsUntil(const std::string& socket, Done done) {
+  std::string last;
+  for (int i = 0; i < 500; ++i) {
+    auto stats = QueryDaemonStats(socket);
+    if (stats.ok()) {
+      last = *stats;
+      if (done(last)) return last;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return last;
+}
+
+TEST(DaemonTest, AProgramAttachesIsListedAndLeaves) {
+  ASSERT_TRUE(pmd::TestEalStarted());
+  ASSERT_EQ(rte_dev_probe("net_null0"), 0);
+  const std::string dir = ScratchDir();
+  ASSERT_FALSE(dir.empty());
+  const std::string socket = dir + "/daemon.sock";
+  auto config = pmd::LoadConfigText("[daemon]\nsocket = " + socket +
+                                        "\n[endpoint.up]\nport = net_null0\nipv4 = 192.0.2.1\n"
+                                        "mac = 02:00:00:00:00:01\n",
+                                    "daemon_test");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+
+  std::unique_ptr<Daemon> daemon = Daemon::Create(*config);
+  ASSERT_TRUE(daemon->Listen().ok());
+  const Status started = daemon->StartUplinks();
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  pmd::InstallShutdownSignals();
+  std::thread loop([&] { daemon->Run(); });
+
+  // A second daemon stops at the socket, before touching any port.
+  std::unique_ptr<Daemon> second = Daemon::Create(*config);
+  EXPECT_FALSE(second->Listen().ok());
+  second.reset();
+
+  uint32_t slot = 0;
+  {
+    auto session = DaemonSession::Attach(socket);
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    slot = (*session)->slot();
+    EXPECT_NE(slot, 0u);
+    // The grant is the uplink's address and MAC, on a port of its own.
+    auto granted = (*session)->LoadConfig({});
+    ASSERT_TRUE(granted.ok()) << granted.status().ToString();
+    ASSERT_EQ(granted->endpoints.size(), 1u);
+    ASSERT_FALSE(granted->endpoints[0].gids.empty());
+    EXPECT_EQ(transport::GidToString(granted->endpoints[0].gids[0]), "192.0.2.1");
+    EXPECT_EQ(transport::MacToString(granted->endpoints[0].mac), "02:00:00:00:00:01");
+
+    const std::string listed = " slot=" + std::to_string(slot) + " ";
+    const std::string stats = StatsUntil(socket, [&](const std::string& s) { return s.find(listed) != s.npos; });
+    EXPECT_NE(stats.find("daemon sessions="), std::string::npos) << stats;
+    EXPECT_NE(stats.find("pid=" + std::to_string(getpid()) + " "), std::string::npos) << stats;
+    EXPECT_NE(stats.find(listed), std::string::npos) << stats;
+  }
+  // The session closed: the daemon releases the slot.
+  const std::string listed = " slot=" + std::to_string(slot) + " ";
+  const std::string after = StatsUntil(socket, [&](const std::string& s) { return s.find(listed) == s.npos; });
+  EXPECT_EQ(after.find(listed), std::string::npos) << after;
+
+  ASSERT_EQ(kill(getpid(), SIGTERM), 0);
+  loop.join();
+  daemon->Stop();
+  daemon.reset();
+  pmd::ResetShutdownRequest();
+  EXPECT_EQ(access(socket.c_str(), F_OK), -1) << "the socket file stays after Stop";
+  rmdir(dir.c_str());
+}
+
+}  // namespace
+}  // namespace uroce::host
