@@ -11,7 +11,9 @@ an error unless:
     (//testing); tests may also use the DPDK basics (TEST_DPDK) to run;
   - it is one of the ALLOWED edges, each with the reason it is still there.
 An ALLOWED edge that no BUILD file has any more is an error too, so the list
-only shrinks. Prints each finding; exit status 1 if there is any.
+only shrinks. Each package of a floor must also open its BUILD file with a
+comment saying what it owns and what it may use. Prints each finding; exit
+status 1 if there is any.
 
   layout_check.py CHECKOUT
 """
@@ -97,6 +99,9 @@ def check(builds):
     for package, text in sorted(builds.items()):
         if package not in FLOORS:
             continue
+        if not text.startswith("#"):
+            findings.append("%s/BUILD does not start with a comment saying what the package owns and what it "
+                            "may use" % package)
         for _, target, is_test, labels in targets(package, text):
             for raw in labels:
                 label = normalize(package, raw)
@@ -117,16 +122,19 @@ def check(builds):
 
 
 def self_test():
-    """The checker itself: an edge up a floor and one between siblings are
-    found; the same edges from a test to a utility are not."""
+    """The checker itself: an edge up a floor, one between siblings and a
+    package without its header comment are found; the same edges from a test
+    to a utility are not."""
     builds = {
-        "transport": 'uroce_cc_library(\n    name = "engine",\n    deps = [\n        "//pmd:port",\n'
+        "transport": '# Floor 2.\nuroce_cc_library(\n    name = "engine",\n    deps = [\n        "//pmd:port",\n'
                      '        ":headers",\n    ],\n)\n'
                      'uroce_cc_test(\n    name = "engine_test",\n    deps = ["//cm:cm_test_frames", "//testing:x"],\n)\n',
-        "api/fabric": 'uroce_cc_library(\n    name = "ep",\n    deps = ["//api/rdmacm:cm_id", "//cq:cq"],\n)\n',
+        "api/fabric": '# Floor 7.\nuroce_cc_library(\n    name = "ep",\n    deps = ["//api/rdmacm:cm_id", "//cq:cq"],\n)\n',
+        "cq": 'uroce_cc_library(\n    name = "cq",\n)\n',
     }
     findings, _ = check(builds)
     expected = ["//api/fabric:ep (floor 7) depends on //api/rdmacm:cm_id (floor 7)",
+                "cq/BUILD does not start with a comment saying what the package owns and what it may use",
                 "//transport:engine (floor 2) depends on //pmd:port (floor 4)"]
     if findings != expected:
         print("layout_check: the checker's self-test failed: %r" % findings)
