@@ -84,17 +84,17 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const UroceConfig& config) {
     rt->ring_pairs_.emplace_back(ec.ring_pair, *pair);
   }
   for (const EndpointConfig& ec : config.endpoints) {
-    Status s = rt->StartEndpoint(ec);
+    Status s = rt->StartDevice(ec);
     if (!s.ok()) return Status(s.code(), "[endpoint." + ec.name + "] " + s.message());
   }
-  if (std::any_of(rt->endpoints_.begin(), rt->endpoints_.end(), [](const auto& e) { return e->memif_client; })) {
+  if (std::any_of(rt->devices_.begin(), rt->devices_.end(), [](const auto& e) { return e->memif_client; })) {
     Runtime* r = rt.get();
     rt->connector_ = std::thread([r] { r->ConnectMemifClients(); });
   }
   if (config.telemetry) {
     RegisterTelemetryCommands();
     std::vector<TelemetryEndpoint> published;
-    for (const auto& e : rt->endpoints_) {
+    for (const auto& e : rt->devices_) {
       TelemetryEndpoint t;
       t.name = e->name;
       t.port_id = e->port_id;
@@ -112,7 +112,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const UroceConfig& config) {
   }
   if (config.progress == ProgressMode::kEngine) {
     std::vector<std::pair<unsigned, Engine*>> assignments;
-    for (const auto& e : rt->endpoints_) {
+    for (const auto& e : rt->devices_) {
       assignments.emplace_back(static_cast<unsigned>(e->config.lcore), e->endpoint.engine.get());
     }
     UROCE_RETURN_IF_ERROR(rt->lcores_.Launch(assignments));
@@ -120,8 +120,8 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const UroceConfig& config) {
   return rt;
 }
 
-Status Runtime::StartEndpoint(const EndpointConfig& ec) {
-  auto e = std::make_unique<Endpoint>();
+Status Runtime::StartDevice(const EndpointConfig& ec) {
+  auto e = std::make_unique<Device>();
   e->name = ec.name;
   e->config = ec;
   switch (ec.kind) {
@@ -142,7 +142,7 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
       break;
     }
     case PortKind::kShm:
-      return StartShmEndpoint(ec);
+      return StartShmDevice(ec);
     case PortKind::kKernel:
       // The kernel owns the interface's addresses and answers ARP/ND for
       // them: only the daemon, which asks the kernel for neighbours on
@@ -177,11 +177,11 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
   port.start = !memif_client;
   UROCE_RETURN_IF_ERROR(StartPort(e->port_id, port));
   // From here on the port is set up: keep the endpoint so Shutdown closes it.
-  Endpoint* ep = e.get();
+  Device* ep = e.get();
   ep->port_started = port.start;
   ep->memif_client = memif_client;
   ep->link_ready.store(!memif_client, std::memory_order_release);
-  endpoints_.push_back(std::move(e));
+  devices_.push_back(std::move(e));
 
   if (ec.mac_from_port) {
     rte_ether_addr mac;
@@ -213,7 +213,7 @@ Status Runtime::StartEndpoint(const EndpointConfig& ec) {
 // send_lat's CPU). Threads that are not EAL lcores (an application's own,
 // the provider's progress thread) have no cache and use the ring.
 // DPDK allows a cache of at most mbufs / 1.5.
-Status Runtime::CreatePool(Endpoint* e, const EndpointConfig& ec) {
+Status Runtime::CreatePool(Device* e, const EndpointConfig& ec) {
   // EAL's names are the process's: a forked child's EAL still lists the
   // pools of the runtime its parent started (api/verbs/provider.h,
   // ForgetParentAfterFork), which the child's own runtime must not take.
@@ -233,10 +233,10 @@ Status Runtime::CreatePool(Endpoint* e, const EndpointConfig& ec) {
 
 // A process attached to `uroce daemon`: its port is the shared memory the
 // daemon sent (no DPDK device, no link to wait for), its MAC the uplink's.
-Status Runtime::StartShmEndpoint(const EndpointConfig& ec) {
+Status Runtime::StartShmDevice(const EndpointConfig& ec) {
   if (ec.shm_fd < 0) return InvalidArgument("port shm:daemon:K comes only from uroce daemon (attach to one)");
   if (ec.mac_from_port) return InvalidArgument("port shm:daemon:K needs the uplink's mac");
-  auto e = std::make_unique<Endpoint>();
+  auto e = std::make_unique<Device>();
   e->name = ec.name;
   e->config = ec;
   e->port_id = RTE_MAX_ETHPORTS;
@@ -263,13 +263,13 @@ Status Runtime::StartShmEndpoint(const EndpointConfig& ec) {
   e->links = links.get();
   e->io = std::move(links);
   e->endpoint.mac = ec.mac;
-  Endpoint* ep = e.get();
-  endpoints_.push_back(std::move(e));
+  Device* ep = e.get();
+  devices_.push_back(std::move(e));
   return StartEngine(ep, ec);
 }
 
 Status Runtime::ChangeLocalLink(const LinkChange& change, int fd) {
-  for (auto& e : endpoints_) {
+  for (auto& e : devices_) {
     if (e->links == nullptr || e->config.shm_index != change.uplink) continue;
     if (!change.add) {
       e->links->Remove(change.slot);
@@ -296,12 +296,12 @@ void Runtime::ApplyLinkChanges(DaemonSession* session) {
 }
 
 void Runtime::ReclaimLocalLinks() {
-  for (auto& e : endpoints_) {
+  for (auto& e : devices_) {
     if (e->links != nullptr) e->links->Reclaim();
   }
 }
 
-Status Runtime::StartEngine(Endpoint* ep, const EndpointConfig& ec) {
+Status Runtime::StartEngine(Device* ep, const EndpointConfig& ec) {
   NeighborResolver::Options nopt;
   nopt.mac = ep->endpoint.mac;
   nopt.addresses = ec.gids;
@@ -326,7 +326,7 @@ Status Runtime::StartEngine(Endpoint* ep, const EndpointConfig& ec) {
   // [impair]: every endpoint and direction draws its own stream of the one
   // seed, so that its faults follow its own frames only.
   const ImpairConfig& im = config_.impair;
-  const uint64_t index = static_cast<uint64_t>(endpoints_.size() - 1);
+  const uint64_t index = static_cast<uint64_t>(devices_.size() - 1);
   if (im.frame_faults()) {
     PortImpairment pi;
     pi.faults.loss = im.loss;
@@ -363,8 +363,8 @@ Status Runtime::StartEngine(Endpoint* ep, const EndpointConfig& ec) {
   return Status::Ok();
 }
 
-Runtime::Endpoint* Runtime::Find(const std::string& name) {
-  for (auto& e : endpoints_) {
+Runtime::Device* Runtime::Find(const std::string& name) {
+  for (auto& e : devices_) {
     if (e->name == name) return e.get();
   }
   return nullptr;
@@ -373,7 +373,7 @@ Runtime::Endpoint* Runtime::Find(const std::string& name) {
 unsigned Runtime::Progress() {
   if (config_.progress != ProgressMode::kInline) return 0;
   unsigned moved = 0;
-  for (auto& e : endpoints_) {
+  for (auto& e : devices_) {
     if (e->endpoint.engine) moved += e->endpoint.engine->Poll();
   }
   return moved;
@@ -386,7 +386,7 @@ unsigned Runtime::Progress(const transport::Engine* polled) {
   progress_calls_.store(calls, std::memory_order_relaxed);
   const bool others_too = calls % kOtherEnginesEvery == 0;
   unsigned moved = 0;
-  for (auto& e : endpoints_) {
+  for (auto& e : devices_) {
     Engine* engine = e->endpoint.engine.get();
     if (engine != nullptr && (engine == polled || others_too)) moved += engine->Poll();
   }
@@ -400,7 +400,7 @@ unsigned Runtime::FlushQueuePairs() {
   lcores_.Stop();
   // Every QP to the error state; the next polls flush its work
   // (IBTA 10.3.1.8) and whatever the engines staged leaves, if it can.
-  for (auto& e : endpoints_) {
+  for (auto& e : devices_) {
     Engine* engine = e->endpoint.engine.get();
     if (engine == nullptr) continue;
     for (transport::QueuePair* qp : engine->QueuePairs()) {
@@ -411,14 +411,14 @@ unsigned Runtime::FlushQueuePairs() {
     }
   }
   for (int round = 0; round < 64; ++round) {
-    for (auto& e : endpoints_) {
+    for (auto& e : devices_) {
       if (e->endpoint.engine) e->endpoint.engine->Poll();
     }
   }
   return report_.qps_flushed;
 }
 
-bool Runtime::LinkUp(const Endpoint& e) const {
+bool Runtime::LinkUp(const Device& e) const {
   if (e.config.kind == PortKind::kShm) return true;  // up while attached to the daemon
   if (e.port_id >= RTE_MAX_ETHPORTS || !e.link_ready.load(std::memory_order_acquire)) return false;
   rte_eth_link link;
@@ -432,7 +432,7 @@ void Runtime::ConnectMemifClients() {
   bool told = false;
   for (;;) {
     bool waiting = false;
-    for (auto& e : endpoints_) {
+    for (auto& e : devices_) {
       if (!e->memif_client || e->link_ready.load(std::memory_order_relaxed)) continue;
       rte_eth_link link;
       if (e->port_started && rte_eth_link_get_nowait(e->port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP) {
@@ -443,7 +443,7 @@ void Runtime::ConnectMemifClients() {
       // On EAL's interrupt thread, where memif runs the handshake this may
       // interrupt: a stop beside it would free the regions it is setting up
       // (see ClosePort).
-      Endpoint* ep = e.get();
+      Device* ep = e.get();
       RunOnInterruptThread([ep] {
         if (ep->port_started) rte_eth_dev_stop(ep->port_id);
         ep->port_started = rte_eth_dev_start(ep->port_id) == 0;
@@ -458,7 +458,7 @@ void Runtime::ConnectMemifClients() {
     // Give the handshake (EAL's interrupt thread) a moment before trying again.
     for (int i = 0; i < 100 && !stop_connecting_.load(std::memory_order_acquire); ++i) {
       bool all_up = true;
-      for (auto& e : endpoints_) {
+      for (auto& e : devices_) {
         rte_eth_link link;
         if (e->memif_client && !e->link_ready.load(std::memory_order_relaxed) &&
             !(e->port_started && rte_eth_link_get_nowait(e->port_id, &link) == 0 &&
@@ -481,7 +481,7 @@ void Runtime::StopConnector() {
 
 Status Runtime::WaitForLinks() {
   using Clock = std::chrono::steady_clock;
-  for (auto& e : endpoints_) {
+  for (auto& e : devices_) {
     if (e->config.link_timeout_ms == 0) continue;
     const auto deadline = Clock::now() + std::chrono::milliseconds(e->config.link_timeout_ms);
     while (!LinkUp(*e)) {
@@ -506,7 +506,7 @@ ShutdownReport Runtime::Shutdown() {
   telemetry_handle_ = 0;
   report_.impairments = ImpairmentReport();  // while the engines still count
   // 3. Engines (they free what they still staged), then QPs die with them.
-  for (auto& e : endpoints_) {
+  for (auto& e : devices_) {
     if (e->endpoint.engine) {
       for (transport::QueuePair* qp : e->endpoint.engine->QueuePairs()) {
         (void)e->endpoint.engine->DestroyQp(qp);
@@ -516,12 +516,12 @@ ShutdownReport Runtime::Shutdown() {
     e->endpoint.cq = nullptr;
   }
   // What [impair] held back (delayed, reordered) goes back to the pools.
-  for (auto& e : endpoints_) {
+  for (auto& e : devices_) {
     if (e->impaired) e->impaired->FreeHeld();
   }
   // 4. Ports: what is still queued for us is received and freed, then the
   //    port stops (a NIC returns the buffers of its RX ring then).
-  for (auto& e : endpoints_) {
+  for (auto& e : devices_) {
     if (e->shm) {
       rte_mbuf* burst[64];
       for (int i = 0; i < 1024; ++i) {
@@ -543,7 +543,7 @@ ShutdownReport Runtime::Shutdown() {
       rte_pktmbuf_free_bulk(burst, n);
     }
   }
-  for (auto& e : endpoints_) {
+  for (auto& e : devices_) {
     if (e->config.kind != PortKind::kRingPair && e->config.kind != PortKind::kShm) {
       Status s = ClosePort(e->port_id);
       if (!s.ok()) UROCE_LOG(WARNING, "%s\n", s.ToString().c_str());
@@ -555,20 +555,20 @@ ShutdownReport Runtime::Shutdown() {
   }
   ring_pairs_.clear();
   // 5. Count, then free the pools.
-  for (auto& e : endpoints_) {
+  for (auto& e : devices_) {
     if (!e->pool) continue;
     report_.mbufs_in_pools += AvailableMbufs(e->pool.get());
     report_.mbufs_total += e->pool_size;
   }
-  endpoints_.clear();
+  devices_.clear();
   return report_;
 }
 
 std::string Runtime::ImpairmentReport() {
   if (!config_.impair.any()) return "";
   std::string out;
-  for (size_t i = 0; i < endpoints_.size(); ++i) {
-    const Endpoint& e = *endpoints_[i];
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const Device& e = *devices_[i];
     std::string line = "uroce" + std::to_string(i) + " (" + e.name + ") impairments, seed " +
                        std::to_string(config_.impair.seed) + ": ";
     if (e.impaired) line += ImpairmentSummary(e.impaired->counters());

@@ -48,7 +48,9 @@ struct ShutdownReport {
 
 class Runtime {
  public:
-  struct Endpoint {
+  // One uroce device (uroce0, uroce1, ... in its order): a configuration's
+  // [endpoint.NAME], with its port, buffers, ARP/ND and engine.
+  struct Device {
     std::string name;
     pmd::EndpointConfig config;
     uint16_t port_id = 0;  // RTE_MAX_ETHPORTS (none) for a daemon's shared-memory port
@@ -76,10 +78,10 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  size_t endpoint_count() const { return endpoints_.size(); }
-  Endpoint& endpoint(size_t i) { return *endpoints_[i]; }
-  // The endpoint called `name`, or null.
-  Endpoint* Find(const std::string& name);
+  size_t device_count() const { return devices_.size(); }
+  Device& device(size_t i) { return *devices_[i]; }
+  // The device of [endpoint.`name`], or null.
+  Device* Find(const std::string& name);
 
   bool inline_progress() const { return config_.progress == pmd::ProgressMode::kInline; }
   // Inline mode: one Poll of every engine, returns the packets moved. Engine
@@ -95,13 +97,13 @@ class Runtime {
   unsigned Progress(const transport::Engine* polled);
   static constexpr uint32_t kOtherEnginesEvery = 16;
 
-  // Waits until every endpoint's link is up, each for at most its
+  // Waits until every device's link is up, each for at most its
   // link_timeout_ms (0: not waited for). For uroce's own tools, which
   // measure or demonstrate over the link; Start itself never waits (a verbs
   // or libfabric program opens its device at once). Control path.
   Status WaitForLinks();
-  // Whether the endpoint's port moves frames over an up link now. Any thread.
-  bool LinkUp(const Endpoint& e) const;
+  // Whether the device's port moves frames over an up link now. Any thread.
+  bool LinkUp(const Device& e) const;
 
   // The first half of Shutdown: stops the engine lcores (this thread polls
   // from now on), moves every QP to the error state and polls until their
@@ -134,18 +136,18 @@ class Runtime {
 
  private:
   explicit Runtime(const pmd::UroceConfig& config) : config_(config) {}
-  Status StartEndpoint(const pmd::EndpointConfig& ec);
-  // The rest of StartEndpoint once the port moves frames: neighbours, engine.
-  Status StartEngine(Endpoint* ep, const pmd::EndpointConfig& ec);
-  Status StartShmEndpoint(const pmd::EndpointConfig& ec);
-  Status CreatePool(Endpoint* e, const pmd::EndpointConfig& ec);
+  Status StartDevice(const pmd::EndpointConfig& ec);
+  // The rest of StartDevice once the port moves frames: neighbours, engine.
+  Status StartEngine(Device* ep, const pmd::EndpointConfig& ec);
+  Status StartShmDevice(const pmd::EndpointConfig& ec);
+  Status CreatePool(Device* e, const pmd::EndpointConfig& ec);
   // The connector thread: starts every memif client port, and restarts it,
   // until its link is up or Shutdown stops it.
   void ConnectMemifClients();
   void StopConnector();
 
   pmd::UroceConfig config_;
-  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  std::vector<std::unique_ptr<Device>> devices_;
   std::vector<std::pair<std::string, pmd::RingPair>> ring_pairs_;
   pmd::EngineLcores lcores_;
   int telemetry_handle_ = 0;

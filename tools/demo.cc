@@ -244,8 +244,8 @@ int DemoCommand(int argc, char** argv) {
       return Fail(rt.status().ToString());
     }
     runtime::Runtime& runtime = **rt;
-    Endpoint& a = runtime.endpoint(0).endpoint;
-    Endpoint& b = runtime.endpoint(1).endpoint;
+    Endpoint& a = runtime.device(0).endpoint;
+    Endpoint& b = runtime.device(1).endpoint;
     transport::RcConnectOptions connect;
     connect.mtu = std::min(a.engine->limits().max_mtu, b.engine->limits().max_mtu);
     connect.timeout = 14;
@@ -258,7 +258,7 @@ int DemoCommand(int argc, char** argv) {
     }
     const bool engine_mode = !runtime.inline_progress();
     std::printf("uroce demo: two RoCEv2 endpoints over DPDK (%s <-> %s), no hugepages\n",
-                runtime.endpoint(0).config.port.c_str(), runtime.endpoint(1).config.port.c_str());
+                runtime.device(0).config.port.c_str(), runtime.device(1).config.port.c_str());
     std::printf("  A %s %s QPN 0x%x  <->  B %s %s QPN 0x%x, RC, path MTU %u, MACs found by ARP\n",
                 transport::GidToString(a.gid).c_str(), transport::MacToString(a.mac).c_str(), qps->first->qpn,
                 transport::GidToString(b.gid).c_str(), transport::MacToString(b.mac).c_str(), qps->second->qpn,
@@ -286,8 +286,8 @@ int DemoCommand(int argc, char** argv) {
     std::printf("  A sent %llu frames, received %llu; retransmits %llu, ICRC drops %llu\n",
                 (unsigned long long)ca.tx_frames, (unsigned long long)ca.rx_frames,
                 (unsigned long long)ca.retransmits, (unsigned long long)ca.rx_icrc_errors);
-    const runtime::NeighborCounters na = runtime.endpoint(0).neighbors->counters();
-    const runtime::NeighborCounters nb = runtime.endpoint(1).neighbors->counters();
+    const runtime::NeighborCounters na = runtime.device(0).neighbors->counters();
+    const runtime::NeighborCounters nb = runtime.device(1).neighbors->counters();
     std::printf("  ARP: A sent %llu request(s) and got %llu reply(ies); B answered %llu, asked %llu\n",
                 (unsigned long long)na.arp_requests_sent, (unsigned long long)na.arp_replies_received,
                 (unsigned long long)nb.arp_replies_sent, (unsigned long long)nb.arp_requests_sent);

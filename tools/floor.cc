@@ -354,7 +354,7 @@ int FloorCommand(int argc, char** argv) {
     (void)pmd::StopEal();
     return 1;
   }
-  runtime::Runtime::Endpoint& ep = (*rt)->endpoint(0);
+  runtime::Runtime::Device& ep = (*rt)->device(0);
   const Port port{ep.io.get(), ep.pool.get()};
   int rc = 1;
   if (o.size > ep.config.mtu + 14u) {

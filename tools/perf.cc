@@ -503,9 +503,9 @@ int RunInProcess(const Options& o) {
   Status s = p.Start("ring");
   if (!s.ok()) return p.Finish(Fail(s));
   runtime::Runtime& rt = p.rt();
-  if (rt.endpoint_count() < 2) return p.Finish(Fail(InvalidArgument("--port ring needs two endpoints")));
-  runtime::Runtime::Endpoint& ce = rt.endpoint(0);
-  runtime::Runtime::Endpoint& se = rt.endpoint(1);
+  if (rt.device_count() < 2) return p.Finish(Fail(InvalidArgument("--port ring needs two endpoints")));
+  runtime::Runtime::Device& ce = rt.device(0);
+  runtime::Runtime::Device& se = rt.device(1);
   std::vector<PerfResult> results;
   std::unique_ptr<PerfSide> client, server;
   for (const RunSpec& spec : Specs(o)) {
@@ -569,7 +569,7 @@ int RunServer(const Options& o) {
   if (!s.ok()) return p.Finish(Fail(s));
   runtime::Runtime& rt = p.rt();
   auto idle = [&p] { return p.Idle(); };
-  runtime::Runtime::Endpoint& ep = rt.endpoint(0);
+  runtime::Runtime::Device& ep = rt.device(0);
   std::fprintf(stderr, "uroce perf: server %s (%s) on %s, waiting for a client on %s\n", ep.name.c_str(),
                transport::GidToString(ep.endpoint.gid).c_str(), ep.config.port.c_str(),
                listener->LocalAddress().c_str());  // the port PORT 0 picked, too
@@ -672,7 +672,7 @@ int RunClient(const Options& o) {
   auto idle = [&p] { return p.Idle(); };
   auto ch = SideChannel::Connect(o.control, kControlTimeoutMs, idle, o.token);
   if (!ch.ok()) return p.Finish(pmd::ShutdownRequested() ? 2 : Fail(ch.status()));
-  runtime::Runtime::Endpoint& ep = rt.endpoint(0);
+  runtime::Runtime::Device& ep = rt.device(0);
   std::vector<PerfResult> results;
   std::unique_ptr<PerfSide> side;
   for (const RunSpec& spec : Specs(o)) {

@@ -269,7 +269,7 @@ StatusOr<SideInfo> SideInfo::Decode(const std::string& line) {
   return s;
 }
 
-PerfSide::PerfSide(runtime::Runtime::Endpoint& endpoint, bool client, const RunSpec& spec)
+PerfSide::PerfSide(runtime::Runtime::Device& endpoint, bool client, const RunSpec& spec)
     : ep_(endpoint), engine_(*endpoint.endpoint.engine), client_(client), spec_(spec) {
   if (spec_.test == PerfTest::kAtomicLat) spec_.size = 8;  // IBTA 9.4.5: atomics move 8 bytes
 }

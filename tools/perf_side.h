@@ -101,7 +101,7 @@ struct PerfResult {
 
 class PerfSide {
  public:
-  PerfSide(runtime::Runtime::Endpoint& endpoint, bool client, const RunSpec& spec);
+  PerfSide(runtime::Runtime::Device& endpoint, bool client, const RunSpec& spec);
   ~PerfSide();
   PerfSide(const PerfSide&) = delete;
   PerfSide& operator=(const PerfSide&) = delete;
@@ -155,7 +155,7 @@ class PerfSide {
   void Sample(uint64_t start_cycles, bool half);
   void SyncWithEngine();
 
-  runtime::Runtime::Endpoint& ep_;
+  runtime::Runtime::Device& ep_;
   transport::Engine& engine_;
   const bool client_;
   RunSpec spec_;

@@ -223,7 +223,7 @@ int DomainOpen(fid_fabric* fabric, fi_info* info, fid_domain** out, void* contex
   const int index = DeviceIndex(info->domain_attr->name);
   if (index < 0) return -FI_EINVAL;
   if (int e = StartRuntime(); e != 0) return e;
-  runtime::Runtime::Endpoint& rt = Process().runtime()->endpoint(static_cast<size_t>(index));
+  runtime::Runtime::Device& rt = Process().runtime()->device(static_cast<size_t>(index));
   auto cm = CmService::Get().ForDevice(static_cast<size_t>(index));
   if (!cm.ok()) {
     std::fprintf(stderr, "uroce: connection manager: %s\n", cm.status().ToString().c_str());
@@ -434,7 +434,7 @@ int PassiveEndpointOpen(fid_fabric* fabric, fi_info* info, fid_pep** out, void* 
   if (info->src_addr != nullptr && SockaddrLength(static_cast<sockaddr*>(info->src_addr)) != 0) {
     std::memcpy(&pep->local, info->src_addr, SockaddrLength(static_cast<sockaddr*>(info->src_addr)));
   } else {
-    const transport::Gid gid = Process().runtime()->endpoint(static_cast<size_t>(index)).endpoint.gid;
+    const transport::Gid gid = Process().runtime()->device(static_cast<size_t>(index)).endpoint.gid;
     size_t len = 0;
     GidToSockaddr(gid, 0, &pep->local, &len);
   }

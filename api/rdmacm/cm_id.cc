@@ -129,10 +129,10 @@ int DeviceForPeer(const Gid& peer) {
 // waiting up to timeout_ms (the port's resolve timeout when not positive).
 Status ResolveNeighbor(int device, const Gid& peer, int timeout_ms) {
   runtime::Runtime* runtime = verbs::Provider::Get().runtime();
-  if (runtime == nullptr || static_cast<size_t>(device) >= runtime->endpoint_count()) {
+  if (runtime == nullptr || static_cast<size_t>(device) >= runtime->device_count()) {
     return FailedPrecondition("the runtime is not running");
   }
-  runtime::NeighborResolver* neighbors = runtime->endpoint(static_cast<size_t>(device)).neighbors.get();
+  runtime::NeighborResolver* neighbors = runtime->device(static_cast<size_t>(device)).neighbors.get();
   if (neighbors == nullptr) return FailedPrecondition("the port has no neighbour resolver");
   return neighbors->Resolve(peer, timeout_ms > 0 ? static_cast<unsigned>(timeout_ms) : 0);
 }
@@ -145,8 +145,8 @@ Status ResolveNeighbor(int device, const Gid& peer, int timeout_ms) {
 // while another thread polls, that thread does.
 void TransmitNow(int device) {
   runtime::Runtime* runtime = verbs::Provider::Get().runtime();
-  if (runtime == nullptr || device < 0 || static_cast<size_t>(device) >= runtime->endpoint_count()) return;
-  verbs::Provider::Get().PollOnce(runtime->endpoint(static_cast<size_t>(device)).endpoint.engine.get());
+  if (runtime == nullptr || device < 0 || static_cast<size_t>(device) >= runtime->device_count()) return;
+  verbs::Provider::Get().PollOnce(runtime->device(static_cast<size_t>(device)).endpoint.engine.get());
 }
 
 ConnectionManager* CmForDevice(int device) {

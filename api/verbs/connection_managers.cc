@@ -73,12 +73,12 @@ void ConnectionManagers::PeerGone(size_t index, uint32_t qpn, uint32_t remote_qp
 StatusOr<cm::ConnectionManager*> ConnectionManagers::ForDevice(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   runtime::Runtime* runtime = Provider::Get().runtime();
-  if (runtime == nullptr || index >= runtime->endpoint_count()) {
+  if (runtime == nullptr || index >= runtime->device_count()) {
     return FailedPrecondition("uroce: the runtime is not running");
   }
-  if (cms_.size() < runtime->endpoint_count()) cms_.resize(runtime->endpoint_count());
+  if (cms_.size() < runtime->device_count()) cms_.resize(runtime->device_count());
   if (!cms_[index]) {
-    runtime::Runtime::Endpoint& ep = runtime->endpoint(index);
+    runtime::Runtime::Device& ep = runtime->device(index);
     cm::ConnectionManager::Options options;
     options.local_gid = ep.endpoint.gid;
     options.activity_hook = [this] { Wake(); };

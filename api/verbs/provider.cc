@@ -165,8 +165,8 @@ const std::vector<Device*>& Provider::Devices() {
 
 uint64_t DeviceGuid(Device* device) {
   Provider& p = Provider::Get();
-  if (p.runtime() != nullptr && device->index < p.runtime()->endpoint_count()) {
-    return GuidFromMac(p.runtime()->endpoint(device->index).endpoint.mac);
+  if (p.runtime() != nullptr && device->index < p.runtime()->device_count()) {
+    return GuidFromMac(p.runtime()->device(device->index).endpoint.mac);
   }
   const pmd::UroceConfig* c = p.config();
   if (c != nullptr && !c->endpoints[device->index].mac_from_port) return GuidFromMac(c->endpoints[device->index].mac);
@@ -209,7 +209,7 @@ int Provider::StartRuntimeLocked() {
     return EIO;
   }
   runtime_ = std::move(*rt);
-  port_active_.assign(runtime_->endpoint_count(), 0);
+  port_active_.assign(runtime_->device_count(), 0);
   for (size_t i = 0; i < port_active_.size(); ++i) port_active_[i] = PortActive(i) ? 1 : 0;
   std::atexit(OnExit);
   thread_ = std::thread([this] { ProgressLoop(); });
@@ -224,7 +224,7 @@ int Provider::StartRuntime() {
 int Provider::Open(Device* device, Context* context) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (int e = StartRuntimeLocked(); e != 0) return e;
-  runtime::Runtime::Endpoint& ep = runtime_->endpoint(device->index);
+  runtime::Runtime::Device& ep = runtime_->device(device->index);
   context->device = device;
   context->engine = ep.endpoint.engine.get();
   context->engine_config = &context->engine->config();
@@ -485,8 +485,8 @@ unsigned Provider::SignalArmedCqs() {
 unsigned Provider::PumpAsyncEvents() {
   if (!runtime_) return 0;
   unsigned moved = 0;
-  for (size_t i = 0; i < runtime_->endpoint_count(); ++i) {
-    transport::Engine* engine = runtime_->endpoint(i).endpoint.engine.get();
+  for (size_t i = 0; i < runtime_->device_count(); ++i) {
+    transport::Engine* engine = runtime_->device(i).endpoint.engine.get();
     if (engine == nullptr) continue;
     transport::AsyncEvent ev;
     while (engine->NextAsyncEvent(&ev)) {
@@ -535,12 +535,12 @@ void Provider::PostAsyncEvent(Context* ctx, const ibv_async_event& event) {
 }
 
 bool Provider::PortLinkUp(size_t device) {
-  return runtime_ && device < runtime_->endpoint_count() && runtime_->LinkUp(runtime_->endpoint(device));
+  return runtime_ && device < runtime_->device_count() && runtime_->LinkUp(runtime_->device(device));
 }
 
 bool Provider::PortActive(size_t device) {
-  if (!runtime_ || device >= runtime_->endpoint_count()) return false;
-  return runtime_->endpoint(device).config.PortActiveBeforeLink() || PortLinkUp(device);
+  if (!runtime_ || device >= runtime_->device_count()) return false;
+  return runtime_->device(device).config.PortActiveBeforeLink() || PortLinkUp(device);
 }
 
 void Provider::WatchPorts() {
