@@ -160,9 +160,8 @@ bool ThisThreadHoldsAControlToken();
 
 // The progress token: whoever holds it may touch engine-thread state. Poll
 // takes it with one compare-exchange (never waits); a control call waits for
-// it, which is between two polls: the wait is bounded by one poll, since a
-// poll never waits for anything. The one way to wait for ever is to take it
-// again on the thread that holds it; checked builds abort there instead.
+// it, which is between two polls. Taking it again on the thread that holds
+// it would wait for ever; checked builds abort there instead.
 class ProgressToken {
  public:
   // Control path: waits until the token is free.
