@@ -61,46 +61,13 @@ int Fail(const std::string& what) {
 // which is the order the counters are printed in.
 using Json = nlohmann::ordered_json;
 
-// Only finds where the text stops being JSON, for the error message: the
-// non-throwing parse says that it failed, not where.
-class JsonErrorOffset : public nlohmann::json_sax<Json> {
- public:
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return true; }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return true; }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
-  bool parse_error(std::size_t position, const std::string&, const Json::exception&) override {
-    // position counts the bytes read up to the one the parser stopped at
-    // (the end of the text counts as one): the message names that byte's offset.
-    offset_ = position > 0 ? position - 1 : 0;
-    return false;
-  }
-  size_t offset() const { return offset_; }
-
- private:
-  size_t offset_ = 0;
-};
-
 StatusOr<Json> ParseJson(const std::string& text) {
-  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_discarded()) return json;
-  JsonErrorOffset error;
-  Json::sax_parse(text, &error);
-  // Not strict, the parser stops after the first complete value: if that
-  // succeeds, the text is JSON followed by more bytes.
-  JsonErrorOffset ignored;
-  if (Json::sax_parse(text, &ignored, Json::input_format_t::json, /*strict=*/false)) {
-    return InvalidArgument("trailing bytes after JSON at offset " + std::to_string(error.offset()));
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    // e.what() says where the text stops being JSON (line and column).
+    return InvalidArgument(std::string("bad JSON from telemetry: ") + e.what());
   }
-  return InvalidArgument("bad JSON at offset " + std::to_string(error.offset()));
 }
 
 // A value as `uroce stats` prints it: a string as it is, a number as JSON
