@@ -89,7 +89,7 @@ void CountBlocks(void* arg) { ++*static_cast<int*>(arg); }
 
 TEST(FabricCq, BlockHookRunsBeforeAReaderMaySleep) {
   // The provider's progress thread must drive the engines while a reader
-  // sleeps (api/verbs/provider.h NoteBlocking): told before every sleep,
+  // sleeps (runtime/process.h NoteBlocking): told before every sleep,
   // and by a fi_trywait that allows one, never by one that refuses.
   auto cq = Open(Attr(8, FI_WAIT_UNSPEC));
   int blocks = 0;

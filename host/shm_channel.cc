@@ -116,7 +116,7 @@ StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Map(int fd, Side side) {
     c->base_ = nullptr;
     return IoError(std::string("mmap of the shared port: ") + std::strerror(errno));
   }
-  // A forked child attaches on its own (api/verbs/provider.h,
+  // A forked child attaches on its own (runtime/process.h,
   // ForgetParentAfterFork); its parent's rings are not to be in it at all,
   // so that nothing in the child can consume or corrupt them (madvise(2)).
   (void)madvise(c->base_, size, MADV_DONTFORK);

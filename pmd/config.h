@@ -21,7 +21,7 @@
 //   rx_burst, max_qps, ack_request_every, max_unacked_packets,
 //   per_qp_packet_budget  the transport engine's knobs
 //   progress_idle_us = 50 verbs library, inline progress: longest idle sleep
-//                         of its progress thread (api/verbs/provider.h)
+//                         of its progress thread (runtime/process.h)
 //   helper_cpus =         CPUs for the verbs/libfabric library's helper
 //                         threads (progress, connection managers), e.g. 2-3;
 //                         empty: where the application's main thread may run
@@ -179,7 +179,7 @@ struct EngineTunables {
   uint32_t max_unacked_packets = 128;
   uint32_t per_qp_packet_budget = 32;
   // Verbs library, inline progress: the progress thread's longest sleep when
-  // idle (api/verbs/provider.h).
+  // idle (runtime/process.h).
   uint32_t progress_idle_us = 50;
   // CPUs of the helper threads (pmd/threads.h); empty: inherited.
   std::vector<unsigned> helper_cpus;

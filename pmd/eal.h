@@ -52,7 +52,7 @@ Status StartEal(const EalConfig& config);
 // what either allocates lands in the other's lists, and what a child
 // allocates outlives it. This turns that mapping into private memory with
 // the same contents, at the same address, so that a forked child gets a
-// copy-on-write heap of its own (api/verbs/provider.h,
+// copy-on-write heap of its own (runtime/process.h,
 // ForgetParentAfterFork). Only for a process with no vhost-user or
 // virtio_user port (they hand the memfd to their peer): a process attached
 // to a uroce daemon. Call it right after StartEal, before anything else

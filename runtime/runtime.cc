@@ -215,7 +215,7 @@ Status Runtime::StartDevice(const EndpointConfig& ec) {
 // DPDK allows a cache of at most mbufs / 1.5.
 Status Runtime::CreatePool(Device* e, const EndpointConfig& ec) {
   // EAL's names are the process's: a forked child's EAL still lists the
-  // pools of the runtime its parent started (api/verbs/provider.h,
+  // pools of the runtime its parent started (runtime/process.h,
   // ForgetParentAfterFork), which the child's own runtime must not take.
   std::string name = "uroce_" + ec.name;
   for (unsigned n = 1; rte_mempool_lookup(name.c_str()) != nullptr; ++n) {

@@ -57,12 +57,9 @@ ALLOWED = {
     # runtime per process), so its link names the siblings.
     ("//api/verbs:libibverbs.so.1", "//api/fabric:provider"): "the shared object of all three APIs",
     ("//api/verbs:libibverbs.so.1", "//api/rdmacm"): "the shared object of all three APIs",
-    # The process runtime lives in verbs::Provider until it is a package of
-    # its own: libfabric and rdma_cm reach it through api/verbs.
-    ("//api/fabric:provider", "//api/verbs:connection_managers"): "the runtime is in api/verbs",
-    ("//api/fabric:provider", "//api/verbs:provider"): "the runtime is in api/verbs",
-    ("//api/rdmacm:rdmacm", "//api/verbs:connection_managers"): "the runtime is in api/verbs",
-    ("//api/rdmacm:rdmacm", "//api/verbs:provider"): "the runtime is in api/verbs",
+    # rdma_cm(7) works on the application's verbs objects (its ids carry the
+    # ibv_context and ibv_qp), as rdma-core's librdmacm uses libibverbs.
+    ("//api/rdmacm:rdmacm", "//api/verbs:objects"): "rdma_cm works on the verbs objects",
 }
 
 TEST_RULES = ("uroce_cc_test", "uroce_cc_fuzz", "uroce_cc_benchmark", "sh_test", "cc_test", "py_test")

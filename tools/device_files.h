@@ -27,7 +27,7 @@
 
 namespace uroce::tools {
 
-// One uroce device as libibverbs lists it (api/verbs/provider.cc names them
+// One uroce device as libibverbs lists it (api/verbs/registry.cc names them
 // uroce<index> with dev_name uverbs<index>).
 struct PresentedDevice {
   unsigned index = 0;

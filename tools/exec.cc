@@ -195,7 +195,7 @@ int ExecCommand(int argc, char** argv) {
     }
     setenv("UROCE_CONFIG", abs.c_str(), 1);
   }
-  // The program's library reads it (api/verbs/provider.cc), over the
+  // The program's library reads it (runtime/process.cc), over the
   // configuration's own [impair].
   if (!impair.empty()) setenv("UROCE_IMPAIR", impair.c_str(), 1);
   {

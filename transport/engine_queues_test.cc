@@ -17,7 +17,7 @@ namespace uroce::transport {
 namespace {
 
 // An exit handler run by a signal on top of a control call must know that
-// this thread holds a progress token (api/verbs/provider.cc Shutdown).
+// this thread holds a progress token (runtime/process.cc Shutdown).
 TEST(ProgressTokenTest, AThreadKnowsItHoldsAControlToken) {
   EngineConfig config;
   config.max_qps = 4;

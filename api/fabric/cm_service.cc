@@ -9,7 +9,7 @@
 
 #include "api/fabric/cm_data.h"
 #include "api/fabric/info.h"
-#include "api/verbs/connection_managers.h"
+#include "runtime/connection_managers.h"
 
 namespace uroce::fabric {
 namespace {
@@ -78,7 +78,7 @@ void CmService::ForgetParentAfterFork() {
 }
 
 CmService::CmService() {
-  sink_ = verbs::ConnectionManagers::Get().AddSink(
+  sink_ = runtime::ConnectionManagers::Get().AddSink(
       [this](size_t, cm::ConnectionManager* cm, cm::CmEvent& event) {
         std::lock_guard<std::mutex> lock(mutex_);
         Dispatch(cm, event);
@@ -86,19 +86,19 @@ CmService::CmService() {
 }
 
 StatusOr<cm::ConnectionManager*> CmService::ForDevice(size_t index) {
-  return verbs::ConnectionManagers::Get().ForDevice(index);
+  return runtime::ConnectionManagers::Get().ForDevice(index);
 }
 
 uint64_t CmService::Register(PassiveEndpoint* pep) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const uint64_t key = verbs::ConnectionManagers::MakeTag(sink_, next_key_++);
+  const uint64_t key = runtime::ConnectionManagers::MakeTag(sink_, next_key_++);
   targets_[key].pep = pep;
   return key;
 }
 
 uint64_t CmService::Register(Endpoint* ep) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const uint64_t key = verbs::ConnectionManagers::MakeTag(sink_, next_key_++);
+  const uint64_t key = runtime::ConnectionManagers::MakeTag(sink_, next_key_++);
   targets_[key].ep = ep;
   return key;
 }

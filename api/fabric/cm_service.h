@@ -1,5 +1,5 @@
 // The provider's connection-management side: it consumes the events of the
-// process's connection managers (verbs::ConnectionManagers: one per uroce
+// process's connection managers (runtime::ConnectionManagers: one per uroce
 // device, shared with librdmacm, polled every millisecond by one thread) and
 // turns them into EQ events (fi_cm(3), fi_eq(3)):
 //   kConnectRequest -> FI_CONNREQ on the passive endpoint's EQ, with a new
@@ -52,7 +52,7 @@ class CmService {
   CmService();
   // pthread_atfork(3)'s child handler: the endpoints and the resolver
   // thread are the parent's; the child starts with none (its connection
-  // managers are its own, verbs::ConnectionManagers).
+  // managers are its own, runtime::ConnectionManagers).
   void ForgetParentAfterFork();
   void Dispatch(cm::ConnectionManager* cm, cm::CmEvent& event);
 
@@ -75,7 +75,7 @@ class CmService {
     Endpoint* ep = nullptr;
   };
 
-  uint16_t sink_ = 0;  // our number among verbs::ConnectionManagers' consumers
+  uint16_t sink_ = 0;  // our number among runtime::ConnectionManagers' consumers
   std::mutex mutex_;   // everything below; held while an event is delivered
   std::map<uint64_t, Target> targets_;  // by tag
   uint64_t next_key_ = 1;

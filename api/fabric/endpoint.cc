@@ -22,7 +22,7 @@
 #include "api/fabric/objects.h"
 #include "api/fabric/provider.h"
 #include "api/fabric/unsupported.h"
-#include "api/verbs/provider.h"
+#include "runtime/process.h"
 #include "transport/work_request.h"
 
 namespace uroce::fabric {
@@ -416,8 +416,8 @@ int Enable(Endpoint* ep) {
   // Attached to a daemon: once the connection manager connects it to a QP
   // of another process on the host, the daemon learns of it (PEER), and if
   // that process ends, the QP goes to the error state and the connection
-  // ends with FI_SHUTDOWN at once (api/verbs/provider.h).
-  verbs::Provider::Get().WatchQp(engine, *qp, ep->domain->endpoint_index);
+  // ends with FI_SHUTDOWN at once (runtime/peer_watch.h).
+  runtime::Process::Get().peers().Watch(runtime::WatchedQp{engine, *qp, ep->domain->endpoint_index});
   ep->state.store(EndpointState::kEnabled, std::memory_order_release);
   return 0;
 }
@@ -446,7 +446,7 @@ int EndpointClose(fid* f) {
   }
   transport::Engine* engine = ep->domain->engine;
   if (ep->qp != nullptr) {
-    verbs::Provider::Get().UnwatchQp(ep->qp);
+    runtime::Process::Get().peers().Unwatch(ep->qp);
     (void)engine->DestroyQp(ep->qp);
   }
   for (transport::CompletionQueue* cq : {ep->send_cq, ep->recv_cq}) {

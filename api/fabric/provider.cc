@@ -20,18 +20,17 @@
 #include "api/fabric/info.h"
 #include "api/fabric/objects.h"
 #include "api/fabric/unsupported.h"
-#include "api/verbs/provider.h"
+#include "runtime/process.h"
 
 namespace uroce::fabric {
 namespace {
 
-verbs::Provider& Process() { return verbs::Provider::Get(); }
+runtime::Process& Process() { return runtime::Process::Get(); }
 
 // The devices of UROCE_CONFIG as getinfo sees them.
 std::vector<DeviceAddresses> Devices() {
   std::vector<DeviceAddresses> out;
-  Process().Devices();  // loads the configuration once
-  const pmd::UroceConfig* config = Process().config();
+  const pmd::UroceConfig* config = Process().LoadConfig();  // loaded once
   if (config == nullptr) return out;
   for (size_t i = 0; i < config->endpoints.size(); ++i) {
     DeviceAddresses d;
@@ -56,7 +55,7 @@ int DeviceIndex(const char* name) {
 }
 
 int StartRuntime() {
-  const int e = Process().StartRuntime();
+  const int e = Process().Start();
   return e == 0 ? 0 : -e;
 }
 

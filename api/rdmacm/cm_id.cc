@@ -32,11 +32,11 @@
 
 #include "api/rdmacm/entry_points.h"
 #include "api/rdmacm/objects.h"
-#include "api/verbs/connection_managers.h"
 #include "api/verbs/objects.h"
-#include "api/verbs/provider.h"
 #include "cm/socket_address.h"
+#include "runtime/connection_managers.h"
 #include "runtime/neighbor_resolver.h"
+#include "runtime/process.h"
 
 namespace uroce::rdmacm {
 namespace {
@@ -128,7 +128,7 @@ int DeviceForPeer(const Gid& peer) {
 // The peer's MAC on `device`'s port, asked for if not known yet (ARP / ND),
 // waiting up to timeout_ms (the port's resolve timeout when not positive).
 Status ResolveNeighbor(int device, const Gid& peer, int timeout_ms) {
-  runtime::Runtime* runtime = verbs::Provider::Get().runtime();
+  runtime::Runtime* runtime = runtime::Process::Get().runtime();
   if (runtime == nullptr || static_cast<size_t>(device) >= runtime->device_count()) {
     return FailedPrecondition("the runtime is not running");
   }
@@ -144,13 +144,13 @@ Status ResolveNeighbor(int device, const Gid& peer, int timeout_ms) {
 // One inline poll of the device's engine sends it; with engine lcores, or
 // while another thread polls, that thread does.
 void TransmitNow(int device) {
-  runtime::Runtime* runtime = verbs::Provider::Get().runtime();
+  runtime::Runtime* runtime = runtime::Process::Get().runtime();
   if (runtime == nullptr || device < 0 || static_cast<size_t>(device) >= runtime->device_count()) return;
-  verbs::Provider::Get().PollOnce(runtime->device(static_cast<size_t>(device)).endpoint.engine.get());
+  runtime::Process::Get().PollOnce(runtime->device(static_cast<size_t>(device)).endpoint.engine.get());
 }
 
 ConnectionManager* CmForDevice(int device) {
-  auto cm = verbs::ConnectionManagers::Get().ForDevice(static_cast<size_t>(device));
+  auto cm = runtime::ConnectionManagers::Get().ForDevice(static_cast<size_t>(device));
   if (!cm.ok()) {
     std::fprintf(stderr, "uroce: rdma_cm: %s\n", cm.status().ToString().c_str());
     return nullptr;
@@ -204,7 +204,7 @@ CmId* NewCmId(rdma_event_channel* channel, void* context, rdma_port_space ps) {
   id->id.context = context;
   id->id.ps = ps;
   id->id.qp_type = IBV_QPT_RC;
-  id->tag = verbs::ConnectionManagers::MakeTag(registry.sink, registry.next_key++);
+  id->tag = runtime::ConnectionManagers::MakeTag(registry.sink, registry.next_key++);
   registry.ids[id->tag] = id;
   return id;
 }
@@ -314,7 +314,7 @@ namespace {
 
 // pthread_atfork(3)'s child handler: the ids, channels' events and contexts
 // are the parent's (its runtime, which the child lets go of:
-// verbs::Provider); the child opens its own at its first use. The objects
+// runtime::Process); the child opens its own at its first use. The objects
 // are let go of, never destroyed, and every lock is made anew (only the
 // forking thread exists in the child). The sink number stays: the
 // connection managers keep their consumers across the fork.
@@ -365,7 +365,7 @@ bool OpenDevices() {
       std::lock_guard<std::mutex> lock(registry.mutex);
       sink = registry.sink;
     }
-    if (sink == 0) sink = verbs::ConnectionManagers::Get().AddSink(OnCmEvent);
+    if (sink == 0) sink = runtime::ConnectionManagers::Get().AddSink(OnCmEvent);
     std::lock_guard<std::mutex> lock(registry.mutex);
     registry.contexts = std::move(contexts);
     registry.default_pds.assign(registry.contexts.size(), nullptr);

@@ -13,7 +13,7 @@
 
 #include "api/verbs/objects.h"
 #include "api/verbs/ops.h"
-#include "api/verbs/provider.h"
+#include "api/verbs/registry.h"
 #include "transport/on_demand_memory.h"
 #include "transport/qp_state.h"
 #include "transport/work_request.h"
@@ -91,13 +91,13 @@ int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* out, size_t
   ibv_port_attr a;
   std::memset(&a, 0, sizeof(a));
   // The port's state follows its link, as rxe's follows its netdev: DOWN
-  // until the link is up (IBV_EVENT_PORT_ACTIVE then, Provider::WatchPorts).
+  // until the link is up (IBV_EVENT_PORT_ACTIVE then, runtime::Process::WatchPorts).
   // A link to another uroce process (memif, ring pair, daemon) counts as
   // ACTIVE before its peer arrives, unless active_before_link = no: frames
   // wait in the engine meanwhile (pmd/config.h).
-  Provider& provider = Provider::Get();
-  const bool up = provider.PortLinkUp(ctx->device->index);
-  a.state = provider.PortActive(ctx->device->index) ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  runtime::Process& process = runtime::Process::Get();
+  const bool up = process.PortLinkUp(ctx->device->index);
+  a.state = process.PortActive(ctx->device->index) ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   a.max_mtu = IBV_MTU_4096;
   a.active_mtu = ActiveMtu(ctx->port_mtu);
   a.gid_tbl_len = kGidTableLength;

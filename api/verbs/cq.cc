@@ -5,7 +5,7 @@
 // ibv_create_comp_channel(3), ibv_get_cq_event(3), ibv_ack_cq_events(3).
 //
 // A channel's fd is an eventfd in semaphore mode: the side that drives
-// progress (provider.cc, SignalArmedCqs) writes 1 for every CQ it finds armed
+// progress (registry.cc, SignalArmedCqs) writes 1 for every CQ it finds armed
 // with completions waiting, so the fd polls readable exactly while events
 // are pending, and a blocking ibv_get_cq_event reads one of them. Nothing
 // touches the fd on the fast path unless the CQ was armed.
@@ -20,12 +20,12 @@
 
 #include "api/verbs/objects.h"
 #include "api/verbs/ops.h"
-#include "api/verbs/provider.h"
+#include "api/verbs/registry.h"
 
 using uroce::verbs::CompChannel;
 using uroce::verbs::Context;
 using uroce::verbs::Cq;
-using uroce::verbs::Provider;
+using uroce::verbs::Registry;
 
 namespace uroce::verbs {
 
@@ -33,7 +33,7 @@ namespace uroce::verbs {
 int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   if (num_entries < 0) return -1;
   Cq* cq = Cq::From(ibcq);
-  Provider::Get().ProgressFromPoll(cq->context->engine);
+  uroce::runtime::Process::Get().ProgressFromPoll(cq->context->engine);
   return cq->engine_cq->Poll(num_entries, wc);
 }
 
@@ -41,7 +41,7 @@ int ReqNotifyCq(ibv_cq* ibcq, int solicited_only) {
   Cq* cq = Cq::From(ibcq);
   if (cq->channel == nullptr) return EINVAL;  // no channel to deliver to
   cq->solicited_only.store(solicited_only != 0, std::memory_order_relaxed);
-  if (!cq->armed.exchange(true, std::memory_order_acq_rel)) Provider::Get().NoteArmed();
+  if (!cq->armed.exchange(true, std::memory_order_acq_rel)) uroce::runtime::Process::Get().NoteArmed();
   return 0;
 }
 
@@ -64,7 +64,7 @@ int TakeOne(ibv_cq_ex* c) {
 
 int StartPoll(ibv_cq_ex* c, ibv_poll_cq_attr* attr) {
   if (attr != nullptr && attr->comp_mask != 0) return EINVAL;
-  Provider::Get().ProgressFromPoll(FromEx(c)->context->engine);
+  uroce::runtime::Process::Get().ProgressFromPoll(FromEx(c)->context->engine);
   return TakeOne(c);
 }
 int NextPoll(ibv_cq_ex* c) { return TakeOne(c); }
@@ -120,7 +120,7 @@ Cq* MakeCq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* ch
     channel->refcnt++;
     pthread_mutex_unlock(&context->mutex);
   }
-  Provider::Get().RegisterCq(cq);
+  Registry::Get().RegisterCq(cq);
   return cq;
 }
 
@@ -212,10 +212,10 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_
 
 int ibv_destroy_cq(ibv_cq* ibcq) {
   Cq* cq = Cq::From(ibcq);
-  Provider::Get().UnregisterCq(cq);
+  Registry::Get().UnregisterCq(cq);
   uroce::Status s = cq->context->engine->DestroyCq(cq->engine_cq);
   if (!s.ok()) {
-    Provider::Get().RegisterCq(cq);
+    Registry::Get().RegisterCq(cq);
     return s.ToErrno();  // EBUSY while QPs use it
   }
   if (cq->channel != nullptr) {
@@ -240,7 +240,7 @@ int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
   Cq* cq = Cq::From(ibcq);
   // What the engine has for this CQ is in it before it is measured, as a
   // NIC's completions are by the time the call reaches it.
-  Provider::Get().ProgressFromPoll(cq->context->engine);
+  uroce::runtime::Process::Get().ProgressFromPoll(cq->context->engine);
   uroce::Status s = cq->context->engine->ResizeCq(cq->engine_cq, static_cast<uint32_t>(cqe));
   if (!s.ok()) return s.ToErrno();
   ibcq->cqe = static_cast<int>(cq->engine_cq->capacity());

@@ -14,11 +14,11 @@
 
 #include "api/verbs/objects.h"
 #include "api/verbs/ops.h"
-#include "api/verbs/provider.h"
+#include "api/verbs/registry.h"
 
 using uroce::verbs::Context;
 using uroce::verbs::Device;
-using uroce::verbs::Provider;
+using uroce::verbs::Registry;
 
 // verbs.h routes ibv_get_device_list through an inline for static builds.
 #undef ibv_get_device_list
@@ -28,7 +28,7 @@ extern "C" {
 // ibv_get_device_list(3): a NULL-terminated array; with no devices an empty
 // array (not NULL: rdma-core returns NULL only when it cannot allocate).
 ibv_device** ibv_get_device_list(int* num_devices) {
-  const auto& devices = Provider::Get().Devices();
+  const auto& devices = Registry::Get().Devices();
   auto** list = static_cast<ibv_device**>(calloc(devices.size() + 1, sizeof(ibv_device*)));
   if (list == nullptr) {
     errno = ENOMEM;
@@ -64,7 +64,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
     errno = ENOMEM;
     return nullptr;
   }
-  const int err = Provider::Get().Open(reinterpret_cast<Device*>(device), ctx);
+  const int err = Registry::Get().Open(reinterpret_cast<Device*>(device), ctx);
   if (err != 0) {
     delete ctx;
     errno = err;
@@ -114,13 +114,13 @@ ibv_context* ibv_open_device(ibv_device* device) {
     errno = e;
     return nullptr;
   }
-  Provider::Get().RegisterContext(ctx);
+  Registry::Get().RegisterContext(ctx);
   return c;
 }
 
 int ibv_close_device(ibv_context* context) {
   Context* ctx = Context::From(context);
-  Provider::Get().Close(ctx);
+  Registry::Get().Close(ctx);
   close(context->async_fd);
   close(context->cmd_fd);
   pthread_mutex_destroy(&context->mutex);

@@ -30,8 +30,6 @@
 
 namespace uroce::verbs {
 
-class Provider;
-
 template <typename Outer, typename Inner>
 Outer* ContainerOf(Inner* inner, size_t offset) {
   return reinterpret_cast<Outer*>(reinterpret_cast<char*>(inner) - offset);

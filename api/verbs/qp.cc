@@ -10,11 +10,11 @@
 
 #include "api/verbs/objects.h"
 #include "api/verbs/ops.h"
-#include "api/verbs/provider.h"
+#include "api/verbs/registry.h"
 
 using uroce::verbs::Context;
 using uroce::verbs::Cq;
-using uroce::verbs::Provider;
+using uroce::verbs::Registry;
 using uroce::verbs::Qp;
 using uroce::verbs::Srq;
 
@@ -291,7 +291,7 @@ ibv_qp* CreateQp(ibv_context* context, ibv_pd* pd, const ibv_qp_init_attr& attr,
   pthread_mutex_init(&q->mutex, nullptr);
   pthread_cond_init(&q->cond, nullptr);
   if (extended) FillQpEx(&qp->qpx);
-  Provider::Get().RegisterQp(qp);
+  Registry::Get().RegisterQp(qp);
   return q;
 }
 
@@ -394,7 +394,7 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   if (!s.ok()) return s.ToErrno();
   if (attr_mask & IBV_QP_STATE) qp->state = attr->qp_state;
   // Attached to a daemon: it learns the connection (control path only).
-  Provider::Get().NoteQpModified(q, *attr, attr_mask);
+  Registry::Get().NoteQpModified(q, *attr, attr_mask);
   return 0;
 }
 
@@ -415,10 +415,10 @@ int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr*
 int ibv_destroy_qp(ibv_qp* qp) {
   Qp* q = Qp::From(qp);
   // First: the progress thread must not look at a QP the engine destroys.
-  Provider::Get().ForgetQp(q);
+  Registry::Get().ForgetQp(q);
   uroce::Status s = q->context->engine->DestroyQp(q->engine_qp);
   if (!s.ok()) return s.ToErrno();
-  Provider::Get().UnregisterQp(q);
+  Registry::Get().UnregisterQp(q);
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
   delete q;

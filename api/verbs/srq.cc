@@ -10,10 +10,10 @@
 
 #include "api/verbs/objects.h"
 #include "api/verbs/ops.h"
-#include "api/verbs/provider.h"
+#include "api/verbs/registry.h"
 
 using uroce::verbs::Context;
-using uroce::verbs::Provider;
+using uroce::verbs::Registry;
 using uroce::verbs::Srq;
 
 namespace uroce::verbs {
@@ -68,7 +68,7 @@ ibv_srq* CreateSrq(ibv_pd* pd, void* srq_context, ibv_srq_attr* attr, ibv_xrcd* 
   out->handle = 0;
   pthread_mutex_init(&out->mutex, nullptr);
   pthread_cond_init(&out->cond, nullptr);
-  Provider::Get().RegisterSrq(s);
+  Registry::Get().RegisterSrq(s);
   return out;
 }
 
@@ -159,7 +159,7 @@ int ibv_destroy_srq(ibv_srq* srq) {
   Srq* s = Srq::From(srq);
   uroce::Status st = s->context->engine->DestroySrq(s->engine_srq);
   if (!st.ok()) return st.ToErrno();  // EBUSY while QPs use it
-  Provider::Get().UnregisterSrq(s);
+  Registry::Get().UnregisterSrq(s);
   pthread_mutex_destroy(&srq->mutex);
   pthread_cond_destroy(&srq->cond);
   delete s;

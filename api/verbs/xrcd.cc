@@ -27,7 +27,7 @@ std::vector<Xrcd*>& Table();
 std::mutex& TableMutex() {
   static std::mutex* const m = [] {
     // In a forked child the domains are its parent's (ibv_fork_init(3);
-    // Provider::ForgetParentAfterFork), and the lock may have been held by
+    // runtime::Process::ForgetParentAfterFork), and the lock may have been held by
     // another thread of the parent at the fork.
     pthread_atfork(nullptr, nullptr, [] {
       new (&TableMutex()) std::mutex();

@@ -30,7 +30,7 @@
 #include "cm/connection_manager.h"
 #include "common/status.h"
 
-namespace uroce::verbs {
+namespace uroce::runtime {
 
 class ConnectionManagers {
  public:
@@ -49,7 +49,7 @@ class ConnectionManagers {
   uint16_t AddSink(Sink sink);
 
   // The connection manager of runtime endpoint `index`, made on first use
-  // (the runtime must be running: Provider::StartRuntime or a verbs context),
+  // (the runtime must be running: Process::Start),
   // and the polling thread with it.
   StatusOr<cm::ConnectionManager*> ForDevice(size_t index);
   // The connection of device `index`'s QP `qpn` to `remote_qpn` lost its
@@ -61,7 +61,7 @@ class ConnectionManagers {
   ConnectionManagers() = default;
   // pthread_atfork(3)'s child handler: the connection managers are the
   // parent's engines' and the polling thread is not in the child; both are
-  // let go of (never destroyed, see Provider::ForgetParentAfterFork), and
+  // let go of (never destroyed, see Process::ForgetParentAfterFork), and
   // the child's first ForDevice makes its own. Consumers stay registered.
   void ForgetParentAfterFork();
   void Loop();
@@ -81,4 +81,4 @@ class ConnectionManagers {
   uint64_t wakes_ = 0;
 };
 
-}  // namespace uroce::verbs
+}  // namespace uroce::runtime

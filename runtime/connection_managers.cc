@@ -1,4 +1,4 @@
-#include "api/verbs/connection_managers.h"
+#include "runtime/connection_managers.h"
 
 #include <pthread.h>
 
@@ -8,10 +8,10 @@
 #include <thread>
 #include <utility>
 
-#include "api/verbs/provider.h"
+#include "runtime/process.h"
 #include "pmd/threads.h"
 
-namespace uroce::verbs {
+namespace uroce::runtime {
 namespace {
 
 // While a connection is being made or torn down the CM is polled every
@@ -35,7 +35,7 @@ struct PendingEvent {
 
 ConnectionManagers& ConnectionManagers::Get() {
   // Never destroyed: its thread runs until the process ends, and the
-  // connection managers live as long as the runtime (Provider::Shutdown).
+  // connection managers live as long as the runtime (Process::Shutdown).
   static ConnectionManagers* managers = [] {
     auto* m = new ConnectionManagers();
     pthread_atfork(nullptr, nullptr, [] { Get().ForgetParentAfterFork(); });
@@ -72,17 +72,17 @@ void ConnectionManagers::PeerGone(size_t index, uint32_t qpn, uint32_t remote_qp
 
 StatusOr<cm::ConnectionManager*> ConnectionManagers::ForDevice(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
-  runtime::Runtime* runtime = Provider::Get().runtime();
+  Runtime* runtime = Process::Get().runtime();
   if (runtime == nullptr || index >= runtime->device_count()) {
     return FailedPrecondition("uroce: the runtime is not running");
   }
   if (cms_.size() < runtime->device_count()) cms_.resize(runtime->device_count());
   if (!cms_[index]) {
-    runtime::Runtime::Device& ep = runtime->device(index);
+    Runtime::Device& ep = runtime->device(index);
     cm::ConnectionManager::Options options;
     options.local_gid = ep.endpoint.gid;
     options.activity_hook = [this] { Wake(); };
-    if (host::DaemonSession* daemon = Provider::Get().daemon_session(); daemon != nullptr) {
+    if (host::DaemonSession* daemon = Process::Get().daemon_session(); daemon != nullptr) {
       // Attached to a daemon: it routes CM MADs between the processes on
       // the host by our communication IDs and listened ports.
       options.comm_id_base = daemon->slot() << host::kDaemonCommIdShift;
@@ -95,7 +95,7 @@ StatusOr<cm::ConnectionManager*> ConnectionManagers::ForDevice(size_t index) {
   }
   if (!thread_started_) {
     thread_started_ = true;
-    Provider::Get().SetPeerGoneHook(
+    Process::Get().peers().SetPeerGoneHook(
         [this](size_t device, uint32_t qpn, uint32_t dest_qpn) { PeerGone(device, qpn, dest_qpn); });
     std::thread([this] { Loop(); }).detach();
   }
@@ -111,7 +111,7 @@ void ConnectionManagers::Wake() {
 }
 
 void ConnectionManagers::Loop() {
-  const pmd::UroceConfig* config = Provider::Get().config();
+  const pmd::UroceConfig* config = Process::Get().config();
   pmd::PlaceHelperThread("uroce-cm", config != nullptr ? config->engine.helper_cpus : std::vector<unsigned>{});
   std::vector<PendingEvent> pending;
   std::chrono::milliseconds interval = kPollInterval;
@@ -159,4 +159,4 @@ void ConnectionManagers::Loop() {
   }
 }
 
-}  // namespace uroce::verbs
+}  // namespace uroce::runtime

@@ -1,0 +1,421 @@
+#include "runtime/process.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "pmd/eal.h"
+#include "pmd/port_setup.h"
+#include "pmd/threads.h"
+
+namespace uroce::runtime {
+namespace {
+
+void OnExit() { Process::Get().Shutdown(); }
+
+// Set while this thread is inside Runtime::Progress (an engine's Poll, which
+// holds the engine's progress token). A program killed by a signal whose
+// handler calls exit() (libfabric's psm provider, loaded by every
+// fi_getinfo, installs such handlers for SIGTERM and SIGINT) runs our exit
+// handler on top of an interrupted Poll: flushing the QPs there would wait
+// for the token this very thread holds, for ever. initial-exec: the library
+// is loaded at start (it is libibverbs.so.1), so the access is one load.
+thread_local bool t_in_progress __attribute__((tls_model("initial-exec"))) = false;
+
+constexpr int kExitLingerMs = 100;
+// How long (in 1 ms tries) the exit handler waits for the process's mutex.
+constexpr int kShutdownLockTries = 2000;
+// How often the progress thread looks whether the daemon is still there.
+constexpr int kDaemonCheckMs = 20;
+// How often the progress thread looks at the ports' links (WatchPorts): an
+// RDMA NIC's driver raises its port events within about as long.
+constexpr int kPortCheckMs = 50;
+// How long the progress thread stays away while an application thread polls
+// (and so drives the engines itself).
+constexpr unsigned kApplicationDrivesSleepUs = 2000;
+
+// An attached process's EAL main lcore may run on any CPU this process may
+// use (the daemon's configuration pins nothing: its engines are the
+// processes' own, driven by their threads).
+std::vector<pmd::ConfigOverride> DaemonOverrides() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+  std::string cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    if (!cpus.empty()) cpus += ',';
+    cpus += std::to_string(cpu);
+  }
+  if (cpus.empty()) return {};
+  return {pmd::ConfigOverride{"eal", "lcores", "0@(" + cpus + ")"}};
+}
+
+}  // namespace
+
+Process& Process::Get() {
+  // Never destroyed: other libraries' destructors may still call verbs.
+  static Process* process = [] {
+    auto* p = new Process();
+    pthread_atfork(nullptr, nullptr, [] { Get().ForgetParentAfterFork(); });
+    return p;
+  }();
+  return *process;
+}
+
+void Process::LoadConfigOnce() {
+  if (loaded_) return;
+  loaded_ = true;
+  // secure_getenv(3): the configuration chooses the ports and EAL's
+  // arguments, so a set-user-ID (or otherwise secure-execution) program
+  // linked with this library does not take it from its caller's
+  // environment, as glibc's loader ignores LD_LIBRARY_PATH there.
+  const char* path = secure_getenv("UROCE_CONFIG");
+  // UROCE_IMPAIR (`uroce exec --impair SPEC`): the [impair] section's keys,
+  // over whatever the configuration says.
+  std::vector<pmd::ConfigOverride> impair;
+  if (const char* spec = secure_getenv("UROCE_IMPAIR"); spec != nullptr && *spec != '\0') {
+    auto parsed = pmd::ParseImpairSpec(spec);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "uroce: UROCE_IMPAIR: %s: no uroce devices\n", parsed.status().ToString().c_str());
+      return;
+    }
+    impair = std::move(*parsed);
+  }
+  StatusOr<pmd::UroceConfig> config = NotFound("");
+  if (path != nullptr && *path != '\0') {
+    config = pmd::LoadConfigFile(path, impair);
+    if (!config.ok()) {
+      std::fprintf(stderr, "uroce: %s: %s: no uroce devices\n", path, config.status().ToString().c_str());
+      return;
+    }
+  } else {
+    // No configuration of our own: the host's devices, from the daemon.
+    auto session = host::DaemonSession::Attach(host::DaemonSocketPath());
+    if (!session.ok()) {
+      // (secure_getenv(3) ignores UROCE_CONFIG in a secure-execution process.)
+      std::fprintf(stderr, "uroce: UROCE_CONFIG is not set, and %s: no uroce devices\n",
+                   session.status().message().c_str());
+      return;
+    }
+    const std::string origin = "uroce daemon at " + (*session)->socket_path();
+    std::vector<pmd::ConfigOverride> overrides = DaemonOverrides();
+    overrides.insert(overrides.end(), impair.begin(), impair.end());
+    config = (*session)->LoadConfig(overrides);
+    if (!config.ok()) {
+      std::fprintf(stderr, "uroce: %s: %s: no uroce devices\n", origin.c_str(), config.status().ToString().c_str());
+      return;
+    }
+    daemon_ = std::move(*session);
+  }
+  config_ = std::move(*config);
+  config_ok_ = true;
+  peers_.Attach(daemon_.get(), &config_);
+  // The engine lcores are EAL's threads, which a forked child does not have.
+  if (forked_after_eal_) config_.progress = pmd::ProgressMode::kInline;
+  inline_ = config_.progress == pmd::ProgressMode::kInline;
+  idle_us_ = config_.engine.progress_idle_us;
+  config_loads_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+const pmd::UroceConfig* Process::LoadConfig() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  LoadConfigOnce();
+  return config();
+}
+
+int Process::StartLocked() {
+  LoadConfigOnce();
+  if (!config_ok_) return ENODEV;
+  if (!refused_after_fork_.empty()) {
+    std::fprintf(stderr, "uroce: this process was forked from one that had started uroce (%s): %s\n",
+                 config_.origin.c_str(), refused_after_fork_.c_str());
+    return ENODEV;
+  }
+  if (start_failed_) return EIO;
+  if (runtime_) return 0;
+  const bool eal_started_here = !pmd::EalRunning();
+  Status s = eal_started_here ? pmd::StartEalFor(config_) : Status::Ok();
+  if (!s.ok()) {
+    std::fprintf(stderr, "uroce: cannot start DPDK: %s\n", s.ToString().c_str());
+    start_failed_ = true;
+    return EIO;
+  }
+  if (eal_started_here && daemon_) {
+    // A forked child must get a heap of its own (pmd/eal.h). Attached to a
+    // daemon there is no vhost-user port that needs the memory shared.
+    Status private_memory = pmd::MakeEalMemoryPrivate();
+    eal_memory_private_ = private_memory.ok();
+    if (!private_memory.ok()) {
+      std::fprintf(stderr, "uroce: DPDK's memory stays shared with forked children, who cannot use uroce: %s\n",
+                   private_memory.ToString().c_str());
+    }
+  }
+  auto rt = runtime::Runtime::Start(config_);
+  if (!rt.ok()) {
+    std::fprintf(stderr, "uroce: cannot start the runtime (%s): %s\n", config_.origin.c_str(),
+                 rt.status().ToString().c_str());
+    start_failed_ = true;
+    return EIO;
+  }
+  runtime_ = std::move(*rt);
+  port_active_.assign(runtime_->device_count(), 0);
+  for (size_t i = 0; i < port_active_.size(); ++i) port_active_[i] = PortActive(i) ? 1 : 0;
+  std::atexit(OnExit);
+  thread_ = std::thread([this] { ProgressLoop(); });
+  return 0;
+}
+
+int Process::Start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return StartLocked();
+}
+
+void Process::AddProgressClient(ProgressClient* client) {
+  std::lock_guard<std::mutex> lock(clients_mutex_);
+  const size_t n = client_count_.load(std::memory_order_relaxed);
+  if (n == kMaxProgressClients) {
+    std::fprintf(stderr, "uroce: too many progress clients\n");
+    std::abort();
+  }
+  clients_[n] = client;
+  client_count_.store(n + 1, std::memory_order_release);
+}
+
+bool Process::PortLinkUp(size_t device) {
+  return runtime_ && device < runtime_->device_count() && runtime_->LinkUp(runtime_->device(device));
+}
+
+bool Process::PortActive(size_t device) {
+  if (!runtime_ || device >= runtime_->device_count()) return false;
+  return runtime_->device(device).config.PortActiveBeforeLink() || PortLinkUp(device);
+}
+
+void Process::WatchPorts() {
+  for (size_t i = 0; i < port_active_.size(); ++i) {
+    const uint8_t now = PortActive(i) ? 1 : 0;
+    if (now == port_active_[i]) continue;
+    port_active_[i] = now;
+    // ibv_get_async_event(3): port events name the port (element.port_num).
+    for (size_t c = 0; c < client_count(); ++c) clients_[c]->OnPortStateChanged(i, now != 0);
+  }
+}
+
+void Process::ProgressFromPoll(const transport::Engine* engine) {
+  if (inline_ && runtime_) {
+    // A plain load and store, not a locked increment per poll: the count
+    // only says "someone polled since you looked"; an increment lost to a
+    // second polling thread says it just as well.
+    app_polls_.store(app_polls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    // Polling again: it is not blocked (a read, no store, while it polls).
+    if (blocking_.load(std::memory_order_relaxed)) blocking_.store(false, std::memory_order_relaxed);
+    t_in_progress = true;
+    runtime_->Progress(engine);
+    t_in_progress = false;
+  }
+}
+
+void Process::PollOnce(const transport::Engine* engine) {
+  if (inline_ && runtime_) {
+    t_in_progress = true;
+    runtime_->Progress(engine);
+    t_in_progress = false;
+  }
+}
+
+void Process::NoteArmed() {
+  armed_.fetch_add(1, std::memory_order_acq_rel);
+  WakeProgress();
+}
+
+void Process::NoteBlocking() {
+  if (!blocking_.exchange(true, std::memory_order_acq_rel)) WakeProgress();
+}
+
+void Process::WakeProgress() {
+  // Under the mutex the sleeper checks its condition with: no lost wake-up.
+  {
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    wakes_.fetch_add(1, std::memory_order_release);
+  }
+  wake_.notify_one();
+}
+
+void Process::SleepUntilWoken(unsigned us, uint64_t seen_wakes) {
+  std::unique_lock<std::mutex> lock(wake_mutex_);
+  wake_.wait_for(lock, std::chrono::microseconds(us), [this, seen_wakes] {
+    return stop_.load(std::memory_order_acquire) || wakes_.load(std::memory_order_acquire) != seen_wakes;
+  });
+}
+
+void Process::ProgressLoop() {
+  pmd::PlaceHelperThread("uroce-progress", config_.engine.helper_cpus);
+  // Sleeps of a few microseconds mean what they say (the default timer
+  // slack is 50 us).
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  unsigned backoff_us = 0;
+  uint64_t seen_app_polls = 0;
+  auto next_daemon_check = std::chrono::steady_clock::now();
+  auto next_port_check = next_daemon_check;
+  while (!stop_.load(std::memory_order_acquire)) {
+    if (std::chrono::steady_clock::now() >= next_port_check) {
+      next_port_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(kPortCheckMs);
+      WatchPorts();
+    }
+    if (daemon_ && std::chrono::steady_clock::now() >= next_daemon_check) {
+      next_daemon_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDaemonCheckMs);
+      WatchDaemon();
+    }
+    unsigned work = 0;
+    const uint64_t seen_wakes = wakes_.load(std::memory_order_acquire);
+    // An application thread that polls drives the engines (inline mode);
+    // then this thread only signals CQs and events, and sleeps. Unless a
+    // thread waits for a completion (an armed CQ, a blocking fabric wait):
+    // then nobody polls, whatever the count says.
+    const bool waited_on = WaitedOn();
+    const uint64_t app_polls = app_polls_.load(std::memory_order_relaxed);
+    const bool application_drives = app_polls != seen_app_polls && !waited_on;
+    seen_app_polls = app_polls;
+    if (inline_ && !application_drives) work += runtime_->Progress();
+    for (size_t c = 0; c < client_count(); ++c) work += clients_[c]->OnProgress();
+    if (application_drives) {
+      // A wake-up costs a 2-core VM ~50 us of the CPU the
+      // application polls on; every 50 us it took more than half of it
+      // (ibv_rc_pingpong 22-34 us per iteration against 6.6-7.2). Out of its
+      // way for longer: a thread that starts to wait wakes us (NoteArmed,
+      // NoteBlocking); one that just stops polling is noticed within this.
+      backoff_us = idle_us_;
+      SleepUntilWoken(kApplicationDrivesSleepUs, seen_wakes);
+      continue;
+    }
+    if (work != 0) {
+      backoff_us = 0;  // busy: at once again
+      continue;
+    }
+    // Nothing moved: sleep 1 us, doubling up to idle_us, also while a
+    // thread waits for a completion (it did yield-spin then, and took a CPU
+    // from everything else on the machine: a qemu guest beside it stalled);
+    // a new wait (NoteArmed, NoteBlocking) wakes it at once.
+    backoff_us = backoff_us == 0 ? 1 : std::min(backoff_us * 2, idle_us_);
+    SleepUntilWoken(backoff_us, seen_wakes);
+  }
+}
+
+void Process::WatchDaemon() {
+  if (daemon_gone_) return;
+  if (!daemon_->DaemonGone()) {
+    peers_.Check();
+    // Straight links to the processes we talk to (host/local_links.h).
+    runtime_->ApplyLinkChanges(daemon_.get());
+    return;
+  }
+  daemon_gone_ = true;
+  std::fprintf(stderr, "uroce: the uroce daemon at %s is gone: every QP moves to the error state\n",
+               daemon_->socket_path().c_str());
+  // The same flush as at exit: the engines stay, the QPs end in ERR with
+  // their work completed as flushed (IBV_WC_WR_FLUSH_ERR), CQs stay readable.
+  runtime_->FlushQueuePairs();
+}
+
+void Process::ForgetParentAfterFork() {
+  // Only this thread exists now. A lock another thread of the parent held at
+  // the fork would stay held for ever: every lock is made anew. What the
+  // parent's objects hold (runtime, session, thread) is let go of, never
+  // destroyed: their destructors would join threads that are not here, or
+  // tell the daemon the parent detached.
+  new (&mutex_) std::mutex();
+  new (&wake_mutex_) std::mutex();
+  new (&wake_) std::condition_variable();
+  new (&clients_mutex_) std::mutex();
+  new (&thread_) std::thread();
+  peers_.ForgetParentAfterFork();
+  for (size_t c = 0; c < client_count(); ++c) clients_[c]->ForgetParentAfterFork();
+  if (!loaded_) return;  // nothing was started: the child starts as any process
+  const bool started = runtime_ != nullptr;
+  if (daemon_) {
+    daemon_->CloseInheritedFilesAfterFork();
+    (void)daemon_.release();
+    if (pmd::EalRunning() && !eal_memory_private_) {
+      // The child's pools would land in its parent's heap (pmd/eal.h).
+      refused_after_fork_ = "DPDK's memory is shared with the parent, so the child cannot open a device";
+    }
+  } else if (started) {
+    refused_after_fork_ =
+        "its DPDK ports are the parent's, so the child cannot open a device. A child can when both attach to a "
+        "uroce daemon (no UROCE_CONFIG)";
+  }
+  (void)runtime_.release();
+  forked_after_eal_ = pmd::EalRunning();
+  start_failed_ = false;
+  stop_.store(false);
+  shut_down_ = false;
+  daemon_gone_ = false;
+  armed_.store(0);
+  app_polls_.store(0);
+  blocking_.store(false);
+  wakes_.store(0);
+  port_active_.clear();
+  if (refused_after_fork_.empty()) {
+    loaded_ = false;  // the next use attaches to the daemon as this process
+    config_ok_ = false;
+  }
+}
+
+void Process::Shutdown() {
+  // Bounded: a signal handler that calls exit() may run this on top of a
+  // call that holds mutex_ on this very thread (opening a device, say); then
+  // waiting would never end, and the process leaves without the flush.
+  std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+  for (int tries = 0; !lock.try_lock(); ++tries) {
+    if (tries == kShutdownLockTries) {
+      std::fprintf(stderr, "uroce: exit: the library is busy in this thread or another; leaving without the flush\n");
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (t_in_progress || transport::ThisThreadHoldsAControlToken()) {
+    // exit() from a signal handler that interrupted this thread's Poll (see
+    // t_in_progress) or a control call holding an engine's progress token:
+    // the engines cannot be touched from here. The process
+    // ends without the linger and the flush; its peers see it go as they
+    // would see a crash (retries, then an error; a daemon tells them at once).
+    stop_.store(true, std::memory_order_release);
+    WakeProgress();
+    if (thread_.joinable()) thread_.join();
+    return;
+  }
+  // Linger before the ports close: frames this process sent last (the ACK
+  // of the peer's last message, typically) must reach the peer. On a NIC
+  // they are on the wire already; a memif ring is dropped when its peer
+  // disconnects, and the peer would retry a message that was delivered
+  // until its retry count runs out. The progress thread keeps driving the
+  // engines meanwhile (inline mode), so late retransmits are answered too.
+  if (runtime_) std::this_thread::sleep_for(std::chrono::milliseconds(kExitLingerMs));
+  stop_.store(true, std::memory_order_release);
+  WakeProgress();
+  if (thread_.joinable()) thread_.join();
+  if (runtime_) {
+    // At exit only the engine lcores stop and the QPs are flushed. Ports,
+    // engines and pools are not torn down: the process is ending and its
+    // memory goes with it, and other threads of the program may still call
+    // verbs during exit (a full teardown here would pull their engines from
+    // under them).
+    runtime_->FlushQueuePairs();
+    // [impair]: what was injected, for the test log (stderr: the
+    // program's stdout stays its own).
+    if (const std::string report = runtime_->ImpairmentReport(); !report.empty()) {
+      std::fprintf(stderr, "uroce: %s\n", report.c_str());
+    }
+  }
+}
+
+}  // namespace uroce::runtime
