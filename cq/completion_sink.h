@@ -29,13 +29,24 @@
 
 namespace uroce::cq {
 
-// Called at the start of every read of a CQ or counter (fi_cq(3): "A count
-// value of 0 may be used to drive progress on associated endpoints when
-// manual progress is enabled"). For the provider's inline (manual progress)
-// mode: it may push completions from the reader's thread, and must itself
-// make sure that only one thread at a time runs the engine. Set it before
-// the object is shared with other threads.
-using ProgressHook = void (*)(void* arg);
+// The progress of what a CQ or counter was opened on (the engine of its
+// domain), as the layer above provides it: the cq layer knows nothing
+// above itself. Given at Open, so it is set before the object is shared.
+// Any application thread calls it.
+class Progress {
+ public:
+  virtual ~Progress() = default;
+  // At the start of every read (fi_cq(3): "A count value of 0 may be used
+  // to drive progress on associated endpoints when manual progress is
+  // enabled"). In the provider's inline (manual progress) mode it may push
+  // completions from the reader's thread, and must itself make sure that
+  // only one thread at a time runs the engine.
+  virtual void Drive() = 0;
+  // Before an application thread may block in the object's wait (sread,
+  // fi_cntr_wait, or a fi_trywait that allows it): whoever drives progress
+  // must not wait for that thread to poll again.
+  virtual void NoteBlocking() = 0;
+};
 
 // The number of endpoints bound to a CQ, counter or EQ. Any thread.
 class EndpointBindings {

@@ -81,7 +81,8 @@ fi_ops_cntr kCntrOps = {
 }  // namespace
 
 StatusOr<std::unique_ptr<Counter>> Counter::Open(const fi_cntr_attr& attr,
-                                                 void* context) {
+                                                 void* context,
+                                                 Progress* progress) {
   if (attr.events != FI_CNTR_EVENTS_COMP) {
     return InvalidArgument("fi_cntr_attr.events must be FI_CNTR_EVENTS_COMP");
   }
@@ -90,11 +91,13 @@ StatusOr<std::unique_ptr<Counter>> Counter::Open(const fi_cntr_attr& attr,
   StatusOr<std::unique_ptr<WaitObject>> wait =
       WaitObject::Create(RawEnum(attr.wait_obj), attr.wait_set);
   if (!wait.ok()) return wait.status();
-  return std::unique_ptr<Counter>(new Counter(std::move(*wait), context));
+  return std::unique_ptr<Counter>(
+      new Counter(std::move(*wait), context, progress));
 }
 
-Counter::Counter(std::unique_ptr<WaitObject> wait, void* context)
-    : wait_(std::move(wait)) {
+Counter::Counter(std::unique_ptr<WaitObject> wait, void* context,
+                 Progress* progress)
+    : wait_(std::move(wait)), progress_(progress) {
   std::memset(&fid_, 0, sizeof(fid_));
   fid_.cntr.fid.fclass = FI_CLASS_CNTR;
   fid_.cntr.fid.context = context;
@@ -131,14 +134,14 @@ size_t Counter::PushCompletions(const ibv_wc* wcs, size_t count) {
 }
 
 uint64_t Counter::Read() {
-  RunProgressHook();
+  DriveProgress();
   const uint64_t value = value_.load(std::memory_order_seq_cst);
   value_seen_.store(value, std::memory_order_relaxed);
   return value;
 }
 
 uint64_t Counter::ReadErr() {
-  RunProgressHook();
+  DriveProgress();
   const uint64_t error = error_.load(std::memory_order_seq_cst);
   error_seen_.store(error, std::memory_order_relaxed);
   return error;
@@ -170,7 +173,7 @@ int Counter::SetErr(uint64_t value) {
 
 int Counter::Wait(uint64_t threshold, int timeout_ms) {
   if (wait_ == nullptr) return -FI_ENOSYS;
-  RunProgressHook();
+  DriveProgress();
   const uint64_t error_at_start = error_.load(std::memory_order_seq_cst);
   auto reached = [&] {
     return value_.load(std::memory_order_seq_cst) >= threshold;
@@ -178,7 +181,7 @@ int Counter::Wait(uint64_t threshold, int timeout_ms) {
   auto error_changed = [&] {
     return error_.load(std::memory_order_seq_cst) != error_at_start;
   };
-  RunBlockHook();
+  NoteBlocking();
   const WaitOutcome outcome = wait_->Wait(
       [&] { return reached() || error_changed(); },
       Deadline::AfterMilliseconds(timeout_ms));
@@ -224,7 +227,7 @@ int Counter::TryWait() {
            error_.load(std::memory_order_seq_cst) !=
                error_seen_.load(std::memory_order_relaxed);
   });
-  if (result == FI_SUCCESS) RunBlockHook();  // the caller may sleep on the wait object now
+  if (result == FI_SUCCESS) NoteBlocking();  // the caller may sleep on the wait object now
   return result;
 }
 

@@ -38,8 +38,11 @@ class Counter final : public CompletionSink {
  public:
   // Checks `attr` against fi_cntr(3) and opens the counter; fi_close on fid()
   // deletes it once the caller released it.
+  // `progress` (or null: none) is driven by every read and told before a
+  // waiter may sleep; it outlives the counter.
   static StatusOr<std::unique_ptr<Counter>> Open(const fi_cntr_attr& attr,
-                                                 void* context);
+                                                 void* context,
+                                                 Progress* progress = nullptr);
   static Counter* FromFid(fid_cntr* cntr);
   static Counter* FromFid(struct fid* fid);
 
@@ -50,18 +53,6 @@ class Counter final : public CompletionSink {
   // Engine thread only. Counts every completion (successes in the value,
   // failures in the error value) and takes them all.
   size_t PushCompletions(const ibv_wc* wcs, size_t count) override;
-
-  void SetProgressHook(ProgressHook hook, void* arg) {
-    progress_hook_ = hook;
-    progress_arg_ = arg;
-  }
-  // Called before an application thread may block in this object's wait
-  // (sread, fi_cntr_wait, or a fi_trywait that allows it): whoever drives
-  // progress must not wait for that thread to poll again.
-  void SetBlockHook(ProgressHook hook, void* arg) {
-    block_hook_ = hook;
-    block_arg_ = arg;
-  }
 
   // fi_ops_cntr; any thread.
   uint64_t Read();
@@ -84,23 +75,20 @@ class Counter final : public CompletionSink {
     Counter* owner;
   };
 
-  Counter(std::unique_ptr<WaitObject> wait, void* context);
+  Counter(std::unique_ptr<WaitObject> wait, void* context, Progress* progress);
   void Changed() {
     if (wait_ != nullptr) wait_->NotifyAfterPublish();
   }
-  void RunProgressHook() {
-    if (progress_hook_ != nullptr) progress_hook_(progress_arg_);
+  void DriveProgress() {
+    if (progress_ != nullptr) progress_->Drive();
   }
-  void RunBlockHook() {
-    if (block_hook_ != nullptr) block_hook_(block_arg_);
+  void NoteBlocking() {
+    if (progress_ != nullptr) progress_->NoteBlocking();
   }
 
   CntrFid fid_;
   const std::unique_ptr<WaitObject> wait_;
-  ProgressHook progress_hook_ = nullptr;
-  void* progress_arg_ = nullptr;
-  ProgressHook block_hook_ = nullptr;
-  void* block_arg_ = nullptr;
+  Progress* const progress_;
   // seq_cst updates: step P1 of the protocol in wait_object.h.
   alignas(64) std::atomic<uint64_t> value_{0};
   std::atomic<uint64_t> error_{0};

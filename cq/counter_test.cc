@@ -9,12 +9,20 @@
 namespace uroce::cq {
 namespace {
 
-std::unique_ptr<Counter> Open(fi_wait_obj wait_obj) {
+// Counts what a counter tells the progress it was opened with.
+struct CountingProgress final : Progress {
+  void Drive() override { ++drives; }
+  void NoteBlocking() override { ++blocks; }
+  int drives = 0;
+  int blocks = 0;
+};
+
+std::unique_ptr<Counter> Open(fi_wait_obj wait_obj, Progress* progress = nullptr) {
   fi_cntr_attr attr;
   std::memset(&attr, 0, sizeof(attr));
   attr.events = FI_CNTR_EVENTS_COMP;
   attr.wait_obj = wait_obj;
-  auto opened = Counter::Open(attr, nullptr);
+  auto opened = Counter::Open(attr, nullptr, progress);
   EXPECT_TRUE(opened.ok()) << opened.status().ToString();
   return opened.ok() ? std::move(*opened) : nullptr;
 }
@@ -63,12 +71,19 @@ TEST(Counter, TryWaitSeesChangesSinceTheLastRead) {
   EXPECT_EQ(cntr->TryWait(), 0);
 }
 
-void CountBlocks(void* arg) { ++*static_cast<int*>(arg); }
+TEST(Counter, EveryReadDrivesProgress) {
+  CountingProgress progress;
+  auto cntr = Open(FI_WAIT_NONE, &progress);
+  cntr->Read();
+  cntr->ReadErr();
+  EXPECT_EQ(progress.drives, 2);
+  EXPECT_EQ(progress.blocks, 0);
+}
 
-TEST(Counter, BlockHookRunsBeforeAWaiterMaySleep) {
-  auto cntr = Open(FI_WAIT_MUTEX_COND);
-  int blocks = 0;
-  cntr->SetBlockHook(CountBlocks, &blocks);
+TEST(Counter, ProgressIsToldBeforeAWaiterMaySleep) {
+  CountingProgress progress;
+  auto cntr = Open(FI_WAIT_MUTEX_COND, &progress);
+  const int& blocks = progress.blocks;
   EXPECT_EQ(cntr->TryWait(), 0);
   EXPECT_EQ(blocks, 1);
   EXPECT_EQ(cntr->Wait(1, 1), -FI_ETIMEDOUT);

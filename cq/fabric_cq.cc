@@ -98,7 +98,7 @@ size_t RoundUpToPowerOfTwo(size_t n) {
 }  // namespace
 
 StatusOr<std::unique_ptr<FabricCq>> FabricCq::Open(
-    const fi_cq_attr& attr, void* context) {
+    const fi_cq_attr& attr, void* context, Progress* progress) {
   // fi_cq(3) "flags": FI_AFFINITY is the only one; signaling_vector is a hint
   // that a software CQ has no interrupt to apply to.
   if ((attr.flags & ~static_cast<uint64_t>(FI_AFFINITY)) != 0) {
@@ -138,20 +138,21 @@ StatusOr<std::unique_ptr<FabricCq>> FabricCq::Open(
   resolved.wait_cond = wait_cond;
   return std::unique_ptr<FabricCq>(
       new FabricCq(resolved, format, capacity, std::move(ring),
-                          std::move(*wait), context));
+                          std::move(*wait), context, progress));
 }
 
 FabricCq::FabricCq(const fi_cq_attr& attr, fi_cq_format format,
                                  size_t capacity,
                                  std::unique_ptr<CompletionRecord[]> ring,
                                  std::unique_ptr<WaitObject> wait,
-                                 void* context)
+                                 void* context, Progress* progress)
     : format_(format),
       entry_size_(CqEntrySize(format)),
       wait_cond_(attr.wait_cond),
       mask_(capacity - 1),
       ring_(std::move(ring)),
-      wait_(std::move(wait)) {
+      wait_(std::move(wait)),
+      progress_(progress) {
   std::memset(&fid_, 0, sizeof(fid_));
   fid_.cq.fid.fclass = FI_CLASS_CQ;
   fid_.cq.fid.context = context;
@@ -229,7 +230,7 @@ bool FabricCq::TopmostFailedLocked() const {
 
 ssize_t FabricCq::ReadFrom(void* buf, size_t count,
                                   fi_addr_t* src_addr) {
-  RunProgressHook();
+  DriveProgress();
   if (count > 0 && buf == nullptr) return -FI_EINVAL;
   // Empty, the usual answer to a polling loop: no lock (a mutex here costs
   // 6 % of fi_pingpong's CPU). head never passes tail, so equal values
@@ -274,7 +275,7 @@ ssize_t FabricCq::ReadFrom(void* buf, size_t count,
 }
 
 ssize_t FabricCq::ReadErr(fi_cq_err_entry* entry, uint64_t flags) {
-  RunProgressHook();
+  DriveProgress();
   if (entry == nullptr) return -FI_EINVAL;
   if (flags != 0) return -FI_EBADFLAGS;
   std::lock_guard<std::mutex> lock(consumer_.mutex);
@@ -347,7 +348,7 @@ ssize_t FabricCq::SReadFrom(void* buf, size_t count,
       return got > 0 ? static_cast<ssize_t>(got) : n;
     }
     const size_t wanted = threshold - got;
-    RunBlockHook();
+    NoteBlocking();
     const WaitOutcome outcome =
         wait_->Wait([&] { return ReadyForWaiter(wanted); }, deadline);
     if (outcome != WaitOutcome::kReady) {
@@ -398,7 +399,7 @@ int FabricCq::Control(int command, void* arg) {
 int FabricCq::TryWait() {
   if (wait_ == nullptr) return -FI_EINVAL;
   const int result = wait_->TryWait([&] { return Available() > 0; });
-  if (result == FI_SUCCESS) RunBlockHook();  // the caller may sleep on the wait object now
+  if (result == FI_SUCCESS) NoteBlocking();  // the caller may sleep on the wait object now
   return result;
 }
 

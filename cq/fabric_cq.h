@@ -74,8 +74,11 @@ class FabricCq final : public CompletionSink {
  public:
   // Checks `attr` against fi_cq(3) and opens the CQ. The caller owns it; to
   // hand it to an application, release it: fi_close on fid() deletes it.
+  // `progress` (or null: none) is driven by every read and told before a
+  // reader may sleep; it outlives the CQ.
   static StatusOr<std::unique_ptr<FabricCq>> Open(const fi_cq_attr& attr,
-                                                         void* context);
+                                                  void* context,
+                                                  Progress* progress = nullptr);
 
   // The FabricCq behind a fid, or null if `cq` is not a uroce CQ.
   static FabricCq* FromFid(fid_cq* cq);
@@ -101,18 +104,6 @@ class FabricCq final : public CompletionSink {
     return static_cast<size_t>(
         producer_.tail.load(std::memory_order_seq_cst) -
         consumer_.head.load(std::memory_order_seq_cst));
-  }
-
-  void SetProgressHook(ProgressHook hook, void* arg) {
-    progress_hook_ = hook;
-    progress_arg_ = arg;
-  }
-  // Called before an application thread may block in this object's wait
-  // (sread, fi_cntr_wait, or a fi_trywait that allows it): whoever drives
-  // progress must not wait for that thread to poll again.
-  void SetBlockHook(ProgressHook hook, void* arg) {
-    block_hook_ = hook;
-    block_arg_ = arg;
   }
 
   // The fi_ops_cq operations; any application thread.
@@ -143,18 +134,19 @@ class FabricCq final : public CompletionSink {
 
   FabricCq(const fi_cq_attr& attr, fi_cq_format format, size_t capacity,
                   std::unique_ptr<CompletionRecord[]> ring,
-                  std::unique_ptr<WaitObject> wait, void* context);
+                  std::unique_ptr<WaitObject> wait, void* context,
+                  Progress* progress);
 
   template <typename Entry>
   size_t CopyOut(uint64_t head, size_t limit, void* buf, fi_addr_t* src_addr);
   // Reader lock held. True if the topmost completion failed.
   bool TopmostFailedLocked() const;
   bool ReadyForWaiter(size_t wanted);
-  void RunProgressHook() {
-    if (progress_hook_ != nullptr) progress_hook_(progress_arg_);
+  void DriveProgress() {
+    if (progress_ != nullptr) progress_->Drive();
   }
-  void RunBlockHook() {
-    if (block_hook_ != nullptr) block_hook_(block_arg_);
+  void NoteBlocking() {
+    if (progress_ != nullptr) progress_->NoteBlocking();
   }
 
   CqFid fid_;
@@ -164,10 +156,7 @@ class FabricCq final : public CompletionSink {
   const uint64_t mask_;
   const std::unique_ptr<CompletionRecord[]> ring_;
   const std::unique_ptr<WaitObject> wait_;
-  ProgressHook progress_hook_ = nullptr;
-  void* progress_arg_ = nullptr;
-  ProgressHook block_hook_ = nullptr;
-  void* block_arg_ = nullptr;
+  Progress* const progress_;
 
   // Producer's cache line: written by the engine thread only.
   struct alignas(64) ProducerSide {

@@ -29,8 +29,16 @@ ibv_wc Wc(uint64_t wr_id, ibv_wc_status status = IBV_WC_SUCCESS) {
   return wc;
 }
 
-std::unique_ptr<FabricCq> Open(const fi_cq_attr& attr) {
-  auto opened = FabricCq::Open(attr, nullptr);
+// Counts what a CQ tells the progress it was opened with.
+struct CountingProgress final : Progress {
+  void Drive() override { ++drives; }
+  void NoteBlocking() override { ++blocks; }
+  int drives = 0;
+  int blocks = 0;
+};
+
+std::unique_ptr<FabricCq> Open(const fi_cq_attr& attr, Progress* progress = nullptr) {
+  auto opened = FabricCq::Open(attr, nullptr, progress);
   EXPECT_TRUE(opened.ok()) << opened.status().ToString();
   return opened.ok() ? std::move(*opened) : nullptr;
 }
@@ -71,29 +79,25 @@ TEST(FabricCq, SourcesReachReadFrom) {
   EXPECT_EQ(read_sources[1], 42u);
 }
 
-int progress_calls = 0;
-void CountProgress(void* arg) { ++*static_cast<int*>(arg); }
-
-TEST(FabricCq, ProgressHookRunsOnEveryRead) {
-  auto cq = Open(Attr(8));
-  cq->SetProgressHook(CountProgress, &progress_calls);
+TEST(FabricCq, EveryReadDrivesProgress) {
+  CountingProgress progress;
+  auto cq = Open(Attr(8), &progress);
   fi_cq_data_entry entry;
   EXPECT_EQ(fi_cq_read(cq->fid(), nullptr, 0), -FI_EAGAIN);
   EXPECT_EQ(fi_cq_read(cq->fid(), &entry, 1), -FI_EAGAIN);
   fi_cq_err_entry err = {};
   EXPECT_EQ(fi_cq_readerr(cq->fid(), &err, 0), -FI_EAGAIN);
-  EXPECT_EQ(progress_calls, 3);
+  EXPECT_EQ(progress.drives, 3);
+  EXPECT_EQ(progress.blocks, 0);
 }
 
-void CountBlocks(void* arg) { ++*static_cast<int*>(arg); }
-
-TEST(FabricCq, BlockHookRunsBeforeAReaderMaySleep) {
+TEST(FabricCq, ProgressIsToldBeforeAReaderMaySleep) {
   // The provider's progress thread must drive the engines while a reader
   // sleeps (runtime/process.h NoteBlocking): told before every sleep,
   // and by a fi_trywait that allows one, never by one that refuses.
-  auto cq = Open(Attr(8, FI_WAIT_UNSPEC));
-  int blocks = 0;
-  cq->SetBlockHook(CountBlocks, &blocks);
+  CountingProgress progress;
+  auto cq = Open(Attr(8, FI_WAIT_UNSPEC), &progress);
+  int& blocks = progress.blocks;
   fi_cq_data_entry entry;
   EXPECT_EQ(fi_cq_sread(cq->fid(), &entry, 1, nullptr, 1), -FI_EAGAIN);
   EXPECT_GE(blocks, 1);

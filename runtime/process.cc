@@ -230,6 +230,19 @@ void Process::PollOnce(const transport::Engine* engine) {
   }
 }
 
+void EngineProgress::Drive() { process_.ProgressFromPoll(engine_); }
+
+void EngineProgress::NoteBlocking() { process_.NoteBlocking(); }
+
+EngineProgress* Process::ProgressOf(const transport::Engine* engine) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (EngineProgress* p : engine_progress_) {
+    if (p->engine() == engine) return p;
+  }
+  engine_progress_.push_back(new EngineProgress(*this, engine));
+  return engine_progress_.back();
+}
+
 void Process::NoteArmed() {
   armed_.fetch_add(1, std::memory_order_acq_rel);
   WakeProgress();
@@ -362,6 +375,7 @@ void Process::ForgetParentAfterFork() {
   blocking_.store(false);
   wakes_.store(0);
   port_active_.clear();
+  engine_progress_.clear();  // the parent's objects keep theirs
   if (refused_after_fork_.empty()) {
     loaded_ = false;  // the next use attaches to the daemon as this process
     config_ok_ = false;

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "cq/completion_sink.h"
 #include "host/daemon_client.h"
 #include "pmd/config.h"
 #include "runtime/peer_watch.h"
@@ -52,6 +53,25 @@ class ProgressClient {
   // anew: only this thread exists; the client's locks must be made anew and
   // its parent's objects forgotten.
   virtual void ForgetParentAfterFork() = 0;
+};
+
+class Process;
+
+// The progress of one engine as the cq layer's objects drive it: a fid_cq or
+// fid_cntr opened on a domain reads through the one of its domain's engine
+// (cq/completion_sink.h).
+class EngineProgress final : public cq::Progress {
+ public:
+  EngineProgress(Process& process, const transport::Engine* engine) : process_(process), engine_(engine) {}
+  // Process::ProgressFromPoll of this engine.
+  void Drive() override;
+  // Process::NoteBlocking.
+  void NoteBlocking() override;
+  const transport::Engine* engine() const { return engine_; }
+
+ private:
+  Process& process_;
+  const transport::Engine* const engine_;
 };
 
 class Process {
@@ -87,6 +107,9 @@ class Process {
   // the progress thread that an application thread polls. Engine mode:
   // nothing (the engine lcore sends them).
   void PollOnce(const transport::Engine* engine);
+  // The progress the cq objects opened on `engine`'s domain drive; made on
+  // first use, kept for the life of the process. Control path.
+  EngineProgress* ProgressOf(const transport::Engine* engine);
   // Someone waits for a completion event (a CQ was armed,
   // ibv_req_notify_cq(3)): the progress thread wakes and keeps looking until
   // as many NoteDisarmed calls followed.
@@ -171,6 +194,9 @@ class Process {
   std::unique_ptr<host::DaemonSession> daemon_;  // attached mode only
   bool daemon_gone_ = false;                     // progress thread only
   PeerWatch peers_;
+
+  // ProgressOf's, never deleted (a cq object may outlive everything else).
+  std::vector<EngineProgress*> engine_progress_;  // mutex_
 
   std::array<ProgressClient*, kMaxProgressClients> clients_{};
   std::atomic<size_t> client_count_{0};

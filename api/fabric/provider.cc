@@ -59,10 +59,6 @@ int StartRuntime() {
   return e == 0 ? 0 : -e;
 }
 
-// `engine`: the domain's (a CQ or counter drives only the engine of the
-// domain it was opened on, and the others now and then).
-void ProgressHook(void* engine) { Process().ProgressFromPoll(static_cast<const transport::Engine*>(engine)); }
-void BlockHook(void*) { Process().NoteBlocking(); }
 
 // ---- Memory regions (fi_mr(3)) ----
 
@@ -154,22 +150,19 @@ fi_ops_mr kDomainMrOps = {sizeof(fi_ops_mr), MrReg, MrRegv, MrRegattr};
 
 int CqOpen(fid_domain* d, fi_cq_attr* attr, fid_cq** out, void* context) {
   if (attr == nullptr || out == nullptr) return -FI_EINVAL;
-  auto cq = cq::FabricCq::Open(*attr, context);
-  if (!cq.ok()) return cq.status().code() == StatusCode::kNotSupported ? -FI_ENOSYS : -FI_EINVAL;
   // fi_cq_read drives the engine in inline mode (manual progress underneath
-  // an automatic-progress promise: the progress thread drives it too).
-  (*cq)->SetProgressHook(ProgressHook, reinterpret_cast<Domain*>(d)->engine);
-  (*cq)->SetBlockHook(BlockHook, nullptr);
+  // an automatic-progress promise: the progress thread drives it too): the
+  // engine of the domain it is opened on, and the others now and then.
+  auto cq = cq::FabricCq::Open(*attr, context, Process().ProgressOf(reinterpret_cast<Domain*>(d)->engine));
+  if (!cq.ok()) return cq.status().code() == StatusCode::kNotSupported ? -FI_ENOSYS : -FI_EINVAL;
   *out = cq->release()->fid();
   return 0;
 }
 
 int CntrOpen(fid_domain* d, fi_cntr_attr* attr, fid_cntr** out, void* context) {
   if (attr == nullptr || out == nullptr) return -FI_EINVAL;
-  auto cntr = cq::Counter::Open(*attr, context);
+  auto cntr = cq::Counter::Open(*attr, context, Process().ProgressOf(reinterpret_cast<Domain*>(d)->engine));
   if (!cntr.ok()) return cntr.status().code() == StatusCode::kNotSupported ? -FI_ENOSYS : -FI_EINVAL;
-  (*cntr)->SetProgressHook(ProgressHook, reinterpret_cast<Domain*>(d)->engine);
-  (*cntr)->SetBlockHook(BlockHook, nullptr);
   *out = cntr->release()->fid();
   return 0;
 }
