@@ -71,6 +71,6 @@ def uroce_cc_fuzz(name, srcs, deps = [], corpus = [], copts = [], **kwargs):
     native.sh_test(
         name = name + "_replay",
         srcs = ["//common:fuzz_replay_test.sh"],
-        args = ["$(location :%s)" % name] + ["$(location %s)" % c for c in corpus],
+        args = ["$(location :%s)" % name] + ["$(locations %s)" % c for c in corpus],
         data = [":" + name] + corpus,
     )

@@ -6,14 +6,14 @@
 
 #include "common/private_dir.h"
 #include "configs/builtin_configs.h"
-#include "pmd/config.h"
+#include "runtime/config.h"
 
 namespace uroce {
 namespace {
 
 TEST(ConfigsTest, EveryFileLoads) {
   for (const char* name : {"ring", "pair-a", "pair-b", "veth-a", "veth-b", "daemon-kernel"}) {
-    auto c = pmd::LoadConfigFile(std::string("configs/") + name + ".ini");
+    auto c = runtime::LoadConfigFile(std::string("configs/") + name + ".ini");
     EXPECT_TRUE(c.ok()) << name << ": " << c.status().ToString();
   }
 }
@@ -46,11 +46,11 @@ TEST(ConfigsTest, PairEndsShareTheDefaultSocketPerPair) {
     } else {
       setenv("UROCE_PAIR", pair, 1);
     }
-    auto c = pmd::LoadConfigText(configs::BuiltinConfig(name), name);
+    auto c = runtime::LoadConfigText(configs::BuiltinConfig(name), name);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? *c : pmd::UroceConfig{};
+    return c.ok() ? *c : runtime::UroceConfig{};
   };
-  const pmd::UroceConfig a = load("pair-a", "one"), b = load("pair-b", "one"), other = load("pair-b", "two");
+  const runtime::UroceConfig a = load("pair-a", "one"), b = load("pair-b", "one"), other = load("pair-b", "two");
   unsetenv("UROCE_PAIR");
   ASSERT_EQ(a.eal.vdevs.size(), 1u);
   ASSERT_EQ(b.eal.vdevs.size(), 1u);
@@ -80,9 +80,9 @@ TEST(ConfigsTest, PciTemplateWorksOnceUncommented) {
     }
     out += line + "\n";
   }
-  auto c = pmd::LoadConfigText(out, "pci-template (uncommented)");
+  auto c = runtime::LoadConfigText(out, "pci-template (uncommented)");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->endpoints[0].kind, pmd::PortKind::kPci);
+  EXPECT_EQ(c->endpoints[0].kind, runtime::PortKind::kPci);
   EXPECT_TRUE(c->eal.pci);
   EXPECT_TRUE(c->eal.hugepages);
 }

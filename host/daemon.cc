@@ -30,7 +30,7 @@
 #include "host/kernel_neighbors.h"
 #include "host/kernel_uplink.h"
 #include "host/shm_channel.h"
-#include "pmd/config.h"
+#include "host/host_config.h"
 #include "pmd/eth_port_io.h"
 #include "pmd/mempool.h"
 #include "pmd/port.h"
@@ -48,9 +48,6 @@ uint64_t NowNs() {
 }
 
 static_assert(kDaemonCommIdShift == kSwitchCommIdShift, "the switch routes by the IDs the daemon leases");
-
-using pmd::DaemonConfig;
-using pmd::EndpointConfig;
 
 void Log(const char* format, ...) __attribute__((format(printf, 1, 2)));
 void Log(const char* format, ...) {
@@ -90,7 +87,8 @@ struct Session {
 
 class SwitchDaemon final : public Daemon {
  public:
-  explicit SwitchDaemon(const pmd::UroceConfig& config) : config_(config) {}
+  SwitchDaemon(const DaemonConfig& config, const std::vector<EndpointPortConfig>& uplinks)
+      : config_(config), uplink_configs_(uplinks) {}
   ~SwitchDaemon() override { Stop(); }
 
   Status Listen() override;
@@ -146,7 +144,7 @@ class SwitchDaemon final : public Daemon {
 
   // One per [endpoint.NAME]: device uroceK of every attached process.
   struct Uplink {
-    EndpointConfig config;
+    EndpointPortConfig config;
     std::string device;  // "uroce0", ...
     uint16_t port = 0;
     bool started = false;
@@ -185,7 +183,8 @@ class SwitchDaemon final : public Daemon {
   static constexpr size_t kMaxLinksPerUid = kMaxLinks / 2;
   size_t LinksOfUid(uid_t uid) const;
 
-  pmd::UroceConfig config_;
+  const DaemonConfig config_;
+  const std::vector<EndpointPortConfig> uplink_configs_;
   int listen_fd_ = -1;
   std::string socket_path_;
   pmd::MempoolPtr pool_;  // every uplink's and every process port's buffers
@@ -203,7 +202,7 @@ class SwitchDaemon final : public Daemon {
 };
 
 Status SwitchDaemon::Listen() {
-  socket_path_ = config_.daemon.socket;
+  socket_path_ = config_.socket;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path_.size() >= sizeof(addr.sun_path)) return InvalidArgument("[daemon] socket: path too long");
@@ -258,7 +257,7 @@ Status SwitchDaemon::StartUplinks() {
   // ring holds buffers while it lives.
   unsigned mbufs = 0;
   uint32_t mtu = 0;
-  for (const EndpointConfig& ec : config_.endpoints) {
+  for (const EndpointPortConfig& ec : uplink_configs_) {
     mbufs += ec.mbufs;
     mtu = std::max(mtu, ec.mtu);
   }
@@ -266,13 +265,13 @@ Status SwitchDaemon::StartUplinks() {
   auto pool = pmd::CreatePktPool({.name = "uroce_daemon", .mbufs = pool_size_, .data_room = pmd::DataRoomFor(mtu)});
   if (!pool.ok()) return pool.status();
   pool_ = std::move(*pool);
-  for (const EndpointConfig& ec : config_.endpoints) {
+  for (const EndpointPortConfig& ec : uplink_configs_) {
     auto u = std::make_unique<Uplink>();
     u->config = ec;
     u->device = "uroce" + std::to_string(uplinks_.size());
     uplinks_.push_back(std::move(u));
     Uplink& up = *uplinks_.back();
-    Status s = ec.kind == pmd::PortKind::kKernel ? StartKernelUplink(up) : StartPortUplink(up);
+    Status s = ec.kind == PortKind::kKernel ? StartKernelUplink(up) : StartPortUplink(up);
     if (!s.ok()) return Status(s.code(), "[endpoint." + ec.name + "] " + s.message());
     std::string gids;
     for (const auto& g : up.config.gids) gids += (gids.empty() ? "" : ", ") + transport::GidToString(g);
@@ -295,11 +294,11 @@ Status SwitchDaemon::StartUplinks() {
 
 // A DPDK port with addresses of its own: the switch answers ARP/ND for them.
 Status SwitchDaemon::StartPortUplink(Uplink& u) {
-  const EndpointConfig& ec = u.config;
+  const EndpointPortConfig& ec = u.config;
   auto id = pmd::PortByName(ec.device_name);
   if (!id.ok()) return NotFound("uplink '" + ec.port + "': EAL made no port " + ec.device_name);
   u.port = *id;
-  if (ec.port.rfind("net_af_packet", 0) == 0) UROCE_RETURN_IF_ERROR(pmd::CheckAfPacketFrameSize(ec));
+  if (ec.port.rfind("net_af_packet", 0) == 0) UROCE_RETURN_IF_ERROR(pmd::CheckAfPacketFrameSize(ec.port, ec.mtu));
   pmd::PortConfig port;
   port.rx_pool = pool_.get();
   port.rx_descriptors = ec.rx_descriptors;
@@ -332,7 +331,7 @@ Status SwitchDaemon::StartPortUplink(Uplink& u) {
 // The kernel's own interface, shared: its MAC and (unless the configuration
 // names some) its addresses; af_xdp with uroce's XDP program, or af_packet.
 Status SwitchDaemon::StartKernelUplink(Uplink& u) {
-  EndpointConfig& ec = u.config;
+  EndpointPortConfig& ec = u.config;
   auto kif = ReadKernelInterface(ec.interface);
   if (!kif.ok()) return kif.status();
   if (ec.gids.empty()) ec.gids = kif->gids;
@@ -443,7 +442,7 @@ void SwitchDaemon::Run() {
   // mostly waits for the uplink, and on a machine with few cores a thread
   // that wakes often takes the CPU from the processes that poll.
   constexpr uint32_t kFirstSleepUs = 16;
-  const uint32_t idle_us = std::max<uint32_t>(config_.daemon.idle_us, 1);
+  const uint32_t idle_us = std::max<uint32_t>(config_.idle_us, 1);
   uint32_t sleep_us = 0;
   unsigned idle_polls = 0;
   auto next_control = Clock::now();
@@ -478,7 +477,7 @@ void SwitchDaemon::ServeControl(int timeout_us) {
   const uint64_t now = NowNs();
   for (size_t i = sessions_.size(); i >= 1; --i) {
     Session& s = *sessions_[i - 1];
-    const bool late = s.slot == 0 && now - s.accepted_ns > uint64_t{config_.daemon.attach_timeout_ms} * 1000000;
+    const bool late = s.slot == 0 && now - s.accepted_ns > uint64_t{config_.attach_timeout_ms} * 1000000;
     if (s.fd >= 0 && !late) continue;
     if (late) ++attach_timeouts_;
     Release(s);
@@ -561,7 +560,7 @@ void SwitchDaemon::Accept() {
       } else if (pending >= kMaxPending) {
         refusal = "ERROR too many sessions";
       }
-    } else if (sessions_.size() >= config_.daemon.max_processes + kMaxPending) {
+    } else if (sessions_.size() >= config_.max_processes + kMaxPending) {
       // Exempt sessions are bounded only by the descriptors the daemon
       // keeps (many ranks of a job may connect at once), and make room.
       if (oldest_other != nullptr) {
@@ -659,10 +658,10 @@ void SwitchDaemon::HandleMessage(Session& s) {
       } else if (s.peers.size() >= (size_t{1} << kDaemonQpnShift) && s.peers.count(qpn) == 0) {
         status = ResourceExhausted("PEER: 65536 records already");  // cannot happen: keys are its lease
       } else if (!Exempt(s.uid) && s.peers.count(qpn) == 0 &&
-                 peers_of_uid_[s.uid] >= config_.daemon.max_peers_per_uid) {
+                 peers_of_uid_[s.uid] >= config_.max_peers_per_uid) {
         // Its QP still works; only a peer's end is not told to it (the QP
         // then ends by retry exhaustion, as with a peer on another host).
-        status = ResourceExhausted("PEER: its uid has " + std::to_string(config_.daemon.max_peers_per_uid) +
+        status = ResourceExhausted("PEER: its uid has " + std::to_string(config_.max_peers_per_uid) +
                                    " records already ([daemon] max_peers_per_uid)");
       } else {
         const uint32_t dest_slot = FrameSwitch::SlotOfQpn(record.dest_qpn);
@@ -704,9 +703,9 @@ void SwitchDaemon::HandleMessage(Session& s) {
       auto claim = ParsePortClaim(message);
       // A port is claimed on every uplink's switch, or on none.
       Status status = !claim.ok() ? claim.status() : s.slot == 0 ? FailedPrecondition("not attached") : Status::Ok();
-      if (status.ok() && claim->listen && !Exempt(s.uid) && ListensOfUid(s.uid) >= config_.daemon.max_listens_per_uid) {
+      if (status.ok() && claim->listen && !Exempt(s.uid) && ListensOfUid(s.uid) >= config_.max_listens_per_uid) {
         status = ResourceExhausted("uid " + std::to_string(s.uid) + " listens on " +
-                                   std::to_string(config_.daemon.max_listens_per_uid) +
+                                   std::to_string(config_.max_listens_per_uid) +
                                    " ports already ([daemon] max_listens_per_uid)");
       }
       for (size_t k = 0; status.ok() && k < uplinks_.size(); ++k) {
@@ -755,7 +754,7 @@ uint32_t SwitchDaemon::FreeSlot() {
   // random, so that nobody can walk a round robin to a given slot by
   // attaching and detaching.
   const uint64_t now = NowNs();
-  const uint64_t quarantine_ns = uint64_t{config_.daemon.slot_quarantine_ms} * 1000000;
+  const uint64_t quarantine_ns = uint64_t{config_.slot_quarantine_ms} * 1000000;
   uint32_t candidates[kSwitchLastSlot + 1];
   uint32_t count = 0;
   for (uint32_t slot = kSwitchFirstSlot; slot <= kSwitchLastSlot; ++slot) {
@@ -770,13 +769,13 @@ uint32_t SwitchDaemon::FreeSlot() {
 Status SwitchDaemon::AttachSession(Session& s, const AttachRequest& request) {
   uint32_t attached = 0;
   for (const auto& other : sessions_) attached += other->slot != 0;
-  if (attached >= config_.daemon.max_processes) {
+  if (attached >= config_.max_processes) {
     return ResourceExhausted("the daemon serves " + std::to_string(attached) + " processes already ([daemon] max_processes)");
   }
   if (!Exempt(s.uid)) {
     uint32_t of_uid = 0;
     for (const auto& other : sessions_) of_uid += other->slot != 0 && other->uid == s.uid;
-    if (of_uid >= config_.daemon.max_processes_per_uid) {
+    if (of_uid >= config_.max_processes_per_uid) {
       return ResourceExhausted("uid " + std::to_string(s.uid) + " has " + std::to_string(of_uid) +
                                " processes attached already ([daemon] max_processes_per_uid)");
     }
@@ -784,7 +783,7 @@ Status SwitchDaemon::AttachSession(Session& s, const AttachRequest& request) {
   const uint32_t slot = FreeSlot();
   if (slot == 0) {
     return ResourceExhausted("every free slot was released less than " +
-                             std::to_string(config_.daemon.slot_quarantine_ms) +
+                             std::to_string(config_.slot_quarantine_ms) +
                              " ms ago ([daemon] slot_quarantine_ms): try again shortly");
   }
   // The process's ports, one per uplink: two rings in a sealed memory file
@@ -1016,9 +1015,9 @@ void SwitchDaemon::CloseLinksOf(uint32_t slot) {
 std::string SwitchDaemon::DevicesText() const {
   std::string out = "OK\n";
   for (size_t i = 0; i < uplinks_.size(); ++i) {
-    const EndpointConfig& ec = uplinks_[i]->config;
+    const EndpointPortConfig& ec = uplinks_[i]->config;
     out += "device " + uplinks_[i]->device + " netdev=";
-    out += ec.kind == pmd::PortKind::kKernel && !ec.interface.empty() ? ec.interface : "-";
+    out += ec.kind == PortKind::kKernel && !ec.interface.empty() ? ec.interface : "-";
     out += " gids=";
     for (size_t g = 0; g < ec.gids.size(); ++g) {
       char hex[33];
@@ -1207,8 +1206,8 @@ void SwitchDaemon::Stop() {
 
 }  // namespace
 
-std::unique_ptr<Daemon> Daemon::Create(const pmd::UroceConfig& config) {
-  return std::make_unique<SwitchDaemon>(config);
+std::unique_ptr<Daemon> Daemon::Create(const DaemonConfig& config, const std::vector<EndpointPortConfig>& uplinks) {
+  return std::make_unique<SwitchDaemon>(config, uplinks);
 }
 
 }  // namespace uroce::host

@@ -25,16 +25,18 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
-#include "pmd/config.h"
+
+#include "host/host_config.h"
 
 namespace uroce::host {
 
 class Daemon {
  public:
-  // `config`: its [daemon] section and one [endpoint.NAME] per uplink.
-  static std::unique_ptr<Daemon> Create(const pmd::UroceConfig& config);
+  // `config`: its [daemon] section; `uplinks`: one [endpoint.NAME] each.
+  static std::unique_ptr<Daemon> Create(const DaemonConfig& config, const std::vector<EndpointPortConfig>& uplinks);
   virtual ~Daemon() = default;
 
   // The control socket, before EAL starts: a second daemon stops here.

@@ -13,16 +13,10 @@
 #include <fstream>
 #include <vector>
 
-#include "pmd/config.h"
+#include "host/host_config.h"
 
 namespace uroce::host {
 
-using pmd::ConfigOverride;
-using pmd::DaemonConfig;
-using pmd::EndpointConfig;
-using pmd::LoadConfigText;
-using pmd::PortKind;
-using pmd::UroceConfig;
 
 namespace {
 
@@ -221,20 +215,6 @@ StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string
   session->slot_ = parsed->slot;
   session->config_text_ = FormatGrantConfig(*grant);
   return session;
-}
-
-StatusOr<UroceConfig> DaemonSession::LoadConfig(const std::vector<ConfigOverride>& overrides) const {
-  auto config = LoadConfigText(config_text_, "uroce daemon at " + socket_path_, overrides);
-  if (!config.ok()) return config;
-  for (EndpointConfig& ep : config->endpoints) {
-    if (ep.kind != PortKind::kShm) continue;
-    if (ep.shm_index >= shm_fds_.size()) {
-      return InvalidArgument("uroce daemon at " + socket_path_ + ": [endpoint." + ep.name + "] names port " +
-                             std::to_string(ep.shm_index) + " of " + std::to_string(shm_fds_.size()));
-    }
-    ep.shm_fd = shm_fds_[ep.shm_index];
-  }
-  return config;
 }
 
 DaemonSession::~DaemonSession() {

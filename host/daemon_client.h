@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "common/status.h"
-#include "pmd/config.h"
 #include "host/daemon_protocol.h"
 
 namespace uroce::host {
@@ -62,10 +61,10 @@ class DaemonSession {
   uint32_t slot() const { return slot_; }
   const std::string& config_text() const { return config_text_; }
   const std::string& socket_path() const { return socket_path_; }
-  // The handed-out configuration, each port set to its shared-memory file
-  // (host/shm_channel.h; they came with the reply and belong to the
-  // session), with `overrides`.
-  StatusOr<pmd::UroceConfig> LoadConfig(const std::vector<pmd::ConfigOverride>& overrides) const;
+  // The shared-memory files of the handed-out ports (host/shm_channel.h), in
+  // the order of the configuration's `port = shm:daemon:K`; they came with
+  // the reply and belong to the session.
+  const std::vector<int>& shm_fds() const { return shm_fds_; }
   // True once the daemon closed the session (it stopped or died). Reads
   // what the daemon sent unasked (PEER_GONE, queued for TakePeersGone) and
   // sends what RegisterPeer/UnregisterPeer could not send at once. A few

@@ -3,20 +3,17 @@
 // configuration (ParseAttachGrant) and the DEVICES answer, whose names
 // become paths a root `uroce exec` creates (ParseDevicesReply). What is
 // accepted must be exactly the daemon's grammar: the grant written back is
-// the same text and loads as a configuration on the daemon's shared-memory
-// ports only, with no EAL driver to load, in the slot's own QPN range; every
-// device name is a single path component.
+// the same text; every device name is a single path component. That the
+// grant then loads as a configuration on the daemon's shared-memory ports
+// only is runtime/daemon_grant_fuzz.cc's, on the same inputs.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
-#include "pmd/config.h"
 #include "host/daemon_protocol.h"
-#include "pmd/eal.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace uroce::pmd;
   using namespace uroce::host;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   if (auto reply = ParseAttachReply(text); reply.ok()) {
@@ -24,18 +21,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (FormatGrantConfig(*grant) != reply->config_text || grant->endpoints.empty() ||
           grant->endpoints.size() > kMaxUplinks) {
         abort();
-      }
-      auto config = LoadConfigText(reply->config_text, "fuzz");
-      if (!config.ok() || config->endpoints.size() != grant->endpoints.size() ||
-          !FindDriverLoadArgument(config->eal.extra_args).empty() || config->eal.allow_driver_load) {
-        abort();
-      }
-      for (size_t k = 0; k < config->endpoints.size(); ++k) {
-        const EndpointConfig& ep = config->endpoints[k];
-        if (ep.kind != PortKind::kShm || ep.shm_index != k || ep.qpn_base != reply->slot << kDaemonQpnShift ||
-            ep.qpn_count != (1u << kDaemonQpnShift) || ep.loopback || (ep.mac[0] & 1) != 0) {
-          abort();
-        }
       }
     }
   }

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "pmd/config.h"
+#include "host/host_config.h"
 #include "transport/address_text.h"
 
 namespace uroce::host {
@@ -12,7 +12,6 @@ using transport::GidToString;
 using transport::MacToString;
 using transport::ParseIpAddress;
 using transport::ParseMacAddress;
-using pmd::kDaemonMaxProcesses;
 
 namespace {
 

@@ -47,7 +47,7 @@
 // IDs from slot << kDaemonCommIdShift.
 //
 // The configuration the daemon hands out is an ordinary uroce configuration
-// (pmd/config.h): per uplink, a shared-memory port to the daemon (`port =
+// (runtime/config.h): per uplink, a shared-memory port to the daemon (`port =
 // shm:daemon:K`, host/shm_channel.h; the files travel with the OK reply as
 // SCM_RIGHTS ancillary data, K-th for K), the uplink's addresses and MAC,
 // loopback off and the leased QPN range. So an attached process

@@ -14,7 +14,8 @@
 #include <thread>
 
 #include "host/daemon_client.h"
-#include "pmd/config.h"
+#include "host/daemon_protocol.h"
+#include "host/host_config.h"
 #include "pmd/eal_test_environment.h"
 #include "pmd/shutdown_signal.h"
 #include "transport/address_text.h"
@@ -50,13 +51,22 @@ TEST(DaemonTest, AProgramAttachesIsListedAndLeaves) {
   const std::string dir = ScratchDir();
   ASSERT_FALSE(dir.empty());
   const std::string socket = dir + "/daemon.sock";
-  auto config = pmd::LoadConfigText("[daemon]\nsocket = " + socket +
-                                        "\n[endpoint.up]\nport = net_null0\nipv4 = 192.0.2.1\n"
-                                        "mac = 02:00:00:00:00:01\n",
-                                    "daemon_test");
-  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  // [daemon] socket = SOCKET; [endpoint.up] port = net_null0, ipv4 =
+  // 192.0.2.1, mac = 02:00:00:00:00:01, as the configuration parser makes it.
+  DaemonConfig config;
+  config.socket = socket;
+  EndpointPortConfig up;
+  up.name = "up";
+  up.port = "net_null0";
+  up.kind = PortKind::kVdev;
+  up.device_name = "net_null0";
+  ASSERT_TRUE(transport::ParseIpAddress("192.0.2.1", &up.gids.emplace_back()));
+  up.has_ipv4 = true;
+  up.mac_from_port = false;
+  ASSERT_TRUE(transport::ParseMacAddress("02:00:00:00:00:01", &up.mac));
+  const std::vector<EndpointPortConfig> uplinks = {up};
 
-  std::unique_ptr<Daemon> daemon = Daemon::Create(*config);
+  std::unique_ptr<Daemon> daemon = Daemon::Create(config, uplinks);
   ASSERT_TRUE(daemon->Listen().ok());
   const Status started = daemon->StartUplinks();
   ASSERT_TRUE(started.ok()) << started.ToString();
@@ -64,7 +74,7 @@ TEST(DaemonTest, AProgramAttachesIsListedAndLeaves) {
   std::thread loop([&] { daemon->Run(); });
 
   // A second daemon stops at the socket, before touching any port.
-  std::unique_ptr<Daemon> second = Daemon::Create(*config);
+  std::unique_ptr<Daemon> second = Daemon::Create(config, uplinks);
   EXPECT_FALSE(second->Listen().ok());
   second.reset();
 
@@ -75,7 +85,7 @@ TEST(DaemonTest, AProgramAttachesIsListedAndLeaves) {
     slot = (*session)->slot();
     EXPECT_NE(slot, 0u);
     // The grant is the uplink's address and MAC, on a port of its own.
-    auto granted = (*session)->LoadConfig({});
+    auto granted = ParseAttachGrant((*session)->config_text(), slot);
     ASSERT_TRUE(granted.ok()) << granted.status().ToString();
     ASSERT_EQ(granted->endpoints.size(), 1u);
     ASSERT_FALSE(granted->endpoints[0].gids.empty());

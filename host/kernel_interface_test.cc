@@ -5,7 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include "pmd/config.h"
 #include "host/kernel_interface.h"
 #include "host/kernel_neighbors.h"
 #include "transport/address_text.h"

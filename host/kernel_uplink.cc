@@ -27,8 +27,6 @@
 namespace uroce::host {
 
 using pmd::CheckAfPacketFrameSize;
-using pmd::EndpointConfig;
-using pmd::KernelIo;
 using pmd::MultiQueuePortIo;
 using pmd::PortByName;
 using pmd::PortConfig;
@@ -93,7 +91,7 @@ std::string Errno(const char* what) { return std::string(what) + ": " + std::str
 
 }  // namespace
 
-StatusOr<std::unique_ptr<KernelUplink>> KernelUplink::Open(const EndpointConfig& ec, const KernelInterface& kif,
+StatusOr<std::unique_ptr<KernelUplink>> KernelUplink::Open(const EndpointPortConfig& ec, const KernelInterface& kif,
                                                            rte_mempool* pool, std::string* notes) {
   std::unique_ptr<KernelUplink> up(new KernelUplink());
   up->interface_ = kif.name;
@@ -125,7 +123,7 @@ StatusOr<std::unique_ptr<KernelUplink>> KernelUplink::Open(const EndpointConfig&
   return up;
 }
 
-Status KernelUplink::OpenAfXdp(const EndpointConfig& ec, const KernelInterface& kif, rte_mempool* pool,
+Status KernelUplink::OpenAfXdp(const EndpointPortConfig& ec, const KernelInterface& kif, rte_mempool* pool,
                                std::string* notes) {
   std::string name;
   const uint32_t id = AttachedProgram(kif.if_index, &name);
@@ -280,7 +278,7 @@ StatusOr<KernelUplink::XdpCounters> KernelUplink::ReadXdpCounters() const {
   return sums;
 }
 
-Status KernelUplink::OpenAfPacket(const EndpointConfig& ec, const KernelInterface& kif, rte_mempool* pool) {
+Status KernelUplink::OpenAfPacket(const EndpointPortConfig& ec, const KernelInterface& kif, rte_mempool* pool) {
   // Ring frames that hold the largest frame of this MTU whole (see
   // CheckAfPacketFrameSize: tpacket's header comes first), tiling blocks of
   // whole pages.
@@ -292,15 +290,13 @@ Status KernelUplink::OpenAfPacket(const EndpointConfig& ec, const KernelInterfac
   vdev_ = "net_af_packet_" + kif.name;
   const std::string devargs = vdev_ + ",iface=" + kif.name + ",qpairs=1,framesz=" + std::to_string(frame) +
                               ",blocksz=" + std::to_string(block) + ",framecnt=" + std::to_string(block / frame * 64);
-  EndpointConfig check = ec;
-  check.port = devargs;
-  UROCE_RETURN_IF_ERROR(CheckAfPacketFrameSize(check));
+  UROCE_RETURN_IF_ERROR(CheckAfPacketFrameSize(devargs, ec.mtu));
   UROCE_RETURN_IF_ERROR(StartProbed(devargs, ec, pool, 1));
   af_xdp_ = false;
   return Status::Ok();
 }
 
-Status KernelUplink::StartProbed(const std::string& devargs, const EndpointConfig& ec, rte_mempool* pool,
+Status KernelUplink::StartProbed(const std::string& devargs, const EndpointPortConfig& ec, rte_mempool* pool,
                                  uint16_t queues) {
   if (rte_dev_probe(devargs.c_str()) != 0) {
     const std::string device = vdev_;

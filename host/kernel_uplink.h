@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "pmd/config.h"
+#include "host/host_config.h"
 #include "pmd/eth_port_io.h"
 #include "host/kernel_interface.h"
 #include "transport/headers.h"
@@ -54,7 +54,7 @@ class KernelUplink {
   // EAL must be running. `pool` feeds the port's receive queues (and must
   // outlive the uplink). Tries af_xdp, then af_packet, as ec.kernel_io
   // allows; `notes` gets a line per fallback taken and why.
-  static StatusOr<std::unique_ptr<KernelUplink>> Open(const pmd::EndpointConfig& ec, const KernelInterface& kif,
+  static StatusOr<std::unique_ptr<KernelUplink>> Open(const EndpointPortConfig& ec, const KernelInterface& kif,
                                                       rte_mempool* pool, std::string* notes);
   ~KernelUplink();  // stops and removes the port (af_xdp: detaches the program)
   KernelUplink(const KernelUplink&) = delete;
@@ -74,13 +74,13 @@ class KernelUplink {
 
  private:
   KernelUplink() = default;
-  Status OpenAfXdp(const pmd::EndpointConfig& ec, const KernelInterface& kif, rte_mempool* pool, std::string* notes);
+  Status OpenAfXdp(const EndpointPortConfig& ec, const KernelInterface& kif, rte_mempool* pool, std::string* notes);
   // Finds the program DPDK attached to the interface and fills its maps:
   // the addresses, then the MAC, then enabled.
   Status ConfigureSteering(uint32_t if_index, const std::vector<transport::Gid>& gids,
                            const transport::MacAddress& mac);
-  Status OpenAfPacket(const pmd::EndpointConfig& ec, const KernelInterface& kif, rte_mempool* pool);
-  Status StartProbed(const std::string& devargs, const pmd::EndpointConfig& ec, rte_mempool* pool, uint16_t queues);
+  Status OpenAfPacket(const EndpointPortConfig& ec, const KernelInterface& kif, rte_mempool* pool);
+  Status StartProbed(const std::string& devargs, const EndpointPortConfig& ec, rte_mempool* pool, uint16_t queues);
   void RemovePort();
   Status BindUdpGuards();  // fails while anybody else holds UDP 4791
 

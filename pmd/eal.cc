@@ -7,7 +7,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -201,6 +203,81 @@ Status StopEal() {
   }
   if (ret < 0) return IoError(std::string("rte_eal_cleanup failed: ") + rte_strerror(-ret));
   return Status::Ok();
+}
+
+std::vector<unsigned> ParseLcoreList(const std::string& text) {
+  // EAL's --lcores grammar, as far as uroce needs it: items separated by
+  // commas at the top level; an item is N, N-M or (list), optionally
+  // followed by @cpu or @(cpus). Only the lcore ids are returned.
+  std::vector<unsigned> out;
+  size_t i = 0;
+  size_t begin = 0, end = text.size();  // without the blanks around it (isspace)
+  while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
+  while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+  const std::string s = text.substr(begin, end - begin);
+  auto number = [&](unsigned* v) {
+    if (i >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+    unsigned n = 0;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
+      n = n * 10 + unsigned(s[i++] - '0');
+      if (n >= RTE_MAX_LCORE) return false;
+    }
+    *v = n;
+    return true;
+  };
+  auto range = [&](std::vector<unsigned>* into) {
+    unsigned a = 0, b = 0;
+    if (!number(&a)) return false;
+    b = a;
+    if (i < s.size() && s[i] == '-') {
+      ++i;
+      if (!number(&b) || b < a) return false;
+    }
+    for (unsigned v = a; v <= b; ++v) into->push_back(v);
+    return true;
+  };
+  auto skip_cpus = [&]() {
+    if (i < s.size() && s[i] == '@') {
+      ++i;
+      if (i < s.size() && s[i] == '(') {
+        const size_t close = s.find(')', i);
+        if (close == std::string::npos) return false;
+        i = close + 1;
+      } else {
+        std::vector<unsigned> ignored;
+        if (!range(&ignored)) return false;
+      }
+    }
+    return true;
+  };
+  while (i < s.size()) {
+    if (s[i] == '(') {
+      ++i;
+      while (true) {
+        if (!range(&out)) return {};
+        if (i < s.size() && s[i] == ',') {
+          ++i;
+          continue;
+        }
+        if (i < s.size() && s[i] == ')') {
+          ++i;
+          break;
+        }
+        return {};
+      }
+    } else if (!range(&out)) {
+      return {};
+    }
+    if (!skip_cpus()) return {};
+    if (i < s.size()) {
+      if (s[i] != ',') return {};
+      ++i;
+      if (i == s.size()) return {};
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 }  // namespace uroce::pmd

@@ -46,6 +46,10 @@ std::vector<std::string> EalArguments(const EalConfig& config);
 // with the rte_errno text if EAL refuses.
 Status StartEal(const EalConfig& config);
 
+// The EAL lcores that `lcores` (EAL's -l / --lcores syntax: "0-1", "0,2",
+// "1@(0-1)") names, sorted, each once; empty if the text is not understood.
+std::vector<unsigned> ParseLcoreList(const std::string& lcores);
+
 // Without hugepages, DPDK 22.11 backs all of EAL's memory (heap, pools,
 // the lists that name them) with one memfd mapped MAP_SHARED ("nohuge"), so
 // that vhost-user can map it. A fork(2) child then shares its parent's heap:

@@ -41,5 +41,17 @@ TEST(EalArgumentsTest, UniqueFilePrefixes) {
   EXPECT_EQ(a.rfind("uroce-", 0), 0u);
 }
 
+TEST(EalArgumentsTest, LcoreLists) {
+  EXPECT_EQ(ParseLcoreList("0"), (std::vector<unsigned>{0}));
+  EXPECT_EQ(ParseLcoreList("0-2"), (std::vector<unsigned>{0, 1, 2}));
+  EXPECT_EQ(ParseLcoreList("3,1"), (std::vector<unsigned>{1, 3}));
+  EXPECT_EQ(ParseLcoreList("0@0,1@(0-1)"), (std::vector<unsigned>{0, 1}));
+  EXPECT_EQ(ParseLcoreList("(0,1)@(0-1)"), (std::vector<unsigned>{0, 1}));
+  EXPECT_TRUE(ParseLcoreList("").empty());
+  EXPECT_TRUE(ParseLcoreList("a").empty());
+  EXPECT_TRUE(ParseLcoreList("2-1").empty());
+  EXPECT_TRUE(ParseLcoreList("0,").empty());
+}
+
 }  // namespace
 }  // namespace uroce::pmd

@@ -30,7 +30,7 @@
 
 namespace uroce::pmd {
 
-// The `[impair]` section (pmd/config.h), for one port.
+// The `[impair]` section (runtime/config.h), for one port.
 struct PortImpairment {
   transport::Impairments faults;  // delays (max_delay, reorder_delay) in microseconds
   bool tx = true;                 // impair frames the engine sends

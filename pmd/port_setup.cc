@@ -105,31 +105,31 @@ uint16_t DataRoomFor(uint32_t mtu) {
 // the kernel starts every block (devarg blocksz, a page by default) afresh:
 // unless frames tile blocks exactly, it reads the wrong places and receives
 // nothing (seen: framesz=4304,blocksz=8192, every ARP reply lost).
-Status CheckAfPacketFrameSize(const EndpointConfig& ec) {
+Status CheckAfPacketFrameSize(const std::string& port, uint32_t mtu) {
   constexpr uint32_t kMacOffset = 66;
   auto arg = [&](const char* key, uint32_t fallback) {
-    const std::string v = VdevArg(ec.port, key);
+    const std::string v = VdevArg(port, key);
     return v.empty() ? fallback : static_cast<uint32_t>(std::strtoul(v.c_str(), nullptr, 0));
   };
   const uint32_t page = static_cast<uint32_t>(sysconf(_SC_PAGESIZE));
   const uint32_t framesz = arg("framesz", 2048);
   const uint32_t blocksz = arg("blocksz", page);
-  const uint32_t largest = std::min<uint32_t>(ec.mtu, 4096 + 128) + RTE_ETHER_HDR_LEN;
+  const uint32_t largest = std::min<uint32_t>(mtu, 4096 + 128) + RTE_ETHER_HDR_LEN;
   if (framesz >= kMacOffset + largest && framesz > 0 && blocksz % framesz == 0) return Status::Ok();
   // Multiples of 256 bytes tile blocks of a few pages.
   const uint32_t need = (kMacOffset + largest + 255) / 256 * 256;
   const uint32_t block = std::lcm(need, page);
-  return InvalidArgument("mtu " + std::to_string(ec.mtu) + " over af_packet needs ring frames of " +
+  return InvalidArgument("mtu " + std::to_string(mtu) + " over af_packet needs ring frames of " +
                          std::to_string(kMacOffset + largest) + " bytes or more that tile its blocks (framesz " +
                          std::to_string(framesz) + ", blocksz " + std::to_string(blocksz) + " given); add framesz=" +
                          std::to_string(need) + ",blocksz=" + std::to_string(block) + " to the port arguments");
 }
 
-Status StartEalFor(const UroceConfig& config) {
-  for (const std::string& vdev : config.eal.vdevs) RemoveStaleMemifSocket(vdev);
-  EalConfig eal = config.eal;
-  eal.lcores = FitLcoresToCpus(eal.lcores);
-  return StartEal(eal);
+Status StartEalFor(const EalConfig& eal) {
+  for (const std::string& vdev : eal.vdevs) RemoveStaleMemifSocket(vdev);
+  EalConfig fitted = eal;
+  fitted.lcores = FitLcoresToCpus(fitted.lcores);
+  return StartEal(fitted);
 }
 
 }  // namespace uroce::pmd

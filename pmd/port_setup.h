@@ -10,20 +10,22 @@
 #include <string>
 
 #include "common/status.h"
-#include "pmd/config.h"
+#include "pmd/eal.h"
 
 namespace uroce::pmd {
 
 // What StopEal's counterpart needs before rte_eal_init: removes a memif
 // server's stale socket file (one nobody listens on, left by a process that
-// died), then StartEal(config.eal).
-Status StartEalFor(const UroceConfig& config);
+// died), then StartEal(eal) with its lcores fitted to the CPUs this process
+// may use.
+Status StartEalFor(const EalConfig& eal);
 
 // The data room of a pool's buffers for ports of Ethernet MTU `mtu`.
 uint16_t DataRoomFor(uint32_t mtu);
-// For a net_af_packet port: its ring frames hold the largest frame `ec`'s
-// MTU allows, or an error that says which port arguments to add.
-Status CheckAfPacketFrameSize(const EndpointConfig& ec);
+// For a net_af_packet port (`port`: its vdev string): its ring frames hold
+// the largest frame `mtu` allows, or an error that says which port
+// arguments to add.
+Status CheckAfPacketFrameSize(const std::string& port, uint32_t mtu);
 
 // The value of `key` in a vdev argument string ("net_memif0,role=server,..."),
 // "" if it has none.

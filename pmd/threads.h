@@ -7,7 +7,7 @@
 // thread that made them (under `uroce exec`, EAL's main lcore: the
 // application's CPU) and keep out of its way by sleeping while an
 // application thread drives progress; `[engine] helper_cpus` moves them to
-// other CPUs instead (pmd/config.h).
+// other CPUs instead (runtime/config.h).
 //
 // Control path only.
 #pragma once

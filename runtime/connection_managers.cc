@@ -111,7 +111,7 @@ void ConnectionManagers::Wake() {
 }
 
 void ConnectionManagers::Loop() {
-  const pmd::UroceConfig* config = Process::Get().config();
+  const runtime::UroceConfig* config = Process::Get().config();
   pmd::PlaceHelperThread("uroce-cm", config != nullptr ? config->engine.helper_cpus : std::vector<unsigned>{});
   std::vector<PendingEvent> pending;
   std::chrono::milliseconds interval = kPollInterval;

@@ -5,7 +5,7 @@
 #include <optional>
 #include <thread>
 
-#include "pmd/config.h"
+#include "runtime/config.h"
 #include "host/neighbor_frames.h"
 #include "transport/address_text.h"
 

@@ -7,7 +7,7 @@
 #include <functional>
 #include <memory>
 
-#include "pmd/config.h"
+#include "runtime/config.h"
 #include "pmd/eal_test_environment.h"
 #include "pmd/eth_port_io.h"
 #include "pmd/mempool.h"

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "host/daemon_client.h"
-#include "pmd/config.h"
+#include "runtime/config.h"
 #include "transport/engine.h"
 
 namespace uroce::runtime {
@@ -44,7 +44,7 @@ class PeerWatch {
   // until then, and in process-private mode, every call below does nothing.
   // `config` gives each device's GIDs (a peer is on this host when its GID is
   // one of ours).
-  void Attach(host::DaemonSession* daemon, const pmd::UroceConfig* config) {
+  void Attach(host::DaemonSession* daemon, const runtime::UroceConfig* config) {
     daemon_ = daemon;
     config_ = config;
   }
@@ -86,7 +86,7 @@ class PeerWatch {
   void ForgetLocked(const transport::QueuePair* qp);
 
   host::DaemonSession* daemon_ = nullptr;  // attached mode only
-  const pmd::UroceConfig* config_ = nullptr;
+  const runtime::UroceConfig* config_ = nullptr;
   std::mutex mutex_;
   std::unordered_map<uint32_t, PeerOf> peers_;  // by our QPN
   // RC/UC QPs not seen connected yet: the progress thread looks whether the

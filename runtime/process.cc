@@ -44,7 +44,7 @@ constexpr unsigned kApplicationDrivesSleepUs = 2000;
 // An attached process's EAL main lcore may run on any CPU this process may
 // use (the daemon's configuration pins nothing: its engines are the
 // processes' own, driven by their threads).
-std::vector<pmd::ConfigOverride> DaemonOverrides() {
+std::vector<runtime::ConfigOverride> DaemonOverrides() {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) != 0) return {};
@@ -55,7 +55,7 @@ std::vector<pmd::ConfigOverride> DaemonOverrides() {
     cpus += std::to_string(cpu);
   }
   if (cpus.empty()) return {};
-  return {pmd::ConfigOverride{"eal", "lcores", "0@(" + cpus + ")"}};
+  return {runtime::ConfigOverride{"eal", "lcores", "0@(" + cpus + ")"}};
 }
 
 }  // namespace
@@ -80,18 +80,18 @@ void Process::LoadConfigOnce() {
   const char* path = secure_getenv("UROCE_CONFIG");
   // UROCE_IMPAIR (`uroce exec --impair SPEC`): the [impair] section's keys,
   // over whatever the configuration says.
-  std::vector<pmd::ConfigOverride> impair;
+  std::vector<runtime::ConfigOverride> impair;
   if (const char* spec = secure_getenv("UROCE_IMPAIR"); spec != nullptr && *spec != '\0') {
-    auto parsed = pmd::ParseImpairSpec(spec);
+    auto parsed = runtime::ParseImpairSpec(spec);
     if (!parsed.ok()) {
       std::fprintf(stderr, "uroce: UROCE_IMPAIR: %s: no uroce devices\n", parsed.status().ToString().c_str());
       return;
     }
     impair = std::move(*parsed);
   }
-  StatusOr<pmd::UroceConfig> config = NotFound("");
+  StatusOr<runtime::UroceConfig> config = NotFound("");
   if (path != nullptr && *path != '\0') {
-    config = pmd::LoadConfigFile(path, impair);
+    config = runtime::LoadConfigFile(path, impair);
     if (!config.ok()) {
       std::fprintf(stderr, "uroce: %s: %s: no uroce devices\n", path, config.status().ToString().c_str());
       return;
@@ -106,9 +106,9 @@ void Process::LoadConfigOnce() {
       return;
     }
     const std::string origin = "uroce daemon at " + (*session)->socket_path();
-    std::vector<pmd::ConfigOverride> overrides = DaemonOverrides();
+    std::vector<runtime::ConfigOverride> overrides = DaemonOverrides();
     overrides.insert(overrides.end(), impair.begin(), impair.end());
-    config = (*session)->LoadConfig(overrides);
+    config = LoadConfigFromDaemon(**session, overrides);
     if (!config.ok()) {
       std::fprintf(stderr, "uroce: %s: %s: no uroce devices\n", origin.c_str(), config.status().ToString().c_str());
       return;
@@ -119,13 +119,13 @@ void Process::LoadConfigOnce() {
   config_ok_ = true;
   peers_.Attach(daemon_.get(), &config_);
   // The engine lcores are EAL's threads, which a forked child does not have.
-  if (forked_after_eal_) config_.progress = pmd::ProgressMode::kInline;
-  inline_ = config_.progress == pmd::ProgressMode::kInline;
+  if (forked_after_eal_) config_.progress = runtime::ProgressMode::kInline;
+  inline_ = config_.progress == runtime::ProgressMode::kInline;
   idle_us_ = config_.engine.progress_idle_us;
   config_loads_.fetch_add(1, std::memory_order_acq_rel);
 }
 
-const pmd::UroceConfig* Process::LoadConfig() {
+const runtime::UroceConfig* Process::LoadConfig() {
   std::lock_guard<std::mutex> lock(mutex_);
   LoadConfigOnce();
   return config();
@@ -142,7 +142,7 @@ int Process::StartLocked() {
   if (start_failed_) return EIO;
   if (runtime_) return 0;
   const bool eal_started_here = !pmd::EalRunning();
-  Status s = eal_started_here ? pmd::StartEalFor(config_) : Status::Ok();
+  Status s = eal_started_here ? pmd::StartEalFor(config_.eal) : Status::Ok();
   if (!s.ok()) {
     std::fprintf(stderr, "uroce: cannot start DPDK: %s\n", s.ToString().c_str());
     start_failed_ = true;

@@ -4,7 +4,7 @@
 // runtime (started once per process, as EAL can only start once), the
 // progress thread, the daemon watch, fork and exit.
 //
-// Where the engine runs (configuration [engine] progress, pmd/config.h):
+// Where the engine runs (configuration [engine] progress, runtime/config.h):
 // - progress = engine: every device's engine spins on its own EAL lcore
 //   (like a NIC), started with the runtime. The progress thread only serves
 //   its clients (completion channels, async events) and the daemon watch.
@@ -33,7 +33,7 @@
 
 #include "cq/completion_sink.h"
 #include "host/daemon_client.h"
-#include "pmd/config.h"
+#include "runtime/config.h"
 #include "runtime/peer_watch.h"
 #include "runtime/runtime.h"
 
@@ -82,13 +82,13 @@ class Process {
   // The configuration: UROCE_CONFIG's, or, without it, that of the uroce
   // daemon this process attaches to (UROCE_DAEMON or /run/uroce/uroce.sock).
   // Loaded once; a bad file or no daemon gives null and one message.
-  const pmd::UroceConfig* LoadConfig();
+  const runtime::UroceConfig* LoadConfig();
   // How many times a configuration was loaded: a forked child loads anew
   // (ForgetParentAfterFork), and whoever built objects from the last one
   // builds them again.
   uint64_t config_loads() const { return config_loads_.load(std::memory_order_acquire); }
   // The configuration loaded, or null; no load.
-  const pmd::UroceConfig* config() const { return config_ok_ ? &config_ : nullptr; }
+  const runtime::UroceConfig* config() const { return config_ok_ ? &config_ : nullptr; }
 
   // Starts EAL, the runtime and the progress thread (once). 0, or a positive
   // errno after a message on stderr.
@@ -176,7 +176,7 @@ class Process {
   bool loaded_ = false;
   bool config_ok_ = false;
   std::atomic<uint64_t> config_loads_{0};
-  pmd::UroceConfig config_;
+  runtime::UroceConfig config_;
   std::unique_ptr<Runtime> runtime_;
   bool start_failed_ = false;
   // In a forked child: the parent had started EAL (so the child has EAL's

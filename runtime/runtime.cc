@@ -35,9 +35,9 @@ using pmd::DataRoomFor;
 using pmd::DeriveSeed;
 using pmd::DestroyRingPair;
 using pmd::EalRunning;
-using pmd::EndpointConfig;
+using runtime::EndpointConfig;
 using pmd::EthPortIo;
-using pmd::ImpairConfig;
+using runtime::ImpairConfig;
 using pmd::ImpairedPortIo;
 using pmd::ImpairmentSummary;
 using host::LinkChange;
@@ -46,14 +46,13 @@ using pmd::LogType;
 using pmd::PortByName;
 using pmd::PortConfig;
 using pmd::PortImpairment;
-using pmd::PortKind;
-using pmd::ProgressMode;
+using runtime::PortKind;
+using runtime::ProgressMode;
 using pmd::RunOnInterruptThread;
 using host::ShmChannel;
 using host::ShmPortIo;
-using pmd::StartEalFor;
 using pmd::StartPort;
-using pmd::UroceConfig;
+using runtime::UroceConfig;
 using pmd::VdevArg;
 
 namespace {
@@ -153,7 +152,7 @@ Status Runtime::StartDevice(const EndpointConfig& ec) {
   rte_eth_dev_info info;
   if (rte_eth_dev_info_get(e->port_id, &info) == 0 && info.driver_name != nullptr) e->driver = info.driver_name;
   if (ec.kind == PortKind::kVdev && ec.port.rfind("net_af_packet", 0) == 0) {
-    UROCE_RETURN_IF_ERROR(CheckAfPacketFrameSize(ec));
+    UROCE_RETURN_IF_ERROR(CheckAfPacketFrameSize(ec.port, ec.mtu));
   }
 
   UROCE_RETURN_IF_ERROR(CreatePool(e.get(), ec));

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "pmd/config.h"
+#include "runtime/config.h"
 #include "host/daemon_client.h"
 #include "host/daemon_protocol.h"
 #include "pmd/engine_lcores.h"
@@ -52,7 +52,7 @@ class Runtime {
   // [endpoint.NAME], with its port, buffers, ARP/ND and engine.
   struct Device {
     std::string name;
-    pmd::EndpointConfig config;
+    runtime::EndpointConfig config;
     uint16_t port_id = 0;  // RTE_MAX_ETHPORTS (none) for a daemon's shared-memory port
     std::string driver;
     pmd::MempoolPtr pool;
@@ -73,7 +73,7 @@ class Runtime {
   };
 
   // EAL must be running with what config.eal asks for (StartEalFor).
-  static StatusOr<std::unique_ptr<Runtime>> Start(const pmd::UroceConfig& config);
+  static StatusOr<std::unique_ptr<Runtime>> Start(const runtime::UroceConfig& config);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -83,7 +83,7 @@ class Runtime {
   // The device of [endpoint.`name`], or null.
   Device* Find(const std::string& name);
 
-  bool inline_progress() const { return config_.progress == pmd::ProgressMode::kInline; }
+  bool inline_progress() const { return config_.progress == runtime::ProgressMode::kInline; }
   // Inline mode: one Poll of every engine, returns the packets moved. Engine
   // mode: nothing to do (the lcores poll), returns 0.
   unsigned Progress();
@@ -116,7 +116,7 @@ class Runtime {
   // QueuePair and CompletionQueue pointers die with it.
   ShutdownReport Shutdown();
 
-  const pmd::UroceConfig& config() const { return config_; }
+  const runtime::UroceConfig& config() const { return config_; }
 
   // [impair]: the faults injected so far, one line per endpoint ("uroce0:
   // seed 7; tx: frames N, dropped N, ...; rx: ...; RNR storm NAKs N"), or ""
@@ -135,18 +135,18 @@ class Runtime {
   void ApplyLinkChanges(host::DaemonSession* session);
 
  private:
-  explicit Runtime(const pmd::UroceConfig& config) : config_(config) {}
-  Status StartDevice(const pmd::EndpointConfig& ec);
+  explicit Runtime(const runtime::UroceConfig& config) : config_(config) {}
+  Status StartDevice(const runtime::EndpointConfig& ec);
   // The rest of StartDevice once the port moves frames: neighbours, engine.
-  Status StartEngine(Device* ep, const pmd::EndpointConfig& ec);
-  Status StartShmDevice(const pmd::EndpointConfig& ec);
-  Status CreatePool(Device* e, const pmd::EndpointConfig& ec);
+  Status StartEngine(Device* ep, const runtime::EndpointConfig& ec);
+  Status StartShmDevice(const runtime::EndpointConfig& ec);
+  Status CreatePool(Device* e, const runtime::EndpointConfig& ec);
   // The connector thread: starts every memif client port, and restarts it,
   // until its link is up or Shutdown stops it.
   void ConnectMemifClients();
   void StopConnector();
 
-  pmd::UroceConfig config_;
+  runtime::UroceConfig config_;
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<std::pair<std::string, pmd::RingPair>> ring_pairs_;
   pmd::EngineLcores lcores_;

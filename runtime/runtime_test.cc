@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "pmd/config.h"
+#include "runtime/config.h"
 #include "pmd/eal.h"
 #include "pmd/eal_test_environment.h"
 #include "pmd/shutdown_signal.h"
@@ -23,7 +23,7 @@ namespace uroce::runtime {
 
 using pmd::EalFilePrefix;
 using pmd::ImpairedPortCounters;
-using pmd::LoadConfigText;
+using runtime::LoadConfigText;
 using transport::MacToString;
 using pmd::ResetShutdownRequest;
 using pmd::ShutdownRequested;

@@ -9,7 +9,7 @@
 #include <map>
 #include <mutex>
 
-#include "pmd/config.h"
+#include "runtime/config.h"
 #include "pmd/threads.h"
 #include "transport/address_text.h"
 

@@ -29,7 +29,6 @@ FLOORS = {
     "transport": 2,
     "cm": 3,
     "xdp": 0,  # a leaf: the BPF program depends on nothing
-    # pmd still holds the configuration model beside the poll-mode layer.
     "pmd": 4,
     "host": 5,
     "testing": 5,  # the test harness: engines and ports, for tests and `uroce soak`

@@ -19,7 +19,7 @@ bool TakeConfigFlag(int argc, char** argv, int* i, ConfigFlags* flags, std::stri
     } else {
       value = argv[++*i];
     }
-    auto items = pmd::ParseImpairSpec(value);
+    auto items = runtime::ParseImpairSpec(value);
     if (!items.ok()) {
       *error = items.status().message();
     } else {
@@ -46,7 +46,7 @@ bool TakeConfigFlag(int argc, char** argv, int* i, ConfigFlags* flags, std::stri
     flags->file = value;
     return true;
   }
-  auto o = pmd::ParseOverride(value);
+  auto o = runtime::ParseOverride(value);
   if (!o.ok()) {
     *error = o.status().message();
   } else {
@@ -55,11 +55,11 @@ bool TakeConfigFlag(int argc, char** argv, int* i, ConfigFlags* flags, std::stri
   return true;
 }
 
-StatusOr<pmd::UroceConfig> LoadToolConfig(const ConfigFlags& flags, const std::string& builtin) {
-  if (!flags.file.empty()) return pmd::LoadConfigFile(flags.file, flags.overrides);
+StatusOr<runtime::UroceConfig> LoadToolConfig(const ConfigFlags& flags, const std::string& builtin) {
+  if (!flags.file.empty()) return runtime::LoadConfigFile(flags.file, flags.overrides);
   const char* text = configs::BuiltinConfig(builtin.c_str());
   if (text == nullptr) return Internal("no built-in configuration " + builtin);
-  return pmd::LoadConfigText(text, "configs/" + builtin + ".ini (built in)", flags.overrides);
+  return runtime::LoadConfigText(text, "configs/" + builtin + ".ini (built in)", flags.overrides);
 }
 
 }  // namespace uroce::tools

@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "common/status.h"
-#include "pmd/config.h"
+#include "runtime/config.h"
 
 namespace uroce::tools {
 
 struct ConfigFlags {
   std::string file;
-  std::vector<pmd::ConfigOverride> overrides;
+  std::vector<runtime::ConfigOverride> overrides;
 };
 
 // If argv[*i] is --config, --set or --impair, consumes it (and its value) and returns
@@ -25,6 +25,6 @@ bool TakeConfigFlag(int argc, char** argv, int* i, ConfigFlags* flags, std::stri
 
 // --config FILE if given, else the built-in configs/<builtin>.ini; then the
 // overrides.
-StatusOr<pmd::UroceConfig> LoadToolConfig(const ConfigFlags& flags, const std::string& builtin);
+StatusOr<runtime::UroceConfig> LoadToolConfig(const ConfigFlags& flags, const std::string& builtin);
 
 }  // namespace uroce::tools

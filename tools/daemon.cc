@@ -9,7 +9,7 @@
 
 #include "host/daemon.h"
 #include "host/daemon_protocol.h"
-#include "pmd/config.h"
+#include "runtime/config.h"
 #include "pmd/port_setup.h"
 #include "pmd/shutdown_signal.h"
 #include "tools/command.h"
@@ -17,7 +17,7 @@
 
 namespace uroce::tools {
 
-using pmd::DaemonConfig;
+using runtime::DaemonConfig;
 
 int DaemonUsage(FILE* out) {
   std::fprintf(out,
@@ -69,8 +69,8 @@ int DaemonCommand(int argc, char** argv) {
                  host::kMaxUplinks, config->endpoints.size());
     return 2;
   }
-  for (const pmd::EndpointConfig& ec : config->endpoints) {
-    if (ec.kind == pmd::PortKind::kRingPair || ec.kind == pmd::PortKind::kShm) {
+  for (const runtime::EndpointConfig& ec : config->endpoints) {
+    if (ec.kind == runtime::PortKind::kRingPair || ec.kind == runtime::PortKind::kShm) {
       std::fprintf(stderr,
                    "uroce daemon: [endpoint.%s]: an uplink is a DPDK device (a vdev or a PCI NIC) or a kernel "
                    "interface (kernel:IFNAME)\n",
@@ -79,9 +79,11 @@ int DaemonCommand(int argc, char** argv) {
     }
   }
   pmd::InstallShutdownSignals();
-  std::unique_ptr<host::Daemon> daemon = host::Daemon::Create(*config);
+  // The uplinks' part of their [endpoint.NAME] sections (host/host_config.h).
+  const std::vector<host::EndpointPortConfig> uplinks(config->endpoints.begin(), config->endpoints.end());
+  std::unique_ptr<host::Daemon> daemon = host::Daemon::Create(config->daemon, uplinks);
   Status s = daemon->Listen();
-  if (s.ok()) s = pmd::StartEalFor(*config);
+  if (s.ok()) s = pmd::StartEalFor(config->eal);
   if (s.ok()) s = daemon->StartUplinks();
   if (!s.ok()) {
     std::fprintf(stderr, "uroce daemon: %s\n", s.message().c_str());

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cq/wc_mapping.h"
-#include "pmd/config.h"
+#include "runtime/config.h"
 #include "pmd/eal.h"
 #include "pmd/port_setup.h"
 #include "runtime/runtime.h"
@@ -234,7 +234,7 @@ int DemoCommand(int argc, char** argv) {
 
   pmd::InstallShutdownSignals();
   config->eal.program_name = "uroce-demo";
-  Status s = pmd::StartEalFor(*config);
+  Status s = pmd::StartEalFor(config->eal);
   if (!s.ok()) return Fail(s.ToString());
   int rc = 0;
   {

@@ -17,7 +17,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "pmd/config.h"
+#include "runtime/config.h"
 #include "host/daemon_client.h"
 
 namespace uroce::tools {
@@ -136,7 +136,7 @@ std::vector<std::string> DevSubmounts() {
 }  // namespace
 
 StatusOr<std::vector<PresentedDevice>> DevicesOfConfig(const std::string& config_path) {
-  auto config = pmd::LoadConfigFile(config_path);
+  auto config = runtime::LoadConfigFile(config_path);
   if (!config.ok()) return config.status();
   std::vector<PresentedDevice> devices;
   for (size_t i = 0; i < config->endpoints.size(); ++i) {

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "tools/command.h"
-#include "pmd/config.h"
+#include "runtime/config.h"
 #include "host/daemon_client.h"
 #include "tools/device_files.h"
 
@@ -171,7 +171,7 @@ int ExecCommand(int argc, char** argv) {
       impair = a == "--impair" ? argv[++i] : a.substr(9);
       // Checked here (keys and values), so that a typo fails at once rather
       // than in the program.
-      if (auto parsed = pmd::ParseImpairSpec(impair); !parsed.ok()) {
+      if (auto parsed = runtime::ParseImpairSpec(impair); !parsed.ok()) {
         std::fprintf(stderr, "uroce exec: %s\n", parsed.status().message().c_str());
         return 2;
       }

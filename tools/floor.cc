@@ -341,7 +341,7 @@ int FloorCommand(int argc, char** argv) {
     return 1;
   }
   pmd::InstallShutdownSignals();
-  if (Status s = pmd::StartEalFor(*config); !s.ok()) {
+  if (Status s = pmd::StartEalFor(config->eal); !s.ok()) {
     std::fprintf(stderr, "uroce floor: %s\n", s.ToString().c_str());
     return 1;
   }

@@ -324,8 +324,8 @@ class Ticker {
   uint64_t last_completed_ = ~0ull, last_change_ = 0, next_ = 0;
 };
 
-void PrintResults(const std::vector<PerfResult>& results, const Options& o, const pmd::UroceConfig& config) {
-  const char* progress = config.progress == pmd::ProgressMode::kEngine ? "engine" : "inline";
+void PrintResults(const std::vector<PerfResult>& results, const Options& o, const runtime::UroceConfig& config) {
+  const char* progress = config.progress == runtime::ProgressMode::kEngine ? "engine" : "inline";
   if (o.json) {
     // The CSV's columns as keys; latency only for latency tests (null else).
     std::printf("[");
@@ -384,7 +384,7 @@ class PerfProcess {
       // overrides (lcores, say) applied on top.
       auto session = host::DaemonSession::Attach(host::DaemonSocketPath());
       if (!session.ok()) return session.status();
-      auto config = (*session)->LoadConfig(o_.config.overrides);
+      auto config = runtime::LoadConfigFromDaemon(**session, o_.config.overrides);
       if (!config.ok()) return config.status();
       config_ = *config;
       daemon_ = std::move(*session);
@@ -398,7 +398,7 @@ class PerfProcess {
     config_.engine.max_qps =
         std::max<uint32_t>(config_.engine.max_qps, RunSpec::kMaxIdleQps + RunSpec::kMaxQps + 64);
     pmd::InstallShutdownSignals();
-    UROCE_RETURN_IF_ERROR(pmd::StartEalFor(config_));
+    UROCE_RETURN_IF_ERROR(pmd::StartEalFor(config_.eal));
     auto rt = runtime::Runtime::Start(config_);
     if (!rt.ok()) return rt.status();
     rt_ = std::move(*rt);
@@ -451,7 +451,7 @@ class PerfProcess {
   }
 
   runtime::Runtime& rt() { return *rt_; }
-  const pmd::UroceConfig& config() const { return config_; }
+  const runtime::UroceConfig& config() const { return config_; }
 
  private:
   // --port daemon: as the verbs library's progress thread does, reads what
@@ -472,7 +472,7 @@ class PerfProcess {
   }
 
   const Options& o_;
-  pmd::UroceConfig config_;
+  runtime::UroceConfig config_;
   std::thread watch_;
   std::atomic<bool> stop_watch_{false};
   std::unique_ptr<host::DaemonSession> daemon_;  // --port daemon: attached while it lives

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "cq/wc_mapping.h"
-#include "pmd/config.h"
+#include "runtime/config.h"
 #include "transport/address_text.h"
 
 namespace uroce::tools {

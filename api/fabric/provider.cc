@@ -30,7 +30,7 @@ runtime::Process& Process() { return runtime::Process::Get(); }
 // The devices of UROCE_CONFIG as getinfo sees them.
 std::vector<DeviceAddresses> Devices() {
   std::vector<DeviceAddresses> out;
-  const pmd::UroceConfig* config = Process().LoadConfig();  // loaded once
+  const runtime::UroceConfig* config = Process().LoadConfig();  // loaded once
   if (config == nullptr) return out;
   for (size_t i = 0; i < config->endpoints.size(); ++i) {
     DeviceAddresses d;

@@ -94,7 +94,7 @@ int QueryPort(ibv_context* context, uint8_t port_num, ibv_port_attr* out, size_t
   // until the link is up (IBV_EVENT_PORT_ACTIVE then, runtime::Process::WatchPorts).
   // A link to another uroce process (memif, ring pair, daemon) counts as
   // ACTIVE before its peer arrives, unless active_before_link = no: frames
-  // wait in the engine meanwhile (pmd/config.h).
+  // wait in the engine meanwhile (runtime/config.h).
   runtime::Process& process = runtime::Process::Get();
   const bool up = process.PortLinkUp(ctx->device->index);
   a.state = process.PortActive(ctx->device->index) ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;

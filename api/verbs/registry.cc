@@ -48,7 +48,7 @@ Registry& Registry::Get() {
 const std::vector<Device*>& Registry::Devices() {
   std::lock_guard<std::mutex> lock(devices_mutex_);
   runtime::Process& process = runtime::Process::Get();
-  const pmd::UroceConfig* config = process.LoadConfig();
+  const runtime::UroceConfig* config = process.LoadConfig();
   if (config == nullptr || process.config_loads() == devices_loads_) return devices_;
   devices_loads_ = process.config_loads();
   // A forked child loads anew: the parent's ibv_device pointers, which it
@@ -79,7 +79,7 @@ uint64_t DeviceGuid(Device* device) {
   if (p.runtime() != nullptr && device->index < p.runtime()->device_count()) {
     return GuidFromMac(p.runtime()->device(device->index).endpoint.mac);
   }
-  const pmd::UroceConfig* c = p.config();
+  const runtime::UroceConfig* c = p.config();
   if (c != nullptr && !c->endpoints[device->index].mac_from_port) return GuidFromMac(c->endpoints[device->index].mac);
   transport::MacAddress mac = {0x02, 0x75, 0x72, 0x00, 0x00, static_cast<uint8_t>(device->index)};
   return GuidFromMac(mac);

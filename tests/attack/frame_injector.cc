@@ -18,6 +18,7 @@
 #include "pmd/eal.h"
 #include "pmd/mempool.h"
 #include "host/shm_channel.h"
+#include "runtime/config.h"
 
 namespace {
 
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
   const int count = argc > 3 ? std::atoi(argv[3]) : 1;
   auto session = host::DaemonSession::Attach(argv[1]);
   if (!session.ok()) return Fail("attach", session.status());
-  auto config = (*session)->LoadConfig({});
+  auto config = runtime::LoadConfigFromDaemon(**session, {});
   if (!config.ok()) return Fail("grant", config.status());
   if (config->endpoints.empty()) return Fail("grant", InvalidArgument("no port"));
   pmd::EalConfig eal;

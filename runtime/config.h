@@ -102,54 +102,37 @@
 #include <vector>
 
 #include "common/status.h"
+#include "host/daemon_client.h"
+#include "host/host_config.h"
 #include "pmd/eal.h"
 #include "transport/headers.h"
 
-namespace uroce::pmd {
+namespace uroce::runtime {
+
+// The host floor's part of the model (host/host_config.h), named here too.
+using host::DaemonConfig;
+using host::EndpointPortConfig;
+using host::KernelIo;
+using host::kDaemonMaxProcesses;
+using host::PortKind;
+using pmd::EalConfig;
 
 enum class ProgressMode { kInline, kEngine };
 
-enum class PortKind {
-  kRingPair,  // one side of an in-process net_ring pair (CreateRingPair)
-  kVdev,      // any DPDK virtual device, given to EAL as --vdev
-  kPci,       // a PCI NIC, allowed with -a
-  kKernel,    // a kernel interface the kernel keeps using (`uroce daemon` only)
-  kShm,       // a process's shared-memory port to `uroce daemon` (host/shm_channel.h)
-};
-
-// How a kernel port reaches its interface (host/kernel_uplink.h).
-enum class KernelIo { kAuto, kAfXdp, kAfPacket };
-
-struct EndpointConfig {
-  std::string name;  // NAME of [endpoint.NAME]
-  std::string port;  // as written
-  PortKind kind = PortKind::kVdev;
+// One [endpoint.NAME] section: its port and addresses (the part the
+// daemon's uplinks have too), and what a process's device adds.
+struct EndpointConfig : EndpointPortConfig {
   std::string ring_pair;    // kRingPair: the pair's name
   char ring_side = 'a';     // kRingPair: 'a' or 'b'
-  std::string device_name;  // kVdev: the name before the first ','; kPci: the address
-  std::string interface;    // kKernel: the kernel interface's name
   // kShm: the file the daemon sent with its reply (DaemonSession::shm_fd);
   // a configuration text cannot name it, the attaching code sets it.
   int shm_fd = -1;
   unsigned shm_index = 0;  // kShm: `port = shm:daemon:K`, the K-th file
-  KernelIo kernel_io = KernelIo::kAuto;
-  std::vector<transport::Gid> gids;  // the GID table: ipv4, ipv6, then `gids`
-  // The GIDs that are IPv6 addresses (not ::ffff:a.b.c.d).
-  std::vector<transport::Gid> Ipv6Gids() const;
-  bool has_ipv4 = false, has_ipv6 = false;
-  bool mac_from_port = true;
-  transport::MacAddress mac{};
   int lcore = -1;  // engine progress: the engine's lcore
-  uint32_t mtu = 1500;
-  uint16_t rx_descriptors = 1024;
-  uint16_t tx_descriptors = 1024;
-  unsigned mbufs = 8191;
-  bool promiscuous = false;
   unsigned link_timeout_ms = 10000;
   enum class ActiveBeforeLink { kAuto, kYes, kNo } active_before_link = ActiveBeforeLink::kAuto;
   // What active_before_link means for this port (auto resolved by kind).
   bool PortActiveBeforeLink() const;
-  unsigned resolve_timeout_ms = 3000;
   std::vector<std::pair<transport::Gid, transport::MacAddress>> neighbors;
   // Loopback (transport::EngineConfig::loopback): frames to our own GIDs
   // stay in the engine. A process attached to a daemon sets no: the daemon
@@ -157,19 +140,6 @@ struct EndpointConfig {
   bool loopback = true;
   // QPNs leased from a daemon: qpn_base..qpn_base+qpn_count-1 (0: all).
   uint32_t qpn_base = 0, qpn_count = 0;
-};
-
-// `uroce daemon` (host/daemon.h): its control socket and switch.
-constexpr uint32_t kDaemonMaxProcesses = 254;  // QPN leases 1..254 << 16
-struct DaemonConfig {
-  std::string socket = "/run/uroce/uroce.sock";
-  uint32_t idle_us = 1000;  // the switch's longest sleep when no frame moves
-  uint32_t max_processes = 64;
-  uint32_t max_processes_per_uid = 32;
-  uint32_t max_listens_per_uid = 256;
-  uint32_t max_peers_per_uid = 65536;
-  uint32_t attach_timeout_ms = 5000;
-  uint32_t slot_quarantine_ms = 10000;
 };
 
 struct EngineTunables {
@@ -231,6 +201,12 @@ StatusOr<UroceConfig> LoadConfigFile(const std::string& path, const std::vector<
 StatusOr<UroceConfig> LoadConfigText(const std::string& text, const std::string& origin,
                                      const std::vector<ConfigOverride>& overrides = {});
 
+// The configuration a uroce daemon handed out to `session` (its grant,
+// host/daemon_protocol.h), each shared-memory port set to the file that came
+// with the reply (they belong to the session), with `overrides`.
+StatusOr<UroceConfig> LoadConfigFromDaemon(const host::DaemonSession& session,
+                                           const std::vector<ConfigOverride>& overrides);
+
 // The socket file of a net_memif port that names none: the same for both
 // sides of a pair (of one user), different for different pairs:
 // $UROCE_PAIR (or Bazel's TEST_TMPDIR) and the memif id pick it, in the
@@ -238,8 +214,4 @@ StatusOr<UroceConfig> LoadConfigText(const std::string& text, const std::string&
 // directory is not private or the path is too long for a socket.
 StatusOr<std::string> DefaultMemifSocket(const std::string& memif_id);
 
-// The EAL lcores that `lcores` (EAL's -l / --lcores syntax: "0-1", "0,2",
-// "1@(0-1)") names; empty if the text is not understood.
-std::vector<unsigned> ParseLcoreList(const std::string& lcores);
-
-}  // namespace uroce::pmd
+}  // namespace uroce::runtime

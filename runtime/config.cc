@@ -1,4 +1,4 @@
-#include "pmd/config.h"
+#include "runtime/config.h"
 
 #include <arpa/inet.h>
 #include <rte_cfgfile.h>
@@ -25,9 +25,12 @@
 #include "pmd/threads.h"
 #include "transport/address_text.h"
 
-namespace uroce::pmd {
+namespace uroce::runtime {
 namespace {
 
+using pmd::FindDriverLoadArgument;
+using pmd::ParseCpuList;
+using pmd::ParseLcoreList;
 using transport::Gid;
 using transport::MacAddress;
 using transport::ParseIpAddress;
@@ -670,14 +673,6 @@ StatusOr<std::string> DefaultMemifSocket(const std::string& memif_id) {
   return path;
 }
 
-std::vector<transport::Gid> EndpointConfig::Ipv6Gids() const {
-  std::vector<transport::Gid> out;
-  for (const transport::Gid& gid : gids) {
-    if (!transport::IsIpv4MappedGid(gid)) out.push_back(gid);
-  }
-  return out;
-}
-
 bool EndpointConfig::PortActiveBeforeLink() const {
   switch (active_before_link) {
     case ActiveBeforeLink::kYes:
@@ -756,76 +751,22 @@ StatusOr<UroceConfig> LoadConfigText(const std::string& text, const std::string&
   return Load("", text, origin, overrides);
 }
 
-std::vector<unsigned> ParseLcoreList(const std::string& text) {
-  // EAL's --lcores grammar, as far as uroce needs it: items separated by
-  // commas at the top level; an item is N, N-M or (list), optionally
-  // followed by @cpu or @(cpus). Only the lcore ids are returned.
-  std::vector<unsigned> out;
-  size_t i = 0;
-  const std::string s = Trim(text);
-  auto number = [&](unsigned* v) {
-    if (i >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i]))) return false;
-    unsigned n = 0;
-    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
-      n = n * 10 + unsigned(s[i++] - '0');
-      if (n >= RTE_MAX_LCORE) return false;
+
+StatusOr<UroceConfig> LoadConfigFromDaemon(const host::DaemonSession& session,
+                                           const std::vector<ConfigOverride>& overrides) {
+  const std::string origin = "uroce daemon at " + session.socket_path();
+  auto config = LoadConfigText(session.config_text(), origin, overrides);
+  if (!config.ok()) return config;
+  const std::vector<int>& files = session.shm_fds();
+  for (EndpointConfig& ep : config->endpoints) {
+    if (ep.kind != PortKind::kShm) continue;
+    if (ep.shm_index >= files.size()) {
+      return InvalidArgument(origin + ": [endpoint." + ep.name + "] names port " + std::to_string(ep.shm_index) +
+                             " of " + std::to_string(files.size()));
     }
-    *v = n;
-    return true;
-  };
-  auto range = [&](std::vector<unsigned>* into) {
-    unsigned a = 0, b = 0;
-    if (!number(&a)) return false;
-    b = a;
-    if (i < s.size() && s[i] == '-') {
-      ++i;
-      if (!number(&b) || b < a) return false;
-    }
-    for (unsigned v = a; v <= b; ++v) into->push_back(v);
-    return true;
-  };
-  auto skip_cpus = [&]() {
-    if (i < s.size() && s[i] == '@') {
-      ++i;
-      if (i < s.size() && s[i] == '(') {
-        const size_t close = s.find(')', i);
-        if (close == std::string::npos) return false;
-        i = close + 1;
-      } else {
-        std::vector<unsigned> ignored;
-        if (!range(&ignored)) return false;
-      }
-    }
-    return true;
-  };
-  while (i < s.size()) {
-    if (s[i] == '(') {
-      ++i;
-      while (true) {
-        if (!range(&out)) return {};
-        if (i < s.size() && s[i] == ',') {
-          ++i;
-          continue;
-        }
-        if (i < s.size() && s[i] == ')') {
-          ++i;
-          break;
-        }
-        return {};
-      }
-    } else if (!range(&out)) {
-      return {};
-    }
-    if (!skip_cpus()) return {};
-    if (i < s.size()) {
-      if (s[i] != ',') return {};
-      ++i;
-      if (i == s.size()) return {};
-    }
+    ep.shm_fd = files[ep.shm_index];
   }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
+  return config;
 }
 
-}  // namespace uroce::pmd
+}  // namespace uroce::runtime

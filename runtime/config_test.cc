@@ -1,4 +1,4 @@
-#include "pmd/config.h"
+#include "runtime/config.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -9,9 +9,11 @@
 
 #include "transport/address_text.h"
 
-namespace uroce::pmd {
+namespace uroce::runtime {
 namespace {
 
+using pmd::EalRunning;
+using pmd::FindDriverLoadArgument;
 using transport::GidToString;
 using transport::MacToString;
 using transport::ParseIpAddress;
@@ -413,18 +415,6 @@ TEST(ConfigTest, FindDriverLoadArgument) {
   EXPECT_FALSE(EalRunning());
 }
 
-TEST(ConfigTest, LcoreLists) {
-  EXPECT_EQ(ParseLcoreList("0"), (std::vector<unsigned>{0}));
-  EXPECT_EQ(ParseLcoreList("0-2"), (std::vector<unsigned>{0, 1, 2}));
-  EXPECT_EQ(ParseLcoreList("3,1"), (std::vector<unsigned>{1, 3}));
-  EXPECT_EQ(ParseLcoreList("0@0,1@(0-1)"), (std::vector<unsigned>{0, 1}));
-  EXPECT_EQ(ParseLcoreList("(0,1)@(0-1)"), (std::vector<unsigned>{0, 1}));
-  EXPECT_TRUE(ParseLcoreList("").empty());
-  EXPECT_TRUE(ParseLcoreList("a").empty());
-  EXPECT_TRUE(ParseLcoreList("2-1").empty());
-  EXPECT_TRUE(ParseLcoreList("0,").empty());
-}
-
 TEST(ConfigTest, ReadsFilesAndNamesMissingOnes) {
   const std::string path = ::testing::TempDir() + "/config_test.ini";
   {
@@ -455,4 +445,4 @@ TEST(ConfigTest, AddressText) {
 }
 
 }  // namespace
-}  // namespace uroce::pmd
+}  // namespace uroce::runtime
