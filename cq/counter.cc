@@ -5,38 +5,12 @@
 
 #include <cstring>
 
+#include "cq/fid_ops.h"
+
 namespace uroce::cq {
 namespace {
 
 Counter* Owner(fid_cntr* cntr) { return Counter::FromFid(cntr); }
-Counter* Owner(struct fid* fid) { return Counter::FromFid(fid); }
-
-int CntrClose(struct fid* fid) {
-  Counter* cntr = Owner(fid);
-  if (cntr == nullptr) return -FI_EINVAL;
-  const int rc = cntr->CheckClosable();
-  if (rc != 0) return rc;
-  delete cntr;
-  return 0;
-}
-int CntrBind(struct fid*, struct fid*, uint64_t) { return -FI_ENOSYS; }
-int CntrControl(struct fid* fid, int command, void* arg) {
-  Counter* self = Owner(fid);
-  if (self == nullptr) return -FI_EINVAL;
-  return self->Control(command, arg);
-}
-int CntrOpsOpen(struct fid*, const char*, uint64_t, void**, void*) {
-  return -FI_ENOSYS;
-}
-int CntrToStr(const struct fid*, char*, size_t) { return -FI_ENOSYS; }
-int CntrOpsSet(struct fid*, const char*, uint64_t, void*, void*) {
-  return -FI_ENOSYS;
-}
-
-fi_ops kCntrFiOps = {
-    sizeof(fi_ops), CntrClose,   CntrBind,   CntrControl,
-    CntrOpsOpen,    CntrToStr,   CntrOpsSet,
-};
 
 // fi_cntr_read cannot return an error; a fid that is not ours reads as 0.
 uint64_t CntrRead(fid_cntr* cntr) {
@@ -101,7 +75,7 @@ Counter::Counter(std::unique_ptr<WaitObject> wait, void* context,
   std::memset(&fid_, 0, sizeof(fid_));
   fid_.cntr.fid.fclass = FI_CLASS_CNTR;
   fid_.cntr.fid.context = context;
-  fid_.cntr.fid.ops = &kCntrFiOps;
+  fid_.cntr.fid.ops = &FidOps<Counter>::table;
   fid_.cntr.ops = &kCntrOps;
   fid_.owner = this;
 }
@@ -115,7 +89,7 @@ Counter* Counter::FromFid(fid_cntr* cntr) {
 
 Counter* Counter::FromFid(struct fid* fid) {
   if (fid == nullptr || fid->fclass != FI_CLASS_CNTR ||
-      fid->ops != &kCntrFiOps) {
+      fid->ops != &FidOps<Counter>::table) {
     return nullptr;
   }
   return reinterpret_cast<CntrFid*>(fid)->owner;

@@ -10,37 +10,12 @@
 #include <new>
 #include <string>
 
+#include "cq/fid_ops.h"
+
 namespace uroce::cq {
 namespace {
 
 EventQueue* Owner(fid_eq* eq) { return EventQueue::FromFid(eq); }
-EventQueue* Owner(struct fid* fid) { return EventQueue::FromFid(fid); }
-
-int EqClose(struct fid* fid) {
-  EventQueue* eq = Owner(fid);
-  if (eq == nullptr) return -FI_EINVAL;
-  const int rc = eq->CheckClosable();
-  if (rc != 0) return rc;
-  delete eq;
-  return 0;
-}
-int EqBind(struct fid*, struct fid*, uint64_t) { return -FI_ENOSYS; }
-int EqControl(struct fid* fid, int command, void* arg) {
-  EventQueue* self = Owner(fid);
-  if (self == nullptr) return -FI_EINVAL;
-  return self->Control(command, arg);
-}
-int EqOpsOpen(struct fid*, const char*, uint64_t, void**, void*) {
-  return -FI_ENOSYS;
-}
-int EqToStr(const struct fid*, char*, size_t) { return -FI_ENOSYS; }
-int EqOpsSet(struct fid*, const char*, uint64_t, void*, void*) {
-  return -FI_ENOSYS;
-}
-
-fi_ops kEqFiOps = {
-    sizeof(fi_ops), EqClose, EqBind, EqControl, EqOpsOpen, EqToStr, EqOpsSet,
-};
 
 ssize_t EqRead(fid_eq* eq, uint32_t* event, void* buf, size_t len,
                uint64_t flags) {
@@ -132,7 +107,7 @@ EventQueue::EventQueue(const fi_eq_attr& attr, size_t capacity,
   std::memset(&fid_, 0, sizeof(fid_));
   fid_.eq.fid.fclass = FI_CLASS_EQ;
   fid_.eq.fid.context = context;
-  fid_.eq.fid.ops = &kEqFiOps;
+  fid_.eq.fid.ops = &FidOps<EventQueue>::table;
   fid_.eq.ops = &kEqOps;
   fid_.owner = this;
 }
@@ -145,7 +120,7 @@ EventQueue* EventQueue::FromFid(fid_eq* eq) {
 }
 
 EventQueue* EventQueue::FromFid(struct fid* fid) {
-  if (fid == nullptr || fid->fclass != FI_CLASS_EQ || fid->ops != &kEqFiOps) {
+  if (fid == nullptr || fid->fclass != FI_CLASS_EQ || fid->ops != &FidOps<EventQueue>::table) {
     return nullptr;
   }
   return reinterpret_cast<EqFid*>(fid)->owner;

@@ -9,40 +9,13 @@
 #include <new>
 #include <string>
 
+#include "cq/fid_ops.h"
 #include "cq/wc_mapping.h"
 
 namespace uroce::cq {
 namespace {
 
 FabricCq* Owner(fid_cq* cq) { return FabricCq::FromFid(cq); }
-FabricCq* Owner(struct fid* fid) { return FabricCq::FromFid(fid); }
-
-// fi_ops: what every fid has.
-int CqClose(struct fid* fid) {
-  FabricCq* cq = Owner(fid);
-  if (cq == nullptr) return -FI_EINVAL;
-  const int rc = cq->CheckClosable();
-  if (rc != 0) return rc;
-  delete cq;
-  return 0;
-}
-int CqBind(struct fid*, struct fid*, uint64_t) { return -FI_ENOSYS; }
-int CqControl(struct fid* fid, int command, void* arg) {
-  FabricCq* self = Owner(fid);
-  if (self == nullptr) return -FI_EINVAL;
-  return self->Control(command, arg);
-}
-int CqOpsOpen(struct fid*, const char*, uint64_t, void**, void*) {
-  return -FI_ENOSYS;
-}
-int CqToStr(const struct fid*, char*, size_t) { return -FI_ENOSYS; }
-int CqOpsSet(struct fid*, const char*, uint64_t, void*, void*) {
-  return -FI_ENOSYS;
-}
-
-fi_ops kCqFiOps = {
-    sizeof(fi_ops), CqClose, CqBind, CqControl, CqOpsOpen, CqToStr, CqOpsSet,
-};
 
 // fi_ops_cq.
 ssize_t CqRead(fid_cq* cq, void* buf, size_t count) {
@@ -156,7 +129,7 @@ FabricCq::FabricCq(const fi_cq_attr& attr, fi_cq_format format,
   std::memset(&fid_, 0, sizeof(fid_));
   fid_.cq.fid.fclass = FI_CLASS_CQ;
   fid_.cq.fid.context = context;
-  fid_.cq.fid.ops = &kCqFiOps;
+  fid_.cq.fid.ops = &FidOps<FabricCq>::table;
   fid_.cq.ops = &kCqOps;
   fid_.owner = this;
 }
@@ -169,7 +142,7 @@ FabricCq* FabricCq::FromFid(fid_cq* cq) {
 }
 
 FabricCq* FabricCq::FromFid(struct fid* fid) {
-  if (fid == nullptr || fid->fclass != FI_CLASS_CQ || fid->ops != &kCqFiOps) {
+  if (fid == nullptr || fid->fclass != FI_CLASS_CQ || fid->ops != &FidOps<FabricCq>::table) {
     return nullptr;
   }
   return reinterpret_cast<CqFid*>(fid)->owner;
