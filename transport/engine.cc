@@ -1,6 +1,6 @@
 // Engine: construction, posting and the poll loop. The control calls on the
 // object tables are in object_tables.cc and modify_qp.cc; the pipeline stages
-// are classes of their own: FrameIo (frame_io.cc), Requester (requester.cc),
+// are classes of their own: FrameIo (transmitter.cc), Requester (requester.cc),
 // Completer (completer.cc), Responder (responder.cc), sharing an EngineCore
 // (engine_core.h) and Completions (completions.cc).
 #include "transport/engine.h"

@@ -13,7 +13,7 @@
 //
 // Engine is the façade. Behind it each pipeline stage is a class of its own,
 // working on a QueuePair and the shared EngineCore (engine_core.h): FrameIo
-// (frame_io.h: frames in and out, dispatch), Requester, Completer, Responder,
+// (transmitter.h: frames in and out, dispatch), Requester, Completer, Responder,
 // and the completion helpers they share (completions.h).
 #pragma once
 
@@ -36,7 +36,6 @@
 #include "transport/completions.h"
 #include "transport/engine_core.h"
 #include "transport/engine_types.h"
-#include "transport/frame_io.h"
 #include "transport/headers.h"
 #include "transport/memory_region.h"
 #include "transport/object_tables.h"
@@ -49,6 +48,7 @@
 #include "transport/requester.h"
 #include "transport/responder.h"
 #include "transport/shared_receive_queue.h"
+#include "transport/transmitter.h"
 
 namespace uroce::transport {
 

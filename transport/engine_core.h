@@ -1,5 +1,5 @@
 // What the engine's stages share (requester.h, completer.h, responder.h,
-// frame_io.h, completions.h): the configuration and limits, the MR table, the
+// transmitter.h, completions.h): the configuration and limits, the MR table, the
 // counters, the time of the current poll, the engine-thread view of the QPs
 // and the ready list, and the asynchronous event ring. Each stage holds a
 // reference to the one EngineCore of its Engine; no stage reaches the Engine.

@@ -11,8 +11,8 @@
 #include "transport/completions.h"
 #include "transport/engine_core.h"
 #include "transport/engine_types.h"
-#include "transport/frame_io.h"
 #include "transport/queue_pair.h"
+#include "transport/transmitter.h"
 
 namespace uroce::transport {
 

@@ -12,12 +12,12 @@
 
 #include "transport/completions.h"
 #include "transport/engine_core.h"
-#include "transport/frame_io.h"
 #include "transport/headers.h"
 #include "transport/impairment.h"
 #include "transport/opcode.h"
 #include "transport/packet_parser.h"
 #include "transport/queue_pair.h"
+#include "transport/transmitter.h"
 
 namespace uroce::transport {
 

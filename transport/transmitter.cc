@@ -5,7 +5,7 @@
 // sees them; bad input from the wire is counted and dropped, never trusted.
 //
 // Engine thread only.
-#include "transport/frame_io.h"
+#include "transport/transmitter.h"
 
 #include <arpa/inet.h>
 
