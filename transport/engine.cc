@@ -1,8 +1,9 @@
 // Engine: construction, posting and the poll loop. The control calls on the
 // object tables are in object_tables.cc and modify_qp.cc; the pipeline stages
-// are classes of their own: FrameIo (transmitter.cc), Requester (requester.cc),
-// Completer (completer.cc), Responder (responder.cc), sharing an EngineCore
-// (engine_core.h) and Completions (completions.cc).
+// are classes of their own: Transmitter (transmitter.cc), Requester
+// (requester.cc), Completer (completer.cc), Responder (responder.cc),
+// Receiver (receiver.cc), sharing an EngineCore (engine_core.h) and
+// Completions (completions.cc).
 #include "transport/engine.h"
 
 #include <rte_cycles.h>
@@ -20,14 +21,15 @@ Engine::Engine(const EngineConfig& config)
       tables_(config.random_seed),
       doorbells_(2 * size_t{config.max_qps}),
       completions_(core_),
-      frames_(core_, responder_, completer_),
-      requester_(core_, frames_, completions_, tables_.ahs),
+      tx_(core_),
+      requester_(core_, tx_, completions_, tables_.ahs),
       completer_(core_, completions_, requester_),
-      responder_(core_, frames_, completions_) {}
+      responder_(core_, tx_, completions_),
+      rx_(core_, tx_, responder_, completer_) {}
 
 Engine::~Engine() {
   ProgressToken token(core_);
-  frames_.FreeAll();
+  tx_.FreeAll();
 }
 
 // ---------------------------------------------------------------- queries
@@ -308,9 +310,9 @@ unsigned Engine::Poll() {
   core_.StartPoll(last_poll_moved_);
   const uint64_t before = core_.counters.rx_frames + core_.counters.tx_frames;
 
-  frames_.FlushTx();  // what a full queue left last time goes first
-  frames_.ReceiveLoopback();
-  frames_.ReceiveBurst();
+  tx_.FlushTx();  // what a full queue left last time goes first
+  rx_.ReceiveLoopback();
+  rx_.ReceiveBurst();
   responder_.SendPendingAcks();
   TakeDoorbells();
   for (size_t i = 0; i < core_.busy_qps.size();) {
@@ -324,8 +326,8 @@ unsigned Engine::Poll() {
     ++i;
   }
   responder_.SendPendingAcks();
-  frames_.StageRawFrames();
-  frames_.FlushTx();
+  tx_.StageRawFrames();
+  tx_.FlushTx();
   for (CompletionQueue* cq : core_.forwarding_cqs) cq->ForwardToSinks();
 
   const unsigned moved = static_cast<unsigned>(core_.counters.rx_frames + core_.counters.tx_frames - before);

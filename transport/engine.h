@@ -12,9 +12,11 @@
 // returns: it never races the data path.
 //
 // Engine is the façade. Behind it each pipeline stage is a class of its own,
-// working on a QueuePair and the shared EngineCore (engine_core.h): FrameIo
-// (transmitter.h: frames in and out, dispatch), Requester, Completer, Responder,
-// and the completion helpers they share (completions.h).
+// working on a QueuePair and the shared EngineCore (engine_core.h):
+// Transmitter (transmitter.h: frames out, the loopback stage), Requester,
+// Completer, Responder, Receiver (receiver.h: frames in, dispatch to the
+// responder and the completer), and the completion helpers they share
+// (completions.h).
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -45,6 +47,7 @@
 #include "transport/packet_parser.h"
 #include "transport/qp_state.h"
 #include "transport/queue_pair.h"
+#include "transport/receiver.h"
 #include "transport/requester.h"
 #include "transport/responder.h"
 #include "transport/shared_receive_queue.h"
@@ -141,7 +144,7 @@ class Engine {
   // owner (the engine thread) and a full queue keeps it for the next poll.
   // True: the engine owns `m` now. False: the queue is full; the caller keeps
   // `m`. No allocation, no lock.
-  bool QueueRawFrame(rte_mbuf* m) { return frames_.QueueRawFrame(m); }
+  bool QueueRawFrame(rte_mbuf* m) { return tx_.QueueRawFrame(m); }
 
   // ---- Fast path, any application thread ----
   // Verbs conventions: 0, or a positive errno with *bad_wr at the first
@@ -203,14 +206,16 @@ class Engine {
   MpmcRing<QueuePair*> doorbells_;
   bool last_poll_moved_ = false;  // Poll: the clock is read after a poll that moved frames
 
-  // The stages (engine thread). Each works on a QueuePair and the core, and
-  // reaches the others through the references it was built with; frames_
-  // dispatches received packets to responder_ and completer_.
+  // The stages (engine thread), in the order they depend on each other: each
+  // works on a QueuePair and the core, and reaches the stages above it in
+  // this list through the references it was built with; rx_ dispatches
+  // received packets to responder_ and completer_.
   Completions completions_;
-  FrameIo frames_;
+  Transmitter tx_;
   Requester requester_;
   Completer completer_;
   Responder responder_;
+  Receiver rx_;
 };
 
 }  // namespace uroce::transport

@@ -1,8 +1,9 @@
-// What the engine's stages share (requester.h, completer.h, responder.h,
-// transmitter.h, completions.h): the configuration and limits, the MR table, the
-// counters, the time of the current poll, the engine-thread view of the QPs
-// and the ready list, and the asynchronous event ring. Each stage holds a
-// reference to the one EngineCore of its Engine; no stage reaches the Engine.
+// What the engine's stages share (transmitter.h, requester.h, completer.h,
+// responder.h, receiver.h, completions.h): the configuration and limits, the
+// MR table, the counters, the time of the current poll, the engine-thread
+// view of the QPs and the ready list, and the asynchronous event ring. Each
+// stage holds a reference to the one EngineCore of its Engine; no stage
+// reaches the Engine.
 //
 // Engine thread (or the control path holding the progress token), except
 // where a member says otherwise.

@@ -121,7 +121,7 @@ void Requester::Run(QueuePair* qp) {
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
   const uint32_t max_reads = std::max<uint32_t>(qp->attr.max_rd_atomic, 1);
   uint32_t budget = core_.config.per_qp_packet_budget;
-  while (budget > 0 && r.next_send != r.tail && frames_.TxRoom(1)) {
+  while (budget > 0 && r.next_send != r.tail && tx_.TxRoom(1)) {
     SendSlot& slot = r.window[r.next_send & r.window_mask];
     const SendWqeHeader& w = slot.wqe.header();
     if (slot.local_error) break;
@@ -309,7 +309,7 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
 
   uint8_t* dest = nullptr;
   f.payload_length = payload;
-  rte_mbuf* m = frames_.StartPacket(*path, f, &dest);
+  rte_mbuf* m = tx_.StartPacket(*path, f, &dest);
   if (m == nullptr) {
     // No buffer (or no room to stage it): undo this packet's step and retry
     // on the next poll. UD too: its offset moved like any SEND's, and a retry
@@ -328,7 +328,7 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
     slot.local_error = true;
     return false;
   }
-  frames_.FinishPacket(m);
+  tx_.FinishPacket(m);
   qp->counters.tx_packets++;
   qp->counters.tx_bytes += payload;
   if (rc && r.timer_deadline_ns == 0) {

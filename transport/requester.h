@@ -19,8 +19,8 @@ namespace uroce::transport {
 class Requester {
  public:
   // `ahs`: the engine's address handle table (UD destinations), read only.
-  Requester(EngineCore& core, FrameIo& frames, Completions& completions, const std::vector<AddressHandle>& ahs)
-      : core_(core), frames_(frames), completions_(completions), ahs_(ahs) {}
+  Requester(EngineCore& core, Transmitter& tx, Completions& completions, const std::vector<AddressHandle>& ahs)
+      : core_(core), tx_(tx), completions_(completions), ahs_(ahs) {}
   Requester(const Requester&) = delete;
   Requester& operator=(const Requester&) = delete;
 
@@ -43,7 +43,7 @@ class Requester {
   bool CopyFromWqe(const QueuePair* qp, const SendWqeView& wqe, uint64_t offset, uint8_t* dest, uint32_t length) const;
 
   EngineCore& core_;
-  FrameIo& frames_;
+  Transmitter& tx_;
   Completions& completions_;
   const std::vector<AddressHandle>& ahs_;
 };

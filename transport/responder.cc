@@ -76,8 +76,8 @@ const char* ResponderStepName(ResponderStep step) {
   return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
 }
 
-Responder::Responder(EngineCore& core, FrameIo& frames, Completions& completions)
-    : core_(core), frames_(frames), completions_(completions), rnr_storm_(core.config.rnr_storm_seed) {
+Responder::Responder(EngineCore& core, Transmitter& tx, Completions& completions)
+    : core_(core), tx_(tx), completions_(completions), rnr_storm_(core.config.rnr_storm_seed) {
   ack_list_.reserve(core.config.max_qps);
 }
 
@@ -127,9 +127,9 @@ bool Responder::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
   f.aeth.syndrome = syndrome;
   f.aeth.msn = qp->resp.msn;
   uint8_t* unused = nullptr;
-  rte_mbuf* m = frames_.StartPacket(qp->path, f, &unused);
+  rte_mbuf* m = tx_.StartPacket(qp->path, f, &unused);
   if (m == nullptr) return false;
-  frames_.FinishPacket(m);
+  tx_.FinishPacket(m);
   return true;
 }
 
@@ -880,7 +880,7 @@ void Responder::RunReadResponses(QueuePair* qp) {
   ResponderState& s = qp->resp;
   uint32_t budget = core_.config.per_qp_packet_budget;
   const uint32_t mtu = qp->mtu_bytes;
-  while (s.reads_count > 0 && budget > 0 && frames_.TxRoom(1)) {
+  while (s.reads_count > 0 && budget > 0 && tx_.TxRoom(1)) {
     ReadResponseJob& job = s.reads[s.reads_head];
     PacketFields f;
     f.bth.dest_qp = qp->attr.dest_qp_num;
@@ -921,17 +921,17 @@ void Responder::RunReadResponses(QueuePair* qp) {
     f.bth.opcode = static_cast<uint8_t>(f.bth.opcode + ResponseBase(qp));
     uint8_t* dest = nullptr;
     f.payload_length = payload;
-    rte_mbuf* m = frames_.StartPacket(qp->path, f, &dest);
+    rte_mbuf* m = tx_.StartPacket(qp->path, f, &dest);
     if (m == nullptr) return;  // no buffer now; next poll
     if (payload > 0 && !MrRead(how, dest, source, payload)) {
       // An implicit on-demand region's page that cannot be read: this
       // response does not leave, and the READ ends with the NAK an ODP NIC
       // gives for a page it cannot resolve.
-      frames_.AbandonPacket(m);
+      tx_.AbandonPacket(m);
       ResponderFatal(qp, job.next_psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
       return;
     }
-    frames_.FinishPacket(m);
+    tx_.FinishPacket(m);
     --budget;
     job.offset += payload;
     job.next_psn += 1;

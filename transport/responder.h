@@ -39,7 +39,7 @@ const char* ResponderStepName(ResponderStep step);
 
 class Responder {
  public:
-  Responder(EngineCore& core, FrameIo& frames, Completions& completions);
+  Responder(EngineCore& core, Transmitter& tx, Completions& completions);
   Responder(const Responder&) = delete;
   Responder& operator=(const Responder&) = delete;
 
@@ -95,7 +95,7 @@ class Responder {
   bool RnrStorm();
 
   EngineCore& core_;
-  FrameIo& frames_;
+  Transmitter& tx_;
   Completions& completions_;
   FaultGenerator rnr_storm_;  // seeded from EngineConfig::rnr_storm_seed
   // QPs with an ACK or NAK to send (QueuePair::ack_listed).

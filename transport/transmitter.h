@@ -1,7 +1,9 @@
-// The engine's frame layer: frames in (the port's receive bursts and our own
-// loopback stage, parsed, checked and dispatched to the responder or the
-// completer) and frames out (StartPacket/FinishPacket build a frame into an
-// mbuf, the transmit stage holds it until FlushTx hands it to the port).
+// The engine's transmit side: StartPacket/FinishPacket build a frame into an
+// mbuf, the transmit stage holds it until FlushTx hands it to the port, and
+// frames to ourselves wait in the loopback stage for the receiver
+// (receiver.h) at the next poll. The requester and the responder build their
+// frames here; nothing here knows who receives them, so the stages that
+// build frames sit above this class and the receiver above them.
 //
 // Engine thread only, except QueueRawFrame (any thread).
 #pragma once
@@ -9,7 +11,6 @@
 #include <rte_mbuf.h>
 
 #include <cstdint>
-#include <vector>
 
 #include "transport/engine_core.h"
 #include "transport/mpmc_ring.h"
@@ -19,16 +20,14 @@
 
 namespace uroce::transport {
 
-class Completer;
-class Responder;
-
-class FrameIo {
+class Transmitter {
  public:
-  // The stages a received frame goes to; they may be constructed after this
-  // object (they are only used from Poll on).
-  FrameIo(EngineCore& core, Responder& responder, Completer& completer);
-  FrameIo(const FrameIo&) = delete;
-  FrameIo& operator=(const FrameIo&) = delete;
+  // Frames either stage holds at most.
+  static constexpr uint32_t kTxStage = 512;
+
+  explicit Transmitter(EngineCore& core) : core_(core) {}
+  Transmitter(const Transmitter&) = delete;
+  Transmitter& operator=(const Transmitter&) = delete;
 
   // Transmit staging: frames built this poll wait here until tx_burst takes
   // them; a full TX queue keeps them for the next poll.
@@ -45,19 +44,25 @@ class FrameIo {
   void Stage(rte_mbuf* m);
   void StageRawFrames();
   void FlushTx();
-  // Takes the frames that loopback staged last poll into the receive path.
-  void ReceiveLoopback();
-  void ReceiveBurst();
   // Any thread: see Engine::QueueRawFrame.
   bool QueueRawFrame(rte_mbuf* m) { return raw_tx_.TryPush(m); }
+
+  // For the receiver: the frames the loopback stage holds now (*frames, the
+  // count returned). They keep their places, and count against
+  // LoopbackRoom, until ReleaseLoopback; frames staged to ourselves while
+  // the receiver handles them go behind them and wait for the next poll.
+  uint32_t LoopbackFrames(rte_mbuf* const** frames) const {
+    *frames = loopback_stage_;
+    return loopback_count_;
+  }
+  // The receiver is done with the first `n` frames LoopbackFrames gave it
+  // (it freed or passed on each); the stage keeps the rest, in order.
+  void ReleaseLoopback(uint32_t n);
+
   // Frees every frame still staged or queued (the engine's destruction).
   void FreeAll();
 
  private:
-  // from_loopback: taken from our own loopback stage, not from the port.
-  // True: the caller frees `m` (every frame but one a non-RoCE handler took).
-  bool HandleFrame(rte_mbuf* m, bool from_loopback = false);
-
   // A transmit buffer: from the spares, refilled kTxSpares at a time with
   // one rte_pktmbuf_alloc_bulk (one at a time is ~9 % of a 64 B
   // message-rate profile). When the pool has fewer
@@ -65,13 +70,9 @@ class FrameIo {
   // gives what it has. Null when it has none.
   rte_mbuf* AllocTx();
 
-  static constexpr uint32_t kTxStage = 512;
   static constexpr uint32_t kTxSpares = 32;
-  static constexpr int kRxBurstsPerPoll = 4;
 
   EngineCore& core_;
-  Responder& responder_;
-  Completer& completer_;
   PendingPacket pending_tx_;  // between StartPacket and FinishPacket
   bool pending_loopback_ = false;
   rte_mbuf* tx_stage_[kTxStage];
@@ -83,8 +84,6 @@ class FrameIo {
   // out; FreeAll returns them (the engine's destruction).
   rte_mbuf* tx_spares_[kTxSpares];
   uint32_t tx_spare_count_ = 0;
-  std::vector<rte_mbuf*> rx_burst_;
-  std::vector<rte_mbuf*> rx_done_;  // handled frames, freed in bulk
   MpmcRing<rte_mbuf*> raw_tx_{256};  // QueueRawFrame -> Poll
 };
 
