@@ -19,7 +19,7 @@
 
 namespace uroce::cm {
 
-using transport::Endpoint;
+using transport::EngineSide;
 using transport::EnginePair;
 using transport::EnginePairOptions;
 using transport::Gid;
@@ -65,7 +65,7 @@ class ConnectionManagerTest : public ::testing::Test {
     auto pair = EnginePair::Create(options);
     ASSERT_TRUE(pair.ok()) << pair.status().ToString();
     pair_ = std::move(*pair);
-    Endpoint* sides[2] = {&pair_->a(), &pair_->b()};
+    EngineSide* sides[2] = {&pair_->a(), &pair_->b()};
     for (int i = 0; i < 2; ++i) {
       ConnectionManager::Options o;
       o.local_gid = sides[i]->gid;
@@ -88,7 +88,7 @@ class ConnectionManagerTest : public ::testing::Test {
     pair_.reset();
   }
 
-  Endpoint& side(int i) { return i == 0 ? pair_->a() : pair_->b(); }
+  EngineSide& side(int i) { return i == 0 ? pair_->a() : pair_->b(); }
   ConnectionManager& cm(int i) { return *cm_[i]; }
 
   void PollOnce() {
@@ -233,7 +233,7 @@ class ConnectionManagerTest : public ::testing::Test {
   // Queues `mad` on side `wire`'s port, towards the other side, as sent from
   // `from`: a frame any host could send.
   void Inject(int wire, const MadFrom& from, const CmMad& mad, bool ipv6 = false) {
-    Endpoint& to = side(1 - wire);
+    EngineSide& to = side(1 - wire);
     ASSERT_TRUE(InjectMad(*side(wire).engine, pair_->pool(), from, to.mac, ipv6 ? to.gid6 : to.gid, mad));
   }
 

@@ -80,7 +80,7 @@ StatusOr<cm::ConnectionManager*> ConnectionManagers::ForDevice(size_t index) {
   if (!cms_[index]) {
     Runtime::Device& ep = runtime->device(index);
     cm::ConnectionManager::Options options;
-    options.local_gid = ep.endpoint.gid;
+    options.local_gid = ep.side.gid;
     options.activity_hook = [this] { Wake(); };
     if (host::DaemonSession* daemon = Process::Get().daemon_session(); daemon != nullptr) {
       // Attached to a daemon: it routes CM MADs between the processes on
@@ -89,7 +89,7 @@ StatusOr<cm::ConnectionManager*> ConnectionManagers::ForDevice(size_t index) {
       options.comm_id_mask = (1u << host::kDaemonCommIdShift) - 1;
       options.listen_hook = [daemon](uint16_t port, bool listen) { return daemon->ClaimPort(port, listen); };
     }
-    auto cm = cm::ConnectionManager::Create(ep.endpoint.engine.get(), ep.endpoint.pd, options);
+    auto cm = cm::ConnectionManager::Create(ep.side.engine.get(), ep.side.pd, options);
     if (!cm.ok()) return cm.status();
     cms_[index] = std::move(*cm);
   }

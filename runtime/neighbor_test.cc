@@ -261,7 +261,7 @@ class ResolverPairTest : public ::testing::Test {
   RingPair pair_;
   std::unique_ptr<EthPortIo> io_[2];
   std::unique_ptr<NeighborResolver> resolver_[2];
-  transport::Endpoint side_[2];
+  transport::EngineSide side_[2];
   std::function<void()> on_poll_;  // runs on every poll, while a resolution waits
 };
 
@@ -305,7 +305,7 @@ TEST_F(ResolverPairTest, QpsConnectOverNeighborDiscovery) {
 TEST_F(ResolverPairTest, UnansweredResolutionFailsNamingTheAddress) {
   MakeSide(0, {Ip("10.8.0.1")}, kMacA, /*timeout_ms=*/60);
   MakeSide(1, {Ip("10.8.0.2")}, kMacB);
-  transport::Endpoint ghost;
+  transport::EngineSide ghost;
   ghost.gid = Ip("10.8.0.99");  // nobody has it
   transport::QpInitAttr init;
   init.pd = side_[0].pd;

@@ -99,9 +99,9 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const UroceConfig& config) {
       t.port_id = e->port_id;
       t.port = e->config.port;
       t.driver = e->driver;
-      t.mac = e->endpoint.mac;
+      t.mac = e->side.mac;
       t.gids = e->config.gids;
-      t.engine = e->endpoint.engine.get();
+      t.engine = e->side.engine.get();
       t.neighbors = e->neighbors.get();
       t.impaired = e->impaired.get();
       published.push_back(t);
@@ -112,7 +112,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const UroceConfig& config) {
   if (config.progress == ProgressMode::kEngine) {
     std::vector<std::pair<unsigned, Engine*>> assignments;
     for (const auto& e : rt->devices_) {
-      assignments.emplace_back(static_cast<unsigned>(e->config.lcore), e->endpoint.engine.get());
+      assignments.emplace_back(static_cast<unsigned>(e->config.lcore), e->side.engine.get());
     }
     UROCE_RETURN_IF_ERROR(rt->lcores_.Launch(assignments));
   }
@@ -195,9 +195,9 @@ Status Runtime::StartDevice(const EndpointConfig& ec) {
       std::memcpy(mac.addr_bytes, made, 6);
       rte_eth_dev_default_mac_addr_set(ep->port_id, &mac);
     }
-    std::memcpy(ep->endpoint.mac.data(), mac.addr_bytes, 6);
+    std::memcpy(ep->side.mac.data(), mac.addr_bytes, 6);
   } else {
-    ep->endpoint.mac = ec.mac;  // the port took it, or is promiscuous (StartPort)
+    ep->side.mac = ec.mac;  // the port took it, or is promiscuous (StartPort)
   }
 
   ep->io = std::make_unique<EthPortIo>(ep->port_id, 0, memif_client ? &ep->link_ready : nullptr);
@@ -261,7 +261,7 @@ Status Runtime::StartShmDevice(const EndpointConfig& ec) {
   auto links = std::make_unique<LocalLinks>(lo);
   e->links = links.get();
   e->io = std::move(links);
-  e->endpoint.mac = ec.mac;
+  e->side.mac = ec.mac;
   Device* ep = e.get();
   devices_.push_back(std::move(e));
   return StartEngine(ep, ec);
@@ -302,14 +302,14 @@ void Runtime::ReclaimLocalLinks() {
 
 Status Runtime::StartEngine(Device* ep, const EndpointConfig& ec) {
   NeighborResolver::Options nopt;
-  nopt.mac = ep->endpoint.mac;
+  nopt.mac = ep->side.mac;
   nopt.addresses = ec.gids;
   nopt.pool = ep->pool.get();
   nopt.timeout_ms = ec.resolve_timeout_ms;
   ep->neighbors = std::make_unique<NeighborResolver>(nopt);
 
   EngineConfig cfg;
-  cfg.mac = ep->endpoint.mac;
+  cfg.mac = ep->side.mac;
   cfg.gids = ec.gids;
   cfg.port_mtu = ec.mtu;
   cfg.tx_pool = ep->pool.get();
@@ -346,19 +346,19 @@ Status Runtime::StartEngine(Device* ep, const EndpointConfig& ec) {
   NeighborResolver* resolver = ep->neighbors.get();
   cfg.non_roce_handler = [resolver](rte_mbuf* m) { resolver->HandleFrame(m); };
   cfg.resolve_neighbor = [resolver](const transport::Gid& ip) { return resolver->Resolve(ip); };
-  ep->endpoint.engine = std::make_unique<Engine>(cfg);
+  ep->side.engine = std::make_unique<Engine>(cfg);
   std::function<void()> progress;
   if (config_.progress == ProgressMode::kInline) progress = [this] { Progress(); };
-  resolver->Attach(ep->endpoint.engine.get(), progress);
-  for (const auto& [ip, mac] : ec.neighbors) ep->endpoint.engine->AddNeighbor(ip, mac);
+  resolver->Attach(ep->side.engine.get(), progress);
+  for (const auto& [ip, mac] : ec.neighbors) ep->side.engine->AddNeighbor(ip, mac);
 
-  ep->endpoint.gid = ec.gids.front();
-  auto pd = ep->endpoint.engine->AllocPd();
+  ep->side.gid = ec.gids.front();
+  auto pd = ep->side.engine->AllocPd();
   if (!pd.ok()) return pd.status();
-  ep->endpoint.pd = *pd;
-  auto cq = ep->endpoint.engine->CreateCq(4096);
+  ep->side.pd = *pd;
+  auto cq = ep->side.engine->CreateCq(4096);
   if (!cq.ok()) return cq.status();
-  ep->endpoint.cq = *cq;
+  ep->side.cq = *cq;
   return Status::Ok();
 }
 
@@ -373,7 +373,7 @@ unsigned Runtime::Progress() {
   if (config_.progress != ProgressMode::kInline) return 0;
   unsigned moved = 0;
   for (auto& e : devices_) {
-    if (e->endpoint.engine) moved += e->endpoint.engine->Poll();
+    if (e->side.engine) moved += e->side.engine->Poll();
   }
   return moved;
 }
@@ -386,7 +386,7 @@ unsigned Runtime::Progress(const transport::Engine* polled) {
   const bool others_too = calls % kOtherEnginesEvery == 0;
   unsigned moved = 0;
   for (auto& e : devices_) {
-    Engine* engine = e->endpoint.engine.get();
+    Engine* engine = e->side.engine.get();
     if (engine != nullptr && (engine == polled || others_too)) moved += engine->Poll();
   }
   return moved;
@@ -400,7 +400,7 @@ unsigned Runtime::FlushQueuePairs() {
   // Every QP to the error state; the next polls flush its work
   // (IBTA 10.3.1.8) and whatever the engines staged leaves, if it can.
   for (auto& e : devices_) {
-    Engine* engine = e->endpoint.engine.get();
+    Engine* engine = e->side.engine.get();
     if (engine == nullptr) continue;
     for (transport::QueuePair* qp : engine->QueuePairs()) {
       if (qp->state.load(std::memory_order_acquire) == IBV_QPS_ERR) continue;
@@ -411,7 +411,7 @@ unsigned Runtime::FlushQueuePairs() {
   }
   for (int round = 0; round < 64; ++round) {
     for (auto& e : devices_) {
-      if (e->endpoint.engine) e->endpoint.engine->Poll();
+      if (e->side.engine) e->side.engine->Poll();
     }
   }
   return report_.qps_flushed;
@@ -506,13 +506,13 @@ ShutdownReport Runtime::Shutdown() {
   report_.impairments = ImpairmentReport();  // while the engines still count
   // 3. Engines (they free what they still staged), then QPs die with them.
   for (auto& e : devices_) {
-    if (e->endpoint.engine) {
-      for (transport::QueuePair* qp : e->endpoint.engine->QueuePairs()) {
-        (void)e->endpoint.engine->DestroyQp(qp);
+    if (e->side.engine) {
+      for (transport::QueuePair* qp : e->side.engine->QueuePairs()) {
+        (void)e->side.engine->DestroyQp(qp);
       }
     }
-    e->endpoint.engine.reset();
-    e->endpoint.cq = nullptr;
+    e->side.engine.reset();
+    e->side.cq = nullptr;
   }
   // What [impair] held back (delayed, reordered) goes back to the pools.
   for (auto& e : devices_) {
@@ -572,7 +572,7 @@ std::string Runtime::ImpairmentReport() {
                        std::to_string(config_.impair.seed) + ": ";
     if (e.impaired) line += ImpairmentSummary(e.impaired->counters());
     if (config_.impair.rnr_storm > 0) {
-      const uint64_t naks = e.endpoint.engine ? e.endpoint.engine->counters().rnr_storm_naks : 0;
+      const uint64_t naks = e.side.engine ? e.side.engine->counters().rnr_storm_naks : 0;
       line += std::string(e.impaired ? "; " : "") + "RNR storm NAKs " + std::to_string(naks);
     }
     out += (out.empty() ? "" : "\n") + line;

@@ -31,7 +31,7 @@
 #include "runtime/neighbor_resolver.h"
 #include "pmd/ring_pair.h"
 #include "host/shm_channel.h"
-#include "transport/endpoint.h"
+#include "transport/engine_side.h"
 #include "transport/engine.h"
 
 namespace uroce::runtime {
@@ -69,7 +69,7 @@ class Runtime {
     // [impair] with frame faults: between the engine and `io` (pmd/impaired_port_io.h).
     std::unique_ptr<pmd::ImpairedPortIo> impaired;
     std::unique_ptr<NeighborResolver> neighbors;
-    transport::Endpoint endpoint;  // engine, pd, cq, gid (the first), mac
+    transport::EngineSide side;  // engine, pd, cq, gid (the first), mac
   };
 
   // EAL must be running with what config.eal asks for (StartEalFor).

@@ -67,7 +67,7 @@ struct Buffer {
   uint64_t addr() const { return reinterpret_cast<uint64_t>(bytes.data()); }
 };
 
-Buffer Register(transport::Endpoint& side, size_t size) {
+Buffer Register(transport::EngineSide& side, size_t size) {
   Buffer b;
   b.bytes.assign(size, 0);
   auto keys = side.engine->RegMr(side.pd, b.bytes.data(), size, b.addr(),
@@ -80,8 +80,8 @@ Buffer Register(transport::Endpoint& side, size_t size) {
 
 // SEND, RDMA WRITE, RDMA READ and FETCH_AND_ADD from A to B, each checked.
 void RunTraffic(Runtime& rt) {
-  transport::Endpoint& a = rt.Find("a")->endpoint;
-  transport::Endpoint& b = rt.Find("b")->endpoint;
+  transport::EngineSide& a = rt.Find("a")->side;
+  transport::EngineSide& b = rt.Find("b")->side;
   transport::RcConnectOptions options;
   options.mtu = IBV_MTU_4096;
   auto qps = transport::ConnectQueuePairs(a, b, options);
@@ -156,7 +156,7 @@ TEST(RuntimeTest, InlineProgressOverRingPair) {
   EXPECT_TRUE(rt->inline_progress());
   RunTraffic(*rt);
   // A's MAC came from the configuration, B's from the port.
-  EXPECT_EQ(MacToString(rt->Find("a")->endpoint.mac), "02:00:00:05:00:01");
+  EXPECT_EQ(MacToString(rt->Find("a")->side.mac), "02:00:00:05:00:01");
   const ShutdownReport report = rt->Shutdown();
   EXPECT_TRUE(report.pools_full()) << report.Summary();
   EXPECT_EQ(report.mbufs_total, 2 * 2047u);
@@ -168,8 +168,8 @@ TEST(RuntimeTest, InlineProgressOverRingPair) {
 TEST(RuntimeTest, ProgressOfOnePolledEngineDrivesTheOthersNowAndThen) {
   auto rt = StartRuntime(RingConfig("rtp", "inline"));
   ASSERT_NE(rt, nullptr);
-  transport::Endpoint& a = rt->Find("a")->endpoint;
-  transport::Endpoint& b = rt->Find("b")->endpoint;
+  transport::EngineSide& a = rt->Find("a")->side;
+  transport::EngineSide& b = rt->Find("b")->side;
   auto qps = transport::ConnectQueuePairs(a, b, transport::RcConnectOptions{});
   ASSERT_TRUE(qps.ok()) << qps.status().ToString();
   Buffer sa = Register(a, 64), db = Register(b, 64);
@@ -230,8 +230,8 @@ TEST(RuntimeTest, EngineLcoreOverRingPair) {
 TEST(RuntimeTest, ShutdownFlushesOutstandingWork) {
   auto rt = StartRuntime(RingConfig("rtf", "engine"));
   ASSERT_NE(rt, nullptr);
-  transport::Endpoint& a = rt->Find("a")->endpoint;
-  transport::Endpoint& b = rt->Find("b")->endpoint;
+  transport::EngineSide& a = rt->Find("a")->side;
+  transport::EngineSide& b = rt->Find("b")->side;
   auto qps = transport::ConnectQueuePairs(a, b, transport::RcConnectOptions{});
   ASSERT_TRUE(qps.ok()) << qps.status().ToString();
   // Receives nobody will match, and sends that B cannot take (no receives on
@@ -337,8 +337,8 @@ TEST(RuntimeTest, ImpairedPortsCarryCheckedTrafficAndCountTheFaults) {
 TEST(RuntimeTest, FramesHeldByImpairmentAreFreedAtShutdown) {
   auto rt = StartRuntime(RingConfig("rth", "inline") + "[impair]\ndelay_us = 20000\nseed = 2\n");
   ASSERT_NE(rt, nullptr);
-  transport::Endpoint& a = rt->Find("a")->endpoint;
-  transport::Endpoint& b = rt->Find("b")->endpoint;
+  transport::EngineSide& a = rt->Find("a")->side;
+  transport::EngineSide& b = rt->Find("b")->side;
   auto qps = transport::ConnectQueuePairs(a, b, {});
   ASSERT_TRUE(qps.ok()) << qps.status().ToString();
   Buffer src = Register(a, 4096);

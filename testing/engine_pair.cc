@@ -47,7 +47,7 @@ StatusOr<std::unique_ptr<EnginePair>> EnginePair::Create(const EnginePairOptions
   return pair;
 }
 
-Status EnginePair::SetUpEndpoint(Endpoint& e, PacketIo& io, uint8_t host, const EnginePairOptions& options) {
+Status EnginePair::SetUpEndpoint(EngineSide& e, PacketIo& io, uint8_t host, const EnginePairOptions& options) {
   e.mac = {0x02, 0, 0, 0, 0, host};
   const uint8_t ip[4] = {10, 0, 0, host};
   e.gid = Ipv4MappedGid(ip);
@@ -91,7 +91,7 @@ StatusOr<std::pair<QueuePair*, QueuePair*>> EnginePair::ConnectQps(const RcConne
   return ConnectQueuePairs(a_, b_, o);
 }
 
-StatusOr<QueuePair*> EnginePair::CreateUdQp(Endpoint& side, uint32_t qkey) {
+StatusOr<QueuePair*> EnginePair::CreateUdQp(EngineSide& side, uint32_t qkey) {
   QpInitAttr init;
   init.type = IBV_QPT_UD;
   init.pd = side.pd;

@@ -15,7 +15,7 @@
 #include "pmd/mempool.h"
 #include "pmd/ring_pair.h"
 #include "testing/lossy_link.h"
-#include "transport/endpoint.h"
+#include "transport/engine_side.h"
 #include "transport/engine.h"
 
 namespace uroce::transport {
@@ -37,8 +37,8 @@ class EnginePair {
   static StatusOr<std::unique_ptr<EnginePair>> Create(const EnginePairOptions& options);
   ~EnginePair();
 
-  Endpoint& a() { return a_; }
-  Endpoint& b() { return b_; }
+  EngineSide& a() { return a_; }
+  EngineSide& b() { return b_; }
   // The in-memory link (not with dpdk_ring).
   LossyLink& link() { return *link_; }
   bool has_link() const { return link_ != nullptr; }
@@ -48,7 +48,7 @@ class EnginePair {
   // Creates and connects an RC (or UC) QP on each side.
   StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQps(const RcConnectOptions& options);
   // A UD QP on `side`, in RTS, with Q_Key `qkey`.
-  StatusOr<QueuePair*> CreateUdQp(Endpoint& side, uint32_t qkey);
+  StatusOr<QueuePair*> CreateUdQp(EngineSide& side, uint32_t qkey);
 
   // One poll of each engine; virtual time moves on.
   unsigned PollOnce();
@@ -65,14 +65,14 @@ class EnginePair {
 
  private:
   EnginePair() = default;
-  Status SetUpEndpoint(Endpoint& e, PacketIo& io, uint8_t host, const EnginePairOptions& options);
+  Status SetUpEndpoint(EngineSide& e, PacketIo& io, uint8_t host, const EnginePairOptions& options);
 
   pmd::MempoolPtr pool_;
   unsigned pool_size_ = 0;
   std::unique_ptr<LossyLink> link_;
   std::unique_ptr<pmd::RingPair> ring_;
   std::unique_ptr<pmd::EthPortIo> ring_io_a_, ring_io_b_;
-  Endpoint a_, b_;
+  EngineSide a_, b_;
   uint64_t now_ns_ = 1'000'000;
   uint64_t ns_per_poll_ = 1000;
 };

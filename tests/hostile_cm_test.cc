@@ -61,7 +61,7 @@ class HostileCmTest : public ::testing::Test {
     auto pair = EnginePair::Create(options);
     ASSERT_TRUE(pair.ok()) << pair.status().ToString();
     pair_ = std::move(*pair);
-    Endpoint* sides[2] = {&pair_->a(), &pair_->b()};
+    EngineSide* sides[2] = {&pair_->a(), &pair_->b()};
     for (int i = 0; i < 2; ++i) {
       ConnectionManager::Options o;
       o.local_gid = sides[i]->gid;
@@ -82,7 +82,7 @@ class HostileCmTest : public ::testing::Test {
     }
   }
 
-  Endpoint& side(int i) { return i == 0 ? pair_->a() : pair_->b(); }
+  EngineSide& side(int i) { return i == 0 ? pair_->a() : pair_->b(); }
 
   void PollOnce() {
     in_poll_ = true;

@@ -26,13 +26,13 @@
 #include "tools/command.h"
 #include "tools/config_flags.h"
 #include "transport/address_text.h"
-#include "transport/endpoint.h"
+#include "transport/engine_side.h"
 
 namespace uroce::tools {
 namespace {
 
 using transport::CompletionQueue;
-using transport::Endpoint;
+using transport::EngineSide;
 using transport::Engine;
 using transport::QueuePair;
 
@@ -49,10 +49,10 @@ double Seconds(uint64_t cycles) { return double(cycles) / double(rte_get_tsc_hz(
 
 class Demo {
  public:
-  Demo(runtime::Runtime& rt, Endpoint& a, Endpoint& b, QueuePair* qa, QueuePair* qb)
+  Demo(runtime::Runtime& rt, EngineSide& a, EngineSide& b, QueuePair* qa, QueuePair* qb)
       : rt_(rt), a_(a), b_(b), qa_(qa), qb_(qb) {}
 
-  bool Register(Endpoint& side, Region& r, size_t size) {
+  bool Register(EngineSide& side, Region& r, size_t size) {
     r.bytes.assign(size, 0);
     auto keys = side.engine->RegMr(side.pd, r.bytes.data(), size, r.addr(), kAccess);
     if (!keys.ok()) {
@@ -84,7 +84,7 @@ class Demo {
     return true;
   }
 
-  static bool PostRecv(Endpoint& side, QueuePair* qp, Region& r, uint32_t length) {
+  static bool PostRecv(EngineSide& side, QueuePair* qp, Region& r, uint32_t length) {
     ibv_sge sge{r.addr(), length, r.keys.lkey};
     ibv_recv_wr wr{};
     wr.sg_list = &sge;
@@ -93,7 +93,7 @@ class Demo {
     return side.engine->PostRecv(qp, &wr, &bad) == 0;
   }
 
-  static bool Post(Endpoint& side, QueuePair* qp, ibv_wr_opcode op, Region& local, uint32_t offset,
+  static bool Post(EngineSide& side, QueuePair* qp, ibv_wr_opcode op, Region& local, uint32_t offset,
                    uint32_t length, uint64_t remote_addr, uint32_t rkey, uint64_t wr_id) {
     ibv_sge sge{local.addr() + offset, length, local.keys.lkey};
     ibv_send_wr wr{};
@@ -189,8 +189,8 @@ class Demo {
 
  private:
   runtime::Runtime& rt_;
-  Endpoint& a_;
-  Endpoint& b_;
+  EngineSide& a_;
+  EngineSide& b_;
   QueuePair* qa_;
   QueuePair* qb_;
 };
@@ -244,8 +244,8 @@ int DemoCommand(int argc, char** argv) {
       return Fail(rt.status().ToString());
     }
     runtime::Runtime& runtime = **rt;
-    Endpoint& a = runtime.device(0).endpoint;
-    Endpoint& b = runtime.device(1).endpoint;
+    EngineSide& a = runtime.device(0).side;
+    EngineSide& b = runtime.device(1).side;
     transport::RcConnectOptions connect;
     connect.mtu = std::min(a.engine->limits().max_mtu, b.engine->limits().max_mtu);
     connect.timeout = 14;

@@ -571,7 +571,7 @@ int RunServer(const Options& o) {
   auto idle = [&p] { return p.Idle(); };
   runtime::Runtime::Device& ep = rt.device(0);
   std::fprintf(stderr, "uroce perf: server %s (%s) on %s, waiting for a client on %s\n", ep.name.c_str(),
-               transport::GidToString(ep.endpoint.gid).c_str(), ep.config.port.c_str(),
+               transport::GidToString(ep.side.gid).c_str(), ep.config.port.c_str(),
                listener->LocalAddress().c_str());  // the port PORT 0 picked, too
   auto ch = listener->Accept(kAcceptTimeoutMs, idle, token);
   if (!ch.ok()) return p.Finish(pmd::ShutdownRequested() ? 2 : Fail(ch.status()));

@@ -270,7 +270,7 @@ StatusOr<SideInfo> SideInfo::Decode(const std::string& line) {
 }
 
 PerfSide::PerfSide(runtime::Runtime::Device& endpoint, bool client, const RunSpec& spec)
-    : ep_(endpoint), engine_(*endpoint.endpoint.engine), client_(client), spec_(spec) {
+    : ep_(endpoint), engine_(*endpoint.side.engine), client_(client), spec_(spec) {
   if (spec_.test == PerfTest::kAtomicLat) spec_.size = 8;  // IBTA 9.4.5: atomics move 8 bytes
 }
 
@@ -291,7 +291,7 @@ Status PerfSide::Prepare() {
   std::memset(buffer_, 0, rounded);
   // What READs read: out slot s holds message s.
   for (uint32_t s = 0; s < out_slots_; ++s) Fill(out_slot(s), spec_.size, s);
-  auto keys = engine_.RegMr(ep_.endpoint.pd, buffer_, buffer_bytes_, addr_of(buffer_), kAccess);
+  auto keys = engine_.RegMr(ep_.side.pd, buffer_, buffer_bytes_, addr_of(buffer_), kAccess);
   if (!keys.ok()) return keys.status();
   keys_ = *keys;
   registered_ = true;
@@ -329,7 +329,7 @@ StatusOr<transport::QueuePair*> PerfSide::CreateRcQp(transport::CompletionQueue*
                                                      uint32_t recv_wr) {
   transport::QpInitAttr init;
   init.type = IBV_QPT_RC;
-  init.pd = ep_.endpoint.pd;
+  init.pd = ep_.side.pd;
   init.send_cq = cq;
   init.recv_cq = cq;
   init.cap.max_send_wr = send_wr;
@@ -352,7 +352,7 @@ StatusOr<transport::QueuePair*> PerfSide::CreateRcQp(transport::CompletionQueue*
 
 SideInfo PerfSide::Local() const {
   SideInfo s;
-  s.gid = ep_.endpoint.gid;
+  s.gid = ep_.side.gid;
   s.addr = reinterpret_cast<uint64_t>(buffer_);
   s.rkey = keys_.rkey;
   s.out_slots = out_slots_;

@@ -23,7 +23,7 @@ namespace {
 // reach the port. rdma-core's tests and UCX connect a device to itself.
 class LoopbackTest : public EngineTest {
  protected:
-  Endpoint& a() { return pair_->a(); }
+  EngineSide& a() { return pair_->a(); }
   Buffer RegisterPattern(size_t size, uint32_t seed) {
     Buffer b = Register(a(), size, 0);
     Pattern(b, seed);

@@ -107,7 +107,7 @@ TEST_F(EngineTest, UdSendPlacesGrhAndSourceQp) {
 TEST_F(EngineTest, GsiQpOneSendsAndReceivesUdDatagrams) {
   Start();
   QueuePair* gsi[2] = {nullptr, nullptr};
-  Endpoint* sides[2] = {&pair_->a(), &pair_->b()};
+  EngineSide* sides[2] = {&pair_->a(), &pair_->b()};
   for (int i = 0; i < 2; ++i) {
     QpInitAttr init;
     init.type = IBV_QPT_UD;

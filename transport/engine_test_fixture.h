@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "testing/engine_pair.h"
-#include "transport/endpoint.h"
+#include "transport/engine_side.h"
 #include "transport/engine.h"
 
 namespace uroce::transport {
@@ -43,7 +43,7 @@ class EngineTest : public ::testing::Test {
     pair_.reset();
   }
 
-  Buffer Register(Endpoint& side, size_t size, uint8_t fill, int access = kAllAccess) {
+  Buffer Register(EngineSide& side, size_t size, uint8_t fill, int access = kAllAccess) {
     Buffer b;
     b.bytes.assign(size, fill);
     auto keys = side.engine->RegMr(side.pd, b.bytes.data(), size, b.addr(), access);
@@ -57,7 +57,7 @@ class EngineTest : public ::testing::Test {
     for (auto& x : b.bytes) x = static_cast<uint8_t>(gen());
   }
 
-  void PostRecv(Endpoint& side, QueuePair* qp, Buffer& b, uint64_t wr_id, uint32_t offset = 0,
+  void PostRecv(EngineSide& side, QueuePair* qp, Buffer& b, uint64_t wr_id, uint32_t offset = 0,
                 uint32_t length = UINT32_MAX) {
     ibv_sge sge{b.addr() + offset, length == UINT32_MAX ? uint32_t(b.bytes.size() - offset) : length,
                 b.keys.lkey};
@@ -69,7 +69,7 @@ class EngineTest : public ::testing::Test {
     ASSERT_EQ(side.engine->PostRecv(qp, &wr, &bad), 0);
   }
 
-  int PostSend(Endpoint& side, QueuePair* qp, ibv_wr_opcode op, Buffer& local, uint32_t length, uint64_t wr_id,
+  int PostSend(EngineSide& side, QueuePair* qp, ibv_wr_opcode op, Buffer& local, uint32_t length, uint64_t wr_id,
                uint64_t remote_addr = 0, uint32_t rkey = 0, uint32_t flags = IBV_SEND_SIGNALED) {
     ibv_sge sge{local.addr(), length, local.keys.lkey};
     ibv_send_wr wr{};

@@ -229,8 +229,8 @@ int DomainOpen(fid_fabric* fabric, fi_info* info, fid_domain** out, void* contex
   domain->domain.mr = &kDomainMrOps;
   domain->fabric = reinterpret_cast<Fabric*>(fabric);
   domain->endpoint_index = static_cast<size_t>(index);
-  domain->engine = rt.endpoint.engine.get();
-  domain->pd = rt.endpoint.pd;
+  domain->engine = rt.side.engine.get();
+  domain->pd = rt.side.pd;
   domain->cm = *cm;
   domain->port_mtu = rt.config.mtu;
   domain->mr_mode = static_cast<uint64_t>(info->domain_attr->mr_mode);
@@ -426,7 +426,7 @@ int PassiveEndpointOpen(fid_fabric* fabric, fi_info* info, fid_pep** out, void* 
   if (info->src_addr != nullptr && SockaddrLength(static_cast<sockaddr*>(info->src_addr)) != 0) {
     std::memcpy(&pep->local, info->src_addr, SockaddrLength(static_cast<sockaddr*>(info->src_addr)));
   } else {
-    const transport::Gid gid = Process().runtime()->device(static_cast<size_t>(index)).endpoint.gid;
+    const transport::Gid gid = Process().runtime()->device(static_cast<size_t>(index)).side.gid;
     size_t len = 0;
     GidToSockaddr(gid, 0, &pep->local, &len);
   }

@@ -146,7 +146,7 @@ Status ResolveNeighbor(int device, const Gid& peer, int timeout_ms) {
 void TransmitNow(int device) {
   runtime::Runtime* runtime = runtime::Process::Get().runtime();
   if (runtime == nullptr || device < 0 || static_cast<size_t>(device) >= runtime->device_count()) return;
-  runtime::Process::Get().PollOnce(runtime->device(static_cast<size_t>(device)).endpoint.engine.get());
+  runtime::Process::Get().PollOnce(runtime->device(static_cast<size_t>(device)).side.engine.get());
 }
 
 ConnectionManager* CmForDevice(int device) {

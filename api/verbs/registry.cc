@@ -77,7 +77,7 @@ const std::vector<Device*>& Registry::Devices() {
 uint64_t DeviceGuid(Device* device) {
   runtime::Process& p = runtime::Process::Get();
   if (p.runtime() != nullptr && device->index < p.runtime()->device_count()) {
-    return GuidFromMac(p.runtime()->device(device->index).endpoint.mac);
+    return GuidFromMac(p.runtime()->device(device->index).side.mac);
   }
   const runtime::UroceConfig* c = p.config();
   if (c != nullptr && !c->endpoints[device->index].mac_from_port) return GuidFromMac(c->endpoints[device->index].mac);
@@ -91,10 +91,10 @@ int Registry::Open(Device* device, Context* context) {
   // Started: the runtime stays as long as the process.
   runtime::Runtime::Device& ep = process.runtime()->device(device->index);
   context->device = device;
-  context->engine = ep.endpoint.engine.get();
+  context->engine = ep.side.engine.get();
   context->engine_config = &context->engine->config();
   context->port_mtu = ep.config.mtu;
-  context->mac = ep.endpoint.mac;
+  context->mac = ep.side.mac;
   return 0;
 }
 
@@ -200,7 +200,7 @@ unsigned Registry::PumpAsyncEvents() {
   if (runtime == nullptr) return 0;
   unsigned moved = 0;
   for (size_t i = 0; i < runtime->device_count(); ++i) {
-    transport::Engine* engine = runtime->device(i).endpoint.engine.get();
+    transport::Engine* engine = runtime->device(i).side.engine.get();
     if (engine == nullptr) continue;
     transport::AsyncEvent ev;
     while (engine->NextAsyncEvent(&ev)) {

@@ -17,7 +17,7 @@
 namespace uroce::transport {
 
 // One side: an engine and the objects a test needs on it.
-struct Endpoint {
+struct EngineSide {
   std::unique_ptr<Engine> engine;
   PdHandle pd = 0;
   CompletionQueue* cq = nullptr;
@@ -48,9 +48,9 @@ struct RcConnectOptions {
   bool b_stays_in_rtr = false;
 };
 
-// Creates an RC (or UC, or XRC initiator and target) QP on each endpoint and moves both to RTS, each
+// Creates an RC (or UC, or XRC initiator and target) QP on each side and moves both to RTS, each
 // aimed at the other. Works for any two engines that can reach each other.
-StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(Endpoint& a, Endpoint& b,
+StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(EngineSide& a, EngineSide& b,
                                                               const RcConnectOptions& options);
 
 }  // namespace uroce::transport

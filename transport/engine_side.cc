@@ -1,12 +1,12 @@
-#include "transport/endpoint.h"
+#include "transport/engine_side.h"
 
 #include <cstring>
 
 namespace uroce::transport {
 
-StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(Endpoint& a, Endpoint& b, const RcConnectOptions& o) {
+StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(EngineSide& a, EngineSide& b, const RcConnectOptions& o) {
   QueuePair* qps[2] = {nullptr, nullptr};
-  Endpoint* sides[2] = {&a, &b};
+  EngineSide* sides[2] = {&a, &b};
   for (int i = 0; i < 2; ++i) {
     QpInitAttr init;
     init.type = o.type;
