@@ -63,20 +63,18 @@ void Completions::RetireOldestSend(QueuePair* qp, ibv_wc_status status) {
   if (report && !qp->send_cq->Push(wc)) RaiseAsync(IBV_EVENT_CQ_ERR, qp->qpn, qp->send_cq);
 }
 
-void Completions::CompleteRecv(QueuePair* qp, const RecvWqe& wqe, ibv_wc_status status, uint32_t byte_len,
-                               ibv_wc_opcode opcode, unsigned wc_flags, uint32_t imm_or_rkey, uint32_t src_qp,
-                               uint32_t vendor_err, uint8_t sl) {
+void Completions::CompleteRecv(QueuePair* qp, const RecvWqe& wqe, const RecvCompletion& done) {
   ibv_wc wc{};
-  wc.sl = sl;
-  wc.vendor_err = vendor_err;
+  wc.sl = done.sl;
+  wc.vendor_err = done.vendor_err;
   wc.wr_id = wqe.wr_id;
-  wc.status = status;
-  wc.opcode = opcode;
-  wc.byte_len = byte_len;
-  wc.imm_data = imm_or_rkey;
+  wc.status = done.status;
+  wc.opcode = done.opcode;
+  wc.byte_len = done.byte_len;
+  wc.imm_data = done.imm_or_rkey;
   wc.qp_num = qp->qpn;
-  wc.src_qp = src_qp;
-  wc.wc_flags = wc_flags;
+  wc.src_qp = done.src_qp;
+  wc.wc_flags = done.wc_flags;
   wc.pkey_index = 0;
   // An XRC target's receives complete on the CQ of the XRC SRQ they came
   // from, with the target QP's number (as mlx5 and rxe report them).
@@ -114,7 +112,7 @@ void Completions::FlushQueues(QueuePair* qp) {
   req.timer_deadline_ns = 0;
   ResponderState& resp = qp->resp;
   if (resp.have_recv) {
-    CompleteRecv(qp, resp.recv, IBV_WC_WR_FLUSH_ERR, 0, IBV_WC_RECV, 0, 0, 0);
+    CompleteRecv(qp, resp.recv, {.status = IBV_WC_WR_FLUSH_ERR});
     resp.have_recv = false;
   }
   resp.reads_count = 0;
@@ -126,7 +124,7 @@ void Completions::FlushQueues(QueuePair* qp) {
     RecvWqe r;
     while (qp->recv_ring.TryPopSingleConsumer([&r](const std::byte* w) { ReadRecvWqe(w, &r); })) {
       qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
-      CompleteRecv(qp, r, IBV_WC_WR_FLUSH_ERR, 0, IBV_WC_RECV, 0, 0, 0);
+      CompleteRecv(qp, r, {.status = IBV_WC_WR_FLUSH_ERR});
     }
   }
 }

@@ -158,8 +158,9 @@ void Responder::ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_stat
   SendNak(qp, psn, code);
   ResponderState& s = qp->resp;
   if (s.have_recv) {
-    completions_.CompleteRecv(qp, s.recv, recv_status, 0, IBV_WC_RECV, 0, 0, 0,
-                              recv_status == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
+    completions_.CompleteRecv(
+        qp, s.recv,
+        {.status = recv_status, .vendor_err = recv_status == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0});
     s.have_recv = false;
   }
   s.write_in_progress = false;
@@ -270,10 +271,14 @@ void Responder::HandleUdReceive(QueuePair* qp, const PacketView& p) {
     flags |= IBV_WC_WITH_IMM;
     imm = htonl(p.fields.immediate_data);
   }
-  completions_.CompleteRecv(qp, wqe, ok ? IBV_WC_SUCCESS : error, ok ? kGrhBytes + p.fields.payload_length : 0,
-                            IBV_WC_RECV, flags, imm, p.fields.deth.src_qp,
-                            !ok && error == IBV_WC_LOC_LEN_ERR ? qp->resp.length_overflow : 0,
-                            UdNetworkTypeSl(p.fields.ip_version));
+  completions_.CompleteRecv(qp, wqe,
+                            {.status = ok ? IBV_WC_SUCCESS : error,
+                             .byte_len = ok ? kGrhBytes + p.fields.payload_length : 0,
+                             .wc_flags = flags,
+                             .imm_or_rkey = imm,
+                             .src_qp = p.fields.deth.src_qp,
+                             .vendor_err = !ok && error == IBV_WC_LOC_LEN_ERR ? qp->resp.length_overflow : 0,
+                             .sl = UdNetworkTypeSl(p.fields.ip_version)});
 }
 
 // A request whose PSN is behind the expected one (IBTA 9.7.5.1.1).
@@ -613,8 +618,8 @@ ResponderStep Responder::ExecuteSend(const Request& r) {
                                                           : NakCode::kRemoteOperationalError,
                      error);
     } else {
-      completions_.CompleteRecv(qp, s.recv, error, 0, IBV_WC_RECV, 0, 0, 0,
-                                error == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0);
+      completions_.CompleteRecv(
+          qp, s.recv, {.status = error, .vendor_err = error == IBV_WC_LOC_LEN_ERR ? s.length_overflow : 0});
       s.have_recv = false;
       s.recv_offset_valid = false;
     }
@@ -631,8 +636,8 @@ ResponderStep Responder::ExecuteSend(const Request& r) {
       flags = IBV_WC_WITH_INV;
       extra = p.fields.invalidate_rkey;
     }
-    completions_.CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.recv_offset), IBV_WC_RECV,
-                              flags, extra, 0);
+    completions_.CompleteRecv(qp, s.recv,
+                              {.byte_len = static_cast<uint32_t>(s.recv_offset), .wc_flags = flags, .imm_or_rkey = extra});
     s.have_recv = false;
     s.recv_offset_valid = false;
     ++s.msn;
@@ -717,8 +722,11 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
     s.write_in_progress = false;
     ++s.msn;
     if (with_imm) {
-      completions_.CompleteRecv(qp, s.recv, IBV_WC_SUCCESS, static_cast<uint32_t>(s.write_length),
-                                IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_WITH_IMM, htonl(p.fields.immediate_data), 0);
+      completions_.CompleteRecv(qp, s.recv,
+                                {.byte_len = static_cast<uint32_t>(s.write_length),
+                                 .opcode = IBV_WC_RECV_RDMA_WITH_IMM,
+                                 .wc_flags = IBV_WC_WITH_IMM,
+                                 .imm_or_rkey = htonl(p.fields.immediate_data)});
       s.have_recv = false;
     }
   }
