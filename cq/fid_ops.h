@@ -7,6 +7,10 @@
 // A fid that is not T's (T::FromFid gives null) gets -FI_EINVAL. Each T has
 // a table of its own, so T::FromFid tells T's fids from any other by the
 // table's address. Any application thread.
+//
+// In an unnamed namespace: each T's table belongs to the one source file
+// that defines T, and none of it is exported from the shared libraries the
+// cq layer is linked into (api/uroce_fi.h's liburoce_fi.so).
 #pragma once
 
 #include <rdma/fabric.h>
@@ -16,6 +20,7 @@
 #include <cstdint>
 
 namespace uroce::cq {
+namespace {
 
 template <typename T>
 struct FidOps {
@@ -41,4 +46,5 @@ struct FidOps {
   static inline fi_ops table = {sizeof(fi_ops), Close, Bind, Control, OpsOpen, ToStr, OpsSet};
 };
 
+}  // namespace
 }  // namespace uroce::cq
