@@ -13,6 +13,7 @@
 
 #include "common/raw_enum.h"
 #include "transport/opcode.h"
+#include "transport/work_queue.h"
 
 namespace uroce::transport {
 
@@ -48,149 +49,167 @@ EngineCounters Engine::counters() const {
 }
 
 // ---------------------------------------------------------------- posting
+//
+// A send request is posted in three steps, as a NIC's post routine does
+// (rxe's post_one_send): check the request against the QP
+// (CheckSendRequest), build the engine's copy of it (BuildSendWqe), and
+// publish that to the send queue (PushWithCredit, then the doorbell).
+
+namespace {
+
+// ibv_post_send(3): EINVAL for a request this QP cannot take in its state
+// and type. Nothing of the request's memory is read.
+int CheckSendRequest(const QueuePair& qp, const ibv_send_wr& wr) {
+  const ibv_qp_state state = qp.state.load(std::memory_order_acquire);
+  // The QP must be able to send; in ERR the request is accepted and
+  // completes with IBV_WC_WR_FLUSH_ERR.
+  if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
+  // An XRC target has no send queue (IBTA annex A14, XRC).
+  if (qp.type == IBV_QPT_XRC_RECV) return EINVAL;
+  const bool rc = IsReliable(qp.type);
+  switch (RawEnum(wr.opcode)) {  // any value may come from a C caller
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+      return 0;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return qp.type == IBV_QPT_UD ? EINVAL : 0;
+    case IBV_WR_BIND_MW:
+    case IBV_WR_LOCAL_INV:
+      // Memory windows serve RDMA, which UD QPs do not take.
+      return qp.type == IBV_QPT_UD ? EINVAL : 0;
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return rc ? 0 : EINVAL;
+    case IBV_WR_ATOMIC_WRITE:
+      // IBTA 1.5 ATOMIC WRITE: RC only (the XRC opcode is not offered).
+      return qp.type == IBV_QPT_RC ? 0 : EINVAL;
+    default:
+      return EINVAL;
+  }
+}
+
+// A bind or a local invalidate: no data, no packet. The requester carries
+// them out in order, on the engine thread (Requester::RunLocalOperation).
+int BuildLocalOperation(const ibv_send_wr& wr, SendWqe* wqe) {
+  if (wr.opcode == IBV_WR_BIND_MW) {
+    // The window (by its rkey's index), the new rkey, the region, the range
+    // and the access (ibv_bind_mw(3)).
+    const ibv_mw* mw = wr.bind_mw.mw;
+    const ibv_mw_bind_info& info = wr.bind_mw.bind_info;
+    if (mw == nullptr) return EINVAL;
+    wqe->rkey = mw->rkey;
+    wqe->remote_addr = info.addr;
+    wqe->bind.new_rkey = wr.bind_mw.rkey;
+    wqe->bind.mr_lkey = info.mr != nullptr ? info.mr->lkey : 0;
+    wqe->bind.length = info.length;
+    wqe->bind.access_flags = info.mw_access_flags;
+  } else {
+    wqe->invalidate_rkey = wr.invalidate_rkey;
+  }
+  wqe->num_sge = 0;
+  wqe->total_length = 0;
+  return 0;
+}
+
+// Concatenates the request's SGEs into `dest` (inline data: the bytes are
+// taken now, so the application may reuse its buffers at once).
+void CopyGatherList(const ibv_send_wr& wr, uint8_t* dest) {
+  uint64_t off = 0;
+  for (int i = 0; i < wr.num_sge; ++i) {
+    std::memcpy(dest + off, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
+    off += wr.sg_list[i].length;
+  }
+}
+
+// A request that moves data: its gather list or inline bytes, and the
+// fields of its opcode and of the QP's type.
+int BuildDataRequest(const QueuePair& qp, const ibv_send_wr& wr, SendWqe* wqe) {
+  uint64_t total = 0;
+  for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  if (total > (1ull << 31)) return EINVAL;  // max_msg_sz
+  wqe->total_length = total;
+  const bool is_atomic = wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  const bool atomic_write = wr.opcode == IBV_WR_ATOMIC_WRITE;
+  // An ATOMIC WRITE sends exactly 8 bytes (IBTA 1.5, 9.4.7).
+  if (atomic_write && total != 8) return EINVAL;
+  if (atomic_write && (wr.send_flags & IBV_SEND_INLINE)) {
+    // Inline (ibv_wr_atomic_write(3) passes its 8 bytes so): the value is
+    // taken now, whole, into the request's fixed part, where the QP's
+    // max_inline_data does not limit it.
+    CopyGatherList(wr, wqe->atomic_write_value);
+    wqe->num_sge = 0;  // and no inline bytes in the slot's tail (WriteSendWqe)
+  } else if (wr.send_flags & IBV_SEND_INLINE) {
+    if (is_atomic || wr.opcode == IBV_WR_RDMA_READ) return EINVAL;
+    if (total > qp.caps.max_inline_data) return EINVAL;
+    CopyGatherList(wr, wqe->inline_data);
+    wqe->num_sge = 0;
+  } else {
+    wqe->num_sge = static_cast<uint32_t>(wr.num_sge);
+    for (int i = 0; i < wr.num_sge; ++i) {
+      wqe->sge[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+    }
+  }
+  if (wr.opcode == IBV_WR_SEND_WITH_IMM || wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+    wqe->imm_data_be = wr.imm_data;
+  }
+  if (wr.opcode == IBV_WR_SEND_WITH_INV) wqe->invalidate_rkey = wr.invalidate_rkey;
+  if (wr.opcode == IBV_WR_RDMA_WRITE || wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr.opcode == IBV_WR_RDMA_READ ||
+      atomic_write) {
+    wqe->remote_addr = wr.wr.rdma.remote_addr;
+    wqe->rkey = wr.wr.rdma.rkey;
+  }
+  if (is_atomic) {
+    // IBTA 9.4.5: an atomic operates on 8 bytes; the local buffer takes the
+    // original value.
+    if (wr.num_sge != 1 || wr.sg_list[0].length != 8) return EINVAL;
+    wqe->remote_addr = wr.wr.atomic.remote_addr;
+    wqe->rkey = wr.wr.atomic.rkey;
+    wqe->atomic.compare_add = wr.wr.atomic.compare_add;
+    wqe->atomic.swap = wr.wr.atomic.swap;
+  }
+  if (qp.type == IBV_QPT_XRC_SEND) {
+    // The XRCETH of every packet names this SRQ of the target's domain.
+    wqe->remote_qpn = wr.qp_type.xrc.remote_srqn & 0xFFFFFF;
+  }
+  if (qp.type == IBV_QPT_UD) {
+    if (wr.wr.ud.ah == nullptr) return EINVAL;
+    if (total > qp.mtu_bytes) return EINVAL;  // one packet per UD message
+    // The AH handle travels in the ibv_ah's handle field (set by the API).
+    wqe->ah_handle = wr.wr.ud.ah->handle;
+    wqe->remote_qpn = wr.wr.ud.remote_qpn & 0xFFFFFF;
+    wqe->remote_qkey = wr.wr.ud.remote_qkey;
+  }
+  return 0;
+}
+
+// The engine's copy of a request that CheckSendRequest accepted, or EINVAL.
+int BuildSendWqe(const QueuePair& qp, const ibv_send_wr& wr, SendWqe* wqe) {
+  const bool local_op = wr.opcode == IBV_WR_BIND_MW || wr.opcode == IBV_WR_LOCAL_INV;
+  // Local operations move no data: their SGEs are not looked at.
+  const int num_sge = local_op ? 0 : wr.num_sge;
+  if (num_sge < 0 || static_cast<uint32_t>(num_sge) > qp.caps.max_send_sge) return EINVAL;
+  if (num_sge > 0 && wr.sg_list == nullptr) return EINVAL;
+  wqe->wr_id = wr.wr_id;
+  wqe->opcode = wr.opcode;
+  wqe->send_flags = wr.send_flags;
+  if (qp.sq_sig_all) wqe->send_flags |= IBV_SEND_SIGNALED;
+  return local_op ? BuildLocalOperation(wr, wqe) : BuildDataRequest(qp, wr, wqe);
+}
+
+}  // namespace
 
 int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** bad_wr) {
   for (; wr != nullptr; wr = wr->next) {
     *bad_wr = wr;
-    const ibv_qp_state state = qp->state.load(std::memory_order_acquire);
-    // ibv_post_send(3): the QP must be able to send; in ERR the request is
-    // accepted and completes with IBV_WC_WR_FLUSH_ERR.
-    if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
-    // An XRC target has no send queue (IBTA annex A14, XRC).
-    if (qp->type == IBV_QPT_XRC_RECV) return EINVAL;
-    const bool rc = IsReliable(qp->type);
-    switch (RawEnum(wr->opcode)) {  // any value may come from a C caller
-      case IBV_WR_SEND:
-      case IBV_WR_SEND_WITH_IMM:
-        break;
-      case IBV_WR_RDMA_WRITE:
-      case IBV_WR_RDMA_WRITE_WITH_IMM:
-        if (qp->type == IBV_QPT_UD) return EINVAL;
-        break;
-      case IBV_WR_BIND_MW:
-      case IBV_WR_LOCAL_INV:
-        // Memory windows serve RDMA, which UD QPs do not take.
-        if (qp->type == IBV_QPT_UD) return EINVAL;
-        break;
-      case IBV_WR_SEND_WITH_INV:
-      case IBV_WR_RDMA_READ:
-      case IBV_WR_ATOMIC_CMP_AND_SWP:
-      case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        if (!rc) return EINVAL;
-        break;
-      case IBV_WR_ATOMIC_WRITE:
-        // IBTA 1.5 ATOMIC WRITE: RC only (the XRC opcode is not offered).
-        if (qp->type != IBV_QPT_RC) return EINVAL;
-        break;
-      default:
-        return EINVAL;
-    }
-    const bool local_op = wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV;
-    // Local operations move no data: their SGEs are not looked at.
-    const int num_sge = local_op ? 0 : wr->num_sge;
-    if (num_sge < 0 || static_cast<uint32_t>(num_sge) > qp->caps.max_send_sge) return EINVAL;
-    if (num_sge > 0 && wr->sg_list == nullptr) return EINVAL;
+    if (const int error = CheckSendRequest(*qp, *wr); error != 0) return error;
     SendWqe wqe;
-    wqe.wr_id = wr->wr_id;
-    wqe.opcode = wr->opcode;
-    wqe.send_flags = wr->send_flags;
-    if (qp->sq_sig_all) wqe.send_flags |= IBV_SEND_SIGNALED;
-    if (local_op) {
-      // The requester carries these out in order, on the engine thread
-      // (Requester::RunLocalOperation). A bind: the window (by its rkey's
-      // index), the new rkey, the region, range and access. An invalidate:
-      // the rkey.
-      if (wr->opcode == IBV_WR_BIND_MW) {
-        const ibv_mw* mw = wr->bind_mw.mw;
-        const ibv_mw_bind_info& info = wr->bind_mw.bind_info;
-        if (mw == nullptr) return EINVAL;
-        wqe.rkey = mw->rkey;
-        wqe.invalidate_rkey = wr->bind_mw.rkey;
-        wqe.compare_add = info.mr != nullptr ? info.mr->lkey : 0;
-        wqe.remote_addr = info.addr;
-        wqe.swap = info.length;
-        wqe.imm_data_be = info.mw_access_flags;
-      } else {
-        wqe.invalidate_rkey = wr->invalidate_rkey;
-      }
-      wqe.num_sge = 0;
-      wqe.total_length = 0;
-    } else {
-      uint64_t total = 0;
-      for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
-      if (total > (1ull << 31)) return EINVAL;  // max_msg_sz
-      wqe.total_length = total;
-      const bool is_atomic = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-      const bool atomic_write = wr->opcode == IBV_WR_ATOMIC_WRITE;
-      // An ATOMIC WRITE sends exactly 8 bytes (IBTA 1.5, 9.4.7).
-      if (atomic_write && total != 8) return EINVAL;
-      if (atomic_write && (wr->send_flags & IBV_SEND_INLINE)) {
-        // Inline (ibv_wr_atomic_write(3) passes its 8 bytes so): the value
-        // is taken now, whole, into the request's fixed part, where the
-        // QP's max_inline_data does not limit it.
-        uint8_t value[8];
-        uint64_t off = 0;
-        for (int i = 0; i < wr->num_sge; ++i) {
-          std::memcpy(value + off, reinterpret_cast<const void*>(wr->sg_list[i].addr), wr->sg_list[i].length);
-          off += wr->sg_list[i].length;
-        }
-        std::memcpy(&wqe.swap, value, sizeof(value));
-        wqe.num_sge = 0;  // and no inline bytes in the slot's tail (WriteSendWqe)
-      } else if (wr->send_flags & IBV_SEND_INLINE) {
-        if (is_atomic || wr->opcode == IBV_WR_RDMA_READ) return EINVAL;
-        if (total > qp->caps.max_inline_data) return EINVAL;
-        uint64_t off = 0;
-        for (int i = 0; i < wr->num_sge; ++i) {
-          std::memcpy(wqe.inline_data + off, reinterpret_cast<const void*>(wr->sg_list[i].addr),
-                      wr->sg_list[i].length);
-          off += wr->sg_list[i].length;
-        }
-        wqe.num_sge = 0;
-      } else {
-        wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
-        for (int i = 0; i < wr->num_sge; ++i) {
-          wqe.sge[i] = Sge{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
-        }
-      }
-      if (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-        wqe.imm_data_be = wr->imm_data;
-      }
-      if (wr->opcode == IBV_WR_SEND_WITH_INV) wqe.invalidate_rkey = wr->invalidate_rkey;
-      if (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
-          wr->opcode == IBV_WR_RDMA_READ || atomic_write) {
-        wqe.remote_addr = wr->wr.rdma.remote_addr;
-        wqe.rkey = wr->wr.rdma.rkey;
-      }
-      if (is_atomic) {
-        // IBTA 9.4.5: an atomic operates on 8 bytes; the local buffer takes the
-        // original value.
-        if (wr->num_sge != 1 || wr->sg_list[0].length != 8) return EINVAL;
-        wqe.remote_addr = wr->wr.atomic.remote_addr;
-        wqe.rkey = wr->wr.atomic.rkey;
-        wqe.compare_add = wr->wr.atomic.compare_add;
-        wqe.swap = wr->wr.atomic.swap;
-      }
-      if (qp->type == IBV_QPT_XRC_SEND) {
-        // The XRCETH of every packet names this SRQ of the target's domain.
-        wqe.remote_qpn = wr->qp_type.xrc.remote_srqn & 0xFFFFFF;
-      }
-      if (qp->type == IBV_QPT_UD) {
-        if (wr->wr.ud.ah == nullptr) return EINVAL;
-        if (total > qp->mtu_bytes) return EINVAL;  // one packet per UD message
-        // The AH handle travels in the ibv_ah's handle field (set by the API).
-        wqe.ah_handle = wr->wr.ud.ah->handle;
-        wqe.remote_qpn = wr->wr.ud.remote_qpn & 0xFFFFFF;
-        wqe.remote_qkey = wr->wr.ud.remote_qkey;
-      }
-    }
-    // Take a credit; refuse when the send queue is full.
-    uint32_t used = qp->send_credits_used.load(std::memory_order_relaxed);
-    do {
-      if (used >= qp->caps.max_send_wr) return ENOMEM;
-    } while (!qp->send_credits_used.compare_exchange_weak(used, used + 1, std::memory_order_acquire));
-    if (!qp->send_ring.TryPushWith([&wqe](std::byte* slot) { WriteSendWqe(wqe, slot); })) {
-      qp->send_credits_used.fetch_sub(1, std::memory_order_release);
-      return ENOMEM;
+    if (const int error = BuildSendWqe(*qp, *wr, &wqe); error != 0) return error;
+    if (!PushWithCredit(qp->send_credits_used, qp->caps.max_send_wr, qp->send_ring,
+                        [&wqe](std::byte* slot) { WriteSendWqe(wqe, slot); })) {
+      return ENOMEM;  // the send queue is full
     }
     RingDoorbell(qp);
   }
@@ -264,12 +283,8 @@ int Engine::PostRecv(QueuePair* qp, const ibv_recv_wr* wr, const ibv_recv_wr** b
     if (qp->state.load(std::memory_order_acquire) == IBV_QPS_RESET) return EINVAL;
     RecvWqe wqe;
     if (!CopyRecv(wr, qp->caps.max_recv_sge, &wqe)) return EINVAL;
-    uint32_t used = qp->recv_credits_used.load(std::memory_order_relaxed);
-    do {
-      if (used >= qp->caps.max_recv_wr) return ENOMEM;
-    } while (!qp->recv_credits_used.compare_exchange_weak(used, used + 1, std::memory_order_acquire));
-    if (!qp->recv_ring.TryPushWith([&wqe](std::byte* slot) { WriteRecvWqe(wqe, slot); })) {
-      qp->recv_credits_used.fetch_sub(1, std::memory_order_release);
+    if (!PushWithCredit(qp->recv_credits_used, qp->caps.max_recv_wr, qp->recv_ring,
+                        [&wqe](std::byte* slot) { WriteRecvWqe(wqe, slot); })) {
       return ENOMEM;
     }
     // Only in the error state does a poll have to see a receive (to flush
@@ -288,12 +303,7 @@ int Engine::PostSrqRecv(SharedReceiveQueue* srq, const ibv_recv_wr* wr, const ib
     *bad_wr = wr;
     RecvWqe wqe;
     if (!CopyRecv(wr, srq->max_sge, &wqe)) return EINVAL;
-    uint32_t posted = srq->posted.load(std::memory_order_relaxed);
-    do {
-      if (posted >= max_wr) return ENOMEM;
-    } while (!srq->posted.compare_exchange_weak(posted, posted + 1, std::memory_order_acquire));
-    if (!srq->ring().TryPushWith([&wqe](std::byte* slot) { WriteRecvWqe(wqe, slot); })) {
-      srq->posted.fetch_sub(1, std::memory_order_release);
+    if (!PushWithCredit(srq->posted, max_wr, srq->ring(), [&wqe](std::byte* slot) { WriteRecvWqe(wqe, slot); })) {
       return ENOMEM;
     }
   }

@@ -94,7 +94,7 @@ bool Requester::StartSendWqe(QueuePair* qp, SendSlot& slot) {
 bool Requester::CopyFromWqe(const QueuePair* qp, const SendWqeView& w, uint64_t offset, uint8_t* dest,
                             uint32_t length) const {
   if (w->num_sge == 0 && w->opcode == IBV_WR_ATOMIC_WRITE) {  // its 8 bytes, taken at post time
-    std::memcpy(dest, reinterpret_cast<const uint8_t*>(&w->swap) + offset, length);
+    std::memcpy(dest, w->atomic_write_value + offset, length);
     return true;
   }
   if (w->num_sge == 0) {  // inline data: offset + length <= total_length <= max_inline_data
@@ -183,8 +183,8 @@ bool Requester::RunLocalOperation(QueuePair* qp, const SendWqeHeader& w) {
   bool ok = false;
   if (bind) {
     uint32_t bound = 0;
-    ok = core_.mrs.BindWindow(w.rkey, qp->pd, qp->qpn, w.invalidate_rkey, static_cast<uint32_t>(w.compare_add),
-                              w.remote_addr, w.swap, static_cast<int>(w.imm_data_be), &bound);
+    ok = core_.mrs.BindWindow(w.rkey, qp->pd, qp->qpn, w.bind.new_rkey, w.bind.mr_lkey, w.remote_addr, w.bind.length,
+                              static_cast<int>(w.bind.access_flags), &bound);
   } else {
     ok = core_.mrs.InvalidateWindow(w.invalidate_rkey, qp->pd, qp->qpn, /*remote=*/false);
   }
@@ -239,8 +239,8 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
       f.atomic_eth.virtual_address = w.remote_addr;
       f.atomic_eth.rkey = w.rkey;
       // CmpSwap: swap data, compare data. FetchAdd: add data in the first field.
-      f.atomic_eth.swap_or_add_data = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.swap : w.compare_add;
-      f.atomic_eth.compare_data = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.compare_add : 0;
+      f.atomic_eth.swap_or_add_data = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.atomic.swap : w.atomic.compare_add;
+      f.atomic_eth.compare_data = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.atomic.compare_add : 0;
       f.bth.ack_request = true;
       r.psn = slot.last_psn + 1;
       break;

@@ -26,22 +26,43 @@ struct Sge {
   uint32_t lkey = 0;
 };
 
+// The operands of an atomic (IBTA 9.4.5): compare and swap, or the addend
+// of a fetch and add in compare_add. These and WindowBind are members of
+// SendWqeHeader's union, so they have no default member initializers; the
+// union starts zeroed.
+struct AtomicOperands {
+  uint64_t compare_add;
+  uint64_t swap;
+};
+
+// IBV_WR_BIND_MW (ibv_bind_mw(3)): the window is named by the request's rkey
+// and its range starts at remote_addr; the rest is here.
+struct WindowBind {
+  uint64_t length;
+  uint32_t mr_lkey;       // the region the window lies in (0: none, an unbind)
+  uint32_t new_rkey;      // the rkey the window has once bound
+  uint32_t access_flags;  // IBV_ACCESS_*, host order
+};
+
 // The fixed fields of a send work request. In a send queue slot the
 // request's SGEs or inline bytes follow it (SendWqeView).
 struct SendWqeHeader {
   uint64_t wr_id = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
   uint32_t send_flags = 0;  // IBV_SEND_SIGNALED (resolved with sq_sig_all), FENCE, SOLICITED, INLINE
-  uint32_t imm_data_be = 0; // network order, as ibv_send_wr keeps it
-  uint32_t invalidate_rkey = 0;
-  uint64_t total_length = 0;  // sum of the SGE lengths, or the inline bytes
-  // RDMA: remote address and rkey. Atomics: the same, plus compare/swap/add.
-  // An inline ATOMIC WRITE (num_sge 0) keeps its 8 bytes in `swap`, as
-  // they lie in memory; the slot's tail then holds nothing.
-  uint64_t remote_addr = 0;
+  uint32_t invalidate_rkey = 0;  // SEND_WITH_INV, LOCAL_INV
+  // RDMA, atomics and ATOMIC WRITE: the remote address and rkey. A window
+  // bind: the window's start and its current rkey.
   uint32_t rkey = 0;
-  uint64_t compare_add = 0;
-  uint64_t swap = 0;
+  uint64_t remote_addr = 0;
+  uint64_t total_length = 0;  // sum of the SGE lengths, or the inline bytes
+  // What only some opcodes carry; `opcode` says which member is set.
+  union {
+    uint32_t imm_data_be;         // SEND/WRITE_WITH_IMM: network order, as ibv_send_wr keeps it
+    AtomicOperands atomic;        // CMP_AND_SWP, FETCH_AND_ADD
+    uint8_t atomic_write_value[8];  // an inline ATOMIC WRITE (num_sge 0): its bytes as they lay in memory
+    WindowBind bind = {};         // BIND_MW; initialized as the largest member, so all bytes start zero
+  };
   // UD: the address handle and the destination QP and Q_Key. XRC initiator:
   // remote_qpn holds the remote XRC SRQ number for the XRCETH
   // (wr.qp_type.xrc.remote_srqn).
@@ -49,10 +70,6 @@ struct SendWqeHeader {
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
   uint32_t num_sge = 0;  // 0: the request carries total_length inline bytes (or nothing)
-  // IBV_WR_BIND_MW (no data, no packet) reuses the fields: rkey is the
-  // window's rkey, invalidate_rkey the new one, compare_add the region's
-  // lkey, remote_addr and swap the range, imm_data_be the window's access
-  // (host order). IBV_WR_LOCAL_INV: invalidate_rkey.
 };
 static_assert(sizeof(SendWqeHeader) == 80 && alignof(SendWqeHeader) == 8,
               "the fixed part of every send queue slot");
