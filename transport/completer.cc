@@ -114,141 +114,236 @@ void Completer::FailOldest(QueuePair* qp, ibv_wc_status status) {
   completions_.EnterError(qp);
 }
 
+void Completer::RestartOldest(QueuePair* qp) {
+  const RequesterState& r = qp->req;
+  const SendSlot& oldest = r.window[r.head & r.window_mask];
+  RestartOnce(qp, oldest.first_psn + static_cast<uint32_t>(oldest.bytes_done / qp->mtu_bytes));
+}
+
+// ---------------------------------------------------------------- the steps
+
+const char* CompleterStepName(CompleterStep step) {
+  static constexpr const char* kNames[] = {
+      "check_psn",     "check_ack",         "ack",           "rnr_nak",   "sequence_nak", "fatal_nak", "retire_earlier",
+      "match_request", "atomic_write_done", "atomic_result", "read_data", "complete",     "done"};
+  const auto i = static_cast<size_t>(step);
+  return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
+}
+
 void Completer::HandleAcknowledge(QueuePair* qp, const PacketView& p) {
   UROCE_DCHECK_ENGINE_THREAD(core_);
-  RequesterState& r = qp->req;
-  const Psn psn = p.fields.bth.psn;
-  if (!AckPsnValid(qp, psn)) {
-    qp->counters.duplicates++;
-    return;
-  }
-  switch (p.fields.aeth.kind()) {
-    case AethKind::kAck:
-      if (!RetireThrough(qp, psn)) {
-        // A later PSN was ACKed while a READ/atomic before it got no
-        // response: the response was lost; ask again.
-        const SendSlot& oldest = r.window[r.head & r.window_mask];
-        RestartOnce(qp, oldest.first_psn + static_cast<uint32_t>(oldest.bytes_done / qp->mtu_bytes));
-      }
-      AcknowledgeThrough(qp, psn);
-      return;
-    case AethKind::kRnrNak: {
-      qp->counters.rnr_naks_received++;
-      core_.counters.rnr_naks_received++;
-      RetireThrough(qp, psn - 1);
-      AcknowledgeThrough(qp, psn - 1);
-      // rnr_retry 7 means "retry for ever" (IBTA 9.7.5.2.8, ibv_modify_qp(3)).
-      if (qp->attr.rnr_retry != 7) {
-        if (r.rnr_retries_left == 0) {
-          FailOldest(qp, IBV_WC_RNR_RETRY_EXC_ERR);
-          return;
-        }
-        --r.rnr_retries_left;
-      }
-      requester_.RestartFrom(qp, psn);
-      r.rnr_resume_ns = core_.Now() + RnrTimerNs(p.fields.aeth.value());
-      r.timer_deadline_ns = 0;
-      return;
-    }
-    case AethKind::kNak: {
-      qp->counters.naks_received++;
-      core_.counters.naks_received++;
-      const auto code = static_cast<NakCode>(p.fields.aeth.value());
-      if (code == NakCode::kPsnSequenceError) {
-        // Everything before `psn` arrived; resend from it (IBTA 9.7.5.2.4).
-        if (!RetireThrough(qp, psn - 1)) {
-          const SendSlot& oldest = r.window[r.head & r.window_mask];
-          RestartOnce(qp, oldest.first_psn + static_cast<uint32_t>(oldest.bytes_done / qp->mtu_bytes));
-        } else {
-          requester_.RestartFrom(qp, psn);
-        }
-        AcknowledgeThrough(qp, psn - 1);
-        return;
-      }
-      RetireThrough(qp, psn - 1);
-      ibv_wc_status status = IBV_WC_REM_OP_ERR;
-      if (code == NakCode::kInvalidRequest || code == NakCode::kInvalidRdRequest) status = IBV_WC_REM_INV_REQ_ERR;
-      if (code == NakCode::kRemoteAccessError) status = IBV_WC_REM_ACCESS_ERR;
-      FailOldest(qp, status);
-      return;
-    }
-    default:
-      return;  // reserved syndrome: ignore
-  }
+  Run(Response{qp, p, qp->req, p.fields.bth.psn, /*acknowledge=*/true});
 }
 
 // READ response packets (IBTA 9.7.5.1.3) and atomic acknowledgements.
 void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
   UROCE_DCHECK_ENGINE_THREAD(core_);
-  RequesterState& r = qp->req;
-  const Psn psn = p.fields.bth.psn;
-  if (!AckPsnValid(qp, psn)) {
-    qp->counters.duplicates++;
-    return;
+  Run(Response{qp, p, qp->req, p.fields.bth.psn, /*acknowledge=*/false});
+}
+
+void Completer::Run(const Response& response) {
+  CompleterStep step = CompleterStep::kCheckPsn;
+  while (step != CompleterStep::kDone) step = RunStep(step, response);
+}
+
+CompleterStep Completer::RunStep(CompleterStep step, const Response& response) {
+  switch (step) {
+    case CompleterStep::kCheckPsn:
+      return CheckPsn(response);
+    case CompleterStep::kCheckAck:
+      return CheckAck(response);
+    case CompleterStep::kAck:
+      return Ack(response);
+    case CompleterStep::kRnrNak:
+      return RnrNak(response);
+    case CompleterStep::kSequenceNak:
+      return SequenceNak(response);
+    case CompleterStep::kFatalNak:
+      return FatalNak(response);
+    case CompleterStep::kRetireEarlier:
+      return RetireEarlier(response);
+    case CompleterStep::kMatchRequest:
+      return MatchRequest(response);
+    case CompleterStep::kAtomicWriteDone:
+      return AtomicWriteDone(response);
+    case CompleterStep::kAtomicResult:
+      return AtomicResult(response);
+    case CompleterStep::kReadData:
+      return ReadData(response);
+    case CompleterStep::kComplete:
+      return Complete(response);
+    case CompleterStep::kDone:
+      break;
   }
+  return CompleterStep::kDone;
+}
+
+CompleterStep Completer::CheckPsn(const Response& response) {
+  if (!AckPsnValid(response.qp, response.psn)) {
+    response.qp->counters.duplicates++;
+    return CompleterStep::kDone;
+  }
+  return response.acknowledge ? CompleterStep::kCheckAck : CompleterStep::kRetireEarlier;
+}
+
+CompleterStep Completer::CheckAck(const Response& response) {
+  const AethFields& aeth = response.p.fields.aeth;
+  switch (aeth.kind()) {
+    case AethKind::kAck:
+      return CompleterStep::kAck;
+    case AethKind::kRnrNak:
+      response.qp->counters.rnr_naks_received++;
+      core_.counters.rnr_naks_received++;
+      return CompleterStep::kRnrNak;
+    case AethKind::kNak:
+      response.qp->counters.naks_received++;
+      core_.counters.naks_received++;
+      return static_cast<NakCode>(aeth.value()) == NakCode::kPsnSequenceError ? CompleterStep::kSequenceNak
+                                                                              : CompleterStep::kFatalNak;
+    default:
+      return CompleterStep::kDone;  // reserved syndrome: ignore
+  }
+}
+
+CompleterStep Completer::Ack(const Response& response) {
+  // A later PSN ACKed while a READ/atomic before it got no response: the
+  // response was lost; ask again.
+  if (!RetireThrough(response.qp, response.psn)) RestartOldest(response.qp);
+  AcknowledgeThrough(response.qp, response.psn);
+  return CompleterStep::kDone;
+}
+
+CompleterStep Completer::RnrNak(const Response& response) {
+  const auto& [qp, p, r, psn, acknowledge] = response;
+  RetireThrough(qp, psn - 1);
+  AcknowledgeThrough(qp, psn - 1);
+  // rnr_retry 7 means "retry for ever" (IBTA 9.7.5.2.8, ibv_modify_qp(3)).
+  if (qp->attr.rnr_retry != 7) {
+    if (r.rnr_retries_left == 0) {
+      FailOldest(qp, IBV_WC_RNR_RETRY_EXC_ERR);
+      return CompleterStep::kDone;
+    }
+    --r.rnr_retries_left;
+  }
+  requester_.RestartFrom(qp, psn);
+  r.rnr_resume_ns = core_.Now() + RnrTimerNs(p.fields.aeth.value());
+  r.timer_deadline_ns = 0;
+  return CompleterStep::kDone;
+}
+
+CompleterStep Completer::SequenceNak(const Response& response) {
+  const auto& [qp, p, r, psn, acknowledge] = response;
+  // Everything before `psn` arrived; resend from it (IBTA 9.7.5.2.4).
+  if (!RetireThrough(qp, psn - 1)) {
+    RestartOldest(qp);
+  } else {
+    requester_.RestartFrom(qp, psn);
+  }
+  AcknowledgeThrough(qp, psn - 1);
+  return CompleterStep::kDone;
+}
+
+CompleterStep Completer::FatalNak(const Response& response) {
+  const auto& [qp, p, r, psn, acknowledge] = response;
+  RetireThrough(qp, psn - 1);
+  const auto code = static_cast<NakCode>(p.fields.aeth.value());
+  ibv_wc_status status = IBV_WC_REM_OP_ERR;
+  if (code == NakCode::kInvalidRequest || code == NakCode::kInvalidRdRequest) status = IBV_WC_REM_INV_REQ_ERR;
+  if (code == NakCode::kRemoteAccessError) status = IBV_WC_REM_ACCESS_ERR;
+  FailOldest(qp, status);
+  return CompleterStep::kDone;
+}
+
+CompleterStep Completer::RetireEarlier(const Response& response) {
+  const auto& [qp, p, r, psn, acknowledge] = response;
   // A response implicitly acknowledges every request before it.
   if (!RetireThrough(qp, psn - 1)) {
-    SendSlot& pending = r.window[r.head & r.window_mask];
+    const SendSlot& pending = r.window[r.head & r.window_mask];
     if (pending.last_psn.DistanceFrom(psn) < 0) {
-      RestartOnce(qp, pending.first_psn + static_cast<uint32_t>(pending.bytes_done / qp->mtu_bytes));
-      return;
+      RestartOldest(qp);
+      return CompleterStep::kDone;
     }
   }
-  if (r.head == r.tail) return;
-  SendSlot& slot = r.window[r.head & r.window_mask];
+  return r.head == r.tail ? CompleterStep::kDone : CompleterStep::kMatchRequest;
+}
+
+CompleterStep Completer::MatchRequest(const Response& response) {
+  const auto& [qp, p, r, psn, acknowledge] = response;
+  const SendSlot& slot = r.window[r.head & r.window_mask];
   if (!slot.started || !slot.read_or_atomic || psn.DistanceFrom(slot.first_psn) < 0 ||
       slot.last_psn.DistanceFrom(psn) < 0) {
-    return;  // not the response we wait for
+    return CompleterStep::kDone;  // not the response we wait for
   }
-  const Operation op = p.opcode->operation;
-  if (slot.wqe->opcode == IBV_WR_ATOMIC_WRITE) {
-    // Its answer (as Linux rxe sends it): a READ response Only with no data.
-    if (op != Operation::kRdmaReadResponse) return;
-    if (p.opcode->position != MessagePosition::kOnly || p.fields.payload_length != 0) {
-      FailOldest(qp, IBV_WC_BAD_RESP_ERR);
-      return;
-    }
-  } else if (op == Operation::kAtomicAcknowledge) {
-    if (slot.wqe->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && slot.wqe->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) return;
-    const uint64_t original = p.fields.atomic_ack_eth.original_remote_data;
-    if (!ScatterToWqe(qp, slot.wqe, 0, reinterpret_cast<const uint8_t*>(&original), sizeof(original))) {
-      // The result buffer was deregistered, or is an implicit on-demand
-      // region's page that cannot be had.
-      FailOldest(qp, IBV_WC_LOC_PROT_ERR);
-      return;
-    }
-  } else {
-    if (slot.wqe->opcode != IBV_WR_RDMA_READ) return;
-    const Psn expected = slot.first_psn + static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes);
-    const int32_t ahead = psn.DistanceFrom(expected);
-    if (ahead < 0) return;  // a duplicate response
-    if (ahead > 0) {
-      // A response packet was lost: ask for the rest again (go-back-N).
-      qp->counters.out_of_sequence++;
-      core_.counters.out_of_sequence++;
-      RestartOnce(qp, expected);
-      return;
-    }
-    const uint64_t remaining = slot.wqe->total_length - slot.bytes_done;
-    const bool last = p.opcode->ends_message();
-    const uint32_t len = p.fields.payload_length;
-    // Each response but the last carries exactly one MTU (IBTA 9.7.5.1.3).
-    if (len > remaining || (!last && len != qp->mtu_bytes) || (last && len != remaining)) {
-      FailOldest(qp, IBV_WC_BAD_RESP_ERR);
-      return;
-    }
-    if (!ScatterToWqe(qp, slot.wqe, slot.bytes_done, p.payload, len)) {
-      FailOldest(qp, IBV_WC_LOC_PROT_ERR);  // a target buffer was deregistered (or unmapped: implicit ODP)
-      return;
-    }
-    slot.bytes_done += len;
-    if (!last) {
-      AcknowledgeThrough(qp, psn);
-      return;
-    }
+  if (slot.wqe->opcode == IBV_WR_ATOMIC_WRITE) return CompleterStep::kAtomicWriteDone;
+  if (p.opcode->operation == Operation::kAtomicAcknowledge) return CompleterStep::kAtomicResult;
+  return CompleterStep::kReadData;
+}
+
+CompleterStep Completer::AtomicWriteDone(const Response& response) {
+  const PacketView& p = response.p;
+  // Its answer (as Linux rxe sends it): a READ response Only with no data.
+  if (p.opcode->operation != Operation::kRdmaReadResponse) return CompleterStep::kDone;
+  if (p.opcode->position != MessagePosition::kOnly || p.fields.payload_length != 0) {
+    FailOldest(response.qp, IBV_WC_BAD_RESP_ERR);
+    return CompleterStep::kDone;
   }
-  // The request is complete: retire it first, so that the acknowledgement
-  // moves past it.
+  return CompleterStep::kComplete;
+}
+
+CompleterStep Completer::AtomicResult(const Response& response) {
+  const auto& [qp, p, r, psn, acknowledge] = response;
+  const SendSlot& slot = r.window[r.head & r.window_mask];
+  if (slot.wqe->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && slot.wqe->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    return CompleterStep::kDone;
+  }
+  const uint64_t original = p.fields.atomic_ack_eth.original_remote_data;
+  if (!ScatterToWqe(qp, slot.wqe, 0, reinterpret_cast<const uint8_t*>(&original), sizeof(original))) {
+    // The result buffer was deregistered, or is an implicit on-demand
+    // region's page that cannot be had.
+    FailOldest(qp, IBV_WC_LOC_PROT_ERR);
+    return CompleterStep::kDone;
+  }
+  return CompleterStep::kComplete;
+}
+
+CompleterStep Completer::ReadData(const Response& response) {
+  const auto& [qp, p, r, psn, acknowledge] = response;
+  SendSlot& slot = r.window[r.head & r.window_mask];
+  if (slot.wqe->opcode != IBV_WR_RDMA_READ) return CompleterStep::kDone;
+  const Psn expected = slot.first_psn + static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes);
+  const int32_t ahead = psn.DistanceFrom(expected);
+  if (ahead < 0) return CompleterStep::kDone;  // a duplicate response
+  if (ahead > 0) {
+    // A response packet was lost: ask for the rest again (go-back-N).
+    qp->counters.out_of_sequence++;
+    core_.counters.out_of_sequence++;
+    RestartOnce(qp, expected);
+    return CompleterStep::kDone;
+  }
+  const uint64_t remaining = slot.wqe->total_length - slot.bytes_done;
+  const bool last = p.opcode->ends_message();
+  const uint32_t len = p.fields.payload_length;
+  // Each response but the last carries exactly one MTU (IBTA 9.7.5.1.3).
+  if (len > remaining || (!last && len != qp->mtu_bytes) || (last && len != remaining)) {
+    FailOldest(qp, IBV_WC_BAD_RESP_ERR);
+    return CompleterStep::kDone;
+  }
+  if (!ScatterToWqe(qp, slot.wqe, slot.bytes_done, p.payload, len)) {
+    FailOldest(qp, IBV_WC_LOC_PROT_ERR);  // a target buffer was deregistered (or
+                                          // unmapped: implicit ODP)
+    return CompleterStep::kDone;
+  }
+  slot.bytes_done += len;
+  if (!last) {
+    AcknowledgeThrough(qp, psn);
+    return CompleterStep::kDone;
+  }
+  return CompleterStep::kComplete;
+}
+
+CompleterStep Completer::Complete(const Response& response) {
+  const auto& [qp, p, r, psn, acknowledge] = response;
+  // Retired first, so that the acknowledgement moves past it.
   --r.reads_in_flight;
   completions_.RetireOldestSend(qp, IBV_WC_SUCCESS);
   if (r.next_send < r.head) {
@@ -256,6 +351,7 @@ void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
     r.send_offset = 0;
   }
   AcknowledgeThrough(qp, psn);
+  return CompleterStep::kDone;
 }
 
 bool Completer::ScatterToWqe(const QueuePair* qp, const SendWqeView& w, uint64_t offset, const uint8_t* data,

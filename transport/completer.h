@@ -17,6 +17,31 @@
 
 namespace uroce::transport {
 
+// The steps of an acknowledgement-class packet through the completer (the
+// way Linux rxe's completer is written: a state enum and a loop
+// `step = RunStep(step, ...)` until kDone). ACKs and NAKs take the first
+// branch, READ responses and atomic acknowledgements the second; both end in
+// kDone, which a step that drops, fails or finishes the packet goes to.
+enum class CompleterStep : uint8_t {
+  kCheckPsn,  // inside what was sent and not yet acknowledged (9.7.5.2.2)
+  // An ACK or NAK (its AETH).
+  kCheckAck,     // the AETH syndrome chooses among the four below
+  kAck,          // retire what it covers; a READ it passes lost its response
+  kRnrNak,       // retire before it, wait the RNR timer, resend (9.7.5.2.8)
+  kSequenceNak,  // resend from its PSN (9.7.5.2.4)
+  kFatalNak,     // the oldest request fails and the QP enters error
+  // A READ response (9.7.5.1.3) or an atomic acknowledgement.
+  kRetireEarlier,    // it acknowledges every request before it
+  kMatchRequest,     // it answers the oldest request, a READ or an atomic
+  kAtomicWriteDone,  // an ATOMIC WRITE's zero-length READ response
+  kAtomicResult,     // the original value into the result buffer
+  kReadData,         // one MTU in order, scattered into the request's buffers
+  kComplete,         // the request is retired, the acknowledgement moves past it
+  kDone,
+};
+// Its name, for logs and tests ("check_psn", ...).
+const char* CompleterStepName(CompleterStep step);
+
 class Completer {
  public:
   // `requester`: where a retransmission restarts (go-back-N).
@@ -31,9 +56,34 @@ class Completer {
   void RunTimers(QueuePair* qp);
 
  private:
+  // One packet as every step sees it.
+  struct Response {
+    QueuePair* qp;
+    const PacketView& p;
+    RequesterState& r;  // qp->req
+    Psn psn;
+    bool acknowledge;  // an ACK or NAK, not a READ response or atomic acknowledgement
+  };
+  void Run(const Response& response);
+  CompleterStep RunStep(CompleterStep step, const Response& response);
+  CompleterStep CheckPsn(const Response& response);
+  CompleterStep CheckAck(const Response& response);
+  CompleterStep Ack(const Response& response);
+  CompleterStep RnrNak(const Response& response);
+  CompleterStep SequenceNak(const Response& response);
+  CompleterStep FatalNak(const Response& response);
+  CompleterStep RetireEarlier(const Response& response);
+  CompleterStep MatchRequest(const Response& response);
+  CompleterStep AtomicWriteDone(const Response& response);
+  CompleterStep AtomicResult(const Response& response);
+  CompleterStep ReadData(const Response& response);
+  CompleterStep Complete(const Response& response);
+
   bool RetireThrough(QueuePair* qp, Psn psn);
   void AcknowledgeThrough(QueuePair* qp, Psn psn);
   bool AckPsnValid(const QueuePair* qp, Psn psn) const;
+  // Asks once for the oldest request from the first PSN it still waits for.
+  void RestartOldest(QueuePair* qp);
   void RestartOnce(QueuePair* qp, Psn psn);
   void FailOldest(QueuePair* qp, ibv_wc_status status);
   // Scatters READ response or atomic data into the request's buffers, each

@@ -26,6 +26,22 @@ TEST(ResponderStepTest, EveryStepHasItsOwnName) {
   EXPECT_STREQ(ResponderStepName(static_cast<ResponderStep>(200)), "unknown");
 }
 
+// The completer's step names (completer.h), one per step, for logs.
+TEST(CompleterStepTest, EveryStepHasItsOwnName) {
+  const CompleterStep steps[] = {
+      CompleterStep::kCheckPsn,      CompleterStep::kCheckAck,     CompleterStep::kAck,
+      CompleterStep::kRnrNak,        CompleterStep::kSequenceNak,  CompleterStep::kFatalNak,
+      CompleterStep::kRetireEarlier, CompleterStep::kMatchRequest, CompleterStep::kAtomicWriteDone,
+      CompleterStep::kAtomicResult,  CompleterStep::kReadData,     CompleterStep::kComplete,
+      CompleterStep::kDone};
+  std::vector<std::string> names;
+  for (CompleterStep step : steps) names.push_back(CompleterStepName(step));
+  EXPECT_EQ(names, (std::vector<std::string>{"check_psn", "check_ack", "ack", "rnr_nak", "sequence_nak", "fatal_nak",
+                                             "retire_earlier", "match_request", "atomic_write_done", "atomic_result",
+                                             "read_data", "complete", "done"}));
+  EXPECT_STREQ(CompleterStepName(static_cast<CompleterStep>(200)), "unknown");
+}
+
 TEST_F(EngineTest, RcSendArrivesIntactWithCompletionFields) {
   Start();
   auto qps = pair_->ConnectQps({});
