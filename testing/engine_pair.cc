@@ -59,7 +59,7 @@ Status EnginePair::SetUpEndpoint(EngineSide& e, PacketIo& io, uint8_t host, cons
   config.port_mtu = options.port_mtu;
   config.tx_pool = pool_.get();
   config.io = &io;
-  config.clock_ns = [this] { return now_ns_; };
+  config.virtual_now_ns = &now_ns_;
   // QPNs from the pair's seed too, so that a run replays exactly.
   if (config.random_seed == 0) config.random_seed = options.seed * 2 + host;
   e.engine = std::make_unique<Engine>(config);

@@ -104,7 +104,7 @@ World& GetWorld() {
     config.gids = {Ipv4MappedGid(ours)};
     config.tx_pool = w->pool.get();
     config.io = &w->port;
-    config.clock_ns = [w] { return w->now; };
+    config.virtual_now_ns = &w->now;
     w->engine = std::make_unique<Engine>(config);
     w->engine->AddNeighbor(Ipv4MappedGid(peer), {2, 0, 0, 0, 9, 2});
     w->pd = *w->engine->AllocPd();

@@ -88,7 +88,7 @@ class HostilePeerTest : public ::testing::Test {
     config.gids = {our_gid_};
     config.tx_pool = pool_.get();
     config.io = &port_;
-    config.clock_ns = [this] { return now_; };
+    config.virtual_now_ns = &now_;
     config.random_seed = 7;
     if (tune) tune(config);
     engine_ = std::make_unique<Engine>(config);

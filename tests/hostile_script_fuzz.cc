@@ -181,7 +181,7 @@ void MakeWorld(World& w) {
   config.gids = {w.ours};
   config.tx_pool = Pool();
   config.io = &w.port;
-  config.clock_ns = [&w] { return w.now; };
+  config.virtual_now_ns = &w.now;
   config.random_seed = 1;
   config.per_qp_packet_budget = 8;
   w.engine = std::make_unique<Engine>(config);

@@ -30,8 +30,8 @@ EngineCore::EngineCore(const EngineConfig& engine_config)
 }
 
 void EngineCore::ReadClock() {
-  if (config.clock_ns) {
-    now_ns = config.clock_ns();
+  if (config.virtual_now_ns != nullptr) {
+    now_ns = *config.virtual_now_ns;
   } else {
     static const double ns_per_cycle = 1e9 / double(rte_get_tsc_hz());
     now_ns = static_cast<uint64_t>(double(rte_get_tsc_cycles()) * ns_per_cycle);

@@ -86,7 +86,7 @@ struct EngineCore {
   // clock (virtual time: runs replay exactly).
   void StartPoll(bool previous_poll_moved) {
     clock_fresh = false;
-    if (previous_poll_moved || config.clock_ns || ++polls_since_clock_read >= kPollsPerClockRead) ReadClock();
+    if (previous_poll_moved || config.virtual_now_ns != nullptr || ++polls_since_clock_read >= kPollsPerClockRead) ReadClock();
   }
   QueuePair* LookupQp(uint32_t qpn) const {
     QueuePair* qp = qp_table[qpn % config.max_qps];

@@ -40,9 +40,11 @@ struct EngineConfig {
   uint16_t rx_burst = 32;
   uint32_t per_qp_packet_budget = 32;  // packets one QP may send per Poll
   uint32_t atomic_replay_entries = 16; // atomics remembered for duplicates
-  // Clock in nanoseconds. Empty: the TSC. Tests give a virtual clock so that
-  // runs replay exactly.
-  std::function<uint64_t()> clock_ns;
+  // Virtual time in nanoseconds, owned by a test, which advances it between
+  // polls so that runs replay exactly. The engine only reads it, where it
+  // would read the TSC. Null: the TSC. Data, not a callback: the datapath
+  // calls no hook for the time.
+  const uint64_t* virtual_now_ns = nullptr;
   // Frames that are not RoCEv2 (ARP, ND, ...) go here; the callee owns the
   // mbuf. Empty: counted and freed. Runs on the engine thread inside Poll, so
   // it must not call the control path; to answer, it hands a frame to

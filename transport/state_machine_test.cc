@@ -45,7 +45,7 @@ class StateMachineTest : public ::testing::Test {
     config.gids = {our_gid_};
     config.tx_pool = pool_.get();
     config.io = &port_;
-    config.clock_ns = [this] { return now_; };
+    config.virtual_now_ns = &now_;
     engine_ = std::make_unique<Engine>(config);
     engine_->AddNeighbor(peer_gid_, peer_mac_);
     pd_ = *engine_->AllocPd();
