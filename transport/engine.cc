@@ -1,5 +1,5 @@
-// Engine: construction, posting and the poll loop. The control calls on the
-// object tables are in object_tables.cc and modify_qp.cc; the pipeline stages
+// Engine: construction, posting and the poll loop. The control calls are
+// Device's (device.cc, modify_qp.cc); the pipeline stages
 // are classes of their own: Transmitter (transmitter.cc), Requester
 // (requester.cc), Completer (completer.cc), Responder (responder.cc),
 // Receiver (receiver.cc), sharing an EngineCore (engine_core.h) and
@@ -19,13 +19,13 @@ namespace uroce::transport {
 
 Engine::Engine(const EngineConfig& config)
     : core_(config),
-      tables_(config.random_seed),
       doorbells_(2 * size_t{config.max_qps}),
       completions_(core_),
       tx_(core_),
-      requester_(core_, tx_, completions_, tables_.ahs),
-      completer_(core_, completions_, requester_),
       responder_(core_, tx_, completions_),
+      device_(core_, responder_, doorbells_),
+      requester_(core_, tx_, completions_, device_.address_handles()),
+      completer_(core_, completions_, requester_),
       rx_(core_, tx_, responder_, completer_) {}
 
 Engine::~Engine() {
@@ -228,10 +228,7 @@ void Engine::RingDoorbell(QueuePair* qp) {
   (void)doorbells_.TryPush(qp);
 }
 
-void Engine::TakeDoorbells() {
-  QueuePair* qp = nullptr;
-  while (doorbells_.TryPop(&qp)) core_.MarkBusy(qp);
-}
+void Engine::TakeDoorbells() { TakeRungDoorbells(doorbells_, core_); }
 
 bool Engine::Retire(QueuePair* qp) {
   if (qp->flush_pending || qp->resp.reads_count != 0) return false;

@@ -7,9 +7,10 @@
 //   Poll                          - the engine thread (a pinned lcore), or,
 //                                   in inline mode, whichever thread polls a
 //                                   CQ: one burst of receive, transmit, timers.
-// Control path (any thread): PDs, MRs, CQs, QPs, AHs. A control call waits for
-// the end of the current Poll (the "progress token"), applies its change and
-// returns: it never races the data path.
+// Control path (any thread): PDs, MRs, CQs, QPs, AHs, which Engine forwards to
+// Device (device.h). A control call waits for the end of the current Poll
+// (the "progress token"), applies its change and returns: it never races the
+// data path.
 //
 // Engine is the façade. Behind it each pipeline stage is a class of its own,
 // working on a QueuePair and the shared EngineCore (engine_core.h):
@@ -36,11 +37,11 @@
 #include "transport/completer.h"
 #include "transport/completion_queue.h"
 #include "transport/completions.h"
+#include "transport/device.h"
 #include "transport/engine_core.h"
 #include "transport/engine_types.h"
 #include "transport/headers.h"
 #include "transport/memory_region.h"
-#include "transport/object_tables.h"
 #include "transport/packet_builder.h"
 #include "transport/packet_fields.h"
 #include "transport/packet_io.h"
@@ -62,79 +63,60 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // ---- Control path (any thread) ----
-  StatusOr<PdHandle> AllocPd();
-  Status DeallocPd(PdHandle pd);
-  StatusOr<MrKeys> RegMr(PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access);
-  Status DeregMr(uint32_t lkey);
-  // ibv_rereg_mr(3): new PD, range and access for the region; keys unchanged.
-  Status ReregMr(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access);
-  // ibv_advise_mr(3): whether [addr, addr+length) is inside the region of
-  // `lkey` in `pd` with `access` (the table is read as the engine reads it).
-  MrCheck CheckLocalMr(uint32_t lkey, PdHandle pd, uint64_t addr, uint64_t length, int access) const;
-  // ibv_alloc_mw(3) / ibv_dealloc_mw(3): a window of `type` in `pd` and its
-  // first rkey; binding it is a work request (PostSend, IBV_WR_BIND_MW).
-  StatusOr<uint32_t> AllocMw(PdHandle pd, int type);
-  Status DeallocMw(uint32_t rkey);
-  // `allocator`: where the ring's memory comes from (a verbs parent
-  // domain's allocators); the heap when empty. Likewise for SRQs and QPs
-  // (QpInitAttr::allocator).
-  StatusOr<CompletionQueue*> CreateCq(uint32_t min_entries, RingAllocator allocator = {});
-  Status DestroyCq(CompletionQueue* cq);
-  // ibv_resize_cq(3): EINVAL-class errors for a size out of range, a CQ with
-  // libfabric sinks, or more completions waiting than the new size holds.
-  Status ResizeCq(CompletionQueue* cq, uint32_t min_entries);
-  // Sends `cq`'s completions on to a libfabric CQ and/or counter (cq layer);
-  // either may be null. The sinks must outlive the attachment.
-  Status AttachCompletionSinks(CompletionQueue* cq, cq::CompletionSink* cq_sink, cq::CompletionSink* counter_sink);
+  // ---- Control path (any thread): Device (device.h) says what each call does ----
+  StatusOr<PdHandle> AllocPd() { return device_.AllocPd(); }
+  Status DeallocPd(PdHandle pd) { return device_.DeallocPd(pd); }
+  StatusOr<MrKeys> RegMr(PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access) {
+    return device_.RegMr(pd, addr, length, iova, access);
+  }
+  Status DeregMr(uint32_t lkey) { return device_.DeregMr(lkey); }
+  Status ReregMr(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access) {
+    return device_.ReregMr(lkey, pd, addr, length, iova, access);
+  }
+  MrCheck CheckLocalMr(uint32_t lkey, PdHandle pd, uint64_t addr, uint64_t length, int access) const {
+    return device_.CheckLocalMr(lkey, pd, addr, length, access);
+  }
+  StatusOr<uint32_t> AllocMw(PdHandle pd, int type) { return device_.AllocMw(pd, type); }
+  Status DeallocMw(uint32_t rkey) { return device_.DeallocMw(rkey); }
+  StatusOr<CompletionQueue*> CreateCq(uint32_t min_entries, RingAllocator allocator = {}) {
+    return device_.CreateCq(min_entries, std::move(allocator));
+  }
+  Status DestroyCq(CompletionQueue* cq) { return device_.DestroyCq(cq); }
+  Status ResizeCq(CompletionQueue* cq, uint32_t min_entries) { return device_.ResizeCq(cq, min_entries); }
+  Status AttachCompletionSinks(CompletionQueue* cq, cq::CompletionSink* cq_sink, cq::CompletionSink* counter_sink) {
+    return device_.AttachCompletionSinks(cq, cq_sink, counter_sink);
+  }
   StatusOr<SharedReceiveQueue*> CreateSrq(PdHandle pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit,
-                                          const RingAllocator& allocator = {});
-  Status DestroySrq(SharedReceiveQueue* srq);
-  // ibv_modify_srq(3) IBV_SRQ_MAX_WR: room for `max_wr` receives from now on,
-  // those posted kept in order (posters wait meanwhile). InvalidArgument
-  // above the device's 16384 or below the receives posted; ResourceExhausted
-  // when a parent domain's allocator gives no memory. Control path.
-  Status ResizeSrq(SharedReceiveQueue* srq, uint32_t max_wr);
-  // XRC domains (IBTA annex A14, XRC; ibv_open_xrcd(3)): a number that XRC SRQs
-  // and XRC target QPs share. Destroying one that an SRQ or QP still uses is
-  // kBusy.
-  StatusOr<uint32_t> CreateXrcd();
-  Status DestroyXrcd(uint32_t xrcd);
-  // An XRC SRQ (IBV_SRQT_XRC): a basic SRQ of `pd` that also belongs to
-  // `xrcd`, completes its receives on `cq`, and has a 24-bit number
-  // (SharedReceiveQueue::srqn) that XRC initiators put in their XRCETHs.
+                                          const RingAllocator& allocator = {}) {
+    return device_.CreateSrq(pd, max_wr, max_sge, limit, allocator);
+  }
+  Status DestroySrq(SharedReceiveQueue* srq) { return device_.DestroySrq(srq); }
+  Status ResizeSrq(SharedReceiveQueue* srq, uint32_t max_wr) { return device_.ResizeSrq(srq, max_wr); }
+  StatusOr<uint32_t> CreateXrcd() { return device_.CreateXrcd(); }
+  Status DestroyXrcd(uint32_t xrcd) { return device_.DestroyXrcd(xrcd); }
   StatusOr<SharedReceiveQueue*> CreateXrcSrq(PdHandle pd, uint32_t xrcd, CompletionQueue* cq, uint32_t max_wr,
-                                             uint32_t max_sge, uint32_t limit, const RingAllocator& allocator = {});
-  StatusOr<QueuePair*> CreateQp(const QpInitAttr& init);
-  // A QP that is not (or no longer) this engine's is refused with
-  // kInvalidArgument, never touched. kAnyQpn: any QPN; otherwise the QP must
-  // also have that QPN, so that a holder of an old pointer (the connection
-  // manager) does not take a new QP made at a destroyed one's address for it.
-  static constexpr uint32_t kAnyQpn = UINT32_MAX;
-  Status ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn = kAnyQpn);
-  // To the error state for a reason the consumer did not ask for (the
-  // peer's process ended): as ModifyQp to IBV_QPS_ERR, and the flush raises
-  // IBV_EVENT_QP_FATAL, as the engine's own fatal errors do. A consumer's
-  // ModifyQp to ERR raises no event.
-  Status FailQp(QueuePair* qp, uint32_t expected_qpn = kAnyQpn);
-  Status QueryQp(QueuePair* qp, ibv_qp_attr* attr, ibv_qp_init_attr* init) const;
-  Status DestroyQp(QueuePair* qp);
-  StatusOr<uint32_t> CreateAh(PdHandle pd, const ibv_ah_attr& attr);
-  // An address handle to a MAC the caller already knows (the source MAC of a
-  // frame it answers): no neighbour lookup, no resolution, never waits. For
-  // the receive path of the connection manager, which must not resolve
-  // (a spoofed MAD would make it wait for ARP).
-  StatusOr<uint32_t> CreateAhToMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress& dmac);
-  Status DestroyAh(uint32_t handle);
-  // Static neighbour entry (the pmd layer's ARP/ND fills these too).
-  void AddNeighbor(const Gid& ip, const MacAddress& mac);
-  // The MAC of `ip`, if the neighbour table has it; our own GIDs (with
-  // loopback) are our own MAC.
-  bool LookupNeighbor(const Gid& ip, MacAddress* mac) const;
-  // Every QP of this engine (for shutdown: flush, then destroy).
-  std::vector<QueuePair*> QueuePairs() const;
-  // Per-QP counters, copied between two polls (telemetry).
-  std::vector<QpStats> QpStatsSnapshot() const;
+                                             uint32_t max_sge, uint32_t limit, const RingAllocator& allocator = {}) {
+    return device_.CreateXrcSrq(pd, xrcd, cq, max_wr, max_sge, limit, allocator);
+  }
+  StatusOr<QueuePair*> CreateQp(const QpInitAttr& init) { return device_.CreateQp(init); }
+  static constexpr uint32_t kAnyQpn = Device::kAnyQpn;
+  Status ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn = kAnyQpn) {
+    return device_.ModifyQp(qp, attr, mask, expected_qpn);
+  }
+  Status FailQp(QueuePair* qp, uint32_t expected_qpn = kAnyQpn) { return device_.FailQp(qp, expected_qpn); }
+  Status QueryQp(QueuePair* qp, ibv_qp_attr* attr, ibv_qp_init_attr* init) const {
+    return device_.QueryQp(qp, attr, init);
+  }
+  Status DestroyQp(QueuePair* qp) { return device_.DestroyQp(qp); }
+  StatusOr<uint32_t> CreateAh(PdHandle pd, const ibv_ah_attr& attr) { return device_.CreateAh(pd, attr); }
+  StatusOr<uint32_t> CreateAhToMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress& dmac) {
+    return device_.CreateAhToMac(pd, attr, dmac);
+  }
+  Status DestroyAh(uint32_t handle) { return device_.DestroyAh(handle); }
+  void AddNeighbor(const Gid& ip, const MacAddress& mac) { device_.AddNeighbor(ip, mac); }
+  bool LookupNeighbor(const Gid& ip, MacAddress* mac) const { return device_.LookupNeighbor(ip, mac); }
+  std::vector<QueuePair*> QueuePairs() const { return device_.QueuePairs(); }
+  std::vector<QpStats> QpStatsSnapshot() const { return device_.QpStatsSnapshot(); }
   const EngineConfig& config() const { return core_.config; }
   QpLimits limits() const { return core_.limits; }
 
@@ -174,17 +156,6 @@ class Engine {
   bool NextAsyncEvent(AsyncEvent* event) { return core_.async_events.TryPop(event); }
 
  private:
-  // ModifyQp and FailQp: `fatal` says whether a move to ERR raises
-  // IBV_EVENT_QP_FATAL when the queues are flushed.
-  Status ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn, bool fatal);
-  // control_mutex_ held: `qp` is one of ours (compared, not dereferenced).
-  bool OwnsQpLocked(const QueuePair* qp) const;
-  // `dmac`: the MAC to use; null: the neighbour table's.
-  bool ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why, const MacAddress* dmac = nullptr) const;
-  StatusOr<uint32_t> CreateAhWithMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress* dmac);
-  // Control path, no lock held: asks config_.resolve_neighbor for a missing MAC.
-  Status ResolveNeighborIfMissing(const ibv_ah_attr& ah, const char* call);
-
   void RunQp(QueuePair* qp);
   void TakeDoorbells();
   // After RunQp: true if `qp` has nothing left to do and left the list's
@@ -197,24 +168,21 @@ class Engine {
   // the engine-thread QP table and ready list, async events.
   EngineCore core_;
 
-  mutable std::mutex control_mutex_;  // control path only
-  // PDs, CQs, SRQs, QPs, AHs, neighbours, QPNs (object_tables.h).
-  ObjectTables tables_;
-
   // Posting threads -> engine: QPs whose doorbell they rang (each at most
   // twice at a time, so 2 max_qps entries always suffice: RingDoorbell).
   MpmcRing<QueuePair*> doorbells_;
   bool last_poll_moved_ = false;  // Poll: the clock is read after a poll that moved frames
 
-  // The stages (engine thread), in the order they depend on each other: each
-  // works on a QueuePair and the core, and reaches the stages above it in
-  // this list through the references it was built with; rx_ dispatches
-  // received packets to responder_ and completer_.
+  // The stages (engine thread) and the control path, in the order they
+  // depend on each other: each works on a QueuePair and the core, and
+  // reaches those above it in this list through the references it was built
+  // with; rx_ dispatches received packets to responder_ and completer_.
   Completions completions_;
   Transmitter tx_;
+  Responder responder_;
+  Device device_;  // the control path; its AH table is the requester's
   Requester requester_;
   Completer completer_;
-  Responder responder_;
   Receiver rx_;
 };
 

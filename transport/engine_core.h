@@ -148,6 +148,14 @@ struct EngineCore {
   MpmcRing<AsyncEvent> async_events{256};
 };
 
+// Puts every QP that posters queued in `doorbells` on `core`'s ready list:
+// the poll does so first; destroying a QP does too, so that no pointer to it
+// stays in the ring. Engine thread, or the control path holding the token.
+inline void TakeRungDoorbells(MpmcRing<QueuePair*>& doorbells, EngineCore& core) {
+  QueuePair* qp = nullptr;
+  while (doorbells.TryPop(&qp)) core.MarkBusy(qp);
+}
+
 // "Engine thread" in the stages' comments means the holder of the progress
 // token: Poll, or a control call between two polls. This checks it where
 // UROCE_DCHECKS is on.

@@ -6,21 +6,21 @@
 #include <cstring>
 #include <string>
 
-#include "transport/engine.h"
+#include "transport/device.h"
 
 namespace uroce::transport {
 
-Status Engine::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn) {
+Status Device::ModifyQp(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn) {
   return ModifyQpAs(qp, attr, mask, expected_qpn, /*fatal=*/false);
 }
 
-Status Engine::FailQp(QueuePair* qp, uint32_t expected_qpn) {
+Status Device::FailQp(QueuePair* qp, uint32_t expected_qpn) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_ERR;
   return ModifyQpAs(qp, attr, IBV_QP_STATE, expected_qpn, /*fatal=*/true);
 }
 
-Status Engine::ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn, bool fatal) {
+Status Device::ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint32_t expected_qpn, bool fatal) {
   if (mask & IBV_QP_AV) UROCE_RETURN_IF_ERROR(ResolveNeighborIfMissing(attr.ah_attr, "ibv_modify_qp"));
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (!OwnsQpLocked(qp) || (expected_qpn != kAnyQpn && qp->qpn != expected_qpn)) return InvalidArgument("no such QP");
@@ -120,7 +120,7 @@ Status Engine::ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint
   return Status::Ok();
 }
 
-Status Engine::QueryQp(QueuePair* qp, ibv_qp_attr* attr, ibv_qp_init_attr* init) const {
+Status Device::QueryQp(QueuePair* qp, ibv_qp_attr* attr, ibv_qp_init_attr* init) const {
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (!OwnsQpLocked(qp)) return InvalidArgument("no such QP");
   ProgressToken token(core_);

@@ -1,6 +1,6 @@
 // The engine's object tables: PDs, CQs, SRQs, QPs (their storage), address
-// handles, the neighbour table and the QPN generator. Engine's control calls
-// (object_tables.cc, modify_qp.cc) own them under Engine::control_mutex_;
+// handles, the neighbour table and the QPN generator. Device's control calls
+// (device.cc, modify_qp.cc) own them under Device::control_mutex_;
 // the engine thread reads only the AH table (UD sends, Requester), which the
 // control path changes while it holds the progress token.
 #pragma once

@@ -1,15 +1,15 @@
-// The engine's object tables and the control calls on them (Engine's
-// AllocPd ... DestroyAh, neighbours; ModifyQp and QueryQp are in
-// modify_qp.cc). Control path (any thread): calls serialize on
-// Engine::control_mutex_, and take the progress token (ProgressToken) for
-// whatever the engine thread also reads (the QP table, the AH table).
-#include "transport/object_tables.h"
+// Device: the control calls on the engine's objects (AllocPd ... DestroyAh,
+// neighbours; ModifyQp and QueryQp are in modify_qp.cc). Control path (any
+// thread): calls serialize on control_mutex_, and take the progress token
+// (ProgressToken) for whatever the engine thread also reads (the QP table,
+// the AH table).
+#include "transport/device.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
-#include "transport/engine.h"
+#include "transport/device.h"
 
 namespace uroce::transport {
 namespace {
@@ -70,7 +70,10 @@ bool CheckAddressVector(const ibv_ah_attr& ah, const std::vector<Gid>& gids, std
 
 ObjectTables::ObjectTables(uint64_t random_seed) : pd_in_use(1), random(RandomSeed(random_seed)) {}
 
-StatusOr<PdHandle> Engine::AllocPd() {
+Device::Device(EngineCore& core, Responder& responder, MpmcRing<QueuePair*>& doorbells)
+    : core_(core), responder_(responder), doorbells_(doorbells), tables_(core.config.random_seed) {}
+
+StatusOr<PdHandle> Device::AllocPd() {
   std::lock_guard<std::mutex> lock(control_mutex_);
   // Handles go round a large space rather than reusing the lowest free one,
   // so that a freed handle is not at once another PD's (a stale holder of it
@@ -87,7 +90,7 @@ StatusOr<PdHandle> Engine::AllocPd() {
   return ResourceExhausted("no free protection domain");
 }
 
-Status Engine::DeallocPd(PdHandle pd) {
+Status Device::DeallocPd(PdHandle pd) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (!tables_.PdValid(pd)) return InvalidArgument("no such PD");
   // ibv_dealloc_pd(3): EBUSY while anything still belongs to the PD.
@@ -105,7 +108,7 @@ Status Engine::DeallocPd(PdHandle pd) {
   return Status::Ok();
 }
 
-StatusOr<MrKeys> Engine::RegMr(PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access) {
+StatusOr<MrKeys> Device::RegMr(PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access) {
   // Held across the registration, so that DeallocPd cannot free the PD in
   // between and leave a region in a dead (later reused) PD.
   std::lock_guard<std::mutex> lock(control_mutex_);
@@ -113,13 +116,13 @@ StatusOr<MrKeys> Engine::RegMr(PdHandle pd, void* addr, uint64_t length, uint64_
   return core_.mrs.Register(pd, addr, length, iova, access);
 }
 
-Status Engine::DeregMr(uint32_t lkey) {
+Status Device::DeregMr(uint32_t lkey) {
   // Between polls, so no packet of the current burst still uses the region.
   ProgressToken token(core_);
   return core_.mrs.Deregister(lkey);
 }
 
-Status Engine::ReregMr(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access) {
+Status Device::ReregMr(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, uint64_t iova, int access) {
   std::lock_guard<std::mutex> lock(control_mutex_);  // the PD stays alive, as in RegMr
   if (!tables_.PdValid(pd)) return InvalidArgument("no such PD");
   // Between polls: no packet of the current burst sees half an update.
@@ -127,24 +130,24 @@ Status Engine::ReregMr(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, 
   return core_.mrs.Reregister(lkey, pd, addr, length, iova, access);
 }
 
-MrCheck Engine::CheckLocalMr(uint32_t lkey, PdHandle pd, uint64_t addr, uint64_t length, int access) const {
+MrCheck Device::CheckLocalMr(uint32_t lkey, PdHandle pd, uint64_t addr, uint64_t length, int access) const {
   uint8_t* host = nullptr;
   return core_.mrs.CheckLocal(lkey, pd, addr, length, access, &host);
 }
 
-StatusOr<uint32_t> Engine::AllocMw(PdHandle pd, int type) {
+StatusOr<uint32_t> Device::AllocMw(PdHandle pd, int type) {
   std::lock_guard<std::mutex> lock(control_mutex_);  // the PD stays alive, as in RegMr
   if (!tables_.PdValid(pd)) return InvalidArgument("no such PD");
   return core_.mrs.AllocateWindow(pd, type);
 }
 
-Status Engine::DeallocMw(uint32_t rkey) {
+Status Device::DeallocMw(uint32_t rkey) {
   // Between polls: no packet of the current burst still goes through it.
   ProgressToken token(core_);
   return core_.mrs.DeallocateWindow(rkey);
 }
 
-StatusOr<CompletionQueue*> Engine::CreateCq(uint32_t min_entries, RingAllocator allocator) {
+StatusOr<CompletionQueue*> Device::CreateCq(uint32_t min_entries, RingAllocator allocator) {
   if (min_entries == 0 || min_entries > (1u << 22)) return InvalidArgument("CQ size out of range");
   auto cq = std::make_unique<CompletionQueue>(min_entries, std::move(allocator));
   if (!cq->has_ring()) return ResourceExhausted("the CQ's allocator gave no memory");
@@ -153,7 +156,7 @@ StatusOr<CompletionQueue*> Engine::CreateCq(uint32_t min_entries, RingAllocator 
   return tables_.cqs.back().get();
 }
 
-Status Engine::AttachCompletionSinks(CompletionQueue* cq, cq::CompletionSink* cq_sink,
+Status Device::AttachCompletionSinks(CompletionQueue* cq, cq::CompletionSink* cq_sink,
                                      cq::CompletionSink* counter_sink) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   ProgressToken token(core_);
@@ -164,7 +167,7 @@ Status Engine::AttachCompletionSinks(CompletionQueue* cq, cq::CompletionSink* cq
   return Status::Ok();
 }
 
-Status Engine::ResizeCq(CompletionQueue* cq, uint32_t min_entries) {
+Status Device::ResizeCq(CompletionQueue* cq, uint32_t min_entries) {
   if (min_entries == 0 || min_entries > (1u << 22)) return InvalidArgument("CQ size out of range");
   std::lock_guard<std::mutex> lock(control_mutex_);
   auto it = std::find_if(tables_.cqs.begin(), tables_.cqs.end(), [cq](const auto& p) { return p.get() == cq; });
@@ -177,7 +180,7 @@ Status Engine::ResizeCq(CompletionQueue* cq, uint32_t min_entries) {
   return Status::Ok();
 }
 
-Status Engine::DestroyCq(CompletionQueue* cq) {
+Status Device::DestroyCq(CompletionQueue* cq) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   for (const auto& qp : tables_.qp_storage) {
     if (qp && (qp->send_cq == cq || qp->recv_cq == cq)) {
@@ -198,7 +201,7 @@ Status Engine::DestroyCq(CompletionQueue* cq) {
   return Status::Ok();
 }
 
-StatusOr<SharedReceiveQueue*> Engine::CreateSrq(PdHandle pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit,
+StatusOr<SharedReceiveQueue*> Device::CreateSrq(PdHandle pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit,
                                                 const RingAllocator& allocator) {
   if (max_wr == 0 || max_wr > 16384) return InvalidArgument("SRQ max_wr out of range");
   if (max_sge == 0 || max_sge > kMaxRecvSge) return InvalidArgument("SRQ max_sge out of range");
@@ -211,7 +214,7 @@ StatusOr<SharedReceiveQueue*> Engine::CreateSrq(PdHandle pd, uint32_t max_wr, ui
   return tables_.srqs.back().get();
 }
 
-Status Engine::ResizeSrq(SharedReceiveQueue* srq, uint32_t max_wr) {
+Status Device::ResizeSrq(SharedReceiveQueue* srq, uint32_t max_wr) {
   if (max_wr == 0 || max_wr > 16384) return InvalidArgument("SRQ max_wr out of range");
   std::lock_guard<std::mutex> lock(control_mutex_);
   auto it = std::find_if(tables_.srqs.begin(), tables_.srqs.end(), [srq](const auto& p) { return p.get() == srq; });
@@ -233,7 +236,7 @@ Status Engine::ResizeSrq(SharedReceiveQueue* srq, uint32_t max_wr) {
   return status;
 }
 
-Status Engine::DestroySrq(SharedReceiveQueue* srq) {
+Status Device::DestroySrq(SharedReceiveQueue* srq) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   for (const auto& qp : tables_.qp_storage) {
     if (qp && qp->srq == srq) return Busy("SRQ still used by a QP");
@@ -258,7 +261,7 @@ Status Engine::DestroySrq(SharedReceiveQueue* srq) {
   return Status::Ok();
 }
 
-StatusOr<uint32_t> Engine::CreateXrcd() {
+StatusOr<uint32_t> Device::CreateXrcd() {
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (tables_.xrcds.size() >= core_.config.max_qps) return ResourceExhausted("no free XRC domain");
   uint32_t xrcd = tables_.next_xrcd;
@@ -268,7 +271,7 @@ StatusOr<uint32_t> Engine::CreateXrcd() {
   return xrcd;
 }
 
-Status Engine::DestroyXrcd(uint32_t xrcd) {
+Status Device::DestroyXrcd(uint32_t xrcd) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   auto it = std::find(tables_.xrcds.begin(), tables_.xrcds.end(), xrcd);
   if (xrcd == 0 || it == tables_.xrcds.end()) return InvalidArgument("no such XRC domain");
@@ -283,7 +286,7 @@ Status Engine::DestroyXrcd(uint32_t xrcd) {
   return Status::Ok();
 }
 
-StatusOr<SharedReceiveQueue*> Engine::CreateXrcSrq(PdHandle pd, uint32_t xrcd, CompletionQueue* cq, uint32_t max_wr,
+StatusOr<SharedReceiveQueue*> Device::CreateXrcSrq(PdHandle pd, uint32_t xrcd, CompletionQueue* cq, uint32_t max_wr,
                                                    uint32_t max_sge, uint32_t limit, const RingAllocator& allocator) {
   if (max_wr == 0 || max_wr > 16384) return InvalidArgument("SRQ max_wr out of range");
   if (max_sge == 0 || max_sge > kMaxRecvSge) return InvalidArgument("SRQ max_sge out of range");
@@ -322,7 +325,7 @@ StatusOr<SharedReceiveQueue*> Engine::CreateXrcSrq(PdHandle pd, uint32_t xrcd, C
   return raw;
 }
 
-StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
+StatusOr<QueuePair*> Device::CreateQp(const QpInitAttr& init) {
   if (init.type != IBV_QPT_RC && init.type != IBV_QPT_UC && init.type != IBV_QPT_UD &&
       init.type != IBV_QPT_XRC_SEND && init.type != IBV_QPT_XRC_RECV) {
     return Status(StatusCode::kNotSupported, "QP type not supported");
@@ -431,7 +434,7 @@ StatusOr<QueuePair*> Engine::CreateQp(const QpInitAttr& init) {
   return raw;
 }
 
-bool Engine::ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why, const MacAddress* dmac) const {
+bool Device::ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why, const MacAddress* dmac) const {
   if (!CheckAddressVector(ah, core_.config.gids, why)) return false;
   Gid dgid;
   std::memcpy(dgid.data(), ah.grh.dgid.raw, 16);
@@ -461,7 +464,7 @@ bool Engine::ResolvePath(const ibv_ah_attr& ah, PathInfo* path, std::string* why
   return false;
 }
 
-bool Engine::LookupNeighbor(const Gid& ip, MacAddress* mac) const {
+bool Device::LookupNeighbor(const Gid& ip, MacAddress* mac) const {
   if (core_.IsLoopbackGid(ip)) {
     if (mac != nullptr) *mac = core_.config.mac;
     return true;
@@ -476,14 +479,14 @@ bool Engine::LookupNeighbor(const Gid& ip, MacAddress* mac) const {
   return false;
 }
 
-std::vector<QueuePair*> Engine::QueuePairs() const {
+std::vector<QueuePair*> Device::QueuePairs() const {
   std::lock_guard<std::mutex> lock(control_mutex_);
   std::vector<QueuePair*> out;
   for (const auto& qp : tables_.qp_storage) out.push_back(qp.get());
   return out;
 }
 
-std::vector<QpStats> Engine::QpStatsSnapshot() const {
+std::vector<QpStats> Device::QpStatsSnapshot() const {
   std::lock_guard<std::mutex> lock(control_mutex_);
   ProgressToken token(core_);
   std::vector<QpStats> out;
@@ -500,7 +503,7 @@ std::vector<QpStats> Engine::QpStatsSnapshot() const {
   return out;
 }
 
-Status Engine::ResolveNeighborIfMissing(const ibv_ah_attr& ah, const char* call) {
+Status Device::ResolveNeighborIfMissing(const ibv_ah_attr& ah, const char* call) {
   // The arguments first: a path that can never be valid fails at once, not
   // after ARP or ND gives up.
   if (std::string why; !CheckAddressVector(ah, core_.config.gids, &why)) {
@@ -518,7 +521,7 @@ Status Engine::ResolveNeighborIfMissing(const ibv_ah_attr& ah, const char* call)
   return Status::Ok();
 }
 
-void Engine::AddNeighbor(const Gid& ip, const MacAddress& mac) {
+void Device::AddNeighbor(const Gid& ip, const MacAddress& mac) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   for (auto& entry : tables_.neighbors) {
     if (entry.first == ip) {
@@ -532,12 +535,12 @@ void Engine::AddNeighbor(const Gid& ip, const MacAddress& mac) {
   tables_.neighbors.emplace_back(ip, mac);
 }
 
-bool Engine::OwnsQpLocked(const QueuePair* qp) const {
+bool Device::OwnsQpLocked(const QueuePair* qp) const {
   const auto& storage = tables_.qp_storage;
   return std::any_of(storage.begin(), storage.end(), [qp](const auto& p) { return p.get() == qp; });
 }
 
-Status Engine::DestroyQp(QueuePair* qp) {
+Status Device::DestroyQp(QueuePair* qp) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   auto& storage = tables_.qp_storage;
   auto it = std::find_if(storage.begin(), storage.end(), [qp](const auto& p) { return p.get() == qp; });
@@ -547,7 +550,7 @@ Status Engine::DestroyQp(QueuePair* qp) {
     core_.qp_table[qp->qpn % core_.config.max_qps] = nullptr;
     // Its doorbell may wait in the ring: taken first, so that no pointer to
     // it stays behind.
-    TakeDoorbells();
+    TakeRungDoorbells(doorbells_, core_);
     core_.busy_qps.erase(std::remove(core_.busy_qps.begin(), core_.busy_qps.end(), qp), core_.busy_qps.end());
     responder_.ForgetQp(qp);
     // Its type 2 windows end with it: a later QP with the same QPN must not
@@ -558,16 +561,16 @@ Status Engine::DestroyQp(QueuePair* qp) {
   return Status::Ok();
 }
 
-StatusOr<uint32_t> Engine::CreateAh(PdHandle pd, const ibv_ah_attr& attr) {
+StatusOr<uint32_t> Device::CreateAh(PdHandle pd, const ibv_ah_attr& attr) {
   UROCE_RETURN_IF_ERROR(ResolveNeighborIfMissing(attr, "ibv_create_ah"));
   return CreateAhWithMac(pd, attr, nullptr);
 }
 
-StatusOr<uint32_t> Engine::CreateAhToMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress& dmac) {
+StatusOr<uint32_t> Device::CreateAhToMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress& dmac) {
   return CreateAhWithMac(pd, attr, &dmac);
 }
 
-StatusOr<uint32_t> Engine::CreateAhWithMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress* dmac) {
+StatusOr<uint32_t> Device::CreateAhWithMac(PdHandle pd, const ibv_ah_attr& attr, const MacAddress* dmac) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   if (!tables_.PdValid(pd)) return InvalidArgument("no such PD");
   AddressHandle ah;
@@ -588,7 +591,7 @@ StatusOr<uint32_t> Engine::CreateAhWithMac(PdHandle pd, const ibv_ah_attr& attr,
   return static_cast<uint32_t>(tables_.ahs.size() - 1);
 }
 
-Status Engine::DestroyAh(uint32_t handle) {
+Status Device::DestroyAh(uint32_t handle) {
   std::lock_guard<std::mutex> lock(control_mutex_);
   ProgressToken token(core_);
   if (handle == 0 || handle >= tables_.ahs.size() || !tables_.ahs[handle].valid) return InvalidArgument("no such AH");
