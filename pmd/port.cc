@@ -19,6 +19,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "pmd/log.h"
+
 namespace uroce::pmd {
 namespace {
 
@@ -57,7 +59,7 @@ class InterruptThreadJobs {
     if (!done_cv_.wait_for(lock, std::chrono::seconds(10), [this] { return done_; })) {
       if (job_ != nullptr) {
         job_ = nullptr;
-        RTE_LOG(WARNING, USER1, "uroce: EAL's interrupt thread took no job for 10 s; running it here\n");
+        UROCE_LOG(WARNING, kPmd, "EAL's interrupt thread took no job for 10 s; running it here\n");
         return false;
       }
       done_cv_.wait(lock, [this] { return done_; });  // taken: it is running now

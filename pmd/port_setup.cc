@@ -1,7 +1,6 @@
 #include "pmd/port_setup.h"
 
 #include <rte_ethdev.h>
-#include <rte_log.h>
 #include <rte_mbuf.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -16,16 +15,10 @@
 #include <string>
 
 #include "pmd/eal.h"
+#include "pmd/log.h"
 
 namespace uroce::pmd {
 
-// uroce's own rte_log type, named as DPDK's own are ("uroce.pmd"): EAL's
-// --log-level 'uroce.*:debug' and the like select it.
-int LogType() {
-  static const int type = rte_log_register_type_and_pick_level("uroce.pmd", RTE_LOG_NOTICE);
-  return type >= 0 ? type : RTE_LOGTYPE_USER1;
-}
-#define UROCE_LOG(level, ...) rte_log(RTE_LOG_##level, LogType(), "uroce: " __VA_ARGS__)
 
 std::string VdevArg(const std::string& vdev, const std::string& key) {
   size_t pos = vdev.find(',');
@@ -82,7 +75,7 @@ std::string FitLcoresToCpus(const std::string& lcores) {
       changed = true;
     }
   }
-  if (changed) UROCE_LOG(WARNING, "lcores %s: not every CPU is here; running them as %s\n", lcores.c_str(), out.c_str());
+  if (changed) UROCE_LOG(WARNING, kPmd, "lcores %s: not every CPU is here; running them as %s\n", lcores.c_str(), out.c_str());
   return changed ? out : lcores;
 }
 

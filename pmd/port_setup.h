@@ -1,7 +1,7 @@
 // What a process does around its DPDK ports before and while it starts
 // them, for the process runtime (runtime/runtime.h) and the host daemon
 // alike: EAL started for a configuration, the buffers a port's MTU needs,
-// the af_packet ring geometry, and uroce's own rte_log type.
+// and the af_packet ring geometry.
 //
 // Control path.
 #pragma once
@@ -30,8 +30,5 @@ Status CheckAfPacketFrameSize(const std::string& port, uint32_t mtu);
 // The value of `key` in a vdev argument string ("net_memif0,role=server,..."),
 // "" if it has none.
 std::string VdevArg(const std::string& vdev, const std::string& key);
-
-// uroce's rte_log type, "uroce.pmd".
-int LogType();
 
 }  // namespace uroce::pmd

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "pmd/eal.h"
+#include "pmd/log.h"
 #include "pmd/port.h"
 #include "pmd/port_setup.h"
 #include "runtime/telemetry.h"
@@ -42,7 +43,6 @@ using pmd::ImpairedPortIo;
 using pmd::ImpairmentSummary;
 using host::LinkChange;
 using host::LocalLinks;
-using pmd::LogType;
 using pmd::PortByName;
 using pmd::PortConfig;
 using pmd::PortImpairment;
@@ -59,8 +59,6 @@ namespace {
 
 using transport::Engine;
 using transport::EngineConfig;
-
-#define UROCE_LOG(level, ...) rte_log(RTE_LOG_##level, LogType(), "uroce: " __VA_ARGS__)
 
 }  // namespace
 
@@ -448,7 +446,7 @@ void Runtime::ConnectMemifClients() {
         ep->port_started = rte_eth_dev_start(ep->port_id) == 0;
       });
       if (!e->port_started && !told) {
-        UROCE_LOG(INFO, "%s: waiting for the memif server\n", e->config.port.c_str());
+        UROCE_LOG(INFO, kRuntime, "%s: waiting for the memif server\n", e->config.port.c_str());
         told = true;
         if (memif_log >= 0) rte_log_set_level(memif_log, RTE_LOG_EMERG);
       }
@@ -545,12 +543,12 @@ ShutdownReport Runtime::Shutdown() {
   for (auto& e : devices_) {
     if (e->config.kind != PortKind::kRingPair && e->config.kind != PortKind::kShm) {
       Status s = ClosePort(e->port_id);
-      if (!s.ok()) UROCE_LOG(WARNING, "%s\n", s.ToString().c_str());
+      if (!s.ok()) UROCE_LOG(WARNING, kRuntime, "%s\n", s.ToString().c_str());
     }
   }
   for (auto& [name, pair] : ring_pairs_) {
     Status s = DestroyRingPair(pair);
-    if (!s.ok()) UROCE_LOG(WARNING, "%s\n", s.ToString().c_str());
+    if (!s.ok()) UROCE_LOG(WARNING, kRuntime, "%s\n", s.ToString().c_str());
   }
   ring_pairs_.clear();
   // 5. Count, then free the pools.

@@ -13,7 +13,6 @@
 // -FI_EINVAL for bad arguments, -FI_EOPBADSTATE before the connection is up.
 #include <arpa/inet.h>
 
-#include <cstdio>
 #include <cstring>
 
 #include "api/fabric/cm_data.h"
@@ -22,6 +21,7 @@
 #include "api/fabric/objects.h"
 #include "api/fabric/provider.h"
 #include "api/fabric/unsupported.h"
+#include "pmd/log.h"
 #include "runtime/process.h"
 #include "transport/work_request.h"
 
@@ -385,7 +385,7 @@ int Enable(Endpoint* ep) {
   Status attached = engine->AttachCompletionSinks(*send_cq, ep->tx_cq, ep->tx_cntr);
   if (attached.ok()) attached = engine->AttachCompletionSinks(*recv_cq, ep->rx_cq, ep->rx_cntr);
   if (!qp.ok() || !attached.ok()) {
-    std::fprintf(stderr, "uroce: fi_enable: %s\n", (qp.ok() ? attached : qp.status()).ToString().c_str());
+    UROCE_LOG(ERR, kApi, "fi_enable: %s\n", (qp.ok() ? attached : qp.status()).ToString().c_str());
     if (qp.ok()) (void)engine->DestroyQp(*qp);
     (void)engine->AttachCompletionSinks(*send_cq, nullptr, nullptr);
     (void)engine->AttachCompletionSinks(*recv_cq, nullptr, nullptr);

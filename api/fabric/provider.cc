@@ -10,7 +10,6 @@
 #include <rdma/providers/fi_prov.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "api/fabric/info.h"
 #include "api/fabric/objects.h"
 #include "api/fabric/unsupported.h"
+#include "pmd/log.h"
 #include "runtime/process.h"
 
 namespace uroce::fabric {
@@ -107,7 +107,7 @@ int RegisterMemory(Domain* domain, const void* buf, size_t len, uint64_t access,
   const uint64_t iova = (domain->mr_mode & FI_MR_VIRT_ADDR) ? reinterpret_cast<uintptr_t>(buf) : offset;
   auto keys = domain->engine->RegMr(domain->pd, const_cast<void*>(buf), len, iova, AccessFlags(access));
   if (!keys.ok()) {
-    std::fprintf(stderr, "uroce: fi_mr_reg(%p, %zu): %s\n", buf, len, keys.status().ToString().c_str());
+    UROCE_LOG(ERR, kApi, "fi_mr_reg(%p, %zu): %s\n", buf, len, keys.status().ToString().c_str());
     return keys.status().code() == StatusCode::kResourceExhausted ? -FI_ENOMEM : -FI_EINVAL;
   }
   auto* mr = new MemoryRegion();
@@ -218,7 +218,7 @@ int DomainOpen(fid_fabric* fabric, fi_info* info, fid_domain** out, void* contex
   runtime::Runtime::Device& rt = Process().runtime()->device(static_cast<size_t>(index));
   auto cm = CmService::Get().ForDevice(static_cast<size_t>(index));
   if (!cm.ok()) {
-    std::fprintf(stderr, "uroce: connection manager: %s\n", cm.status().ToString().c_str());
+    UROCE_LOG(ERR, kApi, "connection manager: %s\n", cm.status().ToString().c_str());
     return -FI_EIO;
   }
   auto* domain = new Domain();

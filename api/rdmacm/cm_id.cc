@@ -24,7 +24,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -34,6 +33,7 @@
 #include "api/rdmacm/objects.h"
 #include "api/verbs/objects.h"
 #include "cm/socket_address.h"
+#include "pmd/log.h"
 #include "runtime/connection_managers.h"
 #include "runtime/neighbor_resolver.h"
 #include "runtime/process.h"
@@ -152,7 +152,7 @@ void TransmitNow(int device) {
 ConnectionManager* CmForDevice(int device) {
   auto cm = runtime::ConnectionManagers::Get().ForDevice(static_cast<size_t>(device));
   if (!cm.ok()) {
-    std::fprintf(stderr, "uroce: rdma_cm: %s\n", cm.status().ToString().c_str());
+    UROCE_LOG(ERR, kApi, "rdma_cm: %s\n", cm.status().ToString().c_str());
     return nullptr;
   }
   return *cm;
@@ -409,7 +409,7 @@ int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, 
     // The connection manager speaks the RDMA IP CM service for TCP-like
     // ports (service IDs 0x106xxxx) with RC QPs; UD (RDMA_PS_UDP's SIDR),
     // IPoIB and native IB port spaces are not there.
-    std::fprintf(stderr, "uroce: rdma_create_id: only RDMA_PS_TCP is supported (port space 0x%x asked)\n",
+    UROCE_LOG(ERR, kApi, "rdma_create_id: only RDMA_PS_TCP is supported (port space 0x%x asked)\n",
                  static_cast<unsigned>(ps));
     return Fail(EPROTONOSUPPORT);
   }
@@ -510,7 +510,7 @@ int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, in
   // lock is held while it waits.
   const Status reachable = ResolveNeighbor(device, peer, timeout_ms);
   if (!reachable.ok()) {
-    std::fprintf(stderr, "uroce: rdma_resolve_addr: %s\n", reachable.ToString().c_str());
+    UROCE_LOG(ERR, kApi, "rdma_resolve_addr: %s\n", reachable.ToString().c_str());
     std::lock_guard<std::mutex> lock(GetRegistry().mutex);
     if (ours->state != IdState::kIdle && ours->state != IdState::kBound) return Fail(EINVAL);
     const int status = reachable.code() == StatusCode::kUnavailable ? -ETIMEDOUT : -EHOSTUNREACH;
@@ -640,7 +640,7 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
       // Our connection manager moves the QP through RTR and RTS itself; a QP
       // the application made and moves (conn_param->qp_num, rdma_establish)
       // is not supported.
-      std::fprintf(stderr, "uroce: rdma_connect needs a QP made by rdma_create_qp on the id\n");
+      UROCE_LOG(ERR, kApi, "rdma_connect needs a QP made by rdma_create_qp on the id\n");
       return Fail(EOPNOTSUPP);
     }
     if (conn_param != nullptr && conn_param->private_data_len > cm::kCmReqUserDataSize) return Fail(EINVAL);
@@ -662,7 +662,7 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
     }
     auto connection = ours->cm->Connect(params, ours->tag);
     if (!connection.ok()) {
-      std::fprintf(stderr, "uroce: rdma_connect: %s\n", connection.status().ToString().c_str());
+      UROCE_LOG(ERR, kApi, "rdma_connect: %s\n", connection.status().ToString().c_str());
       return Fail(connection.status().ToErrno());
     }
     ours->connection = *connection;
@@ -675,7 +675,7 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
 int rdma_establish(rdma_cm_id* /*id*/) {
   // Only needed after CONNECT_RESPONSE, which uroce never reports: the
   // connection manager sends the RTU itself (rdma_connect above).
-  std::fprintf(stderr, "uroce: rdma_establish is not supported (QPs not made by rdma_create_qp)\n");
+  UROCE_LOG(ERR, kApi, "rdma_establish is not supported (QPs not made by rdma_create_qp)\n");
   return Fail(EOPNOTSUPP);
 }
 
@@ -686,7 +686,7 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
     std::lock_guard<std::mutex> lock(GetRegistry().mutex);
     if (ours->state != IdState::kConnectRequest) return Fail(EINVAL);
     if (id->qp == nullptr) {
-      std::fprintf(stderr, "uroce: rdma_accept needs a QP made by rdma_create_qp on the id\n");
+      UROCE_LOG(ERR, kApi, "rdma_accept needs a QP made by rdma_create_qp on the id\n");
       return Fail(EOPNOTSUPP);
     }
     if (conn_param != nullptr && conn_param->private_data_len > cm::kCmRepPrivateDataSize) {
@@ -707,7 +707,7 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
     }
     Status accepted = ours->cm->Accept(ours->connection, params, ours->tag);
     if (!accepted.ok()) {
-      std::fprintf(stderr, "uroce: rdma_accept: %s\n", accepted.ToString().c_str());
+      UROCE_LOG(ERR, kApi, "rdma_accept: %s\n", accepted.ToString().c_str());
       ours->state = IdState::kRejected;
       return Fail(accepted.ToErrno());
     }

@@ -3,11 +3,11 @@
 // remembers them so the connection manager can drive the QP.
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <mutex>
 
 #include "api/rdmacm/entry_points.h"
 #include "api/rdmacm/objects.h"
+#include "pmd/log.h"
 
 namespace uroce::rdmacm {
 namespace {
@@ -85,7 +85,7 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
   CmId* ours = CmId::From(id);
   if (id->verbs == nullptr || id->qp != nullptr) return Fail(EINVAL);  // no device yet, or a QP already
   if (qp_init_attr->qp_type != IBV_QPT_RC) {
-    std::fprintf(stderr, "uroce: rdma_create_qp: RDMA_PS_TCP ids carry RC QPs only\n");
+    UROCE_LOG(ERR, kApi, "rdma_create_qp: RDMA_PS_TCP ids carry RC QPs only\n");
     return Fail(EOPNOTSUPP);
   }
   if (pd == nullptr) pd = DefaultPd(ours);
@@ -142,7 +142,7 @@ int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
   if (qp_attr->qp_state != IBV_QPS_INIT) {
     // RTR and RTS need the peer's QPN and PSN, which stay inside the
     // connection manager: QPs made by rdma_create_qp are moved by it.
-    std::fprintf(stderr, "uroce: rdma_init_qp_attr: only IBV_QPS_INIT is supported\n");
+    UROCE_LOG(ERR, kApi, "rdma_init_qp_attr: only IBV_QPS_INIT is supported\n");
     return Fail(EOPNOTSUPP);
   }
   qp_attr->pkey_index = 0;
