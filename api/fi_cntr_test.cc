@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "api/fi_test_util.h"
-#include "api/uroce_fi.h"
+#include "api/uroce_cq.h"
 
 namespace uroce::testing {
 namespace {

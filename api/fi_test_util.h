@@ -1,4 +1,4 @@
-// Helpers for the tests of api/uroce_fi.h: completions as the engine builds
+// Helpers for the tests of api/uroce_cq.h: completions as the engine builds
 // them, attributes, and owners that fi_close what they hold.
 #pragma once
 
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <memory>
 
-#include "api/uroce_fi.h"
+#include "api/uroce_cq.h"
 
 namespace uroce::testing {
 

@@ -10,7 +10,7 @@
 //
 // In an unnamed namespace: each T's table belongs to the one source file
 // that defines T, and none of it is exported from the shared libraries the
-// cq layer is linked into (api/uroce_fi.h's liburoce_fi.so).
+// cq layer is linked into (api/uroce_cq.h's liburoce_cq.so).
 #pragma once
 
 #include <rdma/fabric.h>

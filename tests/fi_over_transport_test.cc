@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "api/uroce_fi.h"
+#include "api/uroce_cq.h"
 #include "cq/fabric_cq.h"
 #include "cq/counter.h"
 #include "testing/engine_pair.h"

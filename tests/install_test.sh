@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # An install: the relocatable tarball unpacked into a temporary
 # prefix outside the source tree is all a user needs. From there: uroce help
-# for every command and the man page; a C program built against uroce_fi.h
+# for every command and the man page; a C program built against uroce_cq.h
 # with pkg-config; ibv_rc_pingpong and fi_pingpong between two processes
 # through PREFIX/bin/uroce exec with PREFIX/share/uroce/configs. The Debian
 # package holds the same tree under /usr (unpacked with dpkg-deb -x, not
@@ -21,7 +21,7 @@ fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 P=$TMP/prefix
 mkdir -p "$P" && tar -xzf "$TARBALL" -C "$P" || { echo "FAIL: cannot unpack"; exit 1; }
 for f in bin/uroce lib/uroce/libibverbs.so.1 lib/uroce/librdmacm.so.1 lib/uroce/liburoce-fi.so \
-         lib/liburoce_fi.so include/uroce/uroce_fi.h lib/pkgconfig/uroce-fi.pc \
+         lib/liburoce_cq.so include/uroce/uroce_cq.h lib/pkgconfig/uroce-cq.pc \
          share/uroce/configs/pair-a.ini share/uroce/configs/pair-b.ini share/man/man1/uroce.1.gz \
          share/doc/uroce/README.md share/doc/uroce/docs/architecture.md; do
   [[ -e $P/$f ]] || fail "missing $f"
@@ -42,7 +42,7 @@ echo "ok: uroce help and the man page cover: $(echo $commands)"
 cat > cq.c <<'C'
 #include <stdio.h>
 #include <rdma/fi_eq.h>
-#include <uroce_fi.h>
+#include <uroce_cq.h>
 int main(void) {
   struct fi_cq_attr attr = {.size = 16, .format = FI_CQ_FORMAT_CONTEXT};
   struct fid_cq *cq;
@@ -53,11 +53,11 @@ int main(void) {
   return fi_close(&cq->fid) == 0 && n == -FI_EAGAIN ? 0 : 1;
 }
 C
-flags=$(PKG_CONFIG_PATH=$P/lib/pkgconfig pkg-config --cflags --libs uroce-fi) || fail "pkg-config uroce-fi"
+flags=$(PKG_CONFIG_PATH=$P/lib/pkgconfig pkg-config --cflags --libs uroce-cq) || fail "pkg-config uroce-cq"
 if cc -o cq cq.c $flags 2>cc.log && out=$(LD_LIBRARY_PATH=$P/lib ./cq); then
-  echo "ok: pkg-config uroce-fi ($flags): $out"
+  echo "ok: pkg-config uroce-cq ($flags): $out"
 else
-  fail "a program against uroce_fi.h"; cat cc.log
+  fail "a program against uroce_cq.h"; cat cc.log
 fi
 
 # run_pair NAME UROCE CONFIGS "SERVER COMMAND" "CLIENT COMMAND" EXPECT

@@ -5,7 +5,7 @@
 #   bin/uroce
 #   lib/uroce/libibverbs.so.1, librdmacm.so.1, liburoce-fi.so
 #                         (private: `uroce exec` puts them first for a program)
-#   lib/liburoce_fi.so, include/uroce/uroce_fi.h, lib/pkgconfig/uroce-fi.pc
+#   lib/liburoce_cq.so, include/uroce/uroce_cq.h, lib/pkgconfig/uroce-cq.pc
 #   share/uroce/configs/*.ini, share/man/man1/uroce.1, share/doc/uroce/README.md
 #   and the documents it links to, share/doc/uroce/docs/*.md
 #
@@ -34,20 +34,20 @@ for item in "$@"; do
     *) echo "make_tree.sh: unknown kind '$kind'" >&2; exit 2 ;;
   esac
 done
-# pkg-config: relocatable (${pcfiledir}), for the C interface of api/uroce_fi.h.
-cat > "$root/lib/pkgconfig/uroce-fi.pc" <<'PC'
+# pkg-config: relocatable (${pcfiledir}), for the C interface of api/uroce_cq.h.
+cat > "$root/lib/pkgconfig/uroce-cq.pc" <<'PC'
 prefix=${pcfiledir}/../..
 libdir=${prefix}/lib
 includedir=${prefix}/include
 
-Name: uroce-fi
-Description: uroce's libfabric completion queues, counters and event queues (uroce_fi.h)
+Name: uroce-cq
+Description: uroce's libfabric completion queues, counters and event queues (uroce_cq.h)
 Version: @VERSION@
 Requires: libfabric
 Cflags: -I${includedir}/uroce
-Libs: -L${libdir} -luroce_fi
+Libs: -L${libdir} -luroce_cq
 PC
-sed -i "s/@VERSION@/$version/" "$root/lib/pkgconfig/uroce-fi.pc"
+sed -i "s/@VERSION@/$version/" "$root/lib/pkgconfig/uroce-cq.pc"
 
 if [[ $mode == tar ]]; then
   tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -czf "$out" -C "$stage/tree" .

@@ -1,6 +1,6 @@
-// The C interface of api/uroce_fi.h: argument checks and Status -> fabric
+// The C interface of api/uroce_cq.h: argument checks and Status -> fabric
 // errno; the objects themselves live in //cq.
-#include "api/uroce_fi.h"
+#include "api/uroce_cq.h"
 
 #include <infiniband/verbs.h>
 

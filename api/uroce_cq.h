@@ -22,8 +22,8 @@
  * -FI_EAVAIL; blocking calls on objects without a wait object, and other
  * operations an object does not have, return -FI_ENOSYS.
  */
-#ifndef UROCE_API_UROCE_FI_H_
-#define UROCE_API_UROCE_FI_H_
+#ifndef UROCE_API_UROCE_CQ_H_
+#define UROCE_API_UROCE_CQ_H_
 
 #include <rdma/fabric.h>
 #include <rdma/fi_eq.h>
@@ -83,4 +83,4 @@ int uroce_trywait(struct fid *fid);
 }
 #endif
 
-#endif /* UROCE_API_UROCE_FI_H_ */
+#endif /* UROCE_API_UROCE_CQ_H_ */
