@@ -180,16 +180,8 @@ int Counter::Control(int command, void* arg) {
       ops_flags_.store(*static_cast<const uint64_t*>(arg),
                        std::memory_order_release);
       return 0;
-    case FI_GETWAIT:
-      if (wait_ == nullptr) return -FI_ENODATA;
-      return wait_->GetWait(arg);
-    case FI_GETWAITOBJ:
-      if (arg == nullptr) return -FI_EINVAL;
-      *static_cast<fi_wait_obj*>(arg) =
-          wait_ == nullptr ? FI_WAIT_NONE : wait_->kind();
-      return 0;
     default:
-      return -FI_ENOSYS;
+      return ControlWait(wait_.get(), command, arg);
   }
 }
 

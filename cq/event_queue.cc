@@ -308,20 +308,7 @@ const char* EventQueue::StrError(int prov_errno, const void* err_data,
   return buf;
 }
 
-int EventQueue::Control(int command, void* arg) {
-  switch (command) {
-    case FI_GETWAIT:
-      if (wait_ == nullptr) return -FI_ENODATA;
-      return wait_->GetWait(arg);
-    case FI_GETWAITOBJ:
-      if (arg == nullptr) return -FI_EINVAL;
-      *static_cast<fi_wait_obj*>(arg) =
-          wait_ == nullptr ? FI_WAIT_NONE : wait_->kind();
-      return 0;
-    default:
-      return -FI_ENOSYS;
-  }
-}
+int EventQueue::Control(int command, void* arg) { return ControlWait(wait_.get(), command, arg); }
 
 int EventQueue::TryWait() {
   if (wait_ == nullptr) return -FI_EINVAL;

@@ -354,20 +354,7 @@ const char* FabricCq::StrError(int prov_errno, const void* err_data,
   return buf;
 }
 
-int FabricCq::Control(int command, void* arg) {
-  switch (command) {
-    case FI_GETWAIT:
-      if (wait_ == nullptr) return -FI_ENODATA;
-      return wait_->GetWait(arg);
-    case FI_GETWAITOBJ:
-      if (arg == nullptr) return -FI_EINVAL;
-      *static_cast<fi_wait_obj*>(arg) =
-          wait_ == nullptr ? FI_WAIT_NONE : wait_->kind();
-      return 0;
-    default:
-      return -FI_ENOSYS;
-  }
-}
+int FabricCq::Control(int command, void* arg) { return ControlWait(wait_.get(), command, arg); }
 
 int FabricCq::TryWait() {
   if (wait_ == nullptr) return -FI_EINVAL;

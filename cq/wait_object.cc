@@ -169,4 +169,18 @@ int WaitObject::GetWait(void* arg) {
   }
 }
 
+int ControlWait(WaitObject* wait, int command, void* arg) {
+  switch (command) {
+    case FI_GETWAIT:
+      if (wait == nullptr) return -FI_ENODATA;
+      return wait->GetWait(arg);
+    case FI_GETWAITOBJ:
+      if (arg == nullptr) return -FI_EINVAL;
+      *static_cast<fi_wait_obj*>(arg) = wait == nullptr ? FI_WAIT_NONE : wait->kind();
+      return 0;
+    default:
+      return -FI_ENOSYS;
+  }
+}
+
 }  // namespace uroce::cq

@@ -173,6 +173,12 @@ class WaitObject {
   int event_fd_ = -1;  // FI_WAIT_FD only
 };
 
+// fi_control(3) for the commands every object with a wait object answers
+// alike (CQs, counters, EQs): FI_GETWAIT (WaitObject::GetWait; -FI_ENODATA
+// without one) and FI_GETWAITOBJ (its kind; FI_WAIT_NONE without one).
+// `wait` may be null. -FI_ENOSYS for any other command.
+int ControlWait(WaitObject* wait, int command, void* arg);
+
 template <typename Ready>
 WaitOutcome WaitObject::Wait(const Ready& ready, const Deadline& deadline) {
   const uint64_t start_gen =
