@@ -60,7 +60,7 @@
 #include "common/status.h"
 #include "transport/engine.h"
 #include "transport/headers.h"
-#include "transport/mpmc_ring.h"
+#include "common/ring.h"
 
 namespace uroce::runtime {
 
@@ -151,7 +151,7 @@ class NeighborResolver {
   transport::Engine* engine_ = nullptr;
   std::function<void()> progress_;
   std::mutex resolve_mutex_;  // control path only: one resolution at a time
-  transport::MpmcRing<Learned> learned_{64};
+  MpmcRing<Learned> learned_{64};
   // Engine thread only: the last few requests passed on, so a chatty peer
   // does not fill the ring with the same refresh.
   Learned recent_[8] = {};

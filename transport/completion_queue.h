@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "cq/completion_sink.h"
-#include "transport/mpmc_ring.h"
+#include "common/ring.h"
 
 namespace uroce::transport {
 

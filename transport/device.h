@@ -22,7 +22,7 @@
 #include "transport/engine_types.h"
 #include "transport/headers.h"
 #include "transport/memory_region.h"
-#include "transport/mpmc_ring.h"
+#include "common/ring.h"
 #include "transport/object_tables.h"
 #include "transport/queue_pair.h"
 #include "transport/responder.h"

@@ -18,7 +18,7 @@
 #include "common/check.h"
 #include "transport/engine_types.h"
 #include "transport/memory_region.h"
-#include "transport/mpmc_ring.h"
+#include "common/ring.h"
 #include "transport/on_demand_memory.h"
 #include "transport/qp_state.h"
 #include "transport/queue_pair.h"

@@ -15,7 +15,7 @@
 #include "transport/completion_queue.h"
 #include "transport/headers.h"
 #include "transport/memory_region.h"
-#include "transport/mpmc_ring.h"
+#include "common/ring.h"
 #include "transport/wire_types.h"
 #include "transport/work_request.h"
 

@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "transport/memory_region.h"
-#include "transport/mpmc_ring.h"
+#include "common/ring.h"
 #include "transport/work_request.h"
 
 namespace uroce::transport {

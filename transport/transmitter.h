@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "transport/engine_core.h"
-#include "transport/mpmc_ring.h"
+#include "common/ring.h"
 #include "transport/packet_builder.h"
 #include "transport/packet_fields.h"
 #include "transport/queue_pair.h"

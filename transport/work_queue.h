@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "transport/mpmc_ring.h"
+#include "common/ring.h"
 
 namespace uroce::transport {
 

@@ -87,7 +87,7 @@ constexpr uint32_t kSupportedCreateFlags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;  
 
 // Both ibv_create_cq and ibv_create_cq_ex: the CQ with its engine ring.
 Cq* MakeCq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel, int comp_vector,
-           transport::RingAllocator allocator = {}) {
+           RingAllocator allocator = {}) {
   if (context == nullptr || cqe <= 0 || comp_vector < 0 || comp_vector >= context->num_comp_vectors) {
     errno = EINVAL;
     return nullptr;
@@ -136,7 +136,7 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  transport::RingAllocator allocator;
+  RingAllocator allocator;
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0) {
     // Only a parent domain of this device (ibv_create_cq_ex(3)).
     if (attr->parent_domain == nullptr || attr->parent_domain->context != context ||

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "transport/mpmc_ring.h"
+#include "common/ring.h"
 
 namespace uroce::verbs {
 
@@ -21,7 +21,7 @@ int DeallocTd(ibv_td* td);
 // The allocator the engine takes a queue's ring memory from: the parent
 // domain's (calling its alloc and free with `resource_type`), or empty (the
 // heap) for a plain PD or a parent domain without allocators.
-transport::RingAllocator RingAllocatorOf(ibv_pd* pd, uint64_t resource_type);
+RingAllocator RingAllocatorOf(ibv_pd* pd, uint64_t resource_type);
 // dm.cc. Device memory a context may hold (max_dm_size): host memory, so
 // any bound would do; 256 KiB is what mlx5 NICs offer, and programs size
 // their use of device memory from it.

@@ -72,11 +72,11 @@ int DeallocTd(ibv_td* td) {
   return 0;
 }
 
-transport::RingAllocator RingAllocatorOf(ibv_pd* ibpd, uint64_t resource_type) {
+RingAllocator RingAllocatorOf(ibv_pd* ibpd, uint64_t resource_type) {
   Pd* pd = Pd::From(ibpd);
   if (!pd->is_parent() || pd->alloc == nullptr) return {};
   return [pd, resource_type](size_t bytes, size_t alignment) {
-    transport::RingStorage storage;
+    RingStorage storage;
     void* p = pd->alloc(&pd->pd, pd->pd_context, bytes, alignment, resource_type);
     if (p == IBV_ALLOCATOR_USE_DEFAULT) {
       // The application lets the provider allocate this one (and will not

@@ -19,7 +19,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace uroce::transport {
+namespace uroce {
 
 inline constexpr size_t kCacheLine = 64;
 
@@ -292,4 +292,4 @@ class StridedRing {
   Position head_;  // consumer
 };
 
-}  // namespace uroce::transport
+}  // namespace uroce

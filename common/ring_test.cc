@@ -1,4 +1,4 @@
-#include "transport/mpmc_ring.h"
+#include "common/ring.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-namespace uroce::transport {
+namespace uroce {
 namespace {
 
 TEST(MpmcRingTest, FifoUntilFullThenRefuses) {
@@ -204,4 +204,4 @@ TEST(RingStorageTest, GivenStorageHoldsTheSlotsAndIsReleasedOnce) {
 }
 
 }  // namespace
-}  // namespace uroce::transport
+}  // namespace uroce
