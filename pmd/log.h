@@ -19,7 +19,7 @@ namespace uroce::pmd {
 enum class LogSource {
   kPmd,      // "uroce.pmd": ports, EAL, lcores
   kRuntime,  // "uroce.runtime": a process's devices, start and shutdown
-  kApi,      // "uroce.api": why a verbs, rdma_cm or libfabric call failed
+  kApi,      // "uroce.api": why an rdma_cm or libfabric call failed
 };
 
 // The rte_log type of `source`, registered at its first use (any thread).
