@@ -57,10 +57,10 @@
 #include <mutex>
 #include <vector>
 
+#include "common/ring.h"
 #include "common/status.h"
 #include "transport/engine.h"
 #include "transport/headers.h"
-#include "common/ring.h"
 
 namespace uroce::runtime {
 

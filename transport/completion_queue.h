@@ -16,8 +16,8 @@
 #include <memory>
 #include <vector>
 
-#include "cq/completion_sink.h"
 #include "common/ring.h"
+#include "cq/completion_sink.h"
 
 namespace uroce::transport {
 

@@ -16,13 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "common/ring.h"
 #include "common/status.h"
 #include "transport/completion_queue.h"
 #include "transport/engine_core.h"
 #include "transport/engine_types.h"
 #include "transport/headers.h"
 #include "transport/memory_region.h"
-#include "common/ring.h"
 #include "transport/object_tables.h"
 #include "transport/queue_pair.h"
 #include "transport/responder.h"

@@ -28,9 +28,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"

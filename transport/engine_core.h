@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/ring.h"
 #include "transport/engine_types.h"
 #include "transport/memory_region.h"
-#include "common/ring.h"
 #include "transport/on_demand_memory.h"
 #include "transport/qp_state.h"
 #include "transport/queue_pair.h"

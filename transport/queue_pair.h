@@ -12,10 +12,10 @@
 #include <memory>
 #include <vector>
 
+#include "common/ring.h"
 #include "transport/completion_queue.h"
 #include "transport/headers.h"
 #include "transport/memory_region.h"
-#include "common/ring.h"
 #include "transport/wire_types.h"
 #include "transport/work_request.h"
 

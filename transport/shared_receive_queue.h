@@ -12,8 +12,8 @@
 #include <thread>
 #include <utility>
 
-#include "transport/memory_region.h"
 #include "common/ring.h"
+#include "transport/memory_region.h"
 #include "transport/work_request.h"
 
 namespace uroce::transport {

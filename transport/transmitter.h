@@ -12,8 +12,8 @@
 
 #include <cstdint>
 
-#include "transport/engine_core.h"
 #include "common/ring.h"
+#include "transport/engine_core.h"
 #include "transport/packet_builder.h"
 #include "transport/packet_fields.h"
 #include "transport/queue_pair.h"
