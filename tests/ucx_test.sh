@@ -46,14 +46,24 @@ ucx_run() {
     waited=$((waited + 1))
     if ! kill -0 "$spid" 2>/dev/null || [[ $waited -gt 300 ]]; then break; fi
   done
+  # A pair still running after 20 s (a run takes about a second) has
+  # stalled: what uroce counted on each side still alive goes in the report.
+  ( sleep 20
+    for pid in $(pgrep -f "^ucx_perftest -p $port( |\$)"); do "$UROCE" stats --pid "$pid"; done ) \
+    > "$TMP/$name.stalled" 2>&1 &
+  local watch=$!
   timeout -k 5 60 env "${vars[@]}" "$UROCE" exec --config "$TMP/b-$PAIRS.ini" --device-files=yes -- \
     ucx_perftest -p "$port" -t "$test" -s "$size" -n 2000 127.0.0.1 > "$TMP/$name.client" 2>&1
   local crc=$?
   wait "$spid"
   local src=$?
+  pkill -P "$watch" 2>/dev/null
+  kill "$watch" 2>/dev/null
+  wait "$watch" 2>/dev/null
   if [[ $crc -ne 0 || $src -ne 0 ]] || ! grep -q "^Final:" "$TMP/$name.client"; then
     fail "$name: server rc=$src client rc=$crc"
     echo "--- server:"; cat "$TMP/$name.server"; echo "--- client:"; cat "$TMP/$name.client"
+    if [[ -s $TMP/$name.stalled ]]; then echo "--- uroce stats of each side still running after 20 s:"; cat "$TMP/$name.stalled"; fi
     return 1
   fi
   # Final: iterations, latency (50%, average, overall) us, bandwidth MB/s, rate.
