@@ -1,8 +1,10 @@
 // What the daemon's switch and a process's local links decide on in a frame:
 // its kind (RoCEv2, ARP / neighbour discovery, anything else), its IP
 // addresses and, for RoCEv2, the destination QPN (BTH, IBTA 9.2) and for UD
-// the source QPN (DETH, IBTA 9.3). Only the first segment is read, and every
-// offset is checked against it: the frame may come from anyone.
+// the source QPN (DETH, IBTA 9.3). The packet parser reads the frame, so a
+// frame is RoCE here exactly when the receiving engine would parse it (short
+// of the checksums it checks itself); only the first segment is read, and
+// every offset is checked against it: the frame may come from anyone.
 #pragma once
 
 #include <rte_mbuf.h>
@@ -25,8 +27,9 @@ struct FrameInfo {
   size_t payload_length = 0;
 };
 
-// False for a frame too short or inconsistent for what its headers claim;
-// a frame that is simply not RoCE or ARP/ND is kOther.
+// False for a frame shorter than the headers it announces, or a frame to UDP
+// 4791 that the packet parser refuses; a frame that is simply not RoCE or
+// ARP/ND (a VLAN-tagged one included) is kOther.
 bool InspectFrame(const rte_mbuf* m, FrameInfo* info);
 
 // A source address no host may send from (RFC 1122 3.2.1.3: "this network"

@@ -26,6 +26,7 @@ ParseError ParseEthernet(const uint8_t* frame, size_t length, PacketView* view, 
     *ether_type = tag.ether_type.load();
     *l3_offset += sizeof(VlanTag);
   }
+  view->ether_type = *ether_type;
   return ParseError::kOk;
 }
 
@@ -52,6 +53,7 @@ ParseError ParseIpv4(const uint8_t* frame, size_t length, size_t l3, PacketView*
   f.src_gid = Ipv4MappedGid(ip.src);
   f.dst_gid = Ipv4MappedGid(ip.dst);
   view->ip_header_bytes = static_cast<uint16_t>(header_bytes);
+  view->ip_protocol = ip.protocol;
 
   if (ip.protocol != kIpProtocolUdp) return ParseError::kNotRoce;
   // A fragment cannot be parsed on its own, and RoCEv2 never fragments.
@@ -74,6 +76,7 @@ ParseError ParseIpv6(const uint8_t* frame, size_t length, size_t l3, PacketView*
   std::memcpy(f.src_gid.data(), ip.src, 16);
   std::memcpy(f.dst_gid.data(), ip.dst, 16);
   view->ip_header_bytes = sizeof(Ipv6Header);
+  view->ip_protocol = ip.next_header;
   if (ip.next_header != kIpProtocolUdp) return ParseError::kNotRoce;
   const size_t payload = ip.payload_length.load();
   if (payload < sizeof(UdpHeader)) return ParseError::kBadIpLength;  // also a jumbogram's 0

@@ -76,6 +76,8 @@ struct PacketView {
   const uint8_t* frame = nullptr;
   size_t frame_length = 0;        // as given, Ethernet padding included
   bool is_roce = false;           // IP + UDP to port 4791
+  uint16_t ether_type = 0;        // after the VLAN tag, if any; 0 if the frame is too short to say
+  uint8_t ip_protocol = 0;        // IPv4 protocol or IPv6 next header, once the IP header is read
   uint16_t l3_offset = 0;         // IP header
   uint16_t ip_header_bytes = 0;   // 20 + IPv4 options, or 40
   uint16_t udp_offset = 0;
