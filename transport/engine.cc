@@ -51,15 +51,17 @@ EngineCounters Engine::counters() const {
 // ---------------------------------------------------------------- posting
 //
 // A send request is posted in three steps, as a NIC's post routine does
-// (rxe's post_one_send): check the request against the QP
-// (CheckSendRequest), build the engine's copy of it (BuildSendWqe), and
-// publish that to the send queue (PushWithCredit, then the doorbell).
+// (rxe's post_one_send): check the operation against the QP
+// (CheckSendRequest), build the engine's copy of the request (BuildSendWqe;
+// the libfabric endpoint builds its own and calls PostSendWqe), and publish
+// that: its limits (CheckSendWqe), then the send queue (PushWithCredit) and
+// the doorbell.
 
 namespace {
 
-// ibv_post_send(3): EINVAL for a request this QP cannot take in its state
+// ibv_post_send(3): EINVAL for an operation this QP cannot take in its state
 // and type. Nothing of the request's memory is read.
-int CheckSendRequest(const QueuePair& qp, const ibv_send_wr& wr) {
+int CheckSendRequest(const QueuePair& qp, ibv_wr_opcode opcode) {
   const ibv_qp_state state = qp.state.load(std::memory_order_acquire);
   // The QP must be able to send; in ERR the request is accepted and
   // completes with IBV_WC_WR_FLUSH_ERR.
@@ -67,7 +69,7 @@ int CheckSendRequest(const QueuePair& qp, const ibv_send_wr& wr) {
   // An XRC target has no send queue (IBTA annex A14, XRC).
   if (qp.type == IBV_QPT_XRC_RECV) return EINVAL;
   const bool rc = IsReliable(qp.type);
-  switch (RawEnum(wr.opcode)) {  // any value may come from a C caller
+  switch (RawEnum(opcode)) {  // any value may come from a C caller
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
       return 0;
@@ -129,20 +131,19 @@ void CopyGatherList(const ibv_send_wr& wr, uint8_t* dest) {
 int BuildDataRequest(const QueuePair& qp, const ibv_send_wr& wr, SendWqe* wqe) {
   uint64_t total = 0;
   for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
-  if (total > (1ull << 31)) return EINVAL;  // max_msg_sz
   wqe->total_length = total;
   const bool is_atomic = wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
   const bool atomic_write = wr.opcode == IBV_WR_ATOMIC_WRITE;
-  // An ATOMIC WRITE sends exactly 8 bytes (IBTA 1.5, 9.4.7).
-  if (atomic_write && total != 8) return EINVAL;
+  // The bytes are copied now, so their size is checked before the copy;
+  // every other limit is CheckSendWqe's.
   if (atomic_write && (wr.send_flags & IBV_SEND_INLINE)) {
     // Inline (ibv_wr_atomic_write(3) passes its 8 bytes so): the value is
     // taken now, whole, into the request's fixed part, where the QP's
     // max_inline_data does not limit it.
+    if (total != 8) return EINVAL;
     CopyGatherList(wr, wqe->atomic_write_value);
     wqe->num_sge = 0;  // and no inline bytes in the slot's tail (WriteSendWqe)
   } else if (wr.send_flags & IBV_SEND_INLINE) {
-    if (is_atomic || wr.opcode == IBV_WR_RDMA_READ) return EINVAL;
     if (total > qp.caps.max_inline_data) return EINVAL;
     CopyGatherList(wr, wqe->inline_data);
     wqe->num_sge = 0;
@@ -162,9 +163,6 @@ int BuildDataRequest(const QueuePair& qp, const ibv_send_wr& wr, SendWqe* wqe) {
     wqe->rkey = wr.wr.rdma.rkey;
   }
   if (is_atomic) {
-    // IBTA 9.4.5: an atomic operates on 8 bytes; the local buffer takes the
-    // original value.
-    if (wr.num_sge != 1 || wr.sg_list[0].length != 8) return EINVAL;
     wqe->remote_addr = wr.wr.atomic.remote_addr;
     wqe->rkey = wr.wr.atomic.rkey;
     wqe->atomic.compare_add = wr.wr.atomic.compare_add;
@@ -176,7 +174,6 @@ int BuildDataRequest(const QueuePair& qp, const ibv_send_wr& wr, SendWqe* wqe) {
   }
   if (qp.type == IBV_QPT_UD) {
     if (wr.wr.ud.ah == nullptr) return EINVAL;
-    if (total > qp.mtu_bytes) return EINVAL;  // one packet per UD message
     // The AH handle travels in the ibv_ah's handle field (set by the API).
     wqe->ah_handle = wr.wr.ud.ah->handle;
     wqe->remote_qpn = wr.wr.ud.remote_qpn & 0xFFFFFF;
@@ -195,8 +192,34 @@ int BuildSendWqe(const QueuePair& qp, const ibv_send_wr& wr, SendWqe* wqe) {
   wqe->wr_id = wr.wr_id;
   wqe->opcode = wr.opcode;
   wqe->send_flags = wr.send_flags;
-  if (qp.sq_sig_all) wqe->send_flags |= IBV_SEND_SIGNALED;
   return local_op ? BuildLocalOperation(wr, wqe) : BuildDataRequest(qp, wr, wqe);
+}
+
+// The limits of a built request, whoever built it (BuildSendWqe from an
+// ibv_send_wr, or the libfabric endpoint from its iovecs), or EINVAL.
+int CheckSendWqe(const QueuePair& qp, const SendWqe& wqe) {
+  if (wqe.opcode == IBV_WR_BIND_MW || wqe.opcode == IBV_WR_LOCAL_INV) return wqe.num_sge == 0 ? 0 : EINVAL;
+  if (wqe.num_sge > qp.caps.max_send_sge) return EINVAL;
+  if (wqe.num_sge != 0) {
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < wqe.num_sge; ++i) total += wqe.sge[i].length;
+    if (total != wqe.total_length) return EINVAL;
+  }
+  if (wqe.total_length > (1ull << 31)) return EINVAL;  // max_msg_sz
+  const bool is_atomic = wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wqe.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  // An ATOMIC WRITE sends exactly 8 bytes (IBTA 1.5, 9.4.7); inline, they
+  // sit in the request's fixed part.
+  if (wqe.opcode == IBV_WR_ATOMIC_WRITE) return wqe.total_length == 8 ? 0 : EINVAL;
+  if (wqe.num_sge == 0 && wqe.total_length != 0) {
+    // Inline bytes: only what sends data from here.
+    if (is_atomic || wqe.opcode == IBV_WR_RDMA_READ) return EINVAL;
+    if (wqe.total_length > qp.caps.max_inline_data) return EINVAL;
+  }
+  // IBTA 9.4.5: an atomic operates on 8 bytes; the local buffer takes the
+  // original value.
+  if (is_atomic && (wqe.num_sge != 1 || wqe.sge[0].length != 8)) return EINVAL;
+  if (qp.type == IBV_QPT_UD && wqe.total_length > qp.mtu_bytes) return EINVAL;  // one packet per UD message
+  return 0;
 }
 
 }  // namespace
@@ -204,16 +227,28 @@ int BuildSendWqe(const QueuePair& qp, const ibv_send_wr& wr, SendWqe* wqe) {
 int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** bad_wr) {
   for (; wr != nullptr; wr = wr->next) {
     *bad_wr = wr;
-    if (const int error = CheckSendRequest(*qp, *wr); error != 0) return error;
+    if (const int error = CheckSendRequest(*qp, wr->opcode); error != 0) return error;
     SendWqe wqe;
     if (const int error = BuildSendWqe(*qp, *wr, &wqe); error != 0) return error;
-    if (!PushWithCredit(qp->send_credits_used, qp->caps.max_send_wr, qp->send_ring,
-                        [&wqe](std::byte* slot) { WriteSendWqe(wqe, slot); })) {
-      return ENOMEM;  // the send queue is full
-    }
-    RingDoorbell(qp);
+    if (const int error = PublishSendWqe(qp, &wqe); error != 0) return error;
   }
   *bad_wr = nullptr;
+  return 0;
+}
+
+int Engine::PostSendWqe(QueuePair* qp, SendWqe* wqe) {
+  if (const int error = CheckSendRequest(*qp, wqe->opcode); error != 0) return error;
+  return PublishSendWqe(qp, wqe);
+}
+
+int Engine::PublishSendWqe(QueuePair* qp, SendWqe* wqe) {
+  if (const int error = CheckSendWqe(*qp, *wqe); error != 0) return error;
+  if (qp->sq_sig_all) wqe->send_flags |= IBV_SEND_SIGNALED;
+  if (!PushWithCredit(qp->send_credits_used, qp->caps.max_send_wr, qp->send_ring,
+                      [wqe](std::byte* slot) { WriteSendWqe(*wqe, slot); })) {
+    return ENOMEM;  // the send queue is full
+  }
+  RingDoorbell(qp);
   return 0;
 }
 

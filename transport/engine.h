@@ -52,6 +52,7 @@
 #include "transport/responder.h"
 #include "transport/shared_receive_queue.h"
 #include "transport/transmitter.h"
+#include "transport/work_request.h"
 
 namespace uroce::transport {
 
@@ -131,6 +132,11 @@ class Engine {
   // Verbs conventions: 0, or a positive errno with *bad_wr at the first
   // request not posted.
   int PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** bad_wr);
+  // One request already in the engine's form (the libfabric endpoint builds
+  // it from its iovecs, with no ibv_send_wr between): the same checks as
+  // PostSend, then the same publish. 0 or a positive errno (ENOMEM: the send
+  // queue is full).
+  int PostSendWqe(QueuePair* qp, SendWqe* wqe);
   int PostRecv(QueuePair* qp, const ibv_recv_wr* wr, const ibv_recv_wr** bad_wr);
   int PostSrqRecv(SharedReceiveQueue* srq, const ibv_recv_wr* wr, const ibv_recv_wr** bad_wr);
 
@@ -162,6 +168,9 @@ class Engine {
   bool Retire(QueuePair* qp);
   // A poster's side: the engine will run `qp`.
   void RingDoorbell(QueuePair* qp);
+  // A built request whose operation the QP takes: its limits, then the send
+  // queue and the doorbell (PostSend and PostSendWqe).
+  int PublishSendWqe(QueuePair* qp, SendWqe* wqe);
 
   // What the stages share: config, limits, MRs, counters, the poll's time,
   // the engine-thread QP table and ready list, async events.

@@ -407,6 +407,64 @@ TEST_F(EngineTest, PostSendRejectsBadRequestsWithErrnoAndBadWr) {
   EXPECT_EQ(pair_->a().engine->PostSend(qa, &bad_wr, &bad), EINVAL);
 }
 
+// A request built in the engine's form (as the libfabric endpoint builds it)
+// meets the same checks as an ibv_send_wr, and one that passes is sent.
+TEST_F(EngineTest, PostSendWqeChecksTheBuiltRequestAsPostSendDoes) {
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer src = Register(pair_->a(), 64, 0);
+  Pattern(src, 3);
+  Buffer dst = Register(pair_->b(), 64, 0xEE);
+  auto send = [&] {
+    SendWqe wqe;
+    wqe.wr_id = 5;
+    wqe.opcode = IBV_WR_SEND;
+    wqe.send_flags = IBV_SEND_SIGNALED;
+    wqe.sge[0] = Sge{src.addr(), 64, src.keys.lkey};
+    wqe.num_sge = 1;
+    wqe.total_length = 64;
+    return wqe;
+  };
+  SendWqe wqe = send();
+  wqe.opcode = static_cast<ibv_wr_opcode>(77);
+  EXPECT_EQ(pair_->a().engine->PostSendWqe(qa, &wqe), EINVAL) << "an unknown opcode";
+  wqe = send();
+  wqe.opcode = IBV_WR_ATOMIC_WRITE;
+  EXPECT_EQ(pair_->a().engine->PostSendWqe(qa, &wqe), EINVAL) << "an ATOMIC WRITE of 64 bytes";
+  wqe = send();
+  wqe.num_sge = kMaxSendSge;
+  EXPECT_EQ(pair_->a().engine->PostSendWqe(qa, &wqe), EINVAL) << "more SGEs than max_send_sge";
+  wqe = send();
+  wqe.total_length = 65;
+  EXPECT_EQ(pair_->a().engine->PostSendWqe(qa, &wqe), EINVAL) << "a length its SGEs do not add up to";
+  wqe = send();
+  wqe.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  EXPECT_EQ(pair_->a().engine->PostSendWqe(qa, &wqe), EINVAL) << "an atomic on 64 bytes";
+  wqe = send();
+  wqe.num_sge = 0;
+  wqe.total_length = kMaxInlineData;  // above the QP's max_inline_data
+  EXPECT_EQ(pair_->a().engine->PostSendWqe(qa, &wqe), EINVAL) << "inline bytes beyond max_inline_data";
+  wqe = send();
+  wqe.opcode = IBV_WR_RDMA_READ;
+  wqe.num_sge = 0;
+  wqe.total_length = 8;
+  EXPECT_EQ(pair_->a().engine->PostSendWqe(qa, &wqe), EINVAL) << "a READ into inline bytes";
+
+  PostRecv(pair_->b(), qb, dst, 6);
+  wqe = send();
+  ASSERT_EQ(pair_->a().engine->PostSendWqe(qa, &wqe), 0);
+  auto recv = pair_->WaitCompletions(pair_->b().cq, 1);
+  ASSERT_EQ(recv.size(), 1u);
+  EXPECT_EQ(recv[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(recv[0].byte_len, 64u);
+  EXPECT_EQ(0, std::memcmp(dst.bytes.data(), src.bytes.data(), 64));
+  auto sent = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(sent.size(), 1u) << "only the request that passed was sent";
+  EXPECT_EQ(sent[0].wr_id, 5u);
+}
+
 TEST_F(EngineTest, SendQueueFullIsEnomem) {
   Start();
   RcConnectOptions connect;

@@ -3,7 +3,8 @@
 // connection manager (cm/connection_manager.h).
 //
 // Data path: every fi_send / fi_recv / fi_write / fi_read / fi_atomic call
-// becomes one verbs work request posted straight to the engine's QP rings (no
+// becomes one engine request (transport::SendWqe for sends, RDMA and atomics;
+// an ibv_recv_wr for receives) posted straight to the engine's QP rings (no
 // allocation, no lock, no system call). Completions flow from the engine's
 // CQs to the cq layer's CQ and counter bound to the endpoint
 // (Engine::AttachCompletionSinks); wr_id carries the operation context.
@@ -42,8 +43,8 @@ ssize_t MapPostError(Endpoint* ep, int error) {
   return -FI_EINVAL;
 }
 
-// Gathers the local buffers into SGEs. With FI_MR_LOCAL every buffer has a
-// descriptor (its MemoryRegion); a small send without one goes inline.
+// Gathers a receive's buffers into SGEs. With FI_MR_LOCAL every buffer has a
+// descriptor (its MemoryRegion); *needs_inline says that one has none.
 bool BuildSges(const iovec* iov, void* const* desc, size_t count, ibv_sge* sges, int* num_sge, uint64_t* total,
                bool* needs_inline) {
   if (count > kIovLimit || (count != 0 && iov == nullptr)) return false;
@@ -75,14 +76,22 @@ bool Signaled(const Endpoint* ep, uint64_t flags) {
   return !ep->tx_selective || (flags & FI_COMPLETION) != 0;
 }
 
+// One fi_send / fi_write / fi_read family call as the engine's own request
+// (transport::SendWqe), built from the iovecs with no ibv_send_wr between;
+// the engine checks it against the QP as it checks a verbs request
+// (Engine::PostSendWqe). With FI_MR_LOCAL every buffer has a descriptor (its
+// MemoryRegion); a small send without one goes inline.
 ssize_t PostSend(Endpoint* ep, ibv_wr_opcode opcode, const iovec* iov, void* const* desc, size_t count,
                  uint64_t flags, void* context, uint64_t data, uint64_t remote_addr, uint64_t rkey) {
   if (ep->qp == nullptr) return -FI_EOPBADSTATE;
-  ibv_sge sges[kIovLimit];
-  ibv_send_wr wr{};
+  if (count > kIovLimit || (count != 0 && iov == nullptr)) return -FI_EINVAL;
   uint64_t total = 0;
   bool needs_inline = false;
-  if (!BuildSges(iov, desc, count, sges, &wr.num_sge, &total, &needs_inline)) return -FI_EINVAL;
+  for (size_t i = 0; i < count; ++i) {
+    if (iov[i].iov_len == 0) continue;
+    if (desc == nullptr || desc[i] == nullptr) needs_inline = true;
+    total += iov[i].iov_len;
+  }
   const bool is_read = opcode == IBV_WR_RDMA_READ;
   bool inject = (flags & FI_INJECT) != 0;
   if (needs_inline) {
@@ -92,22 +101,42 @@ ssize_t PostSend(Endpoint* ep, ibv_wr_opcode opcode, const iovec* iov, void* con
     inject = true;
   }
   if (inject && (is_read || total > kInjectSize)) return -FI_EINVAL;
-  wr.wr_id = reinterpret_cast<uintptr_t>(context);
-  wr.sg_list = wr.num_sge != 0 ? sges : nullptr;
-  wr.opcode = opcode;
-  wr.send_flags = 0;
-  if (inject) wr.send_flags |= IBV_SEND_INLINE;
-  if (Signaled(ep, flags)) wr.send_flags |= IBV_SEND_SIGNALED;
-  if (flags & FI_FENCE) wr.send_flags |= IBV_SEND_FENCE;
+  transport::SendWqe wqe;
+  wqe.wr_id = reinterpret_cast<uintptr_t>(context);
+  wqe.opcode = opcode;
+  wqe.total_length = total;
+  wqe.send_flags = 0;
+  if (inject) wqe.send_flags |= IBV_SEND_INLINE;
+  if (Signaled(ep, flags)) wqe.send_flags |= IBV_SEND_SIGNALED;
+  if (flags & FI_FENCE) wqe.send_flags |= IBV_SEND_FENCE;
+  if (inject) {
+    // The bytes are taken now (fi_inject: the buffer may be reused on
+    // return); total <= kInjectSize, the size of inline_data.
+    size_t at = 0;
+    for (size_t i = 0; i < count; ++i) {
+      if (iov[i].iov_len == 0) continue;
+      std::memcpy(wqe.inline_data + at, iov[i].iov_base, iov[i].iov_len);
+      at += iov[i].iov_len;
+    }
+    wqe.num_sge = 0;
+  } else {
+    uint32_t n = 0;
+    for (size_t i = 0; i < count; ++i) {
+      if (iov[i].iov_len == 0) continue;
+      const auto* mr = static_cast<const MemoryRegion*>(desc[i]);
+      wqe.sge[n++] =
+          transport::Sge{reinterpret_cast<uintptr_t>(iov[i].iov_base), static_cast<uint32_t>(iov[i].iov_len), mr->lkey};
+    }
+    wqe.num_sge = n;
+  }
   if (opcode == IBV_WR_SEND_WITH_IMM || opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-    wr.imm_data = htonl(static_cast<uint32_t>(data));
+    wqe.imm_data_be = htonl(static_cast<uint32_t>(data));
   }
   if (opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM) {
-    wr.wr.rdma.remote_addr = remote_addr;
-    wr.wr.rdma.rkey = static_cast<uint32_t>(rkey);
+    wqe.remote_addr = remote_addr;
+    wqe.rkey = static_cast<uint32_t>(rkey);
   }
-  const ibv_send_wr* bad = nullptr;
-  return MapPostError(ep, ep->domain->engine->PostSend(ep->qp, &wr, &bad));
+  return MapPostError(ep, ep->domain->engine->PostSendWqe(ep->qp, &wqe));
 }
 
 ssize_t PostRecv(Endpoint* ep, const iovec* iov, void* const* desc, size_t count, void* context) {
@@ -228,19 +257,18 @@ ssize_t PostAtomic(Endpoint* ep, ibv_wr_opcode opcode, uint64_t operand, uint64_
   if (ep->qp == nullptr) return -FI_EOPBADSTATE;
   const auto* mr = static_cast<const MemoryRegion*>(result_desc);
   if (result == nullptr || mr == nullptr) return -FI_EINVAL;
-  ibv_sge sge{reinterpret_cast<uintptr_t>(result), sizeof(uint64_t), mr->lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = reinterpret_cast<uintptr_t>(context);
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = opcode;
-  wr.send_flags = Signaled(ep, flags) ? IBV_SEND_SIGNALED : 0;
-  wr.wr.atomic.remote_addr = addr;
-  wr.wr.atomic.rkey = static_cast<uint32_t>(key);
-  wr.wr.atomic.compare_add = operand;
-  wr.wr.atomic.swap = swap;
-  const ibv_send_wr* bad = nullptr;
-  return MapPostError(ep, ep->domain->engine->PostSend(ep->qp, &wr, &bad));
+  transport::SendWqe wqe;
+  wqe.wr_id = reinterpret_cast<uintptr_t>(context);
+  wqe.opcode = opcode;
+  wqe.send_flags = Signaled(ep, flags) ? IBV_SEND_SIGNALED : 0;
+  wqe.sge[0] = transport::Sge{reinterpret_cast<uintptr_t>(result), sizeof(uint64_t), mr->lkey};
+  wqe.num_sge = 1;
+  wqe.total_length = sizeof(uint64_t);
+  wqe.remote_addr = addr;
+  wqe.rkey = static_cast<uint32_t>(key);
+  wqe.atomic.compare_add = operand;
+  wqe.atomic.swap = swap;
+  return MapPostError(ep, ep->domain->engine->PostSendWqe(ep->qp, &wqe));
 }
 
 ssize_t FetchAtomic(Endpoint* ep, const void* buf, size_t count, void* result, void* result_desc, uint64_t addr,
