@@ -28,6 +28,7 @@ namespace {
 enum class EalState { kNotStarted, kRunning, kStopped };
 EalState g_state = EalState::kNotStarted;
 std::string g_file_prefix;
+pid_t g_eal_pid = 0;  // the process that started EAL
 
 }  // namespace
 
@@ -125,6 +126,7 @@ Status StartEal(const EalConfig& config) {
   }
   g_state = EalState::kRunning;
   g_file_prefix = resolved.file_prefix;
+  g_eal_pid = getpid();
   return Status::Ok();
 }
 
@@ -192,8 +194,22 @@ Status StopEal() {
   if (g_state != EalState::kRunning) return FailedPrecondition("DPDK EAL is not running");
   int ret = rte_eal_cleanup();
   g_state = EalState::kStopped;
-  // EAL leaves /var/run/dpdk/<prefix> (or $XDG_RUNTIME_DIR/dpdk/<prefix>)
-  // behind; remove it so that test runs do not accumulate directories.
+  RemoveEalRuntimeDir();
+  if (ret < 0) return IoError(std::string("rte_eal_cleanup failed: ") + rte_strerror(-ret));
+  return Status::Ok();
+}
+
+void RemoveEalRuntimeDir() {
+  // EAL (22.11) leaves /var/run/dpdk/<prefix> (or
+  // $XDG_RUNTIME_DIR/dpdk/<prefix>) behind, one per process, for ever.
+  // Only the process that started EAL: a forked child inherits the prefix,
+  // and its exit must not take its parent's telemetry socket.
+  if (getpid() != g_eal_pid) return;
+  // A prefix is one path component (a configured one could say otherwise).
+  if (g_file_prefix.empty() || g_file_prefix == "." || g_file_prefix == ".." ||
+      g_file_prefix.find('/') != std::string::npos) {
+    return;
+  }
   std::error_code ignored;
   std::filesystem::remove_all(std::filesystem::path("/var/run/dpdk") / g_file_prefix, ignored);
   // secure_getenv(3): a set-user-ID program ignores the caller's
@@ -201,8 +217,6 @@ Status StopEal() {
   if (const char* xdg = secure_getenv("XDG_RUNTIME_DIR"); xdg != nullptr && getuid() != 0) {
     std::filesystem::remove_all(std::filesystem::path(xdg) / "dpdk" / g_file_prefix, ignored);
   }
-  if (ret < 0) return IoError(std::string("rte_eal_cleanup failed: ") + rte_strerror(-ret));
-  return Status::Ok();
 }
 
 std::vector<unsigned> ParseLcoreList(const std::string& text) {

@@ -74,4 +74,12 @@ const std::string& EalFilePrefix();
 // started again in the same process afterwards (a DPDK limitation).
 Status StopEal();
 
+// Removes the runtime directory of the EAL that StartEal started
+// (/var/run/dpdk/<prefix>, or $XDG_RUNTIME_DIR/dpdk/<prefix> for a user
+// other than root), with the telemetry socket in it, and leaves EAL running.
+// For a process that ends without StopEal (the verbs, rdma_cm and libfabric
+// libraries at exit: other threads may still use EAL then). Does nothing if
+// StartEal did not run. Control path.
+void RemoveEalRuntimeDir();
+
 }  // namespace uroce::pmd

@@ -148,6 +148,7 @@ int Process::StartLocked() {
     start_failed_ = true;
     return EIO;
   }
+  eal_started_here_ = eal_started_here;
   if (eal_started_here && daemon_) {
     // A forked child must get a heap of its own (pmd/eal.h). Attached to a
     // daemon there is no vhost-user port that needs the memory shared.
@@ -405,6 +406,7 @@ void Process::Shutdown() {
     stop_.store(true, std::memory_order_release);
     WakeProgress();
     if (thread_.joinable()) thread_.join();
+    if (eal_started_here_) pmd::RemoveEalRuntimeDir();
     return;
   }
   // Linger before the ports close: frames this process sent last (the ACK
@@ -430,6 +432,9 @@ void Process::Shutdown() {
       std::fprintf(stderr, "uroce: %s\n", report.c_str());
     }
   }
+  // EAL stays up (see above), but its runtime directory and telemetry
+  // socket go: nothing reaches this process through them any more.
+  if (eal_started_here_) pmd::RemoveEalRuntimeDir();
 }
 
 }  // namespace uroce::runtime

@@ -189,6 +189,9 @@ class Process {
   // Attached to a daemon: EAL's memory was made private after EAL started
   // (pmd::MakeEalMemoryPrivate), so that a forked child's is its own.
   bool eal_memory_private_ = false;
+  // This process started EAL (not the application before it), so its
+  // runtime directory is this process's to remove at exit.
+  bool eal_started_here_ = false;
   bool inline_ = true;
   unsigned idle_us_ = 50;
   std::unique_ptr<host::DaemonSession> daemon_;  // attached mode only

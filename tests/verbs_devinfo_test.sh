@@ -46,6 +46,18 @@ timeout 60 "$UROCE" exec --config "$TMP/ring.ini" -- ibv_devinfo -d uroce1 > "$T
 expect "$TMP/one" $'hca_id:\turoce1'
 grep -q "uroce0" "$TMP/one" && fail "-d uroce1 printed uroce0"
 
+# The process leaves no EAL runtime directory behind (EAL 22.11 would leave
+# one per process, for ever): the library removes it at exit. With telemetry
+# on (the default), EAL makes it for its socket.
+prefix="uroce-devinfo-test-$$"
+sed "s/^telemetry = no$/file_prefix = $prefix/" "$TMP/ring.ini" > "$TMP/prefix.ini"
+grep -q "^file_prefix = $prefix$" "$TMP/prefix.ini" || fail "the test could not set file_prefix"
+if [[ $(id -u) -eq 0 ]]; then rundir="/var/run/dpdk/$prefix"; else rundir="${XDG_RUNTIME_DIR:-/tmp}/dpdk/$prefix"; fi
+timeout 60 "$UROCE" exec --config "$TMP/prefix.ini" -- ibv_devinfo -d uroce0 > "$TMP/prefix" 2>&1 ||
+  fail "ibv_devinfo with a file prefix exit $?"
+expect "$TMP/prefix" "PORT_ACTIVE (4)"  # it opened the device, so the library started EAL
+[[ -e $rundir ]] && fail "EAL's runtime directory $rundir is left after the program ended"
+
 # No configuration and no daemon: no devices, one clear message that says how
 # to start a daemon, the program's own error.
 lib=$(dirname "$(readlink -f "$(dirname "$UROCE")/../api/verbs/libibverbs.so.1" 2>/dev/null || true)")

@@ -88,10 +88,14 @@ int DaemonCommand(int argc, char** argv) {
   if (!s.ok()) {
     std::fprintf(stderr, "uroce daemon: %s\n", s.message().c_str());
     daemon->Stop();
+    pmd::RemoveEalRuntimeDir();
     return 1;
   }
   daemon->Run();
   daemon->Stop();
+  // EAL is left to the process's end (its ports are the daemon's to close),
+  // but not its runtime directory.
+  pmd::RemoveEalRuntimeDir();
   return 0;
 }
 
