@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "common/raw_enum.h"
 #include "transport/opcode.h"
@@ -60,8 +61,9 @@ EngineCounters Engine::counters() const {
 namespace {
 
 // ibv_post_send(3): EINVAL for an operation this QP cannot take in its state
-// and type. Nothing of the request's memory is read.
-int CheckSendRequest(const QueuePair& qp, ibv_wr_opcode opcode) {
+// and type. `opcode` is the field's integer (RawEnum): any value may come
+// from a C caller. Nothing of the request's memory is read.
+int CheckSendRequest(const QueuePair& qp, std::underlying_type_t<ibv_wr_opcode> opcode) {
   const ibv_qp_state state = qp.state.load(std::memory_order_acquire);
   // The QP must be able to send; in ERR the request is accepted and
   // completes with IBV_WC_WR_FLUSH_ERR.
@@ -69,7 +71,7 @@ int CheckSendRequest(const QueuePair& qp, ibv_wr_opcode opcode) {
   // An XRC target has no send queue (IBTA annex A14, XRC).
   if (qp.type == IBV_QPT_XRC_RECV) return EINVAL;
   const bool rc = IsReliable(qp.type);
-  switch (RawEnum(opcode)) {  // any value may come from a C caller
+  switch (opcode) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
       return 0;
@@ -227,7 +229,7 @@ int CheckSendWqe(const QueuePair& qp, const SendWqe& wqe) {
 int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** bad_wr) {
   for (; wr != nullptr; wr = wr->next) {
     *bad_wr = wr;
-    if (const int error = CheckSendRequest(*qp, wr->opcode); error != 0) return error;
+    if (const int error = CheckSendRequest(*qp, RawEnum(wr->opcode)); error != 0) return error;
     SendWqe wqe;
     if (const int error = BuildSendWqe(*qp, *wr, &wqe); error != 0) return error;
     if (const int error = PublishSendWqe(qp, &wqe); error != 0) return error;
@@ -237,7 +239,7 @@ int Engine::PostSend(QueuePair* qp, const ibv_send_wr* wr, const ibv_send_wr** b
 }
 
 int Engine::PostSendWqe(QueuePair* qp, SendWqe* wqe) {
-  if (const int error = CheckSendRequest(*qp, wqe->opcode); error != 0) return error;
+  if (const int error = CheckSendRequest(*qp, RawEnum(wqe->opcode)); error != 0) return error;
   return PublishSendWqe(qp, wqe);
 }
 
