@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 #include <rte_mbuf.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
