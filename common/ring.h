@@ -1,13 +1,23 @@
-// A bounded lock-free ring with a sequence number per slot (Vyukov's bounded
-// MPMC queue). uroce uses it where application threads and the engine meet:
-// completions (the engine produces, application threads consume), doorbells
-// and events; send and receive work requests (any application thread
-// produces, the engine consumes) use StridedRing below, the same algorithm
-// over slots whose size the QP's capabilities decide. Producer
-// and consumer positions sit on their own cache lines; every hand-over is an
-// acquire/release pair on the slot's sequence number, so a consumer never
-// sees a half-written slot. No allocation after construction,
-// no locks, no system calls.
+// uroce's bounded lock-free rings, all in this file:
+//   MpmcRing<T>   any number of producers and consumers (Vyukov's bounded
+//                 MPMC queue, a sequence number per slot): verbs completions
+//                 (the engine produces, application threads consume),
+//                 doorbells and events;
+//   StridedRing   the same algorithm over slots whose size a QP's
+//                 capabilities decide: send and receive work requests (any
+//                 application thread produces, the engine consumes);
+//   SpscRing<T>   one producer thread and one consumer at a time, in bursts,
+//                 with peeking: libfabric completion queues (the engine
+//                 produces, readers take turns under their own lock).
+// The ring a daemon shares with another process (host/shm_channel.h) is not
+// one of these: its indices live in memory the other side may write, so it
+// checks every value it reads there, which these rings, shared only between
+// threads of one process, do not need to.
+//
+// In MpmcRing and StridedRing, producer and consumer positions sit on their
+// own cache lines, and every hand-over is an acquire/release pair on the
+// slot's sequence number, so a consumer never sees a half-written slot. No
+// ring allocates after construction, takes a lock or makes a system call.
 #pragma once
 
 #include <atomic>
@@ -290,6 +300,96 @@ class StridedRing {
   std::byte* const storage_;
   Position tail_;  // producers
   Position head_;  // consumer
+};
+
+// A bounded ring with one producer thread and one consumer at a time
+// (consumers that take turns under a lock of their own count as one), moved
+// in bursts: the producer writes several slots in place and publishes them
+// with one store; the consumer reads published slots in place, as many as it
+// likes and without taking them, then frees a prefix with one store. No
+// sequence numbers: the two positions say everything.
+//
+// Ordering. The producer writes slots, then stores its position (release,
+// or seq_cst for a caller whose wake-up protocol needs one total order,
+// cq/wait_object.h); the consumer loads it (acquire) before reading slots,
+// and stores its own position (release) after its reads are done; the
+// producer loads that (acquire) before writing a slot again, so a slot is
+// never overwritten while it is read. The producer keeps a private copy of
+// the consumer's position and reloads it only when the copy shows too little
+// room. The positions are 64-bit counters on cache lines of their own; they
+// never wrap in practice.
+//
+// The slots are given at construction (the caller allocates them, so that a
+// failed allocation is its error to report, not an exception).
+template <typename T>
+class SpscRing {
+  static_assert(std::is_trivially_copyable_v<T>, "ring slots are copied bytewise");
+
+ public:
+  // `slots` holds `capacity` elements; capacity is a power of two.
+  SpscRing(std::unique_ptr<T[]> slots, size_t capacity) : mask_(capacity - 1), slots_(std::move(slots)) {}
+
+  SpscRing(const SpscRing&) = delete;
+  SpscRing& operator=(const SpscRing&) = delete;
+
+  size_t capacity() const { return mask_ + 1; }
+
+  // Producer: how many slots may be written now, at most `wanted`.
+  size_t Writable(size_t wanted) {
+    const uint64_t tail = producer_.tail.load(std::memory_order_relaxed);
+    size_t room = capacity() - static_cast<size_t>(tail - producer_.cached_head);
+    if (room < wanted) {
+      // Pairs with the consumer's release store in Consume: its reads of the
+      // slots about to be written again are finished.
+      producer_.cached_head = consumer_.head.load(std::memory_order_acquire);
+      room = capacity() - static_cast<size_t>(tail - producer_.cached_head);
+    }
+    return room < wanted ? room : wanted;
+  }
+  // Producer: the `i`th unpublished slot (i < Writable()).
+  T& WriteSlot(size_t i) { return slots_[(producer_.tail.load(std::memory_order_relaxed) + i) & mask_]; }
+  // Producer: hands the first `n` written slots to the consumer.
+  void Publish(size_t n, std::memory_order order = std::memory_order_release) {
+    producer_.tail.store(producer_.tail.load(std::memory_order_relaxed) + n, order);
+  }
+
+  // Consumer: published slots not yet freed.
+  size_t Readable() const {
+    // Acquire pairs with Publish: the slots up to tail are complete.
+    return static_cast<size_t>(producer_.tail.load(std::memory_order_acquire) -
+                               consumer_.head.load(std::memory_order_relaxed));
+  }
+  // Consumer: the `i`th published slot, read in place (i < Readable()).
+  const T& ReadSlot(size_t i) const { return slots_[(consumer_.head.load(std::memory_order_relaxed) + i) & mask_]; }
+  // Consumer: frees the first `n` published slots for the producer.
+  void Consume(size_t n) {
+    consumer_.head.store(consumer_.head.load(std::memory_order_relaxed) + n, std::memory_order_release);
+  }
+
+  // Any thread, without the consumer's turn: whether nothing was published
+  // and not freed when both positions were loaded (head never passes tail).
+  bool LooksEmpty() const {
+    return consumer_.head.load(std::memory_order_acquire) == producer_.tail.load(std::memory_order_acquire);
+  }
+  // Any thread: published slots not yet freed, with both positions loaded
+  // seq_cst (a waiter's test in cq/wait_object.h's protocol).
+  size_t SizeSeqCst() const {
+    return static_cast<size_t>(producer_.tail.load(std::memory_order_seq_cst) -
+                               consumer_.head.load(std::memory_order_seq_cst));
+  }
+
+ private:
+  const uint64_t mask_;
+  const std::unique_ptr<T[]> slots_;
+  // Written by the producer only.
+  struct alignas(kCacheLine) ProducerSide {
+    std::atomic<uint64_t> tail{0};
+    uint64_t cached_head = 0;
+  } producer_;
+  // Written by the consumer whose turn it is only.
+  struct alignas(kCacheLine) ConsumerSide {
+    std::atomic<uint64_t> head{0};
+  } consumer_;
 };
 
 }  // namespace uroce

@@ -62,12 +62,6 @@ fi_ops_cq kCqOps = {
     CqSReadFrom,       CqSignal, CqStrError,
 };
 
-size_t RoundUpToPowerOfTwo(size_t n) {
-  size_t p = 1;
-  while (p < n) p <<= 1;
-  return p;
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<FabricCq>> FabricCq::Open(
@@ -103,29 +97,27 @@ StatusOr<std::unique_ptr<FabricCq>> FabricCq::Open(
   if (!wait.ok()) return wait.status();
 
   const size_t capacity =
-      RoundUpToPowerOfTwo(attr.size == 0 ? kDefaultCqSize : attr.size);
-  std::unique_ptr<CompletionRecord[]> ring(new (std::nothrow)
-                                               CompletionRecord[capacity]);
-  if (!ring) return ResourceExhausted("no memory for the CQ ring");
+      RoundUpPow2(attr.size == 0 ? kDefaultCqSize : attr.size);
+  std::unique_ptr<CompletionRecord[]> records(new (std::nothrow) CompletionRecord[capacity]);
+  if (!records) return ResourceExhausted("no memory for the CQ ring");
   fi_cq_attr resolved = attr;
   resolved.wait_cond = wait_cond;
   return std::unique_ptr<FabricCq>(
-      new FabricCq(resolved, format, capacity, std::move(ring),
+      new FabricCq(resolved, format, capacity, std::move(records),
                           std::move(*wait), context, progress));
 }
 
 FabricCq::FabricCq(const fi_cq_attr& attr, fi_cq_format format,
                                  size_t capacity,
-                                 std::unique_ptr<CompletionRecord[]> ring,
+                                 std::unique_ptr<CompletionRecord[]> records,
                                  std::unique_ptr<WaitObject> wait,
                                  void* context, Progress* progress)
     : format_(format),
       entry_size_(CqEntrySize(format)),
       wait_cond_(attr.wait_cond),
-      mask_(capacity - 1),
-      ring_(std::move(ring)),
       wait_(std::move(wait)),
-      progress_(progress) {
+      progress_(progress),
+      ring_(std::move(records), capacity) {
   std::memset(&fid_, 0, sizeof(fid_));
   fid_.cq.fid.fclass = FI_CLASS_CQ;
   fid_.cq.fid.context = context;
@@ -155,39 +147,29 @@ size_t FabricCq::PushCompletions(const ibv_wc* wcs, size_t count) {
 size_t FabricCq::PushCompletionsFrom(const ibv_wc* wcs,
                                             const fi_addr_t* sources,
                                             size_t count) {
-  const uint64_t tail = producer_.tail.load(std::memory_order_relaxed);
-  const size_t capacity = mask_ + 1;
-  size_t space = capacity - static_cast<size_t>(tail - producer_.cached_head);
-  if (space < count) {
-    // Pairs with the readers' release store of head: their copies of the
-    // slots we are about to reuse are finished.
-    producer_.cached_head = consumer_.head.load(std::memory_order_acquire);
-    space = capacity - static_cast<size_t>(tail - producer_.cached_head);
-  }
-  const size_t taken = std::min(count, space);
+  const size_t taken = ring_.Writable(count);
   if (taken == 0) return 0;
   for (size_t i = 0; i < taken; ++i) {
-    CompletionRecord& record = ring_[(tail + i) & mask_];
+    CompletionRecord& record = ring_.WriteSlot(i);
     record.wc = wcs[i];
     record.source = sources != nullptr ? sources[i] : FI_ADDR_NOTAVAIL;
   }
   if (wait_ == nullptr) {
-    producer_.tail.store(tail + taken, std::memory_order_release);
+    ring_.Publish(taken);
   } else {
     // seq_cst: step P1 of the protocol in wait_object.h.
-    producer_.tail.store(tail + taken, std::memory_order_seq_cst);
+    ring_.Publish(taken, std::memory_order_seq_cst);
     wait_->NotifyAfterPublish();
   }
   return taken;
 }
 
 template <typename Entry>
-size_t FabricCq::CopyOut(uint64_t head, size_t limit, void* buf,
-                                fi_addr_t* src_addr) {
+size_t FabricCq::CopyOut(size_t limit, void* buf, fi_addr_t* src_addr) {
   Entry* out = static_cast<Entry*>(buf);
   size_t n = 0;
   for (; n < limit; ++n) {
-    const CompletionRecord& record = ring_[(head + n) & mask_];
+    const CompletionRecord& record = ring_.ReadSlot(n);
     if (record.wc.status != IBV_WC_SUCCESS) break;  // stays topmost
     ToCqEntry(record.wc, &out[n]);
     if (src_addr != nullptr) src_addr[n] = record.source;
@@ -196,9 +178,7 @@ size_t FabricCq::CopyOut(uint64_t head, size_t limit, void* buf,
 }
 
 bool FabricCq::TopmostFailedLocked() const {
-  const uint64_t head = consumer_.head.load(std::memory_order_relaxed);
-  const uint64_t tail = producer_.tail.load(std::memory_order_acquire);
-  return head != tail && ring_[head & mask_].wc.status != IBV_WC_SUCCESS;
+  return ring_.Readable() != 0 && ring_.ReadSlot(0).wc.status != IBV_WC_SUCCESS;
 }
 
 ssize_t FabricCq::ReadFrom(void* buf, size_t count,
@@ -206,31 +186,25 @@ ssize_t FabricCq::ReadFrom(void* buf, size_t count,
   DriveProgress();
   if (count > 0 && buf == nullptr) return -FI_EINVAL;
   // Empty, the usual answer to a polling loop: no lock (a mutex here costs
-  // 6 % of fi_pingpong's CPU). head never passes tail, so equal values
-  // mean nothing was queued when tail was read.
-  if (consumer_.head.load(std::memory_order_acquire) == producer_.tail.load(std::memory_order_acquire)) {
-    return -FI_EAGAIN;
-  }
-  std::lock_guard<std::mutex> lock(consumer_.mutex);
-  const uint64_t head = consumer_.head.load(std::memory_order_relaxed);
-  // Pairs with the producer's release (or seq_cst) store of tail: the
-  // records up to tail are complete.
-  const uint64_t tail = producer_.tail.load(std::memory_order_acquire);
-  if (head == tail) return -FI_EAGAIN;
-  const size_t limit = std::min(count, static_cast<size_t>(tail - head));
+  // 6 % of fi_pingpong's CPU).
+  if (ring_.LooksEmpty()) return -FI_EAGAIN;
+  std::lock_guard<std::mutex> lock(readers_.mutex);
+  const size_t readable = ring_.Readable();
+  if (readable == 0) return -FI_EAGAIN;
+  const size_t limit = std::min(count, readable);
   size_t n = 0;
   switch (format_) {
     case FI_CQ_FORMAT_CONTEXT:
-      n = CopyOut<fi_cq_entry>(head, limit, buf, src_addr);
+      n = CopyOut<fi_cq_entry>(limit, buf, src_addr);
       break;
     case FI_CQ_FORMAT_MSG:
-      n = CopyOut<fi_cq_msg_entry>(head, limit, buf, src_addr);
+      n = CopyOut<fi_cq_msg_entry>(limit, buf, src_addr);
       break;
     case FI_CQ_FORMAT_DATA:
-      n = CopyOut<fi_cq_data_entry>(head, limit, buf, src_addr);
+      n = CopyOut<fi_cq_data_entry>(limit, buf, src_addr);
       break;
     case FI_CQ_FORMAT_TAGGED:
-      n = CopyOut<fi_cq_tagged_entry>(head, limit, buf, src_addr);
+      n = CopyOut<fi_cq_tagged_entry>(limit, buf, src_addr);
       break;
     case FI_CQ_FORMAT_UNSPEC:
       break;  // resolved at open
@@ -239,11 +213,10 @@ ssize_t FabricCq::ReadFrom(void* buf, size_t count,
     // Nothing copied although something is queued: either count was 0 (a
     // progress call; report what a read would find) or the topmost
     // completion failed.
-    if (ring_[head & mask_].wc.status != IBV_WC_SUCCESS) return -FI_EAVAIL;
+    if (ring_.ReadSlot(0).wc.status != IBV_WC_SUCCESS) return -FI_EAVAIL;
     return 0;
   }
-  // Release: the producer may reuse these slots once it sees the new head.
-  consumer_.head.store(head + n, std::memory_order_release);
+  ring_.Consume(n);  // the producer may reuse these slots from now on
   return static_cast<ssize_t>(n);
 }
 
@@ -251,10 +224,9 @@ ssize_t FabricCq::ReadErr(fi_cq_err_entry* entry, uint64_t flags) {
   DriveProgress();
   if (entry == nullptr) return -FI_EINVAL;
   if (flags != 0) return -FI_EBADFLAGS;
-  std::lock_guard<std::mutex> lock(consumer_.mutex);
+  std::lock_guard<std::mutex> lock(readers_.mutex);
   if (!TopmostFailedLocked()) return -FI_EAGAIN;
-  const uint64_t head = consumer_.head.load(std::memory_order_relaxed);
-  const ibv_wc& wc = ring_[head & mask_].wc;
+  const ibv_wc& wc = ring_.ReadSlot(0).wc;
 
   // err_data (fi_cq(3) COMPLETION FIELDS): the failed ibv_wc itself, which
   // says everything uroce knows (QP, vendor_err, opcode). With err_data_size
@@ -265,17 +237,17 @@ ssize_t FabricCq::ReadErr(fi_cq_err_entry* entry, uint64_t flags) {
   void* const user_err_data = entry->err_data;
   const size_t user_err_data_size = entry->err_data_size;
   FillCqErrEntry(wc, entry);
-  consumer_.err_data = wc;
+  readers_.err_data = wc;
   if (user_err_data_size == 0 || user_err_data == nullptr) {
-    entry->err_data = &consumer_.err_data;
-    entry->err_data_size = sizeof(consumer_.err_data);
+    entry->err_data = &readers_.err_data;
+    entry->err_data_size = sizeof(readers_.err_data);
   } else {
     const size_t copied = std::min(user_err_data_size, sizeof(wc));
     std::memcpy(user_err_data, &wc, copied);
     entry->err_data = user_err_data;
     entry->err_data_size = copied;
   }
-  consumer_.head.store(head + 1, std::memory_order_release);
+  ring_.Consume(1);  // after the last read of wc
   return 1;  // "the positive value 1 (number of error entries returned)"
 }
 
@@ -284,7 +256,7 @@ bool FabricCq::ReadyForWaiter(size_t wanted) {
   if (available == 0) return false;
   if (available >= wanted) return true;
   // A failed completion on top ends the wait too: the reader gets -FI_EAVAIL.
-  std::lock_guard<std::mutex> lock(consumer_.mutex);
+  std::lock_guard<std::mutex> lock(readers_.mutex);
   return TopmostFailedLocked();
 }
 

@@ -16,14 +16,13 @@
 // threads may read at once (fi_cq_read is thread safe in libfabric): readers
 // serialize on a reader-side mutex, which the producer never touches.
 //
-// The ring. A power-of-two array of records (the ibv_wc as pushed, plus its
-// source address). The producer's tail and the readers' head are 64-bit
-// counters on separate cache lines. The producer writes records, then stores
-// the tail (release, seq_cst when a wait object exists); readers load the
-// tail (acquire), copy the records out, then store the head (release); the
-// producer loads the head (acquire) before reusing a slot, so a slot is never
-// overwritten while a reader copies it. The producer keeps a private copy of
-// the head and reloads it only when the ring looks full.
+// The ring. A common/ring.h SpscRing of records (the ibv_wc as pushed, plus
+// its source address): the engine is its producer, and the reader holding
+// the mutex its one consumer. The producer publishes with a release store,
+// or seq_cst when a wait object exists (wait_object.h's step P1), and a
+// waiter tests the ring with seq_cst loads (step W2, Available). Readers copy
+// records out in place and free them after the copy, so a slot is never
+// overwritten while a reader copies it.
 //
 // Failed completions keep their place. fi_cq(3) RETURN VALUES: fi_cq_read
 // returns -FI_EAVAIL "if the topmost completion is for a failed transfer".
@@ -60,6 +59,7 @@
 #include <memory>
 #include <mutex>
 
+#include "common/ring.h"
 #include "common/status.h"
 #include "cq/completion_sink.h"
 #include "cq/wait_object.h"
@@ -87,7 +87,7 @@ class FabricCq final : public CompletionSink {
   ~FabricCq() override;
 
   fid_cq* fid() { return &fid_.cq; }
-  size_t capacity() const { return mask_ + 1; }
+  size_t capacity() const { return ring_.capacity(); }
   fi_cq_format format() const { return format_; }
   const WaitObject* wait_object() const { return wait_.get(); }
 
@@ -100,11 +100,7 @@ class FabricCq final : public CompletionSink {
                              size_t count);
 
   // Completions queued (successful and failed). Any thread.
-  size_t Available() const {
-    return static_cast<size_t>(
-        producer_.tail.load(std::memory_order_seq_cst) -
-        consumer_.head.load(std::memory_order_seq_cst));
-  }
+  size_t Available() const { return ring_.SizeSeqCst(); }
 
   // The fi_ops_cq operations; any application thread.
   ssize_t ReadFrom(void* buf, size_t count, fi_addr_t* src_addr);
@@ -133,12 +129,12 @@ class FabricCq final : public CompletionSink {
   };
 
   FabricCq(const fi_cq_attr& attr, fi_cq_format format, size_t capacity,
-                  std::unique_ptr<CompletionRecord[]> ring,
+                  std::unique_ptr<CompletionRecord[]> records,
                   std::unique_ptr<WaitObject> wait, void* context,
                   Progress* progress);
 
   template <typename Entry>
-  size_t CopyOut(uint64_t head, size_t limit, void* buf, fi_addr_t* src_addr);
+  size_t CopyOut(size_t limit, void* buf, fi_addr_t* src_addr);
   // Reader lock held. True if the topmost completion failed.
   bool TopmostFailedLocked() const;
   bool ReadyForWaiter(size_t wanted);
@@ -153,25 +149,17 @@ class FabricCq final : public CompletionSink {
   const fi_cq_format format_;
   const size_t entry_size_;
   const fi_cq_wait_cond wait_cond_;
-  const uint64_t mask_;
-  const std::unique_ptr<CompletionRecord[]> ring_;
   const std::unique_ptr<WaitObject> wait_;
   Progress* const progress_;
+  // The engine produces; a reader consumes only while it holds readers_.mutex.
+  SpscRing<CompletionRecord> ring_;
 
-  // Producer's cache line: written by the engine thread only.
-  struct alignas(64) ProducerSide {
-    std::atomic<uint64_t> tail{0};
-    uint64_t cached_head = 0;
-  } producer_;
-
-  // Readers' cache line: head is written under `mutex` only.
-  struct alignas(64) ConsumerSide {
-    std::atomic<uint64_t> head{0};
+  struct alignas(64) ReaderSide {
     std::mutex mutex;
     // fi_cq_readerr's provider-owned err_data (the failed ibv_wc), valid
     // until the next fi_cq_readerr.
     ibv_wc err_data{};
-  } consumer_;
+  } readers_;
 };
 
 }  // namespace uroce::cq

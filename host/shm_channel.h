@@ -21,7 +21,10 @@
 // (the process checks the header against the file's size when it maps it).
 //
 // Each ring has one producer and one consumer, each index written by its
-// side only (release stores, acquire loads): no lock, no system call.
+// side only (release stores, acquire loads): no lock, no system call. The
+// rings are not common/ring.h's: those trust their own positions, which
+// threads of one process share, while here every index and length read from
+// the shared memory is checked first.
 #pragma once
 
 #include <rte_mbuf.h>
