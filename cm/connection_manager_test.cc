@@ -15,6 +15,7 @@
 #include "cm/cm_test_frames.h"
 #include "testing/engine_pair.h"
 #include "transport/packet_parser.h"
+#include "transport/send_wr.h"
 #include "transport/wire_types.h"
 
 namespace uroce::cm {
@@ -156,12 +157,7 @@ class ConnectionManagerTest : public ::testing::Test {
   int PostSend(int i, QueuePair* qp, ibv_wr_opcode op, Buffer& b, uint32_t length, uint64_t wr_id,
                uint64_t remote_addr = 0, uint32_t rkey = 0) {
     ibv_sge sge{b.addr(), length, b.keys.lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.opcode = op;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_send_wr wr = transport::SignaledSendWr(wr_id, op, &sge);
     wr.wr.rdma.remote_addr = remote_addr;
     wr.wr.rdma.rkey = rkey;
     const ibv_send_wr* bad = nullptr;

@@ -11,13 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
 #include "pmd/eal.h"
 #include "pmd/eal_test_environment.h"
 #include "pmd/shutdown_signal.h"
+#include "runtime/config.h"
 #include "runtime/telemetry_client.h"
 #include "testing/engine_pair.h"
 #include "transport/address_text.h"
+#include "transport/send_wr.h"
 
 namespace uroce::runtime {
 
@@ -245,12 +246,7 @@ TEST(RuntimeTest, ShutdownFlushesOutstandingWork) {
     r.num_sge = 1;
     const ibv_recv_wr* bad = nullptr;
     ASSERT_EQ(a.engine->PostRecv(qps->first, &r, &bad), 0);
-    ibv_send_wr w{};
-    w.wr_id = 200 + i;
-    w.opcode = IBV_WR_SEND;
-    w.send_flags = IBV_SEND_SIGNALED;
-    w.sg_list = &s;
-    w.num_sge = 1;
+    ibv_send_wr w = transport::SignaledSendWr(200 + i, IBV_WR_SEND, &s);
     const ibv_send_wr* bad_s = nullptr;
     ASSERT_EQ(a.engine->PostSend(qps->first, &w, &bad_s), 0);
   }

@@ -20,6 +20,8 @@
 #include <numeric>
 #include <vector>
 
+#include "transport/send_wr.h"
+
 namespace {
 
 class VerbsApiTest : public ::testing::Test {
@@ -315,12 +317,7 @@ TEST_F(AtomicWriteTest, BothPostInterfacesStoreEightBytes) {
   const uint8_t first[8] = {0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};
   std::memcpy(local, first, 8);
   ibv_sge sge{reinterpret_cast<uintptr_t>(local), 8, mr_->lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 1;
-  wr.opcode = IBV_WR_ATOMIC_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_send_wr wr = uroce::transport::SignaledSendWr(1, IBV_WR_ATOMIC_WRITE, &sge);
   wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(remote + 8);
   wr.wr.rdma.rkey = mr_->rkey;
   ibv_send_wr* bad = nullptr;
@@ -501,12 +498,7 @@ TEST_F(RcLoopbackTest, ReregMrChangesAccessAndTranslation) {
   ibv_mr* src = ibv_reg_mr(pd_, buf_.data(), buf_.size(), IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(src, nullptr);
   ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), 16, src->lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 9;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_send_wr wr = uroce::transport::SignaledSendWr(9, IBV_WR_RDMA_WRITE, &sge);
   wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(moved.data());
   wr.wr.rdma.rkey = mr_->rkey;
   ibv_send_wr* bad = nullptr;
@@ -763,12 +755,7 @@ TEST_F(RcLoopbackTest, DeviceMemoryIsCopiedRegisteredAndReachedByOffset) {
   // RDMA WRITE from the host buffer into the DM MR at address 16.
   std::memset(buf_.data(), 0x5a, 32);
   ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), 32, mr_->lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_send_wr wr = uroce::transport::SignaledSendWr(1, IBV_WR_RDMA_WRITE, &sge);
   wr.wr.rdma.remote_addr = 16;
   wr.wr.rdma.rkey = dmmr->rkey;
   ibv_send_wr* bad = nullptr;
@@ -818,12 +805,7 @@ TEST_F(RcLoopbackTest, ExplicitOdpWorks) {
   // A peer's RDMA WRITE lands in the ODP region.
   std::memset(buf_.data(), 0x33, 64);
   ibv_sge src{reinterpret_cast<uintptr_t>(buf_.data()), 64, mr_->lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 3;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &src;
-  wr.num_sge = 1;
+  ibv_send_wr wr = uroce::transport::SignaledSendWr(3, IBV_WR_RDMA_WRITE, &src);
   wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(odp.data());
   wr.wr.rdma.rkey = odp_mr->rkey;
   ibv_send_wr* bad = nullptr;
@@ -878,12 +860,7 @@ TEST_F(RcLoopbackTest, ImplicitOdpReachesMappedMemoryAndNaksUnmapped) {
   for (size_t i = 0; i < 256; ++i) local[i] = static_cast<uint8_t>(i);
   std::vector<uint8_t> remote(4096, 0), back(4096, 0);
   ibv_sge sge{reinterpret_cast<uintptr_t>(local.data()), 256, implicit->lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_send_wr wr = uroce::transport::SignaledSendWr(1, IBV_WR_RDMA_WRITE, &sge);
   wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(remote.data());
   wr.wr.rdma.rkey = implicit->rkey;
   ibv_send_wr* bad = nullptr;
@@ -958,12 +935,7 @@ class MemoryWindowTest : public RcLoopbackTest {
   ibv_wc_status Write(uint32_t rkey, uint64_t addr, uint32_t len) {
     std::memset(buf_.data(), 0x77, len);
     ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), len, mr_->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 60;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_send_wr wr = uroce::transport::SignaledSendWr(60, IBV_WR_RDMA_WRITE, &sge);
     wr.wr.rdma.remote_addr = addr;
     wr.wr.rdma.rkey = rkey;
     ibv_send_wr* bad = nullptr;
@@ -1208,12 +1180,7 @@ class XrcTest : public RcLoopbackTest {
   }
   int PostSendTo(uint32_t srqn, uint64_t wr_id, uint32_t len) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), len, mr_->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_send_wr wr = uroce::transport::SignaledSendWr(wr_id, IBV_WR_SEND, &sge);
     wr.qp_type.xrc.remote_srqn = srqn;
     ibv_send_wr* bad = nullptr;
     return ibv_post_send(xrc_qp_[0], &wr, &bad);

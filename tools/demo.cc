@@ -18,15 +18,16 @@
 #include <vector>
 
 #include "cq/wc_mapping.h"
-#include "runtime/config.h"
 #include "pmd/eal.h"
 #include "pmd/port_setup.h"
-#include "runtime/runtime.h"
 #include "pmd/shutdown_signal.h"
+#include "runtime/config.h"
+#include "runtime/runtime.h"
 #include "tools/command.h"
 #include "tools/config_flags.h"
 #include "transport/address_text.h"
 #include "transport/engine_side.h"
+#include "transport/send_wr.h"
 
 namespace uroce::tools {
 namespace {
@@ -96,12 +97,7 @@ class Demo {
   static bool Post(EngineSide& side, QueuePair* qp, ibv_wr_opcode op, Region& local, uint32_t offset,
                    uint32_t length, uint64_t remote_addr, uint32_t rkey, uint64_t wr_id) {
     ibv_sge sge{local.addr() + offset, length, local.keys.lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.opcode = op;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_send_wr wr = transport::SignaledSendWr(wr_id, op, &sge);
     wr.wr.rdma.remote_addr = remote_addr;
     wr.wr.rdma.rkey = rkey;
     const ibv_send_wr* bad = nullptr;
@@ -165,12 +161,7 @@ class Demo {
     const uint64_t start = rte_get_tsc_cycles();
     for (int i = 0; i < iterations; ++i) {
       ibv_sge sge{result.addr(), 8, result.keys.lkey};
-      ibv_send_wr wr{};
-      wr.wr_id = i;
-      wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-      wr.send_flags = IBV_SEND_SIGNALED;
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
+      ibv_send_wr wr = transport::SignaledSendWr(i, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge);
       wr.wr.atomic.remote_addr = target.addr();
       wr.wr.atomic.rkey = target.keys.rkey;
       wr.wr.atomic.compare_add = i + 1;

@@ -12,6 +12,7 @@
 #include "cq/wc_mapping.h"
 #include "runtime/config.h"
 #include "transport/address_text.h"
+#include "transport/send_wr.h"
 
 namespace uroce::tools {
 namespace {
@@ -431,12 +432,7 @@ Status PerfSide::PostSend(uint32_t qp, ibv_wr_opcode op, uint32_t slot, uint64_t
   // READ and atomic results land in an in slot; everything else leaves from an out slot.
   const bool into_local = op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
   ibv_sge sge{addr_of(into_local ? in_slot(slot) : out_slot(slot)), spec_.size, keys_.lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id;
-  wr.opcode = op;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_send_wr wr = transport::SignaledSendWr(wr_id, op, &sge);
   if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
     wr.wr.atomic.remote_addr = remote;
     wr.wr.atomic.rkey = remote_.rkey;

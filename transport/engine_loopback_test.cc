@@ -8,6 +8,7 @@
 
 #include "cm/cm_test_frames.h"
 #include "transport/engine_test_fixture.h"
+#include "transport/send_wr.h"
 
 namespace uroce::transport {
 
@@ -76,12 +77,7 @@ TEST_F(LoopbackTest, TwoQpsOfOneEngineSendWriteReadAndAtomicsThroughTheirOwnGid)
   uint64_t word = 0;
   std::memcpy(&word, dst.bytes.data(), 8);
   ibv_sge sge{back.addr(), 8, back.keys.lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 5;
-  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_send_wr wr = SignaledSendWr(5, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge);
   wr.wr.atomic.remote_addr = dst.addr();
   wr.wr.atomic.rkey = dst.keys.rkey;
   wr.wr.atomic.compare_add = 7;
@@ -118,12 +114,7 @@ TEST_F(LoopbackTest, UdDatagramsToOurOwnIpv4AndIpv6Gids) {
     verbs_ah.handle = *ah;
     PostRecv(a(), *ud2, dst, 100 + gid_index);
     ibv_sge sge{src.addr(), 256, src.keys.lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 200 + gid_index;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_send_wr wr = SignaledSendWr(200 + gid_index, IBV_WR_SEND, &sge);
     wr.wr.ud.ah = &verbs_ah;
     wr.wr.ud.remote_qpn = (*ud2)->qpn;
     wr.wr.ud.remote_qkey = 0x1234;

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "transport/engine_test_fixture.h"
+#include "transport/send_wr.h"
 
 namespace uroce::transport {
 namespace {
@@ -70,12 +71,7 @@ TEST_F(MemoryWindowEngineTest, Type2WindowServesItsRangeUntilTheSenderInvalidate
   Buffer inbox = Register(pair_->b(), 64, 0);
   PostRecv(pair_->b(), qb, inbox, 600);
   ibv_sge sge{local.addr(), 8, local.keys.lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 2;
-  wr.opcode = IBV_WR_SEND_WITH_INV;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_send_wr wr = SignaledSendWr(2, IBV_WR_SEND_WITH_INV, &sge);
   wr.invalidate_rkey = rkey;
   const ibv_send_wr* bad = nullptr;
   ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);
@@ -132,12 +128,7 @@ TEST_F(MemoryWindowEngineTest, SendWithInvalidateOfARegionKeyFailsAndLeavesTheRe
   Buffer region = Register(pair_->b(), 64, 0x22);
   PostRecv(pair_->b(), qb, region, 700);
   ibv_sge sge{local.addr(), 8, local.keys.lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 4;
-  wr.opcode = IBV_WR_SEND_WITH_INV;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_send_wr wr = SignaledSendWr(4, IBV_WR_SEND_WITH_INV, &sge);
   wr.invalidate_rkey = region.keys.rkey;
   const ibv_send_wr* bad = nullptr;
   ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0);

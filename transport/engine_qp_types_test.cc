@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "transport/engine_test_fixture.h"
+#include "transport/send_wr.h"
 
 namespace uroce::transport {
 namespace {
@@ -65,12 +66,7 @@ TEST_F(EngineTest, UdSendPlacesGrhAndSourceQp) {
   Buffer dst = Register(pair_->b(), 40 + 512, 0);
   PostRecv(pair_->b(), *ud_b, dst, 5);
   ibv_sge sge{src.addr(), 512, src.keys.lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 6;
-  wr.opcode = IBV_WR_SEND;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_send_wr wr = SignaledSendWr(6, IBV_WR_SEND, &sge);
   wr.wr.ud.ah = &verbs_ah;
   wr.wr.ud.remote_qpn = (*ud_b)->qpn;
   wr.wr.ud.remote_qkey = 0x11111111;
@@ -161,12 +157,7 @@ TEST_F(EngineTest, GsiQpOneSendsAndReceivesUdDatagrams) {
   Buffer dst = Register(pair_->b(), 40 + 256, 0);
   PostRecv(pair_->b(), gsi[1], dst, 21);
   ibv_sge sge{mad.addr(), 256, mad.keys.lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 22;
-  wr.opcode = IBV_WR_SEND;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_send_wr wr = SignaledSendWr(22, IBV_WR_SEND, &sge);
   wr.wr.ud.ah = &verbs_ah;
   wr.wr.ud.remote_qpn = 1;
   wr.wr.ud.remote_qkey = 0x80010000;

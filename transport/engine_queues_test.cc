@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "transport/engine_test_fixture.h"
+#include "transport/send_wr.h"
 
 namespace uroce::transport {
 namespace {
@@ -200,12 +201,7 @@ TEST_F(EngineTest, WorkRequestStorageFollowsTheCapabilities) {
     for (uint32_t i = 0; i < 256; ++i) PostRecv(pair_->b(), qb, dst, i, i * 64, 64);
     for (uint32_t i = 0; i < 256; ++i) {
       ibv_sge sge{src.addr() + i * 64, 64, src.keys.lkey};
-      wr = {};
-      wr.wr_id = 1000 + i;
-      wr.opcode = IBV_WR_SEND;
-      wr.send_flags = IBV_SEND_SIGNALED;
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
+      wr = SignaledSendWr(1000 + i, IBV_WR_SEND, &sge);
       ASSERT_EQ(pair_->a().engine->PostSend(qa, &wr, &bad), 0) << "round " << round << " request " << i;
     }
     auto recv = pair_->WaitCompletions(pair_->b().cq, 256);

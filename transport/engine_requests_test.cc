@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "transport/engine_test_fixture.h"
+#include "transport/send_wr.h"
 
 namespace uroce::transport {
 namespace {
@@ -144,12 +145,7 @@ TEST_F(EngineTest, AtomicsCompareSwapAndFetchAdd) {
   std::memcpy(target.bytes.data() + 8, &initial, 8);
 
   ibv_sge sge{result.addr(), 8, result.keys.lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 1;
-  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_send_wr wr = SignaledSendWr(1, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge);
   wr.wr.atomic.remote_addr = target.addr() + 8;
   wr.wr.atomic.rkey = target.keys.rkey;
   wr.wr.atomic.compare_add = 5;
@@ -203,12 +199,7 @@ TEST_F(EngineTest, AtomicWriteStoresEightBytes) {
   const std::vector<uint8_t> before = target.bytes;
 
   ibv_sge sge{source.addr(), 8, source.keys.lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 1;
-  wr.opcode = IBV_WR_ATOMIC_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_send_wr wr = SignaledSendWr(1, IBV_WR_ATOMIC_WRITE, &sge);
   wr.wr.rdma.remote_addr = target.addr() + 16;
   wr.wr.rdma.rkey = target.keys.rkey;
   const ibv_send_wr* bad = nullptr;
@@ -283,12 +274,7 @@ TEST_F(EngineTest, ResponderInRtrAnswersReadsAndAtomics) {
   uint64_t initial = 40;
   std::memcpy(remote.bytes.data(), &initial, 8);
   ibv_sge sge{local.addr(), 8, local.keys.lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 2;
-  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_send_wr wr = SignaledSendWr(2, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge);
   wr.wr.atomic.remote_addr = remote.addr();
   wr.wr.atomic.rkey = remote.keys.rkey;
   wr.wr.atomic.compare_add = 2;

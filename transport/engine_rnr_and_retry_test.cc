@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "transport/engine_test_fixture.h"
+#include "transport/send_wr.h"
 
 namespace uroce::transport {
 namespace {
@@ -192,12 +193,7 @@ TEST_F(EngineTest, LostAtomicRequestOrResponseIsRecovered) {
       return false;
     });
     ibv_sge sge{result.addr(), 8, result.keys.lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = victim;
-    wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_send_wr wr = SignaledSendWr(victim, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge);
     wr.wr.atomic.remote_addr = target.addr();
     wr.wr.atomic.rkey = target.keys.rkey;
     wr.wr.atomic.compare_add = 1;

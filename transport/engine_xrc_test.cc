@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "transport/engine_test_fixture.h"
+#include "transport/send_wr.h"
 
 namespace uroce::transport {
 namespace {
@@ -54,12 +55,7 @@ class XrcEngineTest : public EngineTest {
   int PostXrc(ibv_wr_opcode op, Buffer& local, uint32_t length, uint64_t wr_id, uint32_t srqn,
               uint64_t remote_addr = 0, uint32_t rkey = 0, uint64_t add = 0) {
     ibv_sge sge{local.addr(), length, local.keys.lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.opcode = op;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_send_wr wr = SignaledSendWr(wr_id, op, &sge);
     wr.qp_type.xrc.remote_srqn = srqn;
     if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
       wr.wr.atomic.remote_addr = remote_addr;

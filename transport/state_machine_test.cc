@@ -12,6 +12,7 @@
 #include "transport/packet_builder.h"
 #include "transport/packet_parser.h"
 #include "transport/scripted_port.h"
+#include "transport/send_wr.h"
 
 namespace uroce::transport {
 namespace {
@@ -152,12 +153,7 @@ class StateMachineTest : public ::testing::Test {
 
   void PostSend(ibv_wr_opcode op, uint32_t length, uint64_t wr_id = 1) {
     ibv_sge sge{reinterpret_cast<uint64_t>(memory_.data()), length, keys_.lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.opcode = op;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_send_wr wr = SignaledSendWr(wr_id, op, &sge);
     wr.wr.rdma.remote_addr = 0x1000;
     wr.wr.rdma.rkey = 0x77;
     const ibv_send_wr* bad = nullptr;
