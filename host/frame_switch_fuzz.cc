@@ -17,17 +17,14 @@
 #include <memory>
 #include <vector>
 
-#include "pmd/eal.h"
+#include "pmd/fuzz_environment.h"
 #include "host/frame_switch.h"
 #include "pmd/mempool.h"
 
 namespace uroce::host {
 
 using pmd::AvailableMbufs;
-using pmd::CreatePktPool;
-using pmd::EalConfig;
 using pmd::MempoolPtr;
-using pmd::StartEal;
 
 namespace {
 
@@ -61,14 +58,8 @@ struct World {
 
 World& GetWorld() {
   static World* world = [] {
-    EalConfig eal;
-    eal.program_name = "frame_switch_fuzz";
-    eal.log_level = "*:error";
-    if (!StartEal(eal).ok()) abort();
     auto* w = new World;
-    auto pool = CreatePktPool({.name = "fuzz_pool", .mbufs = kPoolSize, .per_core_cache = 0});
-    if (!pool.ok()) abort();
-    w->pool = std::move(pool).value();
+    w->pool = pmd::StartFuzzEalWithPool("frame_switch_fuzz", {.name = "fuzz_pool", .mbufs = kPoolSize, .per_core_cache = 0});
     return w;
   }();
   return *world;

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "pmd/eal.h"
+#include "pmd/fuzz_environment.h"
 #include "host/frame_inspect.h"
 #include "host/local_links.h"
 #include "pmd/mempool.h"
@@ -38,14 +38,9 @@ struct World {
 
 World& GetWorld() {
   static World* world = [] {
-    uroce::pmd::EalConfig eal;
-    eal.program_name = "local_links_fuzz";
-    eal.log_level = "*:error";
-    if (!uroce::pmd::StartEal(eal).ok()) abort();
     auto* w = new World;
-    auto pool = uroce::pmd::CreatePktPool({.name = "fuzz_pool", .mbufs = kPoolSize, .per_core_cache = 0});
-    if (!pool.ok()) abort();
-    w->pool = std::move(pool).value();
+    w->pool = uroce::pmd::StartFuzzEalWithPool("local_links_fuzz",
+                                               {.name = "fuzz_pool", .mbufs = kPoolSize, .per_core_cache = 0});
     return w;
   }();
   return *world;

@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "pmd/eal.h"
+#include "pmd/fuzz_environment.h"
 #include "pmd/mempool.h"
 #include "host/shm_channel.h"
 
@@ -29,14 +29,9 @@ struct World {
 
 World& GetWorld() {
   static World* world = [] {
-    uroce::pmd::EalConfig eal;
-    eal.program_name = "shm_channel_fuzz";
-    eal.log_level = "*:error";
-    if (!uroce::pmd::StartEal(eal).ok()) abort();
     auto* w = new World;
-    auto pool = uroce::pmd::CreatePktPool({.name = "fuzz_pool", .mbufs = kPoolSize, .per_core_cache = 0});
-    if (!pool.ok()) abort();
-    w->pool = std::move(pool).value();
+    w->pool = uroce::pmd::StartFuzzEalWithPool("shm_channel_fuzz",
+                                               {.name = "fuzz_pool", .mbufs = kPoolSize, .per_core_cache = 0});
     return w;
   }();
   return *world;

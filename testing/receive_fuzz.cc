@@ -13,11 +13,12 @@
 #include <memory>
 #include <vector>
 
-#include "pmd/eal.h"
+#include "pmd/fuzz_environment.h"
 #include "pmd/mempool.h"
 #include "transport/engine.h"
 #include "transport/icrc.h"
 #include "transport/packet_parser.h"
+#include "transport/scripted_peer.h"
 
 namespace uroce::transport {
 namespace {
@@ -61,43 +62,21 @@ void Connect(World& w) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RESET;
   (void)w.engine->ModifyQp(w.rc, a, IBV_QP_STATE);
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = kAll;
-  (void)w.engine->ModifyQp(w.rc, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_256;
-  a.dest_qp_num = 0x42;
-  a.rq_psn = 0;
-  a.max_dest_rd_atomic = 4;
-  a.ah_attr.is_global = 1;
-  const uint8_t peer[4] = {10, 9, 0, 2};
-  Gid g = Ipv4MappedGid(peer);
-  std::memcpy(a.ah_attr.grh.dgid.raw, g.data(), 16);
-  (void)w.engine->ModifyQp(w.rc, a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 1;
-  a.retry_cnt = 1;
-  a.rnr_retry = 1;
-  a.max_rd_atomic = 4;
-  (void)w.engine->ModifyQp(w.rc, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                        IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+  const uint8_t peer_ip[4] = {10, 9, 0, 2};
+  ScriptedPeer peer{Ipv4MappedGid(peer_ip), 0x42, 0, 0};
+  peer.path_mtu = IBV_MTU_256;
+  peer.min_rnr_timer = 0;
+  peer.timeout = 1;
+  peer.retry_cnt = 1;
+  (void)ConnectToScriptedPeer(*w.engine, w.rc, peer, kAll);
 }
 
 World& GetWorld() {
   static World* world = [] {
-    pmd::EalConfig eal;
-    eal.program_name = "receive_fuzz";
-    eal.log_level = "*:error";
-    if (!pmd::StartEal(eal).ok()) abort();
     auto* w = new World;
-    auto pool = pmd::CreatePktPool(
+    w->pool = pmd::StartFuzzEalWithPool(
+        "receive_fuzz",
         {.name = "fuzz_pool", .mbufs = 4095, .per_core_cache = 0, .data_room = RTE_PKTMBUF_HEADROOM + 9000});
-    if (!pool.ok()) abort();
-    w->pool = std::move(pool).value();
     const uint8_t ours[4] = {10, 9, 0, 1}, peer[4] = {10, 9, 0, 2};
     EngineConfig config;
     config.mac = {2, 0, 0, 0, 9, 1};

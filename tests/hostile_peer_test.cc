@@ -29,6 +29,7 @@
 #include "transport/engine.h"
 #include "transport/packet_builder.h"
 #include "transport/packet_parser.h"
+#include "transport/scripted_peer.h"
 #include "transport/scripted_port.h"
 #include "transport/send_wr.h"
 
@@ -103,33 +104,7 @@ class HostilePeerTest : public ::testing::Test {
 
   // INIT, RTR to the peer's kPeerQpn, RTS: `qp` connected as the peer expects.
   QueuePair* Connect(QueuePair* qp) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = kAll;
-    EXPECT_TRUE(engine_->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS).ok());
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = kPeerQpn;
-    a.rq_psn = kRqPsn;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    std::memcpy(a.ah_attr.grh.dgid.raw, peer_gid_.data(), 16);
-    EXPECT_TRUE(engine_->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                             IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)
-                    .ok());
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = kSqPsn;
-    a.timeout = 10;
-    a.retry_cnt = 2;
-    a.rnr_retry = 1;
-    a.max_rd_atomic = 4;
-    EXPECT_TRUE(engine_->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)
-                    .ok());
+    EXPECT_TRUE(ConnectToScriptedPeer(*engine_, qp, {peer_gid_, kPeerQpn, kRqPsn, kSqPsn}, kAll).ok());
     return qp;
   }
 

@@ -30,10 +30,11 @@
 
 #include "cm/cm_mad.h"
 #include "cm/connection_manager.h"
-#include "pmd/eal.h"
+#include "pmd/fuzz_environment.h"
 #include "pmd/mempool.h"
 #include "transport/engine.h"
 #include "transport/packet_builder.h"
+#include "transport/scripted_peer.h"
 #include "transport/scripted_port.h"
 
 namespace uroce::transport {
@@ -119,16 +120,11 @@ struct World {
 
 rte_mempool* Pool() {
   static rte_mempool* pool = [] {
-    pmd::EalConfig eal;
-    eal.program_name = "hostile_script_fuzz";
-    eal.log_level = "*:error";
-    if (!pmd::StartEal(eal).ok()) abort();
-    auto p = pmd::CreatePktPool({.name = "script_fuzz_pool",
-                                 .mbufs = kPoolMbufs,
-                                 .per_core_cache = 0,
-                                 .data_room = RTE_PKTMBUF_HEADROOM + 4096 + 256});
-    if (!p.ok()) abort();
-    return p.value().release();
+    return pmd::StartFuzzEalWithPool("hostile_script_fuzz", {.name = "script_fuzz_pool",
+                                                            .mbufs = kPoolMbufs,
+                                                            .per_core_cache = 0,
+                                                            .data_room = RTE_PKTMBUF_HEADROOM + 4096 + 256})
+        .release();
   }();
   return pool;
 }
@@ -137,11 +133,10 @@ void Connect(World& w, QueuePair* qp, int access) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RESET;
   (void)w.engine->ModifyQp(qp, a, IBV_QP_STATE);
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = access;
-  a.qkey = 0x11111111;
   if (qp->type == IBV_QPT_UD) {
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qkey = 0x11111111;
     (void)w.engine->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
     a = {};
     a.qp_state = IBV_QPS_RTR;
@@ -150,26 +145,11 @@ void Connect(World& w, QueuePair* qp, int access) {
     (void)w.engine->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_SQ_PSN);
     return;
   }
-  (void)w.engine->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = kPeerQpn;
-  a.rq_psn = 0;
-  a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  std::memcpy(a.ah_attr.grh.dgid.raw, w.peer.data(), 16);
-  (void)w.engine->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 4;
-  a.retry_cnt = 2;
-  a.rnr_retry = 2;
-  a.max_rd_atomic = 4;
-  (void)w.engine->ModifyQp(qp, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                      IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+  ScriptedPeer peer{w.peer, kPeerQpn, 0, 0};
+  peer.min_rnr_timer = 1;
+  peer.timeout = 4;
+  peer.rnr_retry = 2;
+  (void)ConnectToScriptedPeer(*w.engine, qp, peer, access);
 }
 
 void MakeWorld(World& w) {

@@ -11,6 +11,7 @@
 #include "transport/engine.h"
 #include "transport/packet_builder.h"
 #include "transport/packet_parser.h"
+#include "transport/scripted_peer.h"
 #include "transport/scripted_port.h"
 #include "transport/send_wr.h"
 
@@ -60,33 +61,7 @@ class StateMachineTest : public ::testing::Test {
     init.cap.max_send_sge = 2;
     init.cap.max_recv_sge = 2;
     qp_ = *engine_->CreateQp(init);
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = kAll;
-    ASSERT_TRUE(engine_->ModifyQp(qp_, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS).ok());
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = kPeerQpn;
-    a.rq_psn = kRqPsn;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    std::memcpy(a.ah_attr.grh.dgid.raw, peer_gid_.data(), 16);
-    ASSERT_TRUE(engine_->ModifyQp(qp_, a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)
-                    .ok());
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = kSqPsn;
-    a.timeout = 10;
-    a.retry_cnt = 2;
-    a.rnr_retry = 1;
-    a.max_rd_atomic = 4;
-    ASSERT_TRUE(engine_->ModifyQp(qp_, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                              IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)
-                    .ok());
+    ASSERT_TRUE(ConnectToScriptedPeer(*engine_, qp_, {peer_gid_, kPeerQpn, kRqPsn, kSqPsn}, kAll).ok());
     memory_.assign(8192, 0);
     keys_ = *engine_->RegMr(pd_, memory_.data(), memory_.size(), reinterpret_cast<uint64_t>(memory_.data()), kAll);
   }
