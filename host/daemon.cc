@@ -299,15 +299,7 @@ Status SwitchDaemon::StartPortUplink(Uplink& u) {
   if (!id.ok()) return NotFound("uplink '" + ec.port + "': EAL made no port " + ec.device_name);
   u.port = *id;
   if (ec.port.rfind("net_af_packet", 0) == 0) UROCE_RETURN_IF_ERROR(pmd::CheckAfPacketFrameSize(ec.port, ec.mtu));
-  pmd::PortConfig port;
-  port.rx_pool = pool_.get();
-  port.rx_descriptors = ec.rx_descriptors;
-  port.tx_descriptors = ec.tx_descriptors;
-  port.mtu = static_cast<uint16_t>(ec.mtu);
-  port.promiscuous = ec.promiscuous;
-  port.ipv6_addresses = ec.Ipv6Gids();
-  if (!ec.mac_from_port) port.mac = ec.mac;
-  UROCE_RETURN_IF_ERROR(pmd::StartPort(u.port, port));
+  UROCE_RETURN_IF_ERROR(pmd::StartPort(u.port, PortConfigFor(ec, pool_.get())));
   u.started = true;
   if (ec.mac_from_port) {
     rte_ether_addr mac;

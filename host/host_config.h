@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "pmd/port.h"
 #include "transport/headers.h"
 
 namespace uroce::host {
@@ -46,6 +47,11 @@ struct EndpointPortConfig {
   bool promiscuous = false;
   unsigned resolve_timeout_ms = 3000;
 };
+
+// The poll-mode port settings an endpoint's keys give (descriptors, MTU,
+// promiscuous mode, IPv6 groups, a MAC set in the file), receiving into
+// `rx_pool`; queues and `start` keep pmd::PortConfig's defaults.
+pmd::PortConfig PortConfigFor(const EndpointPortConfig& ec, rte_mempool* rx_pool);
 
 // `uroce daemon` (host/daemon.h): its control socket and switch.
 constexpr uint32_t kDaemonMaxProcesses = 254;  // QPN leases 1..254 << 16

@@ -155,14 +155,7 @@ Status Runtime::StartDevice(const EndpointConfig& ec) {
 
   UROCE_RETURN_IF_ERROR(CreatePool(e.get(), ec));
 
-  PortConfig port;
-  port.rx_pool = e->pool.get();
-  port.rx_descriptors = ec.rx_descriptors;
-  port.tx_descriptors = ec.tx_descriptors;
-  port.mtu = static_cast<uint16_t>(ec.mtu);
-  port.promiscuous = ec.promiscuous;
-  port.ipv6_addresses = ec.Ipv6Gids();
-  if (!ec.mac_from_port) port.mac = ec.mac;
+  PortConfig port = host::PortConfigFor(ec, e->pool.get());
   // A memif client connects when its port starts, and only once: started
   // before the server listens, the start fails (EPERM); connected before the
   // server's port started, the handshake is refused and nobody retries. So

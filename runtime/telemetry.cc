@@ -12,6 +12,7 @@
 #include "runtime/config.h"
 #include "pmd/threads.h"
 #include "transport/address_text.h"
+#include "transport/qp_state.h"
 
 namespace uroce::runtime {
 
@@ -47,19 +48,6 @@ const char* QpTypeName(ibv_qp_type t) {
     case IBV_QPT_UC: return "UC";
     case IBV_QPT_UD: return "UD";
     default: return "other";
-  }
-}
-
-const char* QpStateName(ibv_qp_state s) {
-  switch (s) {
-    case IBV_QPS_RESET: return "RESET";
-    case IBV_QPS_INIT: return "INIT";
-    case IBV_QPS_RTR: return "RTR";
-    case IBV_QPS_RTS: return "RTS";
-    case IBV_QPS_SQD: return "SQD";
-    case IBV_QPS_SQE: return "SQE";
-    case IBV_QPS_ERR: return "ERR";
-    default: return "unknown";
   }
 }
 
@@ -206,7 +194,7 @@ int Qp(const char*, const char* params, rte_tel_data* d) {
     rte_tel_data_add_dict_string(d, "endpoint", e->name.c_str());
     rte_tel_data_add_dict_u64(d, "qpn", s.qpn);
     rte_tel_data_add_dict_string(d, "type", QpTypeName(s.type));
-    rte_tel_data_add_dict_string(d, "state", QpStateName(s.state));
+    rte_tel_data_add_dict_string(d, "state", transport::QpStateName(s.state));
     rte_tel_data_add_dict_u64(d, "dest_qpn", s.dest_qpn);
     const transport::QpCounters& c = s.counters;
     const std::pair<const char*, uint64_t> counters[] = {

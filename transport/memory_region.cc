@@ -86,16 +86,20 @@ StatusOr<MrKeys> MemoryRegionTable::Register(PdHandle pd, void* addr, uint64_t l
   return MrKeys{key, key};
 }
 
-Status MemoryRegionTable::Deregister(uint32_t lkey) {
+MemoryRegionTable::Entry* MemoryRegionTable::RegionLocked(uint32_t lkey) {
   const uint32_t index = lkey >> kTagBits;
-  if (index == 0 || index >= capacity_) return InvalidArgument("no MR with key " + std::to_string(lkey));
-  std::lock_guard<std::mutex> lock(control_mutex_);
+  if (index == 0 || index >= capacity_) return nullptr;
   Entry& e = entries_[index];
-  if (e.key.load(std::memory_order_relaxed) != lkey || e.kind != Kind::kRegion) {
-    return InvalidArgument("no MR with key " + std::to_string(lkey));
-  }
-  e.key.store(0, std::memory_order_release);
-  free_slots_.push_back(index);
+  if (e.key.load(std::memory_order_relaxed) != lkey || e.kind != Kind::kRegion) return nullptr;
+  return &e;
+}
+
+Status MemoryRegionTable::Deregister(uint32_t lkey) {
+  std::lock_guard<std::mutex> lock(control_mutex_);
+  Entry* e = RegionLocked(lkey);
+  if (e == nullptr) return InvalidArgument("no MR with key " + std::to_string(lkey));
+  e->key.store(0, std::memory_order_release);
+  free_slots_.push_back(lkey >> kTagBits);
   --registered_;
   return Status::Ok();
 }
@@ -103,13 +107,10 @@ Status MemoryRegionTable::Deregister(uint32_t lkey) {
 Status MemoryRegionTable::Reregister(uint32_t lkey, PdHandle pd, void* addr, uint64_t length, uint64_t iova,
                                      int access) {
   if (Status s = CheckRegistration(addr, length, iova, access); !s.ok()) return s;
-  const uint32_t index = lkey >> kTagBits;
-  if (index == 0 || index >= capacity_) return InvalidArgument("no MR with key " + std::to_string(lkey));
   std::lock_guard<std::mutex> lock(control_mutex_);
-  Entry& e = entries_[index];
-  if (e.key.load(std::memory_order_relaxed) != lkey || e.kind != Kind::kRegion) {
-    return InvalidArgument("no MR with key " + std::to_string(lkey));
-  }
+  Entry* region = RegionLocked(lkey);
+  if (region == nullptr) return InvalidArgument("no MR with key " + std::to_string(lkey));
+  Entry& e = *region;
   // An implicit region stays what it is (the engine reads `implicit`
   // without locks; a region turning explicit under a running access would
   // be dereferenced): re-registering one, or into one, is refused.

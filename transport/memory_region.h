@@ -139,6 +139,8 @@ class MemoryRegionTable {
                 uint8_t** host, uint32_t qpn) const;
   // A slot and a fresh key for it; control_mutex_ held.
   StatusOr<uint32_t> TakeSlot();
+  // The registered region whose key is `lkey`, or null; control_mutex_ held.
+  Entry* RegionLocked(uint32_t lkey);
 
   std::unique_ptr<Entry[]> entries_;
   const uint32_t capacity_;
