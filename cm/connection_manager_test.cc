@@ -15,7 +15,7 @@
 #include "cm/cm_test_frames.h"
 #include "testing/engine_pair.h"
 #include "transport/packet_parser.h"
-#include "transport/send_wr.h"
+#include "transport/verbs_wr.h"
 #include "transport/wire_types.h"
 
 namespace uroce::cm {
@@ -146,10 +146,7 @@ class ConnectionManagerTest : public ::testing::Test {
 
   void PostRecv(int i, QueuePair* qp, Buffer& b, uint64_t wr_id) {
     ibv_sge sge{b.addr(), static_cast<uint32_t>(b.bytes.size()), b.keys.lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = transport::RecvWr(wr_id, &sge);
     const ibv_recv_wr* bad = nullptr;
     ASSERT_EQ(side(i).engine->PostRecv(qp, &wr, &bad), 0);
   }

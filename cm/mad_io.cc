@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cm/connection_manager_impl.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::cm {
 namespace {
@@ -109,10 +110,7 @@ void ConnectionManager::Impl::Teardown() {
 Status ConnectionManager::Impl::PostRecvSlot(uint64_t slot) {
   ibv_sge sge{reinterpret_cast<uint64_t>(recv_memory.data() + slot * kRecvSlotBytes),
               static_cast<uint32_t>(kRecvSlotBytes), recv_keys.lkey};
-  ibv_recv_wr wr{};
-  wr.wr_id = slot;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_recv_wr wr = transport::RecvWr(slot, &sge);
   const ibv_recv_wr* bad = nullptr;
   const int error = engine->PostRecv(gsi, &wr, &bad);
   if (error != 0) return Status(StatusCode::kInternal, "posting a MAD receive buffer: errno " + std::to_string(error));

@@ -18,6 +18,7 @@
 #include "testing/engine_pair.h"
 #include "transport/address_text.h"
 #include "transport/engine.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::runtime {
 
@@ -218,17 +219,11 @@ class ResolverPairTest : public ::testing::Test {
     auto kb = side_[1].engine->RegMr(side_[1].pd, dst.data(), dst.size(), reinterpret_cast<uint64_t>(dst.data()), access);
     ASSERT_TRUE(ka.ok() && kb.ok());
     ibv_sge rs{reinterpret_cast<uint64_t>(dst.data()), 3000, kb->lkey};
-    ibv_recv_wr rwr{};
-    rwr.sg_list = &rs;
-    rwr.num_sge = 1;
+    ibv_recv_wr rwr = transport::RecvWr(0, &rs);
     const ibv_recv_wr* bad_r = nullptr;
     ASSERT_EQ(side_[1].engine->PostRecv(qb, &rwr, &bad_r), 0);
     ibv_sge ss{reinterpret_cast<uint64_t>(src.data()), 3000, ka->lkey};
-    ibv_send_wr swr{};
-    swr.opcode = IBV_WR_SEND;
-    swr.send_flags = IBV_SEND_SIGNALED;
-    swr.sg_list = &ss;
-    swr.num_sge = 1;
+    ibv_send_wr swr = transport::SignaledSendWr(0, IBV_WR_SEND, &ss);
     const ibv_send_wr* bad_s = nullptr;
     ASSERT_EQ(side_[0].engine->PostSend(qa, &swr, &bad_s), 0);
     ibv_wc wc;

@@ -18,7 +18,7 @@
 #include "runtime/telemetry_client.h"
 #include "testing/engine_pair.h"
 #include "transport/address_text.h"
-#include "transport/send_wr.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::runtime {
 
@@ -95,18 +95,12 @@ void RunTraffic(Runtime& rt) {
   ibv_wc wc;
 
   ibv_sge rs{db.addr(), kSize, db.keys.lkey};
-  ibv_recv_wr rwr{};
-  rwr.sg_list = &rs;
-  rwr.num_sge = 1;
+  ibv_recv_wr rwr = transport::RecvWr(0, &rs);
   const ibv_recv_wr* bad_r = nullptr;
   ASSERT_EQ(b.engine->PostRecv(qb, &rwr, &bad_r), 0);
   auto post = [&](ibv_wr_opcode op, uint64_t local, uint32_t len, uint32_t lkey, uint64_t remote, uint32_t rkey) {
     ibv_sge s{local, len, lkey};
-    ibv_send_wr w{};
-    w.opcode = op;
-    w.send_flags = IBV_SEND_SIGNALED;
-    w.sg_list = &s;
-    w.num_sge = 1;
+    ibv_send_wr w = transport::SignaledSendWr(0, op, &s);
     w.wr.rdma.remote_addr = remote;
     w.wr.rdma.rkey = rkey;
     if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
@@ -176,17 +170,11 @@ TEST(RuntimeTest, ProgressOfOnePolledEngineDrivesTheOthersNowAndThen) {
   Buffer sa = Register(a, 64), db = Register(b, 64);
   for (size_t i = 0; i < 64; ++i) sa.bytes[i] = static_cast<uint8_t>(i + 7);
   ibv_sge rs{db.addr(), 64, db.keys.lkey};
-  ibv_recv_wr rwr{};
-  rwr.sg_list = &rs;
-  rwr.num_sge = 1;
+  ibv_recv_wr rwr = transport::RecvWr(0, &rs);
   const ibv_recv_wr* bad_r = nullptr;
   ASSERT_EQ(b.engine->PostRecv(qps->second, &rwr, &bad_r), 0);
   ibv_sge ss{sa.addr(), 64, sa.keys.lkey};
-  ibv_send_wr swr{};
-  swr.opcode = IBV_WR_SEND;
-  swr.send_flags = IBV_SEND_SIGNALED;
-  swr.sg_list = &ss;
-  swr.num_sge = 1;
+  ibv_send_wr swr = transport::SignaledSendWr(0, IBV_WR_SEND, &ss);
   const ibv_send_wr* bad_s = nullptr;
   ASSERT_EQ(a.engine->PostSend(qps->first, &swr, &bad_s), 0);
 
@@ -240,10 +228,7 @@ TEST(RuntimeTest, ShutdownFlushesOutstandingWork) {
   Buffer ba = Register(a, 4096), bb = Register(b, 4096);
   for (int i = 0; i < 8; ++i) {
     ibv_sge s{ba.addr(), 64, ba.keys.lkey};
-    ibv_recv_wr r{};
-    r.wr_id = 100 + i;
-    r.sg_list = &s;
-    r.num_sge = 1;
+    ibv_recv_wr r = transport::RecvWr(100 + i, &s);
     const ibv_recv_wr* bad = nullptr;
     ASSERT_EQ(a.engine->PostRecv(qps->first, &r, &bad), 0);
     ibv_send_wr w = transport::SignaledSendWr(200 + i, IBV_WR_SEND, &s);

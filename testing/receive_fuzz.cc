@@ -19,6 +19,7 @@
 #include "transport/icrc.h"
 #include "transport/packet_parser.h"
 #include "transport/scripted_peer.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::transport {
 namespace {
@@ -119,9 +120,7 @@ World& GetWorld() {
 void Replenish(World& w, QueuePair* qp) {
   for (int i = 0; i < 4; ++i) {
     ibv_sge sge{reinterpret_cast<uint64_t>(w.memory.data()) + 4096u * i, 4096, w.keys.lkey};
-    ibv_recv_wr wr{};
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = RecvWr(0, &sge);
     const ibv_recv_wr* bad = nullptr;
     if (w.engine->PostRecv(qp, &wr, &bad) != 0) break;
   }

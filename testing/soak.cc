@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "testing/engine_pair.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::transport {
 namespace {
@@ -139,10 +140,7 @@ StatusOr<SoakResult> RunSoak(const SoakOptions& o, const std::function<void(cons
     for (uint32_t r = 0; r < o.outstanding_per_qp * 2; ++r) {
       ibv_sge sge{reinterpret_cast<uint64_t>(lane.b_recv.data()) + uint64_t(r) * slot_bytes, slot_bytes,
                   lane.b_recv_keys.lkey};
-      ibv_recv_wr wr{};
-      wr.wr_id = r;
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
+      ibv_recv_wr wr = RecvWr(r, &sge);
       const ibv_recv_wr* bad = nullptr;
       if (pair->b().engine->PostRecv(lane.qb, &wr, &bad) != 0) return Internal("post_recv failed");
     }
@@ -324,10 +322,7 @@ StatusOr<SoakResult> RunSoak(const SoakOptions& o, const std::function<void(cons
       }
       // Give the buffer back.
       ibv_sge sge{reinterpret_cast<uint64_t>(buf), slot_bytes, lane->b_recv_keys.lkey};
-      ibv_recv_wr wr{};
-      wr.wr_id = slot;
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
+      ibv_recv_wr wr = RecvWr(slot, &sge);
       const ibv_recv_wr* bad = nullptr;
       if (pair->b().engine->PostRecv(lane->qb, &wr, &bad) != 0) fail("re-posting a receive failed");
     }

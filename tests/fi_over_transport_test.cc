@@ -13,9 +13,10 @@
 #include <vector>
 
 #include "api/uroce_cq.h"
-#include "cq/fabric_cq.h"
 #include "cq/counter.h"
+#include "cq/fabric_cq.h"
 #include "testing/engine_pair.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::transport {
 namespace {
@@ -53,10 +54,7 @@ TEST(FiOverTransportTest, RcCompletionsReadWithFiCqReadAndCountedWithFiCntrWait)
   ASSERT_TRUE(ka.ok() && kb.ok());
   for (int i = 0; i < kMessages; ++i) {
     ibv_sge sge{reinterpret_cast<uint64_t>(dst.data()) + 256u * i, 256, kb->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = 1000 + i;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = RecvWr(1000 + i, &sge);
     const ibv_recv_wr* bad = nullptr;
     ASSERT_EQ(pair->b().engine->PostRecv(qb, &wr, &bad), 0);
   }

@@ -31,7 +31,7 @@
 #include "transport/packet_parser.h"
 #include "transport/scripted_peer.h"
 #include "transport/scripted_port.h"
-#include "transport/send_wr.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::transport {
 namespace {
@@ -186,10 +186,7 @@ class HostilePeerTest : public ::testing::Test {
 
   void PostRecv(QueuePair* qp, uint64_t wr_id, uint32_t length = 4096) {
     ibv_sge sge{region_->va(), length, keys_.lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = RecvWr(wr_id, &sge);
     const ibv_recv_wr* bad = nullptr;
     ASSERT_EQ(engine_->PostRecv(qp, &wr, &bad), 0);
   }
@@ -977,10 +974,7 @@ TEST_F(ImplicitOdpHostileTest, MappedMemoryIsReachedThroughTheImplicitKeys) {
   // A SEND into a receive buffer named by the implicit lkey.
   QueuePair* receiver = MakeConnectedQp();
   ibv_sge sge{ReadWrite() + 1024, 128, implicit_.lkey};
-  ibv_recv_wr wr{};
-  wr.wr_id = 77;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_recv_wr wr = RecvWr(77, &sge);
   const ibv_recv_wr* bad = nullptr;
   ASSERT_EQ(engine_->PostRecv(receiver, &wr, &bad), 0);
   Inject(receiver, Opcode::kRcSendOnly, kRqPsn, 100, true);
@@ -1038,10 +1032,7 @@ TEST_F(ImplicitOdpHostileTest, SendsIntoUnmappedOrReadOnlyReceiveBuffersFailLoca
   for (uint64_t va : Unwritable()) {
     QueuePair* qp = MakeConnectedQp();
     ibv_sge sge{va, 64, implicit_.lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = va;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = RecvWr(va, &sge);
     const ibv_recv_wr* bad = nullptr;
     ASSERT_EQ(engine_->PostRecv(qp, &wr, &bad), 0);
     Inject(qp, Opcode::kRcSendOnly, kRqPsn, 64, true);
@@ -1180,10 +1171,7 @@ class XrcHostileTest : public HostilePeerTest {
     auto srq = engine_->CreateXrcSrq(pd_, xrcd, cq_, 4, 1, 0);
     EXPECT_TRUE(srq.ok());
     ibv_sge sge{region_->va() + offset, 4096, keys_.lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = RecvWr(wr_id, &sge);
     const ibv_recv_wr* bad = nullptr;
     EXPECT_EQ(engine_->PostSrqRecv(*srq, &wr, &bad), 0);
     return *srq;

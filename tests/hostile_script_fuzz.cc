@@ -36,6 +36,7 @@
 #include "transport/packet_builder.h"
 #include "transport/scripted_peer.h"
 #include "transport/scripted_port.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::transport {
 
@@ -343,9 +344,7 @@ void StepPost(World& w, Script& s) {
   ibv_sge sge{reinterpret_cast<uint64_t>(w.slot_data(slot)) + s.u16() % 4096, s.u16() % 4097u,
               w.slots[slot].keys.lkey};
   if (kind & 0x80) {
-    ibv_recv_wr wr{};
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = RecvWr(0, &sge);
     const ibv_recv_wr* bad = nullptr;
     (void)w.engine->PostRecv(qp, &wr, &bad);
     return;

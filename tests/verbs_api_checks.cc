@@ -20,7 +20,7 @@
 #include <numeric>
 #include <vector>
 
-#include "transport/send_wr.h"
+#include "transport/verbs_wr.h"
 
 namespace {
 
@@ -396,10 +396,7 @@ TEST_F(RcLoopbackTest, SrqResizeKeepsThePostedReceivesInOrder) {
   ASSERT_NE(srq, nullptr);
   auto post_recv = [&](uint64_t wr_id) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data() + kBytes + 64 * wr_id), 64, mr_->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = uroce::transport::RecvWr(wr_id, &sge);
     ibv_recv_wr* bad = nullptr;
     return ibv_post_srq_recv(srq, &wr, &bad);
   };
@@ -688,9 +685,7 @@ TEST_F(VerbsApiTest, ParentDomainAllocatorsHoldTheQueues) {
     ibv_mr* mr = ibv_reg_mr(parent, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
     ASSERT_NE(mr, nullptr);
     ibv_sge sge{reinterpret_cast<uintptr_t>(buf.data()), 64, mr->lkey};
-    ibv_recv_wr wr{};
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = uroce::transport::RecvWr(0, &sge);
     ibv_recv_wr* bad = nullptr;
     EXPECT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
     // A resized SRQ's new ring comes from the allocator too, the old one
@@ -1187,10 +1182,7 @@ class XrcTest : public RcLoopbackTest {
   }
   void PostSrqRecv(ibv_srq* srq, uint64_t wr_id) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data() + kBytes), kBytes, mr_->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = uroce::transport::RecvWr(wr_id, &sge);
     ibv_recv_wr* bad = nullptr;
     ASSERT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
   }

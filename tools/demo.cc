@@ -27,7 +27,7 @@
 #include "tools/config_flags.h"
 #include "transport/address_text.h"
 #include "transport/engine_side.h"
-#include "transport/send_wr.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::tools {
 namespace {
@@ -87,9 +87,7 @@ class Demo {
 
   static bool PostRecv(EngineSide& side, QueuePair* qp, Region& r, uint32_t length) {
     ibv_sge sge{r.addr(), length, r.keys.lkey};
-    ibv_recv_wr wr{};
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = transport::RecvWr(0, &sge);
     const ibv_recv_wr* bad = nullptr;
     return side.engine->PostRecv(qp, &wr, &bad) == 0;
   }

@@ -12,7 +12,7 @@
 #include "cq/wc_mapping.h"
 #include "runtime/config.h"
 #include "transport/address_text.h"
-#include "transport/send_wr.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::tools {
 namespace {
@@ -417,10 +417,7 @@ Status PerfSide::Connect(const SideInfo& remote) {
 
 Status PerfSide::PostRecv(uint32_t qp, uint32_t slot) {
   ibv_sge sge{addr_of(in_slot(slot)), spec_.size, keys_.lkey};
-  ibv_recv_wr wr{};
-  wr.wr_id = WrId(qp, slot);
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_recv_wr wr = transport::RecvWr(WrId(qp, slot), &sge);
   const ibv_recv_wr* bad = nullptr;
   const int rc = engine_.PostRecv(qps_[qp], &wr, &bad);
   if (rc != 0) return Internal("post_recv failed: " + std::string(std::strerror(rc)));

@@ -8,7 +8,7 @@
 
 #include "cm/cm_test_frames.h"
 #include "transport/engine_test_fixture.h"
-#include "transport/send_wr.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::transport {
 

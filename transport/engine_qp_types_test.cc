@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "transport/engine_test_fixture.h"
-#include "transport/send_wr.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::transport {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "transport/engine_test_fixture.h"
-#include "transport/send_wr.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::transport {
 namespace {
@@ -92,18 +92,13 @@ TEST_F(EngineTest, SharedReceiveQueueFeedsTwoQpsAndRaisesItsLimitEvent) {
   Buffer dst = Register(pair_->b(), 64 * 8, 0);
   for (uint32_t i = 0; i < 8; ++i) {
     ibv_sge sge{dst.addr() + 64 * i, 64, dst.keys.lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = 100 + i;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = RecvWr(100 + i, &sge);
     const ibv_recv_wr* bad = nullptr;
     ASSERT_EQ(pair_->b().engine->PostSrqRecv(*srq, &wr, &bad), 0);
   }
   // Posting to a QP that has an SRQ is refused.
   ibv_sge sge{dst.addr(), 64, dst.keys.lkey};
-  ibv_recv_wr direct{};
-  direct.sg_list = &sge;
-  direct.num_sge = 1;
+  ibv_recv_wr direct = RecvWr(0, &sge);
   const ibv_recv_wr* bad = nullptr;
   EXPECT_EQ(pair_->b().engine->PostRecv(first->second, &direct, &bad), EINVAL);
 

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "transport/engine_test_fixture.h"
-#include "transport/send_wr.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::transport {
 namespace {

@@ -14,8 +14,9 @@
 #include <vector>
 
 #include "testing/engine_pair.h"
-#include "transport/engine_side.h"
 #include "transport/engine.h"
+#include "transport/engine_side.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::transport {
 
@@ -61,10 +62,7 @@ class EngineTest : public ::testing::Test {
                 uint32_t length = UINT32_MAX) {
     ibv_sge sge{b.addr() + offset, length == UINT32_MAX ? uint32_t(b.bytes.size() - offset) : length,
                 b.keys.lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = RecvWr(wr_id, &sge);
     const ibv_recv_wr* bad = nullptr;
     ASSERT_EQ(side.engine->PostRecv(qp, &wr, &bad), 0);
   }

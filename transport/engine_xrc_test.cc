@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "transport/engine_test_fixture.h"
-#include "transport/send_wr.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::transport {
 namespace {
@@ -45,10 +45,7 @@ class XrcEngineTest : public EngineTest {
   }
   void PostSrqRecv(SharedReceiveQueue* srq, Buffer& b, uint64_t wr_id) {
     ibv_sge sge{b.addr(), uint32_t(b.bytes.size()), b.keys.lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = RecvWr(wr_id, &sge);
     const ibv_recv_wr* bad = nullptr;
     ASSERT_EQ(pair_->b().engine->PostSrqRecv(srq, &wr, &bad), 0);
   }

@@ -13,7 +13,7 @@
 #include "transport/packet_parser.h"
 #include "transport/scripted_peer.h"
 #include "transport/scripted_port.h"
-#include "transport/send_wr.h"
+#include "transport/verbs_wr.h"
 
 namespace uroce::transport {
 namespace {
@@ -118,10 +118,7 @@ class StateMachineTest : public ::testing::Test {
 
   void PostRecv(uint64_t wr_id, uint32_t length = 4096) {
     ibv_sge sge{reinterpret_cast<uint64_t>(memory_.data()), length, keys_.lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_recv_wr wr = RecvWr(wr_id, &sge);
     const ibv_recv_wr* bad = nullptr;
     ASSERT_EQ(engine_->PostRecv(qp_, &wr, &bad), 0);
   }
