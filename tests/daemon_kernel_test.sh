@@ -39,6 +39,7 @@ TMP=$(mktemp -d /tmp/uroce-kernel-test.XXXXXX)
 FAILS=0
 pids=()
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+source "$(dirname "$0")/pair_lib.sh"
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
   # Each pid is timeout(1): its program first (SIGKILL is not passed on).
@@ -157,20 +158,13 @@ rdma() {
   for attempt in $(seq 20); do
     UROCE_DAEMON=$TMP/a.sock "${A[@]}" timeout -k 5 "$limit" "$UROCE" exec -- "${client[@]}" > "$TMP/$name.client" 2>&1
     crc=$?
-    [[ $crc -eq 0 || -n $port ]] && break
-    kill -0 "$spid" 2>/dev/null || break
-    grep -qE "REJECTED|Connection refused|Unexpected CM event" "$TMP/$name.client" || break
-    sleep 0.5
+    [[ -n $port ]] && break
+    cm_client_should_retry "$name" "$crc" "$spid" || break
   done
   [[ $crc -ne 0 ]] && kill -TERM "$spid" 2>/dev/null
   wait "$spid"
   local src=$?
-  if [[ $crc -ne 0 || $src -ne 0 ]] || ! grep -q "$expect" "$TMP/$name.client"; then
-    fail "$name: server rc=$src client rc=$crc"
-    echo "--- server:"; cat "$TMP/$name.server"; echo "--- client:"; cat "$TMP/$name.client"
-    return 1
-  fi
-  echo "ok: $name: $(grep "$expect" "$TMP/$name.client" | tail -1)"
+  pair_verdict "$name" "$src" "$crc" "$expect"
 }
 
 echo "== 1. af_xdp in both namespaces"

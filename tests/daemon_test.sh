@@ -63,6 +63,7 @@ SOCK=$TMP/uroce.sock
 FAILS=0
 pids=()
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+source "$(dirname "$0")/pair_lib.sh"
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
@@ -141,22 +142,13 @@ run_pair() {
   shift 4
   local port=$((20000 + RANDOM % 20000))
   "${IN_NS[@]}" timeout -k 5 "$limit" "$UROCE" exec -- "$prog" -p "$port" "$@" > "$TMP/$name.server" 2>&1 &
-  local spid=$! waited=0
-  until listening "$port"; do
-    sleep 0.1
-    waited=$((waited + 1))
-    if ! kill -0 "$spid" 2>/dev/null || [[ $waited -gt $((limit * 10)) ]]; then break; fi
-  done
+  local spid=$!
+  wait_for_server "$port" "$spid" "$limit"
   "${IN_NS[@]}" timeout -k 5 "$limit" "$UROCE" exec -- "$prog" -p "$port" "$@" 127.0.0.1 > "$TMP/$name.client" 2>&1
   local crc=$?
   wait "$spid"
   local src=$?
-  if [[ $crc -ne 0 || $src -ne 0 ]] || ! grep -q "$expect" "$TMP/$name.client" || ! grep -q "$expect" "$TMP/$name.server"; then
-    fail "$name: server rc=$src client rc=$crc"
-    echo "--- server:"; cat "$TMP/$name.server"; echo "--- client:"; cat "$TMP/$name.client"
-    return 1
-  fi
-  echo "ok: $name: $(grep "$expect" "$TMP/$name.client" | tail -1)"
+  pair_verdict "$name" "$src" "$crc" "$expect" server
 }
 
 echo "== the daemon; a second one on the same socket refuses"
@@ -216,22 +208,14 @@ run_cm_pair() {
     # shellcheck disable=SC2086
     "${IN_NS[@]}" timeout -k 5 "$limit" "$UROCE" exec -- $ccmd > "$TMP/$name.client" 2>&1
     crc=$?
-    [[ $crc -eq 0 ]] && break
-    kill -0 "$spid" 2>/dev/null || break
-    grep -qE "REJECTED|Connection refused|Unexpected CM event" "$TMP/$name.client" || break
-    sleep 0.5
+    cm_client_should_retry "$name" "$crc" "$spid" || break
   done
   # A client that failed for good leaves a server that would wait its whole
   # limit: end it.
   [[ $crc -ne 0 ]] && kill -TERM "$spid" 2>/dev/null
   wait "$spid"
   local src=$?
-  if [[ $crc -ne 0 || $src -ne 0 ]] || ! grep -q -- "$expect" "$TMP/$name.client"; then
-    fail "$name: server rc=$src client rc=$crc (client attempts: $attempt)"
-    echo "--- server:"; cat "$TMP/$name.server"; echo "--- client:"; cat "$TMP/$name.client"
-    return 1
-  fi
-  echo "ok: $name: $(grep -- "$expect" "$TMP/$name.client" | tail -1 | cut -c1-100)"
+  pair_verdict "$name" "$src" "$crc" "$expect" "" " (client attempts: $attempt)"
 }
 
 echo "== rdma_cm between two processes through the host's own address"

@@ -31,19 +31,11 @@ run_cm_pair() {
     # shellcheck disable=SC2086
     timeout -k 5 "$limit" "$UROCE" exec --config "$b" -- $ccmd > "$TMP/$name.client" 2>&1
     crc=$?
-    [[ $crc -eq 0 ]] && break
-    kill -0 "$spid" 2>/dev/null || break
-    grep -qE "REJECTED|Connection refused|Unexpected CM event" "$TMP/$name.client" || break
-    sleep 0.5
+    cm_client_should_retry "$name" "$crc" "$spid" || break
   done
   wait "$spid"
   local src=$?
-  if [[ $crc -ne 0 || $src -ne 0 ]] || ! grep -q -- "$expect" "$TMP/$name.client"; then
-    fail "$name: server rc=$src client rc=$crc (client attempts: $attempt)"
-    echo "--- server:"; cat "$TMP/$name.server"; echo "--- client:"; cat "$TMP/$name.client"
-    return 1
-  fi
-  echo "ok: $name: $(grep -- "$expect" "$TMP/$name.client" | tail -1 | cut -c1-100)"
+  pair_verdict "$name" "$src" "$crc" "$expect" "" " (client attempts: $attempt)"
 }
 
 port=$((20000 + (RANDOM % 20000)))

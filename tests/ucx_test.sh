@@ -40,12 +40,8 @@ ucx_run() {
   make_pair_configs
   timeout -k 5 60 env "${vars[@]}" "$UROCE" exec --config "$TMP/a-$PAIRS.ini" --device-files=yes -- \
     ucx_perftest -p "$port" > "$TMP/$name.server" 2>&1 &
-  local spid=$! waited=0
-  until listening "$port"; do
-    sleep 0.1
-    waited=$((waited + 1))
-    if ! kill -0 "$spid" 2>/dev/null || [[ $waited -gt 300 ]]; then break; fi
-  done
+  local spid=$!
+  wait_for_server "$port" "$spid" 30
   # A pair still running after 20 s (a run takes about a second) has
   # stalled: what uroce counted on each side still alive goes in the report.
   ( sleep 20

@@ -17,6 +17,7 @@ PAIR_BASE="verbs-$$-$RANDOM"
 PAIRS=0
 
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/pair_lib.sh"
 
 # Configs for the next pair of processes (the files unchanged) and the
 # UROCE_PAIR that gives it a memif socket of its own.
@@ -41,20 +42,10 @@ run_pair() {
   local a="$TMP/a-$PAIRS.ini" b="$TMP/b-$PAIRS.ini"
   timeout -k 5 "$limit" "$UROCE" exec --config "$a" ${EXEC_FLAGS[@]+"${EXEC_FLAGS[@]}"} -- "$prog" -p "$port" $sargs > "$TMP/$name.server" 2>&1 &
   local spid=$!
-  local waited=0
-  until listening "$port"; do
-    sleep 0.1
-    waited=$((waited + 1))
-    if ! kill -0 "$spid" 2>/dev/null || [[ $waited -gt $((limit * 10)) ]]; then break; fi
-  done
+  wait_for_server "$port" "$spid" "$limit"
   timeout -k 5 "$limit" "$UROCE" exec --config "$b" ${EXEC_FLAGS[@]+"${EXEC_FLAGS[@]}"} -- "$prog" -p "$port" $cargs 127.0.0.1 > "$TMP/$name.client" 2>&1
   local crc=$?
   wait "$spid"
   local src=$?
-  if [[ $crc -ne 0 || $src -ne 0 ]] || ! grep -q "$expect" "$TMP/$name.client" || ! grep -q "$expect" "$TMP/$name.server"; then
-    fail "$name: server rc=$src client rc=$crc"
-    echo "--- server:"; cat "$TMP/$name.server"; echo "--- client:"; cat "$TMP/$name.client"
-    return 1
-  fi
-  echo "ok: $name: $(grep "$expect" "$TMP/$name.client" | tail -1)"
+  pair_verdict "$name" "$src" "$crc" "$expect" server
 }

@@ -1,0 +1,43 @@
+# Shared by the shell tests that run a server program and a client program
+# against each other (verbs_common.sh and the tests that source it,
+# daemon_test.sh, daemon_kernel_test.sh): waiting for the server, starting an
+# rdma_cm client again that came too early, and the verdict on the pair.
+# The caller defines `fail` (counts a failure) and `listening PORT`, and
+# keeps the outputs in $TMP/NAME.server and $TMP/NAME.client.
+
+# wait_for_server PORT SERVER_PID LIMIT_S: returns once something listens on
+# PORT, the server has exited, or LIMIT_S seconds have passed.
+wait_for_server() {
+  local port=$1 spid=$2 limit=$3 waited=0
+  until listening "$port"; do
+    sleep 0.1
+    waited=$((waited + 1))
+    if ! kill -0 "$spid" 2>/dev/null || [[ $waited -gt $((limit * 10)) ]]; then break; fi
+  done
+}
+
+# cm_client_should_retry NAME CLIENT_RC SERVER_PID: true (after half a
+# second) when the client failed only because the server had not listened
+# yet: rdma_cm's connection was rejected while the server still runs.
+cm_client_should_retry() {
+  local name=$1 crc=$2 spid=$3
+  [[ $crc -ne 0 ]] || return 1
+  kill -0 "$spid" 2>/dev/null || return 1
+  grep -qE "REJECTED|Connection refused|Unexpected CM event" "$TMP/$name.client" || return 1
+  sleep 0.5
+}
+
+# pair_verdict NAME SERVER_RC CLIENT_RC EXPECT [server] [NOTE]: "ok" with the
+# client's last line that shows EXPECT when both exited 0 and the client's
+# output (with `server`, the server's too) shows it; otherwise a failure
+# (NOTE added to it) and both outputs.
+pair_verdict() {
+  local name=$1 src=$2 crc=$3 expect=$4 check_server=${5:-} note=${6:-}
+  if [[ $crc -ne 0 || $src -ne 0 ]] || ! grep -q -- "$expect" "$TMP/$name.client" ||
+    { [[ $check_server == server ]] && ! grep -q -- "$expect" "$TMP/$name.server"; }; then
+    fail "$name: server rc=$src client rc=$crc$note"
+    echo "--- server:"; cat "$TMP/$name.server"; echo "--- client:"; cat "$TMP/$name.client"
+    return 1
+  fi
+  echo "ok: $name: $(grep -- "$expect" "$TMP/$name.client" | tail -1 | cut -c1-100)"
+}
