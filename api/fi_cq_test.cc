@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "api/fi_test_util.h"
+#include "api/fi_wait_fd_test_util.h"
 #include "api/uroce_cq.h"
 
 namespace uroce::testing {
@@ -524,17 +525,8 @@ TEST(FiCqControl, GetWaitGivesAPollableFd) {
 // completion arrives.
 TEST(FiCqControl, UnspecWaitIsAnFdThatEpollSeesACompletionOn) {
   CqPtr cq = OpenCq(CqAttr(FI_CQ_FORMAT_DATA, FI_WAIT_UNSPEC));
-  fi_wait_obj reported = FI_WAIT_NONE;
-  ASSERT_EQ(fi_control(&cq->fid, FI_GETWAITOBJ, &reported), 0);
-  ASSERT_EQ(reported, FI_WAIT_FD);
-  int fd = -1;
-  ASSERT_EQ(fi_control(&cq->fid, FI_GETWAIT, &fd), 0);
-  ASSERT_GE(fd, 0);
-  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  const int ep = EpollOnWaitFd(&cq->fid);
   ASSERT_GE(ep, 0);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev), 0);
   epoll_event out{};
   ASSERT_EQ(uroce_trywait(&cq->fid), 0);
   EXPECT_EQ(epoll_wait(ep, &out, 1, 0), 0);

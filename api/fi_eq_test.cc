@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "api/fi_test_util.h"
+#include "api/fi_wait_fd_test_util.h"
 #include "api/uroce_cq.h"
 
 namespace uroce::testing {
@@ -376,17 +377,8 @@ TEST(FiEqClose, BusyWhileBound) {
 // fi_cq_sread. FI_WAIT_MUTEX_COND stays what it is when asked for.
 TEST(FiEqControl, UnspecWaitIsAnFdThatEpollSeesAnEventOn) {
   EqPtr eq = OpenEq(EqAttr(FI_WAIT_UNSPEC));
-  fi_wait_obj reported = FI_WAIT_NONE;
-  ASSERT_EQ(fi_control(&eq->fid, FI_GETWAITOBJ, &reported), 0);
-  ASSERT_EQ(reported, FI_WAIT_FD);
-  int fd = -1;
-  ASSERT_EQ(fi_control(&eq->fid, FI_GETWAIT, &fd), 0);
-  ASSERT_GE(fd, 0);
-  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  const int ep = EpollOnWaitFd(&eq->fid);
   ASSERT_GE(ep, 0);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev), 0);
   epoll_event out{};
   ASSERT_EQ(uroce_trywait(&eq->fid), 0);
   EXPECT_EQ(epoll_wait(ep, &out, 1, 0), 0);
@@ -406,6 +398,7 @@ TEST(FiEqControl, UnspecWaitIsAnFdThatEpollSeesAnEventOn) {
   EXPECT_EQ(read.data, 42u);
   close(ep);
   EqPtr mutex_cond = OpenEq(EqAttr(FI_WAIT_MUTEX_COND));
+  fi_wait_obj reported = FI_WAIT_NONE;
   ASSERT_EQ(fi_control(&mutex_cond->fid, FI_GETWAITOBJ, &reported), 0);
   EXPECT_EQ(reported, FI_WAIT_MUTEX_COND);
 }

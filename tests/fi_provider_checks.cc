@@ -29,6 +29,8 @@
 #include <tuple>
 #include <vector>
 
+#include "api/fi_wait_fd_test_util.h"
+
 namespace {
 
 constexpr int kTimeoutMs = 20000;
@@ -947,17 +949,8 @@ TEST_F(FabricTest, ListenerClosedWithARequestQueuedRefusesItsCaller) {
 TEST_F(FabricTest, UnspecWaitEqIsAnFdThatEpollSeesAConnectionRequestOn) {
   sockaddr_in addr{};
   ASSERT_NO_FATAL_FAILURE(Listen(&addr));
-  fi_wait_obj kind = FI_WAIT_NONE;
-  FI_OK(fi_control(&server_.eq->fid, FI_GETWAITOBJ, &kind));
-  EXPECT_EQ(kind, FI_WAIT_FD);
-  int fd = -1;
-  FI_OK(fi_control(&server_.eq->fid, FI_GETWAIT, &fd));
-  ASSERT_GE(fd, 0);
-  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  const int ep = uroce::testing::EpollOnWaitFd(&server_.eq->fid);
   ASSERT_GE(ep, 0);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev), 0);
   fid* fids[] = {&server_.eq->fid};
   FI_OK(fi_trywait(fabric_, fids, 1));
   epoll_event out{};
