@@ -1,9 +1,11 @@
 # Shared by the shell tests that run a server program and a client program
 # against each other (verbs_common.sh and the tests that source it,
 # daemon_test.sh, daemon_kernel_test.sh): waiting for the server, starting an
-# rdma_cm client again that came too early, and the verdict on the pair.
-# The caller defines `fail` (counts a failure) and `listening PORT`, and
-# keeps the outputs in $TMP/NAME.server and $TMP/NAME.client.
+# rdma_cm client again that came too early, and the verdict on the pair;
+# and the verdict on a `uroce perf --verify` pair (tap_test.sh,
+# vhost_test.sh, veth_test.sh). For all but perf_pair_verdict the caller
+# defines `fail` (counts a failure) and `listening PORT`, and keeps the
+# outputs in $TMP/NAME.server and $TMP/NAME.client.
 
 # wait_for_server PORT SERVER_PID LIMIT_S: returns once something listens on
 # PORT, the server has exited, or LIMIT_S seconds have passed.
@@ -40,4 +42,20 @@ pair_verdict() {
     return 1
   fi
   echo "ok: $name: $(grep -- "$expect" "$TMP/$name.client" | tail -1 | cut -c1-100)"
+}
+
+# perf_pair_verdict DIR CLIENT_LOG SERVER_LOG CLIENT_RC SERVER_RC: the end of
+# a `uroce perf --verify` pair whose logs are DIR/CLIENT_LOG and
+# DIR/SERVER_LOG. Prints both, then ends the test (exit 1) unless both sides
+# exited 0, the client verified every byte, and each side's shutdown line
+# says every mbuf came back to its pools.
+perf_pair_verdict() {
+  local dir=$1 client=$2 server=$3 crc=$4 src=$5
+  echo "--- $client"; cat "$dir/$client"
+  echo "--- $server"; cat "$dir/$server"
+  [[ $crc -eq 0 && $src -eq 0 ]] || { echo "FAIL: client exit $crc, server exit $src"; exit 1; }
+  grep -q 'every byte verified' "$dir/$client" || { echo "FAIL: not verified"; exit 1; }
+  for log in "$client" "$server"; do
+    grep -qE 'mbufs back in the pools: ([0-9]+) of \1;' "$dir/$log" || { echo "FAIL: $log: mbufs leaked"; exit 1; }
+  done
 }

@@ -6,6 +6,7 @@
 # both sides. Needs root and /dev/net/tun (the test fails and says so
 # without them). Bounded by `timeout`; no assertion on speed.
 set -euo pipefail
+source "$(dirname "$0")/pair_lib.sh"
 uroce=$1
 id=$$
 tap=utap$id
@@ -39,11 +40,5 @@ timeout -s KILL 300 "$uroce" perf "${common[@]}" --role client \
   --iters 100 --verify >"$dir/client.log" 2>&1 || client_rc=$?
 server_rc=0
 wait "$server_pid" || server_rc=$?
-echo "--- client"; cat "$dir/client.log"
-echo "--- server"; cat "$dir/server.log"
-[[ $client_rc -eq 0 && $server_rc -eq 0 ]] || { echo "FAIL: client exit $client_rc, server exit $server_rc"; exit 1; }
-grep -q 'every byte verified' "$dir/client.log"
-for log in client.log server.log; do
-  grep -qE 'mbufs back in the pools: ([0-9]+) of \1;' "$dir/$log" || { echo "FAIL: $log: mbufs leaked"; exit 1; }
-done
+perf_pair_verdict "$dir" client.log server.log "$client_rc" "$server_rc"
 echo "tap_test: OK"

@@ -10,6 +10,7 @@
 # (and the veth with them) are removed on every exit path; every process runs
 # under `timeout`. No assertion on speed.
 set -euo pipefail
+source "$(dirname "$0")/pair_lib.sh"
 uroce=$1
 veth=$2
 id=$$
@@ -58,15 +59,7 @@ run_pair() {  # run, server extra flags (one string), client flags...
   timeout -s KILL 300 ip netns exec "$ns_b" "$uroce" perf $(flags b "$run") "$@" \
     >"$dir/client-$run.log" 2>&1 || client_rc=$?
   wait "$server_pid" || server_rc=$?
-  echo "--- client-$run.log"
-  cat "$dir/client-$run.log"
-  echo "--- server-$run.log"
-  cat "$dir/server-$run.log"
-  [[ $client_rc -eq 0 && $server_rc -eq 0 ]] || { echo "FAIL: client exit $client_rc, server exit $server_rc"; exit 1; }
-  grep -q 'every byte verified' "$dir/client-$run.log" || { echo "FAIL: not verified"; exit 1; }
-  for log in client-$run.log server-$run.log; do
-    grep -qE 'mbufs back in the pools: ([0-9]+) of \1;' "$dir/$log" || { echo "FAIL: $log: mbufs leaked"; exit 1; }
-  done
+  perf_pair_verdict "$dir" "client-$run.log" "server-$run.log" "$client_rc" "$server_rc"
 }
 
 echo "== 1. IPv4 (ARP), every test, verified"
