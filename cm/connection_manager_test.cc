@@ -121,15 +121,7 @@ class ConnectionManagerTest : public ::testing::Test {
   }
 
   QueuePair* NewRcQp(int i) {
-    QpInitAttr init;
-    init.type = IBV_QPT_RC;
-    init.pd = side(i).pd;
-    init.send_cq = side(i).cq;
-    init.recv_cq = side(i).cq;
-    init.cap.max_send_wr = 64;
-    init.cap.max_recv_wr = 64;
-    init.cap.max_send_sge = 2;
-    init.cap.max_recv_sge = 2;
+    QpInitAttr init = OneCqQpInit(IBV_QPT_RC, side(i).pd, side(i).cq, 64, 2);
     auto qp = side(i).engine->CreateQp(init);
     EXPECT_TRUE(qp.ok()) << qp.status().ToString();
     return qp.ok() ? *qp : nullptr;

@@ -92,15 +92,7 @@ StatusOr<std::pair<QueuePair*, QueuePair*>> EnginePair::ConnectQps(const RcConne
 }
 
 StatusOr<QueuePair*> EnginePair::CreateUdQp(EngineSide& side, uint32_t qkey) {
-  QpInitAttr init;
-  init.type = IBV_QPT_UD;
-  init.pd = side.pd;
-  init.send_cq = side.cq;
-  init.recv_cq = side.cq;
-  init.cap.max_send_wr = 64;
-  init.cap.max_recv_wr = 64;
-  init.cap.max_send_sge = 2;
-  init.cap.max_recv_sge = 2;
+  QpInitAttr init = OneCqQpInit(IBV_QPT_UD, side.pd, side.cq, 64, 2);
   auto qp = side.engine->CreateQp(init);
   if (!qp.ok()) return qp.status();
   ibv_qp_attr attr{};

@@ -89,14 +89,7 @@ World& GetWorld() {
     w->engine->AddNeighbor(Ipv4MappedGid(peer), {2, 0, 0, 0, 9, 2});
     w->pd = *w->engine->AllocPd();
     w->cq = *w->engine->CreateCq(4096);
-    QpInitAttr init;
-    init.pd = w->pd;
-    init.send_cq = w->cq;
-    init.recv_cq = w->cq;
-    init.cap.max_send_wr = 16;
-    init.cap.max_recv_wr = 16;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
+    QpInitAttr init = OneCqQpInit(IBV_QPT_RC, w->pd, w->cq, 16, 1);
     w->rc = *w->engine->CreateQp(init);
     init.type = IBV_QPT_UD;
     w->ud = *w->engine->CreateQp(init);

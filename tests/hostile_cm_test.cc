@@ -116,15 +116,7 @@ class HostileCmTest : public ::testing::Test {
   }
 
   QueuePair* NewRcQp(int i) {
-    QpInitAttr init;
-    init.type = IBV_QPT_RC;
-    init.pd = side(i).pd;
-    init.send_cq = side(i).cq;
-    init.recv_cq = side(i).cq;
-    init.cap.max_send_wr = 16;
-    init.cap.max_recv_wr = 16;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
+    QpInitAttr init = OneCqQpInit(IBV_QPT_RC, side(i).pd, side(i).cq, 16, 1);
     auto qp = side(i).engine->CreateQp(init);
     EXPECT_TRUE(qp.ok()) << qp.status().ToString();
     return qp.ok() ? *qp : nullptr;

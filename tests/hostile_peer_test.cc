@@ -109,14 +109,7 @@ class HostilePeerTest : public ::testing::Test {
   }
 
   QueuePair* MakeConnectedQp() {
-    QpInitAttr init;
-    init.pd = pd_;
-    init.send_cq = cq_;
-    init.recv_cq = cq_;
-    init.cap.max_send_wr = 64;
-    init.cap.max_recv_wr = 64;
-    init.cap.max_send_sge = 2;
-    init.cap.max_recv_sge = 2;
+    QpInitAttr init = OneCqQpInit(IBV_QPT_RC, pd_, cq_, 64, 2);
     QueuePair* qp = *engine_->CreateQp(init);
     return Connect(qp);
   }

@@ -169,14 +169,7 @@ void MakeWorld(World& w) {
   w.engine->AddNeighbor(w.peer, {2, 0, 0, 0, 9, 2});
   w.pd = *w.engine->AllocPd();
   w.cq = *w.engine->CreateCq(4096);
-  QpInitAttr init;
-  init.pd = w.pd;
-  init.send_cq = w.cq;
-  init.recv_cq = w.cq;
-  init.cap.max_send_wr = 16;
-  init.cap.max_recv_wr = 16;
-  init.cap.max_send_sge = 2;
-  init.cap.max_recv_sge = 2;
+  QpInitAttr init = OneCqQpInit(IBV_QPT_RC, w.pd, w.cq, 16, 2);
   for (int i = 0; i < 2; ++i) w.qps.push_back(*w.engine->CreateQp(init));
   init.type = IBV_QPT_UD;
   w.qps.push_back(*w.engine->CreateQp(init));

@@ -105,15 +105,7 @@ TEST_F(EngineTest, GsiQpOneSendsAndReceivesUdDatagrams) {
   QueuePair* gsi[2] = {nullptr, nullptr};
   EngineSide* sides[2] = {&pair_->a(), &pair_->b()};
   for (int i = 0; i < 2; ++i) {
-    QpInitAttr init;
-    init.type = IBV_QPT_UD;
-    init.pd = sides[i]->pd;
-    init.send_cq = sides[i]->cq;
-    init.recv_cq = sides[i]->cq;
-    init.cap.max_send_wr = 16;
-    init.cap.max_recv_wr = 16;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
+    QpInitAttr init = OneCqQpInit(IBV_QPT_UD, sides[i]->pd, sides[i]->cq, 16, 1);
     init.fixed_qpn = 1;
     auto qp = sides[i]->engine->CreateQp(init);
     ASSERT_TRUE(qp.ok()) << qp.status().ToString();

@@ -136,6 +136,21 @@ struct QpInitAttr {
   RingAllocator allocator;
 };
 
+// A QP whose queues share one CQ and have the same depth and SGE count each
+// way, the set-up most tests and the harness ask for.
+inline QpInitAttr OneCqQpInit(ibv_qp_type type, PdHandle pd, CompletionQueue* cq, uint32_t max_wr, uint32_t max_sge) {
+  QpInitAttr init;
+  init.type = type;
+  init.pd = pd;
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.cap.max_send_wr = max_wr;
+  init.cap.max_recv_wr = max_wr;
+  init.cap.max_send_sge = max_sge;
+  init.cap.max_recv_sge = max_sge;
+  return init;
+}
+
 // Asynchronous events (ibv_get_async_event(3)): QP fatal errors, SRQ limit,
 // CQ overrun.
 struct AsyncEvent {

@@ -52,14 +52,7 @@ class StateMachineTest : public ::testing::Test {
     engine_->AddNeighbor(peer_gid_, peer_mac_);
     pd_ = *engine_->AllocPd();
     cq_ = *engine_->CreateCq(256);
-    QpInitAttr init;
-    init.pd = pd_;
-    init.send_cq = cq_;
-    init.recv_cq = cq_;
-    init.cap.max_send_wr = 32;
-    init.cap.max_recv_wr = 32;
-    init.cap.max_send_sge = 2;
-    init.cap.max_recv_sge = 2;
+    QpInitAttr init = OneCqQpInit(IBV_QPT_RC, pd_, cq_, 32, 2);
     qp_ = *engine_->CreateQp(init);
     ASSERT_TRUE(ConnectToScriptedPeer(*engine_, qp_, {peer_gid_, kPeerQpn, kRqPsn, kSqPsn}, kAll).ok());
     memory_.assign(8192, 0);
