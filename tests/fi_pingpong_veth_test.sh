@@ -15,6 +15,7 @@ cfg_a=$3
 cfg_b=$4
 # shellcheck source=tests/fi_common.sh
 source "$(dirname "$0")/fi_common.sh"
+source "$(dirname "$0")/pair_lib.sh"
 id=$$
 ns_a=uroce-f$id-a
 ns_b=uroce-f$id-b
@@ -25,17 +26,7 @@ cleanup() { "$veth" down "$ns_a" "$ns_b" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-if [[ $(id -u) -ne 0 ]]; then
-  echo "FAIL: fi_pingpong_veth_test needs root to make network namespaces"
-  exit 1
-fi
-if ! out=$("$veth" up "$ns_a" "$ns_b" "$if_a" "$if_b" 2>&1); then
-  echo "$out"
-  echo "FAIL: cannot make network namespaces and a veth pair here; this test needs them"
-  exit 1
-fi
-ip -n "$ns_a" addr add 10.79.0.1/24 dev "$if_a"
-ip -n "$ns_b" addr add 10.79.0.2/24 dev "$if_b"
+veth_namespaces_up fi_pingpong_veth_test "$veth" "$ns_a" "$ns_b" "$if_a" "$if_b"
 
 sed -e "s|iface=[^ ,]*|iface=$if_a|" -e "s|^file_prefix = .*|file_prefix = uroce-fv$id-a|" "$cfg_a" > "$FI_TMP/a.ini"
 sed -e "s|iface=[^ ,]*|iface=$if_b|" -e "s|^file_prefix = .*|file_prefix = uroce-fv$id-b|" "$cfg_b" > "$FI_TMP/b.ini"

@@ -2,8 +2,10 @@
 # against each other (verbs_common.sh and the tests that source it,
 # daemon_test.sh, daemon_kernel_test.sh): waiting for the server, starting an
 # rdma_cm client again that came too early, and the verdict on the pair;
-# and the verdict on a `uroce perf --verify` pair (tap_test.sh,
-# vhost_test.sh, veth_test.sh). For all but perf_pair_verdict the caller
+# the verdict on a `uroce perf --verify` pair (tap_test.sh, vhost_test.sh,
+# veth_test.sh); two network namespaces joined by a veth pair
+# (fi_pingpong_veth_test.sh, verbs_veth_test.sh). For wait_for_server,
+# cm_client_should_retry and pair_verdict the caller
 # defines `fail` (counts a failure) and `listening PORT`, and keeps the
 # outputs in $TMP/NAME.server and $TMP/NAME.client.
 
@@ -58,4 +60,24 @@ perf_pair_verdict() {
   for log in "$client" "$server"; do
     grep -qE 'mbufs back in the pools: ([0-9]+) of \1;' "$dir/$log" || { echo "FAIL: $log: mbufs leaked"; exit 1; }
   done
+}
+
+# veth_namespaces_up TEST VETH NS_A NS_B IF_A IF_B: two network namespaces
+# joined by a veth pair (tools/veth), with the kernel's own addresses
+# 10.79.0.1 and 10.79.0.2 on its ends for the programs' TCP side channel.
+# Ends the test (exit 1) where that cannot be done: not root, or no
+# namespaces allowed here.
+veth_namespaces_up() {
+  local test=$1 veth=$2 ns_a=$3 ns_b=$4 if_a=$5 if_b=$6 out
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "FAIL: $test needs root to make network namespaces"
+    exit 1
+  fi
+  if ! out=$("$veth" up "$ns_a" "$ns_b" "$if_a" "$if_b" 2>&1); then
+    echo "$out"
+    echo "FAIL: cannot make network namespaces and a veth pair here; this test needs them"
+    exit 1
+  fi
+  ip -n "$ns_a" addr add 10.79.0.1/24 dev "$if_a"
+  ip -n "$ns_b" addr add 10.79.0.2/24 dev "$if_b"
 }

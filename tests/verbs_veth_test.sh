@@ -10,6 +10,7 @@
 # and says why. Namespaces go on every exit path; every process runs under
 # `timeout`. No assertion on speed.
 set -uo pipefail
+source "$(dirname "$0")/pair_lib.sh"
 uroce=$1
 veth=$2
 cfg_a=$3
@@ -27,17 +28,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-if [[ $(id -u) -ne 0 ]]; then
-  echo "FAIL: verbs_veth_test needs root to make network namespaces"
-  exit 1
-fi
-if ! out=$("$veth" up "$ns_a" "$ns_b" "$if_a" "$if_b" 2>&1); then
-  echo "$out"
-  echo "FAIL: cannot make network namespaces and a veth pair here; this test needs them"
-  exit 1
-fi
-ip -n "$ns_a" addr add 10.79.0.1/24 dev "$if_a"
-ip -n "$ns_b" addr add 10.79.0.2/24 dev "$if_b"
+veth_namespaces_up verbs_veth_test "$veth" "$ns_a" "$ns_b" "$if_a" "$if_b"
 
 # This test's copies of the ready configs: its interfaces and prefixes.
 sed -e "s|iface=[^ ,]*|iface=$if_a|" -e "s|^file_prefix = .*|file_prefix = uroce-vv$id-a|" "$cfg_a" > "$dir/a.ini"
