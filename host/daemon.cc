@@ -49,15 +49,6 @@ uint64_t NowNs() {
 
 static_assert(kDaemonCommIdShift == kSwitchCommIdShift, "the switch routes by the IDs the daemon leases");
 
-void Log(const char* format, ...) __attribute__((format(printf, 1, 2)));
-void Log(const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  std::fprintf(stderr, "uroce daemon: ");
-  std::vfprintf(stderr, format, args);
-  std::fputc('\n', stderr);
-  va_end(args);
-}
 
 // One attached process.
 struct Session {
@@ -87,8 +78,8 @@ struct Session {
 
 class SwitchDaemon final : public Daemon {
  public:
-  SwitchDaemon(const DaemonConfig& config, const std::vector<EndpointPortConfig>& uplinks)
-      : config_(config), uplink_configs_(uplinks) {}
+  SwitchDaemon(const DaemonConfig& config, const std::vector<EndpointPortConfig>& uplinks, DaemonReport report)
+      : config_(config), uplink_configs_(uplinks), report_(std::move(report)) {}
   ~SwitchDaemon() override { Stop(); }
 
   Status Listen() override;
@@ -98,6 +89,8 @@ class SwitchDaemon final : public Daemon {
 
  private:
   struct Uplink;
+  // One report line (printf-style) to report_.
+  void Log(const char* format, ...) __attribute__((format(printf, 2, 3)));
   Status StartPortUplink(Uplink& u);
   Status StartKernelUplink(Uplink& u);
   void ServeControl(int timeout_us);
@@ -185,6 +178,7 @@ class SwitchDaemon final : public Daemon {
 
   const DaemonConfig config_;
   const std::vector<EndpointPortConfig> uplink_configs_;
+  const DaemonReport report_;
   int listen_fd_ = -1;
   std::string socket_path_;
   pmd::MempoolPtr pool_;  // every uplink's and every process port's buffers
@@ -200,6 +194,16 @@ class SwitchDaemon final : public Daemon {
   uint64_t links_made_ = 0, links_refused_ = 0, links_declined_ = 0;
   bool stopped_ = false;
 };
+
+void SwitchDaemon::Log(const char* format, ...) {
+  if (!report_) return;
+  char line[1024];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(line, sizeof(line), format, args);  // a longer line is cut, never overrun
+  va_end(args);
+  report_(line);
+}
 
 Status SwitchDaemon::Listen() {
   socket_path_ = config_.socket;
@@ -1198,8 +1202,10 @@ void SwitchDaemon::Stop() {
 
 }  // namespace
 
-std::unique_ptr<Daemon> Daemon::Create(const DaemonConfig& config, const std::vector<EndpointPortConfig>& uplinks) {
-  return std::make_unique<SwitchDaemon>(config, uplinks);
+std::unique_ptr<Daemon> Daemon::Create(const DaemonConfig& config, const std::vector<EndpointPortConfig>& uplinks,
+                                       DaemonReport report) {
+  return std::make_unique<SwitchDaemon>(config, uplinks, std::move(report));
 }
+
 
 }  // namespace uroce::host

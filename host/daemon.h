@@ -14,7 +14,11 @@
 // destination QPN, and between processes on the host without touching the
 // wire.
 //
-// Logs to stderr. Run returns once pmd::ShutdownRequested (SIGINT/SIGTERM);
+// Its reports (uplinks started, processes attached and released, messages
+// refused, the stop line) go to the DaemonReport its owner gives, one line
+// each: `uroce daemon` prints them on standard error, which is the
+// program's choice, not the library's. Run returns once
+// pmd::ShutdownRequested (SIGINT/SIGTERM);
 // Stop closes the sessions, so every attached process moves its QPs to the
 // error state (their work completes as flushed), then the ports close and
 // the socket goes.
@@ -24,7 +28,9 @@
 // Everything a process sends is untrusted (docs/security.md).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -33,10 +39,15 @@
 
 namespace uroce::host {
 
+// One report line, without a newline; called on the daemon's thread.
+using DaemonReport = std::function<void(const std::string& line)>;
+
 class Daemon {
  public:
-  // `config`: its [daemon] section; `uplinks`: one [endpoint.NAME] each.
-  static std::unique_ptr<Daemon> Create(const DaemonConfig& config, const std::vector<EndpointPortConfig>& uplinks);
+  // `config`: its [daemon] section; `uplinks`: one [endpoint.NAME] each;
+  // `report`: where its report lines go (none if empty).
+  static std::unique_ptr<Daemon> Create(const DaemonConfig& config, const std::vector<EndpointPortConfig>& uplinks,
+                                        DaemonReport report);
   virtual ~Daemon() = default;
 
   // The control socket, before EAL starts: a second daemon stops here.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "host/host_config.h"
+#include "pmd/log.h"
 
 namespace uroce::host {
 
@@ -300,7 +301,7 @@ bool DaemonSession::QueueIfNotification(std::string_view message, std::vector<in
   CloseAll(files);  // nothing else comes with a file
   auto gone = ParsePeersGone(message);
   if (!gone.ok()) {
-    std::fprintf(stderr, "uroce: ignored a malformed notification from the uroce daemon: %s\n",
+    UROCE_LOG(ERR, kHost, "ignored a malformed notification from the uroce daemon: %s\n",
                  gone.status().message().c_str());
     return true;
   }
@@ -308,7 +309,7 @@ bool DaemonSession::QueueIfNotification(std::string_view message, std::vector<in
   for (const PeerGone& g : *gone) {
     if ((g.qpn >> kDaemonQpnShift) != slot_) continue;  // not one of our QPs
     if (peers_gone_.size() >= kMaxQueued) {
-      if (!peers_gone_overflowed_) std::fprintf(stderr, "uroce: too many PEER_GONE notifications queued: some lost\n");
+      if (!peers_gone_overflowed_) UROCE_LOG(ERR, kHost, "too many PEER_GONE notifications queued: some lost\n");
       peers_gone_overflowed_ = true;
       break;
     }
@@ -321,7 +322,7 @@ void DaemonSession::QueueLinkChange(std::string_view message, std::vector<int>* 
   auto change = ParseLinkChange(message);
   // A LINK carries exactly one file, an UNLINK none.
   if (!change.ok() || files->size() != (change->add ? 1u : 0u)) {
-    std::fprintf(stderr, "uroce: ignored a malformed link notification from the uroce daemon\n");
+    UROCE_LOG(ERR, kHost, "ignored a malformed link notification from the uroce daemon\n");
     CloseAll(files);
     return;
   }
@@ -364,7 +365,7 @@ void DaemonSession::Send(std::string message) {
     if (!WouldBlock(errno)) return;  // the daemon is gone: DaemonGone says so
   }
   if (outbox_.size() >= kMaxQueued) {
-    if (!outbox_overflowed_) std::fprintf(stderr, "uroce: the uroce daemon does not read its socket: PEER records lost\n");
+    if (!outbox_overflowed_) UROCE_LOG(ERR, kHost, "the uroce daemon does not read its socket: PEER records lost\n");
     outbox_overflowed_ = true;
     return;
   }

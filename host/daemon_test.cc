@@ -10,8 +10,10 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "host/daemon_client.h"
 #include "host/daemon_protocol.h"
@@ -66,7 +68,20 @@ TEST(DaemonTest, AProgramAttachesIsListedAndLeaves) {
   ASSERT_TRUE(transport::ParseMacAddress("02:00:00:00:00:01", &up.mac));
   const std::vector<EndpointPortConfig> uplinks = {up};
 
-  std::unique_ptr<Daemon> daemon = Daemon::Create(config, uplinks);
+  // The daemon's report lines, from its thread and from Stop on this one.
+  std::mutex report_mutex;
+  std::vector<std::string> report;
+  auto reported = [&](const std::string& prefix) {
+    std::lock_guard<std::mutex> lock(report_mutex);
+    for (const std::string& line : report) {
+      if (line.rfind(prefix, 0) == 0) return true;
+    }
+    return false;
+  };
+  std::unique_ptr<Daemon> daemon = Daemon::Create(config, uplinks, [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(report_mutex);
+    report.push_back(line);
+  });
   ASSERT_TRUE(daemon->Listen().ok());
   const Status started = daemon->StartUplinks();
   ASSERT_TRUE(started.ok()) << started.ToString();
@@ -74,7 +89,7 @@ TEST(DaemonTest, AProgramAttachesIsListedAndLeaves) {
   std::thread loop([&] { daemon->Run(); });
 
   // A second daemon stops at the socket, before touching any port.
-  std::unique_ptr<Daemon> second = Daemon::Create(config, uplinks);
+  std::unique_ptr<Daemon> second = Daemon::Create(config, uplinks, nullptr);
   EXPECT_FALSE(second->Listen().ok());
   second.reset();
 
@@ -108,6 +123,10 @@ TEST(DaemonTest, AProgramAttachesIsListedAndLeaves) {
   daemon->Stop();
   daemon.reset();
   pmd::ResetShutdownRequest();
+  EXPECT_TRUE(reported("uroce0 on net_null0 (up)")) << "no report of the uplink";
+  EXPECT_TRUE(reported("attached pid " + std::to_string(getpid()) + " ")) << "no report of the attach";
+  EXPECT_TRUE(reported("released pid " + std::to_string(getpid()) + " ")) << "no report of the release";
+  EXPECT_TRUE(reported("stopped; mbufs back in the pool")) << "no report of the stop";
   EXPECT_EQ(access(socket.c_str(), F_OK), -1) << "the socket file stays after Stop";
   rmdir(dir.c_str());
 }

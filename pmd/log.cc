@@ -20,6 +20,10 @@ int LogType(LogSource source) {
       static const int type = Register("uroce.pmd");
       return type;
     }
+    case LogSource::kHost: {
+      static const int type = Register("uroce.host");
+      return type;
+    }
     case LogSource::kRuntime: {
       static const int type = Register("uroce.runtime");
       return type;

@@ -6,9 +6,14 @@
 //
 // Where the messages go is rte_log's choice: standard error before EAL has
 // started, and after that EAL's log stream (standard error, with a copy to
-// syslog). Libraries log here, never with fprintf. The two stub libraries
-// that carry no DPDK (api/fabric/loader.cc, api/rdmacm/librdmacm.cc) are the
-// exception: they only say that uroce's libibverbs.so.1 is missing.
+// syslog). Libraries log here, never with fprintf, at ERR for what a user
+// must see under the shipped configurations' `log_level = *:error`. The
+// exceptions: the two stub libraries that carry no DPDK
+// (api/fabric/loader.cc, api/rdmacm/librdmacm.cc), which only say that
+// uroce's libibverbs.so.1 is missing; a failed UROCE_DCHECK
+// (common/check.h), which must print before EAL starts and then aborts; and
+// `uroce daemon`'s report lines, which the library hands to its program
+// (host/daemon.h DaemonReport) as that program's output.
 #pragma once
 
 #include <rte_log.h>
@@ -18,6 +23,7 @@ namespace uroce::pmd {
 // Which part of uroce speaks. Its log type is "uroce." and the part's name.
 enum class LogSource {
   kPmd,      // "uroce.pmd": ports, EAL, lcores
+  kHost,     // "uroce.host": a process's side of the host daemon
   kRuntime,  // "uroce.runtime": a process's devices, start and shutdown
   kApi,      // "uroce.api": why an rdma_cm or libfabric call failed
 };

@@ -1,4 +1,5 @@
 #include "pmd/threads.h"
+#include "pmd/log.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -66,7 +67,7 @@ void PlaceHelperThread(const char* name, const std::vector<unsigned>& cpus) {
   }
   // 0: the calling thread.
   if (sched_setaffinity(0, sizeof(set), &set) != 0) {
-    std::fprintf(stderr, "uroce: cannot place thread %s on helper_cpus: %s; it stays where it was\n", name,
+    UROCE_LOG(ERR, kPmd, "cannot place thread %s on helper_cpus: %s; it stays where it was\n", name,
                  std::strerror(errno));
   }
 }

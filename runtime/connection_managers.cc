@@ -8,8 +8,9 @@
 #include <thread>
 #include <utility>
 
-#include "runtime/process.h"
+#include "pmd/log.h"
 #include "pmd/threads.h"
+#include "runtime/process.h"
 
 namespace uroce::runtime {
 namespace {
@@ -57,7 +58,7 @@ void ConnectionManagers::ForgetParentAfterFork() {
 uint16_t ConnectionManagers::AddSink(Sink sink) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (sink_count_ + 1u >= kMaxSinks) {
-    std::fprintf(stderr, "uroce: too many connection-manager consumers\n");
+    UROCE_LOG(ERR, kRuntime, "too many connection-manager consumers\n");
     std::abort();
   }
   ++sink_count_;

@@ -1,4 +1,5 @@
 #include "runtime/peer_watch.h"
+#include "pmd/log.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -131,8 +132,8 @@ void PeerWatch::CheckLocked(std::vector<std::array<uint32_t, 3>>* lost) {
     }
   }
   if (moved != 0) {
-    std::fprintf(stderr,
-                 "uroce: %u QP(s) lost their peer on this host, whose process ended: they move to the error state "
+    UROCE_LOG(ERR, kRuntime,
+                 "%u QP(s) lost their peer on this host, whose process ended: they move to the error state "
                  "(QP %s%s)\n",
                  moved, names.c_str(), moved > 4 ? ", ..." : "");
   }

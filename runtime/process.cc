@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "pmd/eal.h"
+#include "pmd/log.h"
 #include "pmd/port_setup.h"
 #include "pmd/threads.h"
 
@@ -84,7 +85,7 @@ void Process::LoadConfigOnce() {
   if (const char* spec = secure_getenv("UROCE_IMPAIR"); spec != nullptr && *spec != '\0') {
     auto parsed = runtime::ParseImpairSpec(spec);
     if (!parsed.ok()) {
-      std::fprintf(stderr, "uroce: UROCE_IMPAIR: %s: no uroce devices\n", parsed.status().ToString().c_str());
+      UROCE_LOG(ERR, kRuntime, "UROCE_IMPAIR: %s: no uroce devices\n", parsed.status().ToString().c_str());
       return;
     }
     impair = std::move(*parsed);
@@ -93,7 +94,7 @@ void Process::LoadConfigOnce() {
   if (path != nullptr && *path != '\0') {
     config = runtime::LoadConfigFile(path, impair);
     if (!config.ok()) {
-      std::fprintf(stderr, "uroce: %s: %s: no uroce devices\n", path, config.status().ToString().c_str());
+      UROCE_LOG(ERR, kRuntime, "%s: %s: no uroce devices\n", path, config.status().ToString().c_str());
       return;
     }
   } else {
@@ -101,7 +102,7 @@ void Process::LoadConfigOnce() {
     auto session = host::DaemonSession::Attach(host::DaemonSocketPath());
     if (!session.ok()) {
       // (secure_getenv(3) ignores UROCE_CONFIG in a secure-execution process.)
-      std::fprintf(stderr, "uroce: UROCE_CONFIG is not set, and %s: no uroce devices\n",
+      UROCE_LOG(ERR, kRuntime, "UROCE_CONFIG is not set, and %s: no uroce devices\n",
                    session.status().message().c_str());
       return;
     }
@@ -110,7 +111,7 @@ void Process::LoadConfigOnce() {
     overrides.insert(overrides.end(), impair.begin(), impair.end());
     config = LoadConfigFromDaemon(**session, overrides);
     if (!config.ok()) {
-      std::fprintf(stderr, "uroce: %s: %s: no uroce devices\n", origin.c_str(), config.status().ToString().c_str());
+      UROCE_LOG(ERR, kRuntime, "%s: %s: no uroce devices\n", origin.c_str(), config.status().ToString().c_str());
       return;
     }
     daemon_ = std::move(*session);
@@ -135,7 +136,7 @@ int Process::StartLocked() {
   LoadConfigOnce();
   if (!config_ok_) return ENODEV;
   if (!refused_after_fork_.empty()) {
-    std::fprintf(stderr, "uroce: this process was forked from one that had started uroce (%s): %s\n",
+    UROCE_LOG(ERR, kRuntime, "this process was forked from one that had started uroce (%s): %s\n",
                  config_.origin.c_str(), refused_after_fork_.c_str());
     return ENODEV;
   }
@@ -144,7 +145,7 @@ int Process::StartLocked() {
   const bool eal_started_here = !pmd::EalRunning();
   Status s = eal_started_here ? pmd::StartEalFor(config_.eal) : Status::Ok();
   if (!s.ok()) {
-    std::fprintf(stderr, "uroce: cannot start DPDK: %s\n", s.ToString().c_str());
+    UROCE_LOG(ERR, kRuntime, "cannot start DPDK: %s\n", s.ToString().c_str());
     start_failed_ = true;
     return EIO;
   }
@@ -155,13 +156,13 @@ int Process::StartLocked() {
     Status private_memory = pmd::MakeEalMemoryPrivate();
     eal_memory_private_ = private_memory.ok();
     if (!private_memory.ok()) {
-      std::fprintf(stderr, "uroce: DPDK's memory stays shared with forked children, who cannot use uroce: %s\n",
+      UROCE_LOG(ERR, kRuntime, "DPDK's memory stays shared with forked children, who cannot use uroce: %s\n",
                    private_memory.ToString().c_str());
     }
   }
   auto rt = runtime::Runtime::Start(config_);
   if (!rt.ok()) {
-    std::fprintf(stderr, "uroce: cannot start the runtime (%s): %s\n", config_.origin.c_str(),
+    UROCE_LOG(ERR, kRuntime, "cannot start the runtime (%s): %s\n", config_.origin.c_str(),
                  rt.status().ToString().c_str());
     start_failed_ = true;
     return EIO;
@@ -183,7 +184,7 @@ void Process::AddProgressClient(ProgressClient* client) {
   std::lock_guard<std::mutex> lock(clients_mutex_);
   const size_t n = client_count_.load(std::memory_order_relaxed);
   if (n == kMaxProgressClients) {
-    std::fprintf(stderr, "uroce: too many progress clients\n");
+    UROCE_LOG(ERR, kRuntime, "too many progress clients\n");
     std::abort();
   }
   clients_[n] = client;
@@ -331,7 +332,7 @@ void Process::WatchDaemon() {
     return;
   }
   daemon_gone_ = true;
-  std::fprintf(stderr, "uroce: the uroce daemon at %s is gone: every QP moves to the error state\n",
+  UROCE_LOG(ERR, kRuntime, "the uroce daemon at %s is gone: every QP moves to the error state\n",
                daemon_->socket_path().c_str());
   // The same flush as at exit: the engines stay, the QPs end in ERR with
   // their work completed as flushed (IBV_WC_WR_FLUSH_ERR), CQs stay readable.
@@ -390,7 +391,7 @@ void Process::Shutdown() {
   std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
   for (int tries = 0; !lock.try_lock(); ++tries) {
     if (tries == kShutdownLockTries) {
-      std::fprintf(stderr, "uroce: exit: the library is busy in this thread or another; leaving without the flush\n");
+      UROCE_LOG(ERR, kRuntime, "exit: the library is busy in this thread or another; leaving without the flush\n");
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -429,7 +430,7 @@ void Process::Shutdown() {
     // [impair]: what was injected, for the test log (stderr: the
     // program's stdout stays its own).
     if (const std::string report = runtime_->ImpairmentReport(); !report.empty()) {
-      std::fprintf(stderr, "uroce: %s\n", report.c_str());
+      UROCE_LOG(ERR, kRuntime, "%s\n", report.c_str());
     }
   }
   // EAL stays up (see above), but its runtime directory and telemetry

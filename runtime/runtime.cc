@@ -275,7 +275,7 @@ void Runtime::ApplyLinkChanges(DaemonSession* session) {
     const Status s = ChangeLocalLink(q.change, q.fd);
     if (q.fd >= 0) close(q.fd);
     if (!s.ok() && q.change.add) {
-      std::fprintf(stderr, "uroce: no direct link to the process of slot %u (its frames keep going through the "
+      UROCE_LOG(ERR, kRuntime, "no direct link to the process of slot %u (its frames keep going through the "
                    "daemon): %s\n", q.change.slot, s.ToString().c_str());
       // The other side may have mapped it already: the daemon closes it for
       // both, or that side would send into a ring nobody reads.

@@ -81,7 +81,9 @@ int DaemonCommand(int argc, char** argv) {
   pmd::InstallShutdownSignals();
   // The uplinks' part of their [endpoint.NAME] sections (host/host_config.h).
   const std::vector<host::EndpointPortConfig> uplinks(config->endpoints.begin(), config->endpoints.end());
-  std::unique_ptr<host::Daemon> daemon = host::Daemon::Create(config->daemon, uplinks);
+  // The daemon's reports are this program's output to its operator.
+  std::unique_ptr<host::Daemon> daemon = host::Daemon::Create(
+      config->daemon, uplinks, [](const std::string& line) { std::fprintf(stderr, "uroce daemon: %s\n", line.c_str()); });
   Status s = daemon->Listen();
   if (s.ok()) s = pmd::StartEalFor(config->eal);
   if (s.ok()) s = daemon->StartUplinks();
