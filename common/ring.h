@@ -372,10 +372,12 @@ class SpscRing {
     return consumer_.head.load(std::memory_order_acquire) == producer_.tail.load(std::memory_order_acquire);
   }
   // Any thread: published slots not yet freed, with both positions loaded
-  // seq_cst (a waiter's test in cq/wait_object.h's protocol).
+  // seq_cst (a waiter's test in cq/wait_object.h's protocol). The consumer's
+  // position first: loaded after it, the producer's is at least as far, so
+  // the difference cannot wrap while a consumer frees slots meanwhile.
   size_t SizeSeqCst() const {
-    return static_cast<size_t>(producer_.tail.load(std::memory_order_seq_cst) -
-                               consumer_.head.load(std::memory_order_seq_cst));
+    const uint64_t head = consumer_.head.load(std::memory_order_seq_cst);
+    return static_cast<size_t>(producer_.tail.load(std::memory_order_seq_cst) - head);
   }
 
  private:
