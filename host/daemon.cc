@@ -197,11 +197,15 @@ class SwitchDaemon final : public Daemon {
 
 void SwitchDaemon::Log(const char* format, ...) {
   if (!report_) return;
-  char line[1024];
   va_list args;
   va_start(args, format);
-  std::vsnprintf(line, sizeof(line), format, args);  // a longer line is cut, never overrun
+  va_list again;
+  va_copy(again, args);
+  const int length = std::vsnprintf(nullptr, 0, format, args);  // the whole line, however long
   va_end(args);
+  std::string line(length > 0 ? static_cast<size_t>(length) : 0, '\0');
+  if (length > 0) std::vsnprintf(line.data(), line.size() + 1, format, again);
+  va_end(again);
   report_(line);
 }
 
