@@ -281,6 +281,15 @@ class Builder {
     } else if (k == "per_qp_packet_budget") {
       if (!ParseUnsigned(v, 1, 1 << 16, &n)) return Bad(where, "expected 1..65536");
       c_.engine.per_qp_packet_budget = static_cast<uint32_t>(n);
+    } else if (k == "rto_min_us") {
+      if (!ParseUnsigned(v, 1, 10000000, &n)) return Bad(where, "expected 1..10000000");
+      c_.engine.rto_min_us = static_cast<uint32_t>(n);
+    } else if (k == "rto_initial_us") {
+      if (!ParseUnsigned(v, 1, 10000000, &n)) return Bad(where, "expected 1..10000000");
+      c_.engine.rto_initial_us = static_cast<uint32_t>(n);
+    } else if (k == "tail_probe_us") {
+      if (!ParseUnsigned(v, 0, 10000000, &n)) return Bad(where, "expected 0..10000000 (0: no probes)");
+      c_.engine.tail_probe_us = static_cast<uint32_t>(n);
     } else if (k == "progress_idle_us") {
       if (!ParseUnsigned(v, 1, 1000000, &n)) return Bad(where, "expected 1..1000000");
       c_.engine.progress_idle_us = static_cast<uint32_t>(n);
@@ -289,7 +298,7 @@ class Builder {
     } else {
       return Unknown("engine", k,
                      "progress, rx_burst, max_qps, ack_request_every, max_unacked_packets, per_qp_packet_budget, "
-                     "progress_idle_us, helper_cpus");
+                     "rto_min_us, rto_initial_us, tail_probe_us, progress_idle_us, helper_cpus");
     }
     return Status::Ok();
   }

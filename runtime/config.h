@@ -20,6 +20,11 @@
 //                         inline: no engine thread; whoever polls drives
 //   rx_burst, max_qps, ack_request_every, max_unacked_packets,
 //   per_qp_packet_budget  the transport engine's knobs
+//   rto_min_us = 100, rto_initial_us = 1000, tail_probe_us = 20
+//                         retransmission timing: the RTO's floor, the RTO
+//                         before an RTT is measured, the tail-loss probe's
+//                         shortest delay (0: no probes).
+//                         transport/retransmit_timer.h
 //   progress_idle_us = 50 verbs library, inline progress: longest idle sleep
 //                         of its progress thread (runtime/process.h)
 //   helper_cpus =         CPUs for the verbs/libfabric library's helper
@@ -148,6 +153,9 @@ struct EngineTunables {
   uint32_t ack_request_every = 64;
   uint32_t max_unacked_packets = 128;
   uint32_t per_qp_packet_budget = 32;
+  uint32_t rto_min_us = 100;
+  uint32_t rto_initial_us = 1000;
+  uint32_t tail_probe_us = 20;
   // Verbs library, inline progress: the progress thread's longest sleep when
   // idle (runtime/process.h).
   uint32_t progress_idle_us = 50;

@@ -310,6 +310,9 @@ Status Runtime::StartEngine(Device* ep, const EndpointConfig& ec) {
   cfg.max_unacked_packets = config_.engine.max_unacked_packets;
   cfg.rx_burst = config_.engine.rx_burst;
   cfg.per_qp_packet_budget = config_.engine.per_qp_packet_budget;
+  cfg.retransmit.rto_min_ns = uint64_t{config_.engine.rto_min_us} * 1000;
+  cfg.retransmit.rto_initial_ns = uint64_t{config_.engine.rto_initial_us} * 1000;
+  cfg.retransmit.tail_probe_min_ns = uint64_t{config_.engine.tail_probe_us} * 1000;
   cfg.loopback = ec.loopback;
   cfg.qpn_base = ec.qpn_base;
   cfg.qpn_count = ec.qpn_count;

@@ -112,6 +112,8 @@ int Port(const char*, const char* params, rte_tel_data* d) {
       {"tx_bytes", c.tx_bytes},
       {"retransmits", c.retransmits},
       {"timeouts", c.timeouts},
+      {"rto_expiries", c.rto_expiries},
+      {"tail_probes", c.tail_probes},
       {"naks_sent", c.naks_sent},
       {"naks_received", c.naks_received},
       {"rnr_naks_sent", c.rnr_naks_sent},
@@ -204,6 +206,9 @@ int Qp(const char*, const char* params, rte_tel_data* d) {
         {"naks_sent", c.naks_sent},         {"naks_received", c.naks_received},
         {"rnr_naks_sent", c.rnr_naks_sent}, {"rnr_naks_received", c.rnr_naks_received},
         {"out_of_sequence", c.out_of_sequence}, {"duplicates", c.duplicates},
+        {"rto_expiries", c.rto_expiries},   {"tail_probes", c.tail_probes},
+        {"srtt_ns", s.srtt_ns},             {"rttvar_ns", s.rttvar_ns},
+        {"rto_ns", s.rto_ns},
     };
     for (const auto& [n, v] : counters) rte_tel_data_add_dict_u64(d, n, v);
     return 0;

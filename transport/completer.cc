@@ -1,7 +1,8 @@
 // Completer (IBTA vol. 1, 9.7.5.2 "Requester side: acknowledgement
 // processing"): ACKs retire send requests in order; READ responses and atomic
 // acknowledgements carry data back; NAKs trigger go-back-N, the RNR wait, or a
-// fatal error; the local ACK timer retransmits and gives up after retry_cnt.
+// fatal error; the retransmission timer (retransmit_timer.h) resends after an
+// RTO, probes a lost tail, and gives up after retry_cnt local ACK timeouts.
 //
 // Engine thread only.
 #include "transport/completer.h"
@@ -31,6 +32,8 @@ uint64_t RnrTimerNs(uint8_t timer_field) { return uint64_t(kRnrTimerCentiMicros[
 // lost: returns false and leaves the slot for a retransmission from it.
 bool Completer::RetireThrough(QueuePair* qp, Psn psn) {
   RequesterState& r = qp->req;
+  const Psn unacked_before = r.unacked;
+  bool all_answered = true;
   while (r.head != r.tail) {
     SendSlot& slot = r.window[r.head & r.window_mask];
     if (!slot.started || slot.local_error) break;
@@ -39,7 +42,10 @@ bool Completer::RetireThrough(QueuePair* qp, Psn psn) {
     // (a responder may ACK it instead of the zero-length READ response rxe
     // sends), so it retires here too.
     const bool atomic_write = slot.wqe->opcode == IBV_WR_ATOMIC_WRITE;
-    if (slot.read_or_atomic && !atomic_write) return false;  // its response is missing
+    if (slot.read_or_atomic && !atomic_write) {  // its response is missing
+      all_answered = false;
+      break;
+    }
     if (atomic_write && slot.counted_in_flight) --r.reads_in_flight;
     completions_.RetireOldestSend(qp, IBV_WC_SUCCESS);  // slot.wqe is gone; its bookkeeping stays
     if (r.next_send < r.head) {
@@ -48,13 +54,21 @@ bool Completer::RetireThrough(QueuePair* qp, Psn psn) {
     }
     // What is retired is acknowledged: the oldest unacknowledged PSN moves on
     // with it, or the window and the timer would count it for ever.
-    if ((slot.last_psn + 1).DistanceFrom(r.unacked) > 0) {
-      r.unacked = slot.last_psn + 1;
-      r.gap_restart_armed = false;
-      r.retries_left = qp->attr.retry_cnt;
-    }
+    if ((slot.last_psn + 1).DistanceFrom(r.unacked) > 0) r.unacked = slot.last_psn + 1;
   }
-  return true;
+  if (r.unacked.DistanceFrom(unacked_before) > 0) NoteProgress(qp);
+  return all_answered;
+}
+
+void Completer::NoteProgress(QueuePair* qp) {
+  RequesterState& r = qp->req;
+  r.gap_restart_armed = false;
+  // The retry budget is whole again (IBTA 9.7.6.1.3), the timer starts
+  // again, and the round trip may be sampled.
+  r.retries_left = qp->attr.retry_cnt;
+  const bool outstanding = r.unacked.DistanceFrom(r.sent_limit) < 0;
+  r.timer.OnProgress(r.unacked, core_.Now(), LocalAckTimeoutNs(qp->attr.timeout), outstanding,
+                     core_.config.retransmit);
 }
 
 void Completer::AcknowledgeThrough(QueuePair* qp, Psn psn) {
@@ -72,16 +86,9 @@ void Completer::AcknowledgeThrough(QueuePair* qp, Psn psn) {
   }
   if (next.DistanceFrom(r.unacked) > 0) {
     r.unacked = next;
-    r.gap_restart_armed = false;
-    // Progress: the retry budget is whole again (IBTA 9.7.6.1.3).
-    r.retries_left = qp->attr.retry_cnt;
-  }
-  const bool outstanding = r.unacked.DistanceFrom(r.sent_limit) < 0;
-  if (outstanding) {
-    const uint64_t t = LocalAckTimeoutNs(qp->attr.timeout);
-    r.timer_deadline_ns = t ? core_.Now() + t : 0;
-  } else {
-    r.timer_deadline_ns = 0;
+    NoteProgress(qp);
+  } else if (r.unacked.DistanceFrom(r.sent_limit) >= 0) {
+    r.timer.Disarm();  // nothing outstanding
   }
 }
 
@@ -227,7 +234,7 @@ CompleterStep Completer::RnrNak(const Response& response) {
   }
   requester_.RestartFrom(qp, psn);
   r.rnr_resume_ns = core_.Now() + RnrTimerNs(p.fields.aeth.value());
-  r.timer_deadline_ns = 0;
+  r.timer.Disarm();  // armed again when sending resumes
   return CompleterStep::kDone;
 }
 
@@ -365,27 +372,46 @@ bool Completer::ScatterToWqe(const QueuePair* qp, const SendWqeView& w, uint64_t
                                });
 }
 
-// The local ACK timer (IBTA 9.7.6.1.3): nothing acknowledged in time means a
-// retransmission from the oldest unacknowledged PSN, up to retry_cnt times.
+// The local ACK timer (IBTA 9.7.6.1.3) and the faster retransmissions
+// before it (transport/retransmit_timer.h): the application's timeout
+// passing without progress spends a retry and resends from the oldest
+// unacknowledged PSN, up to retry_cnt times; the RTO resends the same
+// without spending one; the tail-loss probe sends the last packet again.
 void Completer::RunTimers(QueuePair* qp) {
   UROCE_DCHECK_ENGINE_THREAD(core_);
   RequesterState& r = qp->req;
-  if (!IsReliable(qp->type) || r.timer_deadline_ns == 0) return;
-  if (core_.TimerNow() < r.timer_deadline_ns) return;
+  const uint64_t deadline = r.timer.deadline_ns();
+  if (!IsReliable(qp->type) || deadline == 0) return;
+  const uint64_t now = core_.TimerNow();
+  if (now < deadline) return;
   if (r.unacked.DistanceFrom(r.sent_limit) >= 0) {  // nothing outstanding
-    r.timer_deadline_ns = 0;
+    r.timer.Disarm();
     return;
   }
-  qp->counters.timeouts++;
-  core_.counters.timeouts++;
-  if (r.retries_left == 0) {
-    FailOldest(qp, IBV_WC_RETRY_EXC_ERR);
-    return;
+  switch (r.timer.Expire(now, LocalAckTimeoutNs(qp->attr.timeout), core_.config.retransmit)) {
+    case RetransmitTimer::Expiry::kNone:
+      return;
+    case RetransmitTimer::Expiry::kLocalAckTimeout:
+      qp->counters.timeouts++;
+      core_.counters.timeouts++;
+      if (r.retries_left == 0) {
+        FailOldest(qp, IBV_WC_RETRY_EXC_ERR);
+        return;
+      }
+      --r.retries_left;
+      break;
+    case RetransmitTimer::Expiry::kRetransmit:
+      qp->counters.rto_expiries++;
+      core_.counters.rto_expiries++;
+      break;
+    case RetransmitTimer::Expiry::kTailProbe:
+      qp->counters.tail_probes++;
+      core_.counters.tail_probes++;
+      requester_.ProbeTail(qp);
+      return;
   }
-  --r.retries_left;
   r.gap_restart_armed = false;
   requester_.RestartFrom(qp, r.unacked);
-  r.timer_deadline_ns = core_.Now() + LocalAckTimeoutNs(qp->attr.timeout);
 }
 
 }  // namespace uroce::transport

@@ -80,6 +80,9 @@ class Completer {
   CompleterStep Complete(const Response& response);
 
   bool RetireThrough(QueuePair* qp, Psn psn);
+  // r.unacked moved forward: the retry budget, the gap restart and the
+  // retransmission timer start again.
+  void NoteProgress(QueuePair* qp);
   void AcknowledgeThrough(QueuePair* qp, Psn psn);
   bool AckPsnValid(const QueuePair* qp, Psn psn) const;
   // Asks once for the oldest request from the first PSN it still waits for.

@@ -109,7 +109,7 @@ void Completions::FlushQueues(QueuePair* qp) {
   }
   req.next_send = req.head;
   req.reads_in_flight = 0;
-  req.timer_deadline_ns = 0;
+  req.timer.Disarm();
   ResponderState& resp = qp->resp;
   if (resp.have_recv) {
     CompleteRecv(qp, resp.recv, {.status = IBV_WC_WR_FLUSH_ERR});

@@ -498,6 +498,11 @@ std::vector<QpStats> Device::QpStatsSnapshot() const {
     s.state = qp->state.load(std::memory_order_acquire);
     s.dest_qpn = qp->attr.dest_qp_num;
     s.counters = qp->counters;
+    if (IsReliable(qp->type)) {
+      s.srtt_ns = qp->req.timer.srtt_ns();
+      s.rttvar_ns = qp->req.timer.rttvar_ns();
+      s.rto_ns = qp->req.timer.rto_ns(core_.config.retransmit, LocalAckTimeoutNs(qp->attr.timeout));
+    }
     out.push_back(s);
   }
   return out;

@@ -211,6 +211,88 @@ TEST_F(EngineTest, LostAtomicRequestOrResponseIsRecovered) {
   }
 }
 
+// Lost tails, on a QP whose application timeout is the usual 67 ms: the
+// round trip is measured first, then the last SEND of a burst (or its ACK,
+// or the probe too) is lost. Recovery takes round trips or an RTO of about
+// 100 us, never the application's timeout, and spends no retry.
+class LostTailTest : public EngineTest {
+ protected:
+  void SetUp() override {
+    Start();
+    RcConnectOptions connect;
+    connect.timeout = 14;
+    connect.retry_cnt = 1;
+    auto qps = pair_->ConnectQps(connect);
+    ASSERT_TRUE(qps.ok());
+    qa_ = qps->first;
+    qb_ = qps->second;
+    src_ = Register(pair_->a(), 64, 1);
+    dst_ = Register(pair_->b(), 64 * 64, 0);
+    for (uint64_t id = 0; id < 8; ++id) SendOne(id);  // RTT samples
+    ASSERT_NE(qa_->req.timer.srtt_ns(), 0u);
+  }
+  // One SEND and its completion; the virtual time it took.
+  uint64_t SendOne(uint64_t id) {
+    PostRecv(pair_->b(), qb_, dst_, id, static_cast<uint32_t>(64 * (id % 64)));
+    const uint64_t start = pair_->now_ns();
+    EXPECT_EQ(PostSend(pair_->a(), qa_, IBV_WR_SEND, src_, 64, id), 0);
+    auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+    EXPECT_EQ(wc.size(), 1u);
+    if (!wc.empty()) {
+      EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+    }
+    EXPECT_EQ(pair_->WaitCompletions(pair_->b().cq, 1).size(), 1u);
+    return pair_->now_ns() - start;
+  }
+  // The next `count` frames with this BTH opcode are lost.
+  void Drop(uint8_t opcode, int count) {
+    pair_->link().set_drop_filter([this, opcode, count](const rte_mbuf* m) {
+      if (dropped_ < count && FrameOpcode(m) == opcode) return ++dropped_, true;
+      return false;
+    });
+  }
+  QueuePair* qa_ = nullptr;
+  QueuePair* qb_ = nullptr;
+  Buffer src_, dst_;
+  int dropped_ = 0;
+};
+
+constexpr uint8_t kRcSendOnlyOpcode = 0x04, kRcAcknowledgeOpcode = 0x11;
+
+TEST_F(LostTailTest, LostSendIsProbedAfterTwoRoundTrips) {
+  Drop(kRcSendOnlyOpcode, 1);
+  const uint64_t took = SendOne(100);
+  EXPECT_EQ(dropped_, 1);
+  EXPECT_LT(took, 60'000u) << "a probe, not the 67 ms timeout";
+  EXPECT_EQ(qa_->counters.tail_probes, 1u);
+  EXPECT_EQ(qa_->counters.rto_expiries, 0u);
+  EXPECT_EQ(qa_->counters.timeouts, 0u);
+}
+
+TEST_F(LostTailTest, LostAckIsProbedAndAnsweredAsADuplicate) {
+  Drop(kRcAcknowledgeOpcode, 1);
+  const uint64_t took = SendOne(100);
+  EXPECT_EQ(dropped_, 1);
+  EXPECT_LT(took, 60'000u);
+  EXPECT_EQ(qa_->counters.tail_probes, 1u);
+  EXPECT_EQ(qb_->counters.duplicates, 1u) << "the probe arrived twice";
+  EXPECT_EQ(qa_->counters.timeouts, 0u);
+}
+
+TEST_F(LostTailTest, LostProbeFallsBackToTheRto) {
+  Drop(kRcSendOnlyOpcode, 2);  // the SEND and its probe
+  const uint64_t took = SendOne(100);
+  EXPECT_EQ(dropped_, 2);
+  EXPECT_GE(took, 100'000u) << "the RTO's floor";
+  EXPECT_LT(took, 400'000u);
+  EXPECT_EQ(qa_->counters.tail_probes, 1u);
+  EXPECT_EQ(qa_->counters.rto_expiries, 1u);
+  EXPECT_EQ(qa_->counters.timeouts, 0u);
+  // The retry budget was never touched: retry_cnt 1 would have failed a
+  // second local ACK timeout.
+  EXPECT_EQ(qa_->req.retries_left, 1u);
+}
+
 TEST(TimerTableTest, LocalAckTimeoutFollowsIbta) {
   EXPECT_EQ(LocalAckTimeoutNs(0), 0u);  // "infinite"
   EXPECT_EQ(LocalAckTimeoutNs(1), 8192u);

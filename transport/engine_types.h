@@ -40,6 +40,8 @@ struct EngineConfig {
   uint16_t rx_burst = 32;
   uint32_t per_qp_packet_budget = 32;  // packets one QP may send per Poll
   uint32_t atomic_replay_entries = 16; // atomics remembered for duplicates
+  // Retransmission from the measured round trip (transport/retransmit_timer.h).
+  RetransmitTimerConfig retransmit;
   // Virtual time in nanoseconds, owned by a test, which advances it between
   // polls so that runs replay exactly. The engine only reads it, where it
   // would read the TSC. Null: the TSC. Data, not a callback: the datapath
@@ -85,6 +87,7 @@ struct EngineCounters {
   uint64_t tx_alloc_failures = 0, tx_build_errors = 0, tx_queue_full_polls = 0;
   uint64_t retransmits = 0, timeouts = 0, naks_sent = 0, naks_received = 0;
   uint64_t rnr_naks_sent = 0, rnr_naks_received = 0, out_of_sequence = 0, duplicates = 0;
+  uint64_t rto_expiries = 0, tail_probes = 0;  // as QpCounters
   uint64_t tx_raw_frames = 0;  // frames from QueueRawFrame (ARP, ND)
   uint64_t tx_stage_full = 0;  // a frame waited: the transmit stage had no room
   // RC/UC frames whose IP addresses are not the QP's path, and frames whose
@@ -108,6 +111,9 @@ struct QpStats {
   ibv_qp_state state = IBV_QPS_RESET;
   uint32_t dest_qpn = 0;
   QpCounters counters;
+  // Reliable QPs: the smoothed RTT, its variance and the RTO now, in
+  // nanoseconds (0 before the first sample).
+  uint64_t srtt_ns = 0, rttvar_ns = 0, rto_ns = 0;
 };
 
 // The reliable connected services: RC, and XRC's two halves (an XRC

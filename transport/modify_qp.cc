@@ -69,6 +69,7 @@ Status Device::ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint
     qp->req.psn = Psn(attr.sq_psn);
     qp->req.unacked = Psn(attr.sq_psn);
     qp->req.sent_limit = Psn(attr.sq_psn);
+    qp->req.sent_high = Psn(attr.sq_psn);
   }
   if (mask & IBV_QP_MAX_QP_RD_ATOMIC) a.max_rd_atomic = attr.max_rd_atomic;
   if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {

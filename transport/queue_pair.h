@@ -16,6 +16,7 @@
 #include "transport/completion_queue.h"
 #include "transport/headers.h"
 #include "transport/memory_region.h"
+#include "transport/retransmit_timer.h"
 #include "transport/wire_types.h"
 #include "transport/work_request.h"
 
@@ -78,11 +79,13 @@ struct RequesterState {
   Psn psn;                  // next PSN to send
   Psn unacked;              // oldest PSN not acknowledged
   Psn sent_limit;           // the PSN after the last one assigned to a request
+  Psn sent_high;            // the PSN after the highest one sent so far
   uint32_t reads_in_flight = 0;
   uint32_t packets_since_ack_request = 0;
   uint8_t retries_left = 7;
   uint8_t rnr_retries_left = 7;
-  uint64_t timer_deadline_ns = 0;  // 0: no timer armed
+  // The local ACK timeout, the RTO and the tail-loss probe.
+  RetransmitTimer timer;
   uint64_t rnr_resume_ns = 0;      // after an RNR NAK, wait until then
   bool gap_restart_armed = false;  // see Engine::RestartOnce
   Psn gap_restart_psn;
@@ -189,6 +192,9 @@ struct QpCounters {
   uint64_t tx_packets = 0, rx_packets = 0, tx_bytes = 0, rx_bytes = 0;
   uint64_t retransmits = 0, timeouts = 0, naks_sent = 0, naks_received = 0;
   uint64_t rnr_naks_sent = 0, rnr_naks_received = 0, out_of_sequence = 0, duplicates = 0;
+  // Expiries of the RTO (retransmissions, no retry spent) and tail-loss
+  // probes sent (transport/retransmit_timer.h).
+  uint64_t rto_expiries = 0, tail_probes = 0;
 };
 
 class QueuePair {

@@ -291,7 +291,8 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
       }
       if (rc) {
         ++r.packets_since_ack_request;
-        f.bth.ack_request = last || r.packets_since_ack_request >= core_.config.ack_request_every;
+        f.bth.ack_request =
+            last || probing_ || r.packets_since_ack_request >= core_.config.ack_request_every;
       }
       r.send_offset = offset + payload;
       break;
@@ -331,9 +332,16 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
   tx_.FinishPacket(m);
   qp->counters.tx_packets++;
   qp->counters.tx_bytes += payload;
-  if (rc && r.timer_deadline_ns == 0) {
-    const uint64_t t = LocalAckTimeoutNs(qp->attr.timeout);
-    if (t != 0) r.timer_deadline_ns = core_.Now() + t;
+  if (rc) {
+    // Only a packet sent for the first time is timed (Karn), and only one
+    // asking for an ACK: the responder may hold its ACK until then.
+    if (r.psn.DistanceFrom(r.sent_high) > 0) {
+      r.sent_high = r.psn;
+      if (f.bth.ack_request) r.timer.OnFreshAckRequestSent(f.bth.psn, core_.Now());
+    }
+    if (r.timer.deadline_ns() == 0) {
+      r.timer.Arm(core_.Now(), LocalAckTimeoutNs(qp->attr.timeout), core_.config.retransmit);
+    }
   }
   return last || slot.read_or_atomic;
 }
@@ -343,6 +351,7 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
 void Requester::RestartFrom(QueuePair* qp, Psn psn) {
   UROCE_DCHECK_ENGINE_THREAD(core_);
   RequesterState& r = qp->req;
+  r.timer.ForgetSample();
   for (uint64_t i = r.head; i != r.tail; ++i) {
     SendSlot& slot = r.window[i & r.window_mask];
     if (!slot.started) break;
@@ -378,6 +387,32 @@ void Requester::RestartFrom(QueuePair* qp, Psn psn) {
   } else {
     r.psn = r.sent_limit;  // nothing to resend
   }
+}
+
+// The tail-loss probe (retransmit_timer.h): the last packet sent goes out
+// again asking for an ACK, and sending then goes on where it stood. The
+// responder answers it as a duplicate (an ACK: the tail arrived and its ACK
+// was lost), as the next packet (it was lost), or with a PSN sequence NAK
+// (something before it was lost): a round trip instead of a timeout.
+void Requester::ProbeTail(QueuePair* qp) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
+  RequesterState& r = qp->req;
+  const Psn last_sent = r.sent_high - 1;
+  if (last_sent.DistanceFrom(r.unacked) < 0 || !tx_.TxRoom(1)) return;
+  const uint64_t next_send = r.next_send;
+  const uint64_t send_offset = r.send_offset;
+  const Psn psn = r.psn;
+  const uint32_t since_ack_request = r.packets_since_ack_request;
+  RestartFrom(qp, last_sent);
+  if (r.next_send != r.tail && r.window[r.next_send & r.window_mask].started) {
+    probing_ = true;
+    EmitRequestPacket(qp, r.window[r.next_send & r.window_mask]);
+    probing_ = false;
+  }
+  r.next_send = next_send;
+  r.send_offset = send_offset;
+  r.psn = psn;
+  r.packets_since_ack_request = since_ack_request;
 }
 
 }  // namespace uroce::transport

@@ -29,6 +29,8 @@ class Requester {
   void Run(QueuePair* qp);
   // Go-back-N: resume sending at `psn`.
   void RestartFrom(QueuePair* qp, Psn psn);
+  // The tail-loss probe: the last packet sent, once more, with AckReq.
+  void ProbeTail(QueuePair* qp);
 
  private:
   // IBV_WR_BIND_MW / IBV_WR_LOCAL_INV at the head of the window (nothing
@@ -46,6 +48,7 @@ class Requester {
   Transmitter& tx_;
   Completions& completions_;
   const std::vector<AddressHandle>& ahs_;
+  bool probing_ = false;  // EmitRequestPacket sends ProbeTail's packet: AckReq set
 };
 
 }  // namespace uroce::transport
