@@ -290,6 +290,16 @@ class Builder {
     } else if (k == "tail_probe_us") {
       if (!ParseUnsigned(v, 0, 10000000, &n)) return Bad(where, "expected 0..10000000 (0: no probes)");
       c_.engine.tail_probe_us = static_cast<uint32_t>(n);
+    } else if (k == "selective_retransmission") {
+      bool b = false;
+      if (!ParseBool(v, &b)) return Bad(where, "expected yes or no");
+      c_.engine.selective_retransmission = b;
+    } else if (k == "reorder_windows") {
+      if (!ParseUnsigned(v, 0, 1 << 16, &n)) return Bad(where, "expected 0..65536");
+      c_.engine.reorder_windows = static_cast<uint32_t>(n);
+    } else if (k == "reorder_max_held") {
+      if (!ParseUnsigned(v, 0, 1 << 20, &n)) return Bad(where, "expected 0..1048576");
+      c_.engine.reorder_max_held = static_cast<uint32_t>(n);
     } else if (k == "progress_idle_us") {
       if (!ParseUnsigned(v, 1, 1000000, &n)) return Bad(where, "expected 1..1000000");
       c_.engine.progress_idle_us = static_cast<uint32_t>(n);
@@ -298,7 +308,8 @@ class Builder {
     } else {
       return Unknown("engine", k,
                      "progress, rx_burst, max_qps, ack_request_every, max_unacked_packets, per_qp_packet_budget, "
-                     "rto_min_us, rto_initial_us, tail_probe_us, progress_idle_us, helper_cpus");
+                     "rto_min_us, rto_initial_us, tail_probe_us, selective_retransmission, reorder_windows, "
+                     "reorder_max_held, progress_idle_us, helper_cpus");
     }
     return Status::Ok();
   }

@@ -25,6 +25,13 @@
 //                         before an RTT is measured, the tail-loss probe's
 //                         shortest delay (0: no probes).
 //                         transport/retransmit_timer.h
+//   selective_retransmission = yes
+//                         with peers that offer it too, packets after a gap
+//                         are held and only what is missing is resent;
+//                         no: go-back-N with every peer
+//   reorder_windows = 64, reorder_max_held = 1024
+//                         QPs that may hold packets at once, and packets held
+//                         in all. transport/reorder_window.h
 //   progress_idle_us = 50 verbs library, inline progress: longest idle sleep
 //                         of its progress thread (runtime/process.h)
 //   helper_cpus =         CPUs for the verbs/libfabric library's helper
@@ -156,6 +163,9 @@ struct EngineTunables {
   uint32_t rto_min_us = 100;
   uint32_t rto_initial_us = 1000;
   uint32_t tail_probe_us = 20;
+  bool selective_retransmission = true;
+  uint32_t reorder_windows = 64;
+  uint32_t reorder_max_held = 1024;
   // Verbs library, inline progress: the progress thread's longest sleep when
   // idle (runtime/process.h).
   uint32_t progress_idle_us = 50;

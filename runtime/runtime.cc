@@ -313,6 +313,9 @@ Status Runtime::StartEngine(Device* ep, const EndpointConfig& ec) {
   cfg.retransmit.rto_min_ns = uint64_t{config_.engine.rto_min_us} * 1000;
   cfg.retransmit.rto_initial_ns = uint64_t{config_.engine.rto_initial_us} * 1000;
   cfg.retransmit.tail_probe_min_ns = uint64_t{config_.engine.tail_probe_us} * 1000;
+  cfg.selective_retransmission = config_.engine.selective_retransmission;
+  cfg.reorder_windows = config_.engine.reorder_windows;
+  cfg.reorder_max_held = config_.engine.reorder_max_held;
   cfg.loopback = ec.loopback;
   cfg.qpn_base = ec.qpn_base;
   cfg.qpn_count = ec.qpn_count;

@@ -114,6 +114,9 @@ int Port(const char*, const char* params, rte_tel_data* d) {
       {"timeouts", c.timeouts},
       {"rto_expiries", c.rto_expiries},
       {"tail_probes", c.tail_probes},
+      {"held_packets", c.held_packets},
+      {"selective_resends", c.selective_resends},
+      {"reorder_full", c.reorder_full},
       {"naks_sent", c.naks_sent},
       {"naks_received", c.naks_received},
       {"rnr_naks_sent", c.rnr_naks_sent},
@@ -198,6 +201,11 @@ int Qp(const char*, const char* params, rte_tel_data* d) {
     rte_tel_data_add_dict_string(d, "type", QpTypeName(s.type));
     rte_tel_data_add_dict_string(d, "state", transport::QpStateName(s.state));
     rte_tel_data_add_dict_u64(d, "dest_qpn", s.dest_qpn);
+    if (transport::IsReliable(s.type)) {
+      // How each half recovers loss with this peer (docs/transport.md).
+      rte_tel_data_add_dict_string(d, "requester_recovery", s.requester_selective ? "selective" : "go-back-N");
+      rte_tel_data_add_dict_string(d, "responder_recovery", s.responder_selective ? "selective" : "go-back-N");
+    }
     const transport::QpCounters& c = s.counters;
     const std::pair<const char*, uint64_t> counters[] = {
         {"tx_packets", c.tx_packets},       {"rx_packets", c.rx_packets},
@@ -207,6 +215,7 @@ int Qp(const char*, const char* params, rte_tel_data* d) {
         {"rnr_naks_sent", c.rnr_naks_sent}, {"rnr_naks_received", c.rnr_naks_received},
         {"out_of_sequence", c.out_of_sequence}, {"duplicates", c.duplicates},
         {"rto_expiries", c.rto_expiries},   {"tail_probes", c.tail_probes},
+        {"held_packets", c.held_packets},   {"selective_resends", c.selective_resends},
         {"srtt_ns", s.srtt_ns},             {"rttvar_ns", s.rttvar_ns},
         {"rto_ns", s.rto_ns},
     };

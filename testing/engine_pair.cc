@@ -60,6 +60,8 @@ Status EnginePair::SetUpEndpoint(EngineSide& e, PacketIo& io, uint8_t host, cons
   config.tx_pool = pool_.get();
   config.io = &io;
   config.virtual_now_ns = &now_ns_;
+  config.selective_retransmission =
+      config.selective_retransmission && (host == 1 ? options.selective_a : options.selective_b);
   // QPNs from the pair's seed too, so that a run replays exactly.
   if (config.random_seed == 0) config.random_seed = options.seed * 2 + host;
   e.engine = std::make_unique<Engine>(config);

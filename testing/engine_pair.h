@@ -30,6 +30,9 @@ struct EnginePairOptions {
   unsigned pool_mbufs = 16383;
   uint64_t ns_per_poll = 1000;  // virtual time that passes per poll round
   EngineConfig engine_template;  // tunables copied into both engines
+  // Selective retransmission offered by a and by b (with the template's
+  // setting): one side off makes a mixed pair, which falls back to go-back-N.
+  bool selective_a = true, selective_b = true;
 };
 
 class EnginePair {

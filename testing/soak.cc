@@ -99,6 +99,8 @@ StatusOr<SoakResult> RunSoak(const SoakOptions& o, const std::function<void(cons
   }
   pair_options.impairments = o.impairments;
   pair_options.port_mtu = o.path_mtu_bytes + 100;
+  pair_options.selective_a = o.selective_a;
+  pair_options.selective_b = o.selective_b;
   auto pair_or = EnginePair::Create(pair_options);
   if (!pair_or.ok()) return pair_or.status();
   std::unique_ptr<EnginePair> pair = std::move(*pair_or);
@@ -359,6 +361,10 @@ StatusOr<SoakResult> RunSoak(const SoakOptions& o, const std::function<void(cons
   }
   result.tx_alloc_failures = ca.tx_alloc_failures + cb.tx_alloc_failures;
   result.timeouts = ca.timeouts + cb.timeouts;
+  result.rto_expiries = ca.rto_expiries + cb.rto_expiries;
+  result.tail_probes = ca.tail_probes + cb.tail_probes;
+  result.held_packets = ca.held_packets + cb.held_packets;
+  result.selective_resends = ca.selective_resends + cb.selective_resends;
   // Teardown: every packet buffer must come home.
   result.mbufs_all_returned = pair->ShutDownAndCheckMbufs();
   if (!result.mbufs_all_returned) fail("packet buffers leaked");

@@ -36,6 +36,9 @@ struct SoakOptions {
   uint32_t outstanding_per_qp = 16;
   uint32_t path_mtu_bytes = 1024;  // 256 .. 4096
   uint64_t max_polls = 500'000'000;  // give up (and fail) after this many poll rounds
+  // Selective retransmission offered by side a and side b; one off: a mixed
+  // pair, which must fall back to go-back-N.
+  bool selective_a = true, selective_b = true;
 };
 
 struct SoakProgress {
@@ -47,6 +50,7 @@ struct SoakResult {
   uint64_t link_dropped = 0, link_duplicated = 0, link_reordered = 0, link_corrupted = 0;
   uint64_t icrc_drops = 0;
   uint64_t link_overflowed = 0, tx_alloc_failures = 0, timeouts = 0;
+  uint64_t rto_expiries = 0, tail_probes = 0, held_packets = 0, selective_resends = 0;
   bool mbufs_all_returned = false;
   std::string first_error;  // empty when nothing went wrong
   bool ok() const { return errors == 0 && verified == messages && mbufs_all_returned; }

@@ -1260,5 +1260,160 @@ TEST_F(XrcHostileTest, ServicesDoNotCrossAndInitiatorsTakeNoRequests) {
   for (int i = 0; i < 4096; ++i) ASSERT_EQ(region_->data()[i], 0);
 }
 
+// ------------------------------------------- selective retransmission (docs/transport.md)
+
+class SelectivePeerTest : public HostilePeerTest {
+ protected:
+  static void Selective(PacketFields& f) { f.bth.reserved7 = kBthSelectiveRetransmission; }
+  // A PSN sequence NAK for `psn` from a peer that says it holds what follows.
+  void InjectSelectiveNak(uint32_t psn) {
+    Inject(Opcode::kRcAcknowledge, psn, 0, false, [](PacketFields& f) {
+      f.aeth.syndrome = AethFields::Syndrome(AethKind::kNak, uint8_t(NakCode::kPsnSequenceError));
+      Selective(f);
+    });
+  }
+  void InjectSelectiveAck(uint32_t psn) {
+    Inject(Opcode::kRcAcknowledge, psn, 0, false, [](PacketFields& f) { Selective(f); });
+  }
+  static size_t CountPsn(const std::vector<Sent>& sent, uint32_t psn) {
+    size_t n = 0;
+    for (const Sent& s : sent) n += s.fields.bth.psn.value() == psn;
+    return n;
+  }
+  // A WRITE packet of the peer's (a selective requester), `index` of a
+  // message starting at kRqPsn into our region.
+  void InjectWritePacket(QueuePair* qp, uint32_t index, uint32_t packets, uint32_t rkey) {
+    const Opcode op = index == 0 ? Opcode::kRcRdmaWriteFirst
+                      : index + 1 == packets ? Opcode::kRcRdmaWriteLast
+                                             : Opcode::kRcRdmaWriteMiddle;
+    const uint64_t va = region_->va();
+    Inject(qp, op, kRqPsn + index, kMtu, index + 1 == packets, [&](PacketFields& f) {
+      Selective(f);
+      if (index == 0) {
+        f.reth.virtual_address = va;
+        f.reth.rkey = rkey;
+        f.reth.dma_length = packets * kMtu;
+      }
+    });
+  }
+};
+
+// Requests offer selective retransmission; a standard peer's acknowledgement
+// (no bit) keeps the requester on go-back-N.
+TEST_F(SelectivePeerTest, RequestsOfferItAndAStandardPeerKeepsGoBackN) {
+  PostSend(IBV_WR_RDMA_WRITE, region_->va(), 8 * kMtu, keys_.lkey);
+  auto sent = Transmitted();
+  ASSERT_EQ(sent.size(), 8u);
+  for (const Sent& s : sent) EXPECT_EQ(s.fields.bth.reserved7, kBthSelectiveRetransmission);
+  // A standard NAK for the fourth packet: everything from it again.
+  Inject(Opcode::kRcAcknowledge, kSqPsn + 3, 0, false, [](PacketFields& f) {
+    f.aeth.syndrome = AethFields::Syndrome(AethKind::kNak, uint8_t(NakCode::kPsnSequenceError));
+  });
+  sent = Transmitted(2);
+  EXPECT_FALSE(qp_->req.selective);
+  EXPECT_EQ(sent.size(), 5u);
+  for (uint32_t d = 3; d < 8; ++d) EXPECT_EQ(CountPsn(sent, kSqPsn + d), 1u) << d;
+}
+
+// A peer that reports false gaps, over and over, in one poll: each NAKed PSN
+// is sent again once per round trip, nothing else is; NAKs for what was
+// never sent are ignored; the real ACK completes the request.
+TEST_F(SelectivePeerTest, FalseGapsCostOneResendEachAndNoMore) {
+  PostSend(IBV_WR_RDMA_WRITE, region_->va(), 8 * kMtu, keys_.lkey);
+  ASSERT_EQ(Transmitted().size(), 8u);
+  for (int i = 0; i < 50; ++i) InjectSelectiveNak(kSqPsn + 3);
+  for (uint32_t d = 8; d < 300; d += 13) InjectSelectiveNak(kSqPsn + d);  // never sent
+  auto sent = Transmitted(3);
+  EXPECT_TRUE(qp_->req.selective);
+  EXPECT_EQ(sent.size(), 1u) << "the one NAKed packet, once";
+  EXPECT_EQ(CountPsn(sent, kSqPsn + 3), 1u);
+  if (!sent.empty()) {
+    EXPECT_TRUE(sent[0].fields.bth.ack_request) << "a resend asks for an ACK";
+  }
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+  EXPECT_TRUE(Completions().empty());
+  InjectSelectiveAck(kSqPsn + 7);
+  Transmitted();
+  auto wc = Completions();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+}
+
+// A peer that claims to hold packets after a gap and does not: each NAK asks
+// for one packet, the next NAK for the next. Slow (a round trip a packet),
+// never stalled: the request completes, and nothing but what was asked for
+// is sent.
+TEST_F(SelectivePeerTest, APeerThatClaimsItAndDropsAnywayIsServedPacketByPacket) {
+  PostSend(IBV_WR_RDMA_WRITE, region_->va(), 8 * kMtu, keys_.lkey);
+  ASSERT_EQ(Transmitted().size(), 8u);
+  for (uint32_t d = 2; d < 8; ++d) {
+    InjectSelectiveNak(kSqPsn + d);
+    auto sent = Transmitted(2);
+    ASSERT_EQ(sent.size(), 1u) << d;
+    EXPECT_EQ(sent[0].fields.bth.psn.value(), kSqPsn + d);
+  }
+  InjectSelectiveAck(kSqPsn + 7);
+  Transmitted();
+  auto wc = Completions();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+}
+
+// The responder's half: a selective requester's WRITE whose first packet is
+// late. What follows is held (not written yet, not NAKed twice), copies of
+// held packets and packets beyond the window are dropped; when the first
+// packet comes, the message lands whole and one ACK covers it.
+TEST_F(SelectivePeerTest, PacketsAfterAGapAreHeldAndLandInOrder) {
+  constexpr uint32_t kPackets = 8;
+  for (uint32_t i = 1; i < kPackets; ++i) InjectWritePacket(qp_, i, kPackets, keys_.rkey);
+  InjectWritePacket(qp_, 5, kPackets, keys_.rkey);  // a copy of one held
+  Inject(Opcode::kRcRdmaWriteMiddle, kRqPsn + ReorderWindow::kSlots + 3, kMtu, false, Selective);  // too far
+  auto sent = Transmitted();
+  EXPECT_EQ(CountNaks(sent, AethKind::kNak), 1u) << "one NAK for the gap";
+  EXPECT_EQ(qp_->counters.held_packets, kPackets - 1);
+  EXPECT_EQ(qp_->resp.expected_psn.value(), kRqPsn);
+  for (uint32_t i = 0; i < kPackets * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0) << "nothing placed yet";
+  InjectWritePacket(qp_, 0, kPackets, keys_.rkey);
+  sent = Transmitted();
+  EXPECT_EQ(qp_->resp.expected_psn.value(), kRqPsn + kPackets);
+  for (uint32_t i = 0; i < kPackets * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0xAB) << i;
+  ASSERT_FALSE(sent.empty());
+  EXPECT_EQ(sent.back().fields.aeth.kind(), AethKind::kAck);
+  EXPECT_EQ(sent.back().fields.bth.psn.value(), kRqPsn + kPackets - 1);
+  EXPECT_EQ(sent.back().fields.bth.reserved7, kBthSelectiveRetransmission) << "says it holds";
+  EXPECT_EQ(qp_->resp.reorder, nullptr) << "the window went back to the pool";
+}
+
+// A flood of packets after gaps on many QPs holds no more than the pool's
+// bound, and the window of a QP that fails goes back with its packets freed
+// (TearDown checks every mbuf came back).
+TEST_F(SelectivePeerTest, HoldingIsBoundedAndFreedWhenTheQpFails) {
+  engine_.reset();
+  port_.FreeAll();
+  StartEngine([](EngineConfig& c) {
+    c.reorder_windows = 2;
+    c.reorder_max_held = 20;
+  });
+  std::vector<QueuePair*> qps = {qp_, MakeConnectedQp(), MakeConnectedQp()};
+  for (QueuePair* qp : qps) {
+    for (uint32_t i = 1; i < 16; ++i) InjectWritePacket(qp, i, 16, keys_.rkey);
+  }
+  Transmitted();
+  EXPECT_EQ(engine_->counters().held_packets, 20u);
+  EXPECT_GT(engine_->counters().reorder_full, 0u);
+  EXPECT_EQ(qps[2]->resp.reorder, nullptr) << "two windows only";
+  // The first QP's gap fills with a packet naming a key it may not use: the
+  // QP fails, and what it held is freed.
+  InjectWritePacket(qp_, 0, 16, keys_.rkey ^ 0x100);
+  auto sent = Transmitted();
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_ERR);
+  EXPECT_EQ(qp_->resp.reorder, nullptr);
+  // The others go on: the second QP's message lands once its gap fills.
+  InjectWritePacket(qps[1], 0, 16, keys_.rkey);
+  Transmitted();
+  EXPECT_EQ(qps[1]->state.load(), IBV_QPS_RTS);
+  EXPECT_GE(qps[1]->resp.expected_psn.DistanceFrom(Psn(kRqPsn)), 1);
+}
+
 }  // namespace
 }  // namespace uroce::transport

@@ -60,6 +60,38 @@ TEST(LossTest, LargeMessagesAtEveryPathMtu) {
   }
 }
 
+// Selective retransmission offered by both sides, by one side only (a mixed
+// pair: go-back-N both ways), and by neither, over the same bad link: every
+// byte and completion checked each time; only a pair that both offer it holds
+// packets after a gap and resends single packets.
+TEST(LossTest, SelectiveMixedAndGoBackNPairsOverLossReorderDuplicationAndCorruption) {
+  struct Pairing {
+    const char* name;
+    bool a, b;
+  };
+  for (const Pairing& pairing : {Pairing{"both", true, true}, Pairing{"a only", true, false},
+                                 Pairing{"b only", false, true}, Pairing{"neither", false, false}}) {
+    SoakOptions o;
+    o.seed = 2026112801;
+    o.messages = 6000;
+    o.qps = 4;
+    o.max_size = 32768;
+    o.impairments.loss = 0.02;
+    o.impairments.reorder = 0.01;
+    o.impairments.duplicate = 0.01;
+    o.impairments.corrupt = 0.005;
+    o.selective_a = pairing.a;
+    o.selective_b = pairing.b;
+    auto r = RunSoak(o, {});
+    ExpectClean(r);
+    if (!r.ok()) continue;
+    const bool selective = pairing.a && pairing.b;
+    EXPECT_EQ(r->held_packets > 0, selective) << pairing.name;
+    EXPECT_EQ(r->selective_resends > 0, selective) << pairing.name;
+    EXPECT_GT(r->link_dropped, 100u) << pairing.name;
+  }
+}
+
 TEST(LossTest, SameSeedSameRun) {
   SoakOptions o;
   o.seed = 99;

@@ -18,7 +18,10 @@ int SoakUsage(FILE* out) {
   std::fprintf(out,
                "usage: uroce soak [--loss P] [--dup P] [--reorder P] [--corrupt P] [--delay TICKS]\n"
                "                  [--seed S] [--messages N] [--qps Q] [--ops send,write,read,atomic,imm]\n"
-               "                  [--max-size BYTES] [--mtu 256|512|1024|2048|4096] [--port memory|ring]\n");
+               "                  [--max-size BYTES] [--mtu 256|512|1024|2048|4096] [--port memory|ring]\n"
+               "                  [--selective both|a|b|none]\n"
+               "  --selective: which side offers selective retransmission (default both;\n"
+               "  a or b alone is a mixed pair, which recovers by go-back-N)\n");
   return out == stdout ? 0 : 2;
 }
 
@@ -66,6 +69,11 @@ int SoakCommand(int argc, char** argv) {
       auto ops = transport::ParseSoakOps(v);
       ok = ops.ok();
       if (ok) o.ops = *ops;
+    } else if (flag == "--selective") {
+      const std::string side = v;
+      ok = side == "both" || side == "a" || side == "b" || side == "none";
+      o.selective_a = side == "both" || side == "a";
+      o.selective_b = side == "both" || side == "b";
     } else if (flag == "--port") {
       // memory: the in-memory lossy link; ring: a DPDK net_ring pair.
       if (std::strcmp(v, "memory") == 0) {
@@ -115,6 +123,9 @@ int SoakCommand(int argc, char** argv) {
               (unsigned long long)r.icrc_drops);
   std::printf("soak: timeouts %llu, link overflows %llu, tx buffer shortages %llu\n", (unsigned long long)r.timeouts,
               (unsigned long long)r.link_overflowed, (unsigned long long)r.tx_alloc_failures);
+  std::printf("soak: rto expiries %llu, tail probes %llu, held packets %llu, selective resends %llu\n",
+              (unsigned long long)r.rto_expiries, (unsigned long long)r.tail_probes,
+              (unsigned long long)r.held_packets, (unsigned long long)r.selective_resends);
   if (!r.first_error.empty()) std::printf("soak: first error: %s\n", r.first_error.c_str());
   std::printf("soak: %llu/%llu verified, %llu errors, %llu retransmits, seed %llu\n", (unsigned long long)r.verified,
               (unsigned long long)r.messages, (unsigned long long)r.errors, (unsigned long long)r.retransmits,

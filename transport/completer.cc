@@ -111,6 +111,22 @@ void Completer::RestartOnce(QueuePair* qp, Psn psn) {
   requester_.RestartFrom(qp, psn);
 }
 
+// The requester resends `psn` alone on its next run, unless it did within a
+// round trip (the responder NAKs a gap again for every packet after it that
+// asks for an ACK; those NAKs say nothing new).
+void Completer::RequestSelectiveResend(QueuePair* qp, Psn psn) {
+  RequesterState& r = qp->req;
+  if (psn.DistanceFrom(r.sent_high) >= 0) return;  // never sent: nothing to resend
+  const uint64_t now = core_.Now();
+  if (r.last_resent_psn.value() == psn.value() && r.last_resent_ns != 0 &&
+      now - r.last_resent_ns < r.timer.srtt_ns()) {
+    return;
+  }
+  r.resend_pending = true;
+  r.resend_read_or_atomic_too = true;  // the responder says it never got it
+  r.resend_psn = psn;
+}
+
 void Completer::FailOldest(QueuePair* qp, ibv_wc_status status) {
   RequesterState& r = qp->req;
   if (r.head != r.tail) {
@@ -190,6 +206,11 @@ CompleterStep Completer::CheckPsn(const Response& response) {
     response.qp->counters.duplicates++;
     return CompleterStep::kDone;
   }
+  // Each acknowledgement and response says whether the responder holds
+  // packets after a gap (kBthSelectiveRetransmission), which is what makes
+  // resending the NAKed PSN alone enough.
+  response.r.selective = core_.config.selective_retransmission &&
+                         (response.p.fields.bth.reserved7 & kBthSelectiveRetransmission) != 0;
   return response.acknowledge ? CompleterStep::kCheckAck : CompleterStep::kRetireEarlier;
 }
 
@@ -240,9 +261,12 @@ CompleterStep Completer::RnrNak(const Response& response) {
 
 CompleterStep Completer::SequenceNak(const Response& response) {
   const auto& [qp, p, r, psn, acknowledge] = response;
-  // Everything before `psn` arrived; resend from it (IBTA 9.7.5.2.4).
+  // Everything before `psn` arrived; resend from it (IBTA 9.7.5.2.4), or,
+  // when the responder holds what came after it, resend it alone.
   if (!RetireThrough(qp, psn - 1)) {
     RestartOldest(qp);
+  } else if (r.selective) {
+    RequestSelectiveResend(qp, psn);
   } else {
     requester_.RestartFrom(qp, psn);
   }
@@ -401,13 +425,25 @@ void Completer::RunTimers(QueuePair* qp) {
       --r.retries_left;
       break;
     case RetransmitTimer::Expiry::kRetransmit:
+      // A READ or atomic waits for a NAK or the application's timeout
+      // (Requester::ResendPacket says why).
+      if (requester_.OldestIsReadOrAtomic(qp)) return;
       qp->counters.rto_expiries++;
       core_.counters.rto_expiries++;
+      if (r.selective) {
+        // The responder holds what arrived after the oldest gap: the oldest
+        // unacknowledged PSN is what it waits for.
+        r.resend_pending = true;
+        r.resend_read_or_atomic_too = false;
+        r.resend_psn = r.unacked;
+        return;
+      }
       break;
     case RetransmitTimer::Expiry::kTailProbe:
-      qp->counters.tail_probes++;
-      core_.counters.tail_probes++;
-      requester_.ProbeTail(qp);
+      if (requester_.ProbeTail(qp)) {
+        qp->counters.tail_probes++;
+        core_.counters.tail_probes++;
+      }
       return;
   }
   r.gap_restart_armed = false;

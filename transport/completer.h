@@ -88,6 +88,8 @@ class Completer {
   // Asks once for the oldest request from the first PSN it still waits for.
   void RestartOldest(QueuePair* qp);
   void RestartOnce(QueuePair* qp, Psn psn);
+  // Selective retransmission: `psn` alone is to be resent.
+  void RequestSelectiveResend(QueuePair* qp, Psn psn);
   void FailOldest(QueuePair* qp, ibv_wc_status status);
   // Scatters READ response or atomic data into the request's buffers, each
   // chunk checked again for local write access; false on a failure.

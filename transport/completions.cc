@@ -110,6 +110,7 @@ void Completions::FlushQueues(QueuePair* qp) {
   req.next_send = req.head;
   req.reads_in_flight = 0;
   req.timer.Disarm();
+  core_.ReleaseHeldPackets(qp);
   ResponderState& resp = qp->resp;
   if (resp.have_recv) {
     CompleteRecv(qp, resp.recv, {.status = IBV_WC_WR_FLUSH_ERR});

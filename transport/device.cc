@@ -502,6 +502,8 @@ std::vector<QpStats> Device::QpStatsSnapshot() const {
       s.srtt_ns = qp->req.timer.srtt_ns();
       s.rttvar_ns = qp->req.timer.rttvar_ns();
       s.rto_ns = qp->req.timer.rto_ns(core_.config.retransmit, LocalAckTimeoutNs(qp->attr.timeout));
+      s.requester_selective = qp->req.selective;
+      s.responder_selective = qp->resp.selective;
     }
     out.push_back(s);
   }
@@ -558,6 +560,7 @@ Status Device::DestroyQp(QueuePair* qp) {
     TakeRungDoorbells(doorbells_, core_);
     core_.busy_qps.erase(std::remove(core_.busy_qps.begin(), core_.busy_qps.end(), qp), core_.busy_qps.end());
     responder_.ForgetQp(qp);
+    core_.ReleaseHeldPackets(qp);
     // Its type 2 windows end with it: a later QP with the same QPN must not
     // find them bound to it.
     core_.mrs.InvalidateWindowsOfQp(qp->qpn);

@@ -22,7 +22,11 @@ ibv_mtu LargestIbMtu(uint32_t port_mtu) {
 }  // namespace
 
 EngineCore::EngineCore(const EngineConfig& engine_config)
-    : config(engine_config), mrs(1u << 16), qp_table(engine_config.max_qps, nullptr),
+    : config(engine_config),
+      mrs(1u << 16),
+      reorder_pool(engine_config.selective_retransmission ? engine_config.reorder_windows : 0,
+                   engine_config.reorder_max_held),
+      qp_table(engine_config.max_qps, nullptr),
       xrc_srq_table(engine_config.max_qps, nullptr) {
   limits.max_mtu = LargestIbMtu(config.port_mtu);
   limits.gid_table_size = static_cast<uint8_t>(std::min<size_t>(config.gids.size(), 255));

@@ -19,6 +19,7 @@
 #include "common/ring.h"
 #include "transport/engine_types.h"
 #include "transport/memory_region.h"
+#include "transport/reorder_window.h"
 #include "transport/on_demand_memory.h"
 #include "transport/qp_state.h"
 #include "transport/queue_pair.h"
@@ -98,6 +99,12 @@ struct EngineCore {
     SharedReceiveQueue* srq = xrc_srq_table[srqn % config.max_qps];
     return (srq != nullptr && srq->srqn == srqn) ? srq : nullptr;
   }
+  // `qp` leaves the states that take requests, or is destroyed: the request
+  // packets it holds after a gap are freed, its window back in the pool.
+  void ReleaseHeldPackets(QueuePair* qp) {
+    reorder_pool.Give(qp->resp.reorder);
+    qp->resp.reorder = nullptr;
+  }
   // `gid` is one of ours and loopback is on.
   bool IsLoopbackGid(const Gid& gid) const;
   // Ready list (busy_qps): engine thread, or the control path holding the
@@ -112,6 +119,8 @@ struct EngineCore {
   EngineConfig config;
   QpLimits limits;
   MemoryRegionTable mrs;
+  // Windows for request packets held after a gap (selective retransmission).
+  ReorderPool reorder_pool;
   // Held by Poll, and by a control call between two polls (ProgressToken).
   mutable std::atomic<bool> progress_busy{false};
   // The thread that holds progress_busy, recorded only where UROCE_DCHECKS

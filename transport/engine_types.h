@@ -42,6 +42,13 @@ struct EngineConfig {
   uint32_t atomic_replay_entries = 16; // atomics remembered for duplicates
   // Retransmission from the measured round trip (transport/retransmit_timer.h).
   RetransmitTimerConfig retransmit;
+  // Selective retransmission with peers that offer it too
+  // (kBthSelectiveRetransmission, transport/reorder_window.h): `reorder_windows`
+  // QPs at a time may hold packets that arrive after a gap, at most
+  // `reorder_max_held` packets in all. Off: go-back-N with every peer.
+  bool selective_retransmission = true;
+  uint32_t reorder_windows = 64;
+  uint32_t reorder_max_held = 1024;
   // Virtual time in nanoseconds, owned by a test, which advances it between
   // polls so that runs replay exactly. The engine only reads it, where it
   // would read the TSC. Null: the TSC. Data, not a callback: the datapath
@@ -88,6 +95,10 @@ struct EngineCounters {
   uint64_t retransmits = 0, timeouts = 0, naks_sent = 0, naks_received = 0;
   uint64_t rnr_naks_sent = 0, rnr_naks_received = 0, out_of_sequence = 0, duplicates = 0;
   uint64_t rto_expiries = 0, tail_probes = 0;  // as QpCounters
+  uint64_t held_packets = 0, selective_resends = 0;  // as QpCounters
+  // Packets after a gap a selective QP could not hold (no free window, or
+  // the pool's bound reached): dropped as on go-back-N.
+  uint64_t reorder_full = 0;
   uint64_t tx_raw_frames = 0;  // frames from QueueRawFrame (ARP, ND)
   uint64_t tx_stage_full = 0;  // a frame waited: the transmit stage had no room
   // RC/UC frames whose IP addresses are not the QP's path, and frames whose
@@ -114,6 +125,9 @@ struct QpStats {
   // Reliable QPs: the smoothed RTT, its variance and the RTO now, in
   // nanoseconds (0 before the first sample).
   uint64_t srtt_ns = 0, rttvar_ns = 0, rto_ns = 0;
+  // How each half recovers loss with its peer: selective (both sides offer
+  // it) or go-back-N.
+  bool requester_selective = false, responder_selective = false;
 };
 
 // The reliable connected services: RC, and XRC's two halves (an XRC

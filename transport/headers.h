@@ -241,6 +241,13 @@ inline void WriteHeader(uint8_t* p, const Header& h) {
 
 // --- Decoded, host-order forms -----------------------------------------------
 
+// uroce's selective retransmission (docs/transport.md): the lowest of the
+// BTH's 7 reserved bits after AckReq, which a standard receiver ignores and
+// a standard sender leaves 0 (IBTA vol. 1, 9.2). On a request: the requester
+// takes NAKs as "resend this PSN only"; on an acknowledgement or a response:
+// the responder holds packets that arrive after a gap.
+constexpr uint8_t kBthSelectiveRetransmission = 0x01;
+
 struct BthFields {
   uint8_t opcode = 0;
   bool solicited_event = false;

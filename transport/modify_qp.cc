@@ -94,6 +94,7 @@ Status Device::ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint
     while (qp->recv_ring.TryPopSingleConsumer([](const std::byte*) {})) {}
     qp->req = RequesterState{};
     qp->ResetWindow();  // at the send queue's position
+    core_.ReleaseHeldPackets(qp);
     auto atomics = std::move(qp->resp.atomics);
     qp->resp = ResponderState{};
     qp->resp.atomics = std::move(atomics);

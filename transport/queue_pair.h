@@ -89,6 +89,17 @@ struct RequesterState {
   uint64_t rnr_resume_ns = 0;      // after an RNR NAK, wait until then
   bool gap_restart_armed = false;  // see Engine::RestartOnce
   Psn gap_restart_psn;
+  // Selective retransmission: the responder's last acknowledgement or
+  // response said it holds packets after a gap, so a PSN sequence NAK asks
+  // for that PSN alone. The resend waits for the requester's next run
+  // (nothing on the receive path sends); one NAKed PSN is resent once per
+  // round trip however many NAKs name it.
+  bool selective = false;
+  bool resend_pending = false;
+  bool resend_read_or_atomic_too = false;  // the resend answers a NAK
+  Psn resend_psn;
+  Psn last_resent_psn;
+  uint64_t last_resent_ns = 0;
 };
 
 // A READ the responder answers, or a duplicate one it answers again.
@@ -131,10 +142,17 @@ struct AtomicReplay {
   bool valid = false;
 };
 
+class ReorderWindow;
+
 struct ResponderState {
   Psn expected_psn;
   uint32_t msn = 0;
   bool nak_sent = false;  // one PSN-sequence NAK per gap (IBTA 9.7.5.1.2)
+  // Selective retransmission: the requester's last request offered it.
+  // Packets after a gap are then held in `reorder` (from the engine's
+  // ReorderPool, while the QP holds any) and handled once the gap fills.
+  bool selective = false;
+  ReorderWindow* reorder = nullptr;
   // SEND in progress.
   bool have_recv = false;
   bool recv_offset_valid = false;  // the receive belongs to a SEND in progress
@@ -195,6 +213,9 @@ struct QpCounters {
   // Expiries of the RTO (retransmissions, no retry spent) and tail-loss
   // probes sent (transport/retransmit_timer.h).
   uint64_t rto_expiries = 0, tail_probes = 0;
+  // Selective retransmission: request packets held after a gap (responder),
+  // single packets resent for a NAK (requester).
+  uint64_t held_packets = 0, selective_resends = 0;
 };
 
 class QueuePair {

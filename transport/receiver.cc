@@ -82,7 +82,7 @@ bool Receiver::HandleFrame(rte_mbuf* m, bool from_loopback) {
       state == IBV_QPS_ERR) {
     core_.counters.rx_dropped++;
   } else if (info.role == PacketRole::kRequest) {
-    responder_.HandleRequest(qp, view);
+    if (responder_.HandleRequest(qp, view, m)) return false;  // held: the responder's now
   } else if (state == IBV_QPS_RTS || state == IBV_QPS_SQD) {
     if (info.operation == Operation::kAcknowledge) completer_.HandleAcknowledge(qp, view);
     else completer_.HandleResponse(qp, view);

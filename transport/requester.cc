@@ -118,6 +118,16 @@ void Requester::Run(QueuePair* qp) {
     if (core_.TimerNow() < r.rnr_resume_ns) return;
     r.rnr_resume_ns = 0;
   }
+  if (r.resend_pending && tx_.TxRoom(1)) {
+    // Selective retransmission: the one PSN the responder NAKed, first.
+    r.resend_pending = false;
+    if (ResendPacket(qp, r.resend_psn, r.resend_read_or_atomic_too)) {
+      r.last_resent_psn = r.resend_psn;
+      r.last_resent_ns = core_.Now();
+      qp->counters.selective_resends++;
+      core_.counters.selective_resends++;
+    }
+  }
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
   const uint32_t max_reads = std::max<uint32_t>(qp->attr.max_rd_atomic, 1);
   uint32_t budget = core_.config.per_qp_packet_budget;
@@ -290,9 +300,10 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
         f.invalidate_rkey = w.invalidate_rkey;
       }
       if (rc) {
+        if (core_.config.selective_retransmission) f.bth.reserved7 = kBthSelectiveRetransmission;
         ++r.packets_since_ack_request;
         f.bth.ack_request =
-            last || probing_ || r.packets_since_ack_request >= core_.config.ack_request_every;
+            last || resending_ || r.packets_since_ack_request >= core_.config.ack_request_every;
       }
       r.send_offset = offset + payload;
       break;
@@ -346,6 +357,16 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
   return last || slot.read_or_atomic;
 }
 
+const SendSlot* Requester::SlotOf(const QueuePair* qp, Psn psn) const {
+  const RequesterState& r = qp->req;
+  for (uint64_t i = r.head; i != r.tail; ++i) {
+    const SendSlot& slot = r.window[i & r.window_mask];
+    if (!slot.started) break;
+    if (psn.DistanceFrom(slot.first_psn) >= 0 && slot.last_psn.DistanceFrom(psn) >= 0) return &slot;
+  }
+  return nullptr;
+}
+
 // Go-back-N (IBTA 9.7.5.2.x): resume sending at `psn`, which lies in one of
 // the requests already started.
 void Requester::RestartFrom(QueuePair* qp, Psn psn) {
@@ -390,29 +411,45 @@ void Requester::RestartFrom(QueuePair* qp, Psn psn) {
 }
 
 // The tail-loss probe (retransmit_timer.h): the last packet sent goes out
-// again asking for an ACK, and sending then goes on where it stood. The
-// responder answers it as a duplicate (an ACK: the tail arrived and its ACK
-// was lost), as the next packet (it was lost), or with a PSN sequence NAK
-// (something before it was lost): a round trip instead of a timeout.
-void Requester::ProbeTail(QueuePair* qp) {
+// again asking for an ACK. The responder answers it as a duplicate (an ACK:
+// the tail arrived and its ACK was lost), as the next packet (it was lost),
+// or with a PSN sequence NAK (something before it was lost): a round trip
+// instead of a timeout.
+bool Requester::ProbeTail(QueuePair* qp) {
   UROCE_DCHECK_ENGINE_THREAD(core_);
+  return tx_.TxRoom(1) && ResendPacket(qp, qp->req.sent_high - 1, /*read_or_atomic_too=*/false);
+}
+
+// One packet already sent, `psn`, goes out again asking for an ACK, and
+// sending then goes on where it stood (a READ or atomic asks again for what
+// is still missing of it, if `read_or_atomic_too`).
+bool Requester::ResendPacket(QueuePair* qp, Psn psn, bool read_or_atomic_too) {
   RequesterState& r = qp->req;
-  const Psn last_sent = r.sent_high - 1;
-  if (last_sent.DistanceFrom(r.unacked) < 0 || !tx_.TxRoom(1)) return;
+  if (psn.DistanceFrom(r.unacked) < 0 || psn.DistanceFrom(r.sent_high) >= 0) return false;
   const uint64_t next_send = r.next_send;
   const uint64_t send_offset = r.send_offset;
-  const Psn psn = r.psn;
+  const Psn resume_psn = r.psn;
   const uint32_t since_ack_request = r.packets_since_ack_request;
-  RestartFrom(qp, last_sent);
+  // A READ or atomic is asked for again only when the responder said it
+  // never got it (a NAK). On a timer it may merely be slow: a copy of the
+  // request makes the responder answer it twice, and the second answer may
+  // read a region the application has since deregistered, having seen the
+  // first (its peer's completion told it), which fails the connection.
+  if (!read_or_atomic_too && SlotOf(qp, psn) != nullptr && SlotOf(qp, psn)->read_or_atomic) return false;
+  RestartFrom(qp, psn);
+  bool sent = false;
   if (r.next_send != r.tail && r.window[r.next_send & r.window_mask].started) {
-    probing_ = true;
+    resending_ = true;
+    const uint64_t tx_before = qp->counters.tx_packets;
     EmitRequestPacket(qp, r.window[r.next_send & r.window_mask]);
-    probing_ = false;
+    sent = qp->counters.tx_packets != tx_before;
+    resending_ = false;
   }
   r.next_send = next_send;
   r.send_offset = send_offset;
-  r.psn = psn;
+  r.psn = resume_psn;
   r.packets_since_ack_request = since_ack_request;
+  return sent;
 }
 
 }  // namespace uroce::transport

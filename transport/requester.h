@@ -29,8 +29,15 @@ class Requester {
   void Run(QueuePair* qp);
   // Go-back-N: resume sending at `psn`.
   void RestartFrom(QueuePair* qp, Psn psn);
-  // The tail-loss probe: the last packet sent, once more, with AckReq.
-  void ProbeTail(QueuePair* qp);
+  // The tail-loss probe: the last packet sent, once more, with AckReq (not
+  // a READ or atomic request: see ResendPacket). False when none went out.
+  bool ProbeTail(QueuePair* qp);
+  // Whether the oldest unacknowledged PSN belongs to a READ or atomic, which
+  // only a NAK or the application's timeout asks for again.
+  bool OldestIsReadOrAtomic(const QueuePair* qp) const {
+    const SendSlot* slot = SlotOf(qp, qp->req.unacked);
+    return slot != nullptr && slot->read_or_atomic;
+  }
 
  private:
   // IBV_WR_BIND_MW / IBV_WR_LOCAL_INV at the head of the window (nothing
@@ -39,6 +46,12 @@ class Requester {
   bool RunLocalOperation(QueuePair* qp, const SendWqeHeader& w);
   bool StartSendWqe(QueuePair* qp, SendSlot& slot);
   bool EmitRequestPacket(QueuePair* qp, SendSlot& slot);
+  // `psn`, sent before and not acknowledged, once more with AckReq; sending
+  // then resumes where it stood. A READ or atomic request only if
+  // `read_or_atomic_too`. False when nothing went out.
+  bool ResendPacket(QueuePair* qp, Psn psn, bool read_or_atomic_too);
+  // The started request `psn` belongs to, or null.
+  const SendSlot* SlotOf(const QueuePair* qp, Psn psn) const;
   // Gathers `length` bytes at `offset` of the request's buffers. Every chunk
   // passes the local key check again (the region may have been deregistered
   // since the request started): false on a failure, nothing copied past it.
@@ -48,7 +61,7 @@ class Requester {
   Transmitter& tx_;
   Completions& completions_;
   const std::vector<AddressHandle>& ahs_;
-  bool probing_ = false;  // EmitRequestPacket sends ProbeTail's packet: AckReq set
+  bool resending_ = false;  // EmitRequestPacket sends ResendPacket's packet: AckReq set
 };
 
 }  // namespace uroce::transport

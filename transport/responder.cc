@@ -126,6 +126,7 @@ bool Responder::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
   f.bth.psn = psn;
   f.aeth.syndrome = syndrome;
   f.aeth.msn = qp->resp.msn;
+  if (qp->resp.selective) f.bth.reserved7 = kBthSelectiveRetransmission;
   uint8_t* unused = nullptr;
   rte_mbuf* m = tx_.StartPacket(qp->path, f, &unused);
   if (m == nullptr) return false;
@@ -433,23 +434,99 @@ bool Responder::EnqueueResponse(QueuePair* qp, ReadResponseJob job) {
 // A request goes through the steps of ResponderStep in order, as in Linux
 // rxe's responder (rxe_resp.c): each step either hands it to the next one or
 // ends it (dropped, NAKed, or answered later by a READ response).
-void Responder::HandleRequest(QueuePair* qp, const PacketView& p) {
+bool Responder::HandleRequest(QueuePair* qp, const PacketView& p, rte_mbuf* mbuf) {
   UROCE_DCHECK_ENGINE_THREAD(core_);
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
   if (state != IBV_QPS_RTR && state != IBV_QPS_RTS && state != IBV_QPS_SQD) {
     core_.counters.rx_dropped++;
-    return;
+    return false;
   }
-  qp->resp.pd = qp->pd;
   if (qp->type == IBV_QPT_UD) {
+    qp->resp.pd = qp->pd;
     HandleUdReceive(qp, p);
-    return;
+    return false;
   }
+  ResponderState& s = qp->resp;
+  if (IsReliable(qp->type)) {
+    // Each request says whether its requester takes NAKs selectively; the
+    // responder holds packets after a gap only for one that does.
+    s.selective = core_.config.selective_retransmission &&
+                  (p.fields.bth.reserved7 & kBthSelectiveRetransmission) != 0;
+  }
+  holdable_ = mbuf;
+  held_ = false;
+  RunRequest(qp, p);
+  const bool kept = held_;
+  holdable_ = nullptr;
+  held_ = false;
+  if (s.reorder != nullptr) DrainHeld(qp);
+  return kept;
+}
+
+void Responder::RunRequest(QueuePair* qp, const PacketView& p) {
+  qp->resp.pd = qp->pd;
   if (qp->type == IBV_QPT_XRC_RECV && !SelectXrcSrq(qp, p)) return;
   const Request r{qp, p, qp->resp, IsReliable(qp->type), p.fields.bth.psn, *p.opcode};
   ResponderStep step = ResponderStep::kCheckPsn;
   while (step != ResponderStep::kDone) step = RunStep(step, r);
 }
+
+bool Responder::HoldAhead(QueuePair* qp, const PacketView& p, uint32_t distance) {
+  ResponderState& s = qp->resp;
+  if (holdable_ == nullptr || distance >= ReorderWindow::kSlots) return false;
+  ReorderPool& pool = core_.reorder_pool;
+  if (s.reorder == nullptr) s.reorder = pool.Acquire();
+  if (s.reorder == nullptr) {
+    core_.counters.reorder_full++;
+    return false;
+  }
+  if (s.reorder->Holds(s.expected_psn + distance)) return false;  // a duplicate of one held
+  if (!pool.Hold(s.reorder, distance, s.expected_psn, holdable_, p)) {
+    core_.counters.reorder_full++;
+    if (s.reorder->held() == 0) {
+      pool.Give(s.reorder);
+      s.reorder = nullptr;
+    }
+    return false;
+  }
+  held_ = true;
+  qp->counters.held_packets++;
+  core_.counters.held_packets++;
+  return true;
+}
+
+void Responder::DrainHeld(QueuePair* qp) {
+  ResponderState& s = qp->resp;
+  ReorderPool& pool = core_.reorder_pool;
+  PacketView view;
+  uint32_t drained = 0;
+  while (s.reorder != nullptr) {
+    const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
+    if (state != IBV_QPS_RTR && state != IBV_QPS_RTS && state != IBV_QPS_SQD) break;
+    rte_mbuf* m = pool.Take(s.reorder, s.expected_psn, &view);
+    if (m == nullptr) break;
+    // Handled as if it arrived now: every check runs on it again.
+    RunRequest(qp, view);
+    rte_pktmbuf_free(m);
+    ++drained;
+  }
+  // One ACK for the whole run handled (a coalesced ACK, IBTA 9.7.5.1): the
+  // requester's window waits on it, and the run need not end with a packet
+  // that asked for one.
+  if (drained > 0) QueueAck(qp, s.expected_psn - 1);
+  if (s.reorder == nullptr) return;
+  const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
+  if (s.reorder->held() == 0 || (state != IBV_QPS_RTR && state != IBV_QPS_RTS && state != IBV_QPS_SQD)) {
+    core_.ReleaseHeldPackets(qp);
+    return;
+  }
+  // Packets after the next gap are held: it is a loss of its own.
+  if (!s.nak_sent) {
+    s.nak_sent = true;
+    SendNak(qp, s.expected_psn, NakCode::kPsnSequenceError);
+  }
+}
+
 
 // An XRC target (IBTA annex A14, XRC): the XRCETH must name an XRC SRQ of the
 // QP's XRC domain, and every packet of a message the SRQ that its first
@@ -506,8 +583,13 @@ ResponderStep Responder::CheckPsn(const Request& r) {
     qp->counters.out_of_sequence++;
     core_.counters.out_of_sequence++;
     if (rc) {
-      // One PSN sequence error NAK per gap (IBTA 9.7.5.1.2 / C9-110).
-      if (!s.nak_sent) {
+      // Selective retransmission: held, to be handled once the gap fills.
+      if (s.selective) HoldAhead(qp, p, static_cast<uint32_t>(distance));
+      // One PSN sequence error NAK per gap (IBTA 9.7.5.1.2 / C9-110). A
+      // selective requester asking for an ACK after a gap (a probe, or the
+      // end of a message) is told again: the resend of the first one may
+      // have been lost.
+      if (!s.nak_sent || (s.selective && p.fields.bth.ack_request)) {
         s.nak_sent = true;
         SendNak(qp, s.expected_psn, NakCode::kPsnSequenceError);
       }
@@ -895,6 +977,7 @@ void Responder::RunReadResponses(QueuePair* qp) {
     f.bth.psn = job.next_psn;
     f.aeth.syndrome = AethFields::Syndrome(AethKind::kAck, kAethInvalidCredits);
     f.aeth.msn = s.msn;
+    if (s.selective) f.bth.reserved7 = kBthSelectiveRetransmission;
     uint32_t payload = 0;
     bool last = true;
     if (job.atomic) {

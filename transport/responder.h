@@ -43,8 +43,10 @@ class Responder {
   Responder(const Responder&) = delete;
   Responder& operator=(const Responder&) = delete;
 
-  // A request packet for `qp` (RC, UC or UD).
-  void HandleRequest(QueuePair* qp, const PacketView& packet);
+  // A request packet for `qp` (RC, UC or UD), parsed from `mbuf`. True when
+  // the responder kept `mbuf` (held after a gap: selective retransmission);
+  // false when the caller still owns it.
+  bool HandleRequest(QueuePair* qp, const PacketView& packet, rte_mbuf* mbuf);
   // Sends queued READ responses and atomic acknowledgements of `qp`.
   void RunReadResponses(QueuePair* qp);
   // Sends the ACKs and NAKs the QPs on the ACK list wait to send.
@@ -64,7 +66,15 @@ class Responder {
     Psn psn;
     const OpcodeInfo& info;
   };
+  // The steps, from kCheckPsn, for one RC/UC/XRC request.
+  void RunRequest(QueuePair* qp, const PacketView& packet);
   ResponderStep RunStep(ResponderStep step, const Request& r);
+  // Selective retransmission: keeps the packet being handled in the QP's
+  // window, `distance` PSNs after the expected one. False when it cannot.
+  bool HoldAhead(QueuePair* qp, const PacketView& packet, uint32_t distance);
+  // Handles, in order, the held packets the expected PSN has reached; NAKs
+  // the next gap if packets after it are still held.
+  void DrainHeld(QueuePair* qp);
   ResponderStep CheckPsn(const Request& r);
   ResponderStep CheckOpSequence(const Request& r);
   ResponderStep CheckLength(const Request& r);
@@ -100,6 +110,10 @@ class Responder {
   FaultGenerator rnr_storm_;  // seeded from EngineConfig::rnr_storm_seed
   // QPs with an ACK or NAK to send (QueuePair::ack_listed).
   std::vector<QueuePair*> ack_list_;
+  // The mbuf of the request HandleRequest is handling (null while held
+  // packets are drained: those are not held again), and whether it was kept.
+  rte_mbuf* holdable_ = nullptr;
+  bool held_ = false;
 };
 
 }  // namespace uroce::transport

@@ -1,0 +1,82 @@
+// See reorder_window.h.
+#include "transport/reorder_window.h"
+
+namespace uroce::transport {
+
+bool ReorderWindow::Hold(uint32_t distance, Psn expected, rte_mbuf* m, const PacketView& view) {
+  if (distance == 0 || distance >= kSlots) return false;
+  Slot& slot = slots_[Index(expected + distance)];
+  if (slot.mbuf != nullptr) return false;
+  slot.mbuf = m;
+  slot.view = view;
+  ++held_;
+  return true;
+}
+
+bool ReorderWindow::Holds(Psn psn) const {
+  const Slot& slot = slots_[Index(psn)];
+  return slot.mbuf != nullptr && slot.view.fields.bth.psn.value() == psn.value();
+}
+
+rte_mbuf* ReorderWindow::Take(Psn psn, PacketView* view) {
+  Slot& slot = slots_[Index(psn)];
+  if (slot.mbuf == nullptr || slot.view.fields.bth.psn.value() != psn.value()) return nullptr;
+  rte_mbuf* m = slot.mbuf;
+  *view = slot.view;
+  slot.mbuf = nullptr;
+  --held_;
+  return m;
+}
+
+uint32_t ReorderWindow::Release() {
+  uint32_t freed = 0;
+  for (uint32_t i = 0; i < kSlots && held_ > 0; ++i) {
+    if (slots_[i].mbuf == nullptr) continue;
+    rte_pktmbuf_free(slots_[i].mbuf);
+    slots_[i].mbuf = nullptr;
+    --held_;
+    ++freed;
+  }
+  return freed;
+}
+
+ReorderPool::ReorderPool(uint32_t windows, uint32_t max_held) : max_held_(max_held) {
+  all_.reserve(windows);
+  free_.reserve(windows);
+  for (uint32_t i = 0; i < windows; ++i) {
+    all_.push_back(std::make_unique<ReorderWindow>());
+    free_.push_back(all_.back().get());
+  }
+}
+
+ReorderPool::~ReorderPool() {
+  for (auto& w : all_) w->Release();
+}
+
+ReorderWindow* ReorderPool::Acquire() {
+  if (free_.empty()) return nullptr;
+  ReorderWindow* w = free_.back();
+  free_.pop_back();
+  return w;
+}
+
+void ReorderPool::Give(ReorderWindow* window) {
+  if (window == nullptr) return;
+  held_ -= window->Release();
+  free_.push_back(window);
+}
+
+bool ReorderPool::Hold(ReorderWindow* window, uint32_t distance, Psn expected, rte_mbuf* m,
+                       const PacketView& view) {
+  if (held_ >= max_held_ || !window->Hold(distance, expected, m, view)) return false;
+  ++held_;
+  return true;
+}
+
+rte_mbuf* ReorderPool::Take(ReorderWindow* window, Psn psn, PacketView* view) {
+  rte_mbuf* m = window->Take(psn, view);
+  if (m != nullptr) --held_;
+  return m;
+}
+
+}  // namespace uroce::transport
