@@ -7,7 +7,8 @@
 # and rping, whose connection is made by rdma_cm on both sides (uroce's
 # librdmacm.so.1 and IB connection manager against the kernel's rdma_cm):
 # RDMA READ, WRITE and SEND at 64 B and 4000 B (IPv4) and 64 B (IPv6),
-# every byte checked.
+# every byte checked; and RC ping-pong at 64 KiB with uroce's port losing 2 %
+# of its frames each way.
 # See rxe_interop_lib.sh for the set-up and the capture kept on failure.
 set -uo pipefail
 harness=$1 uroce=$2
@@ -25,4 +26,12 @@ both_ways ud "iters in" ibv_ud_pingpong "-c -s 512 -n 20" 6
 rping_both_ways rping64 "-C 10 -S 64 -V -v" 4
 rping_both_ways rping4k "-C 10 -S 4000 -V -v" 4
 rping_both_ways rping64 "-C 10 -S 64 -V -v" 6
-interop_pass "uroce and kernel rxe interoperate: RC and UD ping-pong and rping, both directions, IPv4 and IPv6"
+# Over loss: uroce's port drops 2 % of the frames it sends and receives
+# ([impair]). rxe offers no selective retransmission, so uroce recovers by
+# go-back-N with it, and each side repairs what the other lost.
+plain_cfg=$cfg
+cfg=$tmp/uroce-lossy.ini
+{ cat "$plain_cfg"; printf '\n[impair]\nloss = 0.02\nseed = 7\n'; } >"$cfg"
+both_ways rc64k_loss "iters in" ibv_rc_pingpong "-c -s 65536 -n 20" 4
+cfg=$plain_cfg
+interop_pass "uroce and kernel rxe interoperate: RC and UD ping-pong and rping, both directions, IPv4 and IPv6, and RC over 2 % loss"
