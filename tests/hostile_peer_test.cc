@@ -1280,6 +1280,19 @@ class SelectivePeerTest : public HostilePeerTest {
     for (const Sent& s : sent) n += s.fields.bth.psn.value() == psn;
     return n;
   }
+  // Our WRITE of 8 packets, all sent (kSqPsn .. kSqPsn + 7).
+  void PostEightPacketWrite() {
+    PostSend(IBV_WR_RDMA_WRITE, region_->va(), 8 * kMtu, keys_.lkey);
+    ASSERT_EQ(Transmitted().size(), 8u);
+  }
+  // The peer acknowledges all of it: the WRITE completes, successfully.
+  void ExpectTheWriteCompletesOnItsAck() {
+    InjectSelectiveAck(kSqPsn + 7);
+    Transmitted();
+    auto wc = Completions();
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  }
   // A WRITE packet of the peer's (a selective requester), `index` of a
   // message starting at kRqPsn into our region.
   void InjectWritePacket(QueuePair* qp, uint32_t index, uint32_t packets, uint32_t rkey) {
@@ -1319,8 +1332,7 @@ TEST_F(SelectivePeerTest, RequestsOfferItAndAStandardPeerKeepsGoBackN) {
 // is sent again once per round trip, nothing else is; NAKs for what was
 // never sent are ignored; the real ACK completes the request.
 TEST_F(SelectivePeerTest, FalseGapsCostOneResendEachAndNoMore) {
-  PostSend(IBV_WR_RDMA_WRITE, region_->va(), 8 * kMtu, keys_.lkey);
-  ASSERT_EQ(Transmitted().size(), 8u);
+  PostEightPacketWrite();
   for (int i = 0; i < 50; ++i) InjectSelectiveNak(kSqPsn + 3);
   for (uint32_t d = 8; d < 300; d += 13) InjectSelectiveNak(kSqPsn + d);  // never sent
   auto sent = Transmitted(3);
@@ -1332,11 +1344,7 @@ TEST_F(SelectivePeerTest, FalseGapsCostOneResendEachAndNoMore) {
   }
   EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
   EXPECT_TRUE(Completions().empty());
-  InjectSelectiveAck(kSqPsn + 7);
-  Transmitted();
-  auto wc = Completions();
-  ASSERT_EQ(wc.size(), 1u);
-  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  ExpectTheWriteCompletesOnItsAck();
 }
 
 // A peer that claims to hold packets after a gap and does not: each NAK asks
@@ -1344,19 +1352,14 @@ TEST_F(SelectivePeerTest, FalseGapsCostOneResendEachAndNoMore) {
 // never stalled: the request completes, and nothing but what was asked for
 // is sent.
 TEST_F(SelectivePeerTest, APeerThatClaimsItAndDropsAnywayIsServedPacketByPacket) {
-  PostSend(IBV_WR_RDMA_WRITE, region_->va(), 8 * kMtu, keys_.lkey);
-  ASSERT_EQ(Transmitted().size(), 8u);
+  PostEightPacketWrite();
   for (uint32_t d = 2; d < 8; ++d) {
     InjectSelectiveNak(kSqPsn + d);
     auto sent = Transmitted(2);
     ASSERT_EQ(sent.size(), 1u) << d;
     EXPECT_EQ(sent[0].fields.bth.psn.value(), kSqPsn + d);
   }
-  InjectSelectiveAck(kSqPsn + 7);
-  Transmitted();
-  auto wc = Completions();
-  ASSERT_EQ(wc.size(), 1u);
-  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  ExpectTheWriteCompletesOnItsAck();
 }
 
 // The responder's half: a selective requester's WRITE whose first packet is
