@@ -300,7 +300,6 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
         f.invalidate_rkey = w.invalidate_rkey;
       }
       if (rc) {
-        if (core_.config.selective_retransmission) f.bth.reserved7 = kBthSelectiveRetransmission;
         ++r.packets_since_ack_request;
         f.bth.ack_request =
             last || resending_ || r.packets_since_ack_request >= core_.config.ack_request_every;
@@ -318,6 +317,9 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
     f.xrc_srqn = w.remote_qpn;
   }
   if (f.bth.ack_request) r.packets_since_ack_request = 0;
+  // Every reliable request offers selective retransmission (READs and
+  // atomics too: the responder takes the offer from whatever came last).
+  if (rc && core_.config.selective_retransmission) f.bth.reserved7 = kBthSelectiveRetransmission;
 
   uint8_t* dest = nullptr;
   f.payload_length = payload;
@@ -435,7 +437,8 @@ bool Requester::ResendPacket(QueuePair* qp, Psn psn, bool read_or_atomic_too) {
   // request makes the responder answer it twice, and the second answer may
   // read a region the application has since deregistered, having seen the
   // first (its peer's completion told it), which fails the connection.
-  if (!read_or_atomic_too && SlotOf(qp, psn) != nullptr && SlotOf(qp, psn)->read_or_atomic) return false;
+  const SendSlot* slot = SlotOf(qp, psn);
+  if (!read_or_atomic_too && slot != nullptr && slot->read_or_atomic) return false;
   RestartFrom(qp, psn);
   bool sent = false;
   if (r.next_send != r.tail && r.window[r.next_send & r.window_mask].started) {
