@@ -527,7 +527,6 @@ void Responder::DrainHeld(QueuePair* qp) {
   }
 }
 
-
 // An XRC target (IBTA annex A14, XRC): the XRCETH must name an XRC SRQ of the
 // QP's XRC domain, and every packet of a message the SRQ that its first
 // packet named; the request is then checked in that SRQ's PD and takes its
