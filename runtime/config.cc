@@ -295,7 +295,7 @@ class Builder {
       if (!ParseBool(v, &b)) return Bad(where, "expected yes or no");
       c_.engine.selective_retransmission = b;
     } else if (k == "reorder_windows") {
-      if (!ParseUnsigned(v, 0, 1 << 16, &n)) return Bad(where, "expected 0..65536");
+      if (!ParseUnsigned(v, 0, 1024, &n)) return Bad(where, "expected 0..1024");
       c_.engine.reorder_windows = static_cast<uint32_t>(n);
     } else if (k == "reorder_max_held") {
       if (!ParseUnsigned(v, 0, 1 << 20, &n)) return Bad(where, "expected 0..1048576");

@@ -30,8 +30,9 @@
 //                         are held and only what is missing is resent;
 //                         no: go-back-N with every peer
 //   reorder_windows = 64, reorder_max_held = 1024
-//                         QPs that may hold packets at once, and packets held
-//                         in all. transport/reorder_window.h
+//                         QPs that may hold packets at once (up to 1024, about
+//                         70 KB each), and packets held in all.
+//                         transport/reorder_window.h
 //   progress_idle_us = 50 verbs library, inline progress: longest idle sleep
 //                         of its progress thread (runtime/process.h)
 //   helper_cpus =         CPUs for the verbs/libfabric library's helper
