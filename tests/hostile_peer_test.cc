@@ -1418,5 +1418,107 @@ TEST_F(SelectivePeerTest, HoldingIsBoundedAndFreedWhenTheQpFails) {
   EXPECT_GE(qps[1]->resp.expected_psn.DistanceFrom(Psn(kRqPsn)), 1);
 }
 
+// Selective READ, the requester's half: a response packet lost in the middle
+// is asked for alone (its PSN, its address, one MTU), what came after it is
+// placed as it arrives, and the one-packet answer (an Only) completes it.
+TEST_F(SelectivePeerTest, AReadResponseLostInTheMiddleIsAskedForAlone) {
+  PostSend(IBV_WR_RDMA_READ, region_->va(), 8 * kMtu, keys_.lkey, 7);
+  ASSERT_EQ(Transmitted().size(), 1u);
+  for (uint32_t i = 0; i < 8; ++i) {
+    if (i == 3) continue;
+    const Opcode op = i == 0 ? Opcode::kRcRdmaReadResponseFirst
+                      : i == 7 ? Opcode::kRcRdmaReadResponseLast
+                               : Opcode::kRcRdmaReadResponseMiddle;
+    Inject(op, kSqPsn + i, kMtu, false, Selective);
+  }
+  auto sent = Transmitted(2);
+  ASSERT_EQ(sent.size(), 1u) << "one request, for the missing packet";
+  EXPECT_EQ(sent[0].opcode->operation, Operation::kRdmaReadRequest);
+  EXPECT_EQ(sent[0].fields.bth.psn.value(), kSqPsn + 3);
+  EXPECT_EQ(sent[0].fields.reth.virtual_address, 0x10000u + 3 * kMtu);
+  EXPECT_EQ(sent[0].fields.reth.dma_length, kMtu);
+  for (uint32_t i = 0; i < 8 * kMtu; ++i) {
+    ASSERT_EQ(region_->data()[i], (i / kMtu == 3) ? 0 : 0xAB) << "placed as it arrived, " << i;
+  }
+  EXPECT_TRUE(Completions().empty());
+  Inject(Opcode::kRcRdmaReadResponseOnly, kSqPsn + 3, kMtu, false, Selective);
+  Transmitted();
+  auto wc = Completions();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 7u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  for (uint32_t i = 0; i < 8 * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0xAB) << i;
+  EXPECT_EQ(region_->data()[8 * kMtu], 0) << "nothing past the READ";
+}
+
+// A selective response packet that is not the length its place says (a
+// short packet before the READ's last) fails the READ; nothing is placed.
+TEST_F(SelectivePeerTest, AnOutOfOrderReadResponseOfTheWrongLengthFailsTheRead) {
+  PostSend(IBV_WR_RDMA_READ, region_->va(), 8 * kMtu, keys_.lkey, 7);
+  ASSERT_EQ(Transmitted().size(), 1u);
+  Inject(Opcode::kRcRdmaReadResponseLast, kSqPsn + 4, 100, false, Selective);
+  Transmitted();
+  auto wc = Completions();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_BAD_RESP_ERR);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_ERR);
+  for (uint32_t i = 0; i < 8 * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0) << i;
+}
+
+// Selective READ, the responder's half: a selective requester's copy of a
+// READ asking for a run inside it gets that run alone; a run that is not
+// whole MTUs is an invalid request.
+TEST_F(SelectivePeerTest, ARunInsideAReadIsAnsweredAlone) {
+  const uint64_t va = region_->va();
+  const uint32_t rkey = keys_.rkey;
+  auto read = [&](uint32_t psn, uint64_t address, uint32_t length) {
+    Inject(Opcode::kRcRdmaReadRequest, psn, 0, true, [&](PacketFields& f) {
+      Selective(f);
+      f.reth.virtual_address = address;
+      f.reth.rkey = rkey;
+      f.reth.dma_length = length;
+    });
+  };
+  read(kRqPsn, va, 8 * kMtu);
+  EXPECT_EQ(Transmitted(2).size(), 8u);
+  read(kRqPsn + 3, va + 3 * kMtu, 2 * kMtu);
+  auto sent = Transmitted();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].fields.bth.psn.value(), kRqPsn + 3);
+  EXPECT_EQ(sent[1].fields.bth.psn.value(), kRqPsn + 4);
+  EXPECT_EQ(sent[1].fields.bth.opcode, uint8_t(Opcode::kRcRdmaReadResponseLast));
+  EXPECT_EQ(sent[0].fields.bth.reserved7, kBthSelectiveRetransmission);
+  read(kRqPsn + 3, va + 3 * kMtu, kMtu + 1);
+  sent = Transmitted();
+  ASSERT_EQ(CountNaks(sent, AethKind::kNak), 1u);
+  EXPECT_EQ(sent.back().fields.aeth.value(), uint8_t(NakCode::kInvalidRequest));
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_ERR);
+}
+
+// A selective requester asks on a timer for what may be merely slow; a copy
+// that comes after the application deregistered the region (the READ was
+// answered) is dropped, and the connection lives.
+TEST_F(SelectivePeerTest, AStaleCopyOfAReadAfterDeregistrationIsDropped) {
+  const uint64_t va = region_->va();
+  const uint32_t rkey = keys_.rkey;
+  auto read = [&](uint32_t psn, uint64_t address, uint32_t length) {
+    Inject(Opcode::kRcRdmaReadRequest, psn, 0, true, [&](PacketFields& f) {
+      Selective(f);
+      f.reth.virtual_address = address;
+      f.reth.rkey = rkey;
+      f.reth.dma_length = length;
+    });
+  };
+  read(kRqPsn, va, 2 * kMtu);
+  EXPECT_EQ(Transmitted().size(), 2u);
+  ASSERT_TRUE(engine_->DeregMr(keys_.lkey).ok());
+  const uint64_t dropped = engine_->counters().rx_dropped;
+  read(kRqPsn, va, 2 * kMtu);
+  read(kRqPsn + 1, va + kMtu, kMtu);
+  EXPECT_TRUE(Transmitted(2).empty());
+  EXPECT_EQ(engine_->counters().rx_dropped, dropped + 2);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+}
+
 }  // namespace
 }  // namespace uroce::transport

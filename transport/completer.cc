@@ -342,13 +342,43 @@ CompleterStep Completer::ReadData(const Response& response) {
   SendSlot& slot = r.window[r.head & r.window_mask];
   if (slot.wqe->opcode != IBV_WR_RDMA_READ) return CompleterStep::kDone;
   const Psn expected = slot.first_psn + static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes);
+  if (r.read_ahead_from.value() != expected.value()) {  // another READ, or moved on
+    r.read_ahead.reset();
+    r.read_ahead_from = expected;
+  }
   const int32_t ahead = psn.DistanceFrom(expected);
   if (ahead < 0) return CompleterStep::kDone;  // a duplicate response
   if (ahead > 0) {
-    // A response packet was lost: ask for the rest again (go-back-N).
     qp->counters.out_of_sequence++;
     core_.counters.out_of_sequence++;
-    RestartOnce(qp, expected);
+    if (r.selective && uint32_t(ahead) < RequesterState::kReadAheadPackets) {
+      // Selective: placement by PSN is idempotent, so what came after the gap
+      // is placed now and only the missing run is asked for again.
+      if (!r.read_ahead.test(uint32_t(ahead))) {
+        if (!PlaceReadPacket(qp, slot, psn, p)) return CompleterStep::kDone;
+        r.read_ahead.set(uint32_t(ahead));
+      }
+      RequestSelectiveResend(qp, expected);
+      return CompleterStep::kDone;
+    }
+    RestartOnce(qp, expected);  // a response packet was lost: ask for the rest again (go-back-N)
+    return CompleterStep::kDone;
+  }
+  if (r.selective) {
+    if (!PlaceReadPacket(qp, slot, psn, p)) return CompleterStep::kDone;
+    // This packet, and every one placed already right after it.
+    r.read_ahead.set(0);
+    while (r.read_ahead.test(0) && slot.bytes_done < slot.wqe->total_length) {
+      slot.bytes_done += std::min<uint64_t>(qp->mtu_bytes, slot.wqe->total_length - slot.bytes_done);
+      r.read_ahead >>= 1;
+    }
+    if (slot.bytes_done == slot.wqe->total_length) return CompleterStep::kComplete;
+    const Psn next = slot.first_psn + static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes);
+    r.read_ahead_from = next;
+    AcknowledgeThrough(qp, next - 1);
+    // Packets after the next gap are here already: it is a loss, not a
+    // response still on its way.
+    if (r.read_ahead.any()) RequestSelectiveResend(qp, next);
     return CompleterStep::kDone;
   }
   const uint64_t remaining = slot.wqe->total_length - slot.bytes_done;
@@ -372,16 +402,40 @@ CompleterStep Completer::ReadData(const Response& response) {
   return CompleterStep::kComplete;
 }
 
+// One READ response packet placed where its PSN says. Selective responses
+// come in any order and a re-requested run ends with a Last opcode in the
+// middle of the READ, so the length is checked against the packet's place
+// (every packet but the READ's last carries one MTU, IBTA 9.7.5.1.3), not
+// against its opcode. False when the QP failed.
+bool Completer::PlaceReadPacket(QueuePair* qp, const SendSlot& slot, Psn psn, const PacketView& p) {
+  const uint64_t offset = uint64_t(psn.DistanceFrom(slot.first_psn)) * qp->mtu_bytes;
+  const uint64_t total = slot.wqe->total_length;
+  if (offset > total || p.fields.payload_length != std::min<uint64_t>(qp->mtu_bytes, total - offset) ||
+      (offset + qp->mtu_bytes >= total) != (psn.value() == slot.last_psn.value())) {
+    FailOldest(qp, IBV_WC_BAD_RESP_ERR);
+    return false;
+  }
+  if (!ScatterToWqe(qp, slot.wqe, offset, p.payload, p.fields.payload_length)) {
+    FailOldest(qp, IBV_WC_LOC_PROT_ERR);
+    return false;
+  }
+  return true;
+}
+
 CompleterStep Completer::Complete(const Response& response) {
   const auto& [qp, p, r, psn, acknowledge] = response;
+  // Through its last PSN: a selective READ completes on whichever packet
+  // fills its last gap.
+  const Psn last_psn = r.window[r.head & r.window_mask].last_psn;
   // Retired first, so that the acknowledgement moves past it.
   --r.reads_in_flight;
   completions_.RetireOldestSend(qp, IBV_WC_SUCCESS);
+  r.read_ahead.reset();
   if (r.next_send < r.head) {
     r.next_send = r.head;  // it was being (re)sent; move on
     r.send_offset = 0;
   }
-  AcknowledgeThrough(qp, psn);
+  AcknowledgeThrough(qp, last_psn);
   return CompleterStep::kDone;
 }
 
@@ -425,16 +479,17 @@ void Completer::RunTimers(QueuePair* qp) {
       --r.retries_left;
       break;
     case RetransmitTimer::Expiry::kRetransmit:
-      // A READ or atomic waits for a NAK or the application's timeout
-      // (Requester::ResendPacket says why).
-      if (requester_.OldestIsReadOrAtomic(qp)) return;
+      // Towards a standard responder a READ or atomic waits for a NAK or the
+      // application's timeout (Requester::ResendPacket says why).
+      if (!r.selective && requester_.OldestIsReadOrAtomic(qp)) return;
       qp->counters.rto_expiries++;
       core_.counters.rto_expiries++;
       if (r.selective) {
         // The responder holds what arrived after the oldest gap: the oldest
-        // unacknowledged PSN is what it waits for.
+        // unacknowledged PSN is what it waits for (of a READ, the first
+        // missing run of its response).
         r.resend_pending = true;
-        r.resend_read_or_atomic_too = false;
+        r.resend_read_or_atomic_too = true;
         r.resend_psn = r.unacked;
         return;
       }

@@ -35,7 +35,7 @@ enum class CompleterStep : uint8_t {
   kMatchRequest,     // it answers the oldest request, a READ or an atomic
   kAtomicWriteDone,  // an ATOMIC WRITE's zero-length READ response
   kAtomicResult,     // the original value into the result buffer
-  kReadData,         // one MTU in order, scattered into the request's buffers
+  kReadData,         // one MTU, scattered into the request's buffers (in order, or by PSN when selective)
   kComplete,         // the request is retired, the acknowledgement moves past it
   kDone,
 };
@@ -77,6 +77,7 @@ class Completer {
   CompleterStep AtomicWriteDone(const Response& response);
   CompleterStep AtomicResult(const Response& response);
   CompleterStep ReadData(const Response& response);
+  bool PlaceReadPacket(QueuePair* qp, const SendSlot& slot, Psn psn, const PacketView& p);
   CompleterStep Complete(const Response& response);
 
   bool RetireThrough(QueuePair* qp, Psn psn);

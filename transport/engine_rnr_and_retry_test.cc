@@ -230,6 +230,23 @@ class LostTailTest : public EngineTest {
     dst_ = Register(pair_->b(), 64 * 64, 0);
     for (uint64_t id = 0; id < 8; ++id) SendOne(id);  // RTT samples
     ASSERT_NE(qa_->req.timer.srtt_ns(), 0u);
+    remote_ = Register(pair_->b(), kReadBytes, 0);
+    Pattern(remote_, 35);
+    local_ = Register(pair_->a(), kReadBytes, 0);
+  }
+  // A READ of kReadBytes (16 packets) of b's pattern; the virtual time it took.
+  uint64_t ReadOne(uint64_t id) {
+    std::fill(local_.bytes.begin(), local_.bytes.end(), 0);
+    const uint64_t start = pair_->now_ns();
+    EXPECT_EQ(PostSend(pair_->a(), qa_, IBV_WR_RDMA_READ, local_, kReadBytes, id, remote_.addr(), remote_.keys.rkey),
+              0);
+    auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+    EXPECT_EQ(wc.size(), 1u);
+    if (!wc.empty()) {
+      EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+    }
+    EXPECT_TRUE(local_.bytes == remote_.bytes) << "the READ's data, every byte in its place";
+    return pair_->now_ns() - start;
   }
   // One SEND and its completion; the virtual time it took.
   uint64_t SendOne(uint64_t id) {
@@ -247,17 +264,23 @@ class LostTailTest : public EngineTest {
   // The next `count` frames with this BTH opcode are lost.
   void Drop(uint8_t opcode, int count) {
     pair_->link().set_drop_filter([this, opcode, count](const rte_mbuf* m) {
+      if (FrameOpcode(m) >= 0x0D && FrameOpcode(m) <= 0x10) ++read_responses_;  // READ response opcodes
       if (dropped_ < count && FrameOpcode(m) == opcode) return ++dropped_, true;
       return false;
     });
   }
+  static constexpr uint32_t kReadBytes = 16 * 1024;
   QueuePair* qa_ = nullptr;
   QueuePair* qb_ = nullptr;
   Buffer src_, dst_;
+  Buffer remote_, local_;
   int dropped_ = 0;
+  int read_responses_ = 0;  // sent, lost or not
 };
 
 constexpr uint8_t kRcSendOnlyOpcode = 0x04, kRcAcknowledgeOpcode = 0x11;
+constexpr uint8_t kRcReadRequestOpcode = 0x0C, kRcReadResponseMiddleOpcode = 0x0E,
+                  kRcReadResponseLastOpcode = 0x0F;
 
 TEST_F(LostTailTest, LostSendIsProbedAfterTwoRoundTrips) {
   Drop(kRcSendOnlyOpcode, 1);
@@ -291,6 +314,41 @@ TEST_F(LostTailTest, LostProbeFallsBackToTheRto) {
   // The retry budget was never touched: retry_cnt 1 would have failed a
   // second local ACK timeout.
   EXPECT_EQ(qa_->req.retries_left, 1u);
+}
+
+// Selective READ (docs/transport.md): a response packet lost in the middle
+// is asked for alone, and what came after it is placed as it arrives.
+TEST_F(LostTailTest, LostReadResponseIsAskedForAlone) {
+  ASSERT_TRUE(qa_->req.selective);
+  Drop(kRcReadResponseMiddleOpcode, 1);
+  const uint64_t took = ReadOne(200);
+  EXPECT_EQ(dropped_, 1);
+  EXPECT_LT(took, 60'000u);
+  EXPECT_EQ(qa_->counters.selective_resends, 1u);
+  EXPECT_EQ(qb_->counters.duplicates, 1u) << "one request for the missing run";
+  EXPECT_EQ(read_responses_, 17) << "16 responses and the one lost, again";
+  EXPECT_EQ(qa_->counters.timeouts, 0u);
+}
+
+// The last response packet of a READ lost: nothing after it reveals the
+// gap; the tail-loss probe asks for it, not the 67 ms timeout.
+TEST_F(LostTailTest, LostLastReadResponseIsProbed) {
+  Drop(kRcReadResponseLastOpcode, 1);
+  const uint64_t took = ReadOne(201);
+  EXPECT_EQ(dropped_, 1);
+  EXPECT_LT(took, 60'000u);
+  EXPECT_EQ(qa_->counters.tail_probes, 1u);
+  EXPECT_EQ(qa_->counters.timeouts, 0u);
+}
+
+// The READ request itself lost: probed the same way.
+TEST_F(LostTailTest, LostReadRequestIsProbed) {
+  Drop(kRcReadRequestOpcode, 1);
+  const uint64_t took = ReadOne(202);
+  EXPECT_EQ(dropped_, 1);
+  EXPECT_LT(took, 60'000u);
+  EXPECT_EQ(qa_->counters.tail_probes, 1u);
+  EXPECT_EQ(qa_->counters.timeouts, 0u);
 }
 
 TEST(TimerTableTest, LocalAckTimeoutFollowsIbta) {

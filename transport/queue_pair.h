@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 
 #include <atomic>
+#include <bitset>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -100,6 +101,14 @@ struct RequesterState {
   Psn resend_psn;
   Psn last_resent_psn;
   uint64_t last_resent_ns = 0;
+  // Selective READ: response packets of the oldest READ that arrived after a
+  // gap, placed already. Bit k is the packet at PSN read_ahead_from + k, and
+  // read_ahead_from is that READ's first missing PSN (bit 0 is never set).
+  // A retransmission then asks only for the missing run before the first
+  // packet held (Requester::EmitRequestPacket).
+  static constexpr uint32_t kReadAheadPackets = 256;
+  std::bitset<kReadAheadPackets> read_ahead;
+  Psn read_ahead_from;
 };
 
 // A READ the responder answers, or a duplicate one it answers again.

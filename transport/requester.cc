@@ -237,6 +237,13 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
       f.reth.virtual_address = w.remote_addr + done;
       f.reth.rkey = w.rkey;
       f.reth.dma_length = static_cast<uint32_t>(w.total_length - done);
+      // Towards a selective responder a resend asks only for the run still
+      // missing before the first packet that arrived after the gap.
+      if (resending_ && r.selective && r.read_ahead_from.value() == f.bth.psn.value() && r.read_ahead.any()) {
+        size_t missing = 1;
+        while (!r.read_ahead.test(missing)) ++missing;
+        f.reth.dma_length = static_cast<uint32_t>(std::min<uint64_t>(f.reth.dma_length, missing * mtu));
+      }
       f.bth.ack_request = true;
       r.psn = slot.last_psn + 1;
       break;
@@ -419,7 +426,10 @@ void Requester::RestartFrom(QueuePair* qp, Psn psn) {
 // instead of a timeout.
 bool Requester::ProbeTail(QueuePair* qp) {
   UROCE_DCHECK_ENGINE_THREAD(core_);
-  return tx_.TxRoom(1) && ResendPacket(qp, qp->req.sent_high - 1, /*read_or_atomic_too=*/false);
+  // A selective responder answers a stale copy of a READ harmlessly
+  // (Responder::HandleDuplicateRead), so towards it a READ or atomic is
+  // probed too.
+  return tx_.TxRoom(1) && ResendPacket(qp, qp->req.sent_high - 1, /*read_or_atomic_too=*/qp->req.selective);
 }
 
 // One packet already sent, `psn`, goes out again asking for an ACK, and
@@ -433,10 +443,12 @@ bool Requester::ResendPacket(QueuePair* qp, Psn psn, bool read_or_atomic_too) {
   const Psn resume_psn = r.psn;
   const uint32_t since_ack_request = r.packets_since_ack_request;
   // A READ or atomic is asked for again only when the responder said it
-  // never got it (a NAK). On a timer it may merely be slow: a copy of the
-  // request makes the responder answer it twice, and the second answer may
-  // read a region the application has since deregistered, having seen the
-  // first (its peer's completion told it), which fails the connection.
+  // never got it (a NAK), or when it is selective. On a timer it may merely
+  // be slow: a copy of the request makes the responder answer it twice, and
+  // the second answer may read a region the application has since
+  // deregistered, having seen the first (its peer's completion told it). A
+  // standard responder fails the connection then; a selective one drops the
+  // stale copy (Responder::HandleDuplicateRead).
   const SendSlot* slot = SlotOf(qp, psn);
   if (!read_or_atomic_too && slot != nullptr && slot->read_or_atomic) return false;
   RestartFrom(qp, psn);

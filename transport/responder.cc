@@ -296,8 +296,9 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
     }
     // The requester went back to this PSN (go-back-N) and sends every later
     // request again: queued responses for later PSNs are dropped, so that
-    // copies never take the room new READs are owed (IBTA o9-20.2).
-    for (uint32_t i = 0; i < s.reads_count; ++i) {
+    // copies never take the room new READs are owed (IBTA o9-20.2). A
+    // selective requester asks for this one alone and nothing later again.
+    for (uint32_t i = 0; i < s.reads_count && !s.selective; ++i) {
       if (s.reads[(s.reads_head + i) % s.reads.size()].first_psn.DistanceFrom(p.fields.bth.psn) > 0) {
         for (uint32_t k = i; k < s.reads_count; ++k) {
           if (s.reads[(s.reads_head + k) % s.reads.size()].duplicate) --s.duplicate_jobs;
@@ -374,6 +375,12 @@ bool Responder::RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) c
 // key, address and length, and only after every check a new READ passes. A
 // PSN nobody remembers is dropped without an answer, so a guessed key earns
 // nothing; a remembered PSN with other parameters is an invalid request.
+//
+// A selective requester (docs/transport.md, "Selective retransmission") may
+// ask for a run inside the READ, whole MTUs or up to its end, and may ask on
+// a timer for what is merely slow: a copy the region no longer allows (the
+// application deregistered it after the first answer completed) is dropped,
+// not a failure of the connection.
 void Responder::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
   ResponderState& s = qp->resp;
   const Psn psn = p.fields.bth.psn;
@@ -399,12 +406,20 @@ void Responder::HandleDuplicateRead(QueuePair* qp, const PacketView& p) {
     ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
     return;
   }
+  const uint64_t rest = skipped > record->length ? 0 : record->length - skipped;
+  const bool whole_rest = reth.dma_length == rest;
+  const bool selective_run = s.selective && reth.dma_length > 0 && reth.dma_length < rest &&
+                             reth.dma_length % qp->mtu_bytes == 0;
   if (skipped > record->length || reth.virtual_address != record->virtual_address + skipped ||
-      reth.dma_length != record->length - skipped) {
+      !(whole_rest || selective_run)) {
     ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
     return;
   }
   if (!RemoteReadAllowed(qp, reth)) {
+    if (s.selective) {
+      core_.counters.rx_dropped++;
+      return;
+    }
     ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
     return;
   }
@@ -421,7 +436,14 @@ bool Responder::EnqueueResponse(QueuePair* qp, ReadResponseJob job) {
   const uint32_t duplicate_room = static_cast<uint32_t>(s.reads.size() / 2);
   if (job.duplicate && s.duplicate_jobs >= duplicate_room) return false;
   if (!job.duplicate && s.reads_count - s.duplicate_jobs >= duplicate_room) return false;
-  s.reads[(s.reads_head + s.reads_count) % s.reads.size()] = job;
+  if (job.duplicate && s.selective) {
+    // A selective requester waits for this run to fill a gap; the READ
+    // streaming now resumes after it (its place is kept in its job).
+    s.reads_head = (s.reads_head + static_cast<uint32_t>(s.reads.size()) - 1) % static_cast<uint32_t>(s.reads.size());
+    s.reads[s.reads_head] = job;
+  } else {
+    s.reads[(s.reads_head + s.reads_count) % s.reads.size()] = job;
+  }
   ++s.reads_count;
   core_.MarkBusy(qp);  // RunReadResponses sends it
   if (job.duplicate) ++s.duplicate_jobs;
@@ -1002,6 +1024,14 @@ void Responder::RunReadResponses(QueuePair* qp) {
       if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0 ||
           !MrGranted(how = core_.mrs.CheckRemote(job.rkey, job.pd, job.virtual_address + job.offset, payload,
                                                  IBV_ACCESS_REMOTE_READ, &host, qp->qpn))) {
+        if (job.duplicate && s.selective) {
+          // A stale copy (HandleDuplicateRead): its answer ends quietly.
+          core_.counters.rx_dropped++;
+          --s.duplicate_jobs;
+          s.reads_head = (s.reads_head + 1) % static_cast<uint32_t>(s.reads.size());
+          --s.reads_count;
+          continue;
+        }
         ResponderFatal(qp, job.next_psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
         return;
       }
