@@ -1451,6 +1451,41 @@ TEST_F(SelectivePeerTest, AReadResponseLostInTheMiddleIsAskedForAlone) {
   EXPECT_EQ(region_->data()[8 * kMtu], 0) << "nothing past the READ";
 }
 
+// Later READs are placed while the oldest misses a packet: READ A (four
+// packets, the third lost), a SEND, READ B (four packets, all here). One
+// request for A's third packet goes out, B is not asked for again, and when
+// the packet comes A, the SEND and B complete, in order.
+TEST_F(SelectivePeerTest, LaterReadsArePlacedWhileTheOldestWaits) {
+  PostSend(IBV_WR_RDMA_READ, region_->va(), 4 * kMtu, keys_.lkey, 1);
+  PostSend(IBV_WR_SEND, region_->va() + 20 * kMtu, 64, keys_.lkey, 2);
+  PostSend(IBV_WR_RDMA_READ, region_->va() + 8 * kMtu, 4 * kMtu, keys_.lkey, 3);
+  ASSERT_EQ(Transmitted().size(), 3u);
+  auto response = [&](uint32_t psn, Opcode op) { Inject(op, psn, kMtu, false, Selective); };
+  response(kSqPsn + 0, Opcode::kRcRdmaReadResponseFirst);
+  response(kSqPsn + 1, Opcode::kRcRdmaReadResponseMiddle);
+  response(kSqPsn + 3, Opcode::kRcRdmaReadResponseLast);
+  response(kSqPsn + 5, Opcode::kRcRdmaReadResponseFirst);
+  response(kSqPsn + 6, Opcode::kRcRdmaReadResponseMiddle);
+  response(kSqPsn + 7, Opcode::kRcRdmaReadResponseMiddle);
+  response(kSqPsn + 8, Opcode::kRcRdmaReadResponseLast);
+  auto sent = Transmitted(3);
+  ASSERT_EQ(sent.size(), 1u) << "only A's missing packet is asked for";
+  EXPECT_EQ(sent[0].fields.bth.psn.value(), kSqPsn + 2);
+  EXPECT_EQ(sent[0].fields.reth.dma_length, kMtu);
+  EXPECT_TRUE(Completions().empty());
+  for (uint32_t i = 8 * kMtu; i < 12 * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0xAB) << "B placed, " << i;
+  response(kSqPsn + 2, Opcode::kRcRdmaReadResponseOnly);
+  EXPECT_TRUE(Transmitted(3).empty());
+  auto wc = Completions();
+  ASSERT_EQ(wc.size(), 3u);
+  for (uint64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(wc[i].wr_id, i + 1);
+    EXPECT_EQ(wc[i].status, IBV_WC_SUCCESS);
+  }
+  for (uint32_t i = 0; i < 4 * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0xAB) << i;
+  EXPECT_EQ(qp_->req.unacked.value(), kSqPsn + 9);
+}
+
 // A selective response packet that is not the length its place says (a
 // short packet before the READ's last) fails the READ; nothing is placed.
 TEST_F(SelectivePeerTest, AnOutOfOrderReadResponseOfTheWrongLengthFailsTheRead) {

@@ -137,10 +137,12 @@ void Completer::FailOldest(QueuePair* qp, ibv_wc_status status) {
   completions_.EnterError(qp);
 }
 
-void Completer::RestartOldest(QueuePair* qp) {
+void Completer::RestartOldest(QueuePair* qp) { RestartOnce(qp, OldestWaiting(qp)); }
+
+Psn Completer::OldestWaiting(const QueuePair* qp) const {
   const RequesterState& r = qp->req;
   const SendSlot& oldest = r.window[r.head & r.window_mask];
-  RestartOnce(qp, oldest.first_psn + static_cast<uint32_t>(oldest.bytes_done / qp->mtu_bytes));
+  return oldest.first_psn + static_cast<uint32_t>(oldest.bytes_done / qp->mtu_bytes);
 }
 
 // ---------------------------------------------------------------- the steps
@@ -235,8 +237,16 @@ CompleterStep Completer::CheckAck(const Response& response) {
 
 CompleterStep Completer::Ack(const Response& response) {
   // A later PSN ACKed while a READ/atomic before it got no response: the
-  // response was lost; ask again.
-  if (!RetireThrough(response.qp, response.psn)) RestartOldest(response.qp);
+  // response was lost (the responder ACKs only after its READ responses);
+  // ask again, for the missing part alone when the responder is selective.
+  if (!RetireThrough(response.qp, response.psn)) {
+    if (response.r.selective) {
+      NoteExecuted(response.r, response.psn);
+      RequestSelectiveResend(response.qp, OldestWaiting(response.qp));
+    } else {
+      RestartOldest(response.qp);
+    }
+  }
   AcknowledgeThrough(response.qp, response.psn);
   return CompleterStep::kDone;
 }
@@ -264,7 +274,12 @@ CompleterStep Completer::SequenceNak(const Response& response) {
   // Everything before `psn` arrived; resend from it (IBTA 9.7.5.2.4), or,
   // when the responder holds what came after it, resend it alone.
   if (!RetireThrough(qp, psn - 1)) {
-    RestartOldest(qp);
+    if (r.selective) {
+      NoteExecuted(r, psn - 1);
+      RequestSelectiveResend(qp, psn);
+    } else {
+      RestartOldest(qp);
+    }
   } else if (r.selective) {
     RequestSelectiveResend(qp, psn);
   } else {
@@ -291,6 +306,17 @@ CompleterStep Completer::RetireEarlier(const Response& response) {
   if (!RetireThrough(qp, psn - 1)) {
     const SendSlot& pending = r.window[r.head & r.window_mask];
     if (pending.last_psn.DistanceFrom(psn) < 0) {
+      if (r.selective) {
+        // A later READ's response while the oldest still misses a part: it
+        // is placed now, and the missing part asked for.
+        NoteExecuted(r, psn);
+        if (p.opcode->operation == Operation::kRdmaReadResponse) {
+          AnchorReadAhead(r, OldestWaiting(qp));
+          PlaceAhead(qp, psn, p);
+        }
+        RequestSelectiveResend(qp, OldestWaiting(qp));
+        return CompleterStep::kDone;
+      }
       RestartOldest(qp);
       return CompleterStep::kDone;
     }
@@ -342,43 +368,29 @@ CompleterStep Completer::ReadData(const Response& response) {
   SendSlot& slot = r.window[r.head & r.window_mask];
   if (slot.wqe->opcode != IBV_WR_RDMA_READ) return CompleterStep::kDone;
   const Psn expected = slot.first_psn + static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes);
-  if (r.read_ahead_from.value() != expected.value()) {  // another READ, or moved on
-    r.read_ahead.reset();
-    r.read_ahead_from = expected;
-  }
   const int32_t ahead = psn.DistanceFrom(expected);
   if (ahead < 0) return CompleterStep::kDone;  // a duplicate response
-  if (ahead > 0) {
-    qp->counters.out_of_sequence++;
-    core_.counters.out_of_sequence++;
-    if (r.selective && uint32_t(ahead) < RequesterState::kReadAheadPackets) {
-      // Selective: placement by PSN is idempotent, so what came after the gap
-      // is placed now and only the missing run is asked for again.
-      if (!r.read_ahead.test(uint32_t(ahead))) {
-        if (!PlaceReadPacket(qp, slot, psn, p)) return CompleterStep::kDone;
-        r.read_ahead.set(uint32_t(ahead));
-      }
+  if (r.selective) {
+    // Placement by PSN is idempotent: what comes after a gap is placed as it
+    // arrives, and only the missing run is asked for again.
+    AnchorReadAhead(r, expected);
+    if (ahead > 0) {
+      qp->counters.out_of_sequence++;
+      core_.counters.out_of_sequence++;
+      PlaceAhead(qp, psn, p);
       RequestSelectiveResend(qp, expected);
       return CompleterStep::kDone;
     }
-    RestartOnce(qp, expected);  // a response packet was lost: ask for the rest again (go-back-N)
+    if (!PlaceReadPacket(qp, slot, psn, p, /*fail_on_error=*/true)) return CompleterStep::kDone;
+    r.read_ahead.set(0);
+    ConsumePlacedReads(qp);
     return CompleterStep::kDone;
   }
-  if (r.selective) {
-    if (!PlaceReadPacket(qp, slot, psn, p)) return CompleterStep::kDone;
-    // This packet, and every one placed already right after it.
-    r.read_ahead.set(0);
-    while (r.read_ahead.test(0) && slot.bytes_done < slot.wqe->total_length) {
-      slot.bytes_done += std::min<uint64_t>(qp->mtu_bytes, slot.wqe->total_length - slot.bytes_done);
-      r.read_ahead >>= 1;
-    }
-    if (slot.bytes_done == slot.wqe->total_length) return CompleterStep::kComplete;
-    const Psn next = slot.first_psn + static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes);
-    r.read_ahead_from = next;
-    AcknowledgeThrough(qp, next - 1);
-    // Packets after the next gap are here already: it is a loss, not a
-    // response still on its way.
-    if (r.read_ahead.any()) RequestSelectiveResend(qp, next);
+  if (ahead > 0) {
+    // A response packet was lost: ask for the rest again (go-back-N).
+    qp->counters.out_of_sequence++;
+    core_.counters.out_of_sequence++;
+    RestartOnce(qp, expected);
     return CompleterStep::kDone;
   }
   const uint64_t remaining = slot.wqe->total_length - slot.bytes_done;
@@ -406,36 +418,107 @@ CompleterStep Completer::ReadData(const Response& response) {
 // come in any order and a re-requested run ends with a Last opcode in the
 // middle of the READ, so the length is checked against the packet's place
 // (every packet but the READ's last carries one MTU, IBTA 9.7.5.1.3), not
-// against its opcode. False when the QP failed.
-bool Completer::PlaceReadPacket(QueuePair* qp, const SendSlot& slot, Psn psn, const PacketView& p) {
+// against its opcode. A packet of the oldest READ that fails fails the READ;
+// one of a later READ is only dropped (that READ fails in order, if the
+// packet sent again fails too).
+bool Completer::PlaceReadPacket(QueuePair* qp, const SendSlot& slot, Psn psn, const PacketView& p,
+                                bool fail_on_error) {
   const uint64_t offset = uint64_t(psn.DistanceFrom(slot.first_psn)) * qp->mtu_bytes;
   const uint64_t total = slot.wqe->total_length;
   if (offset > total || p.fields.payload_length != std::min<uint64_t>(qp->mtu_bytes, total - offset) ||
       (offset + qp->mtu_bytes >= total) != (psn.value() == slot.last_psn.value())) {
-    FailOldest(qp, IBV_WC_BAD_RESP_ERR);
+    if (fail_on_error) FailOldest(qp, IBV_WC_BAD_RESP_ERR);
     return false;
   }
   if (!ScatterToWqe(qp, slot.wqe, offset, p.payload, p.fields.payload_length)) {
-    FailOldest(qp, IBV_WC_LOC_PROT_ERR);
+    if (fail_on_error) FailOldest(qp, IBV_WC_LOC_PROT_ERR);
     return false;
   }
   return true;
 }
 
-CompleterStep Completer::Complete(const Response& response) {
-  const auto& [qp, p, r, psn, acknowledge] = response;
+// read_ahead follows the oldest READ's first missing PSN.
+void Completer::AnchorReadAhead(RequesterState& r, Psn expected) {
+  const int32_t moved = expected.DistanceFrom(r.read_ahead_from);
+  if (moved == 0) return;
+  if (moved > 0 && uint32_t(moved) < RequesterState::kReadAheadPackets) {
+    r.read_ahead >>= uint32_t(moved);
+  } else {
+    r.read_ahead.reset();
+  }
+  r.read_ahead_from = expected;
+}
+
+// A response packet after the oldest READ's gap, of that READ or a later one,
+// placed and remembered. Beyond the map it is dropped; it comes again.
+void Completer::PlaceAhead(QueuePair* qp, Psn psn, const PacketView& p) {
+  RequesterState& r = qp->req;
+  const int32_t k = psn.DistanceFrom(r.read_ahead_from);
+  if (k <= 0 || uint32_t(k) >= RequesterState::kReadAheadPackets || r.read_ahead.test(uint32_t(k))) return;
+  const SendSlot* slot = requester_.SlotOf(qp, psn);
+  if (slot == nullptr || !slot->started || slot->wqe->opcode != IBV_WR_RDMA_READ) return;
+  const bool oldest = slot == &r.window[r.head & r.window_mask];
+  if (!PlaceReadPacket(qp, *slot, psn, p, /*fail_on_error=*/oldest)) return;
+  r.read_ahead.set(uint32_t(k));
+}
+
+// The oldest READ takes every packet placed right after what it had; a READ
+// so completed retires, the requests after it that the responder said it
+// executed retire too, and the next READ takes its placed packets, until one
+// still misses a packet (asked for again if packets after it are here).
+void Completer::ConsumePlacedReads(QueuePair* qp) {
+  RequesterState& r = qp->req;
+  for (;;) {
+    if (r.executed_known && AckPsnValid(qp, r.executed_through)) RetireThrough(qp, r.executed_through);
+    if (r.head == r.tail || qp->state.load(std::memory_order_relaxed) == IBV_QPS_ERR) return;
+    SendSlot& slot = r.window[r.head & r.window_mask];
+    if (!slot.started || slot.wqe->opcode != IBV_WR_RDMA_READ) return;
+    uint32_t index = static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes);
+    AnchorReadAhead(r, slot.first_psn + index);
+    while (r.read_ahead.test(0) && index < slot.packets) {
+      ++index;
+      slot.bytes_done = std::min<uint64_t>(slot.wqe->total_length, uint64_t(index) * qp->mtu_bytes);
+      r.read_ahead >>= 1;
+    }
+    r.read_ahead_from = slot.first_psn + index;
+    if (index == slot.packets) {
+      RetireOldestAnswered(qp);
+      continue;
+    }
+    if (index > 0) AcknowledgeThrough(qp, r.read_ahead_from - 1);
+    // Packets after the gap are here already: a loss, not a response still
+    // on its way.
+    if (r.read_ahead.any()) RequestSelectiveResend(qp, r.read_ahead_from);
+    return;
+  }
+}
+
+void Completer::NoteExecuted(RequesterState& r, Psn psn) {
+  if (!r.executed_known || psn.DistanceFrom(r.executed_through) > 0) {
+    r.executed_known = true;
+    r.executed_through = psn;
+  }
+}
+
+void Completer::RetireOldestAnswered(QueuePair* qp) {
+  RequesterState& r = qp->req;
   // Through its last PSN: a selective READ completes on whichever packet
   // fills its last gap.
   const Psn last_psn = r.window[r.head & r.window_mask].last_psn;
   // Retired first, so that the acknowledgement moves past it.
   --r.reads_in_flight;
   completions_.RetireOldestSend(qp, IBV_WC_SUCCESS);
-  r.read_ahead.reset();
   if (r.next_send < r.head) {
     r.next_send = r.head;  // it was being (re)sent; move on
     r.send_offset = 0;
   }
   AcknowledgeThrough(qp, last_psn);
+}
+
+CompleterStep Completer::Complete(const Response& response) {
+  RetireOldestAnswered(response.qp);
+  // Later READs' packets may wait placed behind it.
+  if (response.r.selective) ConsumePlacedReads(response.qp);
   return CompleterStep::kDone;
 }
 

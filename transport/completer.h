@@ -77,8 +77,17 @@ class Completer {
   CompleterStep AtomicWriteDone(const Response& response);
   CompleterStep AtomicResult(const Response& response);
   CompleterStep ReadData(const Response& response);
-  bool PlaceReadPacket(QueuePair* qp, const SendSlot& slot, Psn psn, const PacketView& p);
   CompleterStep Complete(const Response& response);
+
+  // Selective READ (docs/transport.md, "Selective retransmission").
+  bool PlaceReadPacket(QueuePair* qp, const SendSlot& slot, Psn psn, const PacketView& p, bool fail_on_error);
+  void AnchorReadAhead(RequesterState& r, Psn expected);
+  void PlaceAhead(QueuePair* qp, Psn psn, const PacketView& p);
+  void ConsumePlacedReads(QueuePair* qp);
+  void RetireOldestAnswered(QueuePair* qp);
+  void NoteExecuted(RequesterState& r, Psn psn);
+  // The first PSN the oldest request still waits for.
+  Psn OldestWaiting(const QueuePair* qp) const;
 
   bool RetireThrough(QueuePair* qp, Psn psn);
   // r.unacked moved forward: the retry budget, the gap restart and the

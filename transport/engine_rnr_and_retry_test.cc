@@ -330,6 +330,38 @@ TEST_F(LostTailTest, LostReadResponseIsAskedForAlone) {
   EXPECT_EQ(qa_->counters.timeouts, 0u);
 }
 
+// Two READs outstanding, a response of the first lost: the second's
+// responses are placed while the first waits, and only the lost packet is
+// sent again.
+TEST_F(LostTailTest, LaterReadIsPlacedWhileTheFirstWaits) {
+  std::fill(local_.bytes.begin(), local_.bytes.end(), 0);
+  Drop(kRcReadResponseMiddleOpcode, 1);
+  constexpr uint32_t kHalf = kReadBytes / 2;
+  for (uint32_t half = 0; half < 2; ++half) {
+    ibv_sge sge{local_.addr() + half * kHalf, kHalf, local_.keys.lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = 300 + half;
+    wr.opcode = IBV_WR_RDMA_READ;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = remote_.addr() + half * kHalf;
+    wr.wr.rdma.rkey = remote_.keys.rkey;
+    const ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(pair_->a().engine->PostSend(qa_, &wr, &bad), 0);
+  }
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  for (uint32_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(wc[i].wr_id, 300u + i);
+    EXPECT_EQ(wc[i].status, IBV_WC_SUCCESS);
+  }
+  EXPECT_TRUE(local_.bytes == remote_.bytes);
+  EXPECT_EQ(dropped_, 1);
+  EXPECT_EQ(read_responses_, 17) << "16 responses and the one lost, again";
+  EXPECT_EQ(qa_->counters.timeouts, 0u);
+}
+
 // The last response packet of a READ lost: nothing after it reveals the
 // gap; the tail-loss probe asks for it, not the 67 ms timeout.
 TEST_F(LostTailTest, LostLastReadResponseIsProbed) {

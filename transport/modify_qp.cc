@@ -70,6 +70,9 @@ Status Device::ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint
     qp->req.unacked = Psn(attr.sq_psn);
     qp->req.sent_limit = Psn(attr.sq_psn);
     qp->req.sent_high = Psn(attr.sq_psn);
+    qp->req.read_ahead.reset();  // nothing placed for the new sequence
+    qp->req.read_ahead_from = Psn(attr.sq_psn);
+    qp->req.executed_known = false;
   }
   if (mask & IBV_QP_MAX_QP_RD_ATOMIC) a.max_rd_atomic = attr.max_rd_atomic;
   if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {

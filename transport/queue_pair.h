@@ -106,9 +106,16 @@ struct RequesterState {
   // read_ahead_from is that READ's first missing PSN (bit 0 is never set).
   // A retransmission then asks only for the missing run before the first
   // packet held (Requester::EmitRequestPacket).
+  // Packets of later READs are placed the same way while the oldest waits.
   static constexpr uint32_t kReadAheadPackets = 256;
   std::bitset<kReadAheadPackets> read_ahead;
   Psn read_ahead_from;
+  // The newest PSN the responder said it executed (an ACK, or a response
+  // that acknowledges everything before it), possibly past a READ whose
+  // response is still missing: what the requests between may retire through
+  // once it completes (Completer::ConsumePlacedReads).
+  bool executed_known = false;
+  Psn executed_through;
 };
 
 // A READ the responder answers, or a duplicate one it answers again.

@@ -426,10 +426,15 @@ void Requester::RestartFrom(QueuePair* qp, Psn psn) {
 // instead of a timeout.
 bool Requester::ProbeTail(QueuePair* qp) {
   UROCE_DCHECK_ENGINE_THREAD(core_);
+  if (!tx_.TxRoom(1)) return false;
   // A selective responder answers a stale copy of a READ harmlessly
-  // (Responder::HandleDuplicateRead), so towards it a READ or atomic is
-  // probed too.
-  return tx_.TxRoom(1) && ResendPacket(qp, qp->req.sent_high - 1, /*read_or_atomic_too=*/qp->req.selective);
+  // (Responder::HandleDuplicateRead), so towards it the oldest READ or
+  // atomic still waiting is asked for again: the last packet sent may be a
+  // later READ whose answer waits behind it.
+  if (qp->req.selective && OldestIsReadOrAtomic(qp)) {
+    return ResendPacket(qp, qp->req.unacked, /*read_or_atomic_too=*/true);
+  }
+  return ResendPacket(qp, qp->req.sent_high - 1, /*read_or_atomic_too=*/false);
 }
 
 // One packet already sent, `psn`, goes out again asking for an ACK, and

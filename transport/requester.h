@@ -30,14 +30,19 @@ class Requester {
   // Go-back-N: resume sending at `psn`.
   void RestartFrom(QueuePair* qp, Psn psn);
   // The tail-loss probe: the last packet sent, once more, with AckReq (not
-  // a READ or atomic request: see ResendPacket). False when none went out.
+  // a READ or atomic request, unless the responder is selective: see
+  // ResendPacket); towards a selective responder the oldest READ or atomic
+  // still waiting. False when none went out.
   bool ProbeTail(QueuePair* qp);
   // Whether the oldest unacknowledged PSN belongs to a READ or atomic, which
-  // only a NAK or the application's timeout asks for again.
+  // only a NAK or the application's timeout asks for again (a standard
+  // responder's).
   bool OldestIsReadOrAtomic(const QueuePair* qp) const {
     const SendSlot* slot = SlotOf(qp, qp->req.unacked);
     return slot != nullptr && slot->read_or_atomic;
   }
+  // The started request `psn` belongs to, or null.
+  const SendSlot* SlotOf(const QueuePair* qp, Psn psn) const;
 
  private:
   // IBV_WR_BIND_MW / IBV_WR_LOCAL_INV at the head of the window (nothing
@@ -50,8 +55,6 @@ class Requester {
   // then resumes where it stood. A READ or atomic request only if
   // `read_or_atomic_too`. False when nothing went out.
   bool ResendPacket(QueuePair* qp, Psn psn, bool read_or_atomic_too);
-  // The started request `psn` belongs to, or null.
-  const SendSlot* SlotOf(const QueuePair* qp, Psn psn) const;
   // Gathers `length` bytes at `offset` of the request's buffers. Every chunk
   // passes the local key check again (the region may have been deregistered
   // since the request started): false on a failure, nothing copied past it.
