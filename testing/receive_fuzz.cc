@@ -3,8 +3,12 @@
 // registered) and a UD QP. The first input byte chooses fix-ups so that the
 // fuzzer gets past the cheap checks: aim the frame at a real QPN, and repair
 // the ICRC, so responder, completer and UD code see hostile but well-formed
-// packets. Whatever the engine transmits is parsed back (it must be valid)
-// and freed; a QP that ends in ERR is reset for the next input.
+// packets. With its bit 16, the RC QP first has requests of its own
+// outstanding (READ 1 KiB at PSN 0-3, WRITE 64 B at 4, READ 1 KiB at 5-8
+// on a fresh connection), so that READ responses, acknowledgements and NAKs
+// meet the completer with something to answer, selective or not. Whatever
+// the engine transmits is parsed back (it must be valid) and freed; a QP
+// that ends in ERR is reset for the next input.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -119,6 +123,30 @@ void Replenish(World& w, QueuePair* qp) {
   }
 }
 
+// Two READs and a WRITE between them, from the RC QP, when it has nothing
+// outstanding.
+void PostRequests(World& w) {
+  if (w.rc->req.head != w.rc->req.tail || w.rc->state.load() != IBV_QPS_RTS) return;
+  const uint64_t base = reinterpret_cast<uint64_t>(w.memory.data());
+  const struct {
+    ibv_wr_opcode opcode;
+    uint32_t offset, length;
+  } requests[] = {{IBV_WR_RDMA_READ, 32768, 1024}, {IBV_WR_RDMA_WRITE, 36864, 64}, {IBV_WR_RDMA_READ, 40960, 1024}};
+  for (const auto& r : requests) {
+    ibv_sge sge{base + r.offset, r.length, w.keys.lkey};
+    ibv_send_wr wr{};
+    wr.opcode = r.opcode;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = 0x10000 + r.offset;
+    wr.wr.rdma.rkey = 0x77;
+    const ibv_send_wr* bad = nullptr;
+    if (w.engine->PostSend(w.rc, &wr, &bad) != 0) return;
+  }
+  w.engine->Poll();  // the requests leave before the frame arrives
+}
+
 }  // namespace
 }  // namespace uroce::transport
 
@@ -130,6 +158,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ++data;
   --size;
   if (size > 9000) return 0;
+  if (mode & 16) PostRequests(w);
   rte_mbuf* m = rte_pktmbuf_alloc(w.pool.get());
   if (m == nullptr) abort();  // a leak in the engine would show up here
   uint8_t* frame = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(size)));
