@@ -115,6 +115,7 @@ int Port(const char*, const char* params, rte_tel_data* d) {
       {"rto_expiries", c.rto_expiries},
       {"tail_probes", c.tail_probes},
       {"held_packets", c.held_packets},
+      {"placed_ahead", c.placed_ahead},
       {"selective_resends", c.selective_resends},
       {"reorder_full", c.reorder_full},
       {"naks_sent", c.naks_sent},
@@ -215,7 +216,8 @@ int Qp(const char*, const char* params, rte_tel_data* d) {
         {"rnr_naks_sent", c.rnr_naks_sent}, {"rnr_naks_received", c.rnr_naks_received},
         {"out_of_sequence", c.out_of_sequence}, {"duplicates", c.duplicates},
         {"rto_expiries", c.rto_expiries},   {"tail_probes", c.tail_probes},
-        {"held_packets", c.held_packets},   {"selective_resends", c.selective_resends},
+        {"held_packets", c.held_packets},   {"placed_ahead", c.placed_ahead},
+        {"selective_resends", c.selective_resends},
         {"srtt_ns", s.srtt_ns},             {"rttvar_ns", s.rttvar_ns},
         {"rto_ns", s.rto_ns},
     };

@@ -364,6 +364,7 @@ StatusOr<SoakResult> RunSoak(const SoakOptions& o, const std::function<void(cons
   result.rto_expiries = ca.rto_expiries + cb.rto_expiries;
   result.tail_probes = ca.tail_probes + cb.tail_probes;
   result.held_packets = ca.held_packets + cb.held_packets;
+  result.placed_ahead = ca.placed_ahead + cb.placed_ahead;
   result.selective_resends = ca.selective_resends + cb.selective_resends;
   // Teardown: every packet buffer must come home.
   result.mbufs_all_returned = pair->ShutDownAndCheckMbufs();

@@ -50,7 +50,7 @@ struct SoakResult {
   uint64_t link_dropped = 0, link_duplicated = 0, link_reordered = 0, link_corrupted = 0;
   uint64_t icrc_drops = 0;
   uint64_t link_overflowed = 0, tx_alloc_failures = 0, timeouts = 0;
-  uint64_t rto_expiries = 0, tail_probes = 0, held_packets = 0, selective_resends = 0;
+  uint64_t rto_expiries = 0, tail_probes = 0, held_packets = 0, placed_ahead = 0, selective_resends = 0;
   bool mbufs_all_returned = false;
   std::string first_error;  // empty when nothing went wrong
   bool ok() const { return errors == 0 && verified == messages && mbufs_all_returned; }

@@ -1387,6 +1387,74 @@ TEST_F(SelectivePeerTest, PacketsAfterAGapAreHeldAndLandInOrder) {
   EXPECT_EQ(qp_->resp.reorder, nullptr) << "the window went back to the pool";
 }
 
+// A WRITE packet after a gap inside the message in progress is placed on
+// arrival (its place is known from the message's RETH) and only its view is
+// held; a packet that is not what its place says (a short middle) is held
+// whole and placed nothing; when the gap fills, the message lands and one
+// ACK covers it.
+TEST_F(SelectivePeerTest, WritePacketsAfterAGapInsideTheMessageArePlacedOnArrival) {
+  constexpr uint32_t kPackets = 8;
+  InjectWritePacket(qp_, 0, kPackets, keys_.rkey);
+  for (uint32_t i = 2; i < kPackets; ++i) InjectWritePacket(qp_, i, kPackets, keys_.rkey);
+  auto sent = Transmitted();
+  EXPECT_EQ(CountNaks(sent, AethKind::kNak), 1u);
+  EXPECT_EQ(qp_->counters.held_packets, kPackets - 2);
+  EXPECT_EQ(qp_->counters.placed_ahead, kPackets - 2);
+  EXPECT_EQ(engine_->counters().placed_ahead, kPackets - 2);
+  for (uint32_t i = 0; i < kPackets * kMtu; ++i) {
+    ASSERT_EQ(region_->data()[i], i / kMtu == 1 ? 0 : 0xAB) << "placed on arrival, all but the gap: " << i;
+  }
+  InjectWritePacket(qp_, 1, kPackets, keys_.rkey);
+  sent = Transmitted();
+  EXPECT_EQ(qp_->resp.expected_psn.value(), kRqPsn + kPackets);
+  for (uint32_t i = 0; i < kPackets * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0xAB) << i;
+  ASSERT_FALSE(sent.empty());
+  EXPECT_EQ(sent.back().fields.aeth.kind(), AethKind::kAck);
+  EXPECT_EQ(sent.back().fields.bth.psn.value(), kRqPsn + kPackets - 1);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+  EXPECT_EQ(qp_->resp.reorder, nullptr);
+}
+
+TEST_F(SelectivePeerTest, AWritePacketAfterAGapThatIsNotWhatItsPlaceSaysIsNotPlaced) {
+  InjectWritePacket(qp_, 0, 8, keys_.rkey);
+  // Packet 3 of 8, a middle one MTU long by the rules, comes 100 bytes long;
+  // packet 4 claims to end the message.
+  Inject(Opcode::kRcRdmaWriteMiddle, kRqPsn + 3, 100, false, Selective);
+  Inject(Opcode::kRcRdmaWriteLast, kRqPsn + 4, kMtu, false, Selective);
+  Transmitted();
+  EXPECT_EQ(qp_->counters.held_packets, 2u);
+  EXPECT_EQ(qp_->counters.placed_ahead, 0u);
+  for (uint32_t i = kMtu; i < 8 * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0) << i;
+  // In order, the short middle fails the QP, as it would without a gap.
+  InjectWritePacket(qp_, 1, 8, keys_.rkey);
+  InjectWritePacket(qp_, 2, 8, keys_.rkey);
+  auto sent = Transmitted();
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_ERR);
+  ASSERT_FALSE(sent.empty());
+  EXPECT_EQ(sent.back().fields.aeth.value(), uint8_t(NakCode::kInvalidRequest));
+  for (uint32_t i = 3 * kMtu; i < 8 * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0) << i;
+}
+
+// The region is deregistered between a packet's placement on arrival and
+// the gap filling: from then on nothing more is written, the packet that
+// fills the gap earns a remote access NAK, and the QP stops.
+TEST_F(SelectivePeerTest, DeregisteringBetweenPlacementAndTheGapFillingStopsTheQp) {
+  InjectWritePacket(qp_, 0, 8, keys_.rkey);
+  InjectWritePacket(qp_, 2, 8, keys_.rkey);
+  Transmitted();
+  EXPECT_EQ(qp_->counters.placed_ahead, 1u);
+  ASSERT_TRUE(engine_->DeregMr(keys_.lkey).ok());
+  std::memset(region_->data(), 0, 8 * kMtu);
+  InjectWritePacket(qp_, 3, 8, keys_.rkey);  // after the deregistration: not placed
+  InjectWritePacket(qp_, 1, 8, keys_.rkey);
+  auto sent = Transmitted();
+  EXPECT_EQ(qp_->counters.placed_ahead, 1u);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_ERR);
+  ASSERT_FALSE(sent.empty());
+  EXPECT_EQ(sent.back().fields.aeth.value(), uint8_t(NakCode::kRemoteAccessError));
+  for (uint32_t i = 0; i < 8 * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0) << "written after ibv_dereg_mr: " << i;
+}
+
 // A flood of packets after gaps on many QPs holds no more than the pool's
 // bound, and the window of a QP that fails goes back with its packets freed
 // (TearDown checks every mbuf came back).

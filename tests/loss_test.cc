@@ -63,7 +63,8 @@ TEST(LossTest, LargeMessagesAtEveryPathMtu) {
 // Selective retransmission offered by both sides, by one side only (a mixed
 // pair: go-back-N both ways), and by neither, over the same bad link: every
 // byte and completion checked each time; only a pair that both offer it holds
-// packets after a gap and resends single packets.
+// packets after a gap (placing WRITE packets on arrival) and resends single
+// packets.
 TEST(LossTest, SelectiveMixedAndGoBackNPairsOverLossReorderDuplicationAndCorruption) {
   struct Pairing {
     const char* name;
@@ -87,6 +88,8 @@ TEST(LossTest, SelectiveMixedAndGoBackNPairsOverLossReorderDuplicationAndCorrupt
     if (!r.ok()) continue;
     const bool selective = pairing.a && pairing.b;
     EXPECT_EQ(r->held_packets > 0, selective) << pairing.name;
+    EXPECT_EQ(r->placed_ahead > 0, selective) << pairing.name;
+    EXPECT_LT(r->placed_ahead, r->held_packets + 1) << pairing.name;
     EXPECT_EQ(r->selective_resends > 0, selective) << pairing.name;
     EXPECT_GT(r->link_dropped, 100u) << pairing.name;
   }

@@ -123,9 +123,11 @@ int SoakCommand(int argc, char** argv) {
               (unsigned long long)r.icrc_drops);
   std::printf("soak: timeouts %llu, link overflows %llu, tx buffer shortages %llu\n", (unsigned long long)r.timeouts,
               (unsigned long long)r.link_overflowed, (unsigned long long)r.tx_alloc_failures);
-  std::printf("soak: rto expiries %llu, tail probes %llu, held packets %llu, selective resends %llu\n",
+  std::printf("soak: rto expiries %llu, tail probes %llu, held packets %llu (placed on arrival %llu), selective "
+              "resends %llu\n",
               (unsigned long long)r.rto_expiries, (unsigned long long)r.tail_probes,
-              (unsigned long long)r.held_packets, (unsigned long long)r.selective_resends);
+              (unsigned long long)r.held_packets, (unsigned long long)r.placed_ahead,
+              (unsigned long long)r.selective_resends);
   if (!r.first_error.empty()) std::printf("soak: first error: %s\n", r.first_error.c_str());
   std::printf("soak: %llu/%llu verified, %llu errors, %llu retransmits, seed %llu\n", (unsigned long long)r.verified,
               (unsigned long long)r.messages, (unsigned long long)r.errors, (unsigned long long)r.retransmits,

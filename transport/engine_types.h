@@ -95,7 +95,7 @@ struct EngineCounters {
   uint64_t retransmits = 0, timeouts = 0, naks_sent = 0, naks_received = 0;
   uint64_t rnr_naks_sent = 0, rnr_naks_received = 0, out_of_sequence = 0, duplicates = 0;
   uint64_t rto_expiries = 0, tail_probes = 0;  // as QpCounters
-  uint64_t held_packets = 0, selective_resends = 0;  // as QpCounters
+  uint64_t held_packets = 0, placed_ahead = 0, selective_resends = 0;  // as QpCounters
   // Packets after a gap a selective QP could not hold (no free window, or
   // the pool's bound reached): dropped as on go-back-N.
   uint64_t reorder_full = 0;

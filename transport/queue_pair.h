@@ -229,9 +229,10 @@ struct QpCounters {
   // Expiries of the RTO (retransmissions, no retry spent) and tail-loss
   // probes sent (transport/retransmit_timer.h).
   uint64_t rto_expiries = 0, tail_probes = 0;
-  // Selective retransmission: request packets held after a gap (responder),
-  // single packets resent for a NAK (requester).
-  uint64_t held_packets = 0, selective_resends = 0;
+  // Selective retransmission: request packets held after a gap, of which
+  // WRITE packets placed on arrival (responder); single packets resent for
+  // a NAK (requester).
+  uint64_t held_packets = 0, placed_ahead = 0, selective_resends = 0;
 };
 
 class QueuePair {

@@ -6,36 +6,42 @@ namespace uroce::transport {
 bool ReorderWindow::Hold(uint32_t distance, Psn expected, rte_mbuf* m, const PacketView& view) {
   if (distance == 0 || distance >= kSlots) return false;
   Slot& slot = slots_[Index(expected + distance)];
-  if (slot.mbuf != nullptr) return false;
+  if (slot.occupied) return false;
+  slot.occupied = true;
   slot.mbuf = m;
   slot.view = view;
+  if (m == nullptr) slot.view.payload = nullptr;  // placed: nothing to read
   ++held_;
   return true;
 }
 
 bool ReorderWindow::Holds(Psn psn) const {
   const Slot& slot = slots_[Index(psn)];
-  return slot.mbuf != nullptr && slot.view.fields.bth.psn.value() == psn.value();
+  return slot.occupied && slot.view.fields.bth.psn.value() == psn.value();
 }
 
-rte_mbuf* ReorderWindow::Take(Psn psn, PacketView* view) {
+bool ReorderWindow::Take(Psn psn, PacketView* view, rte_mbuf** m) {
   Slot& slot = slots_[Index(psn)];
-  if (slot.mbuf == nullptr || slot.view.fields.bth.psn.value() != psn.value()) return nullptr;
-  rte_mbuf* m = slot.mbuf;
+  if (!slot.occupied || slot.view.fields.bth.psn.value() != psn.value()) return false;
+  *m = slot.mbuf;
   *view = slot.view;
+  slot.occupied = false;
   slot.mbuf = nullptr;
   --held_;
-  return m;
+  return true;
 }
 
 uint32_t ReorderWindow::Release() {
   uint32_t freed = 0;
   for (uint32_t i = 0; i < kSlots && held_ > 0; ++i) {
-    if (slots_[i].mbuf == nullptr) continue;
-    rte_pktmbuf_free(slots_[i].mbuf);
+    if (!slots_[i].occupied) continue;
+    if (slots_[i].mbuf != nullptr) {
+      rte_pktmbuf_free(slots_[i].mbuf);
+      ++freed;
+    }
+    slots_[i].occupied = false;
     slots_[i].mbuf = nullptr;
     --held_;
-    ++freed;
   }
   return freed;
 }
@@ -68,15 +74,15 @@ void ReorderPool::Give(ReorderWindow* window) {
 
 bool ReorderPool::Hold(ReorderWindow* window, uint32_t distance, Psn expected, rte_mbuf* m,
                        const PacketView& view) {
-  if (held_ >= max_held_ || !window->Hold(distance, expected, m, view)) return false;
-  ++held_;
+  if ((m != nullptr && held_ >= max_held_) || !window->Hold(distance, expected, m, view)) return false;
+  if (m != nullptr) ++held_;
   return true;
 }
 
-rte_mbuf* ReorderPool::Take(ReorderWindow* window, Psn psn, PacketView* view) {
-  rte_mbuf* m = window->Take(psn, view);
-  if (m != nullptr) --held_;
-  return m;
+bool ReorderPool::Take(ReorderWindow* window, Psn psn, PacketView* view, rte_mbuf** m) {
+  if (!window->Take(psn, view, m)) return false;
+  if (*m != nullptr) --held_;
+  return true;
 }
 
 }  // namespace uroce::transport

@@ -503,7 +503,8 @@ bool Responder::HoldAhead(QueuePair* qp, const PacketView& p, uint32_t distance)
     return false;
   }
   if (s.reorder->Holds(s.expected_psn + distance)) return false;  // a duplicate of one held
-  if (!pool.Hold(s.reorder, distance, s.expected_psn, holdable_, p)) {
+  const bool placed = PlaceWriteAhead(qp, p, distance);
+  if (!pool.Hold(s.reorder, distance, s.expected_psn, placed ? nullptr : holdable_, p)) {
     core_.counters.reorder_full++;
     if (s.reorder->held() == 0) {
       pool.Give(s.reorder);
@@ -511,9 +512,44 @@ bool Responder::HoldAhead(QueuePair* qp, const PacketView& p, uint32_t distance)
     }
     return false;
   }
-  held_ = true;
+  held_ = !placed;
   qp->counters.held_packets++;
   core_.counters.held_packets++;
+  if (placed) {
+    qp->counters.placed_ahead++;
+    core_.counters.placed_ahead++;
+  }
+  return true;
+}
+
+// A WRITE packet after a gap inside the message in progress: its data goes
+// now where the message's RETH and the packet's PSN say (every packet before
+// a message's last carries one MTU, CheckLength), and only its view is held
+// (ReorderWindow). Only where its handling in order cannot differ: an RC QP,
+// a Middle or Last without immediate (the immediate takes a receive in
+// order), the length its place says, the key granting that range as plain
+// memory now. Anything else is held whole. The held view still goes through
+// every step in order, which checks the key again and fails the QP for
+// anything the peer got wrong.
+bool Responder::PlaceWriteAhead(QueuePair* qp, const PacketView& p, uint32_t distance) {
+  const ResponderState& s = qp->resp;
+  const OpcodeInfo& info = *p.opcode;
+  if (qp->type != IBV_QPT_RC || !s.write_in_progress || info.operation != Operation::kRdmaWrite ||
+      info.starts_message() || info.has(kImmDt) || (qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0) {
+    return false;
+  }
+  const uint64_t mtu = qp->mtu_bytes;
+  const uint64_t offset = uint64_t(distance) * mtu;  // from where the expected packet lands
+  if (offset >= s.write_remaining) return false;    // a later message's
+  const uint64_t rest = s.write_remaining - offset;
+  const bool last = rest <= mtu;
+  if (info.ends_message() != last || p.fields.payload_length != (last ? rest : mtu)) return false;
+  uint8_t* dest = nullptr;
+  if (core_.mrs.CheckRemote(s.write_rkey, s.pd, s.write_va + offset, p.fields.payload_length,
+                            IBV_ACCESS_REMOTE_WRITE, &dest, qp->qpn) != MrCheck::kOk) {
+    return false;
+  }
+  std::memcpy(dest, p.payload, p.fields.payload_length);
   return true;
 }
 
@@ -525,11 +561,14 @@ void Responder::DrainHeld(QueuePair* qp) {
   while (s.reorder != nullptr) {
     const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
     if (state != IBV_QPS_RTR && state != IBV_QPS_RTS && state != IBV_QPS_SQD) break;
-    rte_mbuf* m = pool.Take(s.reorder, s.expected_psn, &view);
-    if (m == nullptr) break;
-    // Handled as if it arrived now: every check runs on it again.
+    rte_mbuf* m = nullptr;
+    if (!pool.Take(s.reorder, s.expected_psn, &view, &m)) break;
+    // Handled as if it arrived now: every check runs on it again (a placed
+    // WRITE packet's data is where it goes already: PlaceWriteAhead).
+    placed_ = m == nullptr;
     RunRequest(qp, view);
-    rte_pktmbuf_free(m);
+    placed_ = false;
+    if (m != nullptr) rte_pktmbuf_free(m);
     ++drained;
   }
   // One ACK for the whole run handled (a coalesced ACK, IBTA 9.7.5.1): the
@@ -806,7 +845,7 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
       s.recv_offset_valid = false;
     }
   }
-  if (p.fields.payload_length > 0 && !MrWrite(how, dest, p.payload, p.fields.payload_length)) {
+  if (p.fields.payload_length > 0 && !placed_ && !MrWrite(how, dest, p.payload, p.fields.payload_length)) {
     // An implicit on-demand region's page that cannot be had for writing
     // (unmapped, read-only): the NAK an ODP NIC gives for a page it cannot
     // resolve: a remote access error NAK, and the QP stops (IBTA 9.9.3.1);

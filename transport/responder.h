@@ -93,6 +93,7 @@ class Responder {
   bool EnqueueResponse(QueuePair* qp, ReadResponseJob job);
   void HandleDuplicateRead(QueuePair* qp, const PacketView& packet);
   bool RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) const;
+  bool PlaceWriteAhead(QueuePair* qp, const PacketView& p, uint32_t distance);
   void ListForAck(QueuePair* qp);
   void QueueAck(QueuePair* qp, Psn psn);
   void QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome);
@@ -114,6 +115,9 @@ class Responder {
   // packets are drained: those are not held again), and whether it was kept.
   rte_mbuf* holdable_ = nullptr;
   bool held_ = false;
+  // The request being drained was placed on arrival (PlaceWriteAhead): its
+  // view has no payload, and ExecuteWrite copies nothing.
+  bool placed_ = false;
 };
 
 }  // namespace uroce::transport
