@@ -1519,6 +1519,37 @@ TEST_F(SelectivePeerTest, AReadResponseLostInTheMiddleIsAskedForAlone) {
   EXPECT_EQ(region_->data()[8 * kMtu], 0) << "nothing past the READ";
 }
 
+// A selective requester asks on its RTO for the rest of a READ whose
+// answer is still streaming (its peer was slow to poll): the new answer
+// replaces what the old one had left to send, so the rest goes out once,
+// and when the application deregisters the region after the READ completed
+// nothing superseded is left to fail the connection.
+TEST_F(SelectivePeerTest, AnAnswerForTheRestReplacesTheOneStreaming) {
+  engine_.reset();
+  port_.FreeAll();
+  StartEngine([](EngineConfig& c) { c.per_qp_packet_budget = 4; });
+  const uint64_t va = region_->va();
+  const uint32_t rkey = keys_.rkey;
+  auto read = [&](uint32_t psn, uint64_t address, uint32_t length) {
+    Inject(Opcode::kRcRdmaReadRequest, psn, 0, true, [&](PacketFields& f) {
+      Selective(f);
+      f.reth.virtual_address = address;
+      f.reth.rkey = rkey;
+      f.reth.dma_length = length;
+    });
+  };
+  read(kRqPsn, va, 8 * kMtu);
+  auto sent = Transmitted();
+  ASSERT_EQ(sent.size(), 4u) << "the budget lets four responses out per poll";
+  read(kRqPsn + 2, va + 2 * kMtu, 6 * kMtu);
+  sent = Transmitted(4);
+  ASSERT_EQ(sent.size(), 6u) << "the rest from the third packet, once";
+  for (uint32_t i = 0; i < 6; ++i) EXPECT_EQ(sent[i].fields.bth.psn.value(), kRqPsn + 2 + i);
+  ASSERT_TRUE(engine_->DeregMr(keys_.lkey).ok());
+  EXPECT_TRUE(Transmitted(3).empty());
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+}
+
 // Later READs are placed while the oldest misses a packet: READ A (four
 // packets, the third lost), a SEND, READ B (four packets, all here). One
 // request for A's third packet goes out, B is not asked for again, and when

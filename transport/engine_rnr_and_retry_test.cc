@@ -363,23 +363,26 @@ TEST_F(LostTailTest, LaterReadIsPlacedWhileTheFirstWaits) {
 }
 
 // The last response packet of a READ lost: nothing after it reveals the
-// gap; the tail-loss probe asks for it, not the 67 ms timeout.
-TEST_F(LostTailTest, LostLastReadResponseIsProbed) {
+// gap; the RTO asks for it (the probe never copies a READ), not the 67 ms
+// timeout, and for it alone.
+TEST_F(LostTailTest, LostLastReadResponseIsAskedForOnTheRto) {
   Drop(kRcReadResponseLastOpcode, 1);
   const uint64_t took = ReadOne(201);
   EXPECT_EQ(dropped_, 1);
-  EXPECT_LT(took, 60'000u);
-  EXPECT_EQ(qa_->counters.tail_probes, 1u);
+  EXPECT_LT(took, 1'000'000u) << "the RTO, not the 67 ms timeout";
+  EXPECT_EQ(qa_->counters.rto_expiries, 1u);
+  EXPECT_EQ(qa_->counters.tail_probes, 0u);
   EXPECT_EQ(qa_->counters.timeouts, 0u);
+  EXPECT_EQ(read_responses_, 17) << "16 responses and the last one again";
 }
 
-// The READ request itself lost: probed the same way.
-TEST_F(LostTailTest, LostReadRequestIsProbed) {
+// The READ request itself lost: asked for again on the RTO too.
+TEST_F(LostTailTest, LostReadRequestIsAskedForOnTheRto) {
   Drop(kRcReadRequestOpcode, 1);
   const uint64_t took = ReadOne(202);
   EXPECT_EQ(dropped_, 1);
-  EXPECT_LT(took, 60'000u);
-  EXPECT_EQ(qa_->counters.tail_probes, 1u);
+  EXPECT_LT(took, 1'000'000u);
+  EXPECT_EQ(qa_->counters.rto_expiries, 1u);
   EXPECT_EQ(qa_->counters.timeouts, 0u);
 }
 

@@ -426,15 +426,11 @@ void Requester::RestartFrom(QueuePair* qp, Psn psn) {
 // instead of a timeout.
 bool Requester::ProbeTail(QueuePair* qp) {
   UROCE_DCHECK_ENGINE_THREAD(core_);
-  if (!tx_.TxRoom(1)) return false;
-  // A selective responder answers a stale copy of a READ harmlessly
-  // (Responder::HandleDuplicateRead), so towards it the oldest READ or
-  // atomic still waiting is asked for again: the last packet sent may be a
-  // later READ whose answer waits behind it.
-  if (qp->req.selective && OldestIsReadOrAtomic(qp)) {
-    return ResendPacket(qp, qp->req.unacked, /*read_or_atomic_too=*/true);
-  }
-  return ResendPacket(qp, qp->req.sent_high - 1, /*read_or_atomic_too=*/false);
+  // Never a READ or atomic request: how soon its answer comes depends on
+  // the peer's progress (an application that polls now and then) more
+  // than on the round trip, and every copy is answered in full again.
+  // Towards a selective responder the RTO asks for them (Completer).
+  return tx_.TxRoom(1) && ResendPacket(qp, qp->req.sent_high - 1, /*read_or_atomic_too=*/false);
 }
 
 // One packet already sent, `psn`, goes out again asking for an ACK, and
@@ -448,12 +444,13 @@ bool Requester::ResendPacket(QueuePair* qp, Psn psn, bool read_or_atomic_too) {
   const Psn resume_psn = r.psn;
   const uint32_t since_ack_request = r.packets_since_ack_request;
   // A READ or atomic is asked for again only when the responder said it
-  // never got it (a NAK), or when it is selective. On a timer it may merely
-  // be slow: a copy of the request makes the responder answer it twice, and
-  // the second answer may read a region the application has since
-  // deregistered, having seen the first (its peer's completion told it). A
-  // standard responder fails the connection then; a selective one drops the
-  // stale copy (Responder::HandleDuplicateRead).
+  // never got it (a NAK), or, towards a selective responder, on the RTO. On
+  // a timer it may merely be slow: a copy of the request makes the
+  // responder answer it twice, and the second answer may read a region the
+  // application has since deregistered, having seen the first (its peer's
+  // completion told it). A standard responder fails the connection then; a
+  // selective one drops the stale copy (Responder::HandleDuplicateRead) and
+  // what its new answer covers (Responder::DropReadJobsCoveredBy).
   const SendSlot* slot = SlotOf(qp, psn);
   if (!read_or_atomic_too && slot != nullptr && slot->read_or_atomic) return false;
   RestartFrom(qp, psn);

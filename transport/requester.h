@@ -30,9 +30,7 @@ class Requester {
   // Go-back-N: resume sending at `psn`.
   void RestartFrom(QueuePair* qp, Psn psn);
   // The tail-loss probe: the last packet sent, once more, with AckReq (not
-  // a READ or atomic request, unless the responder is selective: see
-  // ResendPacket); towards a selective responder the oldest READ or atomic
-  // still waiting. False when none went out.
+  // a READ or atomic request: see ResendPacket). False when none went out.
   bool ProbeTail(QueuePair* qp);
   // Whether the oldest unacknowledged PSN belongs to a READ or atomic, which
   // only a NAK or the application's timeout asks for again (a standard

@@ -438,7 +438,9 @@ bool Responder::EnqueueResponse(QueuePair* qp, ReadResponseJob job) {
   if (!job.duplicate && s.reads_count - s.duplicate_jobs >= duplicate_room) return false;
   if (job.duplicate && s.selective) {
     // A selective requester waits for this run to fill a gap; the READ
-    // streaming now resumes after it (its place is kept in its job).
+    // streaming now resumes after it (its place is kept in its job), unless
+    // this answer covers all it had left to send.
+    if (!job.atomic) DropReadJobsCoveredBy(s, job);
     s.reads_head = (s.reads_head + static_cast<uint32_t>(s.reads.size()) - 1) % static_cast<uint32_t>(s.reads.size());
     s.reads[s.reads_head] = job;
   } else {
@@ -451,6 +453,28 @@ bool Responder::EnqueueResponse(QueuePair* qp, ReadResponseJob job) {
   // more and goes out after it.
   if (!s.ack_is_nak()) s.ack_pending = false;
   return true;
+}
+
+// Queued READ answers whose rest `job` sends again are dropped: the
+// requester has asked for that rest, and once it has it the READ completes,
+// after which its peer may deregister the region (its protocol's done
+// message): a superseded answer streaming on would then read through a key
+// that is gone, and fail the connection for data nobody waits for.
+void Responder::DropReadJobsCoveredBy(ResponderState& s, const ReadResponseJob& job) {
+  const uint32_t size = static_cast<uint32_t>(s.reads.size());
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < s.reads_count; ++i) {
+    const ReadResponseJob k = s.reads[(s.reads_head + i) % size];
+    const bool covered = !k.atomic && k.rkey == job.rkey && job.virtual_address <= k.virtual_address + k.offset &&
+                         job.virtual_address + job.length >= k.virtual_address + k.length;
+    if (covered) {
+      if (k.duplicate) --s.duplicate_jobs;
+      continue;
+    }
+    s.reads[(s.reads_head + kept) % size] = k;
+    ++kept;
+  }
+  s.reads_count = kept;
 }
 
 // A request goes through the steps of ResponderStep in order, as in Linux

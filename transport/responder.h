@@ -94,6 +94,7 @@ class Responder {
   void HandleDuplicateRead(QueuePair* qp, const PacketView& packet);
   bool RemoteReadAllowed(const QueuePair* qp, const RethFields& reth) const;
   bool PlaceWriteAhead(QueuePair* qp, const PacketView& p, uint32_t distance);
+  void DropReadJobsCoveredBy(ResponderState& s, const ReadResponseJob& job);
   void ListForAck(QueuePair* qp);
   void QueueAck(QueuePair* qp, Psn psn);
   void QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome);
