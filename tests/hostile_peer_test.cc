@@ -1272,6 +1272,16 @@ class SelectivePeerTest : public HostilePeerTest {
       Selective(f);
     });
   }
+  // A selective requester's READ request (new or a copy) for our region.
+  void InjectSelectiveRead(uint32_t psn, uint64_t address, uint32_t length) {
+    const uint32_t rkey = keys_.rkey;
+    Inject(Opcode::kRcRdmaReadRequest, psn, 0, true, [&](PacketFields& f) {
+      Selective(f);
+      f.reth.virtual_address = address;
+      f.reth.rkey = rkey;
+      f.reth.dma_length = length;
+    });
+  }
   void InjectSelectiveAck(uint32_t psn) {
     Inject(Opcode::kRcAcknowledge, psn, 0, false, [](PacketFields& f) { Selective(f); });
   }
@@ -1292,6 +1302,15 @@ class SelectivePeerTest : public HostilePeerTest {
     auto wc = Completions();
     ASSERT_EQ(wc.size(), 1u);
     EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  }
+  // The peer's WRITE of `packets` packets from kRqPsn is all in our region,
+  // and the last of what we sent is one ACK for its last PSN.
+  void ExpectTheMessageLandedWithOneAck(const std::vector<Sent>& sent, uint32_t packets) {
+    EXPECT_EQ(qp_->resp.expected_psn.value(), kRqPsn + packets);
+    for (uint32_t i = 0; i < packets * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0xAB) << i;
+    ASSERT_FALSE(sent.empty());
+    EXPECT_EQ(sent.back().fields.aeth.kind(), AethKind::kAck);
+    EXPECT_EQ(sent.back().fields.bth.psn.value(), kRqPsn + packets - 1);
   }
   // A WRITE packet of the peer's (a selective requester), `index` of a
   // message starting at kRqPsn into our region.
@@ -1378,20 +1397,14 @@ TEST_F(SelectivePeerTest, PacketsAfterAGapAreHeldAndLandInOrder) {
   for (uint32_t i = 0; i < kPackets * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0) << "nothing placed yet";
   InjectWritePacket(qp_, 0, kPackets, keys_.rkey);
   sent = Transmitted();
-  EXPECT_EQ(qp_->resp.expected_psn.value(), kRqPsn + kPackets);
-  for (uint32_t i = 0; i < kPackets * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0xAB) << i;
-  ASSERT_FALSE(sent.empty());
-  EXPECT_EQ(sent.back().fields.aeth.kind(), AethKind::kAck);
-  EXPECT_EQ(sent.back().fields.bth.psn.value(), kRqPsn + kPackets - 1);
+  ExpectTheMessageLandedWithOneAck(sent, kPackets);
   EXPECT_EQ(sent.back().fields.bth.reserved7, kBthSelectiveRetransmission) << "says it holds";
   EXPECT_EQ(qp_->resp.reorder, nullptr) << "the window went back to the pool";
 }
 
 // A WRITE packet after a gap inside the message in progress is placed on
 // arrival (its place is known from the message's RETH) and only its view is
-// held; a packet that is not what its place says (a short middle) is held
-// whole and placed nothing; when the gap fills, the message lands and one
-// ACK covers it.
+// held; when the gap fills, the message lands and one ACK covers it.
 TEST_F(SelectivePeerTest, WritePacketsAfterAGapInsideTheMessageArePlacedOnArrival) {
   constexpr uint32_t kPackets = 8;
   InjectWritePacket(qp_, 0, kPackets, keys_.rkey);
@@ -1406,15 +1419,14 @@ TEST_F(SelectivePeerTest, WritePacketsAfterAGapInsideTheMessageArePlacedOnArriva
   }
   InjectWritePacket(qp_, 1, kPackets, keys_.rkey);
   sent = Transmitted();
-  EXPECT_EQ(qp_->resp.expected_psn.value(), kRqPsn + kPackets);
-  for (uint32_t i = 0; i < kPackets * kMtu; ++i) ASSERT_EQ(region_->data()[i], 0xAB) << i;
-  ASSERT_FALSE(sent.empty());
-  EXPECT_EQ(sent.back().fields.aeth.kind(), AethKind::kAck);
-  EXPECT_EQ(sent.back().fields.bth.psn.value(), kRqPsn + kPackets - 1);
+  ExpectTheMessageLandedWithOneAck(sent, kPackets);
   EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
   EXPECT_EQ(qp_->resp.reorder, nullptr);
 }
 
+// A packet after the gap that is not what its place says (a short middle,
+// a last one too early) is held whole and places nothing; in order it fails
+// the QP as it would without a gap.
 TEST_F(SelectivePeerTest, AWritePacketAfterAGapThatIsNotWhatItsPlaceSaysIsNotPlaced) {
   InjectWritePacket(qp_, 0, 8, keys_.rkey);
   // Packet 3 of 8, a middle one MTU long by the rules, comes 100 bytes long;
@@ -1529,19 +1541,10 @@ TEST_F(SelectivePeerTest, AnAnswerForTheRestReplacesTheOneStreaming) {
   port_.FreeAll();
   StartEngine([](EngineConfig& c) { c.per_qp_packet_budget = 4; });
   const uint64_t va = region_->va();
-  const uint32_t rkey = keys_.rkey;
-  auto read = [&](uint32_t psn, uint64_t address, uint32_t length) {
-    Inject(Opcode::kRcRdmaReadRequest, psn, 0, true, [&](PacketFields& f) {
-      Selective(f);
-      f.reth.virtual_address = address;
-      f.reth.rkey = rkey;
-      f.reth.dma_length = length;
-    });
-  };
-  read(kRqPsn, va, 8 * kMtu);
+  InjectSelectiveRead(kRqPsn, va, 8 * kMtu);
   auto sent = Transmitted();
   ASSERT_EQ(sent.size(), 4u) << "the budget lets four responses out per poll";
-  read(kRqPsn + 2, va + 2 * kMtu, 6 * kMtu);
+  InjectSelectiveRead(kRqPsn + 2, va + 2 * kMtu, 6 * kMtu);
   sent = Transmitted(4);
   ASSERT_EQ(sent.size(), 6u) << "the rest from the third packet, once";
   for (uint32_t i = 0; i < 6; ++i) EXPECT_EQ(sent[i].fields.bth.psn.value(), kRqPsn + 2 + i);
@@ -1604,25 +1607,16 @@ TEST_F(SelectivePeerTest, AnOutOfOrderReadResponseOfTheWrongLengthFailsTheRead) 
 // whole MTUs is an invalid request.
 TEST_F(SelectivePeerTest, ARunInsideAReadIsAnsweredAlone) {
   const uint64_t va = region_->va();
-  const uint32_t rkey = keys_.rkey;
-  auto read = [&](uint32_t psn, uint64_t address, uint32_t length) {
-    Inject(Opcode::kRcRdmaReadRequest, psn, 0, true, [&](PacketFields& f) {
-      Selective(f);
-      f.reth.virtual_address = address;
-      f.reth.rkey = rkey;
-      f.reth.dma_length = length;
-    });
-  };
-  read(kRqPsn, va, 8 * kMtu);
+  InjectSelectiveRead(kRqPsn, va, 8 * kMtu);
   EXPECT_EQ(Transmitted(2).size(), 8u);
-  read(kRqPsn + 3, va + 3 * kMtu, 2 * kMtu);
+  InjectSelectiveRead(kRqPsn + 3, va + 3 * kMtu, 2 * kMtu);
   auto sent = Transmitted();
   ASSERT_EQ(sent.size(), 2u);
   EXPECT_EQ(sent[0].fields.bth.psn.value(), kRqPsn + 3);
   EXPECT_EQ(sent[1].fields.bth.psn.value(), kRqPsn + 4);
   EXPECT_EQ(sent[1].fields.bth.opcode, uint8_t(Opcode::kRcRdmaReadResponseLast));
   EXPECT_EQ(sent[0].fields.bth.reserved7, kBthSelectiveRetransmission);
-  read(kRqPsn + 3, va + 3 * kMtu, kMtu + 1);
+  InjectSelectiveRead(kRqPsn + 3, va + 3 * kMtu, kMtu + 1);
   sent = Transmitted();
   ASSERT_EQ(CountNaks(sent, AethKind::kNak), 1u);
   EXPECT_EQ(sent.back().fields.aeth.value(), uint8_t(NakCode::kInvalidRequest));
@@ -1634,21 +1628,12 @@ TEST_F(SelectivePeerTest, ARunInsideAReadIsAnsweredAlone) {
 // answered) is dropped, and the connection lives.
 TEST_F(SelectivePeerTest, AStaleCopyOfAReadAfterDeregistrationIsDropped) {
   const uint64_t va = region_->va();
-  const uint32_t rkey = keys_.rkey;
-  auto read = [&](uint32_t psn, uint64_t address, uint32_t length) {
-    Inject(Opcode::kRcRdmaReadRequest, psn, 0, true, [&](PacketFields& f) {
-      Selective(f);
-      f.reth.virtual_address = address;
-      f.reth.rkey = rkey;
-      f.reth.dma_length = length;
-    });
-  };
-  read(kRqPsn, va, 2 * kMtu);
+  InjectSelectiveRead(kRqPsn, va, 2 * kMtu);
   EXPECT_EQ(Transmitted().size(), 2u);
   ASSERT_TRUE(engine_->DeregMr(keys_.lkey).ok());
   const uint64_t dropped = engine_->counters().rx_dropped;
-  read(kRqPsn, va, 2 * kMtu);
-  read(kRqPsn + 1, va + kMtu, kMtu);
+  InjectSelectiveRead(kRqPsn, va, 2 * kMtu);
+  InjectSelectiveRead(kRqPsn + 1, va + kMtu, kMtu);
   EXPECT_TRUE(Transmitted(2).empty());
   EXPECT_EQ(engine_->counters().rx_dropped, dropped + 2);
   EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
