@@ -10,7 +10,10 @@ bool ReorderWindow::Hold(uint32_t distance, Psn expected, rte_mbuf* m, const Pac
   slot.occupied = true;
   slot.mbuf = m;
   slot.view = view;
-  if (m == nullptr) slot.view.payload = nullptr;  // placed: nothing to read
+  if (m == nullptr) {  // placed: its buffer is gone, nothing of it to read
+    slot.view.payload = nullptr;
+    slot.view.frame = nullptr;
+  }
   ++held_;
   return true;
 }
