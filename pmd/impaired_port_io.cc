@@ -12,13 +12,13 @@ using transport::ImpairmentCounters;
 // TSC cycles per microsecond, at least 1: delays are drawn in microseconds.
 uint64_t CyclesPerMicrosecond() { return std::max<uint64_t>(1, rte_get_tsc_hz() / 1000000); }
 
-void ToFields(const ImpairmentCounters& c, uint64_t (&f)[8]) {
-  const uint64_t v[8] = {c.sent, c.delivered, c.dropped, c.duplicated, c.reordered, c.delayed, c.corrupted,
-                         c.overflowed};
-  std::copy(v, v + 8, f);
+void ToFields(const ImpairmentCounters& c, uint64_t (&f)[10]) {
+  const uint64_t v[10] = {c.sent,      c.delivered, c.dropped,    c.duplicated,    c.reordered,
+                          c.delayed,   c.corrupted, c.overflowed, c.queue_dropped, c.ce_marked};
+  std::copy(v, v + 10, f);
 }
 
-ImpairmentCounters FromFields(const uint64_t (&f)[8]) {
+ImpairmentCounters FromFields(const uint64_t (&f)[10]) {
   ImpairmentCounters c;
   c.sent = f[0];
   c.delivered = f[1];
@@ -28,6 +28,8 @@ ImpairmentCounters FromFields(const uint64_t (&f)[8]) {
   c.delayed = f[5];
   c.corrupted = f[6];
   c.overflowed = f[7];
+  c.queue_dropped = f[8];
+  c.ce_marked = f[9];
   return c;
 }
 
@@ -35,7 +37,9 @@ std::string OneSummary(const char* name, const ImpairmentCounters& c) {
   return std::string(name) + ": frames " + std::to_string(c.sent) + ", dropped " + std::to_string(c.dropped) +
          ", duplicated " + std::to_string(c.duplicated) + ", reordered " + std::to_string(c.reordered) +
          ", delayed " + std::to_string(c.delayed) + ", corrupted " + std::to_string(c.corrupted) +
-         (c.overflowed != 0 ? ", overflowed " + std::to_string(c.overflowed) : "");
+         (c.overflowed != 0 ? ", overflowed " + std::to_string(c.overflowed) : "") +
+         (c.queue_dropped != 0 ? ", queue full " + std::to_string(c.queue_dropped) : "") +
+         (c.ce_marked != 0 ? ", CE marked " + std::to_string(c.ce_marked) : "");
 }
 
 }  // namespace

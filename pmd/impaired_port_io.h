@@ -78,7 +78,7 @@ class ImpairedPortIo final : public transport::PacketIo {
   transport::ImpairmentStage tx_, rx_;
   // Published for counters(): relaxed stores by the engine thread (one
   // writer, so no read-modify-write), loads from anywhere.
-  static constexpr int kFields = 8;
+  static constexpr int kFields = 10;
   std::atomic<uint64_t> published_[2][kFields] = {};
 };
 

@@ -109,6 +109,24 @@ TEST_F(ImpairedPortIoTest, SameSeedSameFaultsAnotherSeedOthers) {
   EXPECT_NE(first, third);
 }
 
+// A bottleneck on a real port: a burst faster than the rate fills the queue,
+// what finds it full is dropped and counted, and the rest leave in order.
+TEST_F(ImpairedPortIoTest, ABottleneckQueuesAndDropsWhatFindsItFull) {
+  PortImpairment f = Faults(0, 0, 0, 0, 1);
+  f.faults.rate = 0.064;  // bytes per microsecond: a 64-byte frame each millisecond
+  f.faults.queue_frames = 4;
+  ImpairedPortIo io(&port_, pool_.get(), f);
+  rte_mbuf* burst[8];
+  for (uint32_t j = 0; j < 8; ++j) burst[j] = Frame(j);
+  ASSERT_EQ(io.TxBurst(burst, 8), 8);
+  EXPECT_TRUE(port_.out.empty()) << "nothing leaves before its time at the rate";
+  EXPECT_EQ(io.counters().tx.queue_dropped, 4u);
+  rte_mbuf* none[1];
+  for (int spin = 0; spin < 100000000 && io.held() > 0; ++spin) EXPECT_EQ(io.RxBurst(none, 1), 0);
+  ASSERT_EQ(port_.out.size(), 4u);
+  for (uint32_t j = 0; j < 4; ++j) EXPECT_EQ(Id(port_.out[j]), j);
+}
+
 TEST_F(ImpairedPortIoTest, RatesFollowTheProbabilities) {
   ImpairedPortIo io(&port_, pool_.get(), Faults(0.1, 0.05, 0.02, 0, 1));
   const std::map<uint32_t, int> got = SendAll(io, 20000);

@@ -377,9 +377,15 @@ class Builder {
     } else if (k == "hold_frames") {
       if (!ParseUnsigned(v, 16, 1 << 20, &n)) return Bad(where, "expected 16..1048576");
       im.hold_frames = static_cast<uint32_t>(n);
+    } else if (k == "rate_mbps") {
+      if (!ParseUnsigned(v, 0, 10'000'000, &n)) return Bad(where, "expected Mbit/s, 0..10000000");
+      im.rate_mbps = n;
+    } else if (k == "queue_frames" || k == "ecn_frames") {
+      if (!ParseUnsigned(v, 0, 1 << 20, &n)) return Bad(where, "expected frames, 0..1048576");
+      (k == "queue_frames" ? im.queue_frames : im.ecn_frames) = static_cast<uint32_t>(n);
     } else {
       return Unknown("impair", k, "loss, dup, reorder, reorder_us, delay_us, corrupt, rnr_storm, seed, direction, "
-                                  "hold_frames");
+                                  "hold_frames, rate_mbps, queue_frames, ecn_frames");
     }
     return Status::Ok();
   }

@@ -68,6 +68,11 @@
 //   seed = 1              the same seed and frames: the same faults
 //   direction = both      tx, rx or both: where frames leave / enter the engine
 //   hold_frames = 1024    frames each direction holds (delayed, reordered)
+//   rate_mbps = 10000     a bottleneck: frames leave at this rate (Mbit/s),
+//                         behind those queued (0: none)
+//   queue_frames = 256      its queue's depth: a frame finding it full is dropped
+//   ecn_frames = 64         above this many queued, ECN-capable frames leave
+//                         marked CE (0: never)
 //
 //   [endpoint.NAME]       one port with one engine (any number of them)
 //   port = ring:PAIR:a    one side of an in-process net_ring pair
@@ -184,7 +189,12 @@ struct ImpairConfig {
   uint64_t seed = 1;
   bool tx = true, rx = true;
   uint32_t hold_frames = 1024;
-  bool frame_faults() const { return loss > 0 || duplicate > 0 || reorder > 0 || corrupt > 0 || delay_us > 0; }
+  // A bottleneck (transport::Impairments::rate): Mbit/s, 0 for none.
+  uint64_t rate_mbps = 0;
+  uint32_t queue_frames = 0, ecn_frames = 0;
+  bool frame_faults() const {
+    return loss > 0 || duplicate > 0 || reorder > 0 || corrupt > 0 || delay_us > 0 || rate_mbps > 0;
+  }
   bool any() const { return frame_faults() || rnr_storm > 0; }
 };
 

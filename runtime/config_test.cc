@@ -261,6 +261,13 @@ TEST(ConfigTest, ImpairSection) {
   EXPECT_FALSE(c->impair.rx);
   EXPECT_EQ(c->impair.hold_frames, 64u);
   EXPECT_TRUE(c->impair.frame_faults());
+  // A bottleneck alone is a frame fault too.
+  auto bottleneck = LoadConfigText("[impair]\nrate_mbps=1000\nqueue_frames=32\necn_frames=8\n" + ep, "test.ini");
+  ASSERT_TRUE(bottleneck.ok()) << bottleneck.status().ToString();
+  EXPECT_EQ(bottleneck->impair.rate_mbps, 1000u);
+  EXPECT_EQ(bottleneck->impair.queue_frames, 32u);
+  EXPECT_EQ(bottleneck->impair.ecn_frames, 8u);
+  EXPECT_TRUE(bottleneck->impair.frame_faults());
   // No section: no faults.
   auto plain = LoadConfigText(ep, "test.ini");
   ASSERT_TRUE(plain.ok());

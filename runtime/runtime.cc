@@ -331,6 +331,9 @@ Status Runtime::StartEngine(Device* ep, const EndpointConfig& ec) {
     pi.faults.corrupt = im.corrupt;
     pi.faults.max_delay = im.delay_us;
     pi.faults.reorder_delay = im.reorder_us;
+    pi.faults.rate = double(im.rate_mbps) / 8.0;  // bytes per microsecond, the port's unit
+    pi.faults.queue_frames = im.queue_frames;
+    pi.faults.ecn_frames = im.ecn_frames;
     pi.tx = im.tx;
     pi.rx = im.rx;
     pi.seed = DeriveSeed(im.seed, 2 * index);

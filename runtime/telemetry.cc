@@ -145,6 +145,8 @@ int Port(const char*, const char* params, rte_tel_data* d) {
           {"frames", k->sent},         {"dropped", k->dropped},     {"duplicated", k->duplicated},
           {"reordered", k->reordered}, {"delayed", k->delayed},     {"corrupted", k->corrupted},
           {"overflowed", k->overflowed},
+          {"queue_dropped", k->queue_dropped},
+          {"ce_marked", k->ce_marked},
       };
       for (const auto& [field, value] : fields) {
         rte_tel_data_add_dict_u64(d, (std::string("impair_") + side + "_" + field).c_str(), value);

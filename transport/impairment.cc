@@ -19,6 +19,46 @@ rte_mbuf* OwnWritable(rte_mbuf* m, rte_mempool* pool) {
   return rte_pktmbuf_copy(m, pool, 0, UINT32_MAX);
 }
 
+// Where an IP header's ECN field is, if the frame has one: Ethernet, then
+// IPv4 (the TOS byte's low two bits) or IPv6 (the traffic class's).
+enum class EcnField { kNone, kIpv4, kIpv6 };
+EcnField FindEcn(const rte_mbuf* m) {
+  if (rte_pktmbuf_data_len(m) < kEthernetHeaderBytes + 20) return EcnField::kNone;
+  const uint8_t* f = rte_pktmbuf_mtod(m, const uint8_t*);
+  const uint16_t ethertype = uint16_t(f[12] << 8 | f[13]);
+  if (ethertype == 0x0800 && (f[14] >> 4) == 4) return EcnField::kIpv4;
+  if (ethertype == 0x86DD && (f[14] >> 4) == 6 && rte_pktmbuf_data_len(m) >= kEthernetHeaderBytes + 40) {
+    return EcnField::kIpv6;
+  }
+  return EcnField::kNone;
+}
+
+uint8_t EcnOf(const rte_mbuf* m, EcnField field) {
+  const uint8_t* f = rte_pktmbuf_mtod(m, const uint8_t*);
+  return field == EcnField::kIpv4 ? (f[15] & 3) : ((f[15] >> 4) & 3);
+}
+
+// ECN-capable to CE (RFC 3168 section 5), the IPv4 header checksum made
+// right again (RFC 1071 over the header). The ICRC takes the field as all
+// ones (IBTA annex A17.3.3), so the packet's ICRC still holds.
+void MarkCe(rte_mbuf* m, EcnField field) {
+  uint8_t* f = rte_pktmbuf_mtod(m, uint8_t*);
+  if (field == EcnField::kIpv6) {
+    f[15] |= 0x30;
+    return;
+  }
+  f[15] |= 3;
+  const uint32_t header = (f[14] & 0x0F) * 4u;
+  if (header < 20 || rte_pktmbuf_data_len(m) < kEthernetHeaderBytes + header) return;
+  f[24] = f[25] = 0;
+  uint32_t sum = 0;
+  for (uint32_t i = 0; i < header; i += 2) sum += uint32_t(f[14 + i] << 8 | f[14 + i + 1]);
+  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+  const uint16_t checksum = static_cast<uint16_t>(~sum);
+  f[24] = static_cast<uint8_t>(checksum >> 8);
+  f[25] = static_cast<uint8_t>(checksum);
+}
+
 }  // namespace
 
 bool FaultGenerator::CorruptFrame(rte_mbuf* m) {
@@ -39,6 +79,7 @@ ImpairmentStage::ImpairmentStage(FaultGenerator* generator, const Impairments* i
       capacity_(capacity),
       cycles_per_unit_(cycles_per_unit) {
   held_.reserve(capacity);
+  if (impairments_->rate > 0) departures_.assign(capacity, 0);
 }
 
 ImpairmentStage::~ImpairmentStage() { FreeAll(); }
@@ -48,11 +89,49 @@ void ImpairmentStage::FreeAll() {
   held_.clear();
 }
 
+uint64_t ImpairmentStage::Queue(rte_mbuf** m, uint64_t now) {
+  while (queued_ > 0 && departures_[departures_head_] <= now) {
+    departures_head_ = (departures_head_ + 1) % departures_.size();
+    --queued_;
+  }
+  const size_t depth = impairments_->queue_frames == 0 ? departures_.size()
+                                                       : std::min<size_t>(impairments_->queue_frames, departures_.size());
+  if (queued_ >= depth) {
+    ++counters_->queue_dropped;
+    rte_pktmbuf_free(*m);
+    return 0;
+  }
+  if (impairments_->ecn_frames > 0 && queued_ > impairments_->ecn_frames) {
+    const EcnField field = FindEcn(*m);
+    if (field != EcnField::kNone && EcnOf(*m, field) != 0 && EcnOf(*m, field) != 3) {
+      rte_mbuf* own = OwnWritable(*m, copy_pool_);
+      if (own != nullptr) {
+        if (own != *m) rte_pktmbuf_free(*m);
+        *m = own;
+        MarkCe(*m, field);
+        ++counters_->ce_marked;
+      }
+    }
+  }
+  // Serialized behind what is queued: its length at the rate, in the
+  // caller's time (cycles_per_unit a unit).
+  const double cycles = double(rte_pktmbuf_pkt_len(*m)) / impairments_->rate * double(cycles_per_unit_);
+  last_departure_ = std::max(now, last_departure_) + std::max<uint64_t>(1, static_cast<uint64_t>(cycles + 0.5));
+  departures_[(departures_head_ + queued_) % departures_.size()] = last_departure_;
+  ++queued_;
+  return last_departure_;
+}
+
 void ImpairmentStage::Hold(rte_mbuf* m, uint64_t now) {
   if (held_.size() >= capacity_) {
     ++counters_->overflowed;
     rte_pktmbuf_free(m);
     return;
+  }
+  uint64_t start = now;
+  if (impairments_->rate > 0 && !departures_.empty()) {
+    start = Queue(&m, now);
+    if (start == 0) return;
   }
   uint64_t delay = 0;
   if (impairments_->max_delay > 0) {
@@ -63,7 +142,7 @@ void ImpairmentStage::Hold(rte_mbuf* m, uint64_t now) {
     ++counters_->reordered;
     delay += impairments_->reorder_delay;
   }
-  held_.push_back({m, now + delay * cycles_per_unit_, next_order_++});
+  held_.push_back({m, start + delay * cycles_per_unit_, next_order_++});
   std::push_heap(held_.begin(), held_.end(), Later);
 }
 

@@ -34,7 +34,18 @@ struct Impairments {
   double corrupt = 0;    // probability one bit of a byte past the Ethernet header flips
   uint32_t max_delay = 0;      // extra delay of every frame, uniform in [0, max] units
   uint32_t reorder_delay = 4;  // how long (units) a reordered frame is held back
-  bool any() const { return loss > 0 || duplicate > 0 || reorder > 0 || corrupt > 0 || max_delay > 0; }
+  // A bottleneck, congestion that can be reproduced: frames leave one after
+  // another at `rate` bytes per unit, each behind those queued before it. A
+  // frame that finds `queue_frames` queued is dropped (tail drop); one that
+  // finds more than `ecn_frames` queued (0: never) and is ECN-capable (ECT(0)
+  // or ECT(1)) leaves marked CE (RFC 3168 section 5), as a switch marking
+  // above a threshold K does for DCQCN (Zhu et al., SIGCOMM 2015).
+  double rate = 0;            // bytes per unit; 0: no bottleneck
+  uint32_t queue_frames = 0;  // with a rate: the queue's depth (0: the hold queue's capacity)
+  uint32_t ecn_frames = 0;    // with a rate: mark CE above this many queued (0: never)
+  bool any() const {
+    return loss > 0 || duplicate > 0 || reorder > 0 || corrupt > 0 || max_delay > 0 || rate > 0;
+  }
 };
 
 struct ImpairmentCounters {
@@ -46,6 +57,8 @@ struct ImpairmentCounters {
   uint64_t delayed = 0;     // given a nonzero random delay
   uint64_t corrupted = 0;   // one bit flipped
   uint64_t overflowed = 0;  // a copy that found the hold queue full, dropped
+  uint64_t queue_dropped = 0;  // found the bottleneck's queue full (Impairments::queue_frames)
+  uint64_t ce_marked = 0;      // left the bottleneck marked CE (Impairments::ecn_frames)
 };
 
 // The seeded decisions. Every draw is in a fixed order per frame (see
@@ -118,6 +131,9 @@ class ImpairmentStage {
   }
   void Hold(rte_mbuf* m, uint64_t now);
   Held PopEarliest();
+  // The bottleneck (Impairments::rate): when `m` leaves it, or 0 when it is
+  // dropped (freed here). May replace *m by a writable copy to mark it.
+  uint64_t Queue(rte_mbuf** m, uint64_t now);
 
   FaultGenerator* const generator_;
   const Impairments* const impairments_;
@@ -128,6 +144,11 @@ class ImpairmentStage {
   const std::function<bool(const rte_mbuf*)>* drop_filter_ = nullptr;
   std::vector<Held> held_;  // capacity reserved up front: no allocation after
   uint64_t next_order_ = 0;
+  // The bottleneck's queue: when each frame in it leaves, oldest first (a
+  // ring of the hold queue's capacity: every queued frame is held).
+  std::vector<uint64_t> departures_;
+  size_t departures_head_ = 0, queued_ = 0;
+  uint64_t last_departure_ = 0;
 };
 
 }  // namespace uroce::transport

@@ -1,0 +1,123 @@
+// The bottleneck of transport/impairment.h: frames leave at the rate, behind
+// those queued; a full queue drops; above K queued, ECN-capable frames leave
+// marked CE with a right IPv4 checksum, and the rest are left alone.
+#include "transport/impairment.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "pmd/mempool.h"
+#include "transport/headers.h"
+#include "transport/packet_builder.h"
+#include "transport/packet_parser.h"
+
+namespace uroce::transport {
+namespace {
+
+constexpr unsigned kPool = 1023;
+
+class BottleneckTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int n = 0;
+    auto pool = pmd::CreatePktPool({.name = "bn_pool" + std::to_string(n++), .mbufs = kPool, .per_core_cache = 0});
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    pool_ = std::move(*pool);
+  }
+  void TearDown() override {
+    stage_.reset();
+    EXPECT_EQ(pmd::AvailableMbufs(pool_.get()), kPool) << "mbufs leaked";
+  }
+  void MakeStage(double rate, uint32_t queue_frames, uint32_t ecn_frames) {
+    faults_.rate = rate;
+    faults_.queue_frames = queue_frames;
+    faults_.ecn_frames = ecn_frames;
+    stage_ = std::make_unique<ImpairmentStage>(&generator_, &faults_, &counters_, pool_.get(), 64);
+  }
+  // A RoCEv2 SEND over IPv4 with `payload` bytes and this traffic class.
+  rte_mbuf* Frame(uint32_t payload, uint8_t traffic_class) {
+    PacketFields f;
+    const uint8_t a[4] = {10, 0, 0, 1}, b[4] = {10, 0, 0, 2};
+    f.src_gid = Ipv4MappedGid(a);
+    f.dst_gid = Ipv4MappedGid(b);
+    f.traffic_class = traffic_class;
+    f.bth.opcode = 0x04;  // RC SEND Only
+    f.payload_length = payload;
+    std::vector<uint8_t> bytes(payload, 0x5A);
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+    EXPECT_NE(m, nullptr);
+    EXPECT_EQ(BuildPacket(f, bytes.data(), m), BuildError::kOk);
+    return m;
+  }
+  // Frames released at `now`, freed; their parsed traffic classes in order.
+  std::vector<uint8_t> ReleasedAt(uint64_t now) {
+    std::vector<uint8_t> classes;
+    rte_mbuf* out[64];
+    const uint16_t n = stage_->Release(now, out, 64);
+    for (uint16_t i = 0; i < n; ++i) {
+      PacketView view;
+      EXPECT_EQ(ParsePacket(out[i], ParseOptions{}, &view), ParseError::kOk) << "a marked frame must still parse";
+      EXPECT_TRUE(view.icrc_ok()) << "the ICRC takes the ECN bits as ones";
+      classes.push_back(view.fields.traffic_class);
+    }
+    rte_pktmbuf_free_bulk(out, n);
+    return classes;
+  }
+
+  pmd::MempoolPtr pool_;
+  FaultGenerator generator_{7};
+  Impairments faults_;
+  ImpairmentCounters counters_;
+  std::unique_ptr<ImpairmentStage> stage_;
+};
+
+TEST_F(BottleneckTest, FramesLeaveAtTheRateBehindThoseQueued) {
+  MakeStage(/*rate=*/10.0, 0, 0);
+  rte_mbuf* frames[4];
+  for (auto& m : frames) m = Frame(58, 0);
+  const uint32_t bytes = rte_pktmbuf_pkt_len(frames[0]);
+  ASSERT_EQ(stage_->Admit(frames, 4, 0), 4);
+  const uint64_t each = (bytes + 5) / 10;  // bytes / rate, rounded
+  EXPECT_TRUE(ReleasedAt(each - 1).empty());
+  EXPECT_EQ(ReleasedAt(each).size(), 1u);
+  EXPECT_EQ(ReleasedAt(3 * each).size(), 2u);
+  EXPECT_EQ(ReleasedAt(4 * each).size(), 1u);
+  EXPECT_EQ(counters_.queue_dropped, 0u);
+}
+
+TEST_F(BottleneckTest, AFullQueueDropsTheTail) {
+  MakeStage(1.0, /*queue_frames=*/4, 0);
+  rte_mbuf* frames[10];
+  for (auto& m : frames) m = Frame(64, 0);
+  ASSERT_EQ(stage_->Admit(frames, 10, 0), 10);
+  EXPECT_EQ(counters_.queue_dropped, 6u);
+  EXPECT_EQ(ReleasedAt(1'000'000).size(), 4u);
+}
+
+TEST_F(BottleneckTest, AboveKEcnCapableFramesAreMarkedCe) {
+  MakeStage(1.0, 0, /*ecn_frames=*/2);
+  rte_mbuf* frames[6];
+  for (auto& m : frames) m = Frame(64, 0x02);  // ECT(0)
+  ASSERT_EQ(stage_->Admit(frames, 6, 0), 6);
+  rte_mbuf* not_capable = Frame(64, 0x00);
+  ASSERT_EQ(stage_->Admit(&not_capable, 1, 0), 1);
+  // Found 0, 1, 2 queued: left alone; found 3, 4, 5: marked; not ECT: never.
+  EXPECT_EQ(ReleasedAt(1'000'000), (std::vector<uint8_t>{0x02, 0x02, 0x02, 0x03, 0x03, 0x03, 0x00}));
+  EXPECT_EQ(counters_.ce_marked, 3u);
+}
+
+TEST_F(BottleneckTest, TheQueueDrainsAndMarkingStops) {
+  MakeStage(1.0, 0, 1);
+  rte_mbuf* frames[3];
+  for (auto& m : frames) m = Frame(64, 0x01);  // ECT(1)
+  ASSERT_EQ(stage_->Admit(frames, 3, 0), 3);
+  EXPECT_EQ(ReleasedAt(1'000'000).size(), 3u);
+  rte_mbuf* later = Frame(64, 0x01);
+  ASSERT_EQ(stage_->Admit(&later, 1, 1'000'000), 1);
+  EXPECT_EQ(ReleasedAt(2'000'000), (std::vector<uint8_t>{0x01}));
+  EXPECT_EQ(counters_.ce_marked, 1u) << "only the third of the first three";
+}
+
+}  // namespace
+}  // namespace uroce::transport
