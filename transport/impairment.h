@@ -1,5 +1,6 @@
 // Network faults from a seed: what an impaired wire does to the frames that
-// cross it (loss, duplication, reordering, delay, corruption), decided frame
+// cross it (loss, duplication, reordering, delay, corruption, and a
+// bottleneck that queues, drops and marks CE), decided frame
 // by frame by one seeded generator, so that the same seed and the same frame
 // sequence give the same faults. One implementation serves the in-memory
 // LossyLink of the tests and `uroce soak` (testing/lossy_link.h) and the
