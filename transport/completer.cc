@@ -63,6 +63,11 @@ bool Completer::RetireThrough(QueuePair* qp, Psn psn) {
 void Completer::NoteProgress(QueuePair* qp) {
   RequesterState& r = qp->req;
   r.gap_restart_armed = false;
+  // What selective READ remembers never falls behind the oldest
+  // unacknowledged PSN: a PSN left behind would, 2^24 PSNs later, name
+  // another request (an executed one it never was, a packet never placed).
+  if (r.executed_known && r.executed_through.DistanceFrom(r.unacked) < 0) r.executed_known = false;
+  if (r.unacked.DistanceFrom(r.read_ahead_from) > 0) AnchorReadAhead(r, r.unacked);
   // The retry budget is whole again (IBTA 9.7.6.1.3), the timer starts
   // again, and the round trip may be sampled.
   r.retries_left = qp->attr.retry_cnt;
@@ -123,7 +128,6 @@ void Completer::RequestSelectiveResend(QueuePair* qp, Psn psn) {
     return;
   }
   r.resend_pending = true;
-  r.resend_read_or_atomic_too = true;  // the responder says it never got it
   r.resend_psn = psn;
 }
 
@@ -572,7 +576,6 @@ void Completer::RunTimers(QueuePair* qp) {
         // unacknowledged PSN is what it waits for (of a READ, the first
         // missing run of its response).
         r.resend_pending = true;
-        r.resend_read_or_atomic_too = true;
         r.resend_psn = r.unacked;
         return;
       }

@@ -97,7 +97,6 @@ struct RequesterState {
   // round trip however many NAKs name it.
   bool selective = false;
   bool resend_pending = false;
-  bool resend_read_or_atomic_too = false;  // the resend answers a NAK
   Psn resend_psn;
   Psn last_resent_psn;
   uint64_t last_resent_ns = 0;

@@ -121,7 +121,9 @@ void Requester::Run(QueuePair* qp) {
   if (r.resend_pending && tx_.TxRoom(1)) {
     // Selective retransmission: the one PSN the responder NAKed, first.
     r.resend_pending = false;
-    if (ResendPacket(qp, r.resend_psn, r.resend_read_or_atomic_too)) {
+    // It answers a NAK, a gap or the RTO towards a selective responder,
+    // which answers a copy of a READ or atomic harmlessly: those too.
+    if (ResendPacket(qp, r.resend_psn, /*read_or_atomic_too=*/true)) {
       r.last_resent_psn = r.resend_psn;
       r.last_resent_ns = core_.Now();
       qp->counters.selective_resends++;
