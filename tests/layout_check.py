@@ -26,6 +26,7 @@ import sys
 FLOORS = {
     "common": 0,
     "cq": 1,
+    "congestion": 1,
     "transport": 2,
     "cm": 3,
     "xdp": 0,  # a leaf: the BPF program depends on nothing
