@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "common/private_dir.h"
+#include "congestion/algorithms.h"
 #include "pmd/threads.h"
 #include "transport/address_text.h"
 
@@ -185,6 +186,9 @@ class Builder {
     if (section == "engine") return Each(section, entries, [this](auto& k, auto& v, auto& e) { return Engine(k, v, e); });
     if (section == "daemon") return Each(section, entries, [this](auto& k, auto& v, auto& e) { return Daemon(k, v, e); });
     if (section == "impair") return Each(section, entries, [this](auto& k, auto& v, auto& e) { return Impair(k, v, e); });
+    if (section == "congestion") {
+      return Each(section, entries, [this](auto& k, auto& v, auto& e) { return Congestion(k, v, e); });
+    }
     if (section.rfind("endpoint.", 0) == 0) {
       EndpointConfig ep;
       ep.name = section.substr(std::strlen("endpoint."));
@@ -390,6 +394,36 @@ class Builder {
     return Status::Ok();
   }
 
+  Status Congestion(const std::string& k, const std::string& v, const std::string& where) {
+    uint64_t n = 0;
+    CongestionSection& c = c_.congestion;
+    if (k == "algorithm" || k.rfind("algorithm_sl", 0) == 0) {
+      if (!congestion::IsKnownAlgorithm(v)) return Bad(where, "expected one of " + congestion::KnownAlgorithms());
+      if (k == "algorithm") {
+        c.algorithm = v;
+      } else {
+        if (!ParseUnsigned(k.substr(std::strlen("algorithm_sl")), 0, 15, &n)) {
+          return Bad(where, "a service level is 0..15 (algorithm_sl0 .. algorithm_sl15)");
+        }
+        c.algorithm_by_sl[n] = v;
+      }
+    } else if (k == "line_rate_mbps" || k == "min_rate_mbps") {
+      if (!ParseUnsigned(v, 1, 10'000'000, &n)) return Bad(where, "expected Mbit/s, 1..10000000");
+      (k == "line_rate_mbps" ? c.line_rate_mbps : c.min_rate_mbps) = n;
+    } else if (k == "target_delay_us") {
+      if (!ParseUnsigned(v, 1, 10'000'000, &n)) return Bad(where, "expected microseconds, 1..10000000");
+      c.target_delay_us = static_cast<uint32_t>(n);
+    } else if (k == "cnp_interval_us") {
+      if (!ParseUnsigned(v, 0, 10'000'000, &n)) return Bad(where, "expected microseconds, 0..10000000 (0: no CNPs)");
+      c.cnp_interval_us = static_cast<uint32_t>(n);
+    } else {
+      return Unknown("congestion", k,
+                     "algorithm, algorithm_sl0..15, line_rate_mbps, min_rate_mbps, target_delay_us, cnp_interval_us");
+    }
+    if (c.min_rate_mbps > c.line_rate_mbps) return Bad(where, "min_rate_mbps is above line_rate_mbps");
+    return Status::Ok();
+  }
+
   Status Endpoint(const std::string& k, const std::string& v, const std::string& where, EndpointConfig& ep, Gid& ipv4,
                   Gid& ipv6, std::vector<Gid>& extra) {
     uint64_t n = 0;
@@ -481,6 +515,9 @@ class Builder {
     } else if (k == "loopback") {
       if (!ParseBool(v, &b)) return Bad(where, "expected yes or no");
       ep.loopback = b;
+    } else if (k == "congestion") {
+      if (!congestion::IsKnownAlgorithm(v)) return Bad(where, "expected one of " + congestion::KnownAlgorithms());
+      ep.congestion = v;
     } else if (k == "kernel_io") {
       if (v == "auto") {
         ep.kernel_io = KernelIo::kAuto;

@@ -74,6 +74,18 @@
 //   ecn_frames = 64         above this many queued, ECN-capable frames leave
 //                         marked CE (0: never)
 //
+//   [congestion]          congestion control (docs/congestion.md)
+//   algorithm = none      none, dcqcn or swift: every reliable QP's, unless
+//                         its endpoint or service level names another
+//   algorithm_sl3 = swift QPs whose address vector has service level 3
+//                         (ibv_ah_attr.sl 0..15), as NICs enable DCQCN per
+//                         priority
+//   line_rate_mbps = 100000   where DCQCN's rate starts and recovers to
+//   min_rate_mbps = 10    no algorithm paces a QP below this
+//   target_delay_us = 50  swift: the round trip it aims for
+//   cnp_interval_us = 50  a CE-marked packet is answered with a CNP, at most
+//                         one per QP per interval (0: never)
+//
 //   [endpoint.NAME]       one port with one engine (any number of them)
 //   port = ring:PAIR:a    one side of an in-process net_ring pair
 //   port = net_memif0,role=server,socket=/tmp/x.sock   any vdev string
@@ -110,10 +122,13 @@
 //   neighbors = IP=MAC,...      static neighbour entries (no ARP for them)
 //   loopback = yes        frames to our own GIDs stay in the engine
 //   qpn_range = BASE+COUNT      QPNs from this range only (a daemon's lease)
+//   congestion = dcqcn    this endpoint's (device's) algorithm, in place of
+//                         [congestion] algorithm
 //
 // Comments start with ';' (rte_cfgfile's default comment character).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -158,6 +173,8 @@ struct EndpointConfig : EndpointPortConfig {
   bool loopback = true;
   // QPNs leased from a daemon: qpn_base..qpn_base+qpn_count-1 (0: all).
   uint32_t qpn_base = 0, qpn_count = 0;
+  // This device's congestion control; empty: [congestion] algorithm.
+  std::string congestion;
 };
 
 struct EngineTunables {
@@ -198,6 +215,14 @@ struct ImpairConfig {
   bool any() const { return frame_faults() || rnr_storm > 0; }
 };
 
+// [congestion]: transport::CongestionConfig, in the units people write.
+struct CongestionSection {
+  std::string algorithm = "none";
+  std::array<std::string, 16> algorithm_by_sl;  // empty: `algorithm`
+  uint64_t line_rate_mbps = 100'000, min_rate_mbps = 10;
+  uint32_t target_delay_us = 50, cnp_interval_us = 50;
+};
+
 struct UroceConfig {
   std::string origin;  // the file (or "built-in ring.ini"), for messages
   EalConfig eal;       // vdevs and PCI allow-list filled from the endpoints
@@ -206,6 +231,7 @@ struct UroceConfig {
   EngineTunables engine;
   DaemonConfig daemon;
   ImpairConfig impair;
+  CongestionSection congestion;
   std::vector<EndpointConfig> endpoints;
 
   // The endpoint called `name`, or null.

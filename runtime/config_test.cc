@@ -294,6 +294,41 @@ TEST(ConfigTest, ImpairSection) {
   }
 }
 
+TEST(ConfigTest, CongestionSection) {
+  const std::string ep = "[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\n";
+  auto plain = LoadConfigText(ep, "test.ini");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->congestion.algorithm, "none");
+  auto c = LoadConfigText("[congestion]\nalgorithm=dcqcn\nalgorithm_sl3=swift\nline_rate_mbps=25000\n"
+                          "min_rate_mbps=50\ntarget_delay_us=30\ncnp_interval_us=4\n" +
+                              ep + "congestion=swift\n",
+                          "test.ini");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->congestion.algorithm, "dcqcn");
+  EXPECT_EQ(c->congestion.algorithm_by_sl[3], "swift");
+  EXPECT_EQ(c->congestion.algorithm_by_sl[0], "");
+  EXPECT_EQ(c->congestion.line_rate_mbps, 25000u);
+  EXPECT_EQ(c->congestion.min_rate_mbps, 50u);
+  EXPECT_EQ(c->congestion.target_delay_us, 30u);
+  EXPECT_EQ(c->congestion.cnp_interval_us, 4u);
+  EXPECT_EQ(c->endpoints[0].congestion, "swift");
+  const struct {
+    const char* section;
+    const char* expect;
+  } bad[] = {
+      {"[congestion]\nalgorithm=cubic\n", "[congestion] algorithm = 'cubic': expected one of none, dcqcn, swift"},
+      {"[congestion]\nalgorithm_sl16=dcqcn\n", "[congestion] algorithm_sl16 = 'dcqcn': a service level is 0..15"},
+      {"[congestion]\nline_rate_mbps=0\n", "[congestion] line_rate_mbps = '0'"},
+      {"[congestion]\nline_rate_mbps=100\nmin_rate_mbps=200\n", "min_rate_mbps is above line_rate_mbps"},
+      {"[congestion]\nwindow=3\n", "unknown key 'window' in [congestion]"},
+  };
+  for (const auto& b : bad) {
+    const std::string e = ErrorOf(std::string(b.section) + ep);
+    EXPECT_NE(e.find(b.expect), std::string::npos) << b.section << ": " << e;
+  }
+  EXPECT_NE(ErrorOf(ep + "congestion=reno\n").find("expected one of none, dcqcn, swift"), std::string::npos);
+}
+
 TEST(ConfigTest, ImpairSpecOverridesTheSection) {
   const std::string text = "[impair]\nloss=0.5\nseed=3\n[endpoint.a]\nport=net_null0\nipv4=1.2.3.4\n";
   auto spec = ParseImpairSpec("loss=0.01, dup=0.001,reorder=0.01,delay_us=50,corrupt=0.0001,seed=7");

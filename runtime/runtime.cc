@@ -316,6 +316,13 @@ Status Runtime::StartEngine(Device* ep, const EndpointConfig& ec) {
   cfg.selective_retransmission = config_.engine.selective_retransmission;
   cfg.reorder_windows = config_.engine.reorder_windows;
   cfg.reorder_max_held = config_.engine.reorder_max_held;
+  const CongestionSection& cs = config_.congestion;
+  cfg.congestion.algorithm = ec.congestion.empty() ? cs.algorithm : ec.congestion;
+  cfg.congestion.algorithm_by_sl = cs.algorithm_by_sl;
+  cfg.congestion.params.line_rate_mbps = cs.line_rate_mbps;
+  cfg.congestion.params.min_rate_mbps = cs.min_rate_mbps;
+  cfg.congestion.params.target_delay_ns = uint64_t{cs.target_delay_us} * 1000;
+  cfg.congestion.cnp_interval_ns = uint64_t{cs.cnp_interval_us} * 1000;
   cfg.loopback = ec.loopback;
   cfg.qpn_base = ec.qpn_base;
   cfg.qpn_count = ec.qpn_count;

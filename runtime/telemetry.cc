@@ -135,6 +135,11 @@ int Port(const char*, const char* params, rte_tel_data* d) {
       {"tx_queue_full_polls", c.tx_queue_full_polls},
       {"tx_raw_frames", c.tx_raw_frames},
       {"rnr_storm_naks", c.rnr_storm_naks},
+      {"cnps_sent", c.cnps_sent},
+      {"cnps_received", c.cnps_received},
+      {"cnps_ignored", c.cnps_ignored},
+      {"rx_ce_marked", c.rx_ce_marked},
+      {"paced_waits", c.paced_waits},
   };
   for (const auto& [name, value] : counters) rte_tel_data_add_dict_u64(d, name, value);
   if (e->impaired != nullptr) {
@@ -208,6 +213,11 @@ int Qp(const char*, const char* params, rte_tel_data* d) {
       // How each half recovers loss with this peer (docs/transport.md).
       rte_tel_data_add_dict_string(d, "requester_recovery", s.requester_selective ? "selective" : "go-back-N");
       rte_tel_data_add_dict_string(d, "responder_recovery", s.responder_selective ? "selective" : "go-back-N");
+      // Congestion control (docs/congestion.md): the algorithm, its rate
+      // (0: not paced) and window (0: the QP's own) as they stand.
+      rte_tel_data_add_dict_string(d, "congestion", s.congestion.c_str());
+      rte_tel_data_add_dict_u64(d, "congestion_rate_mbps", s.congestion_rate_mbps);
+      rte_tel_data_add_dict_u64(d, "congestion_window", s.congestion_window);
     }
     const transport::QpCounters& c = s.counters;
     const std::pair<const char*, uint64_t> counters[] = {
@@ -220,6 +230,7 @@ int Qp(const char*, const char* params, rte_tel_data* d) {
         {"rto_expiries", c.rto_expiries},   {"tail_probes", c.tail_probes},
         {"held_packets", c.held_packets},   {"placed_ahead", c.placed_ahead},
         {"selective_resends", c.selective_resends},
+        {"cnps_sent", c.cnps_sent},         {"cnps_received", c.cnps_received},
         {"srtt_ns", s.srtt_ns},             {"rttvar_ns", s.rttvar_ns},
         {"rto_ns", s.rto_ns},
     };

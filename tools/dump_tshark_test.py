@@ -16,7 +16,9 @@ the rest only where tshark decodes it (a newer Wireshark will).
 
 The same holds for IBTA 1.5's ATOMIC WRITE (RC opcode 0x1D): Wireshark 4.0
 shows it as "Unknown (29)", decodes the BTH and reads the RETH and the 8 bytes
-after it as vendor data, so its frames too are compared up to the BTH.
+after it as vendor data, so its frames too are compared up to the BTH. So
+does RoCEv2's CNP (opcode 0x81, annex A17.9.3): "Unknown (129)", its 16
+reserved bytes and ICRC read as vendor data.
 """
 import json
 import subprocess
@@ -104,7 +106,7 @@ def compare_file(uroce, path):
         compared += 1
 
         # Opcodes Wireshark 4.0 reads only the BTH of (see above).
-        bth_only = 0xA0 <= u["opcode"] <= 0xBF or u["opcode"] == 0x1D
+        bth_only = 0xA0 <= u["opcode"] <= 0xBF or u["opcode"] in (0x1D, 0x81)
 
         def check(what, mine, wireshark_field, convert=number, bth=False):
             text = t.get(wireshark_field, "")

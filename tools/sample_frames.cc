@@ -23,6 +23,7 @@ uint32_t PayloadFor(PayloadRule rule, std::mt19937& rng) {
     case PayloadRule::kOneToMtu: return 1 + r % 300;
     case PayloadRule::kZeroToMtu: return r % 300;
     case PayloadRule::kExactlyEight: return 8;
+    case PayloadRule::kExactlySixteen: return 16;
   }
   return 0;
 }

@@ -56,11 +56,13 @@ bool Completer::RetireThrough(QueuePair* qp, Psn psn) {
     // with it, or the window and the timer would count it for ever.
     if ((slot.last_psn + 1).DistanceFrom(r.unacked) > 0) r.unacked = slot.last_psn + 1;
   }
-  if (r.unacked.DistanceFrom(unacked_before) > 0) NoteProgress(qp);
+  if (r.unacked.DistanceFrom(unacked_before) > 0) {
+    NoteProgress(qp, static_cast<uint32_t>(r.unacked.DistanceFrom(unacked_before)));
+  }
   return all_answered;
 }
 
-void Completer::NoteProgress(QueuePair* qp) {
+void Completer::NoteProgress(QueuePair* qp, uint32_t acked_packets) {
   RequesterState& r = qp->req;
   r.gap_restart_armed = false;
   // What selective READ remembers never falls behind the oldest
@@ -72,8 +74,29 @@ void Completer::NoteProgress(QueuePair* qp) {
   // again, and the round trip may be sampled.
   r.retries_left = qp->attr.retry_cnt;
   const bool outstanding = r.unacked.DistanceFrom(r.sent_limit) < 0;
-  r.timer.OnProgress(r.unacked, core_.Now(), LocalAckTimeoutNs(qp->attr.timeout), outstanding,
-                     core_.config.retransmit);
+  const uint64_t now = core_.Now();
+  const uint64_t rtt_ns =
+      r.timer.OnProgress(r.unacked, now, LocalAckTimeoutNs(qp->attr.timeout), outstanding, core_.config.retransmit);
+  if (qp->cc != nullptr) qp->cc->OnAcked(now, acked_packets, rtt_ns);
+}
+
+void Completer::SignalLoss(QueuePair* qp) {
+  if (qp->cc != nullptr) qp->cc->OnLoss(core_.Now());
+}
+
+void Completer::HandleCongestionNotification(QueuePair* qp) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
+  // Only a connected requester with an algorithm listens (the receiver
+  // checked that the CNP came from the QP's peer); a CNP to anything else
+  // is counted and ignored, as rxe and a NIC without DCQCN ignore it.
+  const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
+  if (qp->cc == nullptr || (state != IBV_QPS_RTS && state != IBV_QPS_SQD)) {
+    core_.counters.cnps_ignored++;
+    return;
+  }
+  qp->counters.cnps_received++;
+  core_.counters.cnps_received++;
+  qp->cc->OnCongestionNotified(core_.Now());
 }
 
 void Completer::AcknowledgeThrough(QueuePair* qp, Psn psn) {
@@ -90,8 +113,9 @@ void Completer::AcknowledgeThrough(QueuePair* qp, Psn psn) {
     }
   }
   if (next.DistanceFrom(r.unacked) > 0) {
+    const uint32_t acked = static_cast<uint32_t>(next.DistanceFrom(r.unacked));
     r.unacked = next;
-    NoteProgress(qp);
+    NoteProgress(qp, acked);
   } else if (r.unacked.DistanceFrom(r.sent_limit) >= 0) {
     r.timer.Disarm();  // nothing outstanding
   }
@@ -232,6 +256,7 @@ CompleterStep Completer::CheckAck(const Response& response) {
     case AethKind::kNak:
       response.qp->counters.naks_received++;
       core_.counters.naks_received++;
+      SignalLoss(response.qp);
       return static_cast<NakCode>(aeth.value()) == NakCode::kPsnSequenceError ? CompleterStep::kSequenceNak
                                                                               : CompleterStep::kFatalNak;
     default:
@@ -564,6 +589,7 @@ void Completer::RunTimers(QueuePair* qp) {
         return;
       }
       --r.retries_left;
+      SignalLoss(qp);
       break;
     case RetransmitTimer::Expiry::kRetransmit:
       // Towards a standard responder a READ or atomic waits for a NAK or the
@@ -571,6 +597,7 @@ void Completer::RunTimers(QueuePair* qp) {
       if (!r.selective && requester_.OldestIsReadOrAtomic(qp)) return;
       qp->counters.rto_expiries++;
       core_.counters.rto_expiries++;
+      SignalLoss(qp);
       if (r.selective) {
         // The responder holds what arrived after the oldest gap: the oldest
         // unacknowledged PSN is what it waits for (of a READ, the first

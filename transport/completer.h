@@ -52,6 +52,9 @@ class Completer {
 
   void HandleAcknowledge(QueuePair* qp, const PacketView& packet);
   void HandleResponse(QueuePair* qp, const PacketView& packet);
+  // A CNP from the QP's peer (annex A17.9.3): its congestion control, if
+  // it has one, slows down; counted either way.
+  void HandleCongestionNotification(QueuePair* qp);
   // The local ACK timer of `qp`, against the poll's time.
   void RunTimers(QueuePair* qp);
 
@@ -90,9 +93,13 @@ class Completer {
   Psn OldestWaiting(const QueuePair* qp) const;
 
   bool RetireThrough(QueuePair* qp, Psn psn);
-  // r.unacked moved forward: the retry budget, the gap restart and the
-  // retransmission timer start again.
-  void NoteProgress(QueuePair* qp);
+  // r.unacked moved forward by `acked_packets`: the retry budget, the gap
+  // restart and the retransmission timer start again, and the congestion
+  // control hears of it (with the round trip, when one was measured).
+  void NoteProgress(QueuePair* qp, uint32_t acked_packets);
+  // A retransmission is due (a NAK, the RTO, the application's timeout):
+  // the congestion control hears of the loss.
+  void SignalLoss(QueuePair* qp);
   void AcknowledgeThrough(QueuePair* qp, Psn psn);
   bool AckPsnValid(const QueuePair* qp, Psn psn) const;
   // Asks once for the oldest request from the first PSN it still waits for.

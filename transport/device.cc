@@ -504,6 +504,11 @@ std::vector<QpStats> Device::QpStatsSnapshot() const {
       s.rto_ns = qp->req.timer.rto_ns(core_.config.retransmit, LocalAckTimeoutNs(qp->attr.timeout));
       s.requester_selective = qp->req.selective;
       s.responder_selective = qp->resp.selective;
+      if (qp->cc != nullptr) {
+        s.congestion = qp->cc->name();
+        s.congestion_rate_mbps = qp->cc->allowance().rate_mbps;
+        s.congestion_window = qp->cc->allowance().window_packets;
+      }
     }
     out.push_back(s);
   }

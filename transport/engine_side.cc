@@ -48,6 +48,7 @@ StatusOr<std::pair<QueuePair*, QueuePair*>> ConnectQueuePairs(EngineSide& a, Eng
     attr.min_rnr_timer = o.min_rnr_timer;
     attr.ah_attr.is_global = 1;
     attr.ah_attr.port_num = 1;
+    attr.ah_attr.sl = o.sl;
     std::memcpy(attr.ah_attr.grh.dgid.raw, sides[1 - i]->gid.data(), 16);
     attr.ah_attr.grh.hop_limit = 64;
     int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;

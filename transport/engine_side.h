@@ -46,6 +46,9 @@ struct RcConnectOptions {
   uint32_t xrcd_b = 0;
   // b stops at RTR (a passive responder, as perftest's READ/atomic servers).
   bool b_stays_in_rtr = false;
+  // Both QPs' service level (ibv_ah_attr.sl), which may choose their
+  // congestion control (CongestionConfig::algorithm_by_sl).
+  uint8_t sl = 0;
 };
 
 // Creates an RC (or UC, or XRC initiator and target) QP on each side and moves both to RTS, each

@@ -9,11 +9,14 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "congestion/congestion_control.h"
 #include "transport/completion_queue.h"
 #include "transport/headers.h"
 #include "transport/memory_region.h"
@@ -23,6 +26,27 @@
 #include "transport/shared_receive_queue.h"
 
 namespace uroce::transport {
+
+// Congestion control (congestion/, docs/congestion.md), for the reliable
+// QPs' requesters (RC, XRC initiators).
+struct CongestionConfig {
+  // Every QP's algorithm (congestion/algorithms.h), unless its service level
+  // (ibv_ah_attr.sl, IBTA 9.6.1.3) has one of its own, as NICs enable
+  // DCQCN per priority. "none": no object, no cost.
+  std::string algorithm = "none";
+  std::array<std::string, 16> algorithm_by_sl;  // empty: `algorithm`
+  // Line rate, floor and target delay; the MTU and window are each QP's.
+  congestion::CongestionParams params;
+  // The notification point (DCQCN's receiver): a packet that arrives marked
+  // CE (RFC 3168) is answered with a CNP to its sender, at most one per QP
+  // per interval, as NICs limit them. 0: never send CNPs.
+  uint64_t cnp_interval_ns = 50'000;
+
+  const std::string& AlgorithmFor(uint8_t sl) const {
+    const std::string& own = algorithm_by_sl[sl % algorithm_by_sl.size()];
+    return own.empty() ? algorithm : own;
+  }
+};
 
 struct EngineConfig {
   MacAddress mac{};
@@ -86,6 +110,7 @@ struct EngineConfig {
   // seeded with rnr_storm_seed (transport/impairment.h).
   double rnr_storm = 0;
   uint64_t rnr_storm_seed = 1;
+  CongestionConfig congestion;
 };
 
 struct EngineCounters {
@@ -113,6 +138,13 @@ struct EngineCounters {
   uint64_t loopback_frames = 0;
   // RNR NAKs of the RNR storm (EngineConfig::rnr_storm), also in rnr_naks_sent.
   uint64_t rnr_storm_naks = 0;
+  // Congestion control: CNPs sent (for packets that arrived marked CE) and
+  // received (for our QPs), as QpCounters; CNPs for a QP without an
+  // algorithm, or from elsewhere than its peer, are counted and ignored;
+  // times a requester waited on its pace.
+  uint64_t cnps_sent = 0, cnps_received = 0, cnps_ignored = 0, paced_waits = 0;
+  // Frames that arrived marked CE.
+  uint64_t rx_ce_marked = 0;
 };
 
 // One QP as the counters see it (Engine::QpStatsSnapshot).
@@ -128,6 +160,11 @@ struct QpStats {
   // How each half recovers loss with its peer: selective (both sides offer
   // it) or go-back-N.
   bool requester_selective = false, responder_selective = false;
+  // Congestion control: the algorithm ("none"), its rate in Mbit/s (0: not
+  // paced) and window in packets (0: the QP's own), as they stand.
+  std::string congestion = "none";
+  uint64_t congestion_rate_mbps = 0;
+  uint32_t congestion_window = 0;
 };
 
 // The reliable connected services: RC, and XRC's two halves (an XRC

@@ -239,6 +239,16 @@ inline void WriteHeader(uint8_t* p, const Header& h) {
   std::memcpy(p, &h, sizeof(Header));
 }
 
+// ECN, the two low bits of the IPv4 TOS and the IPv6 traffic class
+// (RFC 3168 section 5): ECT(0) on the packets of a QP whose congestion
+// control reads ECN, CE where a congested queue marked one.
+constexpr uint8_t kEcnMask = 0x03;
+constexpr uint8_t kEcnEct0 = 0x02;
+constexpr uint8_t kEcnCe = 0x03;
+
+// BTH byte 4's BECN bit (IBTA vol. 1 annex A17.9.3, RoCEv2): set in a CNP.
+constexpr uint8_t kBthBecn = 0x40;
+
 // --- Decoded, host-order forms -----------------------------------------------
 
 // uroce's selective retransmission (docs/transport.md): the lowest of the

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "congestion/algorithms.h"
 #include "transport/device.h"
 
 namespace uroce::transport {
@@ -87,6 +88,22 @@ Status Device::ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint
     qp->resp.read_history.assign(2 * std::max<uint32_t>(a.max_dest_rd_atomic, 1), ReadRecord{});
     qp->resp.read_history_next = 0;
     qp->resp.reads_head = qp->resp.reads_count = qp->resp.duplicate_jobs = 0;
+    // The requester's congestion control, chosen by the QP's service level
+    // now that its path and MTU are known (docs/congestion.md).
+    if (qp->type == IBV_QPT_RC || qp->type == IBV_QPT_XRC_SEND) {
+      const CongestionConfig& cc = core_.config.congestion;
+      congestion::CongestionParams params = cc.params;
+      params.mtu_bytes = qp->mtu_bytes;
+      params.max_window_packets = core_.config.max_unacked_packets;
+      qp->cc = congestion::MakeCongestionControl(cc.AlgorithmFor(a.ah_attr.sl), params);
+      qp->pacer = congestion::Pacer{};
+    }
+  }
+  // An algorithm that reads ECN has its QP's packets leave ECN-capable,
+  // ECT(0) (RFC 3168 section 5; RoCEv2 annex A17.9.1); the DSCP stays the
+  // application's.
+  if (qp->cc != nullptr && qp->cc->ecn_capable()) {
+    qp->path.traffic_class = static_cast<uint8_t>((qp->path.traffic_class & ~kEcnMask) | kEcnEct0);
   }
   if (target == IBV_QPS_RESET) {
     // Back to a clean QP (IBTA 10.3.1.1): queues emptied without completions.
@@ -96,6 +113,8 @@ Status Device::ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint
     while (qp->send_ring.TryPopSingleConsumer([](const std::byte*) {})) {}
     while (qp->recv_ring.TryPopSingleConsumer([](const std::byte*) {})) {}
     qp->req = RequesterState{};
+    qp->cc.reset();
+    qp->next_cnp_ns = 0;
     qp->ResetWindow();  // at the send queue's position
     core_.ReleaseHeldPackets(qp);
     auto atomics = std::move(qp->resp.atomics);

@@ -139,6 +139,8 @@ constexpr OpcodeRow kRows[] = {
      Pay::kOneToMtu, kXrcEth | kIeth},
     {Opcode::kXrcSendOnlyWithInvalidate, "XRC SEND_ONLY_WITH_INVALIDATE", Op::kSend, Role::kRequest, Pos::kOnly,
      Pay::kZeroToMtu, kXrcEth | kIeth},
+    {Opcode::kCnp, "CNP CONGESTION_NOTIFICATION", Op::kCongestionNotification, Role::kCongestionNotification, Pos::kOnly, Pay::kExactlySixteen,
+     0},
 };
 
 constexpr TransportService ServiceOf(Opcode op) {
@@ -146,6 +148,7 @@ constexpr TransportService ServiceOf(Opcode op) {
   return base == 0x00   ? TransportService::kRc
          : base == 0x20 ? TransportService::kUc
          : base == 0xA0 ? TransportService::kXrc
+         : base == 0x80 ? TransportService::kCnp
                         : TransportService::kUd;
 }
 
@@ -196,7 +199,7 @@ constexpr std::array<Opcode, std::size(kRows)> BuildList() {
 }  // namespace
 
 constexpr std::array<OpcodeInfo, 256> kOpcodeTable = BuildTable();
-constexpr std::array<Opcode, 61> kAllOpcodes = BuildList();
+constexpr std::array<Opcode, 62> kAllOpcodes = BuildList();
 
 // Facts of IBTA table 38 and section 9.3, checked when this file compiles.
 static_assert(kOpcodeTable[0x04].header_bytes == 12);                         // RC SEND Only: BTH
@@ -212,6 +215,7 @@ static_assert(kOpcodeTable[0xB1].header_bytes == 16 && !kOpcodeTable[0xB1].has(k
 static_assert(!kOpcodeTable[0xB5].valid && !kOpcodeTable[0xB8].valid);
 static_assert(kOpcodeTable[0x1D].reth_offset == 12 && kOpcodeTable[0x1D].header_bytes == 28);  // ATOMIC WRITE
 static_assert(!kOpcodeTable[0x1C].valid && !kOpcodeTable[0xBD].valid);  // FLUSH; no XRC ATOMIC WRITE here
+static_assert(kOpcodeTable[0x81].header_bytes == 12 && !kOpcodeTable[0x80].valid);  // CNP: BTH only
 static_assert(!kOpcodeTable[0x15].valid && !kOpcodeTable[0x2C].valid && !kOpcodeTable[0x63].valid);
 
 const char* TransportServiceName(TransportService service) {
@@ -220,6 +224,7 @@ const char* TransportServiceName(TransportService service) {
     case TransportService::kUc: return "UC";
     case TransportService::kUd: return "UD";
     case TransportService::kXrc: return "XRC";
+    case TransportService::kCnp: return "CNP";
   }
   return "?";
 }

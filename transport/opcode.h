@@ -84,13 +84,19 @@ enum class Opcode : uint8_t {
   kXrcFetchAdd = 0xB4,
   kXrcSendLastWithInvalidate = 0xB6,
   kXrcSendOnlyWithInvalidate = 0xB7,
+
+  // RoCEv2's Congestion Notification Packet (IBTA vol. 1 annex A17.9.3):
+  // a receiver that got packets marked CE tells their sender's QP, which
+  // slows down (congestion/dcqcn.h). BTH with BECN set, 16 reserved bytes.
+  kCnp = 0x81,
 };
 
 // The opcode base of each service (IBTA table 38: bits 7-5).
 constexpr uint8_t kRcOpcodeBase = 0x00;
 constexpr uint8_t kXrcOpcodeBase = 0xA0;
 
-enum class TransportService : uint8_t { kRc, kUc, kUd, kXrc };
+// kCnp: the CNP's own opcode group (0x80), of no transport service.
+enum class TransportService : uint8_t { kRc, kUc, kUd, kXrc, kCnp };
 
 enum class Operation : uint8_t {
   kSend,
@@ -104,11 +110,13 @@ enum class Operation : uint8_t {
   // IBTA 1.5 ATOMIC WRITE: 8 bytes stored as one naturally aligned write,
   // acknowledged like an RDMA WRITE (a plain ACK).
   kAtomicWrite,
+  kCongestionNotification,  // a CNP
 };
 
 // Who sends the packet: a requester, or a responder answering with READ
 // response data or with an acknowledgement (ACK/NAK, atomic ACK).
-enum class PacketRole : uint8_t { kRequest, kReadResponse, kAcknowledge };
+// A CNP is none of these: it comes from a receiver but answers no request.
+enum class PacketRole : uint8_t { kRequest, kReadResponse, kAcknowledge, kCongestionNotification };
 
 // Where the packet sits in its message (IBTA 9.5: First, Middle, Last, Only).
 // Packets that are whole by nature (ACK, READ request, atomics) are kOnly.
@@ -121,7 +129,8 @@ enum class MessagePosition : uint8_t { kFirst, kMiddle, kLast, kOnly };
 // requests, atomics and acknowledgements carry none; an ATOMIC WRITE carries
 // exactly its 8 bytes (IBTA 1.5, 9.4.7), so never padding. The parser does
 // not know the path MTU, so the MTU bound is the responder's check.
-enum class PayloadRule : uint8_t { kNone, kFullMtu, kOneToMtu, kZeroToMtu, kExactlyEight };
+// A CNP carries exactly its 16 reserved bytes (annex A17.9.3), no pad.
+enum class PayloadRule : uint8_t { kNone, kFullMtu, kOneToMtu, kZeroToMtu, kExactlyEight, kExactlySixteen };
 
 // Extension headers, as bits of OpcodeInfo::headers. When several are
 // present they follow the BTH in this order (IBTA 9.2, figure 88).
@@ -139,7 +148,7 @@ enum ExtensionHeader : uint8_t {
 };
 
 struct OpcodeInfo {
-  bool valid = false;  // false: reserved or unsupported (RD, CNP, ...)
+  bool valid = false;  // false: reserved or unsupported (RD, ...)
   uint8_t opcode = 0;
   const char* name = "UNKNOWN";  // "RC SEND_ONLY": service, then IBTA's operation name
   TransportService service = TransportService::kRc;
@@ -176,9 +185,9 @@ inline const OpcodeInfo& LookupOpcode(uint8_t opcode) { return kOpcodeTable[opco
 inline const OpcodeInfo& LookupOpcode(Opcode opcode) { return kOpcodeTable[static_cast<uint8_t>(opcode)]; }
 
 // Every valid opcode, in increasing order (for tests and tools).
-extern const std::array<Opcode, 61> kAllOpcodes;
+extern const std::array<Opcode, 62> kAllOpcodes;
 
-const char* TransportServiceName(TransportService service);  // "RC", "UC", "UD", "XRC"
+const char* TransportServiceName(TransportService service);  // "RC", "UC", "UD", "XRC", "CNP"
 const char* MessagePositionName(MessagePosition position);   // "first", ...
 
 }  // namespace uroce::transport

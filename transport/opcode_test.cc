@@ -72,9 +72,13 @@ TEST(OpcodeTest, NamesAgreeWithServiceAndPosition) {
               info.operation == Operation::kCompareSwap || info.operation == Operation::kFetchAdd)
         << name;
     EXPECT_EQ(info.has(kAtomicAckEth), info.operation == Operation::kAtomicAcknowledge) << name;
-    // Payload allowed exactly where data moves from requester or READ responder.
+    // Payload allowed exactly where data moves from requester or READ
+    // responder, and the CNP's 16 reserved bytes (annex A17.9.3).
     const bool data = info.operation == Operation::kSend || info.operation == Operation::kRdmaWrite ||
-                      info.operation == Operation::kRdmaReadResponse || info.operation == Operation::kAtomicWrite;
+                      info.operation == Operation::kRdmaReadResponse || info.operation == Operation::kAtomicWrite ||
+                      info.operation == Operation::kCongestionNotification;
+    EXPECT_EQ(info.payload == PayloadRule::kExactlySixteen, info.operation == Operation::kCongestionNotification)
+        << name;
     EXPECT_EQ(info.has_payload(), data) << name;
     // An ATOMIC WRITE carries its 8 bytes, nothing else.
     EXPECT_EQ(info.payload == PayloadRule::kExactlyEight, info.operation == Operation::kAtomicWrite) << name;
@@ -82,8 +86,11 @@ TEST(OpcodeTest, NamesAgreeWithServiceAndPosition) {
     EXPECT_EQ(info.has(kXrcEth), info.service == TransportService::kXrc && info.role == PacketRole::kRequest)
         << name;
     // Only RC and XRC have responders that send packets back (IBTA 9.7, 9.8).
+    // A CNP is its own kind.
     if (info.service != TransportService::kRc && info.service != TransportService::kXrc) {
-      EXPECT_EQ(info.role, PacketRole::kRequest) << name;
+      EXPECT_EQ(info.role, info.service == TransportService::kCnp ? PacketRole::kCongestionNotification
+                                                                  : PacketRole::kRequest)
+          << name;
     }
   }
 }

@@ -34,6 +34,7 @@ bool PayloadLengthAllowed(PayloadRule rule, uint32_t length) {
     case PayloadRule::kOneToMtu: return length > 0;
     case PayloadRule::kZeroToMtu: return true;
     case PayloadRule::kExactlyEight: return length == 8;
+    case PayloadRule::kExactlySixteen: return length == 16;
   }
   return false;
 }

@@ -141,6 +141,10 @@ ParseError ParseTransport(const uint8_t* frame, size_t bth, size_t end, PacketVi
       if (pad != 0) return ParseError::kBadPadCount;
       if (f.payload_length != 8) return ParseError::kBadLengthForOpcode;
       break;
+    case PayloadRule::kExactlySixteen:  // CNP: its 16 reserved bytes, no pad
+      if (pad != 0) return ParseError::kBadPadCount;
+      if (f.payload_length != 16) return ParseError::kBadLengthForOpcode;
+      break;
   }
   return ParseError::kOk;
 }

@@ -74,6 +74,7 @@ std::vector<uint32_t> AllowedPayloads(PayloadRule rule) {
     case PayloadRule::kOneToMtu: return {1, 2, 3, 4, 61, 1024};
     case PayloadRule::kZeroToMtu: return {0, 1, 2, 3, 64, 4096};
     case PayloadRule::kExactlyEight: return {8};
+    case PayloadRule::kExactlySixteen: return {16};
   }
   return {};
 }
@@ -489,7 +490,7 @@ TEST(PacketParserTest, BadBthVersion) {
 }
 
 TEST(PacketParserTest, UnknownOpcode) {
-  for (uint8_t opcode : {0x15, 0x18, 0x19, 0x2C, 0x40, 0x63, 0x66, 0x81, 0xFF}) {
+  for (uint8_t opcode : {0x15, 0x18, 0x19, 0x2C, 0x40, 0x63, 0x66, 0x80, 0xFF}) {
     Sample s = SampleFrame(Opcode::kRcSendOnly, 64);
     s.frame[s.bth] = opcode;
     Reseal(s);

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "common/ring.h"
+#include "congestion/congestion_control.h"
+#include "congestion/pacer.h"
 #include "transport/completion_queue.h"
 #include "transport/headers.h"
 #include "transport/memory_region.h"
@@ -232,6 +234,9 @@ struct QpCounters {
   // WRITE packets placed on arrival (responder); single packets resent for
   // a NAK (requester).
   uint64_t held_packets = 0, placed_ahead = 0, selective_resends = 0;
+  // Congestion control: CNPs sent to the peer (its packets arrived marked
+  // CE) and received from it.
+  uint64_t cnps_sent = 0, cnps_received = 0;
 };
 
 class QueuePair {
@@ -280,6 +285,15 @@ class QueuePair {
   RequesterState req;
   ResponderState resp;
   QpCounters counters;
+  // The requester's congestion control (congestion/congestion_control.h):
+  // null when the algorithm is "none". Made by the control path when the
+  // QP is connected (RTR), dropped at RESET; the transmit side obeys its
+  // allowance, pacing with `pacer`.
+  std::unique_ptr<congestion::CongestionControl> cc;
+  congestion::Pacer pacer;
+  // The notification point: no CNP to the peer before this time
+  // (CongestionConfig::cnp_interval_ns).
+  uint64_t next_cnp_ns = 0;
   bool ack_listed = false;  // on the engine's list of QPs with an ACK to send
   // GSI QP only: the source MAC of each datagram received, by receive slot
   // (wr_id % size); written before the completion is pushed, read by the

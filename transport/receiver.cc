@@ -72,6 +72,14 @@ bool Receiver::HandleFrame(rte_mbuf* m, bool from_loopback) {
     core_.counters.rx_path_mismatch++;
     return true;
   }
+  if (info.role == PacketRole::kCongestionNotification) {
+    // A CNP comes from the peer's receiver and answers no request: no PSN,
+    // no state of the connection changes. A UD QP has no peer to check it
+    // against, and no congestion control.
+    if (qp->type == IBV_QPT_UD) core_.counters.cnps_ignored++;
+    else completer_.HandleCongestionNotification(qp);
+    return true;
+  }
   qp->counters.rx_packets++;
   qp->counters.rx_bytes += view.fields.payload_length;
   // An XRC initiator has no receive side and takes only responses; an XRC
@@ -81,7 +89,16 @@ bool Receiver::HandleFrame(rte_mbuf* m, bool from_loopback) {
   if (info.service != want || wrong_xrc_half || state == IBV_QPS_RESET || state == IBV_QPS_INIT ||
       state == IBV_QPS_ERR) {
     core_.counters.rx_dropped++;
-  } else if (info.role == PacketRole::kRequest) {
+    return true;
+  }
+  // Data the peer sent that a congested queue marked (RFC 3168): the
+  // notification point answers with a CNP. Acknowledgements carry no data
+  // to slow down.
+  if ((view.fields.traffic_class & kEcnMask) == kEcnCe && info.role != PacketRole::kAcknowledge &&
+      qp->type != IBV_QPT_UD) {
+    responder_.NoteCongestionExperienced(qp);
+  }
+  if (info.role == PacketRole::kRequest) {
     if (responder_.HandleRequest(qp, view, m)) return false;  // held: the responder's now
   } else if (state == IBV_QPS_RTS || state == IBV_QPS_SQD) {
     if (info.operation == Operation::kAcknowledge) completer_.HandleAcknowledge(qp, view);

@@ -159,9 +159,19 @@ void Requester::Run(QueuePair* qp) {
       r.send_offset = 0;
       r.psn = slot.first_psn;
     }
-    if (IsReliable(qp->type) &&
-        static_cast<uint32_t>(r.psn.DistanceFrom(r.unacked)) >= core_.config.max_unacked_packets) {
-      break;  // window full: wait for ACKs
+    if (IsReliable(qp->type)) {
+      uint32_t window = core_.config.max_unacked_packets;
+      if (qp->cc != nullptr) {
+        // Congestion control (congestion/congestion_control.h): its window
+        // within the QP's, and its pace.
+        const congestion::Allowance& allowed = qp->cc->allowance();
+        if (allowed.window_packets != 0) window = std::min(window, allowed.window_packets);
+        if (allowed.rate_mbps != 0 && !qp->pacer.Ready(core_.Now())) {
+          core_.counters.paced_waits++;
+          break;  // stays on the ready list: the next poll looks again
+        }
+      }
+      if (static_cast<uint32_t>(r.psn.DistanceFrom(r.unacked)) >= window) break;  // window full: wait for ACKs
     }
     if (slot.read_or_atomic && !slot.counted_in_flight) {
       slot.counted_in_flight = true;
@@ -350,6 +360,14 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
     r.psn = f.bth.psn;
     slot.local_error = true;
     return false;
+  }
+  if (qp->cc != nullptr) {
+    // The pace counts the whole frame, as the wire does.
+    const uint32_t wire_bytes = rte_pktmbuf_pkt_len(m);
+    const uint64_t now = core_.Now();
+    const uint64_t rate = qp->cc->allowance().rate_mbps;
+    if (rate != 0) qp->pacer.Spend(now, wire_bytes, rate);
+    qp->cc->OnSent(now, wire_bytes);
   }
   tx_.FinishPacket(m);
   qp->counters.tx_packets++;

@@ -134,6 +134,32 @@ bool Responder::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
   return true;
 }
 
+void Responder::NoteCongestionExperienced(QueuePair* qp) {
+  UROCE_DCHECK_ENGINE_THREAD(core_);
+  core_.counters.rx_ce_marked++;
+  const uint64_t interval = core_.config.congestion.cnp_interval_ns;
+  if (interval == 0) return;
+  const uint64_t now = core_.Now();
+  if (now < qp->next_cnp_ns) return;
+  // Annex A17.9.3: BTH opcode CNP, the peer's QP, BECN set, PSN 0, then 16
+  // reserved bytes. It is not ECN-capable itself: a CNP is never marked.
+  PacketFields f;
+  f.bth.opcode = static_cast<uint8_t>(Opcode::kCnp);
+  f.bth.dest_qp = qp->attr.dest_qp_num;
+  f.bth.reserved_byte4 = kBthBecn;
+  f.payload_length = 16;
+  PathInfo path = qp->path;
+  path.traffic_class = static_cast<uint8_t>(path.traffic_class & ~kEcnMask);
+  uint8_t* reserved = nullptr;
+  rte_mbuf* m = tx_.StartPacket(path, f, &reserved);
+  if (m == nullptr) return;  // no room now: the next marked packet asks again
+  std::memset(reserved, 0, 16);
+  tx_.FinishPacket(m);
+  qp->next_cnp_ns = now + interval;
+  qp->counters.cnps_sent++;
+  core_.counters.cnps_sent++;
+}
+
 void Responder::SendNak(QueuePair* qp, Psn psn, NakCode code) {
   QueueNak(qp, psn, AethFields::Syndrome(AethKind::kNak, static_cast<uint8_t>(code)));
 }

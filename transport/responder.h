@@ -53,6 +53,10 @@ class Responder {
   void SendPendingAcks();
   // `qp` is being destroyed: off the ACK list.
   void ForgetQp(QueuePair* qp);
+  // The notification point (DCQCN; RoCEv2 annex A17.9.3): a data packet of
+  // the QP's peer arrived marked CE. A CNP goes back to the peer's QP, at
+  // most one per CongestionConfig::cnp_interval_ns.
+  void NoteCongestionExperienced(QueuePair* qp);
 
  private:
   // One RC or UC request packet on its way through the steps.

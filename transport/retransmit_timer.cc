@@ -64,18 +64,23 @@ void RetransmitTimer::Arm(uint64_t now_ns, uint64_t local_ack_timeout_ns, const 
   UpdateEarliest();
 }
 
-void RetransmitTimer::OnProgress(Psn next, uint64_t now_ns, uint64_t local_ack_timeout_ns, bool outstanding,
-                                 const RetransmitTimerConfig& config) {
+uint64_t RetransmitTimer::OnProgress(Psn next, uint64_t now_ns, uint64_t local_ack_timeout_ns, bool outstanding,
+                                     const RetransmitTimerConfig& config) {
+  uint64_t sample = 0;
   if (timing_ && next.DistanceFrom(timed_psn_) > 0) {
     timing_ = false;
-    if (now_ns >= timed_sent_ns_) Sample(now_ns - timed_sent_ns_);
+    if (now_ns >= timed_sent_ns_) {
+      sample = std::max<uint64_t>(now_ns - timed_sent_ns_, 1);
+      Sample(sample);
+    }
   }
   backoff_ = 0;
   if (!outstanding) {
     Disarm();
-    return;
+    return sample;
   }
   Arm(now_ns, local_ack_timeout_ns, config);
+  return sample;
 }
 
 RetransmitTimer::Expiry RetransmitTimer::Expire(uint64_t now_ns, uint64_t local_ack_timeout_ns,

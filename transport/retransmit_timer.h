@@ -60,8 +60,9 @@ class RetransmitTimer {
   void Arm(uint64_t now_ns, uint64_t local_ack_timeout_ns, const RetransmitTimerConfig& config);
   // The oldest unacknowledged PSN moved to `next` at `now_ns`: take an RTT
   // sample if the timed packet is covered, end the backoff, and restart both
-  // clocks if packets are still outstanding (else stop them).
-  void OnProgress(Psn next, uint64_t now_ns, uint64_t local_ack_timeout_ns, bool outstanding,
+  // clocks if packets are still outstanding (else stop them). Returns the
+  // sample in nanoseconds (for congestion control), 0 when none was taken.
+  uint64_t OnProgress(Psn next, uint64_t now_ns, uint64_t local_ack_timeout_ns, bool outstanding,
                   const RetransmitTimerConfig& config);
   void Disarm() {
     local_ack_deadline_ns_ = 0;
