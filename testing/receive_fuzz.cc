@@ -6,7 +6,8 @@
 // packets. With its bit 16, the RC QP first has requests of its own
 // outstanding (READ 1 KiB at PSN 0-3, WRITE 64 B at 4, READ 1 KiB at 5-8
 // on a fresh connection), so that READ responses, acknowledgements and NAKs
-// meet the completer with something to answer, selective or not. Whatever
+// meet the completer with something to answer, selective or not. The RC
+// QP runs DCQCN, so CNPs and CE marks meet congestion control. Whatever
 // the engine transmits is parsed back (it must be valid) and freed; a QP
 // that ends in ERR is reset for the next input.
 #include <cstddef>
@@ -89,6 +90,9 @@ World& GetWorld() {
     config.tx_pool = w->pool.get();
     config.io = &w->port;
     config.virtual_now_ns = &w->now;
+    // DCQCN on the RC QP: CNPs reach an algorithm, and CE-marked requests
+    // are answered with CNPs.
+    config.congestion.algorithm = "dcqcn";
     w->engine = std::make_unique<Engine>(config);
     w->engine->AddNeighbor(Ipv4MappedGid(peer), {2, 0, 0, 0, 9, 2});
     w->pd = *w->engine->AllocPd();
