@@ -106,6 +106,21 @@ class CongestionTest : public EngineTest {
     return out;
   }
 
+  // A CNP (annex A17.9.3) from b's address to a's QP `qpn`, as b's engine
+  // would send it.
+  PacketFields CnpFromB(uint32_t qpn) {
+    PacketFields cnp;
+    cnp.dst_mac = pair_->a().mac;
+    cnp.src_mac = pair_->b().mac;
+    cnp.src_gid = pair_->b().gid;
+    cnp.dst_gid = pair_->a().gid;
+    cnp.bth.opcode = static_cast<uint8_t>(Opcode::kCnp);
+    cnp.bth.dest_qp = qpn;
+    cnp.bth.reserved_byte4 = kBthBecn;
+    cnp.payload_length = 16;
+    return cnp;
+  }
+
   QueuePair* qa_ = nullptr;
 };
 
@@ -207,15 +222,7 @@ TEST_F(CongestionTest, ACnpFloodSlowsOneQpToTheFloorWithoutStallingItOrItsNeighb
   Buffer dst2 = Register(pair_->b(), 16 * 1024, 0);
 
   // The CNP b's side would send: from b's address to a's, to the victim.
-  PacketFields cnp;
-  cnp.dst_mac = pair_->a().mac;
-  cnp.src_mac = pair_->b().mac;
-  cnp.src_gid = pair_->b().gid;
-  cnp.dst_gid = pair_->a().gid;
-  cnp.bth.opcode = static_cast<uint8_t>(Opcode::kCnp);
-  cnp.bth.dest_qp = victim->qpn;
-  cnp.bth.reserved_byte4 = kBthBecn;
-  cnp.payload_length = 16;
+  const PacketFields cnp = CnpFromB(victim->qpn);
   const uint8_t reserved[16] = {};
   auto flood = [&] {
     for (int i = 0; i < 4; ++i) {
@@ -262,14 +269,7 @@ TEST_F(CongestionTest, ForeignOrUnwantedCnpsAreCountedAndIgnored) {
   StartWith("none", Impairments{});
   auto qps = pair_->ConnectQps({});
   ASSERT_TRUE(qps.ok());
-  PacketFields cnp;
-  cnp.dst_mac = pair_->a().mac;
-  cnp.src_mac = pair_->b().mac;
-  cnp.src_gid = pair_->b().gid;
-  cnp.dst_gid = pair_->a().gid;
-  cnp.bth.opcode = static_cast<uint8_t>(Opcode::kCnp);
-  cnp.bth.dest_qp = qps->first->qpn;
-  cnp.payload_length = 16;
+  const PacketFields cnp = CnpFromB(qps->first->qpn);
   const uint8_t reserved[16] = {};
   auto send = [&](const PacketFields& f) {
     rte_mbuf* m = rte_pktmbuf_alloc(pair_->pool());
