@@ -77,7 +77,11 @@ int PerfUsage(FILE* out) {
                "                  [--idle-qps N] [--window N] [--port ring|memif|afpacket|daemon] [--role server|client]\n"
                "                  [--control PATH|HOST:PORT] [--token HEX|none] [--verify] [--csv|--json] [--quiet]\n"
                "                  [--config FILE] [--set SECTION.KEY=VALUE ...] [--impair SPEC]\n"
-               "  tests: send_lat write_lat read_lat atomic_lat send_bw write_bw read_bw\n"
+               "  tests: send_lat write_lat read_lat atomic_lat send_bw write_bw read_bw incast\n"
+               "  incast: --qps N WRITE flows of --size into the server, each with its share\n"
+               "  of --window, and a probe QP reading 64 B back to back: aggregate MB/s,\n"
+               "  Jain's fairness index over the flows, the probe's median and p99 round\n"
+               "  trip (not in --test all; docs/congestion.md).\n"
                "  --port ring runs both sides in this process (configs/ring.ini); memif and\n"
                "  afpacket run one side per process (configs/pair-a.ini / pair-b.ini,\n"
                "  veth-a.ini / veth-b.ini for the server / client), started in any order.\n"
@@ -285,6 +289,7 @@ std::vector<RunSpec> Specs(const Options& o) {
       s.idle_qps = o.idle_qps;
       s.window = IsLatencyTest(t) ? 1 : (o.window ? o.window : RunSpec::DefaultWindow(t, s.size));
       s.window = std::max(s.window, IsLatencyTest(t) ? 1u : s.qps);
+      if (t == PerfTest::kIncast) s.window = std::max(s.window, 2 * s.qps);  // two per flow at least
       s.verify = o.verify;
       specs.push_back(s);
     }
@@ -331,14 +336,16 @@ void PrintResults(const std::vector<PerfResult>& results, const Options& o, cons
     std::printf("[");
     for (size_t i = 0; i < results.size(); ++i) {
       const PerfResult& r = results[i];
-      const bool lat = IsLatencyTest(r.spec.test);
+      // incast: the probe's round trips, and Jain's index over the flows.
+      const bool lat = IsLatencyTest(r.spec.test) || r.spec.test == PerfTest::kIncast;
       auto us = [lat](double v) { return lat ? std::to_string(v) : std::string("null"); };
+      const std::string jain = r.spec.test == PerfTest::kIncast ? ",\"jain\":" + std::to_string(r.jain) : "";
       std::printf("%s\n {\"test\":\"%s\",\"size\":%u,\"iters\":%llu,\"qps\":%u,\"lat_median_us\":%s,"
                   "\"lat_p99_us\":%s,\"lat_mean_us\":%s,\"mb_per_s\":%.2f,\"gbit_per_s\":%.3f,"
-                  "\"mmsg_per_s\":%.4f,\"port\":\"%s\",\"progress\":\"%s\"}",
+                  "\"mmsg_per_s\":%.4f,\"port\":\"%s\",\"progress\":\"%s\"%s}",
                   i == 0 ? "" : ",", PerfTestName(r.spec.test), r.spec.size, (unsigned long long)r.completed,
                   r.spec.qps, us(r.median_us).c_str(), us(r.p99_us).c_str(), us(r.mean_us).c_str(), r.mb_per_s,
-                  r.gbit_per_s, r.mmsg_per_s, o.port.c_str(), progress);
+                  r.gbit_per_s, r.mmsg_per_s, o.port.c_str(), progress, jain.c_str());
     }
     std::printf("\n]\n");
     std::fflush(stdout);
@@ -363,12 +370,20 @@ void PrintResults(const std::vector<PerfResult>& results, const Options& o, cons
               "lat p99 us", "MB/s", "Gb/s", "Mmsg/s");
   for (const PerfResult& r : results) {
     char med[32] = "-", p99[32] = "-";
-    if (IsLatencyTest(r.spec.test)) {
+    if (IsLatencyTest(r.spec.test) || r.spec.test == PerfTest::kIncast) {
       std::snprintf(med, sizeof(med), "%.2f", r.median_us);
       std::snprintf(p99, sizeof(p99), "%.2f", r.p99_us);
     }
     std::printf("%-11s %9u %8llu %4u %12s %12s %10.1f %8.3f %8.4f\n", PerfTestName(r.spec.test), r.spec.size,
                 (unsigned long long)r.completed, r.spec.qps, med, p99, r.mb_per_s, r.gbit_per_s, r.mmsg_per_s);
+  }
+  for (const PerfResult& r : results) {
+    if (r.spec.test != PerfTest::kIncast) continue;
+    std::string flows;
+    for (uint64_t m : r.flow_messages) flows += (flows.empty() ? "" : " ") + std::to_string(m);
+    std::printf("incast %u B: %u flows, Jain's index %.3f (messages per flow at 90 %%: %s); latency columns: the "
+                "64 B READ probe's round trip\n",
+                r.spec.size, r.spec.qps, r.jain, flows.c_str());
   }
   std::fflush(stdout);
 }

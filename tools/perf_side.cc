@@ -90,13 +90,14 @@ const char* PerfTestName(PerfTest t) {
     case PerfTest::kSendBw: return "send_bw";
     case PerfTest::kWriteBw: return "write_bw";
     case PerfTest::kReadBw: return "read_bw";
+    case PerfTest::kIncast: return "incast";
   }
   return "?";
 }
 
 bool ParsePerfTest(const std::string& name, PerfTest* t) {
   for (PerfTest x : {PerfTest::kSendLat, PerfTest::kWriteLat, PerfTest::kReadLat, PerfTest::kAtomicLat,
-                     PerfTest::kSendBw, PerfTest::kWriteBw, PerfTest::kReadBw}) {
+                     PerfTest::kSendBw, PerfTest::kWriteBw, PerfTest::kReadBw, PerfTest::kIncast}) {
     if (name == PerfTestName(x)) {
       *t = x;
       return true;
@@ -176,6 +177,7 @@ RunSpec::Layout RunSpec::BufferLayout() const {
       break;
     case PerfTest::kWriteBw:
     case PerfTest::kReadBw:
+    case PerfTest::kIncast:  // the probe READs into in slot 0 (client) from out slot 0 (server)
       l.out_slots = window;
       l.in_slots = window;
       break;
@@ -302,7 +304,9 @@ Status PerfSide::Prepare() {
   if (!cq.ok()) return cq.status();
   cq_ = *cq;
   slot_busy_.assign(std::max(out_slots_, in_slots_), 0);
-  for (uint32_t i = 0; i < spec_.qps; ++i) {
+  // incast: one more QP on each side, the probe's.
+  const uint32_t qp_count = spec_.qps + (spec_.test == PerfTest::kIncast ? 1 : 0);
+  for (uint32_t i = 0; i < qp_count; ++i) {
     auto qp = CreateRcQp(cq_, std::min<uint32_t>(spec_.window + 8, 16384), std::max<uint32_t>(rq_per_qp_, 4));
     if (!qp.ok()) return qp.status();
     qps_.push_back(*qp);
@@ -553,6 +557,47 @@ Status PerfSide::IssueNext() {
       }
       return Status::Ok();
     }
+    case PerfTest::kIncast:
+      return IssueIncast();
+  }
+  return Status::Ok();
+}
+
+// incast: every flow keeps its share of the window full, and the probe one
+// 64 B READ outstanding, until the last message is posted.
+Status PerfSide::IssueIncast() {
+  constexpr uint32_t kProbeBytes = 64;
+  if (flow_outstanding_.size() != spec_.qps) {
+    flow_outstanding_.assign(spec_.qps, 0);
+    flow_completed_.assign(spec_.qps, 0);
+  }
+  const uint32_t per_flow = std::max<uint32_t>(spec_.window / spec_.qps, 1);
+  for (bool more = true; more && posted_ < spec_.iters;) {
+    more = false;
+    for (uint32_t q = 0; q < spec_.qps && posted_ < spec_.iters; ++q) {
+      if (flow_outstanding_[q] >= per_flow) continue;
+      while (slot_busy_[slot_cursor_]) slot_cursor_ = (slot_cursor_ + 1) % spec_.window;
+      const uint32_t slot = slot_cursor_;
+      slot_cursor_ = (slot_cursor_ + 1) % spec_.window;
+      slot_busy_[slot] = 1;
+      if (spec_.verify) Fill(out_slot(slot), spec_.size, posted_);
+      UROCE_RETURN_IF_ERROR(
+          PostSend(q, IBV_WR_RDMA_WRITE, slot, remote_.in_addr() + uint64_t(slot) * spec_.size, WrId(q, slot)));
+      ++flow_outstanding_[q];
+      ++posted_;
+      more = true;
+    }
+  }
+  if (!probe_outstanding_ && completed_ < spec_.iters) {
+    ibv_sge sge{addr_of(in_slot(0)), std::min(kProbeBytes, spec_.size), keys_.lkey};
+    ibv_send_wr wr = transport::SignaledSendWr(WrId(spec_.qps, 0), IBV_WR_RDMA_READ, &sge);
+    wr.wr.rdma.remote_addr = remote_.addr;
+    wr.wr.rdma.rkey = remote_.rkey;
+    const ibv_send_wr* bad = nullptr;
+    probe_start_ = rte_get_tsc_cycles();
+    const int rc = engine_.PostSend(qps_[spec_.qps], &wr, &bad);
+    if (rc != 0) return Internal("post_send (probe) failed: " + std::string(std::strerror(rc)));
+    probe_outstanding_ = true;
   }
   return Status::Ok();
 }
@@ -609,6 +654,20 @@ Status PerfSide::StepClient() {
         ++completed_;
         break;
       }
+      case PerfTest::kIncast: {
+        const uint32_t q = WrQp(wc.wr_id);
+        if (q == spec_.qps) {  // the probe
+          Sample(probe_start_, false);
+          probe_outstanding_ = false;
+          break;
+        }
+        slot_busy_[WrSlot(wc.wr_id)] = 0;
+        --flow_outstanding_[q];
+        ++flow_completed_[q];
+        ++completed_;
+        if (flow_snapshot_.empty() && completed_ * 10 >= spec_.iters * 9) flow_snapshot_ = flow_completed_;
+        break;
+      }
     }
   }
   if (spec_.test == PerfTest::kWriteLat && posted_ > completed_ &&
@@ -619,9 +678,11 @@ Status PerfSide::StepClient() {
 #endif
     ++completed_;
   }
-  if (completed_ >= spec_.iters) {
+  // incast: the clock stops with the last WRITE; the run ends once the
+  // probe's READ is back too (nothing is left in flight at teardown).
+  if (completed_ >= spec_.iters && end_cycles_ == 0) end_cycles_ = rte_get_tsc_cycles();
+  if (completed_ >= spec_.iters && !probe_outstanding_) {
     done_ = true;
-    end_cycles_ = rte_get_tsc_cycles();
     return Status::Ok();
   }
   return IssueNext();
@@ -746,8 +807,19 @@ PerfResult PerfSide::Result() const {
   r.seconds = double(end_cycles_ - start_cycles_) / hz;
   r.lat_us.reserve(samples_.size());
   for (uint64_t c : samples_) r.lat_us.push_back(double(c) * 1e6 / hz);
+  r.flow_messages = flow_snapshot_.empty() ? flow_completed_ : flow_snapshot_;
+  r.jain = JainIndex(r.flow_messages);
   Summarize(&r);
   return r;
+}
+
+double JainIndex(const std::vector<uint64_t>& x) {
+  double sum = 0, squares = 0;
+  for (uint64_t v : x) {
+    sum += double(v);
+    squares += double(v) * double(v);
+  }
+  return squares == 0 ? 0 : sum * sum / (double(x.size()) * squares);
 }
 
 void Summarize(PerfResult* r) {

@@ -26,7 +26,11 @@
 
 namespace uroce::tools {
 
-enum class PerfTest { kSendLat, kWriteLat, kReadLat, kAtomicLat, kSendBw, kWriteBw, kReadBw };
+// kIncast: `qps` WRITE flows, each with its own share of the window, into
+// the one server, plus a probe QP that READs 64 B back to back: the flows'
+// aggregate goodput, their fairness (Jain's index) and the probe's round
+// trip through whatever queue the flows build (docs/congestion.md).
+enum class PerfTest { kSendLat, kWriteLat, kReadLat, kAtomicLat, kSendBw, kWriteBw, kReadBw, kIncast };
 
 const char* PerfTestName(PerfTest t);
 bool ParsePerfTest(const std::string& name, PerfTest* t);
@@ -97,7 +101,16 @@ struct PerfResult {
   std::vector<double> lat_us;  // latency tests: one sample per iteration
   double median_us = 0, p99_us = 0, mean_us = 0;
   double mb_per_s = 0, gbit_per_s = 0, mmsg_per_s = 0;
+  // incast: messages each flow completed by the time nine tenths of all
+  // were (all flows still running), and Jain's fairness index over them,
+  // (sum x)^2 / (n sum x^2): 1 when equal, 1/n when one flow has it all.
+  // lat_us holds the probe's round trips.
+  std::vector<uint64_t> flow_messages;
+  double jain = 0;
 };
+
+// Jain's fairness index of `x` (0 when empty or all zero).
+double JainIndex(const std::vector<uint64_t>& x);
 
 class PerfSide {
  public:
@@ -152,6 +165,7 @@ class PerfSide {
   Status StepClient();
   Status StepServer();
   Status IssueNext();
+  Status IssueIncast();
   void Sample(uint64_t start_cycles, bool half);
   void SyncWithEngine();
 
@@ -182,6 +196,12 @@ class PerfSide {
   uint64_t echo_count_ = 0;   // server, write_lat / send_lat: answers sent
   uint64_t received_ = 0;     // receives checked
   std::vector<uint64_t> per_qp_received_;
+  // incast (client): per flow, WRITEs outstanding and completed; the
+  // completed counts when nine tenths of all were; the probe's READ.
+  std::vector<uint32_t> flow_outstanding_;
+  std::vector<uint64_t> flow_completed_, flow_snapshot_;
+  bool probe_outstanding_ = false;
+  uint64_t probe_start_ = 0;
   uint8_t expect_tag_ = 1;    // write_lat: the next tag to wait for
   bool waiting_reply_ = false;
 };

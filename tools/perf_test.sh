@@ -42,6 +42,18 @@ assert rows[0]["size"] == 64 and rows[0]["iters"] == 100 and rows[0]["lat_median
 assert rows[1]["lat_median_us"] is None and rows[1]["mb_per_s"] > 0, rows[1]
 PY
 
+echo "== incast: flows with their own windows, a probe, Jain's index (DCQCN on, verified)"
+out=$("$uroce" perf --test incast --size 65536 --iters 200 --qps 3 --verify --json --quiet \
+  --set congestion.algorithm=dcqcn 2>/dev/null)
+echo "$out"
+/usr/bin/python3 - "$out" <<'PY'
+import json, sys
+rows = json.loads(sys.argv[1])
+r = rows[0]
+assert r["test"] == "incast" and r["qps"] == 3 and r["iters"] == 200, r
+assert r["mb_per_s"] > 0 and r["lat_median_us"] > 0 and 1 / 3 <= r["jain"] <= 1.0, r
+PY
+
 echo "== uroce floor: raw frames over a memif pair (the medium's floor)"
 dir=$(mktemp -d /tmp/uroce-floor.XXXXXX)
 trap 'rm -rf "$dir"' EXIT

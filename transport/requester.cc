@@ -322,6 +322,13 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
         ++r.packets_since_ack_request;
         f.bth.ack_request =
             last || resending_ || r.packets_since_ack_request >= core_.config.ack_request_every;
+        // A congestion window smaller than ack_request_every would wait
+        // for an ACK the responder is not asked for (only the tail-loss
+        // probe would ask): the packet that fills the window asks.
+        if (qp->cc != nullptr && qp->cc->allowance().window_packets != 0 &&
+            static_cast<uint32_t>((f.bth.psn + 1).DistanceFrom(r.unacked)) >= qp->cc->allowance().window_packets) {
+          f.bth.ack_request = true;
+        }
       }
       r.send_offset = offset + payload;
       break;
