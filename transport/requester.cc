@@ -322,12 +322,20 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
         ++r.packets_since_ack_request;
         f.bth.ack_request =
             last || resending_ || r.packets_since_ack_request >= core_.config.ack_request_every;
-        // A congestion window smaller than ack_request_every would wait
-        // for an ACK the responder is not asked for (only the tail-loss
-        // probe would ask): the packet that fills the window asks.
-        if (qp->cc != nullptr && qp->cc->allowance().window_packets != 0 &&
-            static_cast<uint32_t>((f.bth.psn + 1).DistanceFrom(r.unacked)) >= qp->cc->allowance().window_packets) {
-          f.bth.ack_request = true;
+        if (qp->cc != nullptr) {
+          // Congestion control spreads packets out, so ACKs asked for every
+          // ack_request_every packets come late: a window smaller than that
+          // would wait for an ACK nobody asked for, and a paced QP would see
+          // its tail-loss probe and RTO expire between two ACK requests
+          // (and resend for nothing). So the packet that fills the window
+          // asks, and while paced, every packet asks: the responder answers
+          // at the pace, never faster.
+          const congestion::Allowance& allowed = qp->cc->allowance();
+          if (allowed.rate_mbps != 0 ||
+              (allowed.window_packets != 0 &&
+               static_cast<uint32_t>((f.bth.psn + 1).DistanceFrom(r.unacked)) >= allowed.window_packets)) {
+            f.bth.ack_request = true;
+          }
         }
       }
       r.send_offset = offset + payload;
@@ -374,6 +382,7 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
     const uint64_t now = core_.Now();
     const uint64_t rate = qp->cc->allowance().rate_mbps;
     if (rate != 0) qp->pacer.Spend(now, wire_bytes, rate);
+    r.timer.SetPaceGap(rate != 0 ? uint64_t{wire_bytes} * 8'000 / rate : 0);
     qp->cc->OnSent(now, wire_bytes);
   }
   tx_.FinishPacket(m);

@@ -48,7 +48,7 @@ void RetransmitTimer::StartRetransmitClock(uint64_t now_ns, uint64_t local_ack_t
   const uint64_t rto = rto_ns(config, local_ack_timeout_ns);
   const uint64_t probe = backoff_ == 0 ? ProbeDelay(config) : 0;
   probe_due_ = probe != 0 && probe < rto;
-  retransmit_deadline_ns_ = now_ns + (probe_due_ ? probe : rto);
+  retransmit_deadline_ns_ = now_ns + (probe_due_ ? probe : rto) + pace_gap_ns_;
 }
 
 void RetransmitTimer::UpdateEarliest() {
@@ -103,7 +103,7 @@ RetransmitTimer::Expiry RetransmitTimer::Expire(uint64_t now_ns, uint64_t local_
   if (probe_due_) {
     // One probe per silence; the RTO follows it, counted from now.
     probe_due_ = false;
-    retransmit_deadline_ns_ = now_ns + rto_ns(config, local_ack_timeout_ns);
+    retransmit_deadline_ns_ = now_ns + rto_ns(config, local_ack_timeout_ns) + pace_gap_ns_;
     UpdateEarliest();
     return Expiry::kTailProbe;
   }

@@ -56,6 +56,12 @@ class RetransmitTimer {
   // against the copy's send time (Karn).
   void ForgetSample() { timing_ = false; }
 
+  // A paced QP (congestion control) sends a packet every `gap_ns` at most:
+  // its ACKs come that far apart even when nothing is lost, so the probe and
+  // the RTO wait that much longer (as Linux adds its pacing delay to them).
+  // 0: not paced.
+  void SetPaceGap(uint64_t gap_ns) { pace_gap_ns_ = gap_ns; }
+
   // Packets went out with no timer running: both clocks start.
   void Arm(uint64_t now_ns, uint64_t local_ack_timeout_ns, const RetransmitTimerConfig& config);
   // The oldest unacknowledged PSN moved to `next` at `now_ns`: take an RTT
@@ -100,6 +106,7 @@ class RetransmitTimer {
   uint64_t retransmit_deadline_ns_ = 0;  // the RTO or the probe
   bool probe_due_ = false;               // retransmit_deadline_ns_ is the probe's
   uint64_t deadline_ns_ = 0;
+  uint64_t pace_gap_ns_ = 0;  // SetPaceGap
 };
 
 }  // namespace uroce::transport

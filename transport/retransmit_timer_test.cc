@@ -36,6 +36,21 @@ TEST(RetransmitTimerTest, BeforeAnySampleTheInitialRtoAndNoProbe) {
   EXPECT_EQ(t.deadline_ns(), 3 * kMs);
 }
 
+TEST(RetransmitTimerTest, APacedQpWaitsItsPaceLongerForProbeAndRto) {
+  RetransmitTimer t;
+  Exchange(t, Psn(1), 0, 10 * kUs, /*outstanding=*/true);  // srtt 10 us: the probe after 20 us
+  EXPECT_EQ(t.deadline_ns(), 10 * kUs + 20 * kUs);
+  t.SetPaceGap(50 * kUs);  // one packet every 50 us: its ACKs come that far apart
+  t.OnProgress(Psn(3), 20 * kUs, kAppTimeout, true, Config());
+  EXPECT_EQ(t.deadline_ns(), 20 * kUs + 20 * kUs + 50 * kUs);
+  EXPECT_EQ(t.Expire(90 * kUs, kAppTimeout, Config()), RetransmitTimer::Expiry::kTailProbe);
+  // The RTO after the probe waits the pace too.
+  EXPECT_EQ(t.deadline_ns(), 90 * kUs + t.rto_ns(Config(), kAppTimeout) + 50 * kUs);
+  t.SetPaceGap(0);
+  t.OnProgress(Psn(4), 100 * kUs, kAppTimeout, true, Config());
+  EXPECT_EQ(t.deadline_ns(), 100 * kUs + 20 * kUs);
+}
+
 TEST(RetransmitTimerTest, SmoothsSamplesAsRfc6298Says) {
   RetransmitTimer t;
   Exchange(t, Psn(10), 0, 40 * kUs);
