@@ -214,7 +214,7 @@ class Builder {
       c_.endpoints.push_back(std::move(ep));
       return Status::Ok();
     }
-    return InvalidArgument("unknown section [" + section + "] (known: [eal], [engine], [daemon], [impair], [endpoint.NAME])");
+    return InvalidArgument("unknown section [" + section + "] (known: [eal], [engine], [daemon], [impair], [congestion], [endpoint.NAME])");
   }
 
  private:

@@ -7,8 +7,9 @@
 # and rping, whose connection is made by rdma_cm on both sides (uroce's
 # librdmacm.so.1 and IB connection manager against the kernel's rdma_cm):
 # RDMA READ, WRITE and SEND at 64 B and 4000 B (IPv4) and 64 B (IPv6),
-# every byte checked; and RC ping-pong at 64 KiB with uroce's port losing 2 %
-# of its frames each way.
+# every byte checked; RC ping-pong at 64 KiB with uroce's port losing 2 %
+# of its frames each way; and RC ping-pong and rping with DCQCN on uroce's
+# side, its packets ECN-capable and marked CE by a bottleneck.
 # See rxe_interop_lib.sh for the set-up and the capture kept on failure.
 set -uo pipefail
 harness=$1 uroce=$2
@@ -33,5 +34,20 @@ plain_cfg=$cfg
 cfg=$tmp/uroce-lossy.ini
 { cat "$plain_cfg"; printf '\n[impair]\nloss = 0.02\nseed = 7\n'; } >"$cfg"
 both_ways rc64k_loss "iters in" ibv_rc_pingpong "-c -s 65536 -n 20" 4
+# DCQCN on uroce's side (docs/congestion.md): its packets leave ECN-capable
+# and a bottleneck on its port marks them CE above one queued frame. rxe
+# neither reads ECN nor sends CNPs, so uroce's rate never drops; both sides
+# must take the ECN-capable, CE-marked packets as any other.
+cfg=$tmp/uroce-dcqcn.ini
+{ cat "$plain_cfg"; printf '
+[congestion]
+algorithm = dcqcn
+[impair]
+rate_mbps = 2000
+ecn_frames = 1
+direction = tx
+'; } >"$cfg"
+both_ways rc64k_dcqcn "iters in" ibv_rc_pingpong "-c -s 65536 -n 20" 4
+rping_both_ways rping4k_dcqcn "-C 10 -S 4000 -V -v" 4
 cfg=$plain_cfg
-interop_pass "uroce and kernel rxe interoperate: RC and UD ping-pong and rping, both directions, IPv4 and IPv6, and RC over 2 % loss"
+interop_pass "uroce and kernel rxe interoperate: RC and UD ping-pong and rping, both directions, IPv4 and IPv6, RC over 2 % loss, and RC and rping with DCQCN on uroce's side"
