@@ -2,6 +2,7 @@
 #include "congestion/algorithms.h"
 
 #include "congestion/dcqcn.h"
+#include "congestion/fixed_rate.h"
 #include "congestion/swift.h"
 
 namespace uroce::congestion {
@@ -18,6 +19,8 @@ const Algorithm kAlgorithms[] = {
     {"none", nullptr},
     {"dcqcn", [](const CongestionParams& p) -> std::unique_ptr<CongestionControl> { return std::make_unique<Dcqcn>(p); }},
     {"swift", [](const CongestionParams& p) -> std::unique_ptr<CongestionControl> { return std::make_unique<Swift>(p); }},
+    {"fixed_rate",
+     [](const CongestionParams& p) -> std::unique_ptr<CongestionControl> { return std::make_unique<FixedRate>(p); }},
 };
 
 const Algorithm* Find(std::string_view name) {

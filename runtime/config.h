@@ -75,13 +75,13 @@
 //                         marked CE (0: never)
 //
 //   [congestion]          congestion control (docs/congestion.md)
-//   algorithm = none      none, dcqcn or swift: every reliable QP's, unless
+//   algorithm = none      none, dcqcn, swift or fixed_rate: every reliable QP's, unless
 //                         its endpoint or service level names another
 //   algorithm_sl3 = swift QPs whose address vector has service level 3
 //                         (ibv_ah_attr.sl 0..15), as NICs enable DCQCN per
 //                         priority
 //   line_rate_mbps = 100000   where DCQCN's rate starts and recovers to
-//   min_rate_mbps = 10    no algorithm paces a QP below this
+//   min_rate_mbps = 10    no algorithm paces a QP below this (fixed_rate: at it)
 //   target_delay_us = 50  swift: the round trip it aims for
 //   cnp_interval_us = 50  a CE-marked packet is answered with a CNP, at most
 //                         one per QP per interval (0: never)

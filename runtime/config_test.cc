@@ -316,7 +316,7 @@ TEST(ConfigTest, CongestionSection) {
     const char* section;
     const char* expect;
   } bad[] = {
-      {"[congestion]\nalgorithm=cubic\n", "[congestion] algorithm = 'cubic': expected one of none, dcqcn, swift"},
+      {"[congestion]\nalgorithm=cubic\n", "[congestion] algorithm = 'cubic': expected one of none, dcqcn, swift, fixed_rate"},
       {"[congestion]\nalgorithm_sl16=dcqcn\n", "[congestion] algorithm_sl16 = 'dcqcn': a service level is 0..15"},
       {"[congestion]\nline_rate_mbps=0\n", "[congestion] line_rate_mbps = '0'"},
       {"[congestion]\nline_rate_mbps=100\nmin_rate_mbps=200\n", "min_rate_mbps is above line_rate_mbps"},
@@ -326,7 +326,7 @@ TEST(ConfigTest, CongestionSection) {
     const std::string e = ErrorOf(std::string(b.section) + ep);
     EXPECT_NE(e.find(b.expect), std::string::npos) << b.section << ": " << e;
   }
-  EXPECT_NE(ErrorOf(ep + "congestion=reno\n").find("expected one of none, dcqcn, swift"), std::string::npos);
+  EXPECT_NE(ErrorOf(ep + "congestion=reno\n").find("expected one of none, dcqcn, swift, fixed_rate"), std::string::npos);
 }
 
 TEST(ConfigTest, ImpairSpecOverridesTheSection) {
