@@ -413,12 +413,16 @@ class Builder {
     } else if (k == "target_delay_us") {
       if (!ParseUnsigned(v, 1, 10'000'000, &n)) return Bad(where, "expected microseconds, 1..10000000");
       c.target_delay_us = static_cast<uint32_t>(n);
+    } else if (k == "cnp_dscp") {
+      if (!ParseUnsigned(v, 0, 63, &n)) return Bad(where, "expected a DSCP, 0..63");
+      c.cnp_dscp = static_cast<uint32_t>(n);
     } else if (k == "cnp_interval_us") {
       if (!ParseUnsigned(v, 0, 10'000'000, &n)) return Bad(where, "expected microseconds, 0..10000000 (0: no CNPs)");
       c.cnp_interval_us = static_cast<uint32_t>(n);
     } else {
       return Unknown("congestion", k,
-                     "algorithm, algorithm_sl0..15, line_rate_mbps, min_rate_mbps, target_delay_us, cnp_interval_us");
+                     "algorithm, algorithm_sl0..15, line_rate_mbps, min_rate_mbps, target_delay_us, cnp_interval_us, "
+                     "cnp_dscp");
     }
     if (c.min_rate_mbps > c.line_rate_mbps) return Bad(where, "min_rate_mbps is above line_rate_mbps");
     return Status::Ok();

@@ -85,6 +85,7 @@
 //   target_delay_us = 50  swift: the round trip it aims for
 //   cnp_interval_us = 50  a CE-marked packet is answered with a CNP, at most
 //                         one per QP per interval (0: never)
+//   cnp_dscp = 48         the DSCP CNPs leave with (0..63)
 //
 //   [endpoint.NAME]       one port with one engine (any number of them)
 //   port = ring:PAIR:a    one side of an in-process net_ring pair
@@ -221,6 +222,7 @@ struct CongestionSection {
   std::array<std::string, 16> algorithm_by_sl;  // empty: `algorithm`
   uint64_t line_rate_mbps = 100'000, min_rate_mbps = 10;
   uint32_t target_delay_us = 50, cnp_interval_us = 50;
+  uint32_t cnp_dscp = 48;
 };
 
 struct UroceConfig {

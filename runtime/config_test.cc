@@ -300,7 +300,7 @@ TEST(ConfigTest, CongestionSection) {
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->congestion.algorithm, "none");
   auto c = LoadConfigText("[congestion]\nalgorithm=dcqcn\nalgorithm_sl3=swift\nline_rate_mbps=25000\n"
-                          "min_rate_mbps=50\ntarget_delay_us=30\ncnp_interval_us=4\n" +
+                          "min_rate_mbps=50\ntarget_delay_us=30\ncnp_interval_us=4\ncnp_dscp=26\n" +
                               ep + "congestion=swift\n",
                           "test.ini");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -311,6 +311,8 @@ TEST(ConfigTest, CongestionSection) {
   EXPECT_EQ(c->congestion.min_rate_mbps, 50u);
   EXPECT_EQ(c->congestion.target_delay_us, 30u);
   EXPECT_EQ(c->congestion.cnp_interval_us, 4u);
+  EXPECT_EQ(c->congestion.cnp_dscp, 26u);
+  EXPECT_EQ(plain->congestion.cnp_dscp, 48u);
   EXPECT_EQ(c->endpoints[0].congestion, "swift");
   const struct {
     const char* section;
@@ -321,6 +323,7 @@ TEST(ConfigTest, CongestionSection) {
       {"[congestion]\nline_rate_mbps=0\n", "[congestion] line_rate_mbps = '0'"},
       {"[congestion]\nline_rate_mbps=100\nmin_rate_mbps=200\n", "min_rate_mbps is above line_rate_mbps"},
       {"[congestion]\nwindow=3\n", "unknown key 'window' in [congestion]"},
+      {"[congestion]\ncnp_dscp=64\n", "[congestion] cnp_dscp = '64': expected a DSCP, 0..63"},
   };
   for (const auto& b : bad) {
     const std::string e = ErrorOf(std::string(b.section) + ep);

@@ -323,6 +323,7 @@ Status Runtime::StartEngine(Device* ep, const EndpointConfig& ec) {
   cfg.congestion.params.min_rate_mbps = cs.min_rate_mbps;
   cfg.congestion.params.target_delay_ns = uint64_t{cs.target_delay_us} * 1000;
   cfg.congestion.cnp_interval_ns = uint64_t{cs.cnp_interval_us} * 1000;
+  cfg.congestion.cnp_dscp = static_cast<uint8_t>(cs.cnp_dscp);
   cfg.loopback = ec.loopback;
   cfg.qpn_base = ec.qpn_base;
   cfg.qpn_count = ec.qpn_count;

@@ -19,6 +19,7 @@
 #include "transport/engine_test_fixture.h"
 #include "transport/opcode.h"
 #include "transport/packet_builder.h"
+#include "transport/packet_parser.h"
 
 namespace uroce::transport {
 namespace {
@@ -139,9 +140,31 @@ TEST_F(CongestionTest, DcqcnCutsOnCnpsAndKeepsTheQueueFromOverflowing) {
   pair_->ShutDownAndCheckMbufs();
   pair_.reset();
   StartWith("dcqcn", Bottleneck(16));
+  // Every CNP on the link, as the annex lays it out: opcode 0x81 to a's QP,
+  // BECN, PSN 0, 16 zero bytes, not ECN-capable, DSCP 48 (cnp_dscp).
+  uint32_t cnps_seen = 0, cnps_malformed = 0;
+  pair_->link().set_drop_filter([&](const rte_mbuf* m) {
+    PacketView v;
+    ParseOptions options;
+    options.verify_icrc = true;
+    if (ParsePacket(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), options, &v) != ParseError::kOk ||
+        v.fields.bth.opcode != static_cast<uint8_t>(Opcode::kCnp)) {
+      return false;
+    }
+    ++cnps_seen;
+    const bool zeros = v.fields.payload_length == 16 &&
+                       std::all_of(v.payload, v.payload + 16, [](uint8_t b) { return b == 0; });
+    if (v.fields.bth.dest_qp != qa_->qpn || v.fields.bth.reserved_byte4 != kBthBecn || v.fields.bth.psn.value() != 0 ||
+        v.fields.traffic_class != (48 << 2) || !zeros) {
+      ++cnps_malformed;
+    }
+    return false;  // observed, never dropped
+  });
   const Outcome dcqcn = Transfer();
   ASSERT_TRUE(none.completed);
   ASSERT_TRUE(dcqcn.completed);
+  EXPECT_EQ(cnps_seen, dcqcn.b.cnps_sent);
+  EXPECT_EQ(cnps_malformed, 0u);
   // Marked, notified, cut.
   EXPECT_GT(dcqcn.link.ce_marked, 0u);
   EXPECT_GT(dcqcn.b.rx_ce_marked, 0u);

@@ -41,6 +41,9 @@ struct CongestionConfig {
   // CE (RFC 3168) is answered with a CNP to its sender, at most one per QP
   // per interval, as NICs limit them. 0: never send CNPs.
   uint64_t cnp_interval_ns = 50'000;
+  // The DSCP CNPs leave with (the traffic class's upper six bits), so that
+  // switches give them a high priority as NICs ask (mlx5's default, 48).
+  uint8_t cnp_dscp = 48;
 
   const std::string& AlgorithmFor(uint8_t sl) const {
     const std::string& own = algorithm_by_sl[sl % algorithm_by_sl.size()];

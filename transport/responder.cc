@@ -142,14 +142,15 @@ void Responder::NoteCongestionExperienced(QueuePair* qp) {
   const uint64_t now = core_.Now();
   if (now < qp->next_cnp_ns) return;
   // Annex A17.9.3: BTH opcode CNP, the peer's QP, BECN set, PSN 0, then 16
-  // reserved bytes. It is not ECN-capable itself: a CNP is never marked.
+  // reserved bytes. It is not ECN-capable itself (a CNP is never marked),
+  // and it leaves with its own DSCP (CongestionConfig::cnp_dscp).
   PacketFields f;
   f.bth.opcode = static_cast<uint8_t>(Opcode::kCnp);
   f.bth.dest_qp = qp->attr.dest_qp_num;
   f.bth.reserved_byte4 = kBthBecn;
   f.payload_length = 16;
   PathInfo path = qp->path;
-  path.traffic_class = static_cast<uint8_t>(path.traffic_class & ~kEcnMask);
+  path.traffic_class = static_cast<uint8_t>(core_.config.congestion.cnp_dscp << 2);
   uint8_t* reserved = nullptr;
   rte_mbuf* m = tx_.StartPacket(path, f, &reserved);
   if (m == nullptr) return;  // no room now: the next marked packet asks again
