@@ -34,8 +34,11 @@ done
 # Frames uroce builds decode with good ICRCs too.
 "$write_sample_frames" "$tmp/built.pcap" >/dev/null || fail "write_sample_frames failed"
 out=$("$uroce" dump "$tmp/built.pcap") || fail "built frames: exit $?"
-[[ $(tail -n 1 <<<"$out") == "frames 244, roce 244, icrc_ok 244, icrc_bad 0, malformed 0" ]] ||
+[[ $(tail -n 1 <<<"$out") == "frames 248, roce 248, icrc_ok 248, icrc_bad 0, malformed 0" ]] ||
   fail "built frames: $(tail -n 1 <<<"$out")"
+# RoCEv2's CNP (0x81, four frames) is decoded by name.
+[[ $(grep -c ' CNP CONGESTION_NOTIFICATION .* icrc ok$' <<<"$out") -eq 4 ]] ||
+  fail "built frames: CNP lines: $(grep 'CNP' <<<"$out")"
 # IBTA 1.5's ATOMIC WRITE (0x1D, four frames): its RETH and its 8 bytes.
 [[ $(grep -cE ' RC ATOMIC_WRITE .* dma_len 8  data [0-9a-f]{16}  icrc ok$' <<<"$out") -eq 4 ]] ||
   fail "built frames: ATOMIC WRITE lines: $(grep 'ATOMIC_WRITE' <<<"$out")"
