@@ -79,7 +79,6 @@ class CongestionControl {
   virtual void OnLoss(uint64_t now_ns) { (void)now_ns; }
 
   const Allowance& allowance() const { return allowance_; }
-  const CongestionParams& params() const { return params_; }
 
  protected:
   const CongestionParams params_;

@@ -28,9 +28,6 @@ class Pacer {
     const double now = static_cast<double>(now_ns);
     next_ns_ = std::max(next_ns_, now - kBurstNs) + static_cast<double>(bytes) * 8'000.0 / static_cast<double>(rate_mbps);
   }
-  // When the next packet may leave (for tests and `uroce stats`).
-  double next_ns() const { return next_ns_; }
-
  private:
   double next_ns_ = 0;
 };

@@ -45,7 +45,6 @@ class Swift final : public CongestionControl {
   void OnLoss(uint64_t now_ns) override;
 
   double window() const { return window_; }
-  uint64_t last_delay_ns() const { return delay_ns_; }
 
  private:
   bool MayDecrease(uint64_t now_ns) const;

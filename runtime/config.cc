@@ -424,7 +424,6 @@ class Builder {
                      "algorithm, algorithm_sl0..15, line_rate_mbps, min_rate_mbps, target_delay_us, cnp_interval_us, "
                      "cnp_dscp");
     }
-    if (c.min_rate_mbps > c.line_rate_mbps) return Bad(where, "min_rate_mbps is above line_rate_mbps");
     return Status::Ok();
   }
 
@@ -589,6 +588,11 @@ std::string VdevArgOr(const std::string& vdev, const std::string& key, const std
 
 Status CrossCheck(UroceConfig& c) {
   if (c.endpoints.empty()) return InvalidArgument(c.origin + ": no [endpoint.NAME] section");
+  // Once every key is read, in whatever order the file and --set gave them.
+  if (c.congestion.min_rate_mbps > c.congestion.line_rate_mbps) {
+    return InvalidArgument("[congestion] min_rate_mbps " + std::to_string(c.congestion.min_rate_mbps) +
+                           " is above line_rate_mbps " + std::to_string(c.congestion.line_rate_mbps));
+  }
   std::map<std::string, std::set<char>> ring_sides;
   std::set<std::string> devices;
   const std::vector<unsigned> lcores = ParseLcoreList(c.eal.lcores);

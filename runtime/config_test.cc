@@ -321,7 +321,8 @@ TEST(ConfigTest, CongestionSection) {
       {"[congestion]\nalgorithm=cubic\n", "[congestion] algorithm = 'cubic': expected one of none, dcqcn, swift, fixed_rate"},
       {"[congestion]\nalgorithm_sl16=dcqcn\n", "[congestion] algorithm_sl16 = 'dcqcn': a service level is 0..15"},
       {"[congestion]\nline_rate_mbps=0\n", "[congestion] line_rate_mbps = '0'"},
-      {"[congestion]\nline_rate_mbps=100\nmin_rate_mbps=200\n", "min_rate_mbps is above line_rate_mbps"},
+      {"[congestion]\nline_rate_mbps=100\nmin_rate_mbps=200\n",
+       "[congestion] min_rate_mbps 200 is above line_rate_mbps 100"},
       {"[congestion]\nwindow=3\n", "unknown key 'window' in [congestion]"},
       {"[congestion]\ncnp_dscp=64\n", "[congestion] cnp_dscp = '64': expected a DSCP, 0..63"},
   };
@@ -329,6 +330,9 @@ TEST(ConfigTest, CongestionSection) {
     const std::string e = ErrorOf(std::string(b.section) + ep);
     EXPECT_NE(e.find(b.expect), std::string::npos) << b.section << ": " << e;
   }
+  // The two rates are compared once all keys are read, in any order.
+  auto raised = LoadConfigText("[congestion]\nmin_rate_mbps=200000\nline_rate_mbps=400000\n" + ep, "test.ini");
+  ASSERT_TRUE(raised.ok()) << raised.status().ToString();
   EXPECT_NE(ErrorOf(ep + "congestion=reno\n").find("expected one of none, dcqcn, swift, fixed_rate"), std::string::npos);
 }
 

@@ -767,7 +767,8 @@ Status PerfSide::Verify() {
       }
       return Status::Ok();
     }
-    case PerfTest::kWriteBw: {
+    case PerfTest::kWriteBw:
+    case PerfTest::kIncast: {
       if (client_) return Status::Ok();
       // Each slot holds some message whole (the one written last there), or
       // nothing when fewer messages than slots were sent.
