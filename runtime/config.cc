@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <rte_cfgfile.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -823,10 +824,34 @@ StatusOr<UroceConfig> LoadConfigText(const std::string& text, const std::string&
 }
 
 
+namespace {
+
+// An attached process's EAL main lcore may run on any CPU this process may
+// use: the daemon's configuration pins nothing (its engines are the
+// processes' own, driven by their threads), and EAL's default lcore 0 would
+// pin every attached process to CPU 0.
+std::vector<ConfigOverride> UnpinnedMainLcore() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+  std::string cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    if (!cpus.empty()) cpus += ',';
+    cpus += std::to_string(cpu);
+  }
+  if (cpus.empty()) return {};
+  return {ConfigOverride{"eal", "lcores", "0@(" + cpus + ")"}};
+}
+
+}  // namespace
+
 StatusOr<UroceConfig> LoadConfigFromDaemon(const host::DaemonSession& session,
                                            const std::vector<ConfigOverride>& overrides) {
   const std::string origin = "uroce daemon at " + session.socket_path();
-  auto config = LoadConfigText(session.config_text(), origin, overrides);
+  std::vector<ConfigOverride> all = UnpinnedMainLcore();  // first: the caller's may pin
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  auto config = LoadConfigText(session.config_text(), origin, all);
   if (!config.ok()) return config;
   const std::vector<int>& files = session.shm_fds();
   for (EndpointConfig& ep : config->endpoints) {

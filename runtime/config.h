@@ -260,7 +260,9 @@ StatusOr<UroceConfig> LoadConfigText(const std::string& text, const std::string&
 
 // The configuration a uroce daemon handed out to `session` (its grant,
 // host/daemon_protocol.h), each shared-memory port set to the file that came
-// with the reply (they belong to the session), with `overrides`.
+// with the reply (they belong to the session), with `overrides`. EAL's main
+// lcore runs on any CPU this process may use, unless `overrides` set [eal]
+// lcores.
 StatusOr<UroceConfig> LoadConfigFromDaemon(const host::DaemonSession& session,
                                            const std::vector<ConfigOverride>& overrides);
 

@@ -1,7 +1,6 @@
 #include "runtime/process.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -41,23 +40,6 @@ constexpr int kPortCheckMs = 50;
 // How long the progress thread stays away while an application thread polls
 // (and so drives the engines itself).
 constexpr unsigned kApplicationDrivesSleepUs = 2000;
-
-// An attached process's EAL main lcore may run on any CPU this process may
-// use (the daemon's configuration pins nothing: its engines are the
-// processes' own, driven by their threads).
-std::vector<runtime::ConfigOverride> DaemonOverrides() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {};
-  std::string cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &set)) continue;
-    if (!cpus.empty()) cpus += ',';
-    cpus += std::to_string(cpu);
-  }
-  if (cpus.empty()) return {};
-  return {runtime::ConfigOverride{"eal", "lcores", "0@(" + cpus + ")"}};
-}
 
 }  // namespace
 
@@ -107,9 +89,7 @@ void Process::LoadConfigOnce() {
       return;
     }
     const std::string origin = "uroce daemon at " + (*session)->socket_path();
-    std::vector<runtime::ConfigOverride> overrides = DaemonOverrides();
-    overrides.insert(overrides.end(), impair.begin(), impair.end());
-    config = LoadConfigFromDaemon(**session, overrides);
+    config = LoadConfigFromDaemon(**session, impair);
     if (!config.ok()) {
       UROCE_LOG(ERR, kRuntime, "%s: %s: no uroce devices\n", origin.c_str(), config.status().ToString().c_str());
       return;

@@ -64,7 +64,8 @@ using transport::EngineConfig;
 
 std::string ShutdownReport::Summary() const {
   return "mbufs back in the pools: " + std::to_string(mbufs_in_pools) + " of " + std::to_string(mbufs_total) +
-         "; QPs flushed: " + std::to_string(qps_flushed) + (impairments.empty() ? "" : "\n" + impairments);
+         "; QPs flushed: " + std::to_string(qps_flushed) + (impairments.empty() ? "" : "\n" + impairments) +
+         (congestion.empty() ? "" : "\n" + congestion);
 }
 
 StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const UroceConfig& config) {
@@ -512,6 +513,7 @@ ShutdownReport Runtime::Shutdown() {
   if (telemetry_handle_ != 0) UnpublishTelemetry(telemetry_handle_);
   telemetry_handle_ = 0;
   report_.impairments = ImpairmentReport();  // while the engines still count
+  report_.congestion = CongestionReport();
   // 3. Engines (they free what they still staged), then QPs die with them.
   for (auto& e : devices_) {
     if (e->side.engine) {
@@ -584,6 +586,21 @@ std::string Runtime::ImpairmentReport() {
       line += std::string(e.impaired ? "; " : "") + "RNR storm NAKs " + std::to_string(naks);
     }
     out += (out.empty() ? "" : "\n") + line;
+  }
+  return out;
+}
+
+std::string Runtime::CongestionReport() const {
+  std::string out;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const Device& e = *devices_[i];
+    if (!e.side.engine) continue;
+    const transport::EngineCounters c = e.side.engine->counters();
+    if (c.rx_ce_marked + c.cnps_sent + c.cnps_received + c.cnps_ignored + c.paced_waits == 0) continue;
+    out += (out.empty() ? "" : "\n") + std::string("uroce") + std::to_string(i) + " (" + e.name +
+           ") congestion: CE-marked frames received " + std::to_string(c.rx_ce_marked) + ", CNPs sent " +
+           std::to_string(c.cnps_sent) + ", received " + std::to_string(c.cnps_received) + ", ignored " +
+           std::to_string(c.cnps_ignored) + ", paced waits " + std::to_string(c.paced_waits);
   }
   return out;
 }

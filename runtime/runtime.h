@@ -42,8 +42,12 @@ struct ShutdownReport {
   unsigned mbufs_total = 0;
   // [impair]: what was injected, one line per endpoint ("" without faults).
   std::string impairments;
+  // Congestion signals, one line per endpoint that saw or sent any (CE-marked
+  // frames received, CNPs sent, received and ignored, paced waits); "" if
+  // none did.
+  std::string congestion;
   bool pools_full() const { return mbufs_in_pools == mbufs_total; }
-  std::string Summary() const;  // "mbufs back in the pools: N of N; QPs flushed: Q"
+  std::string Summary() const;  // "mbufs back in the pools: N of N; QPs flushed: Q", then the lines above
 };
 
 class Runtime {
@@ -122,6 +126,8 @@ class Runtime {
   // seed 7; tx: frames N, dropped N, ...; rx: ...; RNR storm NAKs N"), or ""
   // without [impair]. Control path (reads the engines' counters).
   std::string ImpairmentReport();
+  // Congestion signals per endpoint (ShutdownReport::congestion).
+  std::string CongestionReport() const;
 
   // Attached to a daemon: a LINK (file `fd`, not taken over) or UNLINK for
   // the endpoint of uplink change.uplink (host/local_links.h). Control path,

@@ -46,6 +46,8 @@ constexpr unsigned kAcceptTimeoutMs = 300000;
 // During a run the client says TICK this often, so the server can tell a
 // long run from a client that went silent (kControlTimeoutMs without a line).
 constexpr unsigned kTickMs = 1000;
+// --clients: a server serves at most this many at once.
+constexpr unsigned long kMaxClients = 64;
 
 struct Options {
   std::vector<PerfTest> tests = {PerfTest::kSendLat};
@@ -54,6 +56,7 @@ struct Options {
   uint32_t qps = 1;
   uint32_t idle_qps = 0;
   uint32_t window = 0;  // 0: RunSpec::DefaultWindow
+  uint32_t clients = 1;  // the server's: clients served at once
   std::string port = "ring";
   std::string role;  // server | client; empty with ring
   std::string control;
@@ -75,7 +78,8 @@ int PerfUsage(FILE* out) {
   std::fprintf(out,
                "usage: uroce perf [--test T[,T...]|all] [--size BYTES[,BYTES...]] [--iters N] [--qps N]\n"
                "                  [--idle-qps N] [--window N] [--port ring|memif|afpacket|daemon] [--role server|client]\n"
-               "                  [--control PATH|HOST:PORT] [--token HEX|none] [--verify] [--csv|--json] [--quiet]\n"
+               "                  [--control PATH|HOST:PORT] [--token HEX|none] [--clients N] [--verify] [--csv|--json]\n"
+               "                  [--quiet]\n"
                "                  [--config FILE] [--set SECTION.KEY=VALUE ...] [--impair SPEC]\n"
                "  tests: send_lat write_lat read_lat atomic_lat send_bw write_bw read_bw incast\n"
                "  incast: --qps N WRITE flows of --size into the server, each with its share\n"
@@ -101,6 +105,9 @@ int PerfUsage(FILE* out) {
                "  it the same way. --token none on both sides: no token (the first\n"
                "  client to connect gets the run). On a PATH the token is optional.\n"
                "  The server waits up to 300 s for a client and 60 s for each message.\n"
+               "  --clients N (server): serve N clients at once (up to 64), each with its\n"
+               "  own QPs; every run starts when all N have asked for it, so N client\n"
+               "  processes make an N:1 incast (docs/congestion.md).\n"
                "  Limits: --size up to 1G, --iters up to 100000000, --qps up to 256,\n"
                "  --window up to 4096, at most 4 GiB of buffer per side.\n"
                "  --idle-qps N: N more connected RC QPs on each side that never carry\n"
@@ -239,6 +246,11 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     } else if (flag == "--role") {
       if (v != "server" && v != "client") return false;
       o->role = v;
+    } else if (flag == "--clients") {
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(v.c_str(), &end, 10);
+      if (*end != '\0' || v.empty() || v[0] == '-' || n == 0 || n > kMaxClients) return false;
+      o->clients = static_cast<uint32_t>(n);
     } else if (flag == "--control") {
       o->control = v;
     } else if (flag == "--token") {
@@ -256,6 +268,10 @@ bool ParseArgs(int argc, char** argv, Options* o) {
   }
   if (o->port != "ring" && o->role.empty()) {
     std::fprintf(stderr, "uroce perf: --port %s needs --role server or --role client\n", o->port.c_str());
+    return false;
+  }
+  if (o->clients > 1 && o->role != "server") {
+    std::fprintf(stderr, "uroce perf: --clients is the server's (--role server)\n");
     return false;
   }
   if (o->port == "daemon" && !o->config.file.empty()) {
@@ -561,7 +577,20 @@ int RunInProcess(const Options& o) {
   return p.Finish(0);
 }
 
-// The server process: answers one client's runs, then exits.
+// One client of the server: its side channel, and its side during a run.
+struct ServedClient {
+  explicit ServedClient(SideChannel channel) : ch(std::move(channel)) {}
+  SideChannel ch;
+  std::unique_ptr<PerfSide> side;  // this run's; null between runs
+  RunSpec spec;
+  bool left = false;  // said BYE or closed: takes no more runs
+  bool done = false;  // said DONE this run
+  uint64_t last_heard = 0;
+};
+
+// The server process: answers its clients' runs (--clients N: N of them at
+// once, each run of every client starting together), then exits once all
+// have left.
 int RunServer(const Options& o) {
   PerfProcess p(o);
   // The listener and the token come first, before the port: a memif link
@@ -585,98 +614,129 @@ int RunServer(const Options& o) {
   runtime::Runtime& rt = p.rt();
   auto idle = [&p] { return p.Idle(); };
   runtime::Runtime::Device& ep = rt.device(0);
-  std::fprintf(stderr, "uroce perf: server %s (%s) on %s, waiting for a client on %s\n", ep.name.c_str(),
-               transport::GidToString(ep.side.gid).c_str(), ep.config.port.c_str(),
-               listener->LocalAddress().c_str());  // the port PORT 0 picked, too
-  auto ch = listener->Accept(kAcceptTimeoutMs, idle, token);
-  if (!ch.ok()) return p.Finish(pmd::ShutdownRequested() ? 2 : Fail(ch.status()));
-  std::unique_ptr<PerfSide> side;
+  std::fprintf(stderr, "uroce perf: server %s (%s) on %s, waiting for %u client%s on %s\n", ep.name.c_str(),
+               transport::GidToString(ep.side.gid).c_str(), ep.config.port.c_str(), o.clients,
+               o.clients == 1 ? "" : "s", listener->LocalAddress().c_str());  // the port PORT 0 picked, too
+  std::vector<ServedClient> clients;
+  clients.reserve(o.clients);
+  // Sides die before the runtime (they deregister memory from its engines).
+  auto finish = [&p, &clients](int rc) {
+    if (pmd::ShutdownRequested()) p.rt().FlushQueuePairs();  // as Finish does, before the sides go
+    for (ServedClient& c : clients) c.side.reset();
+    return p.Finish(rc);
+  };
+  while (clients.size() < o.clients) {
+    auto ch = listener->Accept(kAcceptTimeoutMs, idle, token);
+    if (!ch.ok()) return finish(pmd::ShutdownRequested() ? 2 : Fail(ch.status()));
+    clients.emplace_back(std::move(*ch));
+  }
   int rc = 0;
   for (;;) {
-    auto line = ch->Receive(kControlTimeoutMs, idle);
-    if (!line.ok()) {
-      if (pmd::ShutdownRequested()) return p.Finish(2, &side);
-      if (line.status().code() == StatusCode::kNotFound) break;  // the client left
-      rc = Fail(line.status());
-      break;
+    // A run: every client still here sends its RUN and its side's
+    // information, or leaves. A client's failure ends the server (it is a
+    // measurement: nothing would be left to compare).
+    size_t running = 0;
+    for (ServedClient& c : clients) {
+      if (c.left) continue;
+      auto line = c.ch.Receive(kControlTimeoutMs, idle);
+      if (!line.ok()) {
+        if (pmd::ShutdownRequested()) return finish(2);
+        if (line.status().code() == StatusCode::kNotFound) {  // the client left
+          c.left = true;
+          continue;
+        }
+        return finish(Fail(line.status()));
+      }
+      if (*line == "BYE") {
+        c.left = true;
+        continue;
+      }
+      if (line->rfind("HELLO ", 0) == 0) {
+        // A client with a token, and this server without one.
+        const Status hello = PermissionDenied("the client sent a token, and this server takes none (--token none "
+                                              "or a path without --token): give both sides the same");
+        (void)c.ch.Send("ERROR " + hello.message());
+        return finish(Fail(hello));
+      }
+      auto spec = RunSpec::Decode(*line);
+      if (!spec.ok()) {
+        (void)c.ch.Send("ERROR " + spec.status().message().substr(0, 1024));  // the client says why it ends
+        return finish(Fail(spec.status()));
+      }
+      auto info_line = c.ch.Receive(kControlTimeoutMs, idle);
+      if (!info_line.ok()) return finish(Fail(info_line.status()));
+      auto remote = SideInfo::Decode(*info_line);
+      if (!remote.ok()) return finish(Fail(remote.status()));
+      c.spec = *spec;
+      c.side = std::make_unique<PerfSide>(ep, false, *spec);
+      s = c.side->Prepare();
+      if (s.ok()) s = c.side->Connect(*remote);
+      if (s.ok()) s = c.side->Arm();
+      if (!s.ok()) {
+        (void)c.ch.Send("ERROR " + s.message());
+        return finish(Fail(s));
+      }
+      c.done = false;
+      ++running;
     }
-    if (*line == "BYE") break;
-    if (line->rfind("HELLO ", 0) == 0) {
-      // A client with a token, and this server without one.
-      const Status hello = PermissionDenied("the client sent a token, and this server takes none (--token none "
-                                            "or a path without --token): give both sides the same");
-      (void)ch->Send("ERROR " + hello.message());
-      rc = Fail(hello);
-      break;
+    if (running == 0) break;  // all have left
+    // Each client starts once it has our side's information: all at once.
+    for (ServedClient& c : clients) {
+      if (s.ok() && c.side) s = c.ch.Send(c.side->Local().Encode());
     }
-    auto spec = RunSpec::Decode(*line);
-    if (!spec.ok()) {
-      (void)ch->Send("ERROR " + spec.status().message().substr(0, 1024));  // the client says why it ends
-      rc = Fail(spec.status());
-      break;
-    }
-    auto info_line = ch->Receive(kControlTimeoutMs, idle);
-    if (!info_line.ok()) {
-      rc = Fail(info_line.status());
-      break;
-    }
-    auto remote = SideInfo::Decode(*info_line);
-    if (!remote.ok()) {
-      rc = Fail(remote.status());
-      break;
-    }
-    side = std::make_unique<PerfSide>(ep, false, *spec);
-    s = side->Prepare();
-    if (s.ok()) s = side->Connect(*remote);
-    if (s.ok()) s = side->Arm();
-    if (!s.ok()) {
-      (void)ch->Send("ERROR " + s.message());
-      rc = Fail(s);
-      break;
-    }
-    s = ch->Send(side->Local().Encode());
-    // Answer until the client says DONE; look at the channel about once a
-    // millisecond, so the loop stays free of system calls in between. The
-    // client says TICK every second; a client silent for kControlTimeoutMs
-    // ends the run rather than holding this server forever.
+    // Answer until every client says DONE; look at the channels about once a
+    // millisecond, so the loop stays free of system calls in between. A
+    // client says TICK every second; one silent for kControlTimeoutMs ends
+    // the run rather than holding this server forever.
     const uint64_t check_every = rte_get_tsc_hz() / 1000;
     const uint64_t silence_limit = rte_get_tsc_hz() / 1000 * kControlTimeoutMs;
     uint64_t next_check = rte_get_tsc_cycles() + check_every;
-    uint64_t last_heard = rte_get_tsc_cycles();
-    bool done = false;
-    while (s.ok() && !done) {
+    for (ServedClient& c : clients) c.last_heard = rte_get_tsc_cycles();
+    size_t done = 0;
+    while (s.ok() && done < running) {
       rt.Progress();
-      s = side->Step();
-      if (pmd::ShutdownRequested()) return p.Finish(2, &side);
+      for (ServedClient& c : clients) {
+        if (s.ok() && c.side) s = c.side->Step();
+      }
+      if (pmd::ShutdownRequested()) return finish(2);
       const uint64_t now = rte_get_tsc_cycles();
-      if (now >= next_check) {
-        next_check = now + check_every;
+      if (now < next_check) continue;
+      next_check = now + check_every;
+      for (ServedClient& c : clients) {
+        if (!c.side || c.done || !s.ok()) continue;
         std::string msg;
         Status err;
-        if (ch->TryReceive(&msg, &err)) {
-          last_heard = now;
-          if (msg == "DONE") done = true;
-          else if (msg != "TICK") s = InvalidArgument("expected DONE, got " + PrintableLine(msg));
+        if (c.ch.TryReceive(&msg, &err)) {
+          c.last_heard = now;
+          if (msg == "DONE") {
+            c.done = true;
+            ++done;
+          } else if (msg != "TICK") {
+            s = InvalidArgument("expected DONE, got " + PrintableLine(msg));
+          }
         } else if (!err.ok()) {
           s = err;
-        } else if (now - last_heard > silence_limit) {
-          s = Unavailable("the client said nothing for " + std::to_string(kControlTimeoutMs / 1000) + " s");
+        } else if (now - c.last_heard > silence_limit) {
+          s = Unavailable("a client said nothing for " + std::to_string(kControlTimeoutMs / 1000) + " s");
         }
       }
     }
-    if (s.ok()) s = Settle(rt, *side);
-    if (s.ok()) s = side->Verify();
-    (void)ch->Send(s.ok() ? "RESULT ok" : "RESULT fail " + s.message());
-    if (!s.ok() || !o.quiet) {
-      std::fprintf(stderr, "uroce perf: %s: %s\n", Describe(*spec).c_str(), s.ok() ? "served" : s.message().c_str());
+    for (ServedClient& c : clients) {
+      if (!c.side) continue;
+      Status verdict = s;
+      if (verdict.ok()) verdict = Settle(rt, *c.side);
+      if (verdict.ok()) verdict = c.side->Verify();
+      (void)c.ch.Send(verdict.ok() ? "RESULT ok" : "RESULT fail " + verdict.message());
+      if (!verdict.ok() || !o.quiet) {
+        std::fprintf(stderr, "uroce perf: %s: %s\n", Describe(c.spec).c_str(),
+                     verdict.ok() ? "served" : verdict.message().c_str());
+      }
+      if (!verdict.ok()) rc = 1;
+      c.side.reset();
     }
-    side.reset();
-    if (!s.ok()) {
-      rc = 1;
-      break;
-    }
+    if (rc != 0) break;
   }
-  return p.Finish(rc, &side);
+  return finish(rc);
 }
 
 int RunClient(const Options& o) {

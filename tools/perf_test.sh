@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `uroce perf --port ring`: every test, several sizes (one packet, several,
 # a 64 KiB message), two QPs, with --verify, in inline and in engine
-# progress; then the CSV form; `uroce floor` and a memif pair over TCP
-# control with its one-time token (and with none). Checks results and clean
-# shutdown, never speed.
+# progress; then the CSV form; `uroce floor`; a memif pair over TCP
+# control with its one-time token (and with none); an N:1 incast of two
+# client processes into one server through a daemon, with the server's
+# receive side as the bottleneck. Checks results and clean shutdown, never
+# speed.
 set -euo pipefail
 uroce=$1
 
@@ -129,6 +131,54 @@ out=$(timeout 60 "$uroce" perf $(perf_side client b none) --token none --test se
 wait "$server" || { cat "$dir/none-server.log"; echo "the server with --token none failed"; exit 1; }
 grep -qE '^send_lat +64 ' <<<"$out" || { echo "$out"; echo "no send_lat row"; exit 1; }
 grep -q 'token none: the first client' "$dir/none-server.log" || { cat "$dir/none-server.log"; exit 1; }
+
+echo "== N:1 incast between processes: a daemon, a server with --clients 2, its receive side the bottleneck"
+# The daemon's uplink goes nowhere (net_null); the processes reach each other
+# over the links it makes. The bottleneck on the server's receive side covers
+# every link into it, so the two writers share its queue: it marks CE, the
+# server sends CNPs, and each writer receives some and slows down (DCQCN).
+cat > "$dir/daemon.ini" <<INI
+[eal]
+hugepages = no
+log_level = *:error
+telemetry = no
+file_prefix = uroce-perf-test-$$-daemon
+[daemon]
+socket = $dir/uroce.sock
+[endpoint.up]
+port = net_null0,no-rx=1
+ipv4 = 10.88.0.1
+mtu = 9000
+INI
+timeout 120 "$uroce" daemon --config "$dir/daemon.ini" > "$dir/daemon.log" 2>&1 &
+daemon=$!
+for _ in $(seq 200); do [[ -S $dir/uroce.sock ]] && break; sleep 0.05; done
+[[ -S $dir/uroce.sock ]] || { cat "$dir/daemon.log"; echo "the daemon did not start"; exit 1; }
+incast=(--port daemon --control "$dir/incast.sock" --quiet --set congestion.algorithm=dcqcn)
+UROCE_DAEMON=$dir/uroce.sock timeout 120 "$uroce" perf "${incast[@]}" --role server --clients 2 \
+  --impair rate_mbps=2000,queue_frames=64,ecn_frames=4,direction=rx,seed=7 > "$dir/incast-server.log" 2>&1 &
+server=$!
+writers=()
+for i in 1 2; do
+  UROCE_DAEMON=$dir/uroce.sock timeout 120 "$uroce" perf "${incast[@]}" --role client --test write_bw \
+    --size 65536 --iters 300 --verify > "$dir/incast-$i.log" 2>&1 &
+  writers+=($!)
+done
+for i in 1 2; do
+  wait "${writers[$((i - 1))]}" || { cat "$dir/incast-$i.log" "$dir/incast-server.log"; echo "writer $i failed"; exit 1; }
+  grep -q 'every byte verified' "$dir/incast-$i.log" || { cat "$dir/incast-$i.log"; echo "writer $i: not verified"; exit 1; }
+  grep -qE 'congestion: .*CNPs sent 0, received [1-9]' "$dir/incast-$i.log" ||
+    { cat "$dir/incast-$i.log"; echo "writer $i received no CNP"; exit 1; }
+done
+wait "$server" || { cat "$dir/incast-server.log"; echo "the incast server failed"; exit 1; }
+cat "$dir/incast-server.log"
+grep -qE 'mbufs back in the pools: ([0-9]+) of \1;' "$dir/incast-server.log" || { echo "mbufs leaked"; exit 1; }
+grep -qE 'rx: frames [1-9].*CE marked [1-9]' "$dir/incast-server.log" || { echo "the bottleneck marked nothing"; exit 1; }
+grep -qE 'congestion: CE-marked frames received [1-9][0-9]*, CNPs sent [1-9]' "$dir/incast-server.log" ||
+  { echo "the server sent no CNP"; exit 1; }
+kill "$daemon"
+wait "$daemon" || true
+if "$uroce" perf --port daemon --role client --clients 2 2>/dev/null; then echo "a client took --clients"; exit 1; fi
 
 echo "== bad arguments are refused"
 if "$uroce" perf --test nope 2>/dev/null; then echo "accepted --test nope"; exit 1; fi
