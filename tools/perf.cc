@@ -687,11 +687,24 @@ int RunServer(const Options& o) {
     // Answer until every client says DONE; look at the channels about once a
     // millisecond, so the loop stays free of system calls in between. A
     // client says TICK every second; one silent for kControlTimeoutMs ends
-    // the run rather than holding this server forever.
+    // the run rather than holding this server forever. A client that is
+    // done gets its verdict at once: a slower one (its rate cut by
+    // congestion control, say) does not keep it waiting.
     const uint64_t check_every = rte_get_tsc_hz() / 1000;
     const uint64_t silence_limit = rte_get_tsc_hz() / 1000 * kControlTimeoutMs;
     uint64_t next_check = rte_get_tsc_cycles() + check_every;
     for (ServedClient& c : clients) c.last_heard = rte_get_tsc_cycles();
+    auto answer = [&](ServedClient& c, Status verdict) {
+      if (verdict.ok()) verdict = Settle(rt, *c.side);
+      if (verdict.ok()) verdict = c.side->Verify();
+      (void)c.ch.Send(verdict.ok() ? "RESULT ok" : "RESULT fail " + verdict.message());
+      if (!verdict.ok() || !o.quiet) {
+        std::fprintf(stderr, "uroce perf: %s: %s\n", Describe(c.spec).c_str(),
+                     verdict.ok() ? "served" : verdict.message().c_str());
+      }
+      if (!verdict.ok()) rc = 1;
+      c.side.reset();
+    };
     size_t done = 0;
     while (s.ok() && done < running) {
       rt.Progress();
@@ -711,6 +724,7 @@ int RunServer(const Options& o) {
           if (msg == "DONE") {
             c.done = true;
             ++done;
+            answer(c, Status::Ok());
           } else if (msg != "TICK") {
             s = InvalidArgument("expected DONE, got " + PrintableLine(msg));
           }
@@ -722,17 +736,7 @@ int RunServer(const Options& o) {
       }
     }
     for (ServedClient& c : clients) {
-      if (!c.side) continue;
-      Status verdict = s;
-      if (verdict.ok()) verdict = Settle(rt, *c.side);
-      if (verdict.ok()) verdict = c.side->Verify();
-      (void)c.ch.Send(verdict.ok() ? "RESULT ok" : "RESULT fail " + verdict.message());
-      if (!verdict.ok() || !o.quiet) {
-        std::fprintf(stderr, "uroce perf: %s: %s\n", Describe(c.spec).c_str(),
-                     verdict.ok() ? "served" : verdict.message().c_str());
-      }
-      if (!verdict.ok()) rc = 1;
-      c.side.reset();
+      if (c.side) answer(c, s);  // the run failed: each client still waiting hears why
     }
     if (rc != 0) break;
   }
