@@ -78,8 +78,9 @@ struct Session {
 
 class SwitchDaemon final : public Daemon {
  public:
-  SwitchDaemon(const DaemonConfig& config, const std::vector<EndpointPortConfig>& uplinks, DaemonReport report)
-      : config_(config), uplink_configs_(uplinks), report_(std::move(report)) {}
+  SwitchDaemon(const DaemonConfig& config, const std::vector<EndpointPortConfig>& uplinks, DaemonReport report,
+               std::optional<pmd::PortImpairment> uplink_faults)
+      : config_(config), uplink_configs_(uplinks), report_(std::move(report)), uplink_faults_(std::move(uplink_faults)) {}
   ~SwitchDaemon() override { Stop(); }
 
   Status Listen() override;
@@ -93,6 +94,8 @@ class SwitchDaemon final : public Daemon {
   void Log(const char* format, ...) __attribute__((format(printf, 2, 3)));
   Status StartPortUplink(Uplink& u);
   Status StartKernelUplink(Uplink& u);
+  // The port the switch uses: `port`, or [impair] around it.
+  transport::PacketIo* SwitchPortFor(Uplink& u, transport::PacketIo* port);
   void ServeControl(int timeout_us);
   void ServeNeighborQuestions(Uplink& u);
   void ServeLinkRequests(size_t uplink);
@@ -153,6 +156,8 @@ class SwitchDaemon final : public Daemon {
     };
     std::vector<PendingQuestion> pending;
     uint64_t questions_over_quota = 0;  // not waited on: the asker had its share
+    // [impair] between the switch and the port (uplink_faults_).
+    std::unique_ptr<pmd::ImpairedPortIo> impaired;
     std::unique_ptr<FrameSwitch> sw;
   };
 
@@ -179,6 +184,7 @@ class SwitchDaemon final : public Daemon {
   const DaemonConfig config_;
   const std::vector<EndpointPortConfig> uplink_configs_;
   const DaemonReport report_;
+  const std::optional<pmd::PortImpairment> uplink_faults_;
   int listen_fd_ = -1;
   std::string socket_path_;
   pmd::MempoolPtr pool_;  // every uplink's and every process port's buffers
@@ -322,7 +328,7 @@ Status SwitchDaemon::StartPortUplink(Uplink& u) {
   FrameSwitch::Options options;
   options.mac = u.mac;
   options.gids = ec.gids;
-  options.uplink = u.io.get();
+  options.uplink = SwitchPortFor(u, u.io.get());
   options.pool = pool_.get();
   u.sw = std::make_unique<FrameSwitch>(options);
   return Status::Ok();
@@ -358,11 +364,19 @@ Status SwitchDaemon::StartKernelUplink(Uplink& u) {
   FrameSwitch::Options options;
   options.mac = u.mac;
   options.gids = ec.gids;
-  options.uplink = u.kernel->io();
+  options.uplink = SwitchPortFor(u, u.kernel->io());
   options.pool = pool_.get();
   options.kernel_neighbors = true;
   u.sw = std::make_unique<FrameSwitch>(options);
   return Status::Ok();
+}
+
+transport::PacketIo* SwitchDaemon::SwitchPortFor(Uplink& u, transport::PacketIo* port) {
+  if (!uplink_faults_) return port;
+  pmd::PortImpairment faults = *uplink_faults_;
+  faults.seed = pmd::DeriveSeed(uplink_faults_->seed, uplinks_.size() - 1);  // this uplink's own stream
+  u.impaired = std::make_unique<pmd::ImpairedPortIo>(port, pool_.get(), faults);
+  return u.impaired.get();
 }
 
 bool SwitchDaemon::IsHostAddress(const transport::Gid& gid) const {
@@ -1131,6 +1145,19 @@ std::string SwitchDaemon::StatsText(const Session& viewer) const {
                   static_cast<unsigned long long>(k.cm_bad_qp),
                   static_cast<unsigned long long>(k.neighbor_over_quota + up->questions_over_quota));
     out += line;
+    // [impair] on the uplink: what it did each way (tx: leaving the host).
+    if (up->impaired) {
+      const pmd::ImpairedPortCounters f = up->impaired->counters();
+      std::snprintf(line, sizeof(line),
+                    "impair device=%s tx_frames=%llu tx_dropped=%llu tx_queue_dropped=%llu tx_ce_marked=%llu "
+                    "rx_frames=%llu rx_dropped=%llu rx_queue_dropped=%llu rx_ce_marked=%llu\n",
+                    up->device.c_str(), static_cast<unsigned long long>(f.tx.sent),
+                    static_cast<unsigned long long>(f.tx.dropped), static_cast<unsigned long long>(f.tx.queue_dropped),
+                    static_cast<unsigned long long>(f.tx.ce_marked), static_cast<unsigned long long>(f.rx.sent),
+                    static_cast<unsigned long long>(f.rx.dropped), static_cast<unsigned long long>(f.rx.queue_dropped),
+                    static_cast<unsigned long long>(f.rx.ce_marked));
+      out += line;
+    }
     // af_xdp: what the XDP program did with RoCE before the switch saw it
     // (xdp/uroce_steer.bpf.c); all CPUs together.
     if (up->kernel && up->kernel->af_xdp()) {
@@ -1175,7 +1202,9 @@ void SwitchDaemon::Stop() {
   // ring size per queue). They stay out until the pool is freed.
   unsigned af_xdp_held = 0;
   for (auto& u : uplinks_) {
+    if (u->impaired) Log("%s impairments: %s", u->device.c_str(), pmd::ImpairmentSummary(u->impaired->counters()).c_str());
     u->sw.reset();
+    u->impaired.reset();  // what it held goes back to the pool
     u->io.reset();
     u->pending.clear();
     u->neighbors.reset();
@@ -1207,8 +1236,8 @@ void SwitchDaemon::Stop() {
 }  // namespace
 
 std::unique_ptr<Daemon> Daemon::Create(const DaemonConfig& config, const std::vector<EndpointPortConfig>& uplinks,
-                                       DaemonReport report) {
-  return std::make_unique<SwitchDaemon>(config, uplinks, std::move(report));
+                                       DaemonReport report, std::optional<pmd::PortImpairment> uplink_faults) {
+  return std::make_unique<SwitchDaemon>(config, uplinks, std::move(report), std::move(uplink_faults));
 }
 
 

@@ -30,12 +30,13 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
-
 #include "host/host_config.h"
+#include "pmd/impaired_port_io.h"
 
 namespace uroce::host {
 
@@ -45,9 +46,14 @@ using DaemonReport = std::function<void(const std::string& line)>;
 class Daemon {
  public:
   // `config`: its [daemon] section; `uplinks`: one [endpoint.NAME] each;
-  // `report`: where its report lines go (none if empty).
+  // `report`: where its report lines go (none if empty). `uplink_faults`
+  // ([impair], `uroce daemon --impair`): faults and a bottleneck on every
+  // uplink, where frames leave the host (tx) and where they enter it (rx),
+  // each uplink drawing its own stream of the seed; STATS shows what they
+  // did (an "impair" line per uplink), and so does the stop report.
   static std::unique_ptr<Daemon> Create(const DaemonConfig& config, const std::vector<EndpointPortConfig>& uplinks,
-                                        DaemonReport report);
+                                        DaemonReport report,
+                                        std::optional<pmd::PortImpairment> uplink_faults = std::nullopt);
   virtual ~Daemon() = default;
 
   // The control socket, before EAL starts: a second daemon stops here.

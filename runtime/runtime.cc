@@ -333,20 +333,8 @@ Status Runtime::StartEngine(Device* ep, const EndpointConfig& ec) {
   const ImpairConfig& im = config_.impair;
   const uint64_t index = static_cast<uint64_t>(devices_.size() - 1);
   if (im.frame_faults()) {
-    PortImpairment pi;
-    pi.faults.loss = im.loss;
-    pi.faults.duplicate = im.duplicate;
-    pi.faults.reorder = im.reorder;
-    pi.faults.corrupt = im.corrupt;
-    pi.faults.max_delay = im.delay_us;
-    pi.faults.reorder_delay = im.reorder_us;
-    pi.faults.rate = double(im.rate_mbps) / 8.0;  // bytes per microsecond, the port's unit
-    pi.faults.queue_frames = im.queue_frames;
-    pi.faults.ecn_frames = im.ecn_frames;
-    pi.tx = im.tx;
-    pi.rx = im.rx;
+    PortImpairment pi = PortImpairmentFor(im);
     pi.seed = DeriveSeed(im.seed, 2 * index);
-    pi.hold_frames = im.hold_frames;
     ep->impaired = std::make_unique<ImpairedPortIo>(ep->io.get(), ep->pool.get(), pi);
     cfg.io = ep->impaired.get();
   }
@@ -503,6 +491,24 @@ Status Runtime::WaitForLinks() {
     }
   }
   return Status::Ok();
+}
+
+PortImpairment PortImpairmentFor(const ImpairConfig& im) {
+  PortImpairment pi;
+  pi.faults.loss = im.loss;
+  pi.faults.duplicate = im.duplicate;
+  pi.faults.reorder = im.reorder;
+  pi.faults.corrupt = im.corrupt;
+  pi.faults.max_delay = im.delay_us;
+  pi.faults.reorder_delay = im.reorder_us;
+  pi.faults.rate = double(im.rate_mbps) / 8.0;  // bytes per microsecond, the port's unit
+  pi.faults.queue_frames = im.queue_frames;
+  pi.faults.ecn_frames = im.ecn_frames;
+  pi.tx = im.tx;
+  pi.rx = im.rx;
+  pi.seed = im.seed;
+  pi.hold_frames = im.hold_frames;
+  return pi;
 }
 
 ShutdownReport Runtime::Shutdown() {

@@ -36,6 +36,10 @@
 
 namespace uroce::runtime {
 
+// The [impair] section as one port's faults (seed: the section's; a port
+// derives its own stream from it, pmd::DeriveSeed).
+pmd::PortImpairment PortImpairmentFor(const ImpairConfig& im);
+
 struct ShutdownReport {
   unsigned qps_flushed = 0;   // QPs moved to the error state (work flushed)
   unsigned mbufs_in_pools = 0;

@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "host/daemon.h"
 #include "host/daemon_protocol.h"
 #include "runtime/config.h"
+#include "runtime/runtime.h"
 #include "pmd/port_setup.h"
 #include "pmd/shutdown_signal.h"
 #include "tools/command.h"
@@ -57,13 +59,15 @@ int DaemonCommand(int argc, char** argv) {
     std::fprintf(stderr, "uroce daemon: %s\n", config.status().ToString().c_str());
     return 2;
   }
-  if (config->impair.any()) {
-    // The switch moves other processes' frames; faults belong to a
-    // program's own ports, where they replay from its seed.
-    std::fprintf(stderr, "uroce daemon: [impair] (--impair) is for programs' ports: give it to them "
-                         "(uroce exec --impair SPEC), not to the daemon\n");
+  // [impair] sits on the uplinks: frames leaving the host and entering it.
+  // An RNR storm is an engine's, and the daemon has none.
+  if (config->impair.rnr_storm > 0) {
+    std::fprintf(stderr, "uroce daemon: [impair] rnr_storm is for programs (uroce exec --impair rnr_storm=P): the "
+                         "daemon runs no engine\n");
     return 2;
   }
+  std::optional<pmd::PortImpairment> uplink_faults;
+  if (config->impair.frame_faults()) uplink_faults = runtime::PortImpairmentFor(config->impair);
   if (config->endpoints.empty() || config->endpoints.size() > host::kMaxUplinks) {
     std::fprintf(stderr, "uroce daemon: the configuration needs 1 to %zu [endpoint.NAME] sections, the uplinks (%zu given)\n",
                  host::kMaxUplinks, config->endpoints.size());
@@ -83,7 +87,8 @@ int DaemonCommand(int argc, char** argv) {
   const std::vector<host::EndpointPortConfig> uplinks(config->endpoints.begin(), config->endpoints.end());
   // The daemon's reports are this program's output to its operator.
   std::unique_ptr<host::Daemon> daemon = host::Daemon::Create(
-      config->daemon, uplinks, [](const std::string& line) { std::fprintf(stderr, "uroce daemon: %s\n", line.c_str()); });
+      config->daemon, uplinks, [](const std::string& line) { std::fprintf(stderr, "uroce daemon: %s\n", line.c_str()); },
+      uplink_faults);
   Status s = daemon->Listen();
   if (s.ok()) s = pmd::StartEalFor(config->eal);
   if (s.ok()) s = daemon->StartUplinks();

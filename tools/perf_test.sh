@@ -4,8 +4,9 @@
 # progress; then the CSV form; `uroce floor`; a memif pair over TCP
 # control with its one-time token (and with none); an N:1 incast of two
 # client processes into one server through a daemon, with the server's
-# receive side as the bottleneck. Checks results and clean shutdown, never
-# speed.
+# receive side as the bottleneck; a sender beyond a daemon's uplink that
+# has a bottleneck ([impair] in the daemon's configuration). Checks results
+# and clean shutdown, never speed.
 set -euo pipefail
 uroce=$1
 
@@ -179,6 +180,59 @@ grep -qE 'congestion: CE-marked frames received [1-9][0-9]*, CNPs sent [1-9]' "$
 kill "$daemon"
 wait "$daemon" || true
 if "$uroce" perf --port daemon --role client --clients 2 2>/dev/null; then echo "a client took --clients"; exit 1; fi
+
+echo "== a bottleneck on the daemon's uplink: a sender beyond it (memif) into an attached process, DCQCN"
+# The uplink is a memif whose other end is a process-private uroce perf (the
+# "wire"); [impair] in the daemon's configuration sits on that uplink, here
+# on the frames entering the host.
+cat > "$dir/uplink.ini" <<INI
+[eal]
+hugepages = no
+log_level = *:error
+telemetry = no
+file_prefix = uroce-perf-test-$$-uplink
+[daemon]
+socket = $dir/uplink.sock
+[impair]
+rate_mbps = 2000
+queue_frames = 64
+ecn_frames = 4
+direction = rx
+seed = 3
+[endpoint.up]
+port = net_memif0,role=server,id=0,socket=$dir/uplink-memif.sock,socket-abstract=no,bsize=8192,rsize=10
+ipv4 = 10.77.0.1
+mtu = 9000
+INI
+if "$uroce" daemon --config "$dir/uplink.ini" --set impair.rnr_storm=0.1 2>/dev/null; then
+  echo "the daemon took an RNR storm"; exit 1
+fi
+timeout 120 "$uroce" daemon --config "$dir/uplink.ini" > "$dir/uplink-daemon.log" 2>&1 &
+daemon=$!
+for _ in $(seq 200); do [[ -S $dir/uplink.sock ]] && break; sleep 0.05; done
+[[ -S $dir/uplink.sock ]] || { cat "$dir/uplink-daemon.log"; echo "the uplink daemon did not start"; exit 1; }
+UROCE_DAEMON=$dir/uplink.sock timeout 60 "$uroce" perf --port daemon --role server --control "$dir/uplink-c.sock" \
+  --quiet --set congestion.algorithm=dcqcn > "$dir/uplink-server.log" 2>&1 &
+server=$!
+out=$(timeout 60 "$uroce" perf --port memif --role client --control "$dir/uplink-c.sock" --quiet \
+  --set "endpoint.b.port=net_memif0,role=client,id=0,socket=$dir/uplink-memif.sock,socket-abstract=no,bsize=8192,rsize=10" \
+  --set "eal.file_prefix=uroce-perf-test-$$-far" --set congestion.algorithm=dcqcn \
+  --test write_bw --size 65536 --iters 300 --verify 2>&1) ||
+  { echo "$out"; cat "$dir/uplink-server.log" "$dir/uplink-daemon.log"; echo "the sender beyond the uplink failed"; exit 1; }
+wait "$server" || { cat "$dir/uplink-server.log"; echo "the attached server failed"; exit 1; }
+echo "$out" | tail -2
+grep -q 'every byte verified' <<<"$out" || { echo "$out"; echo "not verified"; exit 1; }
+grep -qE 'congestion: .*received [1-9]' <<<"$out" || { echo "the sender received no CNP"; exit 1; }
+stats=$("$uroce" stats --daemon "$dir/uplink.sock")
+grep -E '^impair ' <<<"$stats"
+grep -qE '^impair device=uroce0 tx_frames=0 .* rx_frames=[1-9][0-9]* .* rx_ce_marked=[1-9]' <<<"$stats" ||
+  { echo "$stats"; echo "no CE marks on the uplink's receive side in STATS"; exit 1; }
+kill "$daemon"
+wait "$daemon" || true
+grep -qE 'uroce0 impairments: tx: frames 0, .*; rx: frames [1-9].*CE marked [1-9]' "$dir/uplink-daemon.log" ||
+  { cat "$dir/uplink-daemon.log"; echo "the daemon's stop report has no impairments"; exit 1; }
+grep -qE 'mbufs back in the pool: ([0-9]+) of \1$' "$dir/uplink-daemon.log" ||
+  { cat "$dir/uplink-daemon.log"; echo "the daemon leaked mbufs"; exit 1; }
 
 echo "== bad arguments are refused"
 if "$uroce" perf --test nope 2>/dev/null; then echo "accepted --test nope"; exit 1; fi
