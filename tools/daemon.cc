@@ -1,4 +1,4 @@
-// `uroce daemon [--config FILE] [--set SECTION.KEY=VALUE]`: the host's uroce
+// `uroce daemon [--config FILE] [--set SECTION.KEY=VALUE] [--impair SPEC]`: the host's uroce
 // device, shared by every process, as the kernel's rxe is. The daemon itself
 // is host/daemon.h; this command reads its configuration, starts EAL between
 // the control socket and the uplinks, and runs it until SIGINT/SIGTERM.
@@ -23,11 +23,13 @@ using runtime::DaemonConfig;
 
 int DaemonUsage(FILE* out) {
   std::fprintf(out,
-               "usage: uroce daemon --config FILE [--set SECTION.KEY=VALUE ...]\n"
+               "usage: uroce daemon --config FILE [--set SECTION.KEY=VALUE ...] [--impair SPEC]\n"
                "  the host's uroce devices, uroce0.. (one per [endpoint.NAME], the uplinks: a DPDK port, or\n"
                "  port = kernel:IFNAME to share the machine's NIC with the kernel), shared by every process\n"
                "  that opens a uroce device without a configuration of its own ([daemon] socket, default %s;\n"
-               "  programs find it there or by UROCE_DAEMON). SIGINT/SIGTERM stop it.\n",
+               "  programs find it there or by UROCE_DAEMON). SIGINT/SIGTERM stop it.\n"
+               "  --impair SPEC ([impair]): faults and a bottleneck on the uplinks, on frames leaving the\n"
+               "  host (direction=tx) and entering it (rx).\n",
                DaemonConfig{}.socket.c_str());
   return out == stdout ? 0 : 2;
 }
