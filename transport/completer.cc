@@ -86,11 +86,13 @@ void Completer::SignalLoss(QueuePair* qp) {
 
 void Completer::HandleCongestionNotification(QueuePair* qp) {
   UROCE_DCHECK_ENGINE_THREAD(core_);
-  // Only a connected requester with an algorithm listens (the receiver
-  // checked that the CNP came from the QP's peer); a CNP to anything else
-  // is counted and ignored, as rxe and a NIC without DCQCN ignore it.
+  // Only a connected QP with an algorithm listens (the receiver checked that
+  // the CNP came from the QP's peer): from RTR on, as it answers READs from
+  // then (a passive side may never leave RTR, Engine::RunQp), and its
+  // answers are paced too (Responder::RunReadResponses). A CNP to anything
+  // else is counted and ignored, as rxe and a NIC without DCQCN ignore it.
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
-  if (qp->cc == nullptr || (state != IBV_QPS_RTS && state != IBV_QPS_SQD)) {
+  if (qp->cc == nullptr || (state != IBV_QPS_RTR && state != IBV_QPS_RTS && state != IBV_QPS_SQD)) {
     core_.counters.cnps_ignored++;
     return;
   }

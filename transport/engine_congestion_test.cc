@@ -58,20 +58,28 @@ class CongestionTest : public EngineTest {
     Start(o);
   }
 
-  // kMessages WRITEs of kMessage bytes from a to b, kOutstanding at a time.
-  Outcome Transfer(uint64_t max_polls = 3'000'000) {
+  // kMessages WRITEs of kMessage bytes from a to b, kOutstanding at a time;
+  // with `read`, a READs them from b instead (the data flows from b's QP,
+  // the sender whose rate counts then: `sender` below).
+  Outcome Transfer(uint64_t max_polls = 3'000'000, bool read = false) {
     Outcome out;
     auto qps = pair_->ConnectQps({});
     EXPECT_TRUE(qps.ok()) << qps.status().ToString();
     if (!qps.ok()) return out;
     qa_ = qps->first;
-    Buffer src = Register(pair_->a(), kMessage, 0x5A);
-    Buffer dst = Register(pair_->b(), kMessage, 0);
+    qb_ = qps->second;
+    Buffer src = Register(read ? pair_->b() : pair_->a(), kMessage, 0x5A);
+    Buffer dst = Register(read ? pair_->a() : pair_->b(), kMessage, 0);
+    QueuePair* sender = read ? qb_ : qa_;
     uint32_t posted = 0, done = 0;
     ibv_wc wc[16];
     while (done < kMessages && out.polls < max_polls) {
       while (posted < kMessages && posted - done < kOutstanding) {
-        EXPECT_EQ(PostSend(pair_->a(), qa_, IBV_WR_RDMA_WRITE, src, kMessage, posted, dst.addr(), dst.keys.rkey), 0);
+        if (read) {
+          EXPECT_EQ(PostSend(pair_->a(), qa_, IBV_WR_RDMA_READ, dst, kMessage, posted, src.addr(), src.keys.rkey), 0);
+        } else {
+          EXPECT_EQ(PostSend(pair_->a(), qa_, IBV_WR_RDMA_WRITE, src, kMessage, posted, dst.addr(), dst.keys.rkey), 0);
+        }
         ++posted;
       }
       pair_->PollOnce();
@@ -81,8 +89,8 @@ class CongestionTest : public EngineTest {
         EXPECT_EQ(wc[i].status, IBV_WC_SUCCESS);
         ++done;
       }
-      if (qa_->cc != nullptr) {
-        const congestion::Allowance& allowed = qa_->cc->allowance();
+      if (sender->cc != nullptr) {
+        const congestion::Allowance& allowed = sender->cc->allowance();
         if (allowed.rate_mbps != 0 && (out.lowest_rate_mbps == 0 || allowed.rate_mbps < out.lowest_rate_mbps)) {
           out.lowest_rate_mbps = allowed.rate_mbps;
         }
@@ -99,10 +107,12 @@ class CongestionTest : public EngineTest {
     EXPECT_EQ(dst.bytes, src.bytes);
     std::printf("%s: %s in %llu polls, queue drops %llu, CE %llu, CNPs %llu/%llu, lowest rate %llu Mbit/s, "
                 "lowest window %u, srtt %llu ns\n",
-                qa_->cc != nullptr ? qa_->cc->name() : "none", out.completed ? "done" : "NOT done",
+                sender->cc != nullptr ? sender->cc->name() : "none", out.completed ? "done" : "NOT done",
                 (unsigned long long)out.polls, (unsigned long long)out.link.queue_dropped,
-                (unsigned long long)out.link.ce_marked, (unsigned long long)out.b.cnps_sent,
-                (unsigned long long)out.a.cnps_received, (unsigned long long)out.lowest_rate_mbps, out.lowest_window,
+                (unsigned long long)out.link.ce_marked,
+                (unsigned long long)(read ? out.a.cnps_sent : out.b.cnps_sent),
+                (unsigned long long)(read ? out.b.cnps_received : out.a.cnps_received),
+                (unsigned long long)out.lowest_rate_mbps, out.lowest_window,
                 (unsigned long long)out.srtt_ns);
     return out;
   }
@@ -123,6 +133,7 @@ class CongestionTest : public EngineTest {
   }
 
   QueuePair* qa_ = nullptr;
+  QueuePair* qb_ = nullptr;
 };
 
 TEST_F(CongestionTest, WithoutControlTheBottleneckOverflows) {
@@ -189,6 +200,28 @@ TEST_F(CongestionTest, DcqcnCutsOnCnpsAndKeepsTheQueueFromOverflowing) {
     EXPECT_EQ(s.counters.cnps_received, dcqcn.a.cnps_received);
   }
   EXPECT_TRUE(found);
+}
+
+// READ answers are paced too: the data flows from b's QP, a marks CNPs for
+// the CE-marked responses to it, and b's rate limiter slows its answers.
+TEST_F(CongestionTest, DcqcnPacesReadResponses) {
+  StartWith("none", Bottleneck(16));
+  const Outcome none = Transfer(3'000'000, /*read=*/true);
+  pair_->ShutDownAndCheckMbufs();
+  pair_.reset();
+  StartWith("dcqcn", Bottleneck(16));
+  const Outcome dcqcn = Transfer(3'000'000, /*read=*/true);
+  ASSERT_TRUE(none.completed);
+  ASSERT_TRUE(dcqcn.completed);
+  EXPECT_GT(none.link.queue_dropped, 100u) << "the bottleneck must be a real one";
+  EXPECT_GT(dcqcn.link.ce_marked, 0u);
+  EXPECT_GT(dcqcn.a.rx_ce_marked, 0u) << "the responses arrive marked";
+  EXPECT_GT(dcqcn.a.cnps_sent, 0u);
+  EXPECT_GT(dcqcn.b.cnps_received, 0u) << "the responder hears them";
+  EXPECT_GT(dcqcn.b.paced_waits, 0u) << "and paces its answers";
+  EXPECT_NE(dcqcn.lowest_rate_mbps, 0u);
+  EXPECT_LT(dcqcn.link.queue_dropped * 2, none.link.queue_dropped);
+  EXPECT_EQ(qb_->counters.cnps_received, dcqcn.b.cnps_received);
 }
 
 TEST_F(CongestionTest, DcqcnRecoversTheLineRateOnceNotificationsStop) {
@@ -285,6 +318,58 @@ TEST_F(CongestionTest, ACnpFloodSlowsOneQpToTheFloorWithoutStallingItOrItsNeighb
   EXPECT_EQ(dst.bytes, src.bytes);
   EXPECT_EQ(dst2.bytes, src.bytes);
   EXPECT_GT(pair_->a().engine->counters().cnps_received, 1000u);
+}
+
+// A responder flooded with CNPs answers a READ at the floor rate: slowly,
+// and completely (the requester's timers spend no retry on a slow answer).
+TEST_F(CongestionTest, ACnpFloodSlowsReadAnswersToTheFloorWithoutFailingTheRead) {
+  StartWith("dcqcn", Impairments{});
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  QueuePair* requester = qps->first;
+  QueuePair* responder = qps->second;
+  Buffer src = Register(pair_->b(), 16 * 1024, 9);
+  Buffer dst = Register(pair_->a(), 16 * 1024, 0);
+  // CNPs from a's address to b's QP, as a would send them.
+  PacketFields cnp;
+  cnp.dst_mac = pair_->b().mac;
+  cnp.src_mac = pair_->a().mac;
+  cnp.src_gid = pair_->a().gid;
+  cnp.dst_gid = pair_->b().gid;
+  cnp.bth.opcode = static_cast<uint8_t>(Opcode::kCnp);
+  cnp.bth.dest_qp = responder->qpn;
+  cnp.bth.reserved_byte4 = kBthBecn;
+  cnp.payload_length = 16;
+  const uint8_t reserved[16] = {};
+  auto flood = [&] {
+    for (int i = 0; i < 4; ++i) {
+      rte_mbuf* m = rte_pktmbuf_alloc(pair_->pool());
+      ASSERT_NE(m, nullptr);
+      ASSERT_EQ(BuildPacket(cnp, reserved, m), BuildError::kOk);
+      if (!pair_->a().engine->QueueRawFrame(m)) rte_pktmbuf_free(m);
+    }
+  };
+  for (int i = 0; i < 200; ++i) {
+    flood();
+    pair_->PollOnce();
+  }
+  ASSERT_EQ(responder->cc->allowance().rate_mbps, 100u) << "the floor (min_rate_mbps)";
+  ASSERT_EQ(PostSend(pair_->a(), requester, IBV_WR_RDMA_READ, dst, 16 * 1024, 1, src.addr(), src.keys.rkey), 0);
+  ibv_wc wc[4];
+  uint64_t done_at = 0;
+  for (uint64_t poll = 1; poll <= 200'000 && done_at == 0; ++poll) {
+    flood();
+    pair_->PollOnce();
+    if (pair_->a().cq->Poll(4, wc) == 1) {
+      ASSERT_EQ(wc[0].status, IBV_WC_SUCCESS);
+      done_at = poll;
+    }
+  }
+  // 16 KiB at 100 Mbit/s is about 1.4 ms of virtual time: slow, not stopped.
+  ASSERT_NE(done_at, 0u) << "the READ stalled";
+  EXPECT_GT(done_at, 1000u) << "the answers were not paced";
+  EXPECT_EQ(dst.bytes, src.bytes);
+  EXPECT_GT(pair_->b().engine->counters().paced_waits, 0u);
 }
 
 // CNPs that do not come from the QP's peer, or reach a QP without an

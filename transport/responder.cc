@@ -1082,6 +1082,21 @@ void Responder::RunReadResponses(QueuePair* qp) {
   uint32_t budget = core_.config.per_qp_packet_budget;
   const uint32_t mtu = qp->mtu_bytes;
   while (s.reads_count > 0 && budget > 0 && tx_.TxRoom(1)) {
+    // Congestion control paces what the QP answers as it paces what it asks:
+    // a READ's data flows from the responder, which is where DCQCN's
+    // reaction point is (SIGCOMM 2015 section 3: the sending NIC's per-QP
+    // rate limiter), and the requester's CNPs for CE-marked responses reach
+    // this QP (Completer::HandleCongestionNotification). The requester's
+    // timers allow for a slow answer: its retries are spent only after its
+    // own timeout passes with no response at all (transport/retransmit_timer.h).
+    uint64_t rate = 0;
+    if (qp->cc != nullptr) {
+      rate = qp->cc->allowance().rate_mbps;
+      if (rate != 0 && !qp->pacer.Ready(core_.Now())) {
+        core_.counters.paced_waits++;
+        break;  // the QP stays busy while it has answers (Engine::Retire): the next poll looks again
+      }
+    }
     ReadResponseJob& job = s.reads[s.reads_head];
     PacketFields f;
     f.bth.dest_qp = qp->attr.dest_qp_num;
@@ -1140,6 +1155,13 @@ void Responder::RunReadResponses(QueuePair* qp) {
       tx_.AbandonPacket(m);
       ResponderFatal(qp, job.next_psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
       return;
+    }
+    if (qp->cc != nullptr) {
+      // The pace counts the whole frame, as the requester's does.
+      const uint32_t wire_bytes = rte_pktmbuf_pkt_len(m);
+      const uint64_t now = core_.Now();
+      if (rate != 0) qp->pacer.Spend(now, wire_bytes, rate);
+      qp->cc->OnSent(now, wire_bytes);
     }
     tx_.FinishPacket(m);
     --budget;
