@@ -134,27 +134,28 @@ grep -qE '^send_lat +64 ' <<<"$out" || { echo "$out"; echo "no send_lat row"; ex
 grep -q 'token none: the first client' "$dir/none-server.log" || { cat "$dir/none-server.log"; exit 1; }
 
 echo "== N:1 incast between processes: a daemon, a server with --clients 2, its receive side the bottleneck"
+start_daemon() {  # INI SOCKET LOG: a daemon of the test's own, in the background ($daemon)
+  timeout 120 "$uroce" daemon --config "$1" > "$3" 2>&1 &
+  daemon=$!
+  for _ in $(seq 200); do [[ -S $2 ]] && break; sleep 0.05; done
+  [[ -S $2 ]] || { cat "$3"; echo "the daemon of $1 did not start"; exit 1; }
+}
 # The daemon's uplink goes nowhere (net_null); the processes reach each other
 # over the links it makes. The bottleneck on the server's receive side covers
 # every link into it, so the two writers share its queue: it marks CE, the
 # server sends CNPs, and each writer receives some and slows down (DCQCN).
-cat > "$dir/daemon.ini" <<INI
-[eal]
-hugepages = no
-log_level = *:error
-telemetry = no
-file_prefix = uroce-perf-test-$$-daemon
-[daemon]
-socket = $dir/uroce.sock
+daemon_ini() {  # NAME: the [eal] and [daemon] sections of a test daemon's configuration
+  printf '[eal]\nhugepages = no\nlog_level = *:error\ntelemetry = no\nfile_prefix = uroce-perf-test-%s-%s\n' "$$" "$1"
+  printf '[daemon]\nsocket = %s/%s.sock\n' "$dir" "$1"
+}
+{ daemon_ini uroce; cat <<INI
 [endpoint.up]
 port = net_null0,no-rx=1
 ipv4 = 10.88.0.1
 mtu = 9000
 INI
-timeout 120 "$uroce" daemon --config "$dir/daemon.ini" > "$dir/daemon.log" 2>&1 &
-daemon=$!
-for _ in $(seq 200); do [[ -S $dir/uroce.sock ]] && break; sleep 0.05; done
-[[ -S $dir/uroce.sock ]] || { cat "$dir/daemon.log"; echo "the daemon did not start"; exit 1; }
+} > "$dir/daemon.ini"
+start_daemon "$dir/daemon.ini" "$dir/uroce.sock" "$dir/daemon.log"
 incast=(--port daemon --control "$dir/incast.sock" --quiet --set congestion.algorithm=dcqcn)
 UROCE_DAEMON=$dir/uroce.sock timeout 120 "$uroce" perf "${incast[@]}" --role server --clients 2 \
   --impair rate_mbps=2000,queue_frames=64,ecn_frames=4,direction=rx,seed=7 > "$dir/incast-server.log" 2>&1 &
@@ -185,14 +186,7 @@ echo "== a bottleneck on the daemon's uplink: a sender beyond it (memif) into an
 # The uplink is a memif whose other end is a process-private uroce perf (the
 # "wire"); [impair] in the daemon's configuration sits on that uplink, here
 # on the frames entering the host.
-cat > "$dir/uplink.ini" <<INI
-[eal]
-hugepages = no
-log_level = *:error
-telemetry = no
-file_prefix = uroce-perf-test-$$-uplink
-[daemon]
-socket = $dir/uplink.sock
+{ daemon_ini uplink; cat <<INI
 [impair]
 rate_mbps = 2000
 queue_frames = 64
@@ -204,13 +198,11 @@ port = net_memif0,role=server,id=0,socket=$dir/uplink-memif.sock,socket-abstract
 ipv4 = 10.77.0.1
 mtu = 9000
 INI
+} > "$dir/uplink.ini"
 if "$uroce" daemon --config "$dir/uplink.ini" --set impair.rnr_storm=0.1 2>/dev/null; then
   echo "the daemon took an RNR storm"; exit 1
 fi
-timeout 120 "$uroce" daemon --config "$dir/uplink.ini" > "$dir/uplink-daemon.log" 2>&1 &
-daemon=$!
-for _ in $(seq 200); do [[ -S $dir/uplink.sock ]] && break; sleep 0.05; done
-[[ -S $dir/uplink.sock ]] || { cat "$dir/uplink-daemon.log"; echo "the uplink daemon did not start"; exit 1; }
+start_daemon "$dir/uplink.ini" "$dir/uplink.sock" "$dir/uplink-daemon.log"
 UROCE_DAEMON=$dir/uplink.sock timeout 60 "$uroce" perf --port daemon --role server --control "$dir/uplink-c.sock" \
   --quiet --set congestion.algorithm=dcqcn > "$dir/uplink-server.log" 2>&1 &
 server=$!

@@ -117,19 +117,32 @@ class CongestionTest : public EngineTest {
     return out;
   }
 
-  // A CNP (annex A17.9.3) from b's address to a's QP `qpn`, as b's engine
-  // would send it.
-  PacketFields CnpFromB(uint32_t qpn) {
+  // A CNP (annex A17.9.3) from `from`'s address to `to`'s QP `qpn`, as
+  // `from`'s engine would send it.
+  static PacketFields Cnp(const EngineSide& from, const EngineSide& to, uint32_t qpn) {
     PacketFields cnp;
-    cnp.dst_mac = pair_->a().mac;
-    cnp.src_mac = pair_->b().mac;
-    cnp.src_gid = pair_->b().gid;
-    cnp.dst_gid = pair_->a().gid;
+    cnp.dst_mac = to.mac;
+    cnp.src_mac = from.mac;
+    cnp.src_gid = from.gid;
+    cnp.dst_gid = to.gid;
     cnp.bth.opcode = static_cast<uint8_t>(Opcode::kCnp);
     cnp.bth.dest_qp = qpn;
     cnp.bth.reserved_byte4 = kBthBecn;
     cnp.payload_length = 16;
     return cnp;
+  }
+  PacketFields CnpFromB(uint32_t qpn) { return Cnp(pair_->b(), pair_->a(), qpn); }
+
+  // Four copies of `cnp` queued on `from`'s engine (the next poll sends
+  // them): a peer flooding CNPs.
+  void Flood(EngineSide& from, const PacketFields& cnp) {
+    const uint8_t reserved[16] = {};
+    for (int i = 0; i < 4; ++i) {
+      rte_mbuf* m = rte_pktmbuf_alloc(pair_->pool());
+      ASSERT_NE(m, nullptr);
+      ASSERT_EQ(BuildPacket(cnp, reserved, m), BuildError::kOk);
+      if (!from.engine->QueueRawFrame(m)) rte_pktmbuf_free(m);
+    }
   }
 
   QueuePair* qa_ = nullptr;
@@ -280,15 +293,7 @@ TEST_F(CongestionTest, ACnpFloodSlowsOneQpToTheFloorWithoutStallingItOrItsNeighb
 
   // The CNP b's side would send: from b's address to a's, to the victim.
   const PacketFields cnp = CnpFromB(victim->qpn);
-  const uint8_t reserved[16] = {};
-  auto flood = [&] {
-    for (int i = 0; i < 4; ++i) {
-      rte_mbuf* m = rte_pktmbuf_alloc(pair_->pool());
-      ASSERT_NE(m, nullptr);
-      ASSERT_EQ(BuildPacket(cnp, reserved, m), BuildError::kOk);
-      if (!pair_->b().engine->QueueRawFrame(m)) rte_pktmbuf_free(m);
-    }
-  };
+  auto flood = [&] { Flood(pair_->b(), cnp); };
   // Cut to the floor first.
   for (int i = 0; i < 200; ++i) {
     flood();
@@ -331,24 +336,8 @@ TEST_F(CongestionTest, ACnpFloodSlowsReadAnswersToTheFloorWithoutFailingTheRead)
   Buffer src = Register(pair_->b(), 16 * 1024, 9);
   Buffer dst = Register(pair_->a(), 16 * 1024, 0);
   // CNPs from a's address to b's QP, as a would send them.
-  PacketFields cnp;
-  cnp.dst_mac = pair_->b().mac;
-  cnp.src_mac = pair_->a().mac;
-  cnp.src_gid = pair_->a().gid;
-  cnp.dst_gid = pair_->b().gid;
-  cnp.bth.opcode = static_cast<uint8_t>(Opcode::kCnp);
-  cnp.bth.dest_qp = responder->qpn;
-  cnp.bth.reserved_byte4 = kBthBecn;
-  cnp.payload_length = 16;
-  const uint8_t reserved[16] = {};
-  auto flood = [&] {
-    for (int i = 0; i < 4; ++i) {
-      rte_mbuf* m = rte_pktmbuf_alloc(pair_->pool());
-      ASSERT_NE(m, nullptr);
-      ASSERT_EQ(BuildPacket(cnp, reserved, m), BuildError::kOk);
-      if (!pair_->a().engine->QueueRawFrame(m)) rte_pktmbuf_free(m);
-    }
-  };
+  const PacketFields cnp = Cnp(pair_->a(), pair_->b(), responder->qpn);
+  auto flood = [&] { Flood(pair_->a(), cnp); };
   for (int i = 0; i < 200; ++i) {
     flood();
     pair_->PollOnce();
