@@ -215,7 +215,7 @@ TEST_F(CongestionTest, DcqcnCutsOnCnpsAndKeepsTheQueueFromOverflowing) {
   EXPECT_TRUE(found);
 }
 
-// READ answers are paced too: the data flows from b's QP, a marks CNPs for
+// READ answers are paced too: the data flows from b's QP, a sends CNPs for
 // the CE-marked responses to it, and b's rate limiter slows its answers.
 TEST_F(CongestionTest, DcqcnPacesReadResponses) {
   StartWith("none", Bottleneck(16));
