@@ -354,6 +354,7 @@ unsigned Engine::Poll() {
   core_.StartPoll(last_poll_moved_);
   const uint64_t before = core_.counters.rx_frames + core_.counters.tx_frames;
 
+  tx_.BeginPoll();
   tx_.FlushTx();  // what a full queue left last time goes first
   rx_.ReceiveLoopback();
   rx_.ReceiveBurst();

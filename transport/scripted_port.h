@@ -7,6 +7,7 @@
 #include <rte_mbuf.h>
 
 #include <deque>
+#include <vector>
 
 #include "transport/packet_io.h"
 
@@ -25,6 +26,7 @@ class ScriptedPort : public PacketIo {
   uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override {
     if (blocked) return 0;
     for (uint16_t i = 0; i < n; ++i) outbound.push_back(pkts[i]);
+    if (n > 0) bursts.push_back(n);
     return n;
   }
   // Frees whatever is still queued either way.
@@ -37,6 +39,7 @@ class ScriptedPort : public PacketIo {
 
   bool blocked = false;
   std::deque<rte_mbuf*> inbound, outbound;
+  std::vector<uint16_t> bursts;  // frames taken by each TxBurst that took any
 };
 
 }  // namespace uroce::transport

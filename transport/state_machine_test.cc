@@ -140,6 +140,24 @@ class StateMachineTest : public ::testing::Test {
   MrKeys keys_;
 };
 
+// Large frames reach the port while the rest of the poll's are still being
+// built (Transmitter::kFlushBytes), so the peer starts on the first ones;
+// small frames still go in one burst per poll.
+TEST_F(StateMachineTest, LargeFramesLeaveInBurstsDuringThePollSmallOnesInOne) {
+  for (int i = 0; i < 4; ++i) PostSend(IBV_WR_RDMA_WRITE, 8192, i);  // 32 packets of the 1024 B MTU
+  auto sent = Transmitted();
+  ASSERT_EQ(sent.size(), 32u) << "one QP's budget in one poll";
+  ASSERT_GE(port_.bursts.size(), 2u) << "all 32 frames went in one burst at the end of the poll";
+  for (size_t i = 0; i + 1 < port_.bursts.size(); ++i) {
+    EXPECT_LE(port_.bursts[i] * 1024u, 2u * 16384u) << "burst " << i << " waited too long";
+  }
+  port_.bursts.clear();
+  for (int i = 0; i < 16; ++i) PostSend(IBV_WR_RDMA_WRITE, 64, 10 + i);
+  sent = Transmitted();
+  ASSERT_EQ(sent.size(), 16u);
+  EXPECT_EQ(port_.bursts.size(), 1u) << "small frames: one burst per poll";
+}
+
 TEST_F(StateMachineTest, ResponderAcksARequestedAckWithMsn) {
   PostRecv(7);
   Inject(Op(Opcode::kRcSendOnly), kRqPsn, 100, /*ack_request=*/true);

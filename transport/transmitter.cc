@@ -91,6 +91,9 @@ void Transmitter::Stage(rte_mbuf* m) {
   tx_stage_[tx_count_++] = m;
   core_.counters.tx_frames++;
   core_.counters.tx_bytes += rte_pktmbuf_pkt_len(m);
+  ++staged_this_poll_;
+  staged_bytes_ += rte_pktmbuf_pkt_len(m);
+  if (staged_bytes_ >= kFlushBytes) FlushTx();
 }
 
 void Transmitter::StageRawFrames() {
@@ -104,6 +107,7 @@ void Transmitter::StageRawFrames() {
 
 void Transmitter::FlushTx() {
   UROCE_DCHECK_ENGINE_THREAD(core_);
+  staged_bytes_ = 0;
   if (tx_count_ == 0) return;
   const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(tx_count_, UINT16_MAX));
   const uint16_t sent = core_.config.io->TxBurst(tx_stage_, want);

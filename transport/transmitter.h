@@ -31,7 +31,14 @@ class Transmitter {
 
   // Transmit staging: frames built this poll wait here until tx_burst takes
   // them; a full TX queue keeps them for the next poll.
-  bool TxRoom(uint32_t frames) const { return tx_count_ + frames <= kTxStage; }
+  // A poll stages at most kTxStage frames, even when it hands some to the
+  // port early (kFlushBytes): one poll's work stays bounded however many
+  // QPs have something to send.
+  bool TxRoom(uint32_t frames) const {
+    return tx_count_ + frames <= kTxStage && staged_this_poll_ + frames <= kTxStage;
+  }
+  // The engine's poll begins (Engine::Poll).
+  void BeginPoll() { staged_this_poll_ = 0; }
   bool LoopbackRoom() const { return loopback_count_ < kTxStage; }
   // Writes the headers of `fields` (addresses from `path`) into a new mbuf;
   // the caller copies fields.payload_length bytes to *payload, then calls
@@ -41,6 +48,7 @@ class Transmitter {
   // Instead of FinishPacket: the payload could not be had (an implicit
   // on-demand region's page); the buffer goes back, nothing is sent.
   void AbandonPacket(rte_mbuf* m);
+  // Into the transmit stage; once kFlushBytes are staged, FlushTx.
   void Stage(rte_mbuf* m);
   void StageRawFrames();
   void FlushTx();
@@ -71,6 +79,17 @@ class Transmitter {
   rte_mbuf* AllocTx();
 
   static constexpr uint32_t kTxSpares = 32;
+  // Large frames leave in bursts of about this many bytes, not at the end of
+  // the poll: a QP may build 32 MTU-sized packets in one poll (a copy and an
+  // ICRC each), and the peer would wait for the last of them before it got
+  // the first. Sent early, the first ones are on their way, and the peer
+  // busy, while the rest are built. Small frames still go in one burst per
+  // poll. On a memif pair this keeps a 1 MiB WRITE's receiver fed: its
+  // goodput at 1 % loss went from about 80 % of the lossless figure to
+  // about 90 % (docs/performance.md, "Loss").
+  static constexpr uint32_t kFlushBytes = 16384;
+  uint32_t staged_bytes_ = 0;  // staged since the last FlushTx
+  uint32_t staged_this_poll_ = 0;
 
   EngineCore& core_;
   PendingPacket pending_tx_;  // between StartPacket and FinishPacket
