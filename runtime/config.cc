@@ -388,9 +388,11 @@ class Builder {
     } else if (k == "queue_frames" || k == "ecn_frames") {
       if (!ParseUnsigned(v, 0, 1 << 20, &n)) return Bad(where, "expected frames, 0..1048576");
       (k == "queue_frames" ? im.queue_frames : im.ecn_frames) = static_cast<uint32_t>(n);
+    } else if (k == "spare_acks") {
+      if (!ParseBool(v, &im.spare_acks)) return Bad(where, "expected yes or no");
     } else {
       return Unknown("impair", k, "loss, dup, reorder, reorder_us, delay_us, corrupt, rnr_storm, seed, direction, "
-                                  "hold_frames, rate_mbps, queue_frames, ecn_frames");
+                                  "hold_frames, rate_mbps, queue_frames, ecn_frames, spare_acks");
     }
     return Status::Ok();
   }

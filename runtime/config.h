@@ -73,6 +73,7 @@
 //   queue_frames = 256      its queue's depth: a frame finding it full is dropped
 //   ecn_frames = 64         above this many queued, ECN-capable frames leave
 //                         marked CE (0: never)
+//   spare_acks = no       yes: loss never takes an ACK, NAK or atomic ACK
 //
 //   [congestion]          congestion control (docs/congestion.md)
 //   algorithm = none      none, dcqcn, swift or fixed_rate: every reliable QP's, unless
@@ -210,6 +211,7 @@ struct ImpairConfig {
   // A bottleneck (transport::Impairments::rate): Mbit/s, 0 for none.
   uint64_t rate_mbps = 0;
   uint32_t queue_frames = 0, ecn_frames = 0;
+  bool spare_acks = false;  // transport::Impairments::spare_acks
   bool frame_faults() const {
     return loss > 0 || duplicate > 0 || reorder > 0 || corrupt > 0 || delay_us > 0 || rate_mbps > 0;
   }

@@ -268,6 +268,10 @@ TEST(ConfigTest, ImpairSection) {
   EXPECT_EQ(bottleneck->impair.queue_frames, 32u);
   EXPECT_EQ(bottleneck->impair.ecn_frames, 8u);
   EXPECT_TRUE(bottleneck->impair.frame_faults());
+  EXPECT_FALSE(bottleneck->impair.spare_acks);
+  auto spare = LoadConfigText("[impair]\nloss=0.02\nspare_acks=yes\n" + ep, "test.ini");
+  ASSERT_TRUE(spare.ok()) << spare.status().ToString();
+  EXPECT_TRUE(spare->impair.spare_acks);
   // No section: no faults.
   auto plain = LoadConfigText(ep, "test.ini");
   ASSERT_TRUE(plain.ok());
@@ -282,6 +286,7 @@ TEST(ConfigTest, ImpairSection) {
       {"loss=0.1x", "[impair] loss = '0.1x'"},
       {"loss=nan", "[impair] loss = 'nan'"},
       {"dup=", "[impair] dup = ''"},
+      {"spare_acks=maybe", "[impair] spare_acks = 'maybe': expected yes or no"},
       {"delay_us=-1", "[impair] delay_us = '-1'"},
       {"seed=seven", "[impair] seed = 'seven'"},
       {"direction=up", "[impair] direction = 'up': expected both, tx or rx"},

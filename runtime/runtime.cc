@@ -504,6 +504,7 @@ PortImpairment PortImpairmentFor(const ImpairConfig& im) {
   pi.faults.rate = double(im.rate_mbps) / 8.0;  // bytes per microsecond, the port's unit
   pi.faults.queue_frames = im.queue_frames;
   pi.faults.ecn_frames = im.ecn_frames;
+  pi.faults.spare_acks = im.spare_acks;
   pi.tx = im.tx;
   pi.rx = im.rx;
   pi.seed = im.seed;

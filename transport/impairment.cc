@@ -2,8 +2,22 @@
 
 #include <algorithm>
 
+#include "transport/opcode.h"
+#include "transport/packet_parser.h"
+
 namespace uroce::transport {
 namespace {
+
+// A RoCE acknowledgement: ACK or NAK, or an atomic ACK (IBTA 9.7.5.2). The
+// ICRC is not checked: a corrupted acknowledgement is still one.
+bool IsAcknowledgement(const rte_mbuf* m) {
+  ParseOptions options;
+  options.verify_icrc = false;
+  options.verify_ipv4_checksum = false;
+  PacketView view;
+  ParsePacket(m, options, &view);
+  return view.opcode != nullptr && view.opcode->role == PacketRole::kAcknowledge;
+}
 
 // Corruption spares the Ethernet header: on a real link a damaged MAC
 // header is a frame for someone else (or none); what uroce must catch is a
@@ -163,7 +177,8 @@ uint16_t ImpairmentStage::Admit(rte_mbuf** pkts, uint16_t n, uint64_t now) {
     if (held_.size() >= capacity_) return i;
     rte_mbuf* m = pkts[i];
     ++counters_->sent;
-    if (generator_->Chance(impairments_->loss) || (drop_filter_ != nullptr && *drop_filter_ && (*drop_filter_)(m))) {
+    const bool lost = generator_->Chance(impairments_->loss) && !(impairments_->spare_acks && IsAcknowledgement(m));
+    if (lost || (drop_filter_ != nullptr && *drop_filter_ && (*drop_filter_)(m))) {
       ++counters_->dropped;
       rte_pktmbuf_free(m);
       continue;

@@ -44,6 +44,12 @@ struct Impairments {
   double rate = 0;            // bytes per unit; 0: no bottleneck
   uint32_t queue_frames = 0;  // with a rate: the queue's depth (0: the hold queue's capacity)
   uint32_t ecn_frames = 0;    // with a rate: mark CE above this many queued (0: never)
+  // Loss spares acknowledgements (RoCE ACK, NAK, atomic ACK): only requests
+  // and READ responses are lost. For programs that tear down on their last
+  // completion, such as ibv_rc_pingpong, whose final ACK no one would be
+  // left to repair. The loss draw is still made for every frame, so a seed
+  // keeps its meaning.
+  bool spare_acks = false;
   bool any() const {
     return loss > 0 || duplicate > 0 || reorder > 0 || corrupt > 0 || max_delay > 0 || rate > 0;
   }

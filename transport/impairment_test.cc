@@ -1,10 +1,12 @@
 // The bottleneck of transport/impairment.h: frames leave at the rate, behind
 // those queued; a full queue drops; above K queued, ECN-capable frames leave
-// marked CE with a right IPv4 checksum, and the rest are left alone.
+// marked CE with a right IPv4 checksum, and the rest are left alone. And
+// loss that spares acknowledgements when asked, with the seed's meaning kept.
 #include "transport/impairment.h"
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <vector>
 
 #include "pmd/mempool.h"
@@ -35,14 +37,15 @@ class BottleneckTest : public ::testing::Test {
     faults_.ecn_frames = ecn_frames;
     stage_ = std::make_unique<ImpairmentStage>(&generator_, &faults_, &counters_, pool_.get(), 64);
   }
-  // A RoCEv2 SEND over IPv4 with `payload` bytes and this traffic class.
-  rte_mbuf* Frame(uint32_t payload, uint8_t traffic_class) {
+  // A RoCEv2 SEND over IPv4 with `payload` bytes and this traffic class; or
+  // with another opcode (an RC ACKNOWLEDGE: 0x11, no payload).
+  rte_mbuf* Frame(uint32_t payload, uint8_t traffic_class, uint8_t opcode = 0x04) {
     PacketFields f;
     const uint8_t a[4] = {10, 0, 0, 1}, b[4] = {10, 0, 0, 2};
     f.src_gid = Ipv4MappedGid(a);
     f.dst_gid = Ipv4MappedGid(b);
     f.traffic_class = traffic_class;
-    f.bth.opcode = 0x04;  // RC SEND Only
+    f.bth.opcode = opcode;  // 0x04: RC SEND Only
     f.payload_length = payload;
     std::vector<uint8_t> bytes(payload, 0x5A);
     rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
@@ -117,6 +120,47 @@ TEST_F(BottleneckTest, TheQueueDrainsAndMarkingStops) {
   ASSERT_EQ(stage_->Admit(&later, 1, 1'000'000), 1);
   EXPECT_EQ(ReleasedAt(2'000'000), (std::vector<uint8_t>{0x01}));
   EXPECT_EQ(counters_.ce_marked, 1u) << "only the third of the first three";
+}
+
+// Which of 2 * kPairs frames, a SEND then an ACK each time, a stage with
+// this seed and loss drops (true: dropped), spare_acks as given.
+std::vector<bool> DroppedFrames(rte_mempool* pool, double loss, bool spare_acks,
+                                const std::function<rte_mbuf*(bool ack)>& make) {
+  constexpr int kPairs = 100;
+  FaultGenerator generator(11);
+  Impairments faults;
+  faults.loss = loss;
+  faults.spare_acks = spare_acks;
+  ImpairmentCounters counters;
+  ImpairmentStage stage(&generator, &faults, &counters, pool, 2 * kPairs);
+  std::vector<bool> dropped;
+  for (int i = 0; i < 2 * kPairs; ++i) {
+    rte_mbuf* m = make(i % 2 == 1);
+    const uint64_t before = counters.dropped;
+    EXPECT_EQ(stage.Admit(&m, 1, 0), 1);
+    dropped.push_back(counters.dropped != before);
+  }
+  rte_mbuf* out[2 * kPairs];
+  rte_pktmbuf_free_bulk(out, stage.Release(0, out, 2 * kPairs));
+  return dropped;
+}
+
+TEST_F(BottleneckTest, LossSparesAcknowledgementsWhenAskedAndTheSeedKeepsItsMeaning) {
+  auto make = [this](bool ack) { return ack ? Frame(0, 0, 0x11) : Frame(64, 0); };
+  const std::vector<bool> all = DroppedFrames(pool_.get(), 0.3, false, make);
+  const std::vector<bool> spared = DroppedFrames(pool_.get(), 0.3, true, make);
+  int acks_lost = 0, sends_lost = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i % 2 == 1) {
+      acks_lost += all[i];
+      EXPECT_FALSE(spared[i]) << "frame " << i << " is an ACK";
+    } else {
+      sends_lost += all[i];
+      EXPECT_EQ(spared[i], all[i]) << "frame " << i << ": the same draws decide the same SENDs";
+    }
+  }
+  EXPECT_GT(acks_lost, 0) << "without spare_acks some ACKs are lost";
+  EXPECT_GT(sends_lost, 0);
 }
 
 }  // namespace
