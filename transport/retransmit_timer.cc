@@ -74,7 +74,13 @@ uint64_t RetransmitTimer::OnProgress(Psn next, uint64_t now_ns, uint64_t local_a
       Sample(sample);
     }
   }
-  backoff_ = 0;
+  // Karn's algorithm (RFC 6298 section 5, after rule 5.7): a backed-off RTO
+  // stays until a packet sent only once is acknowledged and measured. Ended
+  // on any progress, a peer slower than the initial RTO (a busy guest
+  // behind a tap answers in milliseconds) would get every message resent
+  // from its start again and again, each backoff starting over at 1 ms,
+  // and no packet would ever be timed.
+  if (sample != 0) backoff_ = 0;
   if (!outstanding) {
     Disarm();
     return sample;

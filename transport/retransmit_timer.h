@@ -9,7 +9,8 @@
 //     with a floor (EngineConfig::rto_min_ns), from one timed packet at a time,
 //     never a retransmitted one (Karn's rule, RFC 6298 section 3);
 //   * RTO = srtt + 4 * rttvar, doubled on each expiry without progress
-//     (section 5.5), never above the application's timeout;
+//     (section 5.5), never above the application's timeout, and kept
+//     doubled until a packet sent only once is acknowledged (Karn);
 //   * a tail-loss probe (after RFC 8985 section 7): after about two RTTs
 //     without progress, the last packet sent is sent again asking for an
 //     ACK, so that a lost tail (or its lost ACK) costs a round trip or two
@@ -65,7 +66,8 @@ class RetransmitTimer {
   // Packets went out with no timer running: both clocks start.
   void Arm(uint64_t now_ns, uint64_t local_ack_timeout_ns, const RetransmitTimerConfig& config);
   // The oldest unacknowledged PSN moved to `next` at `now_ns`: take an RTT
-  // sample if the timed packet is covered, end the backoff, and restart both
+  // sample if the timed packet is covered, and end the backoff if one was
+  // taken (Karn: without a sample the backed-off RTO stays); restart both
   // clocks if packets are still outstanding (else stop them). Returns the
   // sample in nanoseconds (for congestion control), 0 when none was taken.
   uint64_t OnProgress(Psn next, uint64_t now_ns, uint64_t local_ack_timeout_ns, bool outstanding,

@@ -101,10 +101,37 @@ TEST(RetransmitTimerTest, ProbeAfterTwoRttsThenTheRtoThenBackoff) {
   EXPECT_EQ(t.deadline_ns(), sent + 360 * kUs);  // doubled, and no second probe
   EXPECT_EQ(t.Expire(sent + 360 * kUs, kAppTimeout, Config()), RetransmitTimer::Expiry::kRetransmit);
   EXPECT_EQ(t.deadline_ns(), sent + 760 * kUs);
-  // Progress ends the backoff; the probe comes first again.
+  // Progress without a sample (what is acknowledged was resent) keeps the
+  // backoff (Karn): no probe, the RTO still doubled twice.
   t.OnProgress(Psn(3), sent + 400 * kUs, kAppTimeout, true, Config());
-  EXPECT_EQ(t.deadline_ns(), sent + 460 * kUs);
+  EXPECT_EQ(t.rto_ns(Config(), kAppTimeout), 400 * kUs);
+  EXPECT_EQ(t.deadline_ns(), sent + 800 * kUs);
+  // A packet sent once and acknowledged ends it; the probe comes first again.
+  t.OnFreshAckRequestSent(Psn(4), sent + 500 * kUs);
+  t.OnProgress(Psn(5), sent + 530 * kUs, kAppTimeout, true, Config());
   EXPECT_EQ(t.rto_ns(Config(), kAppTimeout), 100 * kUs);
+  EXPECT_EQ(t.deadline_ns(), sent + 530 * kUs + 60 * kUs);
+}
+
+// A peer slower than the initial RTO: the first message is resent as the
+// RTO backs off, and the next one starts from the backed-off RTO, not from
+// 1 ms again, so that its timed packet can be acknowledged before the RTO.
+TEST(RetransmitTimerTest, ASlowPeerIsNotResentToFromTheInitialRtoAgain) {
+  RetransmitTimer t;
+  t.Arm(0, kAppTimeout, Config());
+  t.OnFreshAckRequestSent(Psn(1), 0);
+  EXPECT_EQ(t.Expire(1 * kMs, kAppTimeout, Config()), RetransmitTimer::Expiry::kRetransmit);
+  EXPECT_EQ(t.Expire(3 * kMs, kAppTimeout, Config()), RetransmitTimer::Expiry::kRetransmit);
+  EXPECT_EQ(t.Expire(7 * kMs, kAppTimeout, Config()), RetransmitTimer::Expiry::kRetransmit);
+  t.OnProgress(Psn(2), 10 * kMs, kAppTimeout, false, Config());  // a 10 ms peer answers
+  EXPECT_EQ(t.srtt_ns(), 0u) << "PSN 1 was resent: no sample";
+  t.Arm(11 * kMs, kAppTimeout, Config());
+  t.OnFreshAckRequestSent(Psn(2), 11 * kMs);
+  EXPECT_EQ(t.deadline_ns(), 11 * kMs + 8 * kMs) << "the RTO as backed off";
+  EXPECT_EQ(t.Expire(18 * kMs, kAppTimeout, Config()), RetransmitTimer::Expiry::kNone);
+  t.OnProgress(Psn(3), 18 * kMs, kAppTimeout, false, Config());
+  EXPECT_EQ(t.srtt_ns(), 7 * kMs);
+  EXPECT_EQ(t.rto_ns(Config(), kAppTimeout), 7 * kMs + 4 * 3500 * kUs) << "from the sample, no backoff";
 }
 
 TEST(RetransmitTimerTest, ProbesOffMeansTheRtoFirst) {
