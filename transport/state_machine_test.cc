@@ -158,6 +158,18 @@ TEST_F(StateMachineTest, LargeFramesLeaveInBurstsDuringThePollSmallOnesInOne) {
   EXPECT_EQ(port_.bursts.size(), 1u) << "small frames: one burst per poll";
 }
 
+// A port that refuses frames is asked again at the end of the poll, not
+// every 16 KiB, and the poll counts once in tx_queue_full_polls.
+TEST_F(StateMachineTest, AFullPortIsCountedOncePerPollAndNotAskedEveryBurst) {
+  port_.blocked = true;
+  for (int i = 0; i < 4; ++i) PostSend(IBV_WR_RDMA_WRITE, 8192, i);  // 32 packets of the 1024 B MTU
+  const uint64_t before = engine_->counters().tx_queue_full_polls;
+  engine_->Poll();
+  EXPECT_EQ(engine_->counters().tx_queue_full_polls - before, 1u);
+  port_.blocked = false;
+  EXPECT_EQ(Transmitted().size(), 32u) << "what waited leaves on the next poll, in order";
+}
+
 TEST_F(StateMachineTest, ResponderAcksARequestedAckWithMsn) {
   PostRecv(7);
   Inject(Op(Opcode::kRcSendOnly), kRqPsn, 100, /*ack_request=*/true);

@@ -93,7 +93,9 @@ void Transmitter::Stage(rte_mbuf* m) {
   core_.counters.tx_bytes += rte_pktmbuf_pkt_len(m);
   ++staged_this_poll_;
   staged_bytes_ += rte_pktmbuf_pkt_len(m);
-  if (staged_bytes_ >= kFlushBytes) FlushTx();
+  // Once the port has refused frames this poll, the rest wait for the end
+  // of the poll: asking a full queue again every 16 KiB gains nothing.
+  if (staged_bytes_ >= kFlushBytes && !port_full_this_poll_) FlushTx();
 }
 
 void Transmitter::StageRawFrames() {
@@ -114,7 +116,8 @@ void Transmitter::FlushTx() {
   if (sent < tx_count_) {
     // Keep the rest, in order, for the next poll: never spin, never drop.
     std::memmove(tx_stage_, tx_stage_ + sent, (tx_count_ - sent) * sizeof(rte_mbuf*));
-    core_.counters.tx_queue_full_polls++;
+    if (!port_full_this_poll_) core_.counters.tx_queue_full_polls++;  // once per poll, as its name says
+    port_full_this_poll_ = true;
   }
   tx_count_ -= sent;
 }

@@ -38,7 +38,10 @@ class Transmitter {
     return tx_count_ + frames <= kTxStage && staged_this_poll_ + frames <= kTxStage;
   }
   // The engine's poll begins (Engine::Poll).
-  void BeginPoll() { staged_this_poll_ = 0; }
+  void BeginPoll() {
+    staged_this_poll_ = 0;
+    port_full_this_poll_ = false;
+  }
   bool LoopbackRoom() const { return loopback_count_ < kTxStage; }
   // Writes the headers of `fields` (addresses from `path`) into a new mbuf;
   // the caller copies fields.payload_length bytes to *payload, then calls
@@ -90,6 +93,7 @@ class Transmitter {
   static constexpr uint32_t kFlushBytes = 16384;
   uint32_t staged_bytes_ = 0;  // staged since the last FlushTx
   uint32_t staged_this_poll_ = 0;
+  bool port_full_this_poll_ = false;  // TxBurst took fewer than offered this poll
 
   EngineCore& core_;
   PendingPacket pending_tx_;  // between StartPacket and FinishPacket
