@@ -21,6 +21,7 @@
 #include "transport/headers.h"
 #include "transport/memory_region.h"
 #include "transport/packet_io.h"
+#include "transport/peer_memory.h"
 #include "transport/qp_state.h"
 #include "transport/queue_pair.h"
 #include "transport/shared_receive_queue.h"
@@ -58,6 +59,13 @@ struct EngineConfig {
   uint32_t port_mtu = 1500;      // Ethernet MTU of the port
   rte_mempool* tx_pool = nullptr; // frames the engine builds come from here
   PacketIo* io = nullptr;         // the wire
+  // Processes on this host whose memory a large message may be read from
+  // (transport/peer_memory.h, transport/pull_descriptor.h): an RC SEND or
+  // WRITE of `pull_min_bytes` or more to such a process leaves as one pull
+  // descriptor, and one from such a process is copied with one read. Null:
+  // every message goes as packets.
+  PeerMemory* peer_memory = nullptr;
+  uint32_t pull_min_bytes = 16384;
   uint32_t max_qps = 1024;
   // Reliability knobs (defaults follow Linux rxe): an ACK request at least
   // every `ack_request_every` packets, at most `max_unacked_packets` packets
@@ -148,6 +156,12 @@ struct EngineCounters {
   uint64_t cnps_sent = 0, cnps_received = 0, cnps_ignored = 0, paced_waits = 0;
   // Frames that arrived marked CE.
   uint64_t rx_ce_marked = 0;
+  // Pull descriptors (EngineConfig::peer_memory): messages sent as one, and
+  // received and copied (with their bytes); received ones refused before
+  // any check of the request (not from a process we may read: dropped), and
+  // ones whose copy failed (the sender named memory it does not have: the
+  // request fails as invalid).
+  uint64_t pulls_sent = 0, pulls_received = 0, pull_bytes = 0, pulls_refused = 0, pull_failures = 0;
 };
 
 // One QP as the counters see it (Engine::QpStatsSnapshot).

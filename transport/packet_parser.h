@@ -90,6 +90,11 @@ struct PacketView {
   uint32_t icrc_computed = 0;  // valid when icrc_checked
   bool icrc_checked = false;
   bool icrc_ok() const { return icrc_checked && icrc_stored == icrc_computed; }
+
+  // Not the parser's: the engine's receiver sets it for a frame with
+  // kBthPullDescriptor from a process whose memory it may read
+  // (PeerMemory::PullSource); 0 for every other frame.
+  uint32_t pull_source = 0;
 };
 
 // Parses the frame at [frame, frame + length) into *view.

@@ -67,6 +67,10 @@ struct SendSlot {
   bool read_or_atomic = false;
   bool counted_in_flight = false;  // READ/atomic: counted in reads_in_flight
   bool local_error = false;        // an SGE failed the local key check
+  // No packet of it has left as data yet: it may still go as a pull
+  // descriptor (transport/pull_descriptor.h). A message is never both, so a
+  // responder never holds packets of a message it then takes whole.
+  bool pull_allowed = false;
 };
 
 struct RequesterState {

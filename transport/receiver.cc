@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "transport/packet_parser.h"
+#include "transport/pull_descriptor.h"
 
 namespace uroce::transport {
 
@@ -44,6 +45,17 @@ bool Receiver::HandleFrame(rte_mbuf* m, bool from_loopback) {
   if (!from_loopback && core_.IsLoopbackGid(view.fields.src_gid)) {
     core_.counters.rx_path_mismatch++;
     return true;
+  }
+  if ((view.fields.bth.reserved7 & kBthPullDescriptor) != 0) {
+    // A pull descriptor is only taken from a process whose memory we may
+    // read, over the link it came by (transport/peer_memory.h); from
+    // anywhere else (a wire, the daemon's switch, a process that may not)
+    // it is dropped before it reaches any QP.
+    view.pull_source = core_.config.peer_memory != nullptr ? core_.config.peer_memory->PullSource(m) : 0;
+    if (view.pull_source == 0 || view.opcode->role != PacketRole::kRequest) {
+      core_.counters.pulls_refused++;
+      return true;
+    }
   }
   QueuePair* qp = core_.LookupQp(view.fields.bth.dest_qp);
   if (qp == nullptr) {

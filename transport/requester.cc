@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "transport/opcode.h"
+#include "transport/pull_descriptor.h"
 
 namespace uroce::transport {
 namespace {
@@ -88,6 +89,7 @@ bool Requester::StartSendWqe(QueuePair* qp, SendSlot& slot) {
   slot.bytes_done = 0;
   slot.started = true;
   slot.counted_in_flight = false;
+  slot.pull_allowed = true;
   return true;
 }
 
@@ -229,6 +231,10 @@ bool Requester::RunLocalOperation(QueuePair* qp, const SendWqeHeader& w) {
 bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
   RequesterState& r = qp->req;
   const SendWqeHeader& w = slot.wqe.header();
+  if (slot.pull_allowed && r.send_offset == 0 && core_.config.peer_memory != nullptr) {
+    const PullOutcome pulled = EmitPullDescriptor(qp, slot);
+    if (pulled != PullOutcome::kNotPulled) return pulled == PullOutcome::kSent;
+  }
   const uint32_t mtu = qp->mtu_bytes;
   const bool rc = IsReliable(qp->type);
   const bool xrc = qp->type == IBV_QPT_XRC_SEND;
@@ -386,6 +392,7 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
     qp->cc->OnSent(now, wire_bytes);
   }
   tx_.FinishPacket(m);
+  if (payload > 0 && !slot.read_or_atomic) slot.pull_allowed = false;  // its data went as packets
   qp->counters.tx_packets++;
   qp->counters.tx_bytes += payload;
   if (rc) {
@@ -400,6 +407,71 @@ bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
     }
   }
   return last || slot.read_or_atomic;
+}
+
+Requester::PullOutcome Requester::EmitPullDescriptor(QueuePair* qp, SendSlot& slot) {
+  RequesterState& r = qp->req;
+  const SendWqeHeader& w = slot.wqe.header();
+  const bool write = w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  const bool send = w.opcode == IBV_WR_SEND || w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_SEND_WITH_INV;
+  // RC only (an XRC or UC peer is taken as packets), not a paced QP (its
+  // pace counts wire bytes), data in registered memory (not inline), and a
+  // descriptor that fits in one packet.
+  if (qp->type != IBV_QPT_RC || !(write || send) || qp->cc != nullptr || w.num_sge == 0 ||
+      w.num_sge > kMaxPullSegments || w.total_length < core_.config.pull_min_bytes ||
+      w.total_length > kMaxPullBytes || PullDescriptorBytes(w.num_sge) > qp->mtu_bytes ||
+      slot.packets > kMaxPullPackets || !core_.config.peer_memory->TakesPulls(qp->attr.dest_qp_num)) {
+    return PullOutcome::kNotPulled;
+  }
+  PullDescriptor d;
+  d.packets = slot.packets;
+  d.total = w.total_length;
+  for (uint32_t i = 0; i < w.num_sge; ++i) {
+    const Sge sge = slot.wqe.sge(i);
+    if (sge.length == 0) continue;
+    uint8_t* host = nullptr;
+    // Plain registered memory only: an on-demand region's pages are the
+    // packets' business (a failure is then reported as theirs).
+    if (core_.mrs.CheckLocal(sge.lkey, qp->pd, sge.addr, sge.length, 0, &host) != MrCheck::kOk) {
+      return PullOutcome::kNotPulled;
+    }
+    d.segments[d.count++] = {reinterpret_cast<uint64_t>(host), sge.length};
+  }
+  PacketFields f;
+  f.bth.dest_qp = qp->attr.dest_qp_num;
+  f.bth.solicited_event = (w.send_flags & IBV_SEND_SOLICITED) != 0;
+  f.bth.opcode = SegmentOpcode(w.opcode, /*first=*/true, /*last=*/true, kRcOpcodeBase);
+  f.bth.psn = slot.first_psn;
+  f.bth.ack_request = true;
+  f.bth.reserved7 = kBthPullDescriptor;
+  if (core_.config.selective_retransmission) f.bth.reserved7 |= kBthSelectiveRetransmission;
+  if (write) {
+    f.reth.virtual_address = w.remote_addr;
+    f.reth.rkey = w.rkey;
+    f.reth.dma_length = static_cast<uint32_t>(w.total_length);
+  }
+  if (w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+    f.immediate_data = ntohl(w.imm_data_be);
+  }
+  if (w.opcode == IBV_WR_SEND_WITH_INV) f.invalidate_rkey = w.invalidate_rkey;
+  f.payload_length = static_cast<uint32_t>(PullDescriptorBytes(d.count));
+  uint8_t* dest = nullptr;
+  rte_mbuf* m = tx_.StartPacket(qp->path, f, &dest);
+  if (m == nullptr) return PullOutcome::kNoRoom;  // nothing moved: the next poll tries again
+  WritePullDescriptor(d, dest);
+  tx_.FinishPacket(m);
+  r.psn = slot.last_psn + 1;
+  r.send_offset = w.total_length;
+  r.packets_since_ack_request = 0;
+  qp->counters.tx_packets++;
+  qp->counters.tx_bytes += w.total_length;
+  core_.counters.pulls_sent++;
+  if (r.psn.DistanceFrom(r.sent_high) > 0) {
+    r.sent_high = r.psn;
+    r.timer.OnFreshAckRequestSent(slot.last_psn, core_.Now());
+  }
+  if (r.timer.deadline_ns() == 0) r.timer.Arm(core_.Now(), LocalAckTimeoutNs(qp->attr.timeout), core_.config.retransmit);
+  return PullOutcome::kSent;
 }
 
 const SendSlot* Requester::SlotOf(const QueuePair* qp, Psn psn) const {
@@ -423,6 +495,10 @@ void Requester::RestartFrom(QueuePair* qp, Psn psn) {
     if (!slot.started) break;
     if (psn.DistanceFrom(slot.first_psn) >= 0 && slot.last_psn.DistanceFrom(psn) >= 0) {
       r.next_send = i;
+      // A message none of whose data went as packets (it went as a pull
+      // descriptor, or nothing of it went yet) goes again whole, from its
+      // first PSN: the responder takes a descriptor only there.
+      if (slot.pull_allowed && !slot.read_or_atomic) psn = slot.first_psn;
       if (slot.read_or_atomic) {
         r.send_offset = 0;
       } else {

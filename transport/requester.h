@@ -49,6 +49,10 @@ class Requester {
   bool RunLocalOperation(QueuePair* qp, const SendWqeHeader& w);
   bool StartSendWqe(QueuePair* qp, SendSlot& slot);
   bool EmitRequestPacket(QueuePair* qp, SendSlot& slot);
+  // The whole message as one pull descriptor (transport/pull_descriptor.h),
+  // when it may go as one: kNotPulled leaves it to the packets.
+  enum class PullOutcome : uint8_t { kNotPulled, kSent, kNoRoom };
+  PullOutcome EmitPullDescriptor(QueuePair* qp, SendSlot& slot);
   // `psn`, sent before and not acknowledged, once more with AckReq; sending
   // then resumes where it stood. A READ or atomic request only if
   // `read_or_atomic_too`. False when nothing went out.

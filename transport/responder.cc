@@ -15,6 +15,7 @@
 
 #include "transport/on_demand_memory.h"
 #include "transport/opcode.h"
+#include "transport/pull_descriptor.h"
 
 namespace uroce::transport {
 namespace {
@@ -754,6 +755,8 @@ ResponderStep Responder::CheckLength(const Request& r) {
 }
 
 ResponderStep Responder::Execute(const Request& r) {
+  // Set by the receiver only for a descriptor from a process we may read.
+  if (r.p.pull_source != 0) return ExecutePull(r);
   switch (r.info.operation) {
     case Operation::kSend:
       return ExecuteSend(r);
@@ -1069,9 +1072,119 @@ ResponderStep Responder::ExecuteAtomicWrite(const Request& r) {
 // The request is done: the next PSN, and an ACK if the requester asked.
 ResponderStep Responder::Acknowledge(const Request& r) {
   const auto& [qp, p, s, rc, psn, info] = r;
-  s.expected_psn = psn + 1;
-  if (rc && p.fields.bth.ack_request) QueueAck(qp, psn);
+  const uint32_t span = span_;
+  span_ = 1;
+  s.expected_psn = psn + span;
+  if (rc && p.fields.bth.ack_request) QueueAck(qp, psn + (span - 1));
   return ResponderStep::kDone;
+}
+
+// A pull descriptor: the whole message, read from the sender's memory with
+// one copy (transport/peer_memory.h) once every check a first packet passes
+// has passed for all of it. The descriptor comes from another process: it
+// is parsed strictly, and whatever it names is only read, from that
+// process; what lands in ours is what the key (WRITE) or the receive
+// request (SEND) grants, never more.
+ResponderStep Responder::ExecutePull(const Request& r) {
+  const auto& [qp, p, s, rc, psn, info] = r;
+  const bool write = info.operation == Operation::kRdmaWrite;
+  PullDescriptor d;
+  if (qp->type != IBV_QPT_RC || !info.starts_message() || !info.ends_message() ||
+      !(write || IsSend(info.operation)) || !ParsePullDescriptor(p.payload, p.fields.payload_length, &d) ||
+      (write && d.total != p.fields.reth.dma_length)) {
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  iovec remote[kMaxPullSegments];
+  for (uint32_t i = 0; i < d.count; ++i) {
+    remote[i] = {reinterpret_cast<void*>(d.segments[i].address), static_cast<size_t>(d.segments[i].length)};
+  }
+  iovec local[kMaxRecvSge];
+  uint32_t local_count = 0;
+  const bool with_imm = info.has(kImmDt);
+  if (write) {
+    uint8_t* host = nullptr;
+    if ((qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0 ||
+        !MrGranted(core_.mrs.CheckRemote(p.fields.reth.rkey, s.pd, p.fields.reth.virtual_address, d.total,
+                                         IBV_ACCESS_REMOTE_WRITE, &host, qp->qpn))) {
+      ResponderFatal(qp, psn, NakCode::kRemoteAccessError, IBV_WC_REM_ACCESS_ERR);
+      return ResponderStep::kDone;
+    }
+    local[local_count++] = {host, static_cast<size_t>(d.total)};
+  }
+  if (!write || with_imm) {
+    // A SEND, or the immediate of a WRITE, consumes a receive request:
+    // taken before any byte moves, so an RNR retry finds memory unchanged.
+    RecvWqe wqe;
+    if (RnrStorm() || !completions_.TakeRecv(qp, &wqe)) {
+      SendRnrNak(qp, psn);
+      return ResponderStep::kDone;
+    }
+    s.recv = wqe;
+    s.have_recv = true;
+    s.recv_offset = 0;
+    s.recv_offset_valid = !write;
+  }
+  if (!write) {
+    if (d.total > s.recv.total_length) {  // IBTA 9.7.5.1.6, C9-115
+      s.length_overflow = static_cast<uint32_t>(std::min<uint64_t>(d.total - s.recv.total_length, UINT32_MAX));
+      ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_LOC_LEN_ERR);
+      return ResponderStep::kDone;
+    }
+    if (info.has(kIeth) &&
+        !core_.mrs.InvalidateWindow(p.fields.invalidate_rkey, s.pd, qp->qpn, /*remote=*/true)) {
+      ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+      return ResponderStep::kDone;
+    }
+    uint64_t left = d.total;
+    for (uint32_t i = 0; i < s.recv.num_sge && left > 0; ++i) {
+      const Sge& sge = s.recv.sge[i];
+      const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(left, sge.length));
+      if (chunk == 0) continue;
+      uint8_t* host = nullptr;
+      if (!MrGranted(core_.mrs.CheckLocal(sge.lkey, s.pd, sge.addr, chunk, IBV_ACCESS_LOCAL_WRITE, &host))) {
+        ResponderFatal(qp, psn, NakCode::kRemoteOperationalError, IBV_WC_LOC_PROT_ERR);
+        return ResponderStep::kDone;
+      }
+      local[local_count++] = {host, chunk};
+      left -= chunk;
+    }
+  }
+  if (!core_.config.peer_memory->Pull(p.pull_source, local, local_count, remote, d.count)) {
+    // The sender named memory it does not have (or ended meanwhile).
+    core_.counters.pull_failures++;
+    ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return ResponderStep::kDone;
+  }
+  core_.counters.pulls_received++;
+  core_.counters.pull_bytes += d.total;
+  qp->counters.rx_bytes += d.total;
+  ++s.msn;
+  if (s.have_recv) {
+    unsigned flags = 0;
+    uint32_t extra = 0;
+    if (with_imm) {
+      flags = IBV_WC_WITH_IMM;
+      extra = htonl(p.fields.immediate_data);
+    } else if (info.has(kIeth)) {
+      flags = IBV_WC_WITH_INV;
+      extra = p.fields.invalidate_rkey;
+    }
+    if (write) {
+      completions_.CompleteRecv(qp, s.recv,
+                                {.byte_len = static_cast<uint32_t>(d.total),
+                                 .opcode = IBV_WC_RECV_RDMA_WITH_IMM,
+                                 .wc_flags = flags,
+                                 .imm_or_rkey = extra});
+    } else {
+      completions_.CompleteRecv(qp, s.recv,
+                                {.byte_len = static_cast<uint32_t>(d.total), .wc_flags = flags, .imm_or_rkey = extra});
+    }
+    s.have_recv = false;
+    s.recv_offset_valid = false;
+  }
+  span_ = d.packets;
+  return ResponderStep::kAcknowledge;
 }
 
 // Sends queued READ responses and atomic acknowledgements, in order, within

@@ -88,6 +88,8 @@ class Responder {
   ResponderStep ExecuteRead(const Request& r);
   ResponderStep ExecuteAtomic(const Request& r);
   ResponderStep ExecuteAtomicWrite(const Request& r);
+  // A whole SEND or WRITE as a pull descriptor (transport/pull_descriptor.h).
+  ResponderStep ExecutePull(const Request& r);
   ResponderStep Acknowledge(const Request& r);
 
   void HandleDuplicate(QueuePair* qp, const PacketView& packet);
@@ -123,6 +125,9 @@ class Responder {
   // The request being drained was placed on arrival (PlaceWriteAhead): its
   // view has no payload, and ExecuteWrite copies nothing.
   bool placed_ = false;
+  // The PSNs the request just executed spans: 1, or a pull descriptor's
+  // `packets` (Acknowledge moves past all of them).
+  uint32_t span_ = 1;
 };
 
 }  // namespace uroce::transport
