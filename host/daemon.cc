@@ -960,8 +960,12 @@ void SwitchDaemon::ServeLinkRequests(size_t k) {
       Log("no local link for slots %u and %u: %s", a, b, file.status().message().c_str());
       continue;
     }
-    if (!Notify(*sa, FormatLinkChange({static_cast<uint32_t>(k), b, true}), (*file)->fd())) continue;
-    if (!Notify(*sb, FormatLinkChange({static_cast<uint32_t>(k), a, true}), (*file)->fd())) {
+    // Each is told who the other is in the kernel's word (SO_PEERCRED), for
+    // reading its memory (transport/peer_memory.h).
+    if (!Notify(*sa, FormatLinkChange({static_cast<uint32_t>(k), b, true, sb->pid, sb->uid}), (*file)->fd())) {
+      continue;
+    }
+    if (!Notify(*sb, FormatLinkChange({static_cast<uint32_t>(k), a, true, sa->pid, sa->uid}), (*file)->fd())) {
       (*file)->MarkClosed();
       Notify(*sa, FormatLinkChange({static_cast<uint32_t>(k), b, false}), -1);
       continue;

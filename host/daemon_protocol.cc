@@ -212,26 +212,37 @@ StatusOr<std::vector<PeerGone>> ParsePeersGone(std::string_view message) {
 }
 
 std::string FormatLinkChange(const LinkChange& change) {
-  return std::string(change.add ? kLink : kUnlink) + " " + std::to_string(change.uplink) + " " +
-         std::to_string(change.slot);
+  std::string text = std::string(change.add ? kLink : kUnlink) + " " + std::to_string(change.uplink) + " " +
+                     std::to_string(change.slot);
+  if (change.add && change.pid > 0) text += " pid=" + std::to_string(change.pid) + " uid=" + std::to_string(change.uid);
+  return text;
 }
 
 StatusOr<LinkChange> ParseLinkChange(std::string_view message) {
   const std::vector<std::string_view> words = Words(message);
   LinkChange change;
-  uint64_t uplink = 0, slot = 0;
-  // Strictly "LINK U S": single spaces, nothing else (a peer's message is
-  // never half-understood).
-  if (message.size() > 32 || words.size() != 3 || (words[0] != kLink && words[0] != kUnlink) ||
-      message != std::string(words[0]) + " " + std::string(words[1]) + " " + std::string(words[2]) ||
-      !ParseDecimal(words[1], kMaxUplinks - 1, &uplink) || !ParseDecimal(words[2], kDaemonMaxProcesses, &slot) ||
-      slot == 0) {
-    return InvalidArgument("expected LINK|UNLINK UPLINK SLOT (uplink 0.." + std::to_string(kMaxUplinks - 1) +
-                           ", slot 1.." + std::to_string(kDaemonMaxProcesses) + ")");
+  uint64_t uplink = 0, slot = 0, pid = 0, uid = 0;
+  // Strictly "LINK U S[ pid=P uid=N]" or "UNLINK U S": single spaces,
+  // nothing else (a peer's message is never half-understood).
+  const bool with_peer = words.size() == 5;
+  std::string expected;
+  for (const std::string_view w : words) expected += (expected.empty() ? "" : " ") + std::string(w);
+  if (message.size() > 64 || (words.size() != 3 && !with_peer) || (words[0] != kLink && words[0] != kUnlink) ||
+      message != expected || !ParseDecimal(words[1], kMaxUplinks - 1, &uplink) ||
+      !ParseDecimal(words[2], kDaemonMaxProcesses, &slot) || slot == 0 ||
+      (with_peer && (words[0] != kLink || words[3].substr(0, 4) != "pid=" || words[4].substr(0, 4) != "uid=" ||
+                     !ParseDecimal(words[3].substr(4), INT32_MAX, &pid) || pid == 0 ||
+                     !ParseDecimal(words[4].substr(4), UINT32_MAX, &uid)))) {
+    return InvalidArgument("expected LINK UPLINK SLOT[ pid=PID uid=UID] or UNLINK UPLINK SLOT (uplink 0.." +
+                           std::to_string(kMaxUplinks - 1) + ", slot 1.." + std::to_string(kDaemonMaxProcesses) + ")");
   }
   change.uplink = static_cast<uint32_t>(uplink);
   change.slot = static_cast<uint32_t>(slot);
   change.add = words[0] == kLink;
+  change.pid = static_cast<int64_t>(pid);
+  change.uid = static_cast<uint32_t>(uid);
+  // Numbers as the daemon writes them (no leading zeros): one text per change.
+  if (FormatLinkChange(change) != message) return InvalidArgument("LINK/UNLINK: not in its canonical form");
   return change;
 }
 

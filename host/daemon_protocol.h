@@ -12,7 +12,7 @@
 //   process -> daemon   PEER qpn=Q dest=IP dest_qpn=D   (no reply)
 //                       UNPEER qpn=Q                     (no reply)
 //   daemon  -> process  PEER_GONE Q:D[ Q:D ...]          (a notification)
-//   daemon  -> process  LINK U S   + one file (SCM_RIGHTS) (a notification)
+//   daemon  -> process  LINK U S pid=P uid=N + one file (SCM_RIGHTS) (a notification)
 //                       UNLINK U S                        (a notification)
 //   process -> daemon   UNLINK U S                        (no reply)
 //
@@ -38,7 +38,10 @@
 // through the switch. A process that cannot map a LINK's file, or takes no
 // links (UROCE_LOCAL_LINKS=no), sends UNLINK U S back: the daemon marks the
 // file closed and tells the other side UNLINK, so that nobody sends into a
-// ring nobody reads.
+// ring nobody reads. LINK names the other process as the kernel told the
+// daemon (SO_PEERCRED, unix(7)): its pid, in the daemon's pid namespace,
+// and uid. A process reads the other's memory for large messages only with
+// these (transport/peer_memory.h), never with anything the other said.
 //
 // The daemon routes connection management MADs (QP 1) between the
 // processes: a REQ to the process that listens on its port (the rdma_cm IP
@@ -101,7 +104,13 @@ struct LinkChange {
   uint32_t uplink = 0;
   uint32_t slot = 0;
   bool add = true;  // LINK (a file comes with it), else UNLINK
-  bool operator==(const LinkChange& o) const { return uplink == o.uplink && slot == o.slot && add == o.add; }
+  // LINK: the process of `slot`, in the kernel's word to the daemon; pid 0
+  // (and no pid= uid= in the message) when the daemon does not say.
+  int64_t pid = 0;
+  uint32_t uid = 0;
+  bool operator==(const LinkChange& o) const {
+    return uplink == o.uplink && slot == o.slot && add == o.add && pid == o.pid && uid == o.uid;
+  }
 };
 std::string FormatLinkChange(const LinkChange& change);
 StatusOr<LinkChange> ParseLinkChange(std::string_view message);

@@ -222,7 +222,8 @@ TEST(DaemonProtocolTest, PeersGoneAreNotificationsInBoundedMessages) {
 }
 
 TEST(DaemonProtocolTest, LinkChangesAreStrictNotifications) {
-  for (const LinkChange& c : {LinkChange{0, 1, true}, LinkChange{7, 254, false}, LinkChange{3, 17, true}}) {
+  for (const LinkChange& c : {LinkChange{0, 1, true}, LinkChange{7, 254, false}, LinkChange{3, 17, true},
+                              LinkChange{3, 17, true, 4194304, 1000}, LinkChange{1, 2, true, 1, 0}}) {
     const std::string m = FormatLinkChange(c);
     EXPECT_TRUE(IsNotification(m)) << m;
     EXPECT_TRUE(IsLinkChange(m)) << m;
@@ -232,9 +233,13 @@ TEST(DaemonProtocolTest, LinkChangesAreStrictNotifications) {
   }
   EXPECT_EQ(FormatLinkChange({2, 5, true}), "LINK 2 5");
   EXPECT_EQ(FormatLinkChange({0, 9, false}), "UNLINK 0 9");
+  EXPECT_EQ(FormatLinkChange({2, 5, true, 1234, 1000}), "LINK 2 5 pid=1234 uid=1000");
   for (const char* bad : {"LINK", "LINK 0", "LINK 0 0", "LINK 8 1", "LINK 0 255", "LINK 0 1 2", "LINK  0 1",
                           "LINK 0 1 ", " LINK 0 1", "link 0 1", "LINK -1 3", "LINK 0 0x3", "UNLINK 0", "LINKS 0 1",
-                          "LINK 00000000000000000000001 1"}) {
+                          "LINK 00000000000000000000001 1", "LINK 0 1 pid=0 uid=0", "LINK 0 1 pid=5",
+                          "LINK 0 1 uid=5 pid=5", "UNLINK 0 1 pid=5 uid=5", "LINK 0 1 pid=5 uid=-1",
+                          "LINK 0 1 pid=2147483648 uid=0", "LINK 0 1 pid=5 uid=4294967296", "LINK 0 1 pid=5  uid=5",
+                          "LINK 0 1 pid=5 uid=5 ", "LINK 0 1 pid= uid=5", "LINK 0 1 pid=5 uid=5 x=1"}) {
     EXPECT_FALSE(ParseLinkChange(bad).ok()) << "'" << bad << "' was accepted";
   }
   EXPECT_FALSE(IsNotification("LINK"));

@@ -1,12 +1,15 @@
 #include "host/local_links.h"
 
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "host/frame_inspect.h"
+#include "pmd/log.h"
 
 namespace uroce::host {
 namespace {
@@ -107,11 +110,12 @@ bool LocalLinks::Acceptable(uint32_t from_slot, const rte_mbuf* m) const {
   return true;
 }
 
-uint16_t LocalLinks::ReceiveFromLink(uint32_t slot, ShmChannel* link, rte_mbuf** pkts, uint16_t n) {
+uint16_t LocalLinks::ReceiveFromLink(uint32_t slot, ShmChannel* link, uint32_t tag, rte_mbuf** pkts, uint16_t n) {
   const uint16_t got = link->Receive(pkts, n, options_.pool);
   uint16_t kept = 0;
   for (uint16_t i = 0; i < got; ++i) {
     if (Acceptable(slot, pkts[i])) {
+      pkts[i]->hash.usr = tag;  // the link it came by (PullSource)
       pkts[kept++] = pkts[i];
     } else {
       rte_pktmbuf_free(pkts[i]);
@@ -127,16 +131,89 @@ uint16_t LocalLinks::RxBurst(rte_mbuf** pkts, uint16_t n) {
   uint16_t got = 0;
   while (got < n && loop_head_ != loop_tail_) pkts[got++] = loop_[loop_head_++ % kLoopCapacity];
   if (got < n) got = static_cast<uint16_t>(got + options_.daemon->RxBurst(pkts + got, static_cast<uint16_t>(n - got)));
+  // Not from a link: no process's memory may be read for them.
+  for (uint16_t i = 0; i < got; ++i) pkts[i]->hash.usr = 0;
   // The links round robin, so that no process starves another.
   const uint32_t count = table->count;
   for (uint32_t i = 0; i < count && got < n; ++i) {
     const uint32_t slot = table->slots[(next_link_ + i) % count];
-    got = static_cast<uint16_t>(got + ReceiveFromLink(slot, table->by_slot[slot], pkts + got,
-                                                      static_cast<uint16_t>(n - got)));
+    got = static_cast<uint16_t>(got + ReceiveFromLink(slot, table->by_slot[slot], Tag(slot, table->generation[slot]),
+                                                      pkts + got, static_cast<uint16_t>(n - got)));
   }
   if (count != 0) next_link_ = (next_link_ + 1) % count;
   EndBurst();
   return got;
+}
+
+// ------------------------------------------------- reading a linked process
+
+bool LocalLinks::TakesPulls(uint32_t dest_qpn) {
+  const Table* table = table_.load(std::memory_order_seq_cst);
+  const uint32_t slot = SlotOf(dest_qpn);
+  if (slot == 0 || slot >= kSlots || slot == options_.own_slot || table->pull_pid[slot] == 0) return false;
+  const ShmChannel* link = table->by_slot[slot];
+  // Only where Route sends it over this link: a descriptor through the
+  // switch would be dropped by the receiver.
+  return link != nullptr && !link->closed() && in_use_[slot] == table->generation[slot] && link->PeerReadsUs();
+}
+
+const ShmChannel* LocalLinks::PullLink(const Table* table, uint32_t tag) const {
+  const uint32_t slot = tag & 0xFF;
+  if (slot == 0 || slot >= kSlots || table->pull_pid[slot] == 0) return nullptr;
+  if ((table->generation[slot] & 0xFFFFFF) != (tag >> 8)) return nullptr;  // a link that was replaced since
+  const ShmChannel* link = table->by_slot[slot];
+  return link != nullptr && link->PeerReadsUs() ? link : nullptr;
+}
+
+uint32_t LocalLinks::PullSource(const rte_mbuf* m) {
+  const uint32_t tag = m->hash.usr;
+  return PullLink(table_.load(std::memory_order_seq_cst), tag) != nullptr ? tag : 0;
+}
+
+bool LocalLinks::Pull(uint32_t source, const iovec* local, uint32_t local_count, const iovec* remote,
+                      uint32_t remote_count) {
+  const Table* table = table_.load(std::memory_order_seq_cst);
+  if (PullLink(table, source) == nullptr) return false;
+  size_t want = 0;
+  for (uint32_t i = 0; i < local_count; ++i) want += local[i].iov_len;
+  // The pid is the daemon's word (SO_PEERCRED), never the frame's.
+  const ssize_t got = process_vm_readv(table->pull_pid[source & 0xFF], local, local_count, remote, remote_count, 0);
+  return got >= 0 && static_cast<size_t>(got) == want;
+}
+
+void LocalLinks::VerifyPulls() {
+  bool changed = false;
+  auto table = std::make_unique<Table>(*current_);
+  for (uint32_t i = 0; i < current_->count; ++i) {
+    const uint32_t slot = current_->slots[i];
+    if (pull_check_[slot] != PullCheck::kPending) continue;
+    const ShmChannel* link = links_[slot].get();
+    uint64_t address = 0, cookie = 0;
+    if (link == nullptr || !link->PeerPullProbe(&address, &cookie)) continue;  // not offered yet: next time
+    // Read its cookie where it says it is, from the pid the daemon named:
+    // that this works proves the pid is that process in our pid namespace
+    // and that the kernel lets us read it (ptrace rules: same user, no
+    // Yama restriction, not undumpable).
+    uint64_t value = 0;
+    iovec here{&value, sizeof(value)};
+    iovec there{reinterpret_cast<void*>(address), sizeof(value)};
+    const ssize_t got = process_vm_readv(static_cast<pid_t>(peer_pid_[slot]), &here, 1, &there, 1, 0);
+    if (got != static_cast<ssize_t>(sizeof(value)) || value != cookie) {
+      pull_check_[slot] = PullCheck::kNone;
+      UROCE_LOG(INFO, kHost, "local link to slot %u: large messages go as frames (the process's memory cannot "
+                   "be read: %s)\n", slot, got < 0 ? std::strerror(errno) : "not the process it says it is");
+      continue;
+    }
+    pull_check_[slot] = PullCheck::kVerified;
+    links_[slot]->SetReadsPeer();
+    table->pull_pid[slot] = static_cast<int32_t>(peer_pid_[slot]);
+    changed = true;
+  }
+  if (!changed) return;
+  uint32_t verified = 0;
+  for (uint32_t i = 0; i < table->count; ++i) verified += table->pull_pid[table->slots[i]] != 0;
+  pull_link_count_.store(verified, std::memory_order_relaxed);
+  Publish(std::move(table), nullptr);
 }
 
 // ---------------------------------------------------------------- control path
@@ -150,7 +227,7 @@ void LocalLinks::Publish(std::unique_ptr<Table> table, std::unique_ptr<ShmChanne
   current_ = std::move(table);
 }
 
-Status LocalLinks::Add(uint32_t peer_slot, int fd) {
+Status LocalLinks::Add(uint32_t peer_slot, int fd, int64_t peer_pid, uint32_t peer_uid) {
   if (peer_slot == 0 || peer_slot >= kSlots - 1 || peer_slot == options_.own_slot) {
     return InvalidArgument("local link to slot " + std::to_string(peer_slot) + ": not another process's slot");
   }
@@ -162,6 +239,14 @@ Status LocalLinks::Add(uint32_t peer_slot, int fd) {
   if (table->by_slot[peer_slot] == nullptr) table->slots[table->count++] = static_cast<uint8_t>(peer_slot);
   table->by_slot[peer_slot] = link->get();
   table->generation[peer_slot] = ++generations_;  // never 0: in_use_ starts there
+  table->pull_pid[peer_slot] = 0;
+  // Our cookie for the other process to read; its memory is read only once
+  // VerifyPulls has read its cookie, and only if it is of our own uid.
+  (*link)->OfferPullProbe();
+  peer_pid_[peer_slot] = peer_pid;
+  peer_uid_[peer_slot] = peer_uid;
+  pull_check_[peer_slot] = peer_pid > 0 && peer_pid <= INT32_MAX && peer_uid == geteuid() ? PullCheck::kPending
+                                                                                             : PullCheck::kNone;
   std::unique_ptr<ShmChannel> old = std::move(links_[peer_slot]);
   links_[peer_slot] = std::move(*link);
   Publish(std::move(table), std::move(old));
@@ -179,7 +264,9 @@ void LocalLinks::Remove(uint32_t peer_slot) {
     table->slots[table->count++] = static_cast<uint8_t>(slot);
     table->by_slot[slot] = current_->by_slot[slot];
     table->generation[slot] = current_->generation[slot];
+    table->pull_pid[slot] = current_->pull_pid[slot];
   }
+  pull_check_[peer_slot] = PullCheck::kNone;
   Publish(std::move(table), std::move(links_[peer_slot]));
 }
 
@@ -188,6 +275,7 @@ void LocalLinks::Reclaim() {
   const uint64_t epoch = epoch_.load(std::memory_order_seq_cst);
   retired_.erase(std::remove_if(retired_.begin(), retired_.end(), [epoch](const Retired& r) { return epoch > r.epoch; }),
                  retired_.end());
+  VerifyPulls();
 }
 
 LocalLinkCounters LocalLinks::counters() const {
@@ -199,6 +287,7 @@ LocalLinkCounters LocalLinks::counters() const {
   c.rx_refused = rx_refused_.load(std::memory_order_relaxed);
   c.tx_stalled_drops = tx_stalled_drops_.load(std::memory_order_relaxed);
   c.links = link_count_.load(std::memory_order_relaxed);
+  c.pull_links = pull_link_count_.load(std::memory_order_relaxed);
   return c;
 }
 

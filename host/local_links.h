@@ -43,6 +43,16 @@
 // was stopped) has its frames dropped instead, so that it cannot stall our
 // traffic to everyone else; RC recovers them by retransmission.
 //
+// Large messages (transport/peer_memory.h): the engine reads a SEND or WRITE
+// from a linked process's memory (process_vm_readv(2)) when both processes
+// found they can read each other's (VerifyPulls: the other's pid from the
+// daemon, SO_PEERCRED; its uid ours; a random cookie it published in the
+// link's file read back from its memory at the address it gave) and each
+// told the other so in the file. A frame from a link carries that link in
+// its mbuf (hash.usr: slot and generation), so a descriptor is read only
+// from the process whose link it came by, and not after the link was
+// replaced.
+//
 // Threads: RxBurst/TxBurst on the engine's polling thread (one at a time;
 // transport/packet_io.h). Add, Remove and Reclaim on the control path, any
 // thread (serialized here). The link table is published by pointer; a
@@ -64,6 +74,7 @@
 #include "host/shm_channel.h"
 #include "transport/headers.h"
 #include "transport/packet_io.h"
+#include "transport/peer_memory.h"
 
 namespace uroce::host {
 
@@ -75,9 +86,10 @@ struct LocalLinkCounters {
   uint64_t rx_refused = 0;      // from a link, not what that process may send us
   uint64_t tx_stalled_drops = 0;  // to a link that took nothing for too long
   uint64_t links = 0;           // links in use now
+  uint64_t pull_links = 0;      // of them, with processes whose memory we read (and they ours)
 };
 
-class LocalLinks final : public transport::PacketIo {
+class LocalLinks final : public transport::PacketIo, public transport::PeerMemory {
  public:
   static constexpr uint32_t kSlots = 256;  // slots 1..254 (the daemon's leases)
   static constexpr uint32_t kLoopCapacity = 1024;
@@ -102,12 +114,21 @@ class LocalLinks final : public transport::PacketIo {
   uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override;
   uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override;
 
+  // transport::PeerMemory, on the polling thread.
+  bool TakesPulls(uint32_t dest_qpn) override;
+  uint32_t PullSource(const rte_mbuf* m) override;
+  bool Pull(uint32_t source, const iovec* local, uint32_t local_count, const iovec* remote,
+            uint32_t remote_count) override;
+
   // Control path. A link to `peer_slot` (one not ours, 1..254), mapped from
   // the daemon's file: the lower of the two slots is the kDaemon side. A
   // link that replaces an older one to the same slot retires it.
-  Status Add(uint32_t peer_slot, int fd);
+  // `peer_pid`, `peer_uid`: the other process as the daemon knows it
+  // (LINK's pid= uid=; pid 0: unknown, its memory is never read).
+  Status Add(uint32_t peer_slot, int fd, int64_t peer_pid = 0, uint32_t peer_uid = 0);
   void Remove(uint32_t peer_slot);
-  // Unmaps the links removed before the polling side's last finished burst.
+  // Unmaps the links removed before the polling side's last finished burst,
+  // and checks the links whose processes' memory may be read (VerifyPulls).
   void Reclaim();
 
   // Any thread; counts may be a little behind.
@@ -119,13 +140,18 @@ class LocalLinks final : public transport::PacketIo {
     std::array<uint8_t, kSlots> slots{};              // the linked slots, count of them
     std::array<ShmChannel*, kSlots> by_slot{};        // slot -> its link
     std::array<uint32_t, kSlots> generation{};         // slot -> which Add made its link
+    std::array<int32_t, kSlots> pull_pid{};            // slot -> its process, once we read its memory; else 0
   };
+  // A received frame's link (mbuf hash.usr): slot | generation << 8.
+  static uint32_t Tag(uint32_t slot, uint32_t generation) { return slot | (generation << 8); }
+  const ShmChannel* PullLink(const Table* table, uint32_t tag) const;
+  void VerifyPulls();  // control path, under control_mutex_
   static constexpr uint16_t kToDaemon = 0;  // Route's answer; else a slot
   static constexpr uint16_t kToLoop = 0xFFFF;
 
   uint16_t Route(const rte_mbuf* m, const Table* table);
   uint16_t SendRun(uint16_t destination, const Table* table, rte_mbuf** pkts, uint16_t n);
-  uint16_t ReceiveFromLink(uint32_t slot, ShmChannel* link, rte_mbuf** pkts, uint16_t n);
+  uint16_t ReceiveFromLink(uint32_t slot, ShmChannel* link, uint32_t tag, rte_mbuf** pkts, uint16_t n);
   bool Acceptable(uint32_t from_slot, const rte_mbuf* m) const;
   bool IsHost(const transport::Gid& gid) const;
   void Publish(std::unique_ptr<Table> table, std::unique_ptr<ShmChannel> retired);
@@ -146,6 +172,7 @@ class LocalLinks final : public transport::PacketIo {
   std::atomic<uint64_t> loop_frames_{0}, link_tx_frames_{0}, link_rx_frames_{0}, daemon_tx_frames_{0};
   std::atomic<uint64_t> rx_refused_{0}, tx_stalled_drops_{0};
   std::atomic<uint32_t> link_count_{0};  // for counters(), which may not touch a table
+  std::atomic<uint32_t> pull_link_count_{0};
 
   // Control side.
   std::mutex control_mutex_;
@@ -158,6 +185,12 @@ class LocalLinks final : public transport::PacketIo {
   std::unique_ptr<Table> current_;
   std::vector<Retired> retired_;
   uint32_t generations_ = 0;
+  // Reading a linked process's memory: the daemon's word on who it is, and
+  // where the check stands.
+  enum class PullCheck : uint8_t { kNone, kPending, kVerified };
+  std::array<int64_t, kSlots> peer_pid_{};
+  std::array<uint32_t, kSlots> peer_uid_{};
+  std::array<PullCheck, kSlots> pull_check_{};
 };
 
 }  // namespace uroce::host

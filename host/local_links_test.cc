@@ -4,6 +4,9 @@
 #include "host/local_links.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <deque>
 #include <vector>
@@ -209,6 +212,114 @@ TEST_F(LocalLinksTest, BadLinksAreRefused) {
   EXPECT_FALSE(a_->Add(255, (*file)->fd()).ok());  // beyond the leases
   EXPECT_FALSE(a_->Add(7, -1).ok());
   EXPECT_EQ(a_->counters().links, 0u);
+}
+
+}  // namespace
+}  // namespace uroce::host
+
+namespace uroce::host {
+namespace {
+
+// Reading the other process's memory (transport/peer_memory.h): both ends
+// are this process here, so each can read the other when told our own pid.
+class LocalLinksPullTest : public LocalLinksTest {
+ protected:
+  void LinkAs(int64_t pid_of_b, int64_t pid_of_a, uint32_t uid) {
+    auto file = ShmChannel::Create(64, 1518);
+    ASSERT_TRUE(file.ok());
+    ASSERT_TRUE(a_->Add(7, (*file)->fd(), pid_of_b, uid).ok());
+    ASSERT_TRUE(b_->Add(3, (*file)->fd(), pid_of_a, uid).ok());
+    file_ = std::move(*file);
+  }
+  // Both sides check (the daemon watch's Reclaim), then a frame each way so
+  // that the links are in use.
+  void CheckAndUse() {
+    a_->Reclaim();
+    b_->Reclaim();
+    a_->Reclaim();
+    EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);
+    EXPECT_EQ(Send(b_.get(), {Roce(Qpn(3, 5))}), 1);
+  }
+  // The link a frame from the other side came by, as the engine asks.
+  uint32_t SourceOfNextFrame(LocalLinks* links) {
+    rte_mbuf* m = nullptr;
+    if (links->RxBurst(&m, 1) != 1) return 0xFFFFFFFF;
+    received_.push_back(m);
+    return links->PullSource(m);
+  }
+};
+
+TEST_F(LocalLinksPullTest, ProcessesThatReadEachOtherTakeLargeMessagesAsDescriptors) {
+  LinkAs(getpid(), getpid(), geteuid());
+  CheckAndUse();
+  EXPECT_TRUE(a_->TakesPulls(Qpn(7, 5)));
+  EXPECT_TRUE(b_->TakesPulls(Qpn(3, 5)));
+  EXPECT_FALSE(a_->TakesPulls(Qpn(9, 5))) << "no link to slot 9";
+  EXPECT_FALSE(a_->TakesPulls(Qpn(3, 5))) << "our own QPs loop";
+  EXPECT_EQ(a_->counters().pull_links, 1u);
+  const uint32_t source = SourceOfNextFrame(b_.get());
+  ASSERT_NE(source, 0u);
+  // The copy reads from that process only, and only what it names.
+  std::vector<uint8_t> theirs(8192, 0x5A), ours(8192, 0);
+  iovec local{ours.data(), ours.size()}, remote{theirs.data(), theirs.size()};
+  EXPECT_TRUE(b_->Pull(source, &local, 1, &remote, 1));
+  EXPECT_EQ(ours, theirs);
+  iovec unmapped{reinterpret_cast<void*>(0x10), 64};
+  local.iov_len = 64;
+  EXPECT_FALSE(b_->Pull(source, &local, 1, &unmapped, 1)) << "a copy that faults only fails";
+  EXPECT_FALSE(b_->Pull(source + 1, &local, 1, &remote, 1)) << "a slot without a link";
+
+  // A frame through the daemon names no process.
+  daemon_b_.in.push_back(Roce(Qpn(7, 9)));
+  EXPECT_EQ(SourceOfNextFrame(b_.get()), 0u);
+
+  // Once the link is gone (or replaced), nothing is read for it any more.
+  b_->Remove(3);
+  EXPECT_FALSE(b_->Pull(source, &local, 1, &remote, 1));
+  EXPECT_FALSE(b_->TakesPulls(Qpn(3, 5)));
+}
+
+TEST_F(LocalLinksPullTest, NoDescriptorsWithAProcessOfAnotherUserOrOneTheDaemonDidNotName) {
+  for (auto [pid, uid] : {std::pair<int64_t, uint32_t>{getpid(), geteuid() + 1}, {0, geteuid()}}) {
+    LinkAs(pid, pid, uid);
+    CheckAndUse();
+    EXPECT_FALSE(a_->TakesPulls(Qpn(7, 5)));
+    EXPECT_EQ(a_->counters().pull_links, 0u);
+    EXPECT_EQ(SourceOfNextFrame(b_.get()), 0u);
+    a_->Remove(7);
+    b_->Remove(3);
+  }
+}
+
+TEST_F(LocalLinksPullTest, AProcessThatIsNotTheOneItSaysOrLiesAboutItsCookieIsNotRead) {
+  // The daemon names a process that does not hold the cookie (our parent):
+  // reading it gives something else, or is not allowed.
+  LinkAs(getppid(), getppid(), geteuid());
+  CheckAndUse();
+  EXPECT_FALSE(a_->TakesPulls(Qpn(7, 5)));
+  EXPECT_FALSE(b_->TakesPulls(Qpn(3, 5)));
+  a_->Remove(7);
+  b_->Remove(3);
+
+  // Garbage in the other side's offer: an address that is not mapped.
+  auto file = ShmChannel::Create(64, 1518);
+  ASSERT_TRUE(file.ok());
+  ASSERT_TRUE(a_->Add(7, (*file)->fd(), getpid(), geteuid()).ok());
+  auto forged = ShmChannel::Map((*file)->fd(), ShmChannel::Side::kProcess);  // b's side, written by hand
+  ASSERT_TRUE(forged.ok());
+  (*forged)->OfferPullProbe();
+  uint64_t address = 0, cookie = 0;
+  ASSERT_TRUE((*file)->PeerPullProbe(&address, &cookie));  // the daemon's side sees b's offer
+  // Overwrite b's offer with an unmapped address and claim to read a.
+  void* header = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, (*file)->fd(), 0);
+  ASSERT_NE(header, MAP_FAILED);
+  auto* offers = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(header) + 64);
+  offers[3] = 0x10;  // the process side's cookie_address (the second offer's first word)
+  (*forged)->SetReadsPeer();
+  a_->Reclaim();
+  EXPECT_FALSE(a_->TakesPulls(Qpn(7, 5))) << "b claims to read us, but we cannot read b";
+  EXPECT_EQ(a_->counters().pull_links, 0u);
+  munmap(header, 4096);
 }
 
 }  // namespace

@@ -3,10 +3,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <rte_cycles.h>
+
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -14,9 +18,9 @@ namespace uroce::host {
 namespace {
 
 constexpr uint64_t kMagic = 0x4d485345434f5255ull;  // "UROCESHM", little-endian
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kLine = 64;
-constexpr size_t kHeader = kLine;
+constexpr size_t kHeader = 2 * kLine;  // the geometry, then the pull offers
 constexpr size_t kSlotHeader = 4;  // the frame's length
 
 uint32_t SlotSizeFor(uint32_t max_frame) {
@@ -40,6 +44,18 @@ struct ShmChannel::Header {
   // (MarkClosed): the other stops sending into it. Advice only: a process
   // that writes it harms only its own link.
   uint32_t closed;
+  uint8_t unused[kLine - 28];
+  // A local link's two processes, each on its side's entry (kDaemon's
+  // first): where in its memory a cookie is and what it holds, so that
+  // the other can check it reads that process (LocalLinks::VerifyPulls), and
+  // whether it found it can read the other's. Each side writes only its own
+  // entry; what the other side's says is checked, never trusted.
+  struct PullOffer {
+    uint64_t cookie_address;
+    uint64_t cookie;
+    uint32_t reads_peer;
+    uint32_t unused;
+  } offers[2];
 };
 
 // One ring: the producer's index, the consumer's (each on its own cache
@@ -83,7 +99,12 @@ StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(uint32_t slots, uint32_
     c->base_ = nullptr;
     return IoError(std::string("mmap of the shared port: ") + std::strerror(errno));
   }
-  Header h{kMagic, kVersion, slots, c->slot_size_, max_frame, 0};
+  Header h{};
+  h.magic = kMagic;
+  h.version = kVersion;
+  h.slots = slots;
+  h.slot_size = c->slot_size_;
+  h.max_frame = max_frame;
   std::memcpy(c->base_, &h, sizeof(h));
   return c;
 }
@@ -127,13 +148,40 @@ StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Map(int fd, Side side) {
 }
 
 ShmChannel::Header* ShmChannel::header() const {
-  static_assert(sizeof(Header) <= kHeader, "header fits its line");
+  static_assert(sizeof(Header) <= kHeader, "header fits its lines");
+  static_assert(offsetof(Header, offers) == kLine, "the offers on a line of their own");
   return static_cast<Header*>(base_);
 }
 
 void ShmChannel::MarkClosed() { __atomic_store_n(&header()->closed, 1u, __ATOMIC_RELEASE); }
 
 bool ShmChannel::closed() const { return __atomic_load_n(&header()->closed, __ATOMIC_RELAXED) != 0; }
+
+void ShmChannel::OfferPullProbe() {
+  uint64_t cookie = 0;
+  if (getrandom(&cookie, sizeof(cookie), GRND_NONBLOCK) != static_cast<ssize_t>(sizeof(cookie))) {
+    cookie = rte_rdtsc() ^ reinterpret_cast<uintptr_t>(this);
+  }
+  pull_cookie_ = cookie | 1;  // never 0: 0 is "no offer yet"
+  Header::PullOffer* own = &header()->offers[side_ == Side::kDaemon ? 0 : 1];
+  __atomic_store_n(&own->cookie_address, reinterpret_cast<uint64_t>(&pull_cookie_), __ATOMIC_RELAXED);
+  __atomic_store_n(&own->cookie, pull_cookie_, __ATOMIC_RELEASE);
+}
+
+bool ShmChannel::PeerPullProbe(uint64_t* address, uint64_t* cookie) const {
+  const Header::PullOffer* peer = &header()->offers[side_ == Side::kDaemon ? 1 : 0];
+  *cookie = __atomic_load_n(&peer->cookie, __ATOMIC_ACQUIRE);
+  *address = __atomic_load_n(&peer->cookie_address, __ATOMIC_RELAXED);
+  return *cookie != 0;
+}
+
+void ShmChannel::SetReadsPeer() {
+  __atomic_store_n(&header()->offers[side_ == Side::kDaemon ? 0 : 1].reads_peer, 1u, __ATOMIC_RELEASE);
+}
+
+bool ShmChannel::PeerReadsUs() const {
+  return __atomic_load_n(&header()->offers[side_ == Side::kDaemon ? 1 : 0].reads_peer, __ATOMIC_RELAXED) == 1;
+}
 
 ShmChannelTraffic ShmChannel::Traffic() const {
   return {LoadAcquire(ring(true)->produced()), LoadAcquire(ring(false)->produced())};

@@ -95,6 +95,19 @@ class ShmChannel {
   bool closed() const;
   ShmChannelTraffic Traffic() const;
 
+  // Cross-memory attach between a local link's two processes
+  // (host/local_links.h, transport/peer_memory.h), control path.
+  // OfferPullProbe publishes where a random cookie of ours is, so that the
+  // other process can check it reads our memory (its pid is the daemon's
+  // word, the cookie proves that pid is us in its pid namespace);
+  // PeerPullProbe reads the other side's offer (false: none yet; what it
+  // says is the other process's word). SetReadsPeer tells the other side
+  // that we read its memory; PeerReadsUs is what it told us (its word).
+  void OfferPullProbe();
+  bool PeerPullProbe(uint64_t* address, uint64_t* cookie) const;
+  void SetReadsPeer();
+  bool PeerReadsUs() const;
+
   // The file's size for this geometry (the process checks it).
   static size_t FileSize(uint32_t slots, uint32_t slot_size);
 
@@ -113,6 +126,8 @@ class ShmChannel {
   // Our own copies of our side's indices: the shared ones are only told.
   uint32_t produced_ = 0, consumed_ = 0;
   ShmChannelCounters counters_;
+  // What the other process of a local link reads to check it reads us.
+  uint64_t pull_cookie_ = 0;
 };
 
 // A ShmChannel as a port (the engine's wire in the process, a switch port in

@@ -119,8 +119,9 @@ TEST_F(ShmChannelTest, ChainedFramesAreCopiedWhole) {
 // The process may write anything into the shared memory: the daemon reads
 // nothing it should not and keeps every buffer.
 TEST_F(ShmChannelTest, NonsenseFromTheProcessIsRefused) {
-  // Ring 1 (process to daemon) starts after the header and ring 0.
-  const size_t ring1 = 64 + 2 * 64 + 8 * 1536;
+  // Ring 1 (process to daemon) starts after the header (two lines) and ring 0.
+  constexpr size_t kHeader = 128;
+  const size_t ring1 = kHeader + 2 * 64 + 8 * 1536;
   uint8_t* produced = Shared() + ring1;
   uint8_t* slots = produced + 128;
   rte_mbuf* in[16];
@@ -139,7 +140,7 @@ TEST_F(ShmChannelTest, NonsenseFromTheProcessIsRefused) {
   EXPECT_EQ(daemon_->counters().rx_bad_length, 2u);
   rte_pktmbuf_free(in[0]);
   // A consumer index that claims more was read than was written: no room.
-  uint8_t* consumed0 = Shared() + 64 + 64;
+  uint8_t* consumed0 = Shared() + kHeader + 64;
   index = 12345;
   std::memcpy(consumed0, &index, 4);
   rte_mbuf* out = Frame(64, 1);

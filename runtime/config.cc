@@ -305,6 +305,9 @@ class Builder {
     } else if (k == "reorder_max_held") {
       if (!ParseUnsigned(v, 0, 1 << 20, &n)) return Bad(where, "expected 0..1048576");
       c_.engine.reorder_max_held = static_cast<uint32_t>(n);
+    } else if (k == "pull_min_bytes") {
+      if (!ParseUnsigned(v, 0, 1u << 31, &n)) return Bad(where, "expected 0..2147483648 (0: never)");
+      c_.engine.pull_min_bytes = static_cast<uint32_t>(n);
     } else if (k == "progress_idle_us") {
       if (!ParseUnsigned(v, 1, 1000000, &n)) return Bad(where, "expected 1..1000000");
       c_.engine.progress_idle_us = static_cast<uint32_t>(n);
@@ -314,7 +317,7 @@ class Builder {
       return Unknown("engine", k,
                      "progress, rx_burst, max_qps, ack_request_every, max_unacked_packets, per_qp_packet_budget, "
                      "rto_min_us, rto_initial_us, tail_probe_us, selective_retransmission, reorder_windows, "
-                     "reorder_max_held, progress_idle_us, helper_cpus");
+                     "reorder_max_held, pull_min_bytes, progress_idle_us, helper_cpus");
     }
     return Status::Ok();
   }

@@ -25,6 +25,12 @@
 //                         before an RTT is measured, the tail-loss probe's
 //                         shortest delay (0: no probes).
 //                         transport/retransmit_timer.h
+//   pull_min_bytes = 16384
+//                         attached to a daemon: a SEND or WRITE of this size
+//                         or more to a process on a local link that allows
+//                         it is read by the receiver straight from the
+//                         sender's memory (process_vm_readv); 0: never.
+//                         transport/peer_memory.h
 //   selective_retransmission = yes
 //                         with peers that offer it too, packets after a gap
 //                         are held and only what is missing is resent;
@@ -191,6 +197,10 @@ struct EngineTunables {
   bool selective_retransmission = true;
   uint32_t reorder_windows = 64;
   uint32_t reorder_max_held = 1024;
+  // A SEND or WRITE of this many bytes or more to another process over a
+  // local link that allows it is copied once, by the receiver, from the
+  // sender's memory (transport/peer_memory.h); 0: never.
+  uint32_t pull_min_bytes = 16384;
   // Verbs library, inline progress: the progress thread's longest sleep when
   // idle (runtime/process.h).
   uint32_t progress_idle_us = 50;

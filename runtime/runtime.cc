@@ -65,7 +65,7 @@ using transport::EngineConfig;
 std::string ShutdownReport::Summary() const {
   return "mbufs back in the pools: " + std::to_string(mbufs_in_pools) + " of " + std::to_string(mbufs_total) +
          "; QPs flushed: " + std::to_string(qps_flushed) + (impairments.empty() ? "" : "\n" + impairments) +
-         (congestion.empty() ? "" : "\n" + congestion);
+         (congestion.empty() ? "" : "\n" + congestion) + (pulls.empty() ? "" : "\n" + pulls);
 }
 
 StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const UroceConfig& config) {
@@ -266,7 +266,7 @@ Status Runtime::ChangeLocalLink(const LinkChange& change, int fd) {
       e->links->Remove(change.slot);
       return Status::Ok();
     }
-    return e->links->Add(change.slot, fd);
+    return e->links->Add(change.slot, fd, change.pid, change.uid);
   }
   return NotFound("no port of uplink " + std::to_string(change.uplink));
 }
@@ -317,6 +317,12 @@ Status Runtime::StartEngine(Device* ep, const EndpointConfig& ec) {
   cfg.selective_retransmission = config_.engine.selective_retransmission;
   cfg.reorder_windows = config_.engine.reorder_windows;
   cfg.reorder_max_held = config_.engine.reorder_max_held;
+  // Large messages to the processes our local links allow it with are read
+  // by the receiver from the sender's memory (transport/peer_memory.h).
+  if (ep->links != nullptr && config_.engine.pull_min_bytes != 0) {
+    cfg.peer_memory = ep->links;
+    cfg.pull_min_bytes = config_.engine.pull_min_bytes;
+  }
   const CongestionSection& cs = config_.congestion;
   cfg.congestion.algorithm = ec.congestion.empty() ? cs.algorithm : ec.congestion;
   cfg.congestion.algorithm_by_sl = cs.algorithm_by_sl;
@@ -521,6 +527,7 @@ ShutdownReport Runtime::Shutdown() {
   telemetry_handle_ = 0;
   report_.impairments = ImpairmentReport();  // while the engines still count
   report_.congestion = CongestionReport();
+  report_.pulls = PullReport();
   // 3. Engines (they free what they still staged), then QPs die with them.
   for (auto& e : devices_) {
     if (e->side.engine) {
@@ -608,6 +615,21 @@ std::string Runtime::CongestionReport() const {
            ") congestion: CE-marked frames received " + std::to_string(c.rx_ce_marked) + ", CNPs sent " +
            std::to_string(c.cnps_sent) + ", received " + std::to_string(c.cnps_received) + ", ignored " +
            std::to_string(c.cnps_ignored) + ", paced waits " + std::to_string(c.paced_waits);
+  }
+  return out;
+}
+
+std::string Runtime::PullReport() const {
+  std::string out;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const Device& e = *devices_[i];
+    if (!e.side.engine) continue;
+    const transport::EngineCounters c = e.side.engine->counters();
+    if (c.pulls_sent + c.pulls_received + c.pulls_refused + c.pull_failures == 0) continue;
+    out += (out.empty() ? "" : "\n") + std::string("uroce") + std::to_string(i) + " (" + e.name +
+           ") messages read from another process's memory: sent " + std::to_string(c.pulls_sent) + ", received " +
+           std::to_string(c.pulls_received) + " (" + std::to_string(c.pull_bytes) + " bytes), refused " +
+           std::to_string(c.pulls_refused) + ", failed " + std::to_string(c.pull_failures);
   }
   return out;
 }

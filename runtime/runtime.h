@@ -50,6 +50,9 @@ struct ShutdownReport {
   // frames received, CNPs sent, received and ignored, paced waits); "" if
   // none did.
   std::string congestion;
+  // Messages read from another process's memory (transport/peer_memory.h),
+  // one line per endpoint that sent or received any ("" if none did).
+  std::string pulls;
   bool pools_full() const { return mbufs_in_pools == mbufs_total; }
   std::string Summary() const;  // "mbufs back in the pools: N of N; QPs flushed: Q", then the lines above
 };
@@ -132,6 +135,7 @@ class Runtime {
   std::string ImpairmentReport();
   // Congestion signals per endpoint (ShutdownReport::congestion).
   std::string CongestionReport() const;
+  std::string PullReport() const;
 
   // Attached to a daemon: a LINK (file `fd`, not taken over) or UNLINK for
   // the endpoint of uplink change.uplink (host/local_links.h). Control path,

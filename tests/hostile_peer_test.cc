@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -29,6 +30,7 @@
 #include "transport/engine.h"
 #include "transport/packet_builder.h"
 #include "transport/packet_parser.h"
+#include "transport/pull_descriptor.h"
 #include "transport/scripted_peer.h"
 #include "transport/scripted_port.h"
 #include "transport/verbs_wr.h"
@@ -1636,6 +1638,183 @@ TEST_F(SelectivePeerTest, AStaleCopyOfAReadAfterDeregistrationIsDropped) {
   InjectSelectiveRead(kRqPsn + 1, va + kMtu, kMtu);
   EXPECT_TRUE(Transmitted(2).empty());
   EXPECT_EQ(engine_->counters().rx_dropped, dropped + 2);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+}
+
+// Pull descriptors (transport/pull_descriptor.h) from a peer process the
+// engine may read (here: this process, through a PeerMemory that reads our
+// own pid, as a local link would read the peer's). Whatever the descriptor
+// says, nothing lands outside what the key or the receive grants, nothing
+// is read before every check passed, and a bad one fails only its QP.
+class PullReader final : public PeerMemory {
+ public:
+  bool accept = true;
+  int reads = 0;
+  bool TakesPulls(uint32_t) override { return false; }
+  uint32_t PullSource(const rte_mbuf*) override { return accept ? 1 : 0; }
+  bool Pull(uint32_t, const iovec* local, uint32_t local_count, const iovec* remote, uint32_t remote_count) override {
+    ++reads;
+    size_t want = 0;
+    for (uint32_t i = 0; i < local_count; ++i) want += local[i].iov_len;
+    const ssize_t got = process_vm_readv(getpid(), local, local_count, remote, remote_count, 0);
+    return got >= 0 && static_cast<size_t>(got) == want;
+  }
+};
+
+class PullDescriptorHostileTest : public HostilePeerTest {
+ protected:
+  void SetUp() override {
+    StartEngine([this](EngineConfig& c) { c.peer_memory = &reader_; });
+    source_.assign(65536, 0x3C);
+  }
+  // A WRITE Only (or another opcode) carrying `descriptor` as a pull.
+  void InjectPull(QueuePair* qp, Opcode opcode, const std::vector<uint8_t>& descriptor, uint32_t rkey, uint64_t va,
+                  uint32_t dma_length, uint32_t psn = kRqPsn) {
+    PacketFields f;
+    f.dst_mac = our_mac_;
+    f.src_mac = peer_mac_;
+    f.src_gid = peer_gid_;
+    f.dst_gid = our_gid_;
+    f.udp_src_port = 0xC001;
+    f.bth.opcode = static_cast<uint8_t>(opcode);
+    f.bth.dest_qp = qp->qpn;
+    f.bth.psn = Psn(psn);
+    f.bth.ack_request = true;
+    f.bth.reserved7 = kBthPullDescriptor;
+    f.reth.virtual_address = va;
+    f.reth.rkey = rkey;
+    f.reth.dma_length = dma_length;
+    f.payload_length = static_cast<uint32_t>(descriptor.size());
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+    ASSERT_NE(m, nullptr);
+    ASSERT_EQ(BuildPacket(f, descriptor.data(), m), BuildError::kOk);
+    port_.inbound.push_back(m);
+  }
+  static std::vector<uint8_t> Descriptor(std::initializer_list<PullSegment> segments, uint32_t packets = 1) {
+    PullDescriptor d;
+    d.packets = packets;
+    for (const PullSegment& s : segments) {
+      d.segments[d.count++] = s;
+      d.total += s.length;
+    }
+    std::vector<uint8_t> bytes(PullDescriptorBytes(d.count));
+    WritePullDescriptor(d, bytes.data());
+    return bytes;
+  }
+  uint64_t Source(size_t offset = 0) { return reinterpret_cast<uint64_t>(source_.data() + offset); }
+  NakCode OnlyNak(const std::vector<Sent>& sent) {
+    EXPECT_EQ(CountNaks(sent, AethKind::kNak), 1u);
+    for (const Sent& s : sent) {
+      if (s.opcode->operation == Operation::kAcknowledge && s.fields.aeth.kind() == AethKind::kNak) {
+        return static_cast<NakCode>(s.fields.aeth.value());
+      }
+    }
+    return NakCode::kInvalidRequest;
+  }
+  bool RegionUntouched() const {
+    for (size_t i = 0; i < region_->size; ++i) {
+      if (region_->data()[i] != 0) return false;
+    }
+    return true;
+  }
+
+  PullReader reader_;
+  std::vector<uint8_t> source_;
+};
+
+TEST_F(PullDescriptorHostileTest, AGoodDescriptorLandsExactlyWhereTheKeyGrants) {
+  InjectPull(qp_, Opcode::kRcRdmaWriteOnly, Descriptor({{Source(), 4096}, {Source(8192), 4096}}, 8), keys_.rkey,
+             region_->va() + 100, 8192);
+  auto sent = Transmitted(2);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].fields.aeth.kind(), AethKind::kAck);
+  EXPECT_EQ(sent[0].fields.bth.psn.value(), kRqPsn + 7) << "the ACK covers every PSN the descriptor spans";
+  EXPECT_EQ(reader_.reads, 1);
+  EXPECT_EQ(region_->data()[99], 0);
+  EXPECT_EQ(region_->data()[100], 0x3C);
+  EXPECT_EQ(region_->data()[100 + 8191], 0x3C);
+  EXPECT_EQ(region_->data()[100 + 8192], 0);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+}
+
+TEST_F(PullDescriptorHostileTest, MalformedDescriptorsAreInvalidRequestsAndNothingIsRead) {
+  std::vector<uint8_t> garbage(48, 0xFF);
+  std::vector<uint8_t> truncated = Descriptor({{Source(), 4096}});
+  truncated.pop_back();
+  const std::vector<std::vector<uint8_t>> bad = {
+      garbage, truncated, Descriptor({{Source(), 4096}}, 0),
+      Descriptor({{Source(), 4096}}),  // says 4096 bytes, the RETH 8192
+  };
+  for (const std::vector<uint8_t>& d : bad) {
+    QueuePair* qp = MakeConnectedQp();
+    InjectPull(qp, Opcode::kRcRdmaWriteOnly, d, keys_.rkey, region_->va(), 8192);
+    EXPECT_EQ(OnlyNak(Transmitted(2)), NakCode::kInvalidRequest);
+    EXPECT_EQ(qp->state.load(), IBV_QPS_ERR);
+  }
+  // On a READ request (which has no payload): not something a descriptor is.
+  QueuePair* qp = MakeConnectedQp();
+  InjectPull(qp, Opcode::kRcRdmaReadRequest, {}, keys_.rkey, region_->va(), 64);
+  EXPECT_EQ(OnlyNak(Transmitted(2)), NakCode::kInvalidRequest);
+  EXPECT_EQ(reader_.reads, 0);
+  EXPECT_TRUE(RegionUntouched());
+}
+
+TEST_F(PullDescriptorHostileTest, KeysNotGivenAndDeregisteredRegionsAreRemoteAccessErrors) {
+  const auto d = Descriptor({{Source(), 4096}});
+  InjectPull(qp_, Opcode::kRcRdmaWriteOnly, d, keys_.rkey + 1, region_->va(), 4096);
+  EXPECT_EQ(OnlyNak(Transmitted(2)), NakCode::kRemoteAccessError);
+  QueuePair* qp = MakeConnectedQp();
+  InjectPull(qp, Opcode::kRcRdmaWriteOnly, Descriptor({{Source(), 65536}}), keys_.rkey, region_->va() + 1, 65536);
+  EXPECT_EQ(OnlyNak(Transmitted(2)), NakCode::kRemoteAccessError) << "one byte past the region";
+  // Deregistered before the descriptor is handled: the key is gone.
+  qp = MakeConnectedQp();
+  ASSERT_TRUE(engine_->DeregMr(keys_.lkey).ok());
+  InjectPull(qp, Opcode::kRcRdmaWriteOnly, d, keys_.rkey, region_->va(), 4096);
+  EXPECT_EQ(OnlyNak(Transmitted(2)), NakCode::kRemoteAccessError);
+  EXPECT_EQ(reader_.reads, 0);
+  EXPECT_TRUE(RegionUntouched());
+}
+
+TEST_F(PullDescriptorHostileTest, MemoryTheSenderDoesNotHaveFailsOnlyItsQp) {
+  // Unmapped, and a range that runs off a mapping: the copy fails (what it
+  // got before the fault is inside the granted range), the QP stops.
+  void* page = mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  ASSERT_EQ(munmap(static_cast<uint8_t*>(page) + 4096, 4096), 0);
+  const uint64_t mapped = reinterpret_cast<uint64_t>(page);
+  for (const auto& d : {Descriptor({{mapped + 4096, 64}}), Descriptor({{mapped, 8192}}),
+                        Descriptor({{0xFFFFFFFFFFFFF000ull, 4095}})}) {
+    QueuePair* qp = MakeConnectedQp();
+    const uint32_t length = static_cast<uint32_t>(d[8] | (d[9] << 8));
+    InjectPull(qp, Opcode::kRcRdmaWriteOnly, d, keys_.rkey, region_->va(), length);
+    EXPECT_EQ(OnlyNak(Transmitted(2)), NakCode::kInvalidRequest);
+    EXPECT_EQ(qp->state.load(), IBV_QPS_ERR);
+  }
+  munmap(page, 4096);
+  EXPECT_EQ(engine_->counters().pull_failures, 3u);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS) << "other QPs carry on";
+}
+
+TEST_F(PullDescriptorHostileTest, ASendTakesOnlyWhatItsReceiveHolds) {
+  PostRecv(qp_, 1, 4096);
+  InjectPull(qp_, Opcode::kRcSendOnly, Descriptor({{Source(), 8192}}, 8), 0, 0, 0);
+  EXPECT_EQ(OnlyNak(Transmitted(2)), NakCode::kInvalidRequest);
+  auto wc = Completions();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_LOC_LEN_ERR);
+  EXPECT_EQ(reader_.reads, 0);
+  EXPECT_TRUE(RegionUntouched());
+}
+
+TEST_F(PullDescriptorHostileTest, FromWhereNoCopyIsAllowedADescriptorIsDroppedUnseen) {
+  reader_.accept = false;
+  InjectPull(qp_, Opcode::kRcRdmaWriteOnly, Descriptor({{Source(), 4096}}), keys_.rkey, region_->va(), 4096);
+  // And as a response: a descriptor is never an answer.
+  InjectPull(qp_, Opcode::kRcAcknowledge, {}, 0, 0, 0, kSqPsn);
+  EXPECT_TRUE(Transmitted(2).empty());
+  EXPECT_EQ(engine_->counters().pulls_refused, 2u);
+  EXPECT_EQ(reader_.reads, 0);
+  EXPECT_TRUE(RegionUntouched());
   EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
 }
 
