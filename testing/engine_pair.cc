@@ -21,7 +21,13 @@ StatusOr<std::unique_ptr<EnginePair>> EnginePair::Create(const EnginePairOptions
   pair->pool_size_ = options.pool_mbufs;
   PacketIo* io_a = nullptr;
   PacketIo* io_b = nullptr;
-  if (options.dpdk_ring) {
+  if (options.host_ports) {
+    auto ports = options.host_ports(pair->pool_.get());
+    if (!ports.ok()) return ports.status();
+    pair->host_ports_ = *ports;
+    io_a = pair->host_ports_.a;
+    io_b = pair->host_ports_.b;
+  } else if (options.dpdk_ring) {
     auto ring = pmd::CreateRingPair("ep" + std::to_string(counter++));
     if (!ring.ok()) return ring.status();
     pair->ring_ = std::make_unique<pmd::RingPair>(*ring);
@@ -40,6 +46,14 @@ StatusOr<std::unique_ptr<EnginePair>> EnginePair::Create(const EnginePairOptions
   }
   UROCE_RETURN_IF_ERROR(pair->SetUpEndpoint(pair->a_, *io_a, 1, options));
   UROCE_RETURN_IF_ERROR(pair->SetUpEndpoint(pair->b_, *io_b, 2, options));
+  if (options.host_ports) {
+    // One host: each reaches the other at the host's own addresses.
+    for (EngineSide* e : {&pair->a_, &pair->b_}) {
+      e->engine->AddNeighbor(e->gid, e->mac);
+      e->engine->AddNeighbor(e->gid6, e->mac);
+    }
+    return pair;
+  }
   pair->a_.engine->AddNeighbor(pair->b_.gid, pair->b_.mac);
   pair->b_.engine->AddNeighbor(pair->a_.gid, pair->a_.mac);
   pair->a_.engine->AddNeighbor(pair->b_.gid6, pair->b_.mac);
@@ -48,11 +62,13 @@ StatusOr<std::unique_ptr<EnginePair>> EnginePair::Create(const EnginePairOptions
 }
 
 Status EnginePair::SetUpEndpoint(EngineSide& e, PacketIo& io, uint8_t host, const EnginePairOptions& options) {
-  e.mac = {0x02, 0, 0, 0, 0, host};
-  const uint8_t ip[4] = {10, 0, 0, host};
+  // Two processes of one host speak as the host (host 1's MAC and addresses).
+  const bool one_host = static_cast<bool>(options.host_ports);
+  e.mac = {0x02, 0, 0, 0, 0, one_host ? uint8_t{1} : host};
+  const uint8_t ip[4] = {10, 0, 0, one_host ? uint8_t{1} : host};
   e.gid = Ipv4MappedGid(ip);
   e.gid6 = Gid{0xfd, 0x00};
-  e.gid6[15] = host;
+  e.gid6[15] = one_host ? uint8_t{1} : host;
   EngineConfig config = options.engine_template;
   config.mac = e.mac;
   config.gids = {e.gid, e.gid6};
@@ -64,6 +80,12 @@ Status EnginePair::SetUpEndpoint(EngineSide& e, PacketIo& io, uint8_t host, cons
       config.selective_retransmission && (host == 1 ? options.selective_a : options.selective_b);
   // QPNs from the pair's seed too, so that a run replays exactly.
   if (config.random_seed == 0) config.random_seed = options.seed * 2 + host;
+  if (one_host) {
+    config.loopback = false;  // the other engine has the same addresses
+    config.qpn_base = host == 1 ? host_ports_.qpn_base_a : host_ports_.qpn_base_b;
+    config.qpn_count = host_ports_.qpn_count;
+    config.peer_memory = host == 1 ? host_ports_.peer_a : host_ports_.peer_b;
+  }
   e.engine = std::make_unique<Engine>(config);
   auto pd = e.engine->AllocPd();
   if (!pd.ok()) return pd.status();
@@ -82,6 +104,7 @@ bool EnginePair::ShutDownAndCheckMbufs() {
   a_.engine.reset();
   b_.engine.reset();
   link_.reset();
+  host_ports_ = {};
   if (ring_) {
     (void)pmd::DestroyRingPair(*ring_);
     ring_.reset();

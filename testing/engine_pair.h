@@ -20,6 +20,20 @@
 
 namespace uroce::transport {
 
+// Ports of the caller's for the two engines, as two processes of one host
+// have them (two host::LocalLinks joined by a local link, `uroce soak --port
+// link`): both engines then speak as that host (a's MAC and addresses, no
+// loopback) and draw QPNs from their leases, as under a daemon.
+struct HostPorts {
+  PacketIo* a = nullptr;
+  PacketIo* b = nullptr;
+  PeerMemory* peer_a = nullptr;  // what a may read of b's memory (optional)
+  PeerMemory* peer_b = nullptr;
+  uint32_t qpn_base_a = 0, qpn_base_b = 0, qpn_count = 0;
+  // Destroyed once the engines are, before the pool is checked.
+  std::shared_ptr<void> owner;
+};
+
 struct EnginePairOptions {
   // false: the in-memory LossyLink (impairments apply). true: a DPDK net_ring
   // pair, each engine on one port through an ethdev queue (no impairments).
@@ -33,6 +47,9 @@ struct EnginePairOptions {
   // Selective retransmission offered by a and by b (with the template's
   // setting): one side off makes a mixed pair, which falls back to go-back-N.
   bool selective_a = true, selective_b = true;
+  // Set: called once with the pair's pool for the ports (neither the lossy
+  // link nor a ring pair is made).
+  std::function<StatusOr<HostPorts>(rte_mempool* pool)> host_ports;
 };
 
 class EnginePair {
@@ -75,6 +92,7 @@ class EnginePair {
   std::unique_ptr<LossyLink> link_;
   std::unique_ptr<pmd::RingPair> ring_;
   std::unique_ptr<pmd::EthPortIo> ring_io_a_, ring_io_b_;
+  HostPorts host_ports_;
   EngineSide a_, b_;
   uint64_t now_ns_ = 1'000'000;
   uint64_t ns_per_poll_ = 1000;

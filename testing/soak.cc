@@ -97,6 +97,12 @@ StatusOr<SoakResult> RunSoak(const SoakOptions& o, const std::function<void(cons
                       o.impairments.corrupt > 0 || o.impairments.max_delay > 0)) {
     return InvalidArgument("link impairments apply to the in-memory link only, not to --port ring");
   }
+  if (o.host_ports && (o.dpdk_ring || o.impairments.loss > 0 || o.impairments.duplicate > 0 ||
+                       o.impairments.reorder > 0 || o.impairments.corrupt > 0 || o.impairments.max_delay > 0)) {
+    return InvalidArgument("link impairments apply to the in-memory link only, not to a local link");
+  }
+  pair_options.host_ports = o.host_ports;
+  pair_options.engine_template.pull_min_bytes = o.pull_min_bytes;
   pair_options.impairments = o.impairments;
   pair_options.port_mtu = o.path_mtu_bytes + 100;
   pair_options.selective_a = o.selective_a;
@@ -352,6 +358,7 @@ StatusOr<SoakResult> RunSoak(const SoakOptions& o, const std::function<void(cons
   const EngineCounters cb = pair->b().engine->counters();
   result.retransmits = ca.retransmits + cb.retransmits;
   result.icrc_drops = ca.rx_icrc_errors + cb.rx_icrc_errors;
+  result.pulls = ca.pulls_received + cb.pulls_received;
   if (pair->has_link()) {
     result.link_dropped = pair->link().counters().dropped;
     result.link_duplicated = pair->link().counters().duplicated;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "testing/engine_pair.h"
 #include "testing/lossy_link.h"
 
 namespace uroce::transport {
@@ -39,6 +40,10 @@ struct SoakOptions {
   // Selective retransmission offered by side a and side b; one off: a mixed
   // pair, which must fall back to go-back-N.
   bool selective_a = true, selective_b = true;
+  // Set: the two engines run over these ports as two processes of one host
+  // (EnginePairOptions::host_ports; no impairments then).
+  std::function<StatusOr<HostPorts>(rte_mempool* pool)> host_ports;
+  uint32_t pull_min_bytes = 16384;  // EngineConfig::pull_min_bytes, with host_ports' peer memory
 };
 
 struct SoakProgress {
@@ -49,6 +54,7 @@ struct SoakResult {
   uint64_t messages = 0, verified = 0, errors = 0, retransmits = 0;
   uint64_t link_dropped = 0, link_duplicated = 0, link_reordered = 0, link_corrupted = 0;
   uint64_t icrc_drops = 0;
+  uint64_t pulls = 0;  // messages read from the other engine's memory (host_ports with peer memory)
   uint64_t link_overflowed = 0, tx_alloc_failures = 0, timeouts = 0;
   uint64_t rto_expiries = 0, tail_probes = 0, held_packets = 0, placed_ahead = 0, selective_resends = 0;
   bool mbufs_all_returned = false;

@@ -5,6 +5,9 @@
 #include <cstring>
 #include <string>
 
+#include <unistd.h>
+
+#include "host/local_link_pair.h"
 #include "pmd/eal.h"
 #include "testing/soak.h"
 #include "tools/command.h"
@@ -18,10 +21,13 @@ int SoakUsage(FILE* out) {
   std::fprintf(out,
                "usage: uroce soak [--loss P] [--dup P] [--reorder P] [--corrupt P] [--delay TICKS]\n"
                "                  [--seed S] [--messages N] [--qps Q] [--ops send,write,read,atomic,imm]\n"
-               "                  [--max-size BYTES] [--mtu 256|512|1024|2048|4096] [--port memory|ring]\n"
-               "                  [--selective both|a|b|none]\n"
+               "                  [--max-size BYTES] [--mtu 256|512|1024|2048|4096] [--port memory|ring|link]\n"
+               "                  [--selective both|a|b|none] [--pull-min BYTES]\n"
                "  --selective: which side offers selective retransmission (default both;\n"
-               "  a or b alone is a mixed pair, which recovers by go-back-N)\n");
+               "  a or b alone is a mixed pair, which recovers by go-back-N)\n"
+               "  --port link: the two engines as two processes of one host joined by a\n"
+               "  local link (host/local_links.h, no daemon), large messages read from the\n"
+               "  other's memory from --pull-min bytes (default 16384; 0: never)\n");
   return out == stdout ? 0 : 2;
 }
 
@@ -43,6 +49,7 @@ bool ParseU64(const char* s, uint64_t* out) {
 
 int SoakCommand(int argc, char** argv) {
   transport::SoakOptions o;
+  bool over_link = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") return SoakUsage(stderr);
@@ -74,14 +81,19 @@ int SoakCommand(int argc, char** argv) {
       ok = side == "both" || side == "a" || side == "b" || side == "none";
       o.selective_a = side == "both" || side == "a";
       o.selective_b = side == "both" || side == "b";
+    } else if (flag == "--pull-min") {
+      ok = ParseU64(v, &n) && n <= (1u << 31);
+      o.pull_min_bytes = static_cast<uint32_t>(n);
     } else if (flag == "--port") {
       // memory: the in-memory lossy link; ring: a DPDK net_ring pair.
       if (std::strcmp(v, "memory") == 0) {
         o.dpdk_ring = false;
       } else if (std::strcmp(v, "ring") == 0) {
         o.dpdk_ring = true;
+      } else if (std::strcmp(v, "link") == 0) {
+        over_link = true;
       } else {
-        std::fprintf(stderr, "uroce soak: --port must be memory or ring\n");
+        std::fprintf(stderr, "uroce soak: --port must be memory, ring or link\n");
         return 2;
       }
     } else {
@@ -102,6 +114,24 @@ int SoakCommand(int argc, char** argv) {
   if (!s.ok()) {
     std::fprintf(stderr, "uroce soak: %s\n", s.ToString().c_str());
     return 1;
+  }
+  if (over_link) {
+    const uint32_t max_frame = o.path_mtu_bytes + 100 + 18;
+    const bool pulls = o.pull_min_bytes != 0;
+    o.host_ports = [max_frame, pulls](rte_mempool* pool) -> StatusOr<transport::HostPorts> {
+      auto links = host::LocalLinkPair::Create(pool, max_frame);
+      if (!links.ok()) return links.status();
+      transport::HostPorts ports;
+      ports.a = &(*links)->a();
+      ports.b = &(*links)->b();
+      ports.peer_a = pulls ? &(*links)->a() : nullptr;
+      ports.peer_b = pulls ? &(*links)->b() : nullptr;
+      ports.qpn_base_a = host::LocalLinkPair::kSlotA << 16;
+      ports.qpn_base_b = host::LocalLinkPair::kSlotB << 16;
+      ports.qpn_count = 0xFFFF;
+      ports.owner = std::shared_ptr<host::LocalLinkPair>(std::move(*links));
+      return ports;
+    };
   }
   std::printf("soak: %llu messages, %u QPs, max size %u, mtu %u, loss %g dup %g reorder %g corrupt %g, seed %llu\n",
               (unsigned long long)o.messages, o.qps, o.max_size, o.path_mtu_bytes, o.impairments.loss,
@@ -128,6 +158,7 @@ int SoakCommand(int argc, char** argv) {
               (unsigned long long)r.rto_expiries, (unsigned long long)r.tail_probes,
               (unsigned long long)r.held_packets, (unsigned long long)r.placed_ahead,
               (unsigned long long)r.selective_resends);
+  if (over_link) std::printf("soak: messages read from the other engine's memory %llu\n", (unsigned long long)r.pulls);
   if (!r.first_error.empty()) std::printf("soak: first error: %s\n", r.first_error.c_str());
   std::printf("soak: %llu/%llu verified, %llu errors, %llu retransmits, seed %llu\n", (unsigned long long)r.verified,
               (unsigned long long)r.messages, (unsigned long long)r.errors, (unsigned long long)r.retransmits,

@@ -1,0 +1,62 @@
+// The soak workload (testing/soak.h) between two engines that are two
+// processes of one host joined by a real local link (host/local_link_pair.h:
+// two LocalLinks over one ShmChannel file): every byte and completion of a
+// random mix of SEND, WRITE, READ, atomics and immediates checked, large
+// messages read from the other engine's memory (transport/peer_memory.h)
+// or, with pulls off, carried as frames.
+#include <gtest/gtest.h>
+
+#include "host/local_link_pair.h"
+#include "pmd/eal_test_environment.h"
+#include "testing/soak.h"
+
+namespace uroce::transport {
+namespace {
+
+SoakOptions OverALocalLink(uint64_t seed, bool pulls) {
+  SoakOptions o;
+  o.seed = seed;
+  o.messages = 4000;
+  o.max_size = 131072;
+  o.pull_min_bytes = 8192;
+  o.host_ports = [pulls](rte_mempool* pool) -> StatusOr<HostPorts> {
+    auto links = host::LocalLinkPair::Create(pool, 1024 + 100 + 18);
+    if (!links.ok()) return links.status();
+    HostPorts ports;
+    ports.a = &(*links)->a();
+    ports.b = &(*links)->b();
+    ports.peer_a = pulls ? &(*links)->a() : nullptr;
+    ports.peer_b = pulls ? &(*links)->b() : nullptr;
+    ports.qpn_base_a = host::LocalLinkPair::kSlotA << 16;
+    ports.qpn_base_b = host::LocalLinkPair::kSlotB << 16;
+    ports.qpn_count = 0xFFFF;
+    ports.owner = std::shared_ptr<host::LocalLinkPair>(std::move(*links));
+    return ports;
+  };
+  return o;
+}
+
+TEST(LocalLinkSoakTest, LargeMessagesAreReadFromTheOtherProcessAndEveryByteArrives) {
+  for (uint64_t seed : {1, 2, 3}) {
+    auto result = RunSoak(OverALocalLink(seed, /*pulls=*/true), nullptr);
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    EXPECT_TRUE(result->ok()) << "seed " << seed << ": " << result->first_error;
+    EXPECT_GT(result->pulls, 100u) << "seed " << seed;
+  }
+}
+
+TEST(LocalLinkSoakTest, WithoutPullsEverythingGoesAsFrames) {
+  auto result = RunSoak(OverALocalLink(4, /*pulls=*/false), nullptr);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(result->ok()) << result->first_error;
+  EXPECT_EQ(result->pulls, 0u);
+}
+
+TEST(LocalLinkSoakTest, ImpairmentsAreRefusedOnALocalLink) {
+  SoakOptions o = OverALocalLink(5, true);
+  o.impairments.loss = 0.01;
+  EXPECT_FALSE(RunSoak(o, nullptr).ok());
+}
+
+}  // namespace
+}  // namespace uroce::transport
