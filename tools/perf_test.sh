@@ -5,7 +5,9 @@
 # control with its one-time token (and with none); an N:1 incast of two
 # client processes into one server through a daemon, with the server's
 # receive side as the bottleneck; a sender beyond a daemon's uplink that
-# has a bottleneck ([impair] in the daemon's configuration). Checks results
+# has a bottleneck ([impair] in the daemon's configuration); the local path
+# between two processes, with and without reading the sender's memory.
+# Checks results
 # and clean shutdown, never speed.
 set -euo pipefail
 uroce=$1
@@ -178,6 +180,32 @@ grep -qE 'mbufs back in the pools: ([0-9]+) of \1;' "$dir/incast-server.log" || 
 grep -qE 'rx: frames [1-9].*CE marked [1-9]' "$dir/incast-server.log" || { echo "the bottleneck marked nothing"; exit 1; }
 grep -qE 'congestion: CE-marked frames received [1-9][0-9]*, CNPs sent [1-9]' "$dir/incast-server.log" ||
   { echo "the server sent no CNP"; exit 1; }
+
+echo "== the local path: two processes linked past the daemon, large messages read from the sender's memory"
+# Each process reads the other's memory once both proved they can
+# (host/local_links.h); the stop report counts what was read. Every byte is
+# checked, and again with reading turned off (frames only).
+for pull in 16384 0; do
+  local_args=(--port daemon --control "$dir/local.sock" --quiet --set engine.pull_min_bytes=$pull)
+  UROCE_DAEMON=$dir/uroce.sock timeout 120 "$uroce" perf "${local_args[@]}" --role server > "$dir/local-server.log" 2>&1 &
+  server=$!
+  out=$(UROCE_DAEMON=$dir/uroce.sock timeout 120 "$uroce" perf "${local_args[@]}" --role client \
+        --test send_lat,send_bw,write_bw,read_bw --size 64,65536,1048576 --iters 200 --verify 2>&1) ||
+    { echo "$out"; cat "$dir/local-server.log"; echo "the local path failed (pull_min_bytes=$pull)"; exit 1; }
+  wait "$server" || { cat "$dir/local-server.log"; echo "the local server failed"; exit 1; }
+  echo "$out"
+  grep -q 'every byte verified' <<<"$out" || { echo "not verified"; exit 1; }
+  grep -qE 'mbufs back in the pools: ([0-9]+) of \1;' <<<"$out" || { echo "mbufs leaked"; exit 1; }
+  if [[ $pull != 0 ]]; then
+    grep -qE "read from another process's memory: sent [1-9][0-9]*, received [1-9][0-9]* \([0-9]+ bytes\), refused 0, failed 0" \
+      <<<"$out" || { echo "the client read nothing from the server, or something failed"; exit 1; }
+    grep -qE "read from another process's memory: sent [1-9]" "$dir/local-server.log" ||
+      { cat "$dir/local-server.log"; echo "the server sent no message as a descriptor"; exit 1; }
+  elif grep -q "read from another process's memory" <<<"$out"; then
+    echo "pull_min_bytes=0 still read the other process's memory"; exit 1
+  fi
+done
+
 kill "$daemon"
 wait "$daemon" || true
 if "$uroce" perf --port daemon --role client --clients 2 2>/dev/null; then echo "a client took --clients"; exit 1; fi
