@@ -319,9 +319,9 @@ Status Runtime::StartEngine(Device* ep, const EndpointConfig& ec) {
   cfg.reorder_max_held = config_.engine.reorder_max_held;
   // Large messages to the processes our local links allow it with are read
   // by the receiver from the sender's memory (transport/peer_memory.h).
-  if (ep->links != nullptr && config_.engine.pull_min_bytes != 0) {
+  if (ep->links != nullptr) {
     cfg.peer_memory = ep->links;
-    cfg.pull_min_bytes = config_.engine.pull_min_bytes;
+    cfg.pull_min_bytes = config_.engine.pull_min_bytes;  // 0: sends none
   }
   const CongestionSection& cs = config_.congestion;
   cfg.congestion.algorithm = ec.congestion.empty() ? cs.algorithm : ec.congestion;

@@ -62,8 +62,9 @@ struct EngineConfig {
   // Processes on this host whose memory a large message may be read from
   // (transport/peer_memory.h, transport/pull_descriptor.h): an RC SEND or
   // WRITE of `pull_min_bytes` or more to such a process leaves as one pull
-  // descriptor, and one from such a process is copied with one read. Null:
-  // every message goes as packets.
+  // descriptor (0: never), and one from such a process is copied with one
+  // read; frames from such processes are not ICRC-checked
+  // (PeerMemory::FromLocalLink). Null: every message goes as packets.
   PeerMemory* peer_memory = nullptr;
   uint32_t pull_min_bytes = 16384;
   uint32_t max_qps = 1024;

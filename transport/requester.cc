@@ -231,7 +231,8 @@ bool Requester::RunLocalOperation(QueuePair* qp, const SendWqeHeader& w) {
 bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
   RequesterState& r = qp->req;
   const SendWqeHeader& w = slot.wqe.header();
-  if (slot.pull_allowed && r.send_offset == 0 && core_.config.peer_memory != nullptr) {
+  if (slot.pull_allowed && r.send_offset == 0 && core_.config.peer_memory != nullptr &&
+      core_.config.pull_min_bytes != 0) {
     const PullOutcome pulled = EmitPullDescriptor(qp, slot);
     if (pulled != PullOutcome::kNotPulled) return pulled == PullOutcome::kSent;
   }
