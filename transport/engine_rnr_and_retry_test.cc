@@ -149,6 +149,33 @@ TEST_F(EngineTest, PsnWrapsInsideAMultiPacketMessage) {
   EXPECT_LT(qa->req.psn.value(), 0x100u) << "the PSN wrapped";
 }
 
+TEST_F(EngineTest, TheMessageSequenceNumberWrapsAfter2To24Messages) {
+  // A connection carries more than 2^24 messages: the AETH's MSN is 24 bits
+  // (IBTA 9.3.5) and wraps. The responder starts a few messages short of
+  // the wrap here instead of after 16,777,213 messages.
+  Start();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  qb->resp.msn = 0xFFFFFD;
+  Buffer src = Register(pair_->a(), 64, 0);
+  Pattern(src, 6);
+  Buffer dst = Register(pair_->b(), 64, 0);
+  Buffer readback = Register(pair_->a(), 64, 0);
+  for (uint64_t i = 0; i < 8; ++i) {
+    // WRITEs are acknowledged with the MSN, READs answered with it.
+    const ibv_wr_opcode op = i % 2 ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+    Buffer& local = i % 2 ? readback : src;
+    ASSERT_EQ(PostSend(pair_->a(), qa, op, local, 64, i, dst.addr(), dst.keys.rkey), 0);
+    auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS) << "message " << i;
+  }
+  EXPECT_EQ(readback.bytes, src.bytes);
+  EXPECT_EQ(pair_->b().engine->counters().tx_build_errors, 0u);
+  EXPECT_EQ(qb->resp.msn, 0x1000005u);
+}
+
 // The BTH opcode of a frame built by the engine (IPv4, no VLAN).
 uint8_t FrameOpcode(const rte_mbuf* m) { return rte_pktmbuf_mtod(m, const uint8_t*)[14 + 20 + 8]; }
 

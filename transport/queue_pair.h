@@ -167,7 +167,7 @@ class ReorderWindow;
 
 struct ResponderState {
   Psn expected_psn;
-  uint32_t msn = 0;
+  uint32_t msn = 0;  // messages completed; the AETH carries it modulo 2^24
   bool nak_sent = false;  // one PSN-sequence NAK per gap (IBTA 9.7.5.1.2)
   // Selective retransmission: the requester's last request offered it.
   // Packets after a gap are then held in `reorder` (from the engine's

@@ -26,6 +26,12 @@ constexpr uint64_t kMaxMessageBytes = 1ull << 31;
 
 bool IsSend(Operation op) { return op == Operation::kSend; }
 
+// The AETH carries the MSN in 24 bits (IBTA 9.3.5), counted modulo 2^24:
+// the responder's count goes on past 2^24 messages, the field wraps (the
+// builder refuses a wider value, which once made every ACK after the
+// 16,777,216th message of a connection unbuildable).
+uint32_t AethMsn(uint32_t messages) { return messages & 0xFFFFFF; }
+
 // A READ response job names the region by key and address (checked again for
 // every packet), never by a pointer.
 ReadResponseJob ReadJob(Psn psn, const RethFields& reth, bool duplicate) {
@@ -126,7 +132,7 @@ bool Responder::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
   f.bth.dest_qp = qp->attr.dest_qp_num;
   f.bth.psn = psn;
   f.aeth.syndrome = syndrome;
-  f.aeth.msn = qp->resp.msn;
+  f.aeth.msn = AethMsn(qp->resp.msn);
   if (qp->resp.selective) f.bth.reserved7 = kBthSelectiveRetransmission;
   uint8_t* unused = nullptr;
   rte_mbuf* m = tx_.StartPacket(qp->path, f, &unused);
@@ -1215,7 +1221,7 @@ void Responder::RunReadResponses(QueuePair* qp) {
     f.bth.dest_qp = qp->attr.dest_qp_num;
     f.bth.psn = job.next_psn;
     f.aeth.syndrome = AethFields::Syndrome(AethKind::kAck, kAethInvalidCredits);
-    f.aeth.msn = s.msn;
+    f.aeth.msn = AethMsn(s.msn);
     if (s.selective) f.bth.reserved7 = kBthSelectiveRetransmission;
     uint32_t payload = 0;
     bool last = true;
