@@ -71,7 +71,8 @@ BuildError Plan(const PacketFields& f, Layout* layout) {
   return BuildError::kOk;
 }
 
-void WriteHeaders(const PacketFields& f, const Layout& layout, uint8_t* frame) {
+// Ethernet (and VLAN), IP and UDP: everything before the BTH.
+void WriteNetworkHeaders(const PacketFields& f, const Layout& layout, uint8_t* frame) {
   EthernetHeader eth;
   std::memcpy(eth.dst, f.dst_mac.data(), 6);
   std::memcpy(eth.src, f.src_mac.data(), 6);
@@ -121,7 +122,10 @@ void WriteHeaders(const PacketFields& f, const Layout& layout, uint8_t* frame) {
   udp.length.store(static_cast<uint16_t>(udp_length));
   udp.checksum.store(f.udp_checksum);
   WriteHeader(frame + layout.udp, udp);
+}
 
+// The BTH and the opcode's extension headers.
+void WriteTransportHeaders(const PacketFields& f, const Layout& layout, uint8_t* frame) {
   BthFields bth = f.bth;
   bth.pad_count = layout.pad;
   uint8_t* h = frame + layout.bth;
@@ -140,6 +144,65 @@ void WriteHeaders(const PacketFields& f, const Layout& layout, uint8_t* frame) {
   if (op.has(kAtomicAckEth)) WriteHeader(h + op.atomic_ack_eth_offset, EncodeAtomicAckEth(f.atomic_ack_eth));
   if (op.has(kImmDt)) StoreBe32(h + op.immdt_offset, f.immediate_data);
   if (op.has(kIeth)) StoreBe32(h + op.ieth_offset, f.invalidate_rkey);
+}
+
+void WriteHeaders(const PacketFields& f, const Layout& layout, uint8_t* frame) {
+  WriteNetworkHeaders(f, layout, frame);
+  WriteTransportHeaders(f, layout, frame);
+}
+
+// Whether `t` was made from fields that write the same bytes before the BTH
+// as `f` (all but the lengths and the IPv4 checksum).
+bool SameNetworkHeaders(const PacketFields& t, const PacketFields& f) {
+  return t.dst_mac == f.dst_mac && t.src_mac == f.src_mac && t.has_vlan == f.has_vlan &&
+         (!f.has_vlan || t.vlan_tci == f.vlan_tci) && t.ip_version == f.ip_version && t.src_gid == f.src_gid &&
+         t.dst_gid == f.dst_gid && t.traffic_class == f.traffic_class && t.hop_limit == f.hop_limit &&
+         t.ipv4_identification == f.ipv4_identification && t.ipv4_flags_fragment == f.ipv4_flags_fragment &&
+         t.ipv6_flow_label == f.ipv6_flow_label && t.udp_src_port == f.udp_src_port &&
+         t.udp_dst_port == f.udp_dst_port && t.udp_checksum == f.udp_checksum;
+}
+
+// The network headers of `f` with every length 0 and the IPv4 checksum 0;
+// for IPv4 also their one's complement sum (RFC 1071), so that a packet's
+// checksum is that plus its total length, folded (RFC 1624).
+void MakeTemplate(const PacketFields& f, const Layout& layout, HeaderTemplate* t) {
+  Layout zero = layout;
+  zero.frame_length = layout.udp;  // lengths written as 0 below
+  t->key = f;
+  t->length = static_cast<uint8_t>(layout.bth);
+  t->l3 = static_cast<uint8_t>(layout.l3);
+  t->udp = static_cast<uint8_t>(layout.udp);
+  t->ip_version = f.ip_version;
+  WriteNetworkHeaders(f, zero, t->bytes);
+  uint8_t* ip = t->bytes + layout.l3;
+  if (f.ip_version == IpVersion::kIpv4) {
+    StoreBe16(ip + 2, 0);   // total length
+    StoreBe16(ip + 10, 0);  // header checksum
+    uint64_t sum = 0;
+    for (size_t i = 0; i < sizeof(Ipv4Header); i += 2) sum += LoadBe16(ip + i);
+    t->ipv4_sum = sum;
+  } else {
+    StoreBe16(ip + 4, 0);  // payload length
+  }
+  StoreBe16(t->bytes + layout.udp + 4, 0);  // UDP length
+  t->valid = true;
+}
+
+// The network headers from the template, with this packet's lengths.
+void WriteFromTemplate(const HeaderTemplate& t, const Layout& layout, uint8_t* frame) {
+  std::memcpy(frame, t.bytes, t.length);
+  const uint16_t ip_length = static_cast<uint16_t>(layout.frame_length - layout.l3);
+  const uint16_t udp_length = static_cast<uint16_t>(layout.frame_length - layout.udp);
+  uint8_t* ip = frame + t.l3;
+  if (t.ip_version == IpVersion::kIpv4) {
+    StoreBe16(ip + 2, ip_length);
+    uint64_t sum = t.ipv4_sum + ip_length;
+    while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+    StoreBe16(ip + 10, static_cast<uint16_t>(~sum));
+  } else {
+    StoreBe16(ip + 4, udp_length);
+  }
+  StoreBe16(frame + t.udp + 4, udp_length);
 }
 
 void FillPending(const PacketFields& f, const Layout& layout, uint8_t* frame, PendingPacket* pending) {
@@ -193,6 +256,20 @@ BuildError BeginPacket(const PacketFields& fields, rte_mbuf* mbuf, PendingPacket
   // Checked above, so the append cannot fail.
   auto* frame = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(mbuf, static_cast<uint16_t>(layout.frame_length)));
   WriteHeaders(fields, layout, frame);
+  FillPending(fields, layout, frame, pending);
+  return BuildError::kOk;
+}
+
+BuildError BeginPacket(const PacketFields& fields, rte_mbuf* mbuf, PendingPacket* pending, HeaderTemplate* tmpl) {
+  if (mbuf->nb_segs != 1 || mbuf->data_len != mbuf->pkt_len) return BuildError::kMultiSegmentMbuf;
+  Layout layout;
+  const BuildError e = Plan(fields, &layout);
+  if (e != BuildError::kOk) return e;
+  if (layout.frame_length > rte_pktmbuf_tailroom(mbuf)) return BuildError::kBufferTooSmall;
+  auto* frame = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(mbuf, static_cast<uint16_t>(layout.frame_length)));
+  if (!tmpl->valid || !SameNetworkHeaders(tmpl->key, fields)) MakeTemplate(fields, layout, tmpl);
+  WriteFromTemplate(*tmpl, layout, frame);
+  WriteTransportHeaders(fields, layout, frame);
   FillPending(fields, layout, frame, pending);
   return BuildError::kOk;
 }

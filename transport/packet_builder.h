@@ -71,6 +71,27 @@ BuildError BeginPacket(const PacketFields& fields, uint8_t* buffer, size_t capac
 // with the tailroom for it).
 BuildError BeginPacket(const PacketFields& fields, rte_mbuf* mbuf, PendingPacket* pending);
 
+// The bytes before the BTH that every packet of one path shares (Ethernet,
+// VLAN, IP, UDP, with their lengths and the IPv4 checksum left to fill): a
+// per-path header template. BeginPacket with a template copies them and
+// writes only the lengths, the checksum (from the template's partial sum,
+// RFC 1624) and the transport headers, instead of every field; it remakes
+// the template when the packet's network fields are not the ones it was
+// made from. The frame is byte for byte the one without it.
+struct HeaderTemplate {
+  static constexpr size_t kMaxBytes = sizeof(EthernetHeader) + sizeof(VlanTag) + sizeof(Ipv6Header) + sizeof(UdpHeader);
+  PacketFields key;  // what it was made from (only the network fields count)
+  uint8_t bytes[kMaxBytes] = {};
+  uint8_t length = 0, l3 = 0, udp = 0;
+  IpVersion ip_version = IpVersion::kIpv4;
+  uint64_t ipv4_sum = 0;
+  bool valid = false;
+};
+
+// As BeginPacket(fields, mbuf, pending), through `tmpl` (the caller's, one
+// per path; any state, it is remade as needed).
+BuildError BeginPacket(const PacketFields& fields, rte_mbuf* mbuf, PendingPacket* pending, HeaderTemplate* tmpl);
+
 // Writes the pad and the ICRC once the payload is in place.
 void FinishPacket(const PendingPacket& pending);
 

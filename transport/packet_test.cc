@@ -223,6 +223,60 @@ TEST(PacketBuilderTest, SplitMbufBuildEqualsOneCallBuild) {
   EXPECT_EQ(pmd::AvailableMbufs(pool->get()), 63u);
 }
 
+// Through one header template, a stream of packets whose paths change now
+// and then (MACs, addresses, IP version, VLAN, traffic class, ports) builds
+// every frame byte for byte as without it.
+TEST(PacketBuilderTest, AHeaderTemplateBuildsTheSameFramesAndFollowsThePath) {
+  ASSERT_TRUE(pmd::TestEalStarted());
+  auto pool = pmd::CreatePktPool(
+      {.name = "packet_template", .mbufs = 63, .per_core_cache = 0, .data_room = RTE_PKTMBUF_HEADROOM + 4096 + 256});
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  std::mt19937 random(77);
+  HeaderTemplate tmpl;
+  const Opcode opcodes[] = {Opcode::kRcSendOnly, Opcode::kRcRdmaWriteFirst, Opcode::kRcRdmaWriteMiddle,
+                            Opcode::kRcAcknowledge, Opcode::kUdSendOnlyWithImmediate, Opcode::kRcRdmaReadResponseOnly};
+  PacketFields path = SampleFields(Opcode::kRcSendOnly, IpVersion::kIpv4, 0, false);
+  for (int i = 0; i < 3000; ++i) {
+    if (random() % 8 == 0) {  // another path now and then
+      path = SampleFields(Opcode::kRcSendOnly, random() % 2 ? IpVersion::kIpv4 : IpVersion::kIpv6, 0,
+                          random() % 4 == 0);
+      path.dst_mac[5] = static_cast<uint8_t>(random());
+      path.dst_gid[15] = static_cast<uint8_t>(random());
+      path.traffic_class = static_cast<uint8_t>(random() % 4 == 0 ? random() : 0);
+      path.udp_src_port = static_cast<uint16_t>(0xC000 | (random() & 0x3FFF));
+      path.hop_limit = static_cast<uint8_t>(64 + random() % 2);
+    }
+    const Opcode opcode = opcodes[random() % (sizeof(opcodes) / sizeof(opcodes[0]))];
+    const OpcodeInfo& op = LookupOpcode(opcode);
+    uint32_t length = 0;
+    if (op.payload == PayloadRule::kFullMtu) length = 256 << (random() % 4);
+    else if (op.payload != PayloadRule::kNone) length = static_cast<uint32_t>(random() % 4097);
+    if (op.payload == PayloadRule::kOneToMtu && length == 0) length = 1;
+    PacketFields f = SampleFields(opcode, path.ip_version, length, path.has_vlan);
+    f.dst_mac = path.dst_mac;
+    f.src_gid = path.src_gid;
+    f.dst_gid = path.dst_gid;
+    f.traffic_class = path.traffic_class;
+    f.udp_src_port = path.udp_src_port;
+    f.hop_limit = path.hop_limit;
+    f.bth.psn = Psn(static_cast<uint32_t>(random()));
+    const std::vector<uint8_t> payload = Payload(length, static_cast<uint8_t>(i));
+    const std::vector<uint8_t> want = Build(f, payload);
+    rte_mbuf* m = rte_pktmbuf_alloc(pool->get());
+    ASSERT_NE(m, nullptr);
+    PendingPacket p;
+    ASSERT_EQ(BeginPacket(f, m, &p, &tmpl), BuildError::kOk);
+    if (length > 0) std::memcpy(p.payload, payload.data(), length);
+    FinishPacket(p);
+    ASSERT_EQ(rte_pktmbuf_pkt_len(m), want.size());
+    ASSERT_EQ(0, std::memcmp(rte_pktmbuf_mtod(m, const uint8_t*), want.data(), want.size()))
+        << "packet " << i << ": " << op.name << (f.ip_version == IpVersion::kIpv4 ? " IPv4" : " IPv6")
+        << (f.has_vlan ? " VLAN" : "") << " payload " << length;
+    rte_pktmbuf_free(m);
+  }
+  EXPECT_EQ(pmd::AvailableMbufs(pool->get()), 63u);
+}
+
 TEST(PacketBuilderTest, MbufWithoutRoomOrWithSegmentsIsRefused) {
   ASSERT_TRUE(pmd::TestEalStarted());
   auto pool = pmd::CreatePktPool({.name = "packet_small", .mbufs = 7, .per_core_cache = 0, .data_room = 256});

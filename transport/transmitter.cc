@@ -58,7 +58,8 @@ rte_mbuf* Transmitter::StartPacket(const PathInfo& path, PacketFields& f, uint8_
     return nullptr;
   }
   PendingPacket pending;
-  if (BeginPacket(f, m, &pending) != BuildError::kOk) {
+  HeaderTemplate& tmpl = header_templates_[(reinterpret_cast<uintptr_t>(&path) / alignof(PathInfo)) % kHeaderTemplates];
+  if (BeginPacket(f, m, &pending, &tmpl) != BuildError::kOk) {
     // A buffer too small for this MTU, or a bug of ours: never a bad frame.
     rte_pktmbuf_free(m);
     core_.counters.tx_build_errors++;

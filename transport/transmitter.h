@@ -97,6 +97,13 @@ class Transmitter {
 
   EngineCore& core_;
   PendingPacket pending_tx_;  // between StartPacket and FinishPacket
+  // Header templates (packet_builder.h), direct-mapped by the address of
+  // the path a packet is built for (a QP's, an address handle's): a QP that
+  // sends again copies its network headers instead of writing each field.
+  // A template is checked against the packet's fields before use, so a
+  // collision or a changed path only costs a remake.
+  static constexpr size_t kHeaderTemplates = 64;
+  HeaderTemplate header_templates_[kHeaderTemplates];
   bool pending_loopback_ = false;
   rte_mbuf* tx_stage_[kTxStage];
   uint32_t tx_count_ = 0;
