@@ -140,6 +140,11 @@ int Port(const char*, const char* params, rte_tel_data* d) {
       {"cnps_ignored", c.cnps_ignored},
       {"rx_ce_marked", c.rx_ce_marked},
       {"paced_waits", c.paced_waits},
+      {"pulls_sent", c.pulls_sent},
+      {"pulls_received", c.pulls_received},
+      {"pull_bytes", c.pull_bytes},
+      {"pulls_refused", c.pulls_refused},
+      {"pull_failures", c.pull_failures},
   };
   for (const auto& [name, value] : counters) rte_tel_data_add_dict_u64(d, name, value);
   if (e->impaired != nullptr) {
