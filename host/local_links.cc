@@ -161,8 +161,9 @@ const ShmChannel* LocalLinks::PullLink(const Table* table, uint32_t tag) const {
   const uint32_t slot = tag & 0xFF;
   if (slot == 0 || slot >= kSlots || table->pull_pid[slot] == 0) return nullptr;
   if ((table->generation[slot] & 0xFFFFFF) != (tag >> 8)) return nullptr;  // a link that was replaced since
+  // A closed link's process has ended: its pid may soon be another's.
   const ShmChannel* link = table->by_slot[slot];
-  return link != nullptr && link->PeerReadsUs() ? link : nullptr;
+  return link != nullptr && !link->closed() && link->PeerReadsUs() ? link : nullptr;
 }
 
 uint32_t LocalLinks::PullSource(const rte_mbuf* m) {

@@ -275,7 +275,10 @@ TEST_F(LocalLinksPullTest, ProcessesThatReadEachOtherTakeLargeMessagesAsDescript
   EXPECT_EQ(SourceOfNextFrame(b_.get()), 0u);
   EXPECT_FALSE(b_->FromLocalLink(received_.back()));
 
-  // Once the link is gone (or replaced), nothing is read for it any more.
+  // Once the other process has ended (the daemon marks the file), or the
+  // link is gone or replaced, nothing is read for it any more.
+  file_->MarkClosed();
+  EXPECT_FALSE(b_->Pull(source, &local, 1, &remote, 1)) << "its pid may be another process's soon";
   b_->Remove(3);
   EXPECT_FALSE(b_->Pull(source, &local, 1, &remote, 1));
   EXPECT_FALSE(b_->TakesPulls(Qpn(3, 5)));
