@@ -123,9 +123,10 @@ class HostilePeerTest : public ::testing::Test {
     EXPECT_EQ(pmd::AvailableMbufs(pool_.get()), kPoolMbufs) << "mbufs leaked";
   }
 
-  // A frame from the peer (or, with `tweak`, from anyone) to `qp`.
+  // A frame from the peer (or, with `tweak`, from anyone) to `qp`; its
+  // payload `payload` (payload_length bytes of it), else 0xAB bytes.
   void Inject(QueuePair* qp, Opcode opcode, uint32_t psn, uint32_t payload_length = 0, bool ack_request = false,
-              const std::function<void(PacketFields&)>& tweak = nullptr) {
+              const std::function<void(PacketFields&)>& tweak = nullptr, const uint8_t* payload_bytes = nullptr) {
     PacketFields f;
     f.dst_mac = our_mac_;
     f.src_mac = peer_mac_;
@@ -139,6 +140,7 @@ class HostilePeerTest : public ::testing::Test {
     f.payload_length = payload_length;
     if (tweak) tweak(f);
     std::vector<uint8_t> payload(f.payload_length, 0xAB);
+    if (payload_bytes != nullptr && f.payload_length > 0) std::memcpy(payload.data(), payload_bytes, f.payload_length);
     rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
     ASSERT_NE(m, nullptr);
     ASSERT_EQ(BuildPacket(f, payload.data(), m), BuildError::kOk);
@@ -1671,25 +1673,14 @@ class PullDescriptorHostileTest : public HostilePeerTest {
   // A WRITE Only (or another opcode) carrying `descriptor` as a pull.
   void InjectPull(QueuePair* qp, Opcode opcode, const std::vector<uint8_t>& descriptor, uint32_t rkey, uint64_t va,
                   uint32_t dma_length, uint32_t psn = kRqPsn) {
-    PacketFields f;
-    f.dst_mac = our_mac_;
-    f.src_mac = peer_mac_;
-    f.src_gid = peer_gid_;
-    f.dst_gid = our_gid_;
-    f.udp_src_port = 0xC001;
-    f.bth.opcode = static_cast<uint8_t>(opcode);
-    f.bth.dest_qp = qp->qpn;
-    f.bth.psn = Psn(psn);
-    f.bth.ack_request = true;
-    f.bth.reserved7 = kBthPullDescriptor;
-    f.reth.virtual_address = va;
-    f.reth.rkey = rkey;
-    f.reth.dma_length = dma_length;
-    f.payload_length = static_cast<uint32_t>(descriptor.size());
-    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
-    ASSERT_NE(m, nullptr);
-    ASSERT_EQ(BuildPacket(f, descriptor.data(), m), BuildError::kOk);
-    port_.inbound.push_back(m);
+    Inject(qp, opcode, psn, static_cast<uint32_t>(descriptor.size()), /*ack_request=*/true,
+           [&](PacketFields& f) {
+             f.bth.reserved7 = kBthPullDescriptor;
+             f.reth.virtual_address = va;
+             f.reth.rkey = rkey;
+             f.reth.dma_length = dma_length;
+           },
+           descriptor.data());
   }
   static std::vector<uint8_t> Descriptor(std::initializer_list<PullSegment> segments, uint32_t packets = 1) {
     PullDescriptor d;
@@ -1803,6 +1794,35 @@ TEST_F(PullDescriptorHostileTest, ASendTakesOnlyWhatItsReceiveHolds) {
   auto wc = Completions();
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, IBV_WC_LOC_LEN_ERR);
+  EXPECT_EQ(reader_.reads, 0);
+  EXPECT_TRUE(RegionUntouched());
+}
+
+TEST_F(PullDescriptorHostileTest, ADescriptorToAUcQpIsDroppedUnread) {
+  QpInitAttr init = OneCqQpInit(IBV_QPT_UC, pd_, cq_, 64, 2);
+  QueuePair* uc = *engine_->CreateQp(init);
+  ibv_qp_attr a{};  // UC: no READ or atomic attributes (ibv_modify_qp(3))
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  ASSERT_TRUE(engine_->ModifyQp(uc, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS).ok());
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = kPeerQpn;
+  a.rq_psn = kRqPsn;
+  a.ah_attr.is_global = 1;
+  std::memcpy(a.ah_attr.grh.dgid.raw, peer_gid_.data(), 16);
+  ASSERT_TRUE(
+      engine_->ModifyQp(uc, a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN).ok());
+  a = {};
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = kSqPsn;
+  ASSERT_TRUE(engine_->ModifyQp(uc, a, IBV_QP_STATE | IBV_QP_SQ_PSN).ok());
+  InjectPull(uc, Opcode::kUcRdmaWriteOnly, Descriptor({{Source(), 4096}}), keys_.rkey, region_->va(), 4096);
+  EXPECT_TRUE(Transmitted(2).empty());
+  EXPECT_EQ(engine_->counters().pulls_refused, 1u);
+  EXPECT_EQ(uc->state.load(), IBV_QPS_RTS);
   EXPECT_EQ(reader_.reads, 0);
   EXPECT_TRUE(RegionUntouched());
 }

@@ -64,6 +64,10 @@ bool Receiver::HandleFrame(rte_mbuf* m, bool from_loopback) {
     core_.counters.rx_unknown_qp++;
     return true;
   }
+  if (view.pull_source != 0 && qp->type != IBV_QPT_RC) {
+    core_.counters.pulls_refused++;  // only RC messages go as descriptors
+    return true;
+  }
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
   // The packet's service must match the QP's (IBTA 9.6.1.1).
   const TransportService want = qp->type == IBV_QPT_RC   ? TransportService::kRc
