@@ -147,10 +147,13 @@ uint16_t LocalLinks::RxBurst(rte_mbuf** pkts, uint16_t n) {
 
 // ------------------------------------------------- reading a linked process
 
-bool LocalLinks::TakesPulls(uint32_t dest_qpn) {
+bool LocalLinks::TakesPulls(uint32_t dest_qpn, const transport::Gid& dest_gid) {
   const Table* table = table_.load(std::memory_order_seq_cst);
   const uint32_t slot = SlotOf(dest_qpn);
   if (slot == 0 || slot >= kSlots || slot == options_.own_slot || table->pull_pid[slot] == 0) return false;
+  // A QPN of that slot on another host (every host's daemon leases the
+  // same ranges): Route sends it to the daemon, not over the link.
+  if (!IsHost(dest_gid)) return false;
   const ShmChannel* link = table->by_slot[slot];
   // Only where Route sends it over this link: a descriptor through the
   // switch would be dropped by the receiver.

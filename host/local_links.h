@@ -115,7 +115,7 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
   uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override;
 
   // transport::PeerMemory, on the polling thread.
-  bool TakesPulls(uint32_t dest_qpn) override;
+  bool TakesPulls(uint32_t dest_qpn, const transport::Gid& dest_gid) override;
   uint32_t PullSource(const rte_mbuf* m) override;
   bool Pull(uint32_t source, const iovec* local, uint32_t local_count, const iovec* remote,
             uint32_t remote_count) override;

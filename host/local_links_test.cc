@@ -252,10 +252,11 @@ class LocalLinksPullTest : public LocalLinksTest {
 TEST_F(LocalLinksPullTest, ProcessesThatReadEachOtherTakeLargeMessagesAsDescriptors) {
   LinkAs(getpid(), getpid(), geteuid());
   CheckAndUse();
-  EXPECT_TRUE(a_->TakesPulls(Qpn(7, 5)));
-  EXPECT_TRUE(b_->TakesPulls(Qpn(3, 5)));
-  EXPECT_FALSE(a_->TakesPulls(Qpn(9, 5))) << "no link to slot 9";
-  EXPECT_FALSE(a_->TakesPulls(Qpn(3, 5))) << "our own QPs loop";
+  EXPECT_TRUE(a_->TakesPulls(Qpn(7, 5), Ip(1)));
+  EXPECT_TRUE(b_->TakesPulls(Qpn(3, 5), Ip(1)));
+  EXPECT_FALSE(a_->TakesPulls(Qpn(9, 5), Ip(1))) << "no link to slot 9";
+  EXPECT_FALSE(a_->TakesPulls(Qpn(7, 5), Ip(9))) << "slot 7's QPN on another host: through the daemon";
+  EXPECT_FALSE(a_->TakesPulls(Qpn(3, 5), Ip(1))) << "our own QPs loop";
   EXPECT_EQ(a_->counters().pull_links, 1u);
   const uint32_t source = SourceOfNextFrame(b_.get());
   ASSERT_NE(source, 0u);
@@ -281,14 +282,14 @@ TEST_F(LocalLinksPullTest, ProcessesThatReadEachOtherTakeLargeMessagesAsDescript
   EXPECT_FALSE(b_->Pull(source, &local, 1, &remote, 1)) << "its pid may be another process's soon";
   b_->Remove(3);
   EXPECT_FALSE(b_->Pull(source, &local, 1, &remote, 1));
-  EXPECT_FALSE(b_->TakesPulls(Qpn(3, 5)));
+  EXPECT_FALSE(b_->TakesPulls(Qpn(3, 5), Ip(1)));
 }
 
 TEST_F(LocalLinksPullTest, NoDescriptorsWithAProcessOfAnotherUserOrOneTheDaemonDidNotName) {
   for (auto [pid, uid] : {std::pair<int64_t, uint32_t>{getpid(), geteuid() + 1}, {0, geteuid()}}) {
     LinkAs(pid, pid, uid);
     CheckAndUse();
-    EXPECT_FALSE(a_->TakesPulls(Qpn(7, 5)));
+    EXPECT_FALSE(a_->TakesPulls(Qpn(7, 5), Ip(1)));
     EXPECT_EQ(a_->counters().pull_links, 0u);
     EXPECT_EQ(SourceOfNextFrame(b_.get()), 0u);
     a_->Remove(7);
@@ -301,8 +302,8 @@ TEST_F(LocalLinksPullTest, AProcessThatIsNotTheOneItSaysOrLiesAboutItsCookieIsNo
   // reading it gives something else, or is not allowed.
   LinkAs(getppid(), getppid(), geteuid());
   CheckAndUse();
-  EXPECT_FALSE(a_->TakesPulls(Qpn(7, 5)));
-  EXPECT_FALSE(b_->TakesPulls(Qpn(3, 5)));
+  EXPECT_FALSE(a_->TakesPulls(Qpn(7, 5), Ip(1)));
+  EXPECT_FALSE(b_->TakesPulls(Qpn(3, 5), Ip(1)));
   a_->Remove(7);
   b_->Remove(3);
 
@@ -322,7 +323,7 @@ TEST_F(LocalLinksPullTest, AProcessThatIsNotTheOneItSaysOrLiesAboutItsCookieIsNo
   offers[3] = 0x10;  // the process side's cookie_address (the second offer's first word)
   (*forged)->SetReadsPeer();
   a_->Reclaim();
-  EXPECT_FALSE(a_->TakesPulls(Qpn(7, 5))) << "b claims to read us, but we cannot read b";
+  EXPECT_FALSE(a_->TakesPulls(Qpn(7, 5), Ip(1))) << "b claims to read us, but we cannot read b";
   EXPECT_EQ(a_->counters().pull_links, 0u);
   munmap(header, 4096);
 }

@@ -25,7 +25,7 @@ class SelfPeerMemory final : public PeerMemory {
   bool fail_copy = false; // the sender named memory it does not have
   int pulls = 0;
 
-  bool TakesPulls(uint32_t) override { return takes; }
+  bool TakesPulls(uint32_t, const Gid&) override { return takes; }
   uint32_t PullSource(const rte_mbuf*) override { return accept ? 7 : 0; }
   bool FromLocalLink(const rte_mbuf*) override { return false; }
   bool Pull(uint32_t source, const iovec* local, uint32_t local_count, const iovec* remote,

@@ -27,14 +27,17 @@
 
 #include <cstdint>
 
+#include "transport/headers.h"
+
 namespace uroce::transport {
 
 class PeerMemory {
  public:
   virtual ~PeerMemory() = default;
-  // Requester: whether the process owning `dest_qpn` takes pull descriptors
-  // from us now, and the frame will reach it over the link that allows it.
-  virtual bool TakesPulls(uint32_t dest_qpn) = 0;
+  // Requester: whether the process owning `dest_qpn` at `dest_gid` takes
+  // pull descriptors from us now, and the frame will reach it over the link
+  // that allows it (a QPN alone does not say which host it is on).
+  virtual bool TakesPulls(uint32_t dest_qpn, const Gid& dest_gid) = 0;
   // Responder: the process a received frame came from, when we may read its
   // memory (opaque, nonzero); 0 for any other frame.
   virtual uint32_t PullSource(const rte_mbuf* m) = 0;

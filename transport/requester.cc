@@ -421,7 +421,7 @@ Requester::PullOutcome Requester::EmitPullDescriptor(QueuePair* qp, SendSlot& sl
   if (qp->type != IBV_QPT_RC || !(write || send) || qp->cc != nullptr || w.num_sge == 0 ||
       w.num_sge > kMaxPullSegments || w.total_length < core_.config.pull_min_bytes ||
       w.total_length > kMaxPullBytes || PullDescriptorBytes(w.num_sge) > qp->mtu_bytes ||
-      slot.packets > kMaxPullPackets || !core_.config.peer_memory->TakesPulls(qp->attr.dest_qp_num)) {
+      slot.packets > kMaxPullPackets || !core_.config.peer_memory->TakesPulls(qp->attr.dest_qp_num, qp->path.dgid)) {
     return PullOutcome::kNotPulled;
   }
   PullDescriptor d;
