@@ -859,13 +859,16 @@ def start(state, args):
         text = open(console, errors="replace").read() if os.path.exists(console) else ""
         if "UROCE-READY" in text:
             break
-        m = re.search(r"UROCE-FAILED (.*)", text)
-        if m:
+        if "UROCE-FAILED " in text:
             # Let the guest finish printing its kernel log and power off.
             sup_deadline = time.time() + 10
             while not os.path.exists(os.path.join(state, "done")) and \
                     time.time() < sup_deadline:
                 time.sleep(0.1)
+            # Read the step again now: the first read may have caught its
+            # line half written.
+            text = open(console, errors="replace").read()
+            m = re.search(r"UROCE-FAILED (.*)", text)
             raise HarnessError(f"guest set-up failed at: {m.group(1)}\n"
                                f"--- guest console ---\n{tail(console)}")
         if os.path.exists(os.path.join(state, "supervisor.error")):
