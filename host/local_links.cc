@@ -186,8 +186,7 @@ bool LocalLinks::Pull(uint32_t source, const iovec* local, uint32_t local_count,
 }
 
 void LocalLinks::VerifyPulls() {
-  bool changed = false;
-  auto table = std::make_unique<Table>(*current_);
+  std::unique_ptr<Table> table;  // made only when a link is verified
   for (uint32_t i = 0; i < current_->count; ++i) {
     const uint32_t slot = current_->slots[i];
     if (pull_check_[slot] != PullCheck::kPending) continue;
@@ -210,10 +209,10 @@ void LocalLinks::VerifyPulls() {
     }
     pull_check_[slot] = PullCheck::kVerified;
     links_[slot]->SetReadsPeer();
+    if (table == nullptr) table = std::make_unique<Table>(*current_);
     table->pull_pid[slot] = static_cast<int32_t>(peer_pid_[slot]);
-    changed = true;
   }
-  if (!changed) return;
+  if (table == nullptr) return;
   uint32_t verified = 0;
   for (uint32_t i = 0; i < table->count; ++i) verified += table->pull_pid[table->slots[i]] != 0;
   pull_link_count_.store(verified, std::memory_order_relaxed);

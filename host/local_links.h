@@ -119,7 +119,6 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
   uint32_t PullSource(const rte_mbuf* m) override;
   bool Pull(uint32_t source, const iovec* local, uint32_t local_count, const iovec* remote,
             uint32_t remote_count) override;
-  bool FromLocalLink(const rte_mbuf* m) override { return m->hash.usr != 0; }
 
   // Control path. A link to `peer_slot` (one not ours, 1..254), mapped from
   // the daemon's file: the lower of the two slots is the kDaemon side. A

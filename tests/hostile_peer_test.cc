@@ -1654,7 +1654,6 @@ class PullReader final : public PeerMemory {
   int reads = 0;
   bool TakesPulls(uint32_t, const Gid&) override { return false; }
   uint32_t PullSource(const rte_mbuf*) override { return accept ? 1 : 0; }
-  bool FromLocalLink(const rte_mbuf*) override { return false; }
   bool Pull(uint32_t, const iovec* local, uint32_t local_count, const iovec* remote, uint32_t remote_count) override {
     ++reads;
     size_t want = 0;

@@ -27,7 +27,6 @@ class SelfPeerMemory final : public PeerMemory {
 
   bool TakesPulls(uint32_t, const Gid&) override { return takes; }
   uint32_t PullSource(const rte_mbuf*) override { return accept ? 7 : 0; }
-  bool FromLocalLink(const rte_mbuf*) override { return false; }
   bool Pull(uint32_t source, const iovec* local, uint32_t local_count, const iovec* remote,
             uint32_t remote_count) override {
     EXPECT_EQ(source, 7u);

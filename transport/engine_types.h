@@ -63,8 +63,7 @@ struct EngineConfig {
   // (transport/peer_memory.h, transport/pull_descriptor.h): an RC SEND or
   // WRITE of `pull_min_bytes` or more to such a process leaves as one pull
   // descriptor (0: never), and one from such a process is copied with one
-  // read; frames from such processes are not ICRC-checked
-  // (PeerMemory::FromLocalLink). Null: every message goes as packets.
+  // read. Null: every message goes as packets.
   PeerMemory* peer_memory = nullptr;
   uint32_t pull_min_bytes = 16384;
   uint32_t max_qps = 1024;

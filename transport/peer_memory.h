@@ -46,11 +46,6 @@ class PeerMemory {
   // faults: bad addresses on either side only fail.
   virtual bool Pull(uint32_t source, const iovec* local, uint32_t local_count, const iovec* remote,
                     uint32_t remote_count) = 0;
-  // Whether a received frame came straight from another process's memory
-  // (a local link), where nothing can corrupt it on the way: its ICRC,
-  // which guards against corruption and not against a sender, is not
-  // checked (every other check is).
-  virtual bool FromLocalLink(const rte_mbuf* m) = 0;
 };
 
 }  // namespace uroce::transport

@@ -22,9 +22,7 @@ Receiver::Receiver(EngineCore& core, Transmitter& tx, Responder& responder, Comp
 bool Receiver::HandleFrame(rte_mbuf* m, bool from_loopback) {
   PacketView view;
   ParseOptions options;
-  // Not for a frame from a local link: nothing between two processes'
-  // memories corrupts it (transport/peer_memory.h).
-  options.verify_icrc = core_.config.peer_memory == nullptr || !core_.config.peer_memory->FromLocalLink(m);
+  options.verify_icrc = true;
   const ParseError error = ParsePacket(m, options, &view);
   if (error != ParseError::kOk) {
     if (!view.is_roce && error != ParseError::kMultiSegmentMbuf) {
