@@ -9,6 +9,7 @@
 #include <string>
 
 #include "host/frame_inspect.h"
+#include "transport/pull_descriptor.h"
 #include "pmd/log.h"
 
 namespace uroce::host {
@@ -183,6 +184,65 @@ bool LocalLinks::Pull(uint32_t source, const iovec* local, uint32_t local_count,
   // The pid is the daemon's word (SO_PEERCRED), never the frame's.
   const ssize_t got = process_vm_readv(table->pull_pid[source & 0xFF], local, local_count, remote, remote_count, 0);
   return got >= 0 && static_cast<size_t>(got) == want;
+}
+
+bool LocalLinks::Stage(uint32_t dest_qpn, const transport::Gid& dest_gid, const iovec* pieces, uint32_t count,
+                       transport::StageTicket* ticket) {
+  const Table* table = table_.load(std::memory_order_seq_cst);
+  const uint32_t slot = SlotOf(dest_qpn);
+  if (slot == 0 || slot >= kSlots || slot == options_.own_slot || !IsHost(dest_gid)) return false;
+  ShmChannel* link = table->by_slot[slot];
+  // Only where Route sends the descriptor over this link (as TakesPulls).
+  const uint32_t generation = table->generation[slot];
+  if (link == nullptr || link->closed() || link->stage_chunks() == 0 || in_use_[slot] != generation) return false;
+  size_t bytes = 0;
+  for (uint32_t i = 0; i < count; ++i) bytes += pieces[i].iov_len;
+  if (bytes == 0 || bytes > transport::kStagedChunkBytes) return false;
+  Stager& stager = stagers_[slot];
+  if (stager.generation != generation) stager = {generation, 0};  // a new link: its area is all free
+  const uint32_t chunks = link->stage_chunks();
+  const uint64_t all = chunks >= 64 ? ~uint64_t{0} : (uint64_t{1} << chunks) - 1;
+  const uint64_t free = all & ~stager.in_use;
+  if (free == 0) return false;
+  const uint32_t chunk = static_cast<uint32_t>(__builtin_ctzll(free));
+  stager.in_use |= uint64_t{1} << chunk;
+  uint8_t* dest = link->BeginStage(chunk);
+  for (uint32_t i = 0; i < count; ++i) {
+    std::memcpy(dest, pieces[i].iov_base, pieces[i].iov_len);
+    dest += pieces[i].iov_len;
+  }
+  *ticket = {Tag(slot, generation), chunk, link->EndStage(chunk)};
+  return true;
+}
+
+void LocalLinks::Unstage(const transport::StageTicket& ticket) {
+  const uint32_t slot = ticket.link & 0xFF;
+  if (slot == 0 || slot >= kSlots || ticket.chunk >= 64) return;
+  Stager& stager = stagers_[slot];
+  // A link replaced since: its area went with it.
+  if ((stager.generation & 0xFFFFFF) != (ticket.link >> 8)) return;
+  stager.in_use &= ~(uint64_t{1} << ticket.chunk);
+}
+
+const ShmChannel* LocalLinks::TaggedLink(const Table* table, uint32_t tag) const {
+  const uint32_t slot = tag & 0xFF;
+  if (slot == 0 || slot >= kSlots || (table->generation[slot] & 0xFFFFFF) != (tag >> 8)) return nullptr;
+  return table->by_slot[slot];
+}
+
+uint32_t LocalLinks::LinkSource(const rte_mbuf* m) {
+  const uint32_t tag = m->hash.usr;
+  return TaggedLink(table_.load(std::memory_order_seq_cst), tag) != nullptr ? tag : 0;
+}
+
+const uint8_t* LocalLinks::StagedData(uint32_t link, uint32_t chunk, uint64_t sequence, uint32_t length) {
+  const ShmChannel* channel = TaggedLink(table_.load(std::memory_order_seq_cst), link);
+  return channel != nullptr ? channel->StagedData(chunk, sequence, length) : nullptr;
+}
+
+bool LocalLinks::StagedIntact(uint32_t link, uint32_t chunk, uint64_t sequence) {
+  const ShmChannel* channel = TaggedLink(table_.load(std::memory_order_seq_cst), link);
+  return channel != nullptr && channel->StagedIntact(chunk, sequence);
 }
 
 void LocalLinks::VerifyPulls() {

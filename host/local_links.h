@@ -43,7 +43,12 @@
 // was stopped) has its frames dropped instead, so that it cannot stall our
 // traffic to everyone else; RC recovers them by retransmission.
 //
-// Large messages (transport/peer_memory.h): the engine reads a SEND or WRITE
+// Large messages (transport/peer_memory.h): each link's file has a payload
+// area each way. The sending engine copies a message chunk by chunk into its
+// area and sends a small descriptor per chunk; the receiving engine copies
+// the chunk out, each on its own core, so the two copies overlap (staged
+// chunks, transport/pull_descriptor.h). Where no chunk is free, the engine
+// reads a SEND or WRITE
 // from a linked process's memory (process_vm_readv(2)) when both processes
 // found they can read each other's (VerifyPulls: the other's pid from the
 // daemon, SO_PEERCRED; its uid ours; a random cookie it published in the
@@ -119,6 +124,12 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
   uint32_t PullSource(const rte_mbuf* m) override;
   bool Pull(uint32_t source, const iovec* local, uint32_t local_count, const iovec* remote,
             uint32_t remote_count) override;
+  bool Stage(uint32_t dest_qpn, const transport::Gid& dest_gid, const iovec* pieces, uint32_t count,
+             transport::StageTicket* ticket) override;
+  void Unstage(const transport::StageTicket& ticket) override;
+  uint32_t LinkSource(const rte_mbuf* m) override;
+  const uint8_t* StagedData(uint32_t link, uint32_t chunk, uint64_t sequence, uint32_t length) override;
+  bool StagedIntact(uint32_t link, uint32_t chunk, uint64_t sequence) override;
 
   // Control path. A link to `peer_slot` (one not ours, 1..254), mapped from
   // the daemon's file: the lower of the two slots is the kDaemon side. A
@@ -145,6 +156,9 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
   // A received frame's link (mbuf hash.usr): slot | generation << 8.
   static uint32_t Tag(uint32_t slot, uint32_t generation) { return slot | (generation << 8); }
   const ShmChannel* PullLink(const Table* table, uint32_t tag) const;
+  // The link a tag names, if it is still that link (any link, for staged
+  // chunks: its area is the two processes' alone).
+  const ShmChannel* TaggedLink(const Table* table, uint32_t tag) const;
   void VerifyPulls();  // control path, under control_mutex_
   static constexpr uint16_t kToDaemon = 0;  // Route's answer; else a slot
   static constexpr uint16_t kToLoop = 0xFFFF;
@@ -169,6 +183,13 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
   uint32_t next_link_ = 0;  // round robin over the links on receive
   std::array<uint32_t, kSlots> stalled_{};  // sends in a row a link took nothing
   std::array<uint32_t, kSlots> in_use_{};   // the generation of the link we send on (order, above)
+  // Our payload area on each link: which chunks hold staged data not yet
+  // acknowledged (bit i: chunk i), for the link of that generation.
+  struct Stager {
+    uint32_t generation = 0;
+    uint64_t in_use = 0;
+  };
+  std::array<Stager, kSlots> stagers_{};
   std::atomic<uint64_t> loop_frames_{0}, link_tx_frames_{0}, link_rx_frames_{0}, daemon_tx_frames_{0};
   std::atomic<uint64_t> rx_refused_{0}, tx_stalled_drops_{0};
   std::atomic<uint32_t> link_count_{0};  // for counters(), which may not touch a table

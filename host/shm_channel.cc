@@ -10,15 +10,18 @@
 #include <rte_cycles.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <string>
+
+#include "transport/pull_descriptor.h"
 
 namespace uroce::host {
 namespace {
 
 constexpr uint64_t kMagic = 0x4d485345434f5255ull;  // "UROCESHM", little-endian
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr size_t kLine = 64;
 constexpr size_t kHeader = 2 * kLine;  // the geometry, then the pull offers
 constexpr size_t kSlotHeader = 4;  // the frame's length
@@ -44,7 +47,9 @@ struct ShmChannel::Header {
   // (MarkClosed): the other stops sending into it. Advice only: a process
   // that writes it harms only its own link.
   uint32_t closed;
-  uint8_t unused[kLine - 28];
+  // Chunks of each side's payload area (0: none).
+  uint32_t stage_chunks;
+  uint8_t unused[kLine - 32];
   // A local link's two processes, each on its side's entry (kDaemon's
   // first): where in its memory a cookie is and what it holds, so that
   // the other can check it reads that process (LocalLinks::VerifyPulls), and
@@ -68,8 +73,18 @@ struct ShmChannel::Ring {
   }
 };
 
-size_t ShmChannel::FileSize(uint32_t slots, uint32_t slot_size) {
-  return kHeader + 2 * (2 * kLine + static_cast<size_t>(slots) * slot_size);
+// A payload area: each chunk's sequence on a line of its own, then the chunks.
+size_t StageAreaBytes(uint32_t stage_chunks) {
+  return static_cast<size_t>(stage_chunks) * (kLine + transport::kStagedChunkBytes);
+}
+
+size_t ShmChannel::FileSize(uint32_t slots, uint32_t slot_size, uint32_t stage_chunks) {
+  return kHeader + 2 * (2 * kLine + static_cast<size_t>(slots) * slot_size) + 2 * StageAreaBytes(stage_chunks);
+}
+
+uint8_t* ShmChannel::StageArea(bool to_process) const {
+  const size_t rings = 2 * (2 * kLine + static_cast<size_t>(slots_) * slot_size_);
+  return static_cast<uint8_t*>(base_) + kHeader + rings + (to_process ? 0 : StageAreaBytes(stage_chunks_));
 }
 
 ShmChannel::Ring* ShmChannel::ring(bool to_process) const {
@@ -77,15 +92,18 @@ ShmChannel::Ring* ShmChannel::ring(bool to_process) const {
   return reinterpret_cast<Ring*>(static_cast<uint8_t*>(base_) + kHeader + (to_process ? 0 : ring_bytes));
 }
 
-StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(uint32_t slots, uint32_t max_frame) {
+StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(uint32_t slots, uint32_t max_frame, uint32_t stage_chunks) {
   if (!PowerOfTwo(slots) || slots > 65536) return InvalidArgument("shm channel: slots must be a power of two, 2..65536");
   if (max_frame < 64 || max_frame > 16384) return InvalidArgument("shm channel: frames of 64..16384 bytes");
+  if (stage_chunks > transport::kMaxStageChunks) return InvalidArgument("shm channel: too many payload chunks");
   std::unique_ptr<ShmChannel> c(new ShmChannel());
   c->side_ = Side::kDaemon;
   c->slots_ = slots;
   c->max_frame_ = max_frame;
   c->slot_size_ = SlotSizeFor(max_frame);
-  c->size_ = FileSize(slots, c->slot_size_);
+  c->stage_chunks_ = stage_chunks;
+  c->stage_sequence_.assign(stage_chunks, 0);
+  c->size_ = FileSize(slots, c->slot_size_, stage_chunks);
   c->fd_ = memfd_create("uroce-port", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (c->fd_ < 0) return IoError(std::string("memfd_create: ") + std::strerror(errno));
   // Sealed at its size: a process that truncated the file would make the
@@ -105,6 +123,7 @@ StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(uint32_t slots, uint32_
   h.slots = slots;
   h.slot_size = c->slot_size_;
   h.max_frame = max_frame;
+  h.stage_chunks = stage_chunks;
   std::memcpy(c->base_, &h, sizeof(h));
   return c;
 }
@@ -123,7 +142,8 @@ StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Map(int fd, Side side) {
   if (pread(fd, &h, sizeof(h), 0) != static_cast<ssize_t>(sizeof(h))) return InvalidArgument("shm channel: no header");
   if (h.magic != kMagic || h.version != kVersion) return InvalidArgument("shm channel: not a uroce port (version?)");
   if (!PowerOfTwo(h.slots) || h.slots > 65536 || h.max_frame < 64 || h.max_frame > 16384 ||
-      h.slot_size != SlotSizeFor(h.max_frame) || FileSize(h.slots, h.slot_size) != size) {
+      h.slot_size != SlotSizeFor(h.max_frame) || h.stage_chunks > transport::kMaxStageChunks ||
+      FileSize(h.slots, h.slot_size, h.stage_chunks) != size) {
     return InvalidArgument("shm channel: inconsistent geometry");
   }
   std::unique_ptr<ShmChannel> c(new ShmChannel());
@@ -131,6 +151,8 @@ StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Map(int fd, Side side) {
   c->slots_ = h.slots;
   c->slot_size_ = h.slot_size;
   c->max_frame_ = h.max_frame;
+  c->stage_chunks_ = h.stage_chunks;
+  c->stage_sequence_.assign(h.stage_chunks, 0);
   c->size_ = size;
   c->base_ = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (c->base_ == MAP_FAILED) {
@@ -181,6 +203,53 @@ void ShmChannel::SetReadsPeer() {
 
 bool ShmChannel::PeerReadsUs() const {
   return __atomic_load_n(&header()->offers[side_ == Side::kDaemon ? 1 : 0].reads_peer, __ATOMIC_RELAXED) == 1;
+}
+
+// The payload areas: a sequence lock per chunk. The sender makes the
+// chunk's sequence odd, fills it, and makes it even again (release); the
+// descriptor names the even value. The reader checks it before copying
+// (acquire) and again after: equal both times, the chunk was not refilled
+// while it was copied. The sender keeps its own count: the shared word is
+// only told (the other side could write it).
+
+uint64_t* ShmChannel::StageSequence(bool to_process, uint32_t chunk) const {
+  return reinterpret_cast<uint64_t*>(StageArea(to_process) + static_cast<size_t>(chunk) * kLine);
+}
+
+uint8_t* ShmChannel::StageChunk(bool to_process, uint32_t chunk) const {
+  return StageArea(to_process) + static_cast<size_t>(stage_chunks_) * kLine +
+         static_cast<size_t>(chunk) * transport::kStagedChunkBytes;
+}
+
+uint8_t* ShmChannel::BeginStage(uint32_t chunk) {
+  const bool outgoing = side_ == Side::kDaemon;
+  uint64_t& sequence = stage_sequence_[chunk];
+  ++sequence;  // odd: being filled
+  __atomic_store_n(StageSequence(outgoing, chunk), sequence, __ATOMIC_RELAXED);
+  std::atomic_thread_fence(std::memory_order_release);
+  return StageChunk(outgoing, chunk);
+}
+
+uint64_t ShmChannel::EndStage(uint32_t chunk) {
+  uint64_t& sequence = stage_sequence_[chunk];
+  ++sequence;  // even: filled
+  __atomic_store_n(StageSequence(side_ == Side::kDaemon, chunk), sequence, __ATOMIC_RELEASE);
+  return sequence;
+}
+
+const uint8_t* ShmChannel::StagedData(uint32_t chunk, uint64_t sequence, uint32_t length) const {
+  const bool incoming = side_ == Side::kProcess;
+  if (chunk >= stage_chunks_ || length == 0 || length > transport::kStagedChunkBytes || (sequence & 1) != 0 ||
+      __atomic_load_n(StageSequence(incoming, chunk), __ATOMIC_ACQUIRE) != sequence) {
+    return nullptr;
+  }
+  return StageChunk(incoming, chunk);
+}
+
+bool ShmChannel::StagedIntact(uint32_t chunk, uint64_t sequence) const {
+  if (chunk >= stage_chunks_) return false;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return __atomic_load_n(StageSequence(side_ == Side::kProcess, chunk), __ATOMIC_RELAXED) == sequence;
 }
 
 ShmChannelTraffic ShmChannel::Traffic() const {

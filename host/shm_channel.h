@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
 #include "transport/packet_io.h"
@@ -52,13 +53,22 @@ struct ShmChannelTraffic {
   uint32_t to_process = 0, from_process = 0;
 };
 
+// A local link's payload area each way (host/local_links.h): 32 chunks of
+// 64 KiB, 2 MiB. A QP's window (EngineConfig::max_unacked_packets, 128
+// packets of up to 4 KiB) holds at most 8 chunks, so four QPs stream at once
+// before one waits; memory a process never stages into is never touched.
+inline constexpr uint32_t kLinkStageChunks = 32;
+
 class ShmChannel {
  public:
   enum class Side { kDaemon, kProcess };
 
   // The daemon's side: a new file with `slots` (a power of two, 2..65536)
-  // slots of room for frames of up to `max_frame` bytes, each way.
-  static StatusOr<std::unique_ptr<ShmChannel>> Create(uint32_t slots, uint32_t max_frame);
+  // slots of room for frames of up to `max_frame` bytes, each way, and, for
+  // a local link, a payload area of `stage_chunks` chunks
+  // (transport::kStagedChunkBytes each, at most kMaxStageChunks) each way.
+  static StatusOr<std::unique_ptr<ShmChannel>> Create(uint32_t slots, uint32_t max_frame,
+                                                      uint32_t stage_chunks = 0);
   // A process's side, from the descriptor the daemon sent (not taken over:
   // the caller closes it). kInvalidArgument for a file that is not one.
   // A local link between two processes (host/local_links.h) is mapped by
@@ -108,8 +118,22 @@ class ShmChannel {
   void SetReadsPeer();
   bool PeerReadsUs() const;
 
+  // A local link's payload areas (transport/pull_descriptor.h, staged
+  // chunks), fast path. The sending side fills chunk `chunk` of its area
+  // between BeginStage (returns where) and EndStage (returns the sequence
+  // the descriptor names); chunk < stage_chunks(), and the caller holds
+  // it (LocalLinks decides which chunks are free). The receiving side:
+  // StagedData is where the other side's chunk is, null unless it holds
+  // `sequence` now (and the chunk and length are in range); StagedIntact,
+  // after copying, that it still does.
+  uint32_t stage_chunks() const { return stage_chunks_; }
+  uint8_t* BeginStage(uint32_t chunk);
+  uint64_t EndStage(uint32_t chunk);
+  const uint8_t* StagedData(uint32_t chunk, uint64_t sequence, uint32_t length) const;
+  bool StagedIntact(uint32_t chunk, uint64_t sequence) const;
+
   // The file's size for this geometry (the process checks it).
-  static size_t FileSize(uint32_t slots, uint32_t slot_size);
+  static size_t FileSize(uint32_t slots, uint32_t slot_size, uint32_t stage_chunks = 0);
 
  private:
   ShmChannel() = default;
@@ -117,12 +141,16 @@ class ShmChannel {
   Ring* ring(bool to_process) const;
   struct Header;
   Header* header() const;
+  uint8_t* StageArea(bool to_process) const;
+  uint64_t* StageSequence(bool to_process, uint32_t chunk) const;
+  uint8_t* StageChunk(bool to_process, uint32_t chunk) const;
 
   Side side_ = Side::kDaemon;
   int fd_ = -1;
   void* base_ = nullptr;
   size_t size_ = 0;
-  uint32_t slots_ = 0, slot_size_ = 0, max_frame_ = 0;
+  uint32_t slots_ = 0, slot_size_ = 0, max_frame_ = 0, stage_chunks_ = 0;
+  std::vector<uint64_t> stage_sequence_;  // our area's chunks' sequences (ours, not the shared words)
   // Our own copies of our side's indices: the shared ones are only told.
   uint32_t produced_ = 0, consumed_ = 0;
   ShmChannelCounters counters_;

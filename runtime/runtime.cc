@@ -625,11 +625,19 @@ std::string Runtime::PullReport() const {
     const Device& e = *devices_[i];
     if (!e.side.engine) continue;
     const transport::EngineCounters c = e.side.engine->counters();
-    if (c.pulls_sent + c.pulls_received + c.pulls_refused + c.pull_failures == 0) continue;
-    out += (out.empty() ? "" : "\n") + std::string("uroce") + std::to_string(i) + " (" + e.name +
-           ") messages read from another process's memory: sent " + std::to_string(c.pulls_sent) + ", received " +
-           std::to_string(c.pulls_received) + " (" + std::to_string(c.pull_bytes) + " bytes), refused " +
-           std::to_string(c.pulls_refused) + ", failed " + std::to_string(c.pull_failures);
+    const std::string device = std::string("uroce") + std::to_string(i) + " (" + e.name + ")";
+    if (c.pulls_sent + c.pulls_received + c.pulls_refused + c.pull_failures != 0) {
+      out += (out.empty() ? "" : "\n") + device + " messages read from another process's memory: sent " +
+             std::to_string(c.pulls_sent) + ", received " + std::to_string(c.pulls_received) + " (" +
+             std::to_string(c.pull_bytes) + " bytes), refused " + std::to_string(c.pulls_refused) + ", failed " +
+             std::to_string(c.pull_failures);
+    }
+    if (c.staged_sent + c.staged_received + c.staged_refused + c.staged_failures != 0) {
+      out += (out.empty() ? "" : "\n") + device + " chunks through a link's payload area: sent " +
+             std::to_string(c.staged_sent) + ", received " + std::to_string(c.staged_received) + " (" +
+             std::to_string(c.staged_bytes) + " bytes), refused " + std::to_string(c.staged_refused) + ", failed " +
+             std::to_string(c.staged_failures) + ", waits for a free chunk " + std::to_string(c.stage_waits);
+    }
   }
   return out;
 }

@@ -145,6 +145,12 @@ int Port(const char*, const char* params, rte_tel_data* d) {
       {"pull_bytes", c.pull_bytes},
       {"pulls_refused", c.pulls_refused},
       {"pull_failures", c.pull_failures},
+      {"staged_sent", c.staged_sent},
+      {"staged_received", c.staged_received},
+      {"staged_bytes", c.staged_bytes},
+      {"staged_refused", c.staged_refused},
+      {"staged_failures", c.staged_failures},
+      {"stage_waits", c.stage_waits},
   };
   for (const auto& [name, value] : counters) rte_tel_data_add_dict_u64(d, name, value);
   if (e->impaired != nullptr) {

@@ -65,6 +65,8 @@ bool Completer::RetireThrough(QueuePair* qp, Psn psn) {
 void Completer::NoteProgress(QueuePair* qp, uint32_t acked_packets) {
   RequesterState& r = qp->req;
   r.gap_restart_armed = false;
+  // Staged chunks the responder has copied may be filled again.
+  r.staged.ReleaseBefore(r.unacked, core_.config.peer_memory);
   // What selective READ remembers never falls behind the oldest
   // unacknowledged PSN: a PSN left behind would, 2^24 PSNs later, name
   // another request (an executed one it never was, a packet never placed).

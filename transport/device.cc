@@ -566,6 +566,7 @@ Status Device::DestroyQp(QueuePair* qp) {
     core_.busy_qps.erase(std::remove(core_.busy_qps.begin(), core_.busy_qps.end(), qp), core_.busy_qps.end());
     responder_.ForgetQp(qp);
     core_.ReleaseHeldPackets(qp);
+    qp->req.staged.ReleaseAll(core_.config.peer_memory);
     // Its type 2 windows end with it: a later QP with the same QPN must not
     // find them bound to it.
     core_.mrs.InvalidateWindowsOfQp(qp->qpn);

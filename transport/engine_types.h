@@ -162,6 +162,12 @@ struct EngineCounters {
   // ones whose copy failed (the sender named memory it does not have: the
   // request fails as invalid).
   uint64_t pulls_sent = 0, pulls_received = 0, pull_bytes = 0, pulls_refused = 0, pull_failures = 0;
+  // Staged chunks through a link's payload area (transport/pull_descriptor.h):
+  // sent (resends too), received and copied, their bytes, refused (not from a
+  // link, not a request to an RC QP), failed (the chunk was not what the
+  // descriptor said: the QP fails), and waits for a free chunk.
+  uint64_t staged_sent = 0, staged_received = 0, staged_bytes = 0, staged_refused = 0, staged_failures = 0;
+  uint64_t stage_waits = 0;
 };
 
 // One QP as the counters see it (Engine::QpStatsSnapshot).

@@ -112,6 +112,7 @@ Status Device::ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint
     for (uint64_t p = qp->req.head; p != qp->req.tail; ++p) qp->send_ring.Release(p);
     while (qp->send_ring.TryPopSingleConsumer([](const std::byte*) {})) {}
     while (qp->recv_ring.TryPopSingleConsumer([](const std::byte*) {})) {}
+    qp->req.staged.ReleaseAll(core_.config.peer_memory);
     qp->req = RequesterState{};
     qp->cc.reset();
     qp->next_cnp_ns = 0;

@@ -95,6 +95,9 @@ struct PacketView {
   // kBthPullDescriptor from a process whose memory it may read
   // (PeerMemory::PullSource); 0 for every other frame.
   uint32_t pull_source = 0;
+  // Likewise for a staged chunk (kBthStagedChunk): the link it came by
+  // (PeerMemory::LinkSource); 0 for every other frame.
+  uint32_t staged_link = 0;
 };
 
 // Parses the frame at [frame, frame + length) into *view.

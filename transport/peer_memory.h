@@ -19,7 +19,8 @@
 // transport/packet_io.h). Each call is a table lookup, except Pull: one
 // system call, made only for messages of EngineConfig::pull_min_bytes or
 // more, which is the one exception to "no system call on the fast path"
-// (docs/architecture.md, section 6.1).
+// (docs/architecture.md, section 6.1). Staging copies with memcpy into
+// memory both processes map: no system call.
 #pragma once
 
 #include <rte_mbuf.h>
@@ -30,6 +31,14 @@
 #include "transport/headers.h"
 
 namespace uroce::transport {
+
+// A chunk staged in a link's payload area (transport/pull_descriptor.h,
+// StagedChunk), as its sender holds it until the chunk is acknowledged.
+struct StageTicket {
+  uint32_t link = 0;      // the link's identity (opaque; 0: none)
+  uint32_t chunk = 0;     // the area chunk
+  uint64_t sequence = 0;  // what the chunk's sequence was made when filled
+};
 
 class PeerMemory {
  public:
@@ -46,6 +55,37 @@ class PeerMemory {
   // faults: bad addresses on either side only fail.
   virtual bool Pull(uint32_t source, const iovec* local, uint32_t local_count, const iovec* remote,
                     uint32_t remote_count) = 0;
+
+  // Staged chunks: the link's shared payload area, which any linked
+  // process may use (the daemon gave the file to the two alone). The
+  // defaults: no area.
+  //
+  // Requester: copies `count` pieces of our memory, at most
+  // kStagedChunkBytes in all, into a free chunk of the area toward the
+  // process owning `dest_qpn` at `dest_gid`, when a frame to it goes over
+  // that link. False (nothing copied) when there is no such area or no
+  // chunk is free.
+  virtual bool Stage(uint32_t /*dest_qpn*/, const Gid& /*dest_gid*/, const iovec* /*pieces*/, uint32_t /*count*/,
+                     StageTicket* /*ticket*/) {
+    return false;
+  }
+  // Requester: the chunk may be filled again (what it carries was
+  // acknowledged, or its QP was reset, failed or destroyed). A ticket of a
+  // link since replaced is ignored.
+  virtual void Unstage(const StageTicket& /*ticket*/) {}
+  // Responder: the link a received frame came by (opaque, nonzero), for a
+  // staged chunk; 0 for a frame from anywhere else.
+  virtual uint32_t LinkSource(const rte_mbuf* /*m*/) { return 0; }
+  // Responder: where the chunk's `length` bytes are, while the sender's area
+  // says that chunk holds `sequence`; null otherwise. Shared memory the
+  // sender may write at any moment: copied once, and StagedIntact after.
+  virtual const uint8_t* StagedData(uint32_t /*link*/, uint32_t /*chunk*/, uint64_t /*sequence*/,
+                                    uint32_t /*length*/) {
+    return nullptr;
+  }
+  // Responder, after copying: the chunk still holds `sequence` (it was not
+  // refilled meanwhile, so what was copied is what was staged).
+  virtual bool StagedIntact(uint32_t /*link*/, uint32_t /*chunk*/, uint64_t /*sequence*/) { return false; }
 };
 
 }  // namespace uroce::transport

@@ -61,4 +61,25 @@ bool ParsePullDescriptor(const uint8_t* data, size_t length, PullDescriptor* out
   return true;
 }
 
+size_t WriteStagedChunk(const StagedChunk& c, uint8_t* out) {
+  Put32(out, c.chunk);
+  Put32(out + 4, c.length);
+  Put64(out + 8, c.sequence);
+  return kStagedChunkDescriptorBytes;
+}
+
+bool ParseStagedChunk(const uint8_t* data, size_t length, StagedChunk* out) {
+  if (data == nullptr || length != kStagedChunkDescriptorBytes) return false;
+  StagedChunk c;
+  c.chunk = Get32(data);
+  c.length = Get32(data + 4);
+  c.sequence = Get64(data + 8);
+  if (c.chunk >= kMaxStageChunks || c.length == 0 || c.length > kStagedChunkBytes || c.sequence == 0 ||
+      (c.sequence & 1) != 0) {
+    return false;
+  }
+  *out = c;
+  return true;
+}
+
 }  // namespace uroce::transport

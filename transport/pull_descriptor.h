@@ -31,6 +31,27 @@
 // field (counts, lengths that add up, no wrap-around) and refuses anything
 // else. The addresses are the sender's own, and read only from the sender's
 // process: what they name is the sender's business, never ours.
+//
+// The staged chunk (kBthStagedChunk): a run of a SEND's or WRITE's packets
+// whose data the sender copied into the link's shared payload area
+// (host/shm_channel.h), for the receiver to copy out. Both processes copy,
+// but each on its own core and chunk after chunk, so a large message moves
+// at about the speed of one memcpy, where one process_vm_readv(2) of it is
+// a single copy made by one core plus the kernel's page walk. It needs no
+// permission beyond the link itself: the area is the link's file, which
+// the daemon gave to exactly these two processes.
+//
+// It is a request packet like the pull descriptor, but for one part of a
+// message: the opcode of that part (First, Middle, Last or Only: a chunk
+// is what its packets would have been, taken together), the PSN of its
+// first packet, the RETH when it starts a WRITE, AckReq set. It spans
+// ceil(length / MTU) PSNs; every chunk but a message's last carries whole
+// MTUs. Payload (little-endian):
+//   u32 chunk        which of the sender's area chunks (0 .. kMaxStageChunks - 1)
+//   u32 length       bytes in it (1 .. kStagedChunkBytes)
+//   u64 sequence     the chunk's sequence when the sender filled it (even,
+//                    nonzero): the receiver copies only while the area says
+//                    the same, before and after (a sequence lock)
 #pragma once
 
 #include <cstddef>
@@ -41,6 +62,7 @@ namespace uroce::transport {
 // A bit of the BTH's 7 reserved bits (PacketFields::bth.reserved7), beside
 // kBthSelectiveRetransmission.
 inline constexpr uint8_t kBthPullDescriptor = 0x02;
+inline constexpr uint8_t kBthStagedChunk = 0x04;
 
 inline constexpr uint32_t kMaxPullSegments = 16;           // = kMaxSendSge
 inline constexpr uint32_t kMaxPullPackets = 1u << 22;      // half the PSN space
@@ -63,6 +85,22 @@ struct PullDescriptor {
 inline constexpr size_t PullDescriptorBytes(uint32_t count) {
   return kPullDescriptorHeader + size_t{count} * kPullSegmentBytes;
 }
+
+inline constexpr uint32_t kStagedChunkBytes = 65536;  // a multiple of every path MTU
+inline constexpr uint32_t kMaxStageChunks = 64;
+inline constexpr size_t kStagedChunkDescriptorBytes = 16;
+
+struct StagedChunk {
+  uint32_t chunk = 0;
+  uint32_t length = 0;
+  uint64_t sequence = 0;
+};
+
+// Writes `c` into `out` (kStagedChunkDescriptorBytes); returns them.
+size_t WriteStagedChunk(const StagedChunk& c, uint8_t* out);
+
+// False for anything but one well-formed staged chunk descriptor.
+bool ParseStagedChunk(const uint8_t* data, size_t length, StagedChunk* out);
 
 // Writes `d` into `out` (PullDescriptorBytes(d.count) bytes); returns them.
 size_t WritePullDescriptor(const PullDescriptor& d, uint8_t* out);

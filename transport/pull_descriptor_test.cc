@@ -82,5 +82,38 @@ TEST(PullDescriptorTest, RefusesWhatAnotherProcessCouldGetWrong) {
   EXPECT_FALSE(ParsePullDescriptor(many.data(), many.size(), &d));
 }
 
+TEST(StagedChunkTest, WhatIsWrittenParsesBack) {
+  uint8_t bytes[kStagedChunkDescriptorBytes];
+  ASSERT_EQ(WriteStagedChunk({.chunk = 5, .length = 65536, .sequence = 8}, bytes), sizeof(bytes));
+  StagedChunk c;
+  ASSERT_TRUE(ParseStagedChunk(bytes, sizeof(bytes), &c));
+  EXPECT_EQ(c.chunk, 5u);
+  EXPECT_EQ(c.length, 65536u);
+  EXPECT_EQ(c.sequence, 8u);
+}
+
+TEST(StagedChunkTest, RefusesWhatAnotherProcessCouldGetWrong) {
+  const StagedChunk bad[] = {
+      {.chunk = kMaxStageChunks, .length = 100, .sequence = 2},      // no such chunk
+      {.chunk = 0, .length = 0, .sequence = 2},                      // empty
+      {.chunk = 0, .length = kStagedChunkBytes + 1, .sequence = 2},  // more than a chunk holds
+      {.chunk = 0, .length = 100, .sequence = 0},                    // never filled
+      {.chunk = 0, .length = 100, .sequence = 3},                    // odd: being written
+  };
+  for (const StagedChunk& b : bad) {
+    uint8_t bytes[kStagedChunkDescriptorBytes];
+    WriteStagedChunk(b, bytes);
+    StagedChunk c;
+    EXPECT_FALSE(ParseStagedChunk(bytes, sizeof(bytes), &c)) << b.chunk << " " << b.length << " " << b.sequence;
+  }
+  uint8_t longer[kStagedChunkDescriptorBytes + 1] = {};
+  WriteStagedChunk({.chunk = 1, .length = 1, .sequence = 2}, longer);
+  StagedChunk c;
+  EXPECT_TRUE(ParseStagedChunk(longer, kStagedChunkDescriptorBytes, &c));
+  EXPECT_FALSE(ParseStagedChunk(longer, sizeof(longer), &c));
+  EXPECT_FALSE(ParseStagedChunk(longer, kStagedChunkDescriptorBytes - 1, &c));
+  EXPECT_FALSE(ParseStagedChunk(nullptr, 0, &c));
+}
+
 }  // namespace
 }  // namespace uroce::transport

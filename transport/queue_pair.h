@@ -20,6 +20,7 @@
 #include "transport/headers.h"
 #include "transport/memory_region.h"
 #include "transport/retransmit_timer.h"
+#include "transport/staged_chunks.h"
 #include "transport/wire_types.h"
 #include "transport/work_request.h"
 
@@ -121,6 +122,9 @@ struct RequesterState {
   // once it completes (Completer::ConsumePlacedReads).
   bool executed_known = false;
   Psn executed_through;
+  // Chunks of this QP's messages staged in a link's payload area and not
+  // yet acknowledged (transport/pull_descriptor.h).
+  StagedChunks staged;
 };
 
 // A READ the responder answers, or a duplicate one it answers again.

@@ -46,7 +46,8 @@ bool Receiver::HandleFrame(rte_mbuf* m, bool from_loopback) {
     core_.counters.rx_path_mismatch++;
     return true;
   }
-  if ((view.fields.bth.reserved7 & kBthPullDescriptor) != 0) {
+  const uint8_t link_form = view.fields.bth.reserved7 & (kBthPullDescriptor | kBthStagedChunk);
+  if (link_form == kBthPullDescriptor) {
     // A pull descriptor is only taken from a process whose memory we may
     // read, over the link it came by (transport/peer_memory.h); from
     // anywhere else (a wire, the daemon's switch, a process that may not)
@@ -54,6 +55,16 @@ bool Receiver::HandleFrame(rte_mbuf* m, bool from_loopback) {
     view.pull_source = core_.config.peer_memory != nullptr ? core_.config.peer_memory->PullSource(m) : 0;
     if (view.pull_source == 0 || view.opcode->role != PacketRole::kRequest) {
       core_.counters.pulls_refused++;
+      return true;
+    }
+  } else if (link_form != 0) {
+    // A staged chunk only over a link (its data is in that link's file);
+    // both flags at once is neither.
+    view.staged_link = core_.config.peer_memory != nullptr && link_form == kBthStagedChunk
+                           ? core_.config.peer_memory->LinkSource(m)
+                           : 0;
+    if (view.staged_link == 0 || view.opcode->role != PacketRole::kRequest) {
+      core_.counters.staged_refused++;
       return true;
     }
   }
@@ -64,6 +75,10 @@ bool Receiver::HandleFrame(rte_mbuf* m, bool from_loopback) {
   }
   if (view.pull_source != 0 && qp->type != IBV_QPT_RC) {
     core_.counters.pulls_refused++;  // only RC messages go as descriptors
+    return true;
+  }
+  if (view.staged_link != 0 && qp->type != IBV_QPT_RC) {
+    core_.counters.staged_refused++;
     return true;
   }
   const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);

@@ -181,6 +181,11 @@ void Requester::Run(QueuePair* qp) {
     }
     const bool done = EmitRequestPacket(qp, slot);
     --budget;
+    if (stage_wait_) {
+      stage_wait_ = false;
+      core_.counters.stage_waits++;
+      break;  // stays busy: the next poll looks again
+    }
     if (done) {
       ++r.next_send;
       r.send_offset = 0;
@@ -231,6 +236,21 @@ bool Requester::RunLocalOperation(QueuePair* qp, const SendWqeHeader& w) {
 bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
   RequesterState& r = qp->req;
   const SendWqeHeader& w = slot.wqe.header();
+  if (!slot.read_or_atomic && core_.config.peer_memory != nullptr && core_.config.pull_min_bytes != 0 &&
+      w.total_length >= core_.config.pull_min_bytes) {
+    switch (EmitStagedChunk(qp, slot)) {
+      case StageOutcome::kNotStaged:
+        break;
+      case StageOutcome::kSentLast:
+        return true;
+      case StageOutcome::kWait:
+        stage_wait_ = true;
+        return false;
+      case StageOutcome::kSent:
+      case StageOutcome::kNoRoom:
+        return false;
+    }
+  }
   if (slot.pull_allowed && r.send_offset == 0 && core_.config.peer_memory != nullptr &&
       core_.config.pull_min_bytes != 0) {
     const PullOutcome pulled = EmitPullDescriptor(qp, slot);
@@ -475,6 +495,101 @@ Requester::PullOutcome Requester::EmitPullDescriptor(QueuePair* qp, SendSlot& sl
   return PullOutcome::kSent;
 }
 
+Requester::StageOutcome Requester::EmitStagedChunk(QueuePair* qp, SendSlot& slot) {
+  RequesterState& r = qp->req;
+  const SendWqeHeader& w = slot.wqe.header();
+  const bool write = w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  const bool send = w.opcode == IBV_WR_SEND || w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_SEND_WITH_INV;
+  // As for a pull descriptor: RC, not paced, data in registered memory.
+  if (qp->type != IBV_QPT_RC || !(write || send) || qp->cc != nullptr || w.num_sge == 0) {
+    return StageOutcome::kNotStaged;
+  }
+  const uint32_t mtu = qp->mtu_bytes;
+  const uint64_t offset = r.send_offset;
+  StageTicket ticket;
+  uint32_t length = 0;
+  bool fresh = false;
+  if (const StagedChunks::Entry* held = r.staged.Find(r.psn)) {
+    // Sent before and not acknowledged: the same chunk again (RestartFrom
+    // starts a resend at a held chunk's first PSN).
+    if (held->first_psn.value() != r.psn.value()) return StageOutcome::kNotStaged;
+    ticket = held->ticket;
+    length = held->length;
+  } else {
+    // A new chunk: up to kStagedChunkBytes of whole packets, within the
+    // window, and not over a chunk held further on.
+    const uint32_t in_flight = static_cast<uint32_t>(r.psn.DistanceFrom(r.unacked));
+    const uint32_t window = core_.config.max_unacked_packets;
+    uint32_t packets = std::min<uint32_t>(kStagedChunkBytes / mtu, window > in_flight ? window - in_flight : 1);
+    packets = r.staged.FreeRunFrom(r.psn, packets);
+    length = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{packets} * mtu, w.total_length - offset));
+    if (length == 0) return StageOutcome::kNotStaged;
+    iovec pieces[kMaxSendSge];
+    uint32_t count = 0;
+    const bool plain = core_.ForEachSgePiece(qp, slot.wqe, offset, length, 0,
+                                             [&](MrCheck how, const uint8_t* host, uint32_t bytes) {
+                                               // Plain registered memory only, as for a pull.
+                                               if (how != MrCheck::kOk || count == kMaxSendSge) return false;
+                                               pieces[count++] = {const_cast<uint8_t*>(host), bytes};
+                                               return true;
+                                             });
+    if (!plain) return StageOutcome::kNotStaged;
+    if (r.staged.full() ||
+        !core_.config.peer_memory->Stage(qp->attr.dest_qp_num, qp->path.dgid, pieces, count, &ticket)) {
+      // No chunk free: wait for our own to come back, or, holding none, go on
+      // without (another QP's may be held long, by an RNR wait).
+      return r.staged.empty() ? StageOutcome::kNotStaged : StageOutcome::kWait;
+    }
+    fresh = true;
+  }
+  const bool first = offset == 0;
+  const bool last = offset + length >= w.total_length;
+  const uint32_t packets = (length + mtu - 1) / mtu;
+  PacketFields f;
+  f.bth.dest_qp = qp->attr.dest_qp_num;
+  f.bth.solicited_event = (w.send_flags & IBV_SEND_SOLICITED) != 0;
+  f.bth.opcode = SegmentOpcode(w.opcode, first, last, kRcOpcodeBase);
+  f.bth.psn = r.psn;
+  f.bth.ack_request = true;  // each chunk comes back as soon as it is copied
+  f.bth.reserved7 = kBthStagedChunk;
+  if (core_.config.selective_retransmission) f.bth.reserved7 |= kBthSelectiveRetransmission;
+  if (first && write) {
+    f.reth.virtual_address = w.remote_addr;
+    f.reth.rkey = w.rkey;
+    f.reth.dma_length = static_cast<uint32_t>(w.total_length);
+  }
+  if (last && (w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) {
+    f.immediate_data = ntohl(w.imm_data_be);
+  }
+  if (last && w.opcode == IBV_WR_SEND_WITH_INV) f.invalidate_rkey = w.invalidate_rkey;
+  f.payload_length = static_cast<uint32_t>(kStagedChunkDescriptorBytes);
+  uint8_t* dest = nullptr;
+  rte_mbuf* m = tx_.StartPacket(qp->path, f, &dest);
+  if (m == nullptr) {
+    if (fresh) core_.config.peer_memory->Unstage(ticket);  // nothing names it
+    return StageOutcome::kNoRoom;
+  }
+  WriteStagedChunk({.chunk = ticket.chunk, .length = length, .sequence = ticket.sequence}, dest);
+  tx_.FinishPacket(m);
+  // Out now, so that the receiver copies this chunk while we fill the next.
+  tx_.FlushTx();
+  const Psn chunk_last = r.psn + (packets - 1);
+  if (fresh) r.staged.Push({r.psn, chunk_last, length, ticket});
+  slot.pull_allowed = false;  // part of it went: never whole as a pull descriptor
+  r.psn = chunk_last + 1;
+  r.send_offset = offset + length;
+  r.packets_since_ack_request = 0;
+  qp->counters.tx_packets++;
+  qp->counters.tx_bytes += length;
+  core_.counters.staged_sent++;
+  if (r.psn.DistanceFrom(r.sent_high) > 0) {
+    r.sent_high = r.psn;
+    r.timer.OnFreshAckRequestSent(chunk_last, core_.Now());
+  }
+  if (r.timer.deadline_ns() == 0) r.timer.Arm(core_.Now(), LocalAckTimeoutNs(qp->attr.timeout), core_.config.retransmit);
+  return last ? StageOutcome::kSentLast : StageOutcome::kSent;
+}
+
 const SendSlot* Requester::SlotOf(const QueuePair* qp, Psn psn) const {
   const RequesterState& r = qp->req;
   for (uint64_t i = r.head; i != r.tail; ++i) {
@@ -500,6 +615,9 @@ void Requester::RestartFrom(QueuePair* qp, Psn psn) {
       // descriptor, or nothing of it went yet) goes again whole, from its
       // first PSN: the responder takes a descriptor only there.
       if (slot.pull_allowed && !slot.read_or_atomic) psn = slot.first_psn;
+      // A staged chunk goes again whole, from its first PSN: the responder
+      // takes it only there.
+      if (const StagedChunks::Entry* held = r.staged.Find(psn)) psn = held->first_psn;
       if (slot.read_or_atomic) {
         r.send_offset = 0;
       } else {

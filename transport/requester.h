@@ -53,6 +53,13 @@ class Requester {
   // when it may go as one: kNotPulled leaves it to the packets.
   enum class PullOutcome : uint8_t { kNotPulled, kSent, kNoRoom };
   PullOutcome EmitPullDescriptor(QueuePair* qp, SendSlot& slot);
+  // The next run of packets of a SEND or WRITE as one staged chunk
+  // (transport/pull_descriptor.h), from r.psn: one held already goes again
+  // as it is, else a new one is filled. kNotStaged leaves it to a pull
+  // descriptor or packets; kWait: no chunk is free while this QP holds some
+  // (their acknowledgements free them), so the QP waits for the next poll.
+  enum class StageOutcome : uint8_t { kNotStaged, kSent, kSentLast, kNoRoom, kWait };
+  StageOutcome EmitStagedChunk(QueuePair* qp, SendSlot& slot);
   // `psn`, sent before and not acknowledged, once more with AckReq; sending
   // then resumes where it stood. A READ or atomic request only if
   // `read_or_atomic_too`. False when nothing went out.
@@ -66,7 +73,8 @@ class Requester {
   Transmitter& tx_;
   Completions& completions_;
   const std::vector<AddressHandle>& ahs_;
-  bool resending_ = false;  // EmitRequestPacket sends ResendPacket's packet: AckReq set
+  bool resending_ = false;
+  bool stage_wait_ = false;  // EmitStagedChunk said kWait: Run stops this QP's burst  // EmitRequestPacket sends ResendPacket's packet: AckReq set
 };
 
 }  // namespace uroce::transport

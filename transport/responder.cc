@@ -546,14 +546,73 @@ bool Responder::HandleRequest(QueuePair* qp, const PacketView& p, rte_mbuf* mbuf
 void Responder::RunRequest(QueuePair* qp, const PacketView& p) {
   qp->resp.pd = qp->pd;
   if (qp->type == IBV_QPT_XRC_RECV && !SelectXrcSrq(qp, p)) return;
+  if (p.staged_link != 0) {
+    RunStagedChunk(qp, p);
+    return;
+  }
   const Request r{qp, p, qp->resp, IsReliable(qp->type), p.fields.bth.psn, *p.opcode};
   ResponderStep step = ResponderStep::kCheckPsn;
   while (step != ResponderStep::kDone) step = RunStep(step, r);
 }
 
+// A staged chunk (transport/pull_descriptor.h): the packets it stands for,
+// taken together, their data copied from the sender's payload area of the
+// link it came by. Every step a packet passes, it passes: its PSN first (a
+// duplicate or a chunk after a gap reads nothing), then the opcode
+// sequence, then the length (whole MTUs but at a message's end, for the
+// PSNs it spans), then the execution with every key, bounds and receive
+// check, copying straight from the area into the application's memory.
+// The area is shared with the sender, which may write it at any moment:
+// the chunk's sequence is checked before the copy and again after it
+// (StagedCopyIntact), and a chunk that was not what its descriptor said
+// fails the QP, as a pull descriptor that names memory it may not does.
+void Responder::RunStagedChunk(QueuePair* qp, const PacketView& p) {
+  const OpcodeInfo& info = *p.opcode;
+  const Request request{qp, p, qp->resp, /*rc=*/true, p.fields.bth.psn, info};
+  if (CheckPsn(request) == ResponderStep::kDone) return;
+  const uint32_t mtu = qp->mtu_bytes;
+  StagedChunk chunk;
+  if (!(info.operation == Operation::kRdmaWrite || IsSend(info.operation)) ||
+      !ParseStagedChunk(p.payload, p.fields.payload_length, &chunk) ||
+      (!info.ends_message() && chunk.length % mtu != 0)) {
+    ResponderFatal(qp, request.psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return;
+  }
+  const uint8_t* data = core_.config.peer_memory->StagedData(p.staged_link, chunk.chunk, chunk.sequence, chunk.length);
+  if (data == nullptr) {
+    core_.counters.staged_failures++;
+    ResponderFatal(qp, request.psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+    return;
+  }
+  PacketView view = p;
+  view.payload = data;
+  view.fields.payload_length = chunk.length;
+  const Request r{qp, view, qp->resp, /*rc=*/true, request.psn, info};
+  staged_ = &chunk;
+  staged_link_ = p.staged_link;
+  span_ = (chunk.length + mtu - 1) / mtu;
+  ResponderStep step = ResponderStep::kCheckOpSequence;
+  while (step != ResponderStep::kDone) step = RunStep(step, r);
+  span_ = 1;  // a step that failed did not reach Acknowledge
+  staged_ = nullptr;
+}
+
+bool Responder::StagedCopyIntact(QueuePair* qp, Psn psn) {
+  if (staged_ == nullptr) return true;
+  if (core_.config.peer_memory->StagedIntact(staged_link_, staged_->chunk, staged_->sequence)) {
+    core_.counters.staged_received++;
+    core_.counters.staged_bytes += staged_->length;
+    return true;
+  }
+  core_.counters.staged_failures++;
+  ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
+  return false;
+}
+
 bool Responder::HoldAhead(QueuePair* qp, const PacketView& p, uint32_t distance) {
   ResponderState& s = qp->resp;
-  if (holdable_ == nullptr || distance >= ReorderWindow::kSlots) return false;
+  // A staged chunk is read in order only: the sender holds it until then.
+  if (holdable_ == nullptr || distance >= ReorderWindow::kSlots || p.staged_link != 0) return false;
   ReorderPool& pool = core_.reorder_pool;
   if (s.reorder == nullptr) s.reorder = pool.Acquire();
   if (s.reorder == nullptr) {
@@ -751,9 +810,13 @@ ResponderStep Responder::CheckOpSequence(const Request& r) {
 
 ResponderStep Responder::CheckLength(const Request& r) {
   const auto& [qp, p, s, rc, psn, info] = r;
-  // Payload length rules that depend on the path MTU (IBTA 9.7.5.1.3).
-  if (p.fields.payload_length > qp->mtu_bytes ||
-      (info.payload == PayloadRule::kFullMtu && p.fields.payload_length != qp->mtu_bytes)) {
+  // Payload length rules that depend on the path MTU (IBTA 9.7.5.1.3), for
+  // each of the packets a staged chunk spans: all of them carry whole MTUs
+  // but a message's last, which carries 1..MTU bytes.
+  const uint64_t limit = uint64_t{qp->mtu_bytes} * span_;
+  if (p.fields.payload_length > limit ||
+      (info.payload == PayloadRule::kFullMtu && p.fields.payload_length != limit) ||
+      (span_ > 1 && p.fields.payload_length <= limit - qp->mtu_bytes)) {
     if (rc) ResponderFatal(qp, psn, NakCode::kInvalidRequest, IBV_WC_REM_INV_REQ_ERR);
     return ResponderStep::kDone;
   }
@@ -827,6 +890,7 @@ ResponderStep Responder::ExecuteSend(const Request& r) {
     }
     return ResponderStep::kDone;
   }
+  if (!StagedCopyIntact(qp, psn)) return ResponderStep::kDone;
   s.recv_offset += p.fields.payload_length;
   if (info.ends_message()) {
     unsigned flags = 0;
@@ -918,6 +982,7 @@ ResponderStep Responder::ExecuteWrite(const Request& r) {
     }
     return ResponderStep::kDone;
   }
+  if (!StagedCopyIntact(qp, psn)) return ResponderStep::kDone;
   s.write_va += p.fields.payload_length;
   s.write_remaining -= p.fields.payload_length;
   if (info.ends_message()) {

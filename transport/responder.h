@@ -16,6 +16,7 @@
 #include "transport/impairment.h"
 #include "transport/opcode.h"
 #include "transport/packet_parser.h"
+#include "transport/pull_descriptor.h"
 #include "transport/queue_pair.h"
 #include "transport/transmitter.h"
 
@@ -72,6 +73,11 @@ class Responder {
   };
   // The steps, from kCheckPsn, for one RC/UC/XRC request.
   void RunRequest(QueuePair* qp, const PacketView& packet);
+  void RunStagedChunk(QueuePair* qp, const PacketView& packet);
+  // After a staged chunk's bytes were copied: still the chunk its
+  // descriptor named (true, counted), or the QP fails (false). True for
+  // every other request.
+  bool StagedCopyIntact(QueuePair* qp, Psn psn);
   ResponderStep RunStep(ResponderStep step, const Request& r);
   // Selective retransmission: keeps the packet being handled in the QP's
   // window, `distance` PSNs after the expected one. False when it cannot.
@@ -126,8 +132,12 @@ class Responder {
   // view has no payload, and ExecuteWrite copies nothing.
   bool placed_ = false;
   // The PSNs the request just executed spans: 1, or a pull descriptor's
-  // `packets` (Acknowledge moves past all of them).
+  // `packets`, or a staged chunk's (Acknowledge moves past all of them).
   uint32_t span_ = 1;
+  // The staged chunk being handled (RunStagedChunk), and its link: checked
+  // again once copied (StagedCopyIntact). Null for any other request.
+  const StagedChunk* staged_ = nullptr;
+  uint32_t staged_link_ = 0;
 };
 
 }  // namespace uroce::transport
