@@ -24,7 +24,10 @@ class LocalLinkPair {
   static constexpr uint32_t kSlotA = 3, kSlotB = 7;
 
   // Receive buffers from `pool`; frames of up to `max_frame` bytes.
-  static StatusOr<std::unique_ptr<LocalLinkPair>> Create(rte_mempool* pool, uint32_t max_frame);
+  // `stage_chunks`: the link's payload area each way (ShmChannel::Create;
+  // 0: none, so large messages are read from the other's memory).
+  static StatusOr<std::unique_ptr<LocalLinkPair>> Create(rte_mempool* pool, uint32_t max_frame,
+                                                         uint32_t stage_chunks = kLinkStageChunks);
 
   LocalLinks& a() { return *a_; }
   LocalLinks& b() { return *b_; }

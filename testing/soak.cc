@@ -359,6 +359,7 @@ StatusOr<SoakResult> RunSoak(const SoakOptions& o, const std::function<void(cons
   result.retransmits = ca.retransmits + cb.retransmits;
   result.icrc_drops = ca.rx_icrc_errors + cb.rx_icrc_errors;
   result.pulls = ca.pulls_received + cb.pulls_received;
+  result.staged = ca.staged_received + cb.staged_received;
   if (pair->has_link()) {
     result.link_dropped = pair->link().counters().dropped;
     result.link_duplicated = pair->link().counters().duplicated;

@@ -55,6 +55,7 @@ struct SoakResult {
   uint64_t link_dropped = 0, link_duplicated = 0, link_reordered = 0, link_corrupted = 0;
   uint64_t icrc_drops = 0;
   uint64_t pulls = 0;  // messages read from the other engine's memory (host_ports with peer memory)
+  uint64_t staged = 0;  // chunks copied through a link's payload area (likewise)
   uint64_t link_overflowed = 0, tx_alloc_failures = 0, timeouts = 0;
   uint64_t rto_expiries = 0, tail_probes = 0, held_packets = 0, placed_ahead = 0, selective_resends = 0;
   bool mbufs_all_returned = false;

@@ -2,8 +2,9 @@
 // processes of one host joined by a real local link (host/local_link_pair.h:
 // two LocalLinks over one ShmChannel file): every byte and completion of a
 // random mix of SEND, WRITE, READ, atomics and immediates checked, large
-// messages read from the other engine's memory (transport/peer_memory.h)
-// or, with pulls off, carried as frames.
+// messages in chunks through the link's payload area, or, with no area,
+// read from the other engine's memory (transport/peer_memory.h), or, with
+// both off, carried as frames.
 #include <gtest/gtest.h>
 
 #include "host/local_link_pair.h"
@@ -13,14 +14,14 @@
 namespace uroce::transport {
 namespace {
 
-SoakOptions OverALocalLink(uint64_t seed, bool pulls) {
+SoakOptions OverALocalLink(uint64_t seed, bool pulls, uint32_t stage_chunks = host::kLinkStageChunks) {
   SoakOptions o;
   o.seed = seed;
   o.messages = 4000;
   o.max_size = 131072;
   o.pull_min_bytes = 8192;
-  o.host_ports = [pulls](rte_mempool* pool) -> StatusOr<HostPorts> {
-    auto links = host::LocalLinkPair::Create(pool, 1024 + 100 + 18);
+  o.host_ports = [pulls, stage_chunks](rte_mempool* pool) -> StatusOr<HostPorts> {
+    auto links = host::LocalLinkPair::Create(pool, 1024 + 100 + 18, stage_chunks);
     if (!links.ok()) return links.status();
     HostPorts ports;
     ports.a = &(*links)->a();
@@ -36,12 +37,33 @@ SoakOptions OverALocalLink(uint64_t seed, bool pulls) {
   return o;
 }
 
-TEST(LocalLinkSoakTest, LargeMessagesAreReadFromTheOtherProcessAndEveryByteArrives) {
+TEST(LocalLinkSoakTest, LargeMessagesGoThroughThePayloadAreaAndEveryByteArrives) {
   for (uint64_t seed : {1, 2, 3}) {
     auto result = RunSoak(OverALocalLink(seed, /*pulls=*/true), nullptr);
     ASSERT_TRUE(result.ok()) << result.status().ToString();
     EXPECT_TRUE(result->ok()) << "seed " << seed << ": " << result->first_error;
+    EXPECT_GT(result->staged, 100u) << "seed " << seed;
+  }
+}
+
+TEST(LocalLinkSoakTest, WithAFewChunksQpsWaitForThemOrReadTheOtherProcess) {
+  // Two chunks for eight QPs: most messages find none free.
+  SoakOptions o = OverALocalLink(6, /*pulls=*/true, /*stage_chunks=*/2);
+  o.qps = 8;
+  auto result = RunSoak(o, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(result->ok()) << result->first_error;
+  EXPECT_GT(result->staged, 10u);
+  EXPECT_GT(result->pulls, 10u);
+}
+
+TEST(LocalLinkSoakTest, WithoutAPayloadAreaLargeMessagesAreReadFromTheOtherProcess) {
+  for (uint64_t seed : {1, 2}) {
+    auto result = RunSoak(OverALocalLink(seed, /*pulls=*/true, /*stage_chunks=*/0), nullptr);
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    EXPECT_TRUE(result->ok()) << "seed " << seed << ": " << result->first_error;
     EXPECT_GT(result->pulls, 100u) << "seed " << seed;
+    EXPECT_EQ(result->staged, 0u);
   }
 }
 
@@ -50,6 +72,7 @@ TEST(LocalLinkSoakTest, WithoutPullsEverythingGoesAsFrames) {
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_TRUE(result->ok()) << result->first_error;
   EXPECT_EQ(result->pulls, 0u);
+  EXPECT_EQ(result->staged, 0u);
 }
 
 TEST(LocalLinkSoakTest, ImpairmentsAreRefusedOnALocalLink) {

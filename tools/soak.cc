@@ -9,6 +9,7 @@
 
 #include "host/local_link_pair.h"
 #include "pmd/eal.h"
+#include "transport/pull_descriptor.h"
 #include "testing/soak.h"
 #include "tools/command.h"
 
@@ -22,12 +23,14 @@ int SoakUsage(FILE* out) {
                "usage: uroce soak [--loss P] [--dup P] [--reorder P] [--corrupt P] [--delay TICKS]\n"
                "                  [--seed S] [--messages N] [--qps Q] [--ops send,write,read,atomic,imm]\n"
                "                  [--max-size BYTES] [--mtu 256|512|1024|2048|4096] [--port memory|ring|link]\n"
-               "                  [--selective both|a|b|none] [--pull-min BYTES]\n"
+               "                  [--selective both|a|b|none] [--pull-min BYTES] [--stage-chunks N]\n"
                "  --selective: which side offers selective retransmission (default both;\n"
                "  a or b alone is a mixed pair, which recovers by go-back-N)\n"
                "  --port link: the two engines as two processes of one host joined by a\n"
-               "  local link (host/local_links.h, no daemon), large messages read from the\n"
-               "  other's memory from --pull-min bytes (default 16384; 0: never)\n");
+               "  local link (host/local_links.h, no daemon). From --pull-min bytes (default\n"
+               "  16384; 0: never) large messages go in chunks through the link's payload\n"
+               "  area of --stage-chunks chunks (default 32; 0: none), or, with no chunk\n"
+               "  free, are read from the other's memory\n");
   return out == stdout ? 0 : 2;
 }
 
@@ -50,6 +53,7 @@ bool ParseU64(const char* s, uint64_t* out) {
 int SoakCommand(int argc, char** argv) {
   transport::SoakOptions o;
   bool over_link = false;
+  uint32_t stage_chunks = host::kLinkStageChunks;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") return SoakUsage(stderr);
@@ -81,6 +85,9 @@ int SoakCommand(int argc, char** argv) {
       ok = side == "both" || side == "a" || side == "b" || side == "none";
       o.selective_a = side == "both" || side == "a";
       o.selective_b = side == "both" || side == "b";
+    } else if (flag == "--stage-chunks") {
+      ok = ParseU64(v, &n) && n <= transport::kMaxStageChunks;
+      stage_chunks = static_cast<uint32_t>(n);
     } else if (flag == "--pull-min") {
       ok = ParseU64(v, &n) && n <= (1u << 31);
       o.pull_min_bytes = static_cast<uint32_t>(n);
@@ -118,8 +125,8 @@ int SoakCommand(int argc, char** argv) {
   if (over_link) {
     const uint32_t max_frame = o.path_mtu_bytes + 100 + 18;
     const bool pulls = o.pull_min_bytes != 0;
-    o.host_ports = [max_frame, pulls](rte_mempool* pool) -> StatusOr<transport::HostPorts> {
-      auto links = host::LocalLinkPair::Create(pool, max_frame);
+    o.host_ports = [max_frame, pulls, stage_chunks](rte_mempool* pool) -> StatusOr<transport::HostPorts> {
+      auto links = host::LocalLinkPair::Create(pool, max_frame, stage_chunks);
       if (!links.ok()) return links.status();
       transport::HostPorts ports;
       ports.a = &(*links)->a();
@@ -158,7 +165,10 @@ int SoakCommand(int argc, char** argv) {
               (unsigned long long)r.rto_expiries, (unsigned long long)r.tail_probes,
               (unsigned long long)r.held_packets, (unsigned long long)r.placed_ahead,
               (unsigned long long)r.selective_resends);
-  if (over_link) std::printf("soak: messages read from the other engine's memory %llu\n", (unsigned long long)r.pulls);
+  if (over_link) {
+    std::printf("soak: messages read from the other engine's memory %llu, chunks through the payload area %llu\n",
+                (unsigned long long)r.pulls, (unsigned long long)r.staged);
+  }
   if (!r.first_error.empty()) std::printf("soak: first error: %s\n", r.first_error.c_str());
   std::printf("soak: %llu/%llu verified, %llu errors, %llu retransmits, seed %llu\n", (unsigned long long)r.verified,
               (unsigned long long)r.messages, (unsigned long long)r.errors, (unsigned long long)r.retransmits,
