@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <deque>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "pmd/mempool.h"
 #include "transport/opcode.h"
 #include "transport/packet_builder.h"
+#include "transport/pull_descriptor.h"
 
 namespace uroce::host {
 
@@ -65,8 +67,8 @@ class LocalLinksTest : public ::testing::Test {
     return std::make_unique<LocalLinks>(o);
   }
   // Links a (slot 3) and b (slot 7) as the daemon does: one file, both ends.
-  void Link(uint32_t slots = 64) {
-    auto file = ShmChannel::Create(slots, 1518);
+  void Link(uint32_t slots = 64, uint32_t stage_chunks = 0) {
+    auto file = ShmChannel::Create(slots, 1518, stage_chunks);
     ASSERT_TRUE(file.ok());
     ASSERT_TRUE(a_->Add(7, (*file)->fd()).ok());
     ASSERT_TRUE(b_->Add(3, (*file)->fd()).ok());
@@ -324,6 +326,73 @@ TEST_F(LocalLinksPullTest, AProcessThatIsNotTheOneItSaysOrLiesAboutItsCookieIsNo
   EXPECT_FALSE(a_->TakesPulls(Qpn(7, 5), Ip(1))) << "b claims to read us, but we cannot read b";
   EXPECT_EQ(a_->counters().pull_links, 0u);
   munmap(header, 4096);
+}
+
+TEST_F(LocalLinksTest, AChunkIsStagedInTheLinksAreaForTheOtherProcessAlone) {
+  Link(64, 4);
+  std::vector<uint8_t> data(3000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7);
+  iovec pieces[2] = {{data.data(), 1000}, {data.data() + 1000, 2000}};
+  transport::StageTicket ticket;
+  // Only where Route sends the descriptor over the link, which it has not
+  // used yet.
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 2, &ticket));
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);
+  ASSERT_EQ(Receive(b_.get()), 1u);
+  const uint32_t source = b_->LinkSource(received_.back());
+  ASSERT_NE(source, 0u);
+  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 2, &ticket));
+  const uint8_t* staged = b_->StagedData(source, ticket.chunk, ticket.sequence, 3000);
+  ASSERT_NE(staged, nullptr);
+  EXPECT_EQ(std::memcmp(staged, data.data(), 3000), 0);
+  EXPECT_TRUE(b_->StagedIntact(source, ticket.chunk, ticket.sequence));
+  // Not toward another host (Route sends that to the daemon), not more than
+  // a chunk, not what names a chunk or length the area does not have.
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(9), pieces, 2, &ticket));
+  iovec too_long{data.data(), transport::kStagedChunkBytes + 1};
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &too_long, 1, &ticket));
+  EXPECT_EQ(b_->StagedData(source, 4, ticket.sequence, 10), nullptr);
+  EXPECT_EQ(b_->StagedData(source, ticket.chunk, ticket.sequence, transport::kStagedChunkBytes + 1), nullptr);
+  EXPECT_EQ(b_->StagedData(source, ticket.chunk, ticket.sequence + 2, 10), nullptr);
+
+  // Four chunks: three more, then none until one comes back.
+  transport::StageTicket more[3];
+  for (auto& t : more) ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 1, &t));
+  transport::StageTicket none;
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 1, &none));
+  a_->Unstage(ticket);
+  transport::StageTicket again;
+  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 1, &again));
+  EXPECT_EQ(again.chunk, ticket.chunk);
+  EXPECT_NE(again.sequence, ticket.sequence);
+  // The reader of the old descriptor sees the chunk was filled again.
+  EXPECT_FALSE(b_->StagedIntact(source, ticket.chunk, ticket.sequence));
+  EXPECT_EQ(b_->StagedData(source, ticket.chunk, ticket.sequence, 1000), nullptr);
+
+  // A frame that came round our own loop names no link.
+  EXPECT_EQ(Send(b_.get(), {Roce(Qpn(7, 9))}), 1);
+  ASSERT_EQ(Receive(b_.get()), 1u);
+  EXPECT_EQ(b_->LinkSource(received_.back()), 0u);
+
+  // A new link replaces the old: what named the old one names nothing.
+  Link(64, 4);
+  EXPECT_EQ(b_->StagedData(source, again.chunk, again.sequence, 1000), nullptr);
+  EXPECT_FALSE(b_->StagedIntact(source, again.chunk, again.sequence));
+  a_->Unstage(more[0]);  // ignored: its area went with the old link
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);
+  ASSERT_EQ(Receive(b_.get()), 1u);
+  transport::StageTicket fresh[4];
+  for (auto& t : fresh) EXPECT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 1, &t)) << "the new area is all free";
+}
+
+TEST_F(LocalLinksTest, ALinkWithoutAPayloadAreaStagesNothing) {
+  Link(64, 0);
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);
+  ASSERT_EQ(Receive(b_.get()), 1u);
+  uint8_t byte = 1;
+  iovec piece{&byte, 1};
+  transport::StageTicket ticket;
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &ticket));
 }
 
 }  // namespace

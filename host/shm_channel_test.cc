@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pmd/mempool.h"
+#include "transport/pull_descriptor.h"
 
 namespace uroce::host {
 
@@ -170,6 +171,58 @@ TEST_F(ShmChannelTest, MapRefusesWhatIsNotAPort) {
   munmap(mem, ShmChannel::FileSize(8, 1536));
   EXPECT_FALSE(ShmChannel::Create(6, 1518).ok());
   EXPECT_FALSE(ShmChannel::Create(8, 100000).ok());
+}
+
+TEST(ShmChannelStageTest, AChunkIsReadOnlyWhileItHoldsWhatTheDescriptorSays) {
+  auto daemon = ShmChannel::Create(8, 1518, 4);
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  auto process = ShmChannel::Map((*daemon)->fd());
+  ASSERT_TRUE(process.ok()) << process.status().ToString();
+  ShmChannel& d = **daemon;
+  ShmChannel& p = **process;
+  EXPECT_EQ(p.stage_chunks(), 4u);
+  EXPECT_EQ(p.StagedData(1, 2, 100), nullptr) << "never filled";
+
+  std::memset(d.BeginStage(1), 0x5a, 100);
+  const uint64_t sequence = d.EndStage(1);
+  EXPECT_EQ(sequence % 2, 0u);
+  EXPECT_NE(sequence, 0u);
+  const uint8_t* data = p.StagedData(1, sequence, 100);
+  ASSERT_NE(data, nullptr);
+  EXPECT_EQ(data[0], 0x5a);
+  EXPECT_EQ(data[99], 0x5a);
+  EXPECT_TRUE(p.StagedIntact(1, sequence));
+  // Each side reads the other's area only.
+  EXPECT_EQ(d.StagedData(1, sequence, 100), nullptr);
+  // Out of range, odd, or another sequence.
+  EXPECT_EQ(p.StagedData(4, sequence, 100), nullptr);
+  EXPECT_EQ(p.StagedData(1, sequence, 0), nullptr);
+  EXPECT_EQ(p.StagedData(1, sequence, transport::kStagedChunkBytes + 1), nullptr);
+  EXPECT_EQ(p.StagedData(1, sequence + 1, 100), nullptr);
+  EXPECT_EQ(p.StagedData(1, sequence + 2, 100), nullptr);
+  EXPECT_FALSE(p.StagedIntact(7, sequence));
+
+  // Filling it again: not intact while being written, nor after.
+  d.BeginStage(1);
+  EXPECT_FALSE(p.StagedIntact(1, sequence));
+  const uint64_t next = d.EndStage(1);
+  EXPECT_GT(next, sequence);
+  EXPECT_FALSE(p.StagedIntact(1, sequence));
+  EXPECT_NE(p.StagedData(1, next, 100), nullptr);
+
+  // The other way.
+  std::memset(p.BeginStage(0), 0x33, 10);
+  const uint64_t back = p.EndStage(0);
+  ASSERT_NE(d.StagedData(0, back, 10), nullptr);
+  EXPECT_EQ(d.StagedData(0, back, 10)[9], 0x33);
+}
+
+TEST(ShmChannelStageTest, TooManyChunksAreRefused) {
+  EXPECT_FALSE(ShmChannel::Create(8, 1518, transport::kMaxStageChunks + 1).ok());
+  auto plain = ShmChannel::Create(8, 1518);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->stage_chunks(), 0u);
+  EXPECT_EQ((*plain)->StagedData(0, 2, 1), nullptr);
 }
 
 }  // namespace

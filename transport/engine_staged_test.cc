@@ -1,0 +1,300 @@
+// Staged chunks end to end between two engines (transport/pull_descriptor.h,
+// transport/peer_memory.h): the double is one payload area both engines
+// share, as a link's file is, and decides what a link would (where a frame
+// came from, a chunk the sender filled again while it was copied).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <sys/uio.h>
+
+#include <cstring>
+#include <vector>
+
+#include "transport/engine.h"
+#include "transport/engine_test_fixture.h"
+#include "transport/packet_parser.h"
+#include "transport/pull_descriptor.h"
+#include "transport/verbs_wr.h"
+
+namespace uroce::transport {
+namespace {
+
+class AreaPeerMemory final : public PeerMemory {
+ public:
+  static constexpr uint32_t kChunks = 8;
+  bool stage = true;               // a chunk is free
+  bool from_link = true;           // frames come over the link
+  bool refill_while_copied = false;  // the next chunk read was filled again meanwhile
+  uint32_t in_use = 0;             // bit i: chunk i held by the sender
+  int stages = 0, unstages = 0, reads = 0;
+
+  bool TakesPulls(uint32_t, const Gid&) override { return false; }
+  uint32_t PullSource(const rte_mbuf*) override { return 0; }
+  bool Pull(uint32_t, const iovec*, uint32_t, const iovec*, uint32_t) override { return false; }
+
+  bool Stage(uint32_t, const Gid&, const iovec* pieces, uint32_t count, StageTicket* ticket) override {
+    if (!stage || in_use == (1u << kChunks) - 1) return false;
+    const uint32_t chunk = static_cast<uint32_t>(__builtin_ctz(~in_use));
+    in_use |= 1u << chunk;
+    uint8_t* dest = area_.data() + size_t{chunk} * kStagedChunkBytes;
+    for (uint32_t i = 0; i < count; ++i) {
+      std::memcpy(dest, pieces[i].iov_base, pieces[i].iov_len);
+      dest += pieces[i].iov_len;
+    }
+    sequence_[chunk] += 2;
+    *ticket = {kLink, chunk, sequence_[chunk]};
+    ++stages;
+    return true;
+  }
+  void Unstage(const StageTicket& ticket) override {
+    EXPECT_EQ(ticket.link, kLink);
+    EXPECT_TRUE(in_use & (1u << ticket.chunk)) << "a chunk given back twice";
+    in_use &= ~(1u << ticket.chunk);
+    ++unstages;
+  }
+  uint32_t LinkSource(const rte_mbuf*) override { return from_link ? kLink : 0; }
+  const uint8_t* StagedData(uint32_t link, uint32_t chunk, uint64_t sequence, uint32_t length) override {
+    EXPECT_EQ(link, kLink);
+    ++reads;
+    if (chunk >= kChunks || sequence != sequence_[chunk] || length > kStagedChunkBytes) return nullptr;
+    return area_.data() + size_t{chunk} * kStagedChunkBytes;
+  }
+  bool StagedIntact(uint32_t, uint32_t chunk, uint64_t sequence) override {
+    if (refill_while_copied) {
+      refill_while_copied = false;
+      return false;
+    }
+    return chunk < kChunks && sequence == sequence_[chunk];
+  }
+
+ private:
+  static constexpr uint32_t kLink = 5;
+  std::vector<uint8_t> area_ = std::vector<uint8_t>(size_t{kChunks} * kStagedChunkBytes);
+  uint64_t sequence_[kChunks] = {};
+};
+
+bool IsStagedChunk(const rte_mbuf* m) {
+  PacketView view;
+  return ParsePacket(m, ParseOptions{}, &view) == ParseError::kOk && view.opcode != nullptr &&
+         (view.fields.bth.reserved7 & kBthStagedChunk) != 0;
+}
+
+class EngineStagedTest : public EngineTest {
+ protected:
+  void StartWithArea() {
+    EnginePairOptions options;
+    options.port_mtu = 1500;  // path MTU 1024: a chunk is 64 packets
+    options.engine_template.peer_memory = &peer_;
+    options.engine_template.pull_min_bytes = 16384;
+    Start(options);
+  }
+  AreaPeerMemory peer_;
+};
+
+TEST_F(EngineStagedTest, LargeMessagesGoAsChunksAndArriveWhole) {
+  StartWithArea();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok()) << qps.status().ToString();
+  auto [qa, qb] = *qps;
+  constexpr uint32_t kSize = 1 << 20;
+  Buffer local = Register(pair_->a(), kSize, 0);
+  Pattern(local, 21);
+  Buffer remote = Register(pair_->b(), kSize + 64, 0xEE);
+  const uint64_t frames_before = pair_->a().engine->counters().tx_frames;
+
+  // WRITE: 16 chunks instead of 1024 packets.
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, kSize, 1, remote.addr(), remote.keys.rkey), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(remote.bytes.data(), local.bytes.data(), kSize));
+  EXPECT_EQ(remote.bytes[kSize], 0xEE) << "nothing past the message";
+  EXPECT_EQ(pair_->a().engine->counters().tx_frames - frames_before, 16u);
+  EXPECT_EQ(pair_->a().engine->counters().staged_sent, 16u);
+  EXPECT_EQ(pair_->b().engine->counters().staged_received, 16u);
+  EXPECT_EQ(pair_->b().engine->counters().staged_bytes, kSize);
+  EXPECT_EQ(peer_.in_use, 0u) << "every chunk back once acknowledged";
+
+  // SEND with immediate from two SGEs into a receive of three: the chunk
+  // boundary falls inside the first SGE and across the receive's.
+  Buffer dst = Register(pair_->b(), 3 * 30000, 0x55);
+  ibv_sge rsge[3] = {{dst.addr(), 30000, dst.keys.lkey},
+                     {dst.addr() + 30000, 30000, dst.keys.lkey},
+                     {dst.addr() + 60000, 30000, dst.keys.lkey}};
+  ibv_recv_wr rwr{};
+  rwr.wr_id = 9;
+  rwr.sg_list = rsge;
+  rwr.num_sge = 3;
+  const ibv_recv_wr* bad_recv = nullptr;
+  ASSERT_EQ(pair_->b().engine->PostRecv(qb, &rwr, &bad_recv), 0);
+  ibv_sge ssge[2] = {{local.addr(), 70000, local.keys.lkey}, {local.addr() + 500000, 15000, local.keys.lkey}};
+  ibv_send_wr swr{};
+  swr.wr_id = 2;
+  swr.opcode = IBV_WR_SEND_WITH_IMM;
+  swr.send_flags = IBV_SEND_SIGNALED;
+  swr.imm_data = htonl(0xC0FFEE);
+  swr.sg_list = ssge;
+  swr.num_sge = 2;
+  const ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(pair_->a().engine->PostSend(qa, &swr, &bad), 0);
+  auto recv = pair_->WaitCompletions(pair_->b().cq, 1);
+  ASSERT_EQ(recv.size(), 1u);
+  EXPECT_EQ(recv[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(recv[0].byte_len, 85000u);
+  EXPECT_TRUE(recv[0].wc_flags & IBV_WC_WITH_IMM);
+  EXPECT_EQ(ntohl(recv[0].imm_data), 0xC0FFEEu);
+  EXPECT_EQ(0, std::memcmp(dst.bytes.data(), local.bytes.data(), 70000));
+  EXPECT_EQ(0, std::memcmp(dst.bytes.data() + 70000, local.bytes.data() + 500000, 15000));
+  EXPECT_EQ(dst.bytes[85000], 0x55);
+  wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+
+  // Small messages after: the PSNs the chunks spanned are where both sides
+  // expect them.
+  for (uint64_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, 100, 10 + i, remote.addr(), remote.keys.rkey), 0);
+  }
+  wc = pair_->WaitCompletions(pair_->a().cq, 4);
+  ASSERT_EQ(wc.size(), 4u);
+  for (const ibv_wc& w : wc) EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(pair_->a().engine->counters().retransmits, 0u);
+  EXPECT_EQ(pair_->b().engine->counters().out_of_sequence, 0u);
+  EXPECT_EQ(peer_.in_use, 0u);
+}
+
+TEST_F(EngineStagedTest, ALostChunkGoesAgainFromTheAreaWithoutBeingCopiedAgain) {
+  StartWithArea();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  constexpr uint32_t kSize = 1 << 19;  // 8 chunks
+  Buffer local = Register(pair_->a(), kSize, 0);
+  Pattern(local, 22);
+  Buffer remote = Register(pair_->b(), kSize, 0xEE);
+  int chunks_seen = 0;
+  pair_->link().set_drop_filter([&](const rte_mbuf* m) { return IsStagedChunk(m) && ++chunks_seen == 3; });
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, kSize, 1, remote.addr(), remote.keys.rkey), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(remote.bytes, local.bytes);
+  EXPECT_GT(pair_->a().engine->counters().retransmits, 0u);
+  EXPECT_GT(pair_->a().engine->counters().staged_sent, 8u);
+  EXPECT_EQ(peer_.stages, 8) << "a chunk sent again is not filled again";
+  EXPECT_EQ(peer_.in_use, 0u);
+}
+
+TEST_F(EngineStagedTest, ASendWithoutAReceiveWaitsForOneAndItsChunkGoesAgain) {
+  StartWithArea();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer local = Register(pair_->a(), 200000, 0);
+  Pattern(local, 23);
+  Buffer dst = Register(pair_->b(), 200000, 0);
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, local, 200000, 1), 0);
+  for (int i = 0; i < 2000; ++i) pair_->PollOnce();
+  EXPECT_GT(pair_->a().engine->counters().rnr_naks_received, 0u);
+  PostRecv(pair_->b(), qb, dst, 7);
+  auto recv = pair_->WaitCompletions(pair_->b().cq, 1);
+  ASSERT_EQ(recv.size(), 1u);
+  EXPECT_EQ(recv[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(recv[0].byte_len, 200000u);
+  EXPECT_EQ(dst.bytes, local.bytes);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(peer_.in_use, 0u);
+}
+
+TEST_F(EngineStagedTest, AChunkFilledAgainWhileCopiedFailsTheRequest) {
+  StartWithArea();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer local = Register(pair_->a(), 1 << 16, 1);
+  Buffer remote = Register(pair_->b(), 1 << 16, 0xEE);
+  peer_.refill_while_copied = true;
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, 1 << 16, 1, remote.addr(), remote.keys.rkey), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(pair_->b().engine->counters().staged_failures, 1u);
+  EXPECT_EQ(pair_->b().engine->counters().staged_received, 0u);
+  EXPECT_EQ(qb->state.load(), IBV_QPS_ERR);
+}
+
+TEST_F(EngineStagedTest, AKeyThatDoesNotGrantTheChunkIsARemoteAccessErrorAndNothingIsRead) {
+  StartWithArea();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer local = Register(pair_->a(), 1 << 17, 1);
+  Buffer remote = Register(pair_->b(), 1 << 15, 0xEE);  // a quarter of the message
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, 1 << 17, 1, remote.addr(), remote.keys.rkey), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_REM_ACCESS_ERR);
+  for (uint8_t b : remote.bytes) ASSERT_EQ(b, 0xEE);
+  EXPECT_EQ(pair_->b().engine->counters().staged_received, 0u);
+}
+
+TEST_F(EngineStagedTest, WithNoChunkFreeAQpHoldingNoneSendsPackets) {
+  peer_.stage = false;
+  StartWithArea();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer local = Register(pair_->a(), 1 << 17, 0);
+  Pattern(local, 24);
+  Buffer remote = Register(pair_->b(), 1 << 17, 0);
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, 1 << 17, 1, remote.addr(), remote.keys.rkey), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(remote.bytes, local.bytes);
+  EXPECT_EQ(pair_->a().engine->counters().staged_sent, 0u);
+}
+
+TEST_F(EngineStagedTest, DestroyingAQpGivesItsChunksBack) {
+  StartWithArea();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer local = Register(pair_->a(), 1 << 18, 0);
+  Buffer remote = Register(pair_->b(), 1 << 18, 0);
+  pair_->link().set_drop_filter([](const rte_mbuf* m) { return IsStagedChunk(m); });  // never acknowledged
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, 1 << 18, 1, remote.addr(), remote.keys.rkey), 0);
+  for (int i = 0; i < 100; ++i) pair_->PollOnce();
+  EXPECT_NE(peer_.in_use, 0u);
+  ASSERT_TRUE(pair_->a().engine->DestroyQp(qa).ok());
+  EXPECT_EQ(peer_.in_use, 0u);
+  EXPECT_EQ(peer_.unstages, peer_.stages);
+}
+
+TEST_F(EngineStagedTest, AChunkFromWhereNoAreaIsSharedIsDroppedUnread) {
+  peer_.from_link = false;
+  StartWithArea();
+  RcConnectOptions connect;
+  connect.retry_cnt = 1;
+  auto qps = pair_->ConnectQps(connect);
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  Buffer local = Register(pair_->a(), 1 << 16, 1);
+  Buffer remote = Register(pair_->b(), 1 << 16, 0xEE);
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, 1 << 16, 1, remote.addr(), remote.keys.rkey), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_GE(pair_->b().engine->counters().staged_refused, 2u);
+  EXPECT_EQ(peer_.reads, 0);
+  for (uint8_t b : remote.bytes) ASSERT_EQ(b, 0xEE);
+  EXPECT_NE(qb->state.load(), IBV_QPS_ERR) << "the receiver's QP is untouched";
+}
+
+}  // namespace
+}  // namespace uroce::transport
