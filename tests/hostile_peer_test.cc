@@ -1838,5 +1838,128 @@ TEST_F(PullDescriptorHostileTest, FromWhereNoCopyIsAllowedADescriptorIsDroppedUn
   EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
 }
 
+// Staged chunks (transport/pull_descriptor.h) from a linked process: its
+// payload area holds what it likes, its descriptors say what they like.
+// Nothing lands outside what the key or the receive grants, a chunk the
+// area does not hold as described is never copied, and a bad one fails
+// only its QP.
+class AreaReader final : public PeerMemory {
+ public:
+  bool from_link = true;
+  uint64_t sequence = 2;  // what the area says chunk 0 holds
+  std::vector<uint8_t> area = std::vector<uint8_t>(kStagedChunkBytes, 0x5A);
+  bool TakesPulls(uint32_t, const Gid&) override { return false; }
+  uint32_t PullSource(const rte_mbuf*) override { return 0; }
+  bool Pull(uint32_t, const iovec*, uint32_t, const iovec*, uint32_t) override { return false; }
+  uint32_t LinkSource(const rte_mbuf*) override { return from_link ? 3 : 0; }
+  const uint8_t* StagedData(uint32_t, uint32_t chunk, uint64_t s, uint32_t length) override {
+    return chunk == 0 && s == sequence && length <= area.size() ? area.data() : nullptr;
+  }
+  bool StagedIntact(uint32_t, uint32_t chunk, uint64_t s) override { return chunk == 0 && s == sequence; }
+};
+
+class StagedChunkHostileTest : public HostilePeerTest {
+ protected:
+  void SetUp() override { StartEngine([this](EngineConfig& c) { c.peer_memory = &area_; }); }
+  void InjectChunk(QueuePair* qp, Opcode opcode, const StagedChunk& chunk, uint32_t dma_length,
+                   uint32_t psn = kRqPsn, uint32_t rkey = 0, size_t descriptor_bytes = kStagedChunkDescriptorBytes) {
+    std::vector<uint8_t> bytes(std::max(descriptor_bytes, kStagedChunkDescriptorBytes));
+    WriteStagedChunk(chunk, bytes.data());
+    bytes.resize(descriptor_bytes);
+    Inject(qp, opcode, psn, static_cast<uint32_t>(bytes.size()), /*ack_request=*/true,
+           [&](PacketFields& f) {
+             f.bth.reserved7 = kBthStagedChunk;
+             f.reth.virtual_address = region_->va();
+             f.reth.rkey = rkey != 0 ? rkey : keys_.rkey;
+             f.reth.dma_length = dma_length;
+           },
+           bytes.data());
+  }
+  bool RegionUntouched() const {
+    for (size_t i = 0; i < region_->size; ++i) {
+      if (region_->data()[i] != 0) return false;
+    }
+    return true;
+  }
+  NakCode FirstNak(const std::vector<Sent>& sent) {
+    for (const Sent& s : sent) {
+      if (s.opcode->operation == Operation::kAcknowledge && s.fields.aeth.kind() == AethKind::kNak) {
+        return static_cast<NakCode>(s.fields.aeth.value());
+      }
+    }
+    ADD_FAILURE() << "no NAK";
+    return NakCode::kInvalidRequest;
+  }
+  AreaReader area_;
+};
+
+TEST_F(StagedChunkHostileTest, GoodChunksLandWhereTheKeyGrantsAndAreAcknowledgedThroughTheirLastPsn) {
+  // A WRITE of 3 MTUs + 100 bytes as two chunks: First (2 MTUs), Last.
+  InjectChunk(qp_, Opcode::kRcRdmaWriteFirst, {.chunk = 0, .length = 2 * kMtu, .sequence = 2}, 3 * kMtu + 100);
+  InjectChunk(qp_, Opcode::kRcRdmaWriteLast, {.chunk = 0, .length = kMtu + 100, .sequence = 2}, 0, kRqPsn + 2);
+  auto sent = Transmitted(4);
+  ASSERT_FALSE(sent.empty());
+  for (const Sent& ack : sent) EXPECT_EQ(ack.fields.aeth.kind(), AethKind::kAck);
+  EXPECT_EQ(sent.back().fields.bth.psn.value(), kRqPsn + 3) << "acknowledged through the last PSN the chunks span";
+  EXPECT_EQ(region_->data()[0], 0x5A);
+  EXPECT_EQ(region_->data()[3 * kMtu + 99], 0x5A);
+  EXPECT_EQ(region_->data()[3 * kMtu + 100], 0);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+  EXPECT_EQ(engine_->counters().staged_received, 2u);
+}
+
+TEST_F(StagedChunkHostileTest, MalformedOrMisstatedChunksFailTheirQpAndNothingLands) {
+  struct Case {
+    const char* what;
+    Opcode opcode;
+    StagedChunk chunk;
+    uint32_t dma_length;
+    size_t bytes = kStagedChunkDescriptorBytes;
+    uint32_t rkey = 0;
+  };
+  const Case cases[] = {
+      {"a descriptor a byte short", Opcode::kRcRdmaWriteOnly, {0, 100, 2}, 100, kStagedChunkDescriptorBytes - 1},
+      {"a descriptor a byte long", Opcode::kRcRdmaWriteOnly, {0, 100, 2}, 100, kStagedChunkDescriptorBytes + 1},
+      {"an odd sequence", Opcode::kRcRdmaWriteOnly, {0, 100, 3}, 100},
+      {"a sequence the area does not hold", Opcode::kRcRdmaWriteOnly, {0, 100, 4}, 100},
+      {"a chunk the area does not have", Opcode::kRcRdmaWriteOnly, {9, 100, 2}, 100},
+      {"more than a chunk", Opcode::kRcRdmaWriteOnly, {0, kStagedChunkBytes + 1, 2}, kStagedChunkBytes + 1},
+      {"a First of part of an MTU", Opcode::kRcRdmaWriteFirst, {0, kMtu + 1, 2}, 4 * kMtu},
+      {"a Middle with nothing begun", Opcode::kRcRdmaWriteMiddle, {0, kMtu, 2}, 0},
+      {"more than the RETH says", Opcode::kRcRdmaWriteOnly, {0, 200, 2}, 100},
+      {"a key not given", Opcode::kRcRdmaWriteOnly, {0, 100, 2}, 100, kStagedChunkDescriptorBytes, 0x7777},
+      {"beyond the region", Opcode::kRcRdmaWriteFirst, {0, kStagedChunkBytes, 2}, 2 * kStagedChunkBytes},
+  };
+  for (const Case& c : cases) {
+    QueuePair* qp = MakeConnectedQp();
+    InjectChunk(qp, c.opcode, c.chunk, c.dma_length, kRqPsn, c.rkey, c.bytes);
+    auto sent = Transmitted(2);
+    EXPECT_EQ(sent.size(), 1u) << c.what;
+    if (!sent.empty()) FirstNak(sent);
+    EXPECT_EQ(qp->state.load(), IBV_QPS_ERR) << c.what;
+    EXPECT_TRUE(RegionUntouched()) << c.what;
+  }
+  EXPECT_EQ(engine_->counters().staged_received, 0u);
+}
+
+TEST_F(StagedChunkHostileTest, AChunkNotFromALinkOrNotARequestIsDroppedUnseen) {
+  area_.from_link = false;
+  InjectChunk(qp_, Opcode::kRcRdmaWriteOnly, {0, 100, 2}, 100);
+  EXPECT_TRUE(Transmitted(2).empty());
+  area_.from_link = true;
+  InjectChunk(qp_, Opcode::kRcRdmaReadResponseOnly, {0, 100, 2}, 0, kSqPsn);
+  // Both link flags at once is neither form.
+  Inject(qp_, Opcode::kRcRdmaWriteOnly, kRqPsn, 16, true, [&](PacketFields& f) {
+    f.bth.reserved7 = kBthStagedChunk | kBthPullDescriptor;
+    f.reth.virtual_address = region_->va();
+    f.reth.rkey = keys_.rkey;
+    f.reth.dma_length = 100;
+  });
+  EXPECT_TRUE(Transmitted(2).empty());
+  EXPECT_EQ(engine_->counters().staged_refused, 3u);
+  EXPECT_TRUE(RegionUntouched());
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+}
+
 }  // namespace
 }  // namespace uroce::transport
