@@ -150,6 +150,12 @@ void Completer::RestartOnce(QueuePair* qp, Psn psn) {
 void Completer::RequestSelectiveResend(QueuePair* qp, Psn psn) {
   RequesterState& r = qp->req;
   if (psn.DistanceFrom(r.sent_high) >= 0) return;  // never sent: nothing to resend
+  if (!r.staged.empty()) {
+    // Staged chunks after the gap were dropped, not held (the responder
+    // reads a chunk in order only): resend everything from the gap.
+    RestartOnce(qp, psn);
+    return;
+  }
   const uint64_t now = core_.Now();
   if (r.last_resent_psn.value() == psn.value() && r.last_resent_ns != 0 &&
       now - r.last_resent_ns < r.timer.srtt_ns()) {
@@ -602,10 +608,11 @@ void Completer::RunTimers(QueuePair* qp) {
       qp->counters.rto_expiries++;
       core_.counters.rto_expiries++;
       SignalLoss(qp);
-      if (r.selective) {
+      if (r.selective && r.staged.empty()) {
         // The responder holds what arrived after the oldest gap: the oldest
         // unacknowledged PSN is what it waits for (of a READ, the first
-        // missing run of its response).
+        // missing run of its response). It never holds staged chunks
+        // (Responder::HoldAhead): with any outstanding, all goes again.
         r.resend_pending = true;
         r.resend_psn = r.unacked;
         return;

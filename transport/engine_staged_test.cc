@@ -183,6 +183,13 @@ TEST_F(EngineStagedTest, ALostChunkGoesAgainFromTheAreaWithoutBeingCopiedAgain) 
   EXPECT_GT(pair_->a().engine->counters().staged_sent, 8u);
   EXPECT_EQ(peer_.stages, 8) << "a chunk sent again is not filled again";
   EXPECT_EQ(peer_.in_use, 0u);
+  // The responder NAKs the gap; it holds no chunk after it, so everything
+  // from the gap goes again at once, not one chunk per timeout.
+  const EngineCounters c = pair_->a().engine->counters();
+  EXPECT_EQ(c.selective_resends, 0u) << "a chunk alone would leave the dropped ones behind it";
+  EXPECT_EQ(c.retransmits, 1u);
+  EXPECT_EQ(c.rto_expiries, 0u);
+  EXPECT_EQ(c.timeouts, 0u);
 }
 
 TEST_F(EngineStagedTest, ASendWithoutAReceiveWaitsForOneAndItsChunkGoesAgain) {
@@ -294,6 +301,43 @@ TEST_F(EngineStagedTest, AChunkFromWhereNoAreaIsSharedIsDroppedUnread) {
   EXPECT_EQ(peer_.reads, 0);
   for (uint8_t b : remote.bytes) ASSERT_EQ(b, 0xEE);
   EXPECT_NE(qb->state.load(), IBV_QPS_ERR) << "the receiver's QP is untouched";
+}
+
+TEST_F(EngineStagedTest, APingPongOfLargeSendsNeedsNoRetransmission) {
+  StartWithArea();
+  RcConnectOptions connect;
+  connect.mtu = IBV_MTU_1024;
+  auto qps = pair_->ConnectQps(connect);
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  constexpr uint32_t kSize = 1 << 20;
+  Buffer sa = Register(pair_->a(), kSize, 0), ra = Register(pair_->a(), kSize, 0);
+  Buffer sb = Register(pair_->b(), kSize, 0), rb = Register(pair_->b(), kSize, 0);
+  for (int i = 0; i < 30; ++i) {
+    PostRecv(pair_->b(), qb, rb, 100 + i);
+    PostRecv(pair_->a(), qa, ra, 200 + i);
+    Pattern(sa, 40 + i);
+    ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_SEND, sa, kSize, i), 0);
+    auto got = pair_->WaitCompletions(pair_->b().cq, 1);
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(got[0].status, IBV_WC_SUCCESS);
+    ASSERT_EQ(rb.bytes, sa.bytes);
+    Pattern(sb, 80 + i);
+    ASSERT_EQ(PostSend(pair_->b(), qb, IBV_WR_SEND, sb, kSize, i), 0);
+    got = pair_->WaitCompletions(pair_->a().cq, 2);
+    ASSERT_EQ(got.size(), 2u);
+    got = pair_->WaitCompletions(pair_->b().cq, 1);
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(ra.bytes, sb.bytes);
+  }
+  for (EngineSide* side : {&pair_->a(), &pair_->b()}) {
+    const EngineCounters c = side->engine->counters();
+    EXPECT_EQ(c.retransmits, 0u);
+    EXPECT_EQ(c.timeouts, 0u);
+    EXPECT_EQ(c.rto_expiries, 0u);
+    EXPECT_EQ(c.duplicates, 0u);
+  }
+  EXPECT_EQ(peer_.in_use, 0u);
 }
 
 }  // namespace
