@@ -608,10 +608,14 @@ void Completer::RunTimers(QueuePair* qp) {
       qp->counters.rto_expiries++;
       core_.counters.rto_expiries++;
       SignalLoss(qp);
-      if (r.selective && r.staged.empty()) {
+      if (r.selective && r.staged.empty() && r.timer.backoff() <= 1) {
         // The responder holds what arrived after the oldest gap: the oldest
         // unacknowledged PSN is what it waits for (of a READ, the first
-        // missing run of its response). It never holds staged chunks
+        // missing run of its response). Only on the first expiry: a second
+        // one without a fresh sample means the responder holds nothing
+        // past the next gap either (it would have NAKed it), so everything
+        // from there goes again, as TCP resends after an RTO (RFC 5681
+        // section 3.1). And it never holds staged chunks
         // (Responder::HoldAhead): with any outstanding, all goes again.
         r.resend_pending = true;
         r.resend_psn = r.unacked;

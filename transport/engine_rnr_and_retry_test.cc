@@ -329,6 +329,36 @@ TEST_F(LostTailTest, LostAckIsProbedAndAnsweredAsADuplicate) {
   EXPECT_EQ(qa_->counters.timeouts, 0u);
 }
 
+TEST_F(LostTailTest, ARunLostWithNothingAfterItGoesAgainWholeOnTheSecondRto) {
+  // A WRITE of 32 packets loses packets 10..31 and the probe: the responder
+  // holds nothing after the gap, so nothing makes it NAK. The first RTO
+  // resends the oldest packet alone (a selective responder may hold the
+  // rest); the second, still without a fresh sample, resends everything
+  // from the oldest unacknowledged PSN. One packet per backed-off RTO would
+  // reach the 67 ms timeout.
+  constexpr uint32_t kPackets = 32;
+  Buffer local = Register(pair_->a(), kPackets * 1024, 0);
+  Pattern(local, 36);
+  Buffer remote = Register(pair_->b(), kPackets * 1024, 0);
+  int writes = 0;
+  pair_->link().set_drop_filter([&writes](const rte_mbuf* m) {
+    const int opcode = FrameOpcode(m);
+    if (opcode < 0x06 || opcode > 0x08) return false;  // RC WRITE First, Middle, Last
+    ++writes;
+    return writes > 10 && writes <= 33;  // packets 10..31 as first sent, then the probe
+  });
+  const uint64_t start = pair_->now_ns();
+  ASSERT_EQ(PostSend(pair_->a(), qa_, IBV_WR_RDMA_WRITE, local, kPackets * 1024, 7, remote.addr(), remote.keys.rkey),
+            0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(remote.bytes, local.bytes);
+  EXPECT_EQ(qa_->counters.timeouts, 0u);
+  EXPECT_EQ(qa_->counters.rto_expiries, 2u);
+  EXPECT_LT(pair_->now_ns() - start, 2'000'000u);
+}
+
 TEST_F(LostTailTest, LostProbeFallsBackToTheRto) {
   Drop(kRcSendOnlyOpcode, 2);  // the SEND and its probe
   const uint64_t took = SendOne(100);

@@ -84,6 +84,9 @@ class RetransmitTimer {
   // kLocalAckTimeout, the RTO after a probe).
   Expiry Expire(uint64_t now_ns, uint64_t local_ack_timeout_ns, const RetransmitTimerConfig& config);
 
+  // Expiries of the RTO (or the application's timeout) since the last
+  // progress that carried a fresh sample: 1 right after the first.
+  uint32_t backoff() const { return backoff_; }
   // For `uroce stats`: 0 before the first sample.
   uint64_t srtt_ns() const { return srtt_ns_; }
   uint64_t rttvar_ns() const { return rttvar_ns_; }
