@@ -340,5 +340,44 @@ TEST_F(EngineStagedTest, APingPongOfLargeSendsNeedsNoRetransmission) {
   EXPECT_EQ(peer_.in_use, 0u);
 }
 
+TEST_F(EngineStagedTest, AChunkOverPacketsThatArrivedMeanwhileIsGivenUpAndTheRestGoesAgain) {
+  // The first part of a WRITE goes as packets (no chunk free yet); packets
+  // 10.. and every ACK are lost, so the RTO resends from the first PSN, now
+  // as chunks. The responder has 0..9 already: the first chunk, 0..15, is a
+  // duplicate there and its ACK covers 9 only. That chunk can never be
+  // taken whole again; holding on to it would resend it for ever.
+  peer_.stage = false;
+  StartWithArea();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  constexpr uint32_t kSize = 64 * 1024;
+  Buffer local = Register(pair_->a(), kSize, 0);
+  Pattern(local, 25);
+  Buffer remote = Register(pair_->b(), kSize, 0);
+  int writes = 0;
+  bool lossy = true;
+  pair_->link().set_drop_filter([&](const rte_mbuf* m) {
+    if (!lossy) return false;
+    PacketView view;
+    if (ParsePacket(m, ParseOptions{}, &view) != ParseError::kOk || view.opcode == nullptr) return false;
+    if (view.opcode->operation == Operation::kAcknowledge) return true;
+    return view.opcode->operation == Operation::kRdmaWrite && ++writes > 10;
+  });
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, kSize, 1, remote.addr(), remote.keys.rkey), 0);
+  for (int i = 0; i < 50; ++i) pair_->PollOnce();
+  ASSERT_EQ(writes, 64) << "every packet went once";
+  peer_.stage = true;
+  lossy = false;
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(remote.bytes, local.bytes);
+  EXPECT_EQ(pair_->a().engine->counters().timeouts, 0u);
+  EXPECT_GT(pair_->a().engine->counters().staged_sent, 0u);
+  EXPECT_EQ(peer_.in_use, 0u);
+}
+
 }  // namespace
 }  // namespace uroce::transport

@@ -3,11 +3,12 @@
 // be sent again without copying it again, and given back once the
 // responder has it.
 //
-// A chunk is given back (PeerMemory::Unstage) only when the oldest
-// unacknowledged PSN has passed its last one, or when its QP is reset or
-// destroyed: before that, its descriptor may still wait in the link's ring
-// and the receiver copy from it. (After a reset the receiver's sequence
-// check catches a descriptor that outlived its chunk.)
+// A chunk is given back (PeerMemory::Unstage) only once the oldest
+// unacknowledged PSN has passed its first one (the responder will never
+// read it then), or when its QP is reset or destroyed: before that, its
+// descriptor may still wait in the link's ring and the receiver copy from
+// it. (After a reset the receiver's sequence check catches a descriptor
+// that outlived its chunk.)
 //
 // Threads: the engine thread, or the control path holding the engine
 // (ProgressToken).
@@ -57,15 +58,23 @@ class StagedChunks {
     return limit;
   }
 
-  // Gives back every chunk whose last PSN is before `unacked`. They were
-  // held in PSN order except after a resend (FreeRunFrom), so the oldest
-  // may wait behind a later one a little longer: never the other way.
+  // Gives back every chunk whose first PSN is before `unacked`: the
+  // responder's expected PSN is past it, so it takes the chunk's descriptor
+  // as a duplicate (reading nothing) however late it arrives. That includes
+  // a chunk acknowledged only in part, when some of its PSNs had gone as
+  // packets before (a resend staged them again): it can never be taken
+  // whole, and its rest goes again from `unacked`.
   void ReleaseBefore(Psn unacked, PeerMemory* peer) {
-    while (count_ != 0 && entries_[head_].last_psn.DistanceFrom(unacked) < 0) {
-      if (peer != nullptr) peer->Unstage(entries_[head_].ticket);
-      head_ = (head_ + 1) % kCapacity;
-      --count_;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < count_; ++i) {
+      const Entry& e = entries_[(head_ + i) % kCapacity];
+      if (e.first_psn.DistanceFrom(unacked) < 0) {
+        if (peer != nullptr) peer->Unstage(e.ticket);
+      } else {
+        entries_[(head_ + kept++) % kCapacity] = e;
+      }
     }
+    count_ = kept;
   }
 
   void ReleaseAll(PeerMemory* peer) {
