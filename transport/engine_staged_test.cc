@@ -117,25 +117,15 @@ TEST_F(EngineStagedTest, LargeMessagesGoAsChunksAndArriveWhole) {
   // SEND with immediate from two SGEs into a receive of three: the chunk
   // boundary falls inside the first SGE and across the receive's.
   Buffer dst = Register(pair_->b(), 3 * 30000, 0x55);
-  ibv_sge rsge[3] = {{dst.addr(), 30000, dst.keys.lkey},
-                     {dst.addr() + 30000, 30000, dst.keys.lkey},
-                     {dst.addr() + 60000, 30000, dst.keys.lkey}};
-  ibv_recv_wr rwr{};
-  rwr.wr_id = 9;
-  rwr.sg_list = rsge;
-  rwr.num_sge = 3;
-  const ibv_recv_wr* bad_recv = nullptr;
-  ASSERT_EQ(pair_->b().engine->PostRecv(qb, &rwr, &bad_recv), 0);
-  ibv_sge ssge[2] = {{local.addr(), 70000, local.keys.lkey}, {local.addr() + 500000, 15000, local.keys.lkey}};
-  ibv_send_wr swr{};
-  swr.wr_id = 2;
-  swr.opcode = IBV_WR_SEND_WITH_IMM;
-  swr.send_flags = IBV_SEND_SIGNALED;
-  swr.imm_data = htonl(0xC0FFEE);
-  swr.sg_list = ssge;
-  swr.num_sge = 2;
-  const ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(pair_->a().engine->PostSend(qa, &swr, &bad), 0);
+  ASSERT_EQ(PostRecvSges(pair_->b(), qb, 9,
+                         {{dst.addr(), 30000, dst.keys.lkey},
+                          {dst.addr() + 30000, 30000, dst.keys.lkey},
+                          {dst.addr() + 60000, 30000, dst.keys.lkey}}),
+            0);
+  ASSERT_EQ(PostSendSges(pair_->a(), qa, IBV_WR_SEND_WITH_IMM, 2,
+                         {{local.addr(), 70000, local.keys.lkey}, {local.addr() + 500000, 15000, local.keys.lkey}},
+                         htonl(0xC0FFEE)),
+            0);
   auto recv = pair_->WaitCompletions(pair_->b().cq, 1);
   ASSERT_EQ(recv.size(), 1u);
   EXPECT_EQ(recv[0].status, IBV_WC_SUCCESS);

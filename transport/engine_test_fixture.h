@@ -82,6 +82,30 @@ class EngineTest : public ::testing::Test {
     return side.engine->PostSend(qp, &wr, &bad);
   }
 
+  // A receive of several SGEs.
+  int PostRecvSges(EngineSide& side, QueuePair* qp, uint64_t wr_id, std::vector<ibv_sge> sges) {
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = sges.data();
+    wr.num_sge = static_cast<int>(sges.size());
+    const ibv_recv_wr* bad = nullptr;
+    return side.engine->PostRecv(qp, &wr, &bad);
+  }
+  // A signaled send of several SGEs; `imm_data` in network order (SEND or
+  // WRITE with immediate).
+  int PostSendSges(EngineSide& side, QueuePair* qp, ibv_wr_opcode op, uint64_t wr_id, std::vector<ibv_sge> sges,
+                   uint32_t imm_data = 0) {
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.imm_data = imm_data;
+    wr.sg_list = sges.data();
+    wr.num_sge = static_cast<int>(sges.size());
+    const ibv_send_wr* bad = nullptr;
+    return side.engine->PostSend(qp, &wr, &bad);
+  }
+
   std::unique_ptr<EnginePair> pair_;
 };
 

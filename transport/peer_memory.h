@@ -69,9 +69,9 @@ class PeerMemory {
                      StageTicket* /*ticket*/) {
     return false;
   }
-  // Requester: the chunk may be filled again (what it carries was
-  // acknowledged, or its QP was reset, failed or destroyed). A ticket of a
-  // link since replaced is ignored.
+  // Requester: the chunk may be filled again (the responder is past its
+  // first PSN, or its QP was reset or destroyed). A ticket of a link since
+  // replaced is ignored.
   virtual void Unstage(const StageTicket& /*ticket*/) {}
   // Responder: the link a received frame came by (opaque, nonzero), for a
   // staged chunk; 0 for a frame from anywhere else.

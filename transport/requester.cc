@@ -692,6 +692,7 @@ bool Requester::ResendPacket(QueuePair* qp, Psn psn, bool read_or_atomic_too) {
     EmitRequestPacket(qp, r.window[r.next_send & r.window_mask]);
     sent = qp->counters.tx_packets != tx_before;
     resending_ = false;
+    stage_wait_ = false;  // a resend that found no chunk free: Run's loop is not stopped by it
   }
   r.next_send = next_send;
   r.send_offset = send_offset;
