@@ -14,6 +14,7 @@
 #include "pmd/log.h"
 #include "pmd/port_setup.h"
 #include "pmd/threads.h"
+#include "runtime/progress_pacer.h"
 
 namespace uroce::runtime {
 namespace {
@@ -37,9 +38,6 @@ constexpr int kDaemonCheckMs = 20;
 // How often the progress thread looks at the ports' links (WatchPorts): an
 // RDMA NIC's driver raises its port events within about as long.
 constexpr int kPortCheckMs = 50;
-// How long the progress thread stays away while an application thread polls
-// (and so drives the engines itself).
-constexpr unsigned kApplicationDrivesSleepUs = 2000;
 
 }  // namespace
 
@@ -199,8 +197,11 @@ void Process::ProgressFromPoll(const transport::Engine* engine) {
     // Polling again: it is not blocked (a read, no store, while it polls).
     if (blocking_.load(std::memory_order_relaxed)) blocking_.store(false, std::memory_order_relaxed);
     t_in_progress = true;
-    runtime_->Progress(engine);
+    const unsigned moved = runtime_->Progress(engine);
     t_in_progress = false;
+    // The frames the application's polls move tell the progress thread
+    // whether they keep up (runtime/progress_pacer.h); same plain update.
+    if (moved != 0) app_moved_.store(app_moved_.load(std::memory_order_relaxed) + moved, std::memory_order_relaxed);
   }
 }
 
@@ -252,54 +253,39 @@ void Process::SleepUntilWoken(unsigned us, uint64_t seen_wakes) {
 
 void Process::ProgressLoop() {
   pmd::PlaceHelperThread("uroce-progress", config_.engine.helper_cpus);
+  // Woken beside an application spinning on this CPU, it runs at once
+  // rather than at the end of the spinner's slice (ib_write_lat spins on its
+  // buffer: the peer's WRITE is placed by this thread).
+  pmd::AskShortTimeSlice();
   // Sleeps of a few microseconds mean what they say (the default timer
   // slack is 50 us).
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-  unsigned backoff_us = 0;
-  uint64_t seen_app_polls = 0;
-  auto next_daemon_check = std::chrono::steady_clock::now();
+  ProgressPacer pacer(idle_us_);
+  const auto start = std::chrono::steady_clock::now();
+  auto next_daemon_check = start;
   auto next_port_check = next_daemon_check;
   while (!stop_.load(std::memory_order_acquire)) {
-    if (std::chrono::steady_clock::now() >= next_port_check) {
-      next_port_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(kPortCheckMs);
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_port_check) {
+      next_port_check = now + std::chrono::milliseconds(kPortCheckMs);
       WatchPorts();
     }
-    if (daemon_ && std::chrono::steady_clock::now() >= next_daemon_check) {
-      next_daemon_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDaemonCheckMs);
+    if (daemon_ && now >= next_daemon_check) {
+      next_daemon_check = now + std::chrono::milliseconds(kDaemonCheckMs);
       WatchDaemon();
     }
-    unsigned work = 0;
     const uint64_t seen_wakes = wakes_.load(std::memory_order_acquire);
-    // An application thread that polls drives the engines (inline mode);
-    // then this thread only signals CQs and events, and sleeps. Unless a
-    // thread waits for a completion (an armed CQ, a blocking fabric wait):
-    // then nobody polls, whatever the count says.
-    const bool waited_on = WaitedOn();
-    const uint64_t app_polls = app_polls_.load(std::memory_order_relaxed);
-    const bool application_drives = app_polls != seen_app_polls && !waited_on;
-    seen_app_polls = app_polls;
-    if (inline_ && !application_drives) work += runtime_->Progress();
-    for (size_t c = 0; c < client_count(); ++c) work += clients_[c]->OnProgress();
-    if (application_drives) {
-      // A wake-up costs a 2-core VM ~50 us of the CPU the
-      // application polls on; every 50 us it took more than half of it
-      // (ibv_rc_pingpong 22-34 us per iteration against 6.6-7.2). Out of its
-      // way for longer: a thread that starts to wait wakes us (NoteArmed,
-      // NoteBlocking); one that just stops polling is noticed within this.
-      backoff_us = idle_us_;
-      SleepUntilWoken(kApplicationDrivesSleepUs, seen_wakes);
-      continue;
-    }
-    if (work != 0) {
-      backoff_us = 0;  // busy: at once again
-      continue;
-    }
-    // Nothing moved: sleep 1 us, doubling up to idle_us, also while a
-    // thread waits for a completion (it did yield-spin then, and took a CPU
-    // from everything else on the machine: a qemu guest beside it stalled);
-    // a new wait (NoteArmed, NoteBlocking) wakes it at once.
-    backoff_us = backoff_us == 0 ? 1 : std::min(backoff_us * 2, idle_us_);
-    SleepUntilWoken(backoff_us, seen_wakes);
+    const auto now_us =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(now - start).count());
+    // Who drives the engines this round: runtime/progress_pacer.h.
+    const bool thread_polls = pacer.StartRound(now_us, app_polls_.load(std::memory_order_relaxed),
+                                               app_moved_.load(std::memory_order_relaxed), WaitedOn());
+    unsigned moved = 0;
+    if (inline_ && thread_polls) moved = runtime_->Progress();
+    unsigned other_work = 0;
+    for (size_t c = 0; c < client_count(); ++c) other_work += clients_[c]->OnProgress();
+    const unsigned sleep_us = pacer.EndRound(moved, other_work);
+    if (sleep_us != 0) SleepUntilWoken(sleep_us, seen_wakes);
   }
 }
 
@@ -354,6 +340,7 @@ void Process::ForgetParentAfterFork() {
   daemon_gone_ = false;
   armed_.store(0);
   app_polls_.store(0);
+  app_moved_.store(0);
   blocking_.store(false);
   wakes_.store(0);
   port_active_.clear();

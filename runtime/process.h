@@ -211,6 +211,8 @@ class Process {
   // stays out of its way (on a machine with as many busy threads as cores,
   // a second spinning thread only takes time slices from the one that polls).
   std::atomic<uint64_t> app_polls_{0};
+  // Inline mode: the frames those polls moved (runtime/progress_pacer.h).
+  std::atomic<uint64_t> app_moved_{0};
   std::atomic<bool> blocking_{false};  // NoteBlocking, until the next poll
   std::mutex wake_mutex_;
   std::condition_variable wake_;
