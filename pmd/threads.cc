@@ -73,7 +73,7 @@ void PlaceHelperThread(const char* name, const std::vector<unsigned>& cpus) {
   }
 }
 
-void AskShortTimeSlice() {
+void SetShortTimeSlice(bool short_slice) {
   // The smallest slice EEVDF takes (it clamps to 0.1-100 ms).
   constexpr uint64_t kShortestSliceNs = 100 * 1000;
   // sched_attr's first version (SCHED_ATTR_SIZE_VER0, 48 bytes), declared
@@ -91,7 +91,7 @@ void AskShortTimeSlice() {
   static_assert(sizeof(attr) == 48);
   attr.size = sizeof(attr);
   attr.sched_policy = SCHED_OTHER;
-  attr.sched_runtime = kShortestSliceNs;
+  attr.sched_runtime = short_slice ? kShortestSliceNs : 0;  // 0: the default slice
   // glibc 2.36 has no wrapper; 0: the calling thread. Nice and policy stay.
   (void)syscall(SYS_sched_setattr, 0, &attr, 0U);
 }

@@ -11,9 +11,7 @@
 //   (ibv_poll_cq, fi_cq_read): the thread stays out of its way, sleeping
 //   kApplicationDrivesSleepUs, since on a machine with as many busy threads as
 //   cores a second poller only takes time slices from the one that polls.
-//   After each such sleep the thread polls once, a probe. After a hand-back
-//   (below) the probes start idle_us apart, and their gap doubles after
-//   every kProbesPerGap that find nothing, up to that sleep.
+//   After each such sleep the thread polls once, a probe.
 // - An application that polls a CQ for its own completions and spins on its
 //   memory for the peer's, as perftest's ib_write_lat does (it polls its send
 //   CQ until its WRITE completes, then waits for the peer's RDMA WRITE to
@@ -23,7 +21,9 @@
 //   hands back once the application's polls move more than kHandBackShare
 //   times the thread's frames within a kWindowUs window: the application
 //   polls for its frames again (a busy poller whose frame the probe happened
-//   to find costs one window).
+//   to find costs one window). The thread asks for a short time slice only
+//   while it drives (pmd::SetShortTimeSlice): then its wake-ups preempt the
+//   application spinning on its CPU; its probes do not.
 // An RDMA NIC places a WRITE without the program's help (IBTA 9.4.3: the
 // responder places it and the requester completes it; nothing at the
 // target polls); the thread is what stands in for that here.
@@ -45,8 +45,6 @@ class ProgressPacer {
   // application's before it hands back.
   static constexpr uint64_t kWindowUs = 2000;
   static constexpr uint64_t kHandBackShare = 8;
-  // After a hand-back, probes that find nothing before their gap doubles.
-  static constexpr unsigned kProbesPerGap = 4;
 
   explicit ProgressPacer(unsigned idle_us) : idle_us_(std::max(1u, idle_us)) {}
 
@@ -78,25 +76,13 @@ class ProgressPacer {
       if (app_polled_) takeovers_++;
       StartWindow();
     } else if (thread_drives_ && now_us_ - window_start_us_ >= kWindowUs) {
-      if (window_app_moved_ > kHandBackShare * window_thread_moved_) {
-        thread_drives_ = false;
-        // The application may be lucky for a while only (ib_write_lat's
-        // polls for its own ACK take the peer's WRITE when it comes soon
-        // enough): the first probes come soon, then further apart.
-        probe_gap_us_ = idle_us_;
-        probes_at_gap_ = 0;
-      }
+      if (window_app_moved_ > kHandBackShare * window_thread_moved_) thread_drives_ = false;
       StartWindow();
     }
     if (!thread_drives_ && !waited_on_ && app_polled_) {
       probe_due_ = true;
       backoff_us_ = idle_us_;
-      const unsigned sleep_us = probe_gap_us_;
-      if (++probes_at_gap_ >= kProbesPerGap) {
-        probes_at_gap_ = 0;
-        probe_gap_us_ = std::min(probe_gap_us_ * 2, kApplicationDrivesSleepUs);
-      }
-      return sleep_us;
+      return kApplicationDrivesSleepUs;
     }
     if (thread_moved != 0 || other_work != 0) {
       backoff_us_ = 0;  // busy: at once again
@@ -129,8 +115,6 @@ class ProgressPacer {
   uint64_t window_app_moved_ = 0;
   uint64_t window_thread_moved_ = 0;
   unsigned backoff_us_ = 0;
-  unsigned probe_gap_us_ = kApplicationDrivesSleepUs;
-  unsigned probes_at_gap_ = 0;
   uint64_t takeovers_ = 0;
 };
 

@@ -71,22 +71,15 @@ TEST(ProgressPacerTest, AFrameTheProbeFindsBesideABusyPollerCostsOneWindow) {
   EXPECT_EQ(r.Round(5000, 40, 1), 0u);
   EXPECT_TRUE(r.pacer().thread_drives());
   // ...and the application's polls keep moving the frames: it hands back
-  // once the window is over. The probes then start soon and go further
-  // apart while they find nothing.
+  // once the window is over, and probes every long sleep again.
   uint64_t thread_rounds = 0;
-  unsigned sleep_us = 0;
-  while ((sleep_us = r.Round(100, 20, 0)) <= kIdleUs && r.pacer().thread_drives()) {
+  while (r.Round(100, 20, 0) != ProgressPacer::kApplicationDrivesSleepUs) {
     ASSERT_LT(++thread_rounds, 1000u);
   }
   EXPECT_FALSE(r.pacer().thread_drives());
   EXPECT_GT(thread_rounds, ProgressPacer::kWindowUs / (kIdleUs + 1) - 1);
-  EXPECT_EQ(sleep_us, kIdleUs);
-  for (unsigned probe = 1; probe < ProgressPacer::kProbesPerGap; ++probe) EXPECT_EQ(r.Round(5000, 40, 0), kIdleUs);
-  for (unsigned gap = 2 * kIdleUs; gap < ProgressPacer::kApplicationDrivesSleepUs; gap *= 2) {
-    for (unsigned probe = 0; probe < ProgressPacer::kProbesPerGap; ++probe) EXPECT_EQ(r.Round(5000, 40, 0), gap);
-  }
   EXPECT_EQ(r.Round(5000, 40, 0), ProgressPacer::kApplicationDrivesSleepUs);
-  EXPECT_EQ(r.Round(5000, 40, 0), ProgressPacer::kApplicationDrivesSleepUs);
+  EXPECT_TRUE(r.polled);
 }
 
 TEST(ProgressPacerTest, AnApplicationSpinningOnItsMemoryIsTakenOverAndStaysTakenOver) {
@@ -126,7 +119,7 @@ TEST(ProgressPacerTest, TheThreadHandsBackOnceTheApplicationsPollsMoveTheFramesA
   unsigned sleep_us = 0;
   for (int round = 0; round < 400 && r.pacer().thread_drives(); ++round) sleep_us = r.Round(100, 20, 0);
   EXPECT_FALSE(r.pacer().thread_drives());
-  EXPECT_EQ(sleep_us, kIdleUs);
+  EXPECT_EQ(sleep_us, ProgressPacer::kApplicationDrivesSleepUs);
   // A probe that finds frames waiting takes over again at once.
   EXPECT_EQ(r.Round(100, 0, 2), 0u);
   EXPECT_TRUE(r.pacer().thread_drives());
