@@ -15,7 +15,9 @@
 //   ibv_get_cq_event(3) or in read() on a socket while the peer's RDMA WRITEs
 //   land, as ib_write_bw's server does) never hangs. The thread spins while
 //   it has work or while someone waits for a completion, and otherwise sleeps
-//   with a bounded exponential backoff ([engine] progress_idle_us).
+//   with a bounded exponential backoff ([engine] progress_idle_us). While an
+//   application thread polls, it sleeps long and looks once after each sleep;
+//   frames found waiting make it drive (runtime/progress_pacer.h).
 //
 // The APIs' own objects stay theirs: an API that needs the progress thread
 // (verbs' completion channels and async events) registers a ProgressClient.
