@@ -6,7 +6,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -71,29 +70,6 @@ void PlaceHelperThread(const char* name, const std::vector<unsigned>& cpus) {
     UROCE_LOG(ERR, kPmd, "cannot place thread %s on helper_cpus: %s; it stays where it was\n", name,
                  std::strerror(errno));
   }
-}
-
-void SetShortTimeSlice(bool short_slice) {
-  // The smallest slice EEVDF takes (it clamps to 0.1-100 ms).
-  constexpr uint64_t kShortestSliceNs = 100 * 1000;
-  // sched_attr's first version (SCHED_ATTR_SIZE_VER0, 48 bytes), declared
-  // here: <linux/sched/types.h> clashes with <sched.h>.
-  struct {
-    uint32_t size;
-    uint32_t sched_policy;
-    uint64_t sched_flags;
-    int32_t sched_nice;
-    uint32_t sched_priority;
-    uint64_t sched_runtime;
-    uint64_t sched_deadline;
-    uint64_t sched_period;
-  } attr{};
-  static_assert(sizeof(attr) == 48);
-  attr.size = sizeof(attr);
-  attr.sched_policy = SCHED_OTHER;
-  attr.sched_runtime = short_slice ? kShortestSliceNs : 0;  // 0: the default slice
-  // glibc 2.36 has no wrapper; 0: the calling thread. Nice and policy stay.
-  (void)syscall(SYS_sched_setattr, 0, &attr, 0U);
 }
 
 std::vector<ThreadPlacement> ReadThreadPlacements() {

@@ -25,16 +25,6 @@ namespace uroce::pmd {
 // affinity.
 void PlaceHelperThread(const char* name, const std::vector<unsigned>& cpus);
 
-// Asks the scheduler for the shortest time slice it grants the calling
-// thread, or (false) for its default again: sched_setattr(2) with
-// SCHED_OTHER and sched_runtime 100 us, or 0. Under EEVDF (Linux 6.12 and
-// later) a thread with a shorter slice than the one running preempts it when
-// it wakes, so a helper thread that sleeps beside an application spinning on
-// the same CPU runs within microseconds of its wake-up, not at the end of the
-// spinner's slice (0.75-3 ms). Needs no privilege; older kernels ignore the
-// field. Fails silently: it only changes how soon the thread runs.
-void SetShortTimeSlice(bool short_slice);
-
 struct ThreadPlacement {
   int tid = 0;
   std::string name;         // /proc/self/task/TID/comm

@@ -257,7 +257,6 @@ void Process::ProgressLoop() {
   // slack is 50 us).
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   ProgressPacer pacer(idle_us_);
-  bool short_slice = false;
   const auto start = std::chrono::steady_clock::now();
   auto next_daemon_check = start;
   auto next_port_check = next_daemon_check;
@@ -282,14 +281,6 @@ void Process::ProgressLoop() {
     unsigned other_work = 0;
     for (size_t c = 0; c < client_count(); ++c) other_work += clients_[c]->OnProgress();
     const unsigned sleep_us = pacer.EndRound(moved, other_work);
-    if (pacer.thread_drives() != short_slice) {
-      // While it drives, woken beside an application spinning on this CPU
-      // (ib_write_lat spins on its buffer: the peer's WRITE is placed by
-      // this thread), it runs at once rather than at the end of the
-      // spinner's slice. Its probes wait for the application's slice.
-      short_slice = pacer.thread_drives();
-      pmd::SetShortTimeSlice(short_slice);
-    }
     if (sleep_us != 0) SleepUntilWoken(sleep_us, seen_wakes);
   }
 }

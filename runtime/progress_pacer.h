@@ -21,9 +21,7 @@
 //   hands back once the application's polls move more than kHandBackShare
 //   times the thread's frames within a kWindowUs window: the application
 //   polls for its frames again (a busy poller whose frame the probe happened
-//   to find costs one window). The thread asks for a short time slice only
-//   while it drives (pmd::SetShortTimeSlice): then its wake-ups preempt the
-//   application spinning on its CPU; its probes do not.
+//   to find costs one window).
 // An RDMA NIC places a WRITE without the program's help (IBTA 9.4.3: the
 // responder places it and the requester completes it; nothing at the
 // target polls); the thread is what stands in for that here.
