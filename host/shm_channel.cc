@@ -165,6 +165,7 @@ StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Map(int fd, Side side) {
   // Pick up where the indices are (a fresh file: 0).
   c->consumed_ = LoadAcquire(c->ring(side == Side::kProcess)->consumed());
   c->produced_ = LoadAcquire(c->ring(side != Side::kProcess)->produced());
+  c->peer_consumed_ = LoadAcquire(c->ring(side != Side::kProcess)->consumed());
   return c;
 }
 
@@ -306,8 +307,11 @@ bool ShmChannel::SendDrained() const {
 
 uint16_t ShmChannel::Send(rte_mbuf** pkts, uint16_t n) {
   Ring* r = ring(side_ == Side::kDaemon);
-  const uint32_t consumed = LoadAcquire(r->consumed());
-  const uint32_t used = produced_ - consumed;
+  uint32_t used = produced_ - peer_consumed_;
+  if (used > slots_ || slots_ - used < n) {
+    peer_consumed_ = LoadAcquire(r->consumed());
+    used = produced_ - peer_consumed_;
+  }
   // A peer that claims to have read what was never written leaves no room.
   const uint32_t room = used > slots_ ? 0 : slots_ - used;
   const uint16_t take = static_cast<uint16_t>(std::min<uint32_t>(room, n));

@@ -153,6 +153,10 @@ class ShmChannel {
   std::vector<uint64_t> stage_sequence_;  // our area's chunks' sequences (ours, not the shared words)
   // Our own copies of our side's indices: the shared ones are only told.
   uint32_t produced_ = 0, consumed_ = 0;
+  // What the peer had consumed of our outgoing ring when last read: Send
+  // reads the shared index again only when this leaves too little room, so
+  // that a send does not fetch the line the receiver writes at every receive.
+  uint32_t peer_consumed_ = 0;
   ShmChannelCounters counters_;
   // What the other process of a local link reads to check it reads us.
   uint64_t pull_cookie_ = 0;

@@ -140,11 +140,17 @@ TEST_F(ShmChannelTest, NonsenseFromTheProcessIsRefused) {
   EXPECT_EQ(rte_pktmbuf_pkt_len(in[0]), 64u);
   EXPECT_EQ(daemon_->counters().rx_bad_length, 2u);
   rte_pktmbuf_free(in[0]);
-  // A consumer index that claims more was read than was written: no room.
+  // A consumer index that claims more was read than was written: no room
+  // once the sender looks at it, which is when the room it knew of is used
+  // up (the 8 slots of the ring).
   uint8_t* consumed0 = Shared() + kHeader + 64;
   index = 12345;
   std::memcpy(consumed0, &index, 4);
-  rte_mbuf* out = Frame(64, 1);
+  for (int i = 0; i < 8; ++i) {
+    rte_mbuf* out = Frame(64, static_cast<uint8_t>(i));
+    ASSERT_EQ(daemon_->Send(&out, 1), 1);
+  }
+  rte_mbuf* out = Frame(64, 9);
   EXPECT_EQ(daemon_->Send(&out, 1), 0);
   rte_pktmbuf_free(out);
 }
