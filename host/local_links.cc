@@ -19,6 +19,41 @@ constexpr uint32_t kQpnShift = 16;  // a slot's lease: slot << 16 .. + 0xFFFF (d
 
 uint32_t SlotOf(uint32_t qpn) { return qpn >> kQpnShift; }
 
+// Where one of our own engine's RoCEv2 frames goes, read at fixed offsets:
+// untagged, IPv4 with a 20-byte header or IPv6, UDP to 4791 (RFC 791,
+// RFC 8200, IBTA A17.2), then the BTH's destination QP (IBTA 9.2: bytes
+// 5-7). False for any other shape, which InspectFrame then reads whole. A
+// frame we send needs no more: whoever receives it checks all of it
+// (LocalLinks::Acceptable, the engine's parser).
+bool PeekRoceDestination(const rte_mbuf* m, transport::Gid* dst_ip, uint32_t* dest_qpn) {
+  constexpr size_t kEthernet = 14, kIpv4 = 20, kIpv6 = 40, kUdp = 8, kBthQpnEnd = 8;
+  const uint8_t* f = rte_pktmbuf_mtod(m, const uint8_t*);
+  const size_t length = rte_pktmbuf_data_len(m);
+  if (length < kEthernet + kIpv4 + kUdp + kBthQpnEnd) return false;
+  const uint16_t ether_type = static_cast<uint16_t>(f[12] << 8 | f[13]);
+  size_t udp = 0;
+  if (ether_type == transport::kEtherTypeIpv4) {
+    // Version 4, IHL 5; protocol (byte 9) UDP; destination at bytes 16-19.
+    if (f[kEthernet] != 0x45 || f[kEthernet + 9] != transport::kIpProtocolUdp) return false;
+    *dst_ip = transport::Ipv4MappedGid(f + kEthernet + 16);
+    udp = kEthernet + kIpv4;
+  } else if (ether_type == transport::kEtherTypeIpv6) {
+    // Version 6; next header (byte 6) UDP; destination at bytes 24-39.
+    if (length < kEthernet + kIpv6 + kUdp + kBthQpnEnd || (f[kEthernet] >> 4) != 6 ||
+        f[kEthernet + 6] != transport::kIpProtocolUdp) {
+      return false;
+    }
+    std::memcpy(dst_ip->data(), f + kEthernet + 24, dst_ip->size());
+    udp = kEthernet + kIpv6;
+  } else {
+    return false;
+  }
+  if ((f[udp + 2] << 8 | f[udp + 3]) != transport::kRoceV2UdpPort) return false;
+  const uint8_t* bth = f + udp + kUdp;
+  *dest_qpn = static_cast<uint32_t>(bth[5]) << 16 | static_cast<uint32_t>(bth[6]) << 8 | bth[7];
+  return true;
+}
+
 }  // namespace
 
 LocalLinks::LocalLinks(const Options& options) : options_(options), current_(std::make_unique<Table>()) {
@@ -38,9 +73,16 @@ bool LocalLinks::IsHost(const transport::Gid& gid) const {
 }
 
 uint16_t LocalLinks::Route(const rte_mbuf* m, const Table* table) {
-  FrameInfo info;
-  if (!InspectFrame(m, &info) || info.kind != FrameInfo::Kind::kRoce || !IsHost(info.dst_ip)) return kToDaemon;
-  const uint32_t slot = SlotOf(info.dest_qpn);
+  transport::Gid dst_ip;
+  uint32_t dest_qpn = 0;
+  if (!PeekRoceDestination(m, &dst_ip, &dest_qpn)) {
+    FrameInfo info;
+    if (!InspectFrame(m, &info) || info.kind != FrameInfo::Kind::kRoce) return kToDaemon;
+    dst_ip = info.dst_ip;
+    dest_qpn = info.dest_qpn;
+  }
+  if (!IsHost(dst_ip)) return kToDaemon;
+  const uint32_t slot = SlotOf(dest_qpn);
   // QP 1 (slot 0) is every process's: the daemon routes CM MADs.
   if (slot == 0 || slot >= kSlots) return kToDaemon;
   if (slot == options_.own_slot) return kToLoop;

@@ -37,6 +37,7 @@ using pmd::testing::QueuePort;
 
 const MacAddress kHostMac = {0x02, 0, 0, 0, 0, 0x01};
 const MacAddress kOtherMac = {0x02, 0, 0, 0, 0, 0x02};
+const Gid kHostV6 = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01};
 
 uint32_t Qpn(uint32_t slot, uint32_t n) { return (slot << 16) + n; }
 
@@ -63,7 +64,7 @@ class LocalLinksTest : public ::testing::Test {
     o.pool = pool_.get();
     o.own_slot = slot;
     o.mac = kHostMac;
-    o.gids = {Ip(1)};
+    o.gids = {Ip(1), kHostV6};
     return std::make_unique<LocalLinks>(o);
   }
   // Links a (slot 3) and b (slot 7) as the daemon does: one file, both ends.
@@ -122,6 +123,57 @@ TEST_F(LocalLinksTest, LinkedProcessesTalkStraightAndTheDaemonKeepsTheRest) {
   EXPECT_EQ(Send(b_.get(), {Roce(Qpn(3, 1))}), 1);
   EXPECT_EQ(Receive(a_.get()), 1u);
   EXPECT_EQ(a_->counters().links, 1u);
+}
+
+TEST_F(LocalLinksTest, FramesOfEveryShapeGoWhereTheirDestinationSays) {
+  Link();
+  // Route reads the common shapes at fixed offsets and the rest through the
+  // parser: IPv6, a VLAN tag (nobody's here: the daemon), an IPv4 header
+  // with options, a frame too short for its headers.
+  auto shaped = [this](uint32_t qpn, const Gid& ip, bool vlan) {
+    transport::PacketFields f;
+    f.src_mac = kHostMac;
+    f.dst_mac = kHostMac;
+    f.src_gid = ip;
+    f.dst_gid = ip;
+    f.ip_version = transport::IsIpv4MappedGid(ip) ? transport::IpVersion::kIpv4 : transport::IpVersion::kIpv6;
+    f.has_vlan = vlan;
+    f.vlan_tci = vlan ? 5 : 0;
+    f.udp_src_port = 0xC000;
+    f.bth.opcode = static_cast<uint8_t>(Opcode::kRcSendOnly);
+    f.bth.dest_qp = qpn;
+    f.payload_length = 16;
+    const uint8_t payload[16] = {};
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+    EXPECT_EQ(transport::BuildPacket(f, payload, m), transport::BuildError::kOk);
+    return m;
+  };
+  rte_mbuf* options = Roce(Qpn(7, 8));
+  {
+    // IHL 6: four bytes of options (a NOP and end-of-list padding) between
+    // the IPv4 header and UDP, lengths and checksum made right.
+    uint8_t* f = rte_pktmbuf_mtod(options, uint8_t*);
+    const uint16_t length = rte_pktmbuf_data_len(options);
+    ASSERT_NE(rte_pktmbuf_append(options, 4), nullptr);
+    std::memmove(f + 14 + 24, f + 14 + 20, length - 14 - 20);
+    std::memset(f + 14 + 20, 0, 4);
+    f[14 + 20] = 1;
+    f[14] = 0x46;
+    const uint16_t total = static_cast<uint16_t>((f[16] << 8 | f[17]) + 4);
+    f[16] = static_cast<uint8_t>(total >> 8);
+    f[17] = static_cast<uint8_t>(total);
+  }
+  rte_mbuf* short_frame = Roce(Qpn(7, 9));
+  rte_pktmbuf_trim(short_frame, rte_pktmbuf_data_len(short_frame) - 40);
+  EXPECT_EQ(Send(a_.get(), {shaped(Qpn(7, 5), kHostV6, false), shaped(Qpn(7, 6), Ip(1), true),
+                            shaped(Qpn(7, 7), kHostV6, true), options, short_frame}),
+            5);
+  // The tagged and short frames went to the daemon; the IPv6 frame and the
+  // one with options over the link (where the parser, with the ICRC left
+  // for the engine, takes both).
+  EXPECT_EQ(daemon_a_.out.size(), 3u);
+  EXPECT_EQ(a_->counters().link_tx_frames, 2u);
+  EXPECT_EQ(Receive(b_.get()), 2u);
 }
 
 TEST_F(LocalLinksTest, ANewLinkWaitsUntilTheSwitchTookWhatWentBefore) {
