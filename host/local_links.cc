@@ -19,13 +19,20 @@ constexpr uint32_t kQpnShift = 16;  // a slot's lease: slot << 16 .. + 0xFFFF (d
 
 uint32_t SlotOf(uint32_t qpn) { return qpn >> kQpnShift; }
 
-// Where one of our own engine's RoCEv2 frames goes, read at fixed offsets:
+// A RoCEv2 frame's addresses and destination QP read at fixed offsets:
 // untagged, IPv4 with a 20-byte header or IPv6, UDP to 4791 (RFC 791,
-// RFC 8200, IBTA A17.2), then the BTH's destination QP (IBTA 9.2: bytes
-// 5-7). False for any other shape, which InspectFrame then reads whole. A
-// frame we send needs no more: whoever receives it checks all of it
-// (LocalLinks::Acceptable, the engine's parser).
-bool PeekRoceDestination(const rte_mbuf* m, transport::Gid* dst_ip, uint32_t* dest_qpn) {
+// RFC 8200, IBTA A17.2), then the BTH (IBTA 9.2: the opcode in byte 0, the
+// destination QP in bytes 5-7). False for any other shape, which
+// InspectFrame then reads whole. Nothing else is checked here: the engine's
+// parser reads these same bytes as these same fields, and refuses the frame
+// if the rest is not right.
+struct RocePeek {
+  transport::Gid src_ip, dst_ip;
+  uint32_t dest_qpn = 0;
+  uint8_t opcode = 0;
+};
+
+bool PeekRoce(const rte_mbuf* m, RocePeek* peek) {
   constexpr size_t kEthernet = 14, kIpv4 = 20, kIpv6 = 40, kUdp = 8, kBthQpnEnd = 8;
   const uint8_t* f = rte_pktmbuf_mtod(m, const uint8_t*);
   const size_t length = rte_pktmbuf_data_len(m);
@@ -33,26 +40,32 @@ bool PeekRoceDestination(const rte_mbuf* m, transport::Gid* dst_ip, uint32_t* de
   const uint16_t ether_type = static_cast<uint16_t>(f[12] << 8 | f[13]);
   size_t udp = 0;
   if (ether_type == transport::kEtherTypeIpv4) {
-    // Version 4, IHL 5; protocol (byte 9) UDP; destination at bytes 16-19.
+    // Version 4, IHL 5; protocol (byte 9) UDP; addresses at bytes 12-19.
     if (f[kEthernet] != 0x45 || f[kEthernet + 9] != transport::kIpProtocolUdp) return false;
-    *dst_ip = transport::Ipv4MappedGid(f + kEthernet + 16);
+    peek->src_ip = transport::Ipv4MappedGid(f + kEthernet + 12);
+    peek->dst_ip = transport::Ipv4MappedGid(f + kEthernet + 16);
     udp = kEthernet + kIpv4;
   } else if (ether_type == transport::kEtherTypeIpv6) {
-    // Version 6; next header (byte 6) UDP; destination at bytes 24-39.
+    // Version 6; next header (byte 6) UDP; addresses at bytes 8-39.
     if (length < kEthernet + kIpv6 + kUdp + kBthQpnEnd || (f[kEthernet] >> 4) != 6 ||
         f[kEthernet + 6] != transport::kIpProtocolUdp) {
       return false;
     }
-    std::memcpy(dst_ip->data(), f + kEthernet + 24, dst_ip->size());
+    std::memcpy(peek->src_ip.data(), f + kEthernet + 8, peek->src_ip.size());
+    std::memcpy(peek->dst_ip.data(), f + kEthernet + 24, peek->dst_ip.size());
     udp = kEthernet + kIpv6;
   } else {
     return false;
   }
   if ((f[udp + 2] << 8 | f[udp + 3]) != transport::kRoceV2UdpPort) return false;
   const uint8_t* bth = f + udp + kUdp;
-  *dest_qpn = static_cast<uint32_t>(bth[5]) << 16 | static_cast<uint32_t>(bth[6]) << 8 | bth[7];
+  peek->opcode = bth[0];
+  peek->dest_qpn = static_cast<uint32_t>(bth[5]) << 16 | static_cast<uint32_t>(bth[6]) << 8 | bth[7];
   return true;
 }
+
+// IBTA 9.2: an opcode's top three bits are its transport service; 011 is UD.
+bool UdOpcode(uint8_t opcode) { return opcode >> 5 == 0x3; }
 
 }  // namespace
 
@@ -73,16 +86,17 @@ bool LocalLinks::IsHost(const transport::Gid& gid) const {
 }
 
 uint16_t LocalLinks::Route(const rte_mbuf* m, const Table* table) {
-  transport::Gid dst_ip;
-  uint32_t dest_qpn = 0;
-  if (!PeekRoceDestination(m, &dst_ip, &dest_qpn)) {
+  // Our own engine's frames: the common shapes need no parse (whoever
+  // receives one checks all of it: Acceptable, the engine's parser).
+  RocePeek peek;
+  if (!PeekRoce(m, &peek)) {
     FrameInfo info;
     if (!InspectFrame(m, &info) || info.kind != FrameInfo::Kind::kRoce) return kToDaemon;
-    dst_ip = info.dst_ip;
-    dest_qpn = info.dest_qpn;
+    peek.dst_ip = info.dst_ip;
+    peek.dest_qpn = info.dest_qpn;
   }
-  if (!IsHost(dst_ip)) return kToDaemon;
-  const uint32_t slot = SlotOf(dest_qpn);
+  if (!IsHost(peek.dst_ip)) return kToDaemon;
+  const uint32_t slot = SlotOf(peek.dest_qpn);
   // QP 1 (slot 0) is every process's: the daemon routes CM MADs.
   if (slot == 0 || slot >= kSlots) return kToDaemon;
   if (slot == options_.own_slot) return kToLoop;
@@ -143,8 +157,19 @@ uint16_t LocalLinks::TxBurst(rte_mbuf** pkts, uint16_t n) {
 }
 
 bool LocalLinks::Acceptable(uint32_t from_slot, const rte_mbuf* m) const {
+  // The common shapes of a connected service's frame are read at fixed
+  // offsets: the engine's parser reads the same bytes as the same fields
+  // and refuses the frame if the rest is wrong. UD (its DETH names the
+  // sender's QP) and every other shape are parsed here.
+  RocePeek peek;
   FrameInfo info;
-  if (!InspectFrame(m, &info) || info.kind != FrameInfo::Kind::kRoce) return false;
+  if (PeekRoce(m, &peek) && !UdOpcode(peek.opcode)) {
+    info.src_ip = peek.src_ip;
+    info.dst_ip = peek.dst_ip;
+    info.dest_qpn = peek.dest_qpn;
+  } else if (!InspectFrame(m, &info) || info.kind != FrameInfo::Kind::kRoce) {
+    return false;
+  }
   const uint8_t* eth = rte_pktmbuf_mtod(m, const uint8_t*);
   if (std::memcmp(eth + 6, options_.mac.data(), 6) != 0) return false;
   if (!IsHost(info.src_ip) || !IsHost(info.dst_ip)) return false;
