@@ -20,12 +20,13 @@ constexpr uint32_t kQpnShift = 16;  // a slot's lease: slot << 16 .. + 0xFFFF (d
 uint32_t SlotOf(uint32_t qpn) { return qpn >> kQpnShift; }
 
 // A RoCEv2 frame's addresses and destination QP read at fixed offsets:
-// untagged, IPv4 with a 20-byte header or IPv6, UDP to 4791 (RFC 791,
-// RFC 8200, IBTA A17.2), then the BTH (IBTA 9.2: the opcode in byte 0, the
-// destination QP in bytes 5-7). False for any other shape, which
-// InspectFrame then reads whole. Nothing else is checked here: the engine's
-// parser reads these same bytes as these same fields, and refuses the frame
-// if the rest is not right.
+// untagged, IPv4 with a 20-byte header and no fragment or IPv6, UDP to 4791
+// with the IP and UDP lengths within the frame and agreeing (RFC 791,
+// RFC 8200, RFC 768, IBTA A17.2), then the BTH (IBTA 9.2: the opcode in
+// byte 0, the destination QP in bytes 5-7). False for any other shape,
+// which InspectFrame then reads whole. So the engine's parser reads these
+// same bytes as these same fields, takes the frame as RoCE, and refuses it
+// as a RoCE packet (counted, before any QP) if the rest is not right.
 struct RocePeek {
   transport::Gid src_ip, dst_ip;
   uint32_t dest_qpn = 0;
@@ -39,25 +40,39 @@ bool PeekRoce(const rte_mbuf* m, RocePeek* peek) {
   if (length < kEthernet + kIpv4 + kUdp + kBthQpnEnd) return false;
   const uint16_t ether_type = static_cast<uint16_t>(f[12] << 8 | f[13]);
   size_t udp = 0;
+  auto load16 = [f](size_t at) { return static_cast<size_t>(f[at] << 8 | f[at + 1]); };
+  size_t ip_end = 0;
   if (ether_type == transport::kEtherTypeIpv4) {
-    // Version 4, IHL 5; protocol (byte 9) UDP; addresses at bytes 12-19.
-    if (f[kEthernet] != 0x45 || f[kEthernet + 9] != transport::kIpProtocolUdp) return false;
+    // Version 4, IHL 5; total length (bytes 2-3); no fragment (bytes 6-7:
+    // MF and the offset); protocol (byte 9) UDP; addresses at bytes 12-19.
+    if (f[kEthernet] != 0x45 || f[kEthernet + 9] != transport::kIpProtocolUdp ||
+        (load16(kEthernet + 6) & 0x3FFF) != 0) {
+      return false;
+    }
+    ip_end = kEthernet + load16(kEthernet + 2);
     peek->src_ip = transport::Ipv4MappedGid(f + kEthernet + 12);
     peek->dst_ip = transport::Ipv4MappedGid(f + kEthernet + 16);
     udp = kEthernet + kIpv4;
   } else if (ether_type == transport::kEtherTypeIpv6) {
-    // Version 6; next header (byte 6) UDP; addresses at bytes 8-39.
+    // Version 6; payload length (bytes 4-5); next header (byte 6) UDP;
+    // addresses at bytes 8-39.
     if (length < kEthernet + kIpv6 + kUdp + kBthQpnEnd || (f[kEthernet] >> 4) != 6 ||
         f[kEthernet + 6] != transport::kIpProtocolUdp) {
       return false;
     }
+    ip_end = kEthernet + kIpv6 + load16(kEthernet + 4);
     std::memcpy(peek->src_ip.data(), f + kEthernet + 8, peek->src_ip.size());
     std::memcpy(peek->dst_ip.data(), f + kEthernet + 24, peek->dst_ip.size());
     udp = kEthernet + kIpv6;
   } else {
     return false;
   }
-  if ((f[udp + 2] << 8 | f[udp + 3]) != transport::kRoceV2UdpPort) return false;
+  // The UDP datagram (its length, bytes 4-5) is the rest of the IP packet,
+  // which lies within the frame and holds the UDP header and a BTH's QP.
+  if (ip_end > length || ip_end < udp + kUdp + kBthQpnEnd || load16(udp + 4) != ip_end - udp ||
+      load16(udp + 2) != transport::kRoceV2UdpPort) {
+    return false;
+  }
   const uint8_t* bth = f + udp + kUdp;
   peek->opcode = bth[0];
   peek->dest_qpn = static_cast<uint32_t>(bth[5]) << 16 | static_cast<uint32_t>(bth[6]) << 8 | bth[7];

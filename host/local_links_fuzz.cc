@@ -16,6 +16,7 @@
 #include "host/local_links.h"
 #include "pmd/mempool.h"
 #include "host/shm_channel.h"
+#include "transport/packet_parser.h"
 
 namespace {
 
@@ -83,10 +84,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if ((*hostile)->Send(&m, 1) != 1) rte_pktmbuf_free(m);
     const uint16_t got = links->RxBurst(burst, 32);
     // A taken frame is one slot 7 may send us: RoCEv2 as the host, to a QPN
-    // of our lease other than QP 1, UD only from slot 7's.
+    // of our lease other than QP 1, UD only from slot 7's. Or one that the
+    // engine's parser takes for RoCE and refuses (a connected service's
+    // frame is read at fixed offsets at the link and parsed whole by the
+    // engine), whose fields at those offsets say the same.
     for (uint16_t i = 0; i < got; ++i) {
       uroce::host::FrameInfo info;
-      if (!uroce::host::InspectFrame(burst[i], &info) || info.kind != uroce::host::FrameInfo::Kind::kRoce ||
+      uroce::transport::PacketView view;
+      uroce::transport::ParseOptions strict;
+      strict.verify_icrc = true;
+      const uroce::transport::ParseError error = uroce::transport::ParsePacket(burst[i], strict, &view);
+      if (error != uroce::transport::ParseError::kOk) {
+        if (!view.is_roce) abort();  // the engine would hand it to its ARP/ND handler
+        const size_t l3 = 14, udp = l3 + view.ip_header_bytes;
+        if (view.ip_header_bytes != 20 && view.ip_header_bytes != 40) abort();
+        const uint8_t* f = rte_pktmbuf_mtod(burst[i], const uint8_t*);
+        info.kind = uroce::host::FrameInfo::Kind::kRoce;
+        info.dest_qpn = static_cast<uint32_t>(f[udp + 8 + 5]) << 16 | f[udp + 8 + 6] << 8 | f[udp + 8 + 7];
+        info.src_ip = view.fields.src_gid;
+        info.dst_ip = view.fields.dst_gid;
+      } else if (!uroce::host::InspectFrame(burst[i], &info)) {
+        abort();
+      }
+      if (info.kind != uroce::host::FrameInfo::Kind::kRoce || info.dest_qpn == 1 ||
           (info.dest_qpn >> 16) != 3 || (info.ud && (info.src_qpn >> 16) != 7) ||
           std::memcmp(rte_pktmbuf_mtod_offset(burst[i], const uint8_t*, 6), o.mac.data(), 6) != 0 ||
           std::find(o.gids.begin(), o.gids.end(), info.src_ip) == o.gids.end() ||
