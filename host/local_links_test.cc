@@ -151,7 +151,8 @@ TEST_F(LocalLinksTest, FramesOfEveryShapeGoWhereTheirDestinationSays) {
   rte_mbuf* options = Roce(Qpn(7, 8));
   {
     // IHL 6: four bytes of options (a NOP and end-of-list padding) between
-    // the IPv4 header and UDP, lengths and checksum made right.
+    // the IPv4 header and UDP, the total length made right (the header
+    // checksum is the engine's to check, not the link's).
     uint8_t* f = rte_pktmbuf_mtod(options, uint8_t*);
     const uint16_t length = rte_pktmbuf_data_len(options);
     ASSERT_NE(rte_pktmbuf_append(options, 4), nullptr);
