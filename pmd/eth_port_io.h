@@ -9,6 +9,7 @@
 
 #include <atomic>
 
+#include "pmd/memif_unmap_guard.h"
 #include "transport/packet_io.h"
 
 namespace uroce::pmd {
@@ -19,16 +20,18 @@ class EthPortIo final : public transport::PacketIo {
   // (Runtime's memif connector) starts and stops the port, and ethdev bursts
   // must not run meanwhile. It only ever goes from false to true.
   EthPortIo(uint16_t port_id, uint16_t queue_id, const std::atomic<bool>* ready = nullptr)
-      : port_id_(port_id), queue_id_(queue_id), ready_(ready) {}
+      : port_id_(port_id), queue_id_(queue_id), ready_(ready), unmap_fence_(MemifBurstFence(port_id)) {}
 
   uint16_t RxBurst(rte_mbuf** pkts, uint16_t n) override {
     if (!Ready()) return 0;
+    BurstScope burst(unmap_fence_);
     return rte_eth_rx_burst(port_id_, queue_id_, pkts, n);
   }
   // A full TX ring takes fewer, a port not ready none; the engine keeps the
   // rest for its next poll.
   uint16_t TxBurst(rte_mbuf** pkts, uint16_t n) override {
     if (!Ready()) return 0;
+    BurstScope burst(unmap_fence_);
     return rte_eth_tx_burst(port_id_, queue_id_, pkts, n);
   }
 
@@ -47,6 +50,9 @@ class EthPortIo final : public transport::PacketIo {
   const uint16_t port_id_;
   const uint16_t queue_id_;
   const std::atomic<bool>* ready_;
+  // A memif port's: its peer's disconnect unmaps the rings on another
+  // thread, which waits for a burst marked here (pmd/memif_unmap_guard.h).
+  BurstFence* const unmap_fence_;
 };
 
 }  // namespace uroce::pmd

@@ -20,6 +20,7 @@
 
 #include "pmd/eal.h"
 #include "pmd/log.h"
+#include "pmd/memif_unmap_guard.h"
 #include "pmd/port.h"
 #include "pmd/port_setup.h"
 #include "runtime/telemetry.h"
@@ -37,7 +38,10 @@ using pmd::DeriveSeed;
 using pmd::DestroyRingPair;
 using pmd::EalRunning;
 using runtime::EndpointConfig;
+using pmd::BurstFence;
+using pmd::BurstScope;
 using pmd::EthPortIo;
+using pmd::MemifBurstFence;
 using runtime::ImpairConfig;
 using pmd::ImpairedPortIo;
 using pmd::ImpairmentSummary;
@@ -560,8 +564,13 @@ ShutdownReport Runtime::Shutdown() {
     }
     if (!e->port_started) continue;  // ethdev refuses (and logs) a burst on a stopped port
     rte_mbuf* burst[64];
+    BurstFence* const unmap_fence = MemifBurstFence(e->port_id);  // the peer may be leaving too
     for (int i = 0; i < 1024; ++i) {
-      const uint16_t n = rte_eth_rx_burst(e->port_id, 0, burst, 64);
+      uint16_t n;
+      {
+        BurstScope marked(unmap_fence);
+        n = rte_eth_rx_burst(e->port_id, 0, burst, 64);
+      }
       if (n == 0) break;
       rte_pktmbuf_free_bulk(burst, n);
     }
