@@ -273,6 +273,58 @@ TEST_F(EngineStagedTest, DestroyingAQpGivesItsChunksBack) {
   EXPECT_EQ(peer_.unstages, peer_.stages);
 }
 
+// A QP in the error state sends nothing again: the chunks it held go back
+// to the area at once (the area is the link's, shared by every QP over it),
+// whether the application moved it there or the transport did.
+TEST_F(EngineStagedTest, AQpInErrorGivesItsChunksBack) {
+  StartWithArea();
+  auto qps = pair_->ConnectQps({});
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer local = Register(pair_->a(), 1 << 18, 0);
+  Buffer remote = Register(pair_->b(), 1 << 18, 0);
+  pair_->link().set_drop_filter([](const rte_mbuf* m) { return IsStagedChunk(m); });  // never acknowledged
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, 1 << 18, 1, remote.addr(), remote.keys.rkey), 0);
+  for (int i = 0; i < 100; ++i) pair_->PollOnce();
+  ASSERT_NE(peer_.in_use, 0u);
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_TRUE(pair_->a().engine->ModifyQp(qa, err, IBV_QP_STATE).ok());
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(peer_.in_use, 0u) << "chunks held by a QP in ERR";
+  EXPECT_EQ(peer_.unstages, peer_.stages);
+  // Reset and destruction find nothing left to give back (Unstage checks
+  // that no chunk comes back twice).
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_TRUE(pair_->a().engine->ModifyQp(qa, reset, IBV_QP_STATE).ok());
+  ASSERT_TRUE(pair_->a().engine->DestroyQp(qa).ok());
+  EXPECT_EQ(peer_.unstages, peer_.stages);
+}
+
+TEST_F(EngineStagedTest, ARetryExceededQpGivesItsChunksBack) {
+  StartWithArea();
+  RcConnectOptions connect;
+  connect.retry_cnt = 1;
+  auto qps = pair_->ConnectQps(connect);
+  ASSERT_TRUE(qps.ok());
+  auto [qa, qb] = *qps;
+  (void)qb;
+  Buffer local = Register(pair_->a(), 1 << 18, 0);
+  Buffer remote = Register(pair_->b(), 1 << 18, 0);
+  pair_->link().set_drop_filter([](const rte_mbuf* m) { return IsStagedChunk(m); });
+  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, 1 << 18, 1, remote.addr(), remote.keys.rkey), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(qa->state.load(), IBV_QPS_ERR);
+  EXPECT_EQ(peer_.in_use, 0u) << "chunks held by a QP in ERR";
+  EXPECT_EQ(peer_.unstages, peer_.stages);
+}
+
 TEST_F(EngineStagedTest, AChunkFromWhereNoAreaIsSharedIsDroppedUnread) {
   peer_.from_link = false;
   StartWithArea();
