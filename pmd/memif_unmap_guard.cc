@@ -60,6 +60,7 @@ void WaitForBursts() {
     while (fence.epoch() == seen) {
       if (std::chrono::steady_clock::now() > deadline) {
         g_waits_given_up.fetch_add(1, std::memory_order_relaxed);
+        UROCE_LOG(WARNING, kPmd, "memif: a burst did not end within 1 s; its port's rings are unmapped anyway\n");
         return;
       }
       sched_yield();  // the poller may be waiting for this CPU
