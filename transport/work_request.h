@@ -20,10 +20,14 @@ inline constexpr uint32_t kMaxSendSge = 16;
 inline constexpr uint32_t kMaxRecvSge = 16;
 inline constexpr uint32_t kMaxInlineData = 256;
 
+// No default member initializers: a request's SGE array is left unset
+// beyond its num_sge entries (SendWqe, RecvWqe), which are all that is ever
+// read. Zeroing the device's 16 on every post took 3 % of a 64 B sender's
+// samples. Sge{} is still all zeros.
 struct Sge {
-  uint64_t addr = 0;
-  uint32_t length = 0;
-  uint32_t lkey = 0;
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
 };
 
 // The operands of an atomic (IBTA 9.4.5): compare and swap, or the addend
@@ -82,7 +86,7 @@ struct SendWqe : SendWqeHeader {
   // bytes are copied at post time and num_sge is 0), never both: they share
   // their storage.
   union {
-    Sge sge[kMaxSendSge] = {};
+    Sge sge[kMaxSendSge];  // the first num_sge are set
     uint8_t inline_data[kMaxInlineData];
   };
 };
