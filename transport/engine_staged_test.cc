@@ -87,7 +87,25 @@ class EngineStagedTest : public EngineTest {
     options.engine_template.pull_min_bytes = 16384;
     Start(options);
   }
+  // Starts with the area and posts a 256 KiB WRITE from a to b whose
+  // chunks the link drops, so that a's QP (returned; null on a failure)
+  // holds chunks that are never acknowledged.
+  QueuePair* PostUnacknowledgedChunks(const RcConnectOptions& connect) {
+    StartWithArea();
+    auto qps = pair_->ConnectQps(connect);
+    if (!qps.ok()) return nullptr;
+    QueuePair* qa = qps->first;
+    held_local_ = Register(pair_->a(), 1 << 18, 0);
+    held_remote_ = Register(pair_->b(), 1 << 18, 0);
+    pair_->link().set_drop_filter([](const rte_mbuf* m) { return IsStagedChunk(m); });
+    if (PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, held_local_, 1 << 18, 1, held_remote_.addr(),
+                 held_remote_.keys.rkey) != 0) {
+      return nullptr;
+    }
+    return qa;
+  }
   AreaPeerMemory peer_;
+  Buffer held_local_, held_remote_;
 };
 
 TEST_F(EngineStagedTest, LargeMessagesGoAsChunksAndArriveWhole) {
@@ -257,15 +275,8 @@ TEST_F(EngineStagedTest, WithNoChunkFreeAQpHoldingNoneSendsPackets) {
 }
 
 TEST_F(EngineStagedTest, DestroyingAQpGivesItsChunksBack) {
-  StartWithArea();
-  auto qps = pair_->ConnectQps({});
-  ASSERT_TRUE(qps.ok());
-  auto [qa, qb] = *qps;
-  (void)qb;
-  Buffer local = Register(pair_->a(), 1 << 18, 0);
-  Buffer remote = Register(pair_->b(), 1 << 18, 0);
-  pair_->link().set_drop_filter([](const rte_mbuf* m) { return IsStagedChunk(m); });  // never acknowledged
-  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, 1 << 18, 1, remote.addr(), remote.keys.rkey), 0);
+  QueuePair* qa = PostUnacknowledgedChunks({});
+  ASSERT_NE(qa, nullptr);
   for (int i = 0; i < 100; ++i) pair_->PollOnce();
   EXPECT_NE(peer_.in_use, 0u);
   ASSERT_TRUE(pair_->a().engine->DestroyQp(qa).ok());
@@ -277,15 +288,8 @@ TEST_F(EngineStagedTest, DestroyingAQpGivesItsChunksBack) {
 // to the area at once (the area is the link's, shared by every QP over it),
 // whether the application moved it there or the transport did.
 TEST_F(EngineStagedTest, AQpInErrorGivesItsChunksBack) {
-  StartWithArea();
-  auto qps = pair_->ConnectQps({});
-  ASSERT_TRUE(qps.ok());
-  auto [qa, qb] = *qps;
-  (void)qb;
-  Buffer local = Register(pair_->a(), 1 << 18, 0);
-  Buffer remote = Register(pair_->b(), 1 << 18, 0);
-  pair_->link().set_drop_filter([](const rte_mbuf* m) { return IsStagedChunk(m); });  // never acknowledged
-  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, 1 << 18, 1, remote.addr(), remote.keys.rkey), 0);
+  QueuePair* qa = PostUnacknowledgedChunks({});
+  ASSERT_NE(qa, nullptr);
   for (int i = 0; i < 100; ++i) pair_->PollOnce();
   ASSERT_NE(peer_.in_use, 0u);
   ibv_qp_attr err{};
@@ -306,17 +310,10 @@ TEST_F(EngineStagedTest, AQpInErrorGivesItsChunksBack) {
 }
 
 TEST_F(EngineStagedTest, ARetryExceededQpGivesItsChunksBack) {
-  StartWithArea();
   RcConnectOptions connect;
   connect.retry_cnt = 1;
-  auto qps = pair_->ConnectQps(connect);
-  ASSERT_TRUE(qps.ok());
-  auto [qa, qb] = *qps;
-  (void)qb;
-  Buffer local = Register(pair_->a(), 1 << 18, 0);
-  Buffer remote = Register(pair_->b(), 1 << 18, 0);
-  pair_->link().set_drop_filter([](const rte_mbuf* m) { return IsStagedChunk(m); });
-  ASSERT_EQ(PostSend(pair_->a(), qa, IBV_WR_RDMA_WRITE, local, 1 << 18, 1, remote.addr(), remote.keys.rkey), 0);
+  QueuePair* qa = PostUnacknowledgedChunks(connect);
+  ASSERT_NE(qa, nullptr);
   auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, IBV_WC_RETRY_EXC_ERR);
