@@ -86,8 +86,6 @@ bool UdOpcode(uint8_t opcode) { return opcode >> 5 == 0x3; }
 
 LocalLinks::LocalLinks(const Options& options) : options_(options), current_(std::make_unique<Table>()) {
   table_.store(current_.get());
-  std::memcpy(&own_mac_high_, options_.mac.data(), 4);
-  std::memcpy(&own_mac_low_, options_.mac.data() + 4, 2);
 }
 
 LocalLinks::~LocalLinks() {
@@ -96,13 +94,8 @@ LocalLinks::~LocalLinks() {
 }
 
 bool LocalLinks::IsHost(const transport::Gid& gid) const {
-  // Two 8-byte compares each: std::array's == calls memcmp, at every frame.
-  uint64_t want[2];
-  std::memcpy(want, gid.data(), sizeof(want));
   for (const transport::Gid& own : options_.gids) {
-    uint64_t have[2];
-    std::memcpy(have, own.data(), sizeof(have));
-    if (((have[0] ^ want[0]) | (have[1] ^ want[1])) == 0) return true;
+    if (transport::SameGid(own, gid)) return true;
   }
   return false;
 }
@@ -193,11 +186,7 @@ bool LocalLinks::Acceptable(uint32_t from_slot, const rte_mbuf* m) const {
     return false;
   }
   const uint8_t* eth = rte_pktmbuf_mtod(m, const uint8_t*);
-  uint32_t mac_high;
-  uint16_t mac_low;
-  std::memcpy(&mac_high, eth + 6, 4);
-  std::memcpy(&mac_low, eth + 10, 2);
-  if (mac_high != own_mac_high_ || mac_low != own_mac_low_) return false;
+  if (!transport::SameMac(eth + 6, options_.mac.data())) return false;
   if (!IsHost(info.src_ip) || !IsHost(info.dst_ip)) return false;
   if (info.dest_qpn == 1 || SlotOf(info.dest_qpn) != options_.own_slot) return false;
   if (info.ud && SlotOf(info.src_qpn) != from_slot) return false;

@@ -175,9 +175,6 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
   }
 
   const Options options_;
-  // options_.mac as two words, compared with every frame from a link.
-  uint32_t own_mac_high_ = 0;
-  uint16_t own_mac_low_ = 0;
   // Polling side.
   std::atomic<const Table*> table_;
   std::atomic<uint64_t> epoch_{0};

@@ -47,7 +47,10 @@ void WaitForBursts() {
   // reads the epochs) and each poller (marks the epoch, then memif reads
   // the flag): one of the two must see the other's store. membarrier makes
   // every thread of the process execute a full barrier, so the poller's side
-  // needs none (MEMBARRIER_CMD_PRIVATE_EXPEDITED, membarrier(2)).
+  // needs none (MEMBARRIER_CMD_PRIVATE_EXPEDITED, membarrier(2)). Without
+  // the registration each poller's Enter is a locked RMW, and a locked RMW
+  // here completes the pattern. (Once registered, the call does not fail:
+  // its only errors are for an unregistered process or a bad command.)
   if (!g_asymmetric.load(std::memory_order_relaxed) ||
       syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
     g_barrier_word.fetch_add(1, std::memory_order_seq_cst);
