@@ -284,8 +284,16 @@ bool LocalLinks::Stage(uint32_t dest_qpn, const transport::Gid& dest_gid, const 
   if (stager.generation != generation) stager = {generation, 0};  // a new link: its area is all free
   const uint32_t chunks = link->stage_chunks();
   const uint64_t all = chunks >= 64 ? ~uint64_t{0} : (uint64_t{1} << chunks) - 1;
-  const uint64_t free = all & ~stager.in_use;
-  if (free == 0) return false;
+  uint64_t free = all & ~stager.in_use;
+  if (free == 0) {
+    // Chunks of READ responses the reader has taken are free; their QPs
+    // find them so later (StageTaken) and their Unstage is then ignored.
+    for (uint64_t held = stager.in_use; held != 0; held &= held - 1) {
+      const uint32_t chunk = static_cast<uint32_t>(__builtin_ctzll(held));
+      if (link->TookLastFill(chunk)) free |= uint64_t{1} << chunk;
+    }
+    if (free == 0) return false;
+  }
   const uint32_t chunk = static_cast<uint32_t>(__builtin_ctzll(free));
   stager.in_use |= uint64_t{1} << chunk;
   uint8_t* dest = link->BeginStage(chunk);
@@ -303,6 +311,10 @@ void LocalLinks::Unstage(const transport::StageTicket& ticket) {
   Stager& stager = stagers_[slot];
   // A link replaced since: its area went with it.
   if ((stager.generation & 0xFFFFFF) != (ticket.link >> 8)) return;
+  // A chunk filled again since (a READ response's, taken and reused): it is
+  // someone else's now.
+  const ShmChannel* link = TaggedLink(table_.load(std::memory_order_seq_cst), ticket.link);
+  if (link != nullptr && !link->Holds(ticket.chunk, ticket.sequence)) return;
   stager.in_use &= ~(uint64_t{1} << ticket.chunk);
 }
 
@@ -325,6 +337,19 @@ const uint8_t* LocalLinks::StagedData(uint32_t link, uint32_t chunk, uint64_t se
 bool LocalLinks::StagedIntact(uint32_t link, uint32_t chunk, uint64_t sequence) {
   const ShmChannel* channel = TaggedLink(table_.load(std::memory_order_seq_cst), link);
   return channel != nullptr && channel->StagedIntact(chunk, sequence);
+}
+
+void LocalLinks::TakeStaged(uint32_t link, uint32_t chunk, uint64_t sequence) {
+  const ShmChannel* channel = TaggedLink(table_.load(std::memory_order_seq_cst), link);
+  if (channel != nullptr) channel->MarkTaken(chunk, sequence);
+}
+
+bool LocalLinks::StageTaken(const transport::StageTicket& ticket) {
+  // A link replaced since has no chunk of ours to keep, and a chunk filled
+  // again since was reclaimed (Stage): taken, either.
+  const ShmChannel* channel = TaggedLink(table_.load(std::memory_order_seq_cst), ticket.link);
+  return channel == nullptr || !channel->Holds(ticket.chunk, ticket.sequence) ||
+         channel->Taken(ticket.chunk, ticket.sequence);
 }
 
 void LocalLinks::VerifyPulls() {

@@ -130,6 +130,8 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
   uint32_t LinkSource(const rte_mbuf* m) override;
   const uint8_t* StagedData(uint32_t link, uint32_t chunk, uint64_t sequence, uint32_t length) override;
   bool StagedIntact(uint32_t link, uint32_t chunk, uint64_t sequence) override;
+  void TakeStaged(uint32_t link, uint32_t chunk, uint64_t sequence) override;
+  bool StageTaken(const transport::StageTicket& ticket) override;
 
   // Control path. A link to `peer_slot` (one not ours, 1..254), mapped from
   // the daemon's file: the lower of the two slots is the kDaemon side. A

@@ -257,6 +257,18 @@ bool ShmChannel::StagedIntact(uint32_t chunk, uint64_t sequence) const {
   return __atomic_fetch_add(StageSequence(side_ == Side::kProcess, chunk), 0, __ATOMIC_ACQ_REL) == sequence;
 }
 
+void ShmChannel::MarkTaken(uint32_t chunk, uint64_t sequence) const {
+  if (chunk >= stage_chunks_) return;
+  // Release: the copy out of the chunk (already checked intact) is done
+  // before the other side may fill it again.
+  __atomic_store_n(StageSequence(side_ == Side::kProcess, chunk) + 1, sequence, __ATOMIC_RELEASE);
+}
+
+bool ShmChannel::Taken(uint32_t chunk, uint64_t sequence) const {
+  return chunk < stage_chunks_ &&
+         __atomic_load_n(StageSequence(side_ == Side::kDaemon, chunk) + 1, __ATOMIC_ACQUIRE) == sequence;
+}
+
 ShmChannelTraffic ShmChannel::Traffic() const {
   return {LoadAcquire(ring(true)->produced()), LoadAcquire(ring(false)->produced())};
 }

@@ -126,11 +126,26 @@ class ShmChannel {
   // StagedData is where the other side's chunk is, null unless it holds
   // `sequence` now (and the chunk and length are in range); StagedIntact,
   // after copying, that it still does.
+  //
+  // A chunk nothing acknowledges (a READ response's data, which the
+  // responder staged) is given back through its line's second word: the
+  // receiving side, done with it, writes MarkTaken with the sequence it
+  // read; the sending side refills the chunk once Taken says so. The
+  // word is the other process's to write: a lie only frees the liar's own
+  // data early, which its next sequence check catches. Holds: our chunk
+  // still holds the fill `sequence` named (ours to know, not the shared
+  // word); TookLastFill: the reader marked the chunk's latest fill taken.
   uint32_t stage_chunks() const { return stage_chunks_; }
   uint8_t* BeginStage(uint32_t chunk);
   uint64_t EndStage(uint32_t chunk);
   const uint8_t* StagedData(uint32_t chunk, uint64_t sequence, uint32_t length) const;
   bool StagedIntact(uint32_t chunk, uint64_t sequence) const;
+  void MarkTaken(uint32_t chunk, uint64_t sequence) const;  // writes the shared word only
+  bool Taken(uint32_t chunk, uint64_t sequence) const;
+  bool Holds(uint32_t chunk, uint64_t sequence) const {
+    return chunk < stage_chunks_ && stage_sequence_[chunk] == sequence;
+  }
+  bool TookLastFill(uint32_t chunk) const { return chunk < stage_chunks_ && Taken(chunk, stage_sequence_[chunk]); }
 
   // The file's size for this geometry (the process checks it).
   static size_t FileSize(uint32_t slots, uint32_t slot_size, uint32_t stage_chunks = 0);

@@ -223,6 +223,32 @@ TEST(ShmChannelStageTest, AChunkIsReadOnlyWhileItHoldsWhatTheDescriptorSays) {
   EXPECT_EQ(d.StagedData(0, back, 10)[9], 0x33);
 }
 
+TEST(ShmChannelStageTest, TheReaderSaysWhichFillItIsDoneWith) {
+  auto daemon = ShmChannel::Create(8, 1518, 4);
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  auto process = ShmChannel::Map((*daemon)->fd());
+  ASSERT_TRUE(process.ok()) << process.status().ToString();
+  ShmChannel& d = **daemon;
+  ShmChannel& p = **process;
+  d.BeginStage(2);
+  const uint64_t first = d.EndStage(2);
+  EXPECT_FALSE(d.Taken(2, first)) << "not before the reader says so";
+  p.MarkTaken(2, first);
+  EXPECT_TRUE(d.Taken(2, first));
+  EXPECT_FALSE(p.Taken(2, first)) << "each side's word is about its own area";
+  // The next fill is not taken by the word the last one left.
+  d.BeginStage(2);
+  const uint64_t second = d.EndStage(2);
+  EXPECT_FALSE(d.Taken(2, second));
+  // Out of range: nothing written, nothing taken.
+  p.MarkTaken(4, second);
+  EXPECT_FALSE(d.Taken(4, second));
+  // The word leaves the chunk's data and sequence alone.
+  p.MarkTaken(2, second);
+  EXPECT_TRUE(d.Taken(2, second));
+  EXPECT_TRUE(p.StagedIntact(2, second));
+}
+
 TEST(ShmChannelStageTest, TooManyChunksAreRefused) {
   EXPECT_FALSE(ShmChannel::Create(8, 1518, transport::kMaxStageChunks + 1).ok());
   auto plain = ShmChannel::Create(8, 1518);

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "transport/opcode.h"
+#include "transport/pull_descriptor.h"
 
 namespace uroce::transport {
 namespace {
@@ -202,6 +203,15 @@ void Completer::HandleAcknowledge(QueuePair* qp, const PacketView& p) {
 void Completer::HandleResponse(QueuePair* qp, const PacketView& p) {
   UROCE_DCHECK_ENGINE_THREAD(core_);
   Run(Response{qp, p, qp->req, p.fields.bth.psn, /*acknowledge=*/false});
+  if (p.staged_link != 0) {
+    // Copied, or not wanted (a duplicate, a QP that failed): either way the
+    // responder may fill the chunk again. Nothing acknowledges a READ
+    // response, so only this says so (PeerMemory::TakeStaged).
+    StagedChunk chunk;
+    if (ParseStagedChunk(p.payload, p.fields.payload_length, &chunk)) {
+      core_.config.peer_memory->TakeStaged(p.staged_link, chunk.chunk, chunk.sequence);
+    }
+  }
 }
 
 void Completer::Run(const Response& response) {
@@ -409,6 +419,7 @@ CompleterStep Completer::ReadData(const Response& response) {
   const Psn expected = slot.first_psn + static_cast<uint32_t>(slot.bytes_done / qp->mtu_bytes);
   const int32_t ahead = psn.DistanceFrom(expected);
   if (ahead < 0) return CompleterStep::kDone;  // a duplicate response
+  if (p.staged_link != 0) return ReadStagedChunk(response, slot, expected, ahead);
   if (r.selective) {
     // Placement by PSN is idempotent: what comes after a gap is placed as it
     // arrives, and only the missing run is asked for again.
@@ -474,6 +485,103 @@ bool Completer::PlaceReadPacket(QueuePair* qp, const SendSlot& slot, Psn psn, co
     return false;
   }
   return true;
+}
+
+// The staged chunk `p` of READ `slot`, whose first PSN is `psn`: checked as
+// its packets would be (it lies within the READ, every chunk but the READ's
+// last carries whole MTUs), copied from the link's area while the area
+// says it holds what the descriptor names, and found intact after. A
+// chunk filled again meanwhile (kGone) is only lost: the responder may
+// have given it up waiting for us, so it is asked for again.
+Completer::StagedPlacement Completer::PlaceStagedRead(QueuePair* qp, const SendSlot& slot, Psn psn,
+                                                      const PacketView& p, uint32_t* span) {
+  StagedChunk chunk;
+  if (!ParseStagedChunk(p.payload, p.fields.payload_length, &chunk)) return StagedPlacement::kBadResponse;
+  const uint32_t mtu = qp->mtu_bytes;
+  const uint64_t offset = uint64_t(psn.DistanceFrom(slot.first_psn)) * mtu;
+  const uint64_t total = slot.wqe->total_length;
+  if (offset >= total) return StagedPlacement::kBadResponse;
+  const uint64_t left = total - offset;
+  const uint32_t packets = (chunk.length + mtu - 1) / mtu;
+  if (chunk.length > left || (chunk.length != left && chunk.length % mtu != 0)) return StagedPlacement::kBadResponse;
+  PeerMemory* peer = core_.config.peer_memory;
+  const uint8_t* data = peer->StagedData(p.staged_link, chunk.chunk, chunk.sequence, chunk.length);
+  if (data == nullptr) return StagedPlacement::kGone;
+  if (!ScatterToWqe(qp, slot.wqe, offset, data, chunk.length)) return StagedPlacement::kLocalProtection;
+  if (!peer->StagedIntact(p.staged_link, chunk.chunk, chunk.sequence)) return StagedPlacement::kGone;
+  core_.counters.staged_received++;
+  core_.counters.staged_bytes += chunk.length;
+  *span = packets;
+  return StagedPlacement::kPlaced;
+}
+
+CompleterStep Completer::ReadStagedChunk(const Response& response, SendSlot& oldest, Psn expected, int32_t ahead) {
+  const auto& [qp, p, r, psn, acknowledge] = response;
+  if (ahead > 0) {
+    qp->counters.out_of_sequence++;
+    core_.counters.out_of_sequence++;
+  }
+  if (!r.selective) {
+    if (ahead > 0) {
+      RestartOnce(qp, expected);  // a response was lost: the rest again (go-back-N)
+      return CompleterStep::kDone;
+    }
+    uint32_t span = 0;
+    switch (PlaceStagedRead(qp, oldest, psn, p, &span)) {
+      case StagedPlacement::kPlaced:
+        break;
+      case StagedPlacement::kGone:
+        core_.counters.staged_failures++;
+        RestartOnce(qp, expected);
+        return CompleterStep::kDone;
+      case StagedPlacement::kBadResponse:
+        FailOldest(qp, IBV_WC_BAD_RESP_ERR);
+        return CompleterStep::kDone;
+      case StagedPlacement::kLocalProtection:
+        FailOldest(qp, IBV_WC_LOC_PROT_ERR);
+        return CompleterStep::kDone;
+    }
+    oldest.bytes_done = std::min<uint64_t>(oldest.wqe->total_length, oldest.bytes_done + uint64_t{span} * qp->mtu_bytes);
+    if (oldest.bytes_done < oldest.wqe->total_length) {
+      AcknowledgeThrough(qp, psn + (span - 1));
+      return CompleterStep::kDone;
+    }
+    return CompleterStep::kComplete;
+  }
+  // Selective: placed by PSN, as its packets would be (PlaceAhead), and
+  // remembered in read_ahead; a chunk of a later READ fails nothing.
+  AnchorReadAhead(r, expected);
+  bool placed = false;
+  const SendSlot* slot = ahead > 0 ? requester_.SlotOf(qp, psn) : &oldest;
+  if (slot != nullptr && slot->started && slot->wqe->opcode == IBV_WR_RDMA_READ) {
+    const bool of_oldest = slot == &oldest;
+    uint32_t span = 0;
+    switch (PlaceStagedRead(qp, *slot, psn, p, &span)) {
+      case StagedPlacement::kPlaced:
+        // Beyond the map it counts as not placed, and comes again.
+        for (uint32_t k = uint32_t(ahead); k < uint32_t(ahead) + span && k < RequesterState::kReadAheadPackets; ++k) {
+          r.read_ahead.set(k);
+        }
+        placed = true;
+        break;
+      case StagedPlacement::kGone:
+        core_.counters.staged_failures++;
+        break;
+      case StagedPlacement::kBadResponse:
+        if (of_oldest) FailOldest(qp, IBV_WC_BAD_RESP_ERR);
+        return CompleterStep::kDone;
+      case StagedPlacement::kLocalProtection:
+        if (of_oldest) FailOldest(qp, IBV_WC_LOC_PROT_ERR);
+        return CompleterStep::kDone;
+    }
+  }
+  if (ahead > 0 || !placed) {
+    // A gap before it, or the oldest's next run lost: that run again now.
+    RequestSelectiveResend(qp, expected);
+    return CompleterStep::kDone;
+  }
+  ConsumePlacedReads(qp);
+  return CompleterStep::kDone;
 }
 
 // read_ahead follows the oldest READ's first missing PSN.

@@ -82,6 +82,13 @@ class Completer {
   CompleterStep ReadData(const Response& response);
   CompleterStep Complete(const Response& response);
 
+  // A READ response that is a staged chunk (transport/pull_descriptor.h):
+  // the run of the READ its PSNs stand for, copied out of the link's
+  // payload area in one piece, in order or by PSN as packets would be.
+  enum class StagedPlacement : uint8_t { kPlaced, kGone, kBadResponse, kLocalProtection };
+  CompleterStep ReadStagedChunk(const Response& response, SendSlot& oldest, Psn expected, int32_t ahead);
+  StagedPlacement PlaceStagedRead(QueuePair* qp, const SendSlot& slot, Psn psn, const PacketView& p, uint32_t* span);
+
   // Selective READ (docs/transport.md, "Selective retransmission").
   bool PlaceReadPacket(QueuePair* qp, const SendSlot& slot, Psn psn, const PacketView& p, bool fail_on_error);
   void AnchorReadAhead(RequesterState& r, Psn expected);

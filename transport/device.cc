@@ -567,6 +567,7 @@ Status Device::DestroyQp(QueuePair* qp) {
     responder_.ForgetQp(qp);
     core_.ReleaseHeldPackets(qp);
     qp->req.staged.ReleaseAll(core_.config.peer_memory);
+    qp->resp.read_staged.ReleaseAll(core_.config.peer_memory);
     // Its type 2 windows end with it: a later QP with the same QPN must not
     // find them bound to it.
     core_.mrs.InvalidateWindowsOfQp(qp->qpn);

@@ -7,6 +7,7 @@
 #include <sys/uio.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "transport/engine.h"
@@ -24,8 +25,9 @@ class AreaPeerMemory final : public PeerMemory {
   bool stage = true;               // a chunk is free
   bool from_link = true;           // frames come over the link
   bool refill_while_copied = false;  // the next chunk read was filled again meanwhile
+  bool reader_takes = true;        // TakeStaged reaches the holder
   uint32_t in_use = 0;             // bit i: chunk i held by the sender
-  int stages = 0, unstages = 0, reads = 0;
+  int stages = 0, unstages = 0, reads = 0, takes = 0;
 
   bool TakesPulls(uint32_t, const Gid&) override { return false; }
   uint32_t PullSource(const rte_mbuf*) override { return 0; }
@@ -65,11 +67,20 @@ class AreaPeerMemory final : public PeerMemory {
     }
     return chunk < kChunks && sequence == sequence_[chunk];
   }
+  void TakeStaged(uint32_t link, uint32_t chunk, uint64_t sequence) override {
+    EXPECT_EQ(link, kLink);
+    ++takes;
+    if (reader_takes && chunk < kChunks) taken_[chunk] = sequence;
+  }
+  bool StageTaken(const StageTicket& ticket) override {
+    return ticket.chunk < kChunks && taken_[ticket.chunk] == ticket.sequence;
+  }
 
  private:
   static constexpr uint32_t kLink = 5;
   std::vector<uint8_t> area_ = std::vector<uint8_t>(size_t{kChunks} * kStagedChunkBytes);
   uint64_t sequence_[kChunks] = {};
+  uint64_t taken_[kChunks] = {};
 };
 
 bool IsStagedChunk(const rte_mbuf* m) {
@@ -80,8 +91,9 @@ bool IsStagedChunk(const rte_mbuf* m) {
 
 class EngineStagedTest : public EngineTest {
  protected:
-  void StartWithArea() {
+  void StartWithArea(bool selective = true) {
     EnginePairOptions options;
+    options.engine_template.selective_retransmission = selective;
     options.port_mtu = 1500;  // path MTU 1024: a chunk is 64 packets
     options.engine_template.peer_memory = &peer_;
     options.engine_template.pull_min_bytes = 16384;
@@ -107,6 +119,121 @@ class EngineStagedTest : public EngineTest {
   AreaPeerMemory peer_;
   Buffer held_local_, held_remote_;
 };
+
+// READ responses as staged chunks: `a` reads `size` bytes of `b`'s memory
+// and waits for the completion; its status.
+class EngineStagedReadTest : public EngineStagedTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    EngineStagedTest::SetUp();
+    StartWithArea(/*selective=*/GetParam());
+    auto qps = pair_->ConnectQps({});
+    ASSERT_TRUE(qps.ok()) << qps.status().ToString();
+    qa_ = qps->first;
+    qb_ = qps->second;
+  }
+  ibv_wc_status Read(uint32_t size, uint8_t seed) {
+    local_ = Register(pair_->a(), size + 64, 0xEE);
+    remote_ = Register(pair_->b(), size, 0);
+    Pattern(remote_, seed);
+    if (PostSend(pair_->a(), qa_, IBV_WR_RDMA_READ, local_, size, 1, remote_.addr(), remote_.keys.rkey) != 0) {
+      return IBV_WC_GENERAL_ERR;
+    }
+    auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+    return wc.size() == 1 ? wc[0].status : IBV_WC_GENERAL_ERR;
+  }
+  bool ArrivedWhole(uint32_t size) const {
+    return std::memcmp(local_.bytes.data(), remote_.bytes.data(), size) == 0 && local_.bytes[size] == 0xEE;
+  }
+  QueuePair* qa_ = nullptr;
+  QueuePair* qb_ = nullptr;
+  Buffer local_, remote_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Recovery, EngineStagedReadTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& param) {
+                           return param.param ? std::string("Selective") : std::string("GoBackN");
+                         });
+
+TEST_P(EngineStagedReadTest, ReadsComeBackAsChunksAndArriveWhole) {
+  constexpr uint32_t kSize = 1 << 20;
+  const uint64_t frames_before = pair_->b().engine->counters().tx_frames;
+  ASSERT_EQ(Read(kSize, 31), IBV_WC_SUCCESS);
+  EXPECT_TRUE(ArrivedWhole(kSize));
+  const EngineCounters responder = pair_->b().engine->counters();
+  const EngineCounters requester = pair_->a().engine->counters();
+  // 16 chunks of 64 packets, the responder waiting for the reader to take
+  // its first eight; what a slow poll left to packets went as packets.
+  EXPECT_GE(responder.staged_sent, 8u);
+  EXPECT_EQ(requester.staged_received, responder.staged_sent);
+  EXPECT_EQ(responder.tx_frames - frames_before,
+            responder.staged_sent + (kSize - requester.staged_bytes) / 1024);
+  EXPECT_GT(responder.stage_waits, 0u);
+  EXPECT_EQ(peer_.takes, static_cast<int>(responder.staged_sent)) << "the reader takes each chunk once copied";
+  EXPECT_EQ(requester.retransmits, 0u);
+
+  // Again, a size that ends inside a chunk and inside a packet: the taken
+  // chunks are filled again.
+  constexpr uint32_t kOdd = 3 * kStagedChunkBytes + 1000;
+  ASSERT_EQ(Read(kOdd, 32), IBV_WC_SUCCESS);
+  EXPECT_TRUE(ArrivedWhole(kOdd));
+  EXPECT_GT(pair_->b().engine->counters().staged_sent, responder.staged_sent);
+  EXPECT_LE(__builtin_popcount(peer_.in_use), 8) << "a QP's READs hold at most kMaxStagedReadChunks";
+  // A reset gives back what the responder still holds.
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_TRUE(pair_->b().engine->ModifyQp(qb_, reset, IBV_QP_STATE).ok());
+  EXPECT_EQ(peer_.in_use, 0u);
+}
+
+TEST_P(EngineStagedReadTest, AReadChunkFilledAgainWhileCopiedIsAskedForAgain) {
+  constexpr uint32_t kSize = 1 << 18;
+  peer_.refill_while_copied = true;
+  ASSERT_EQ(Read(kSize, 33), IBV_WC_SUCCESS);
+  EXPECT_TRUE(ArrivedWhole(kSize));
+  EXPECT_EQ(pair_->a().engine->counters().staged_failures, 1u);
+  EXPECT_GT(pair_->a().engine->counters().retransmits, 0u);
+  EXPECT_EQ(qb_->state.load(), IBV_QPS_RTS) << "the responder's QP is untouched";
+}
+
+TEST_P(EngineStagedReadTest, ALostReadChunkIsAskedForAgain) {
+  constexpr uint32_t kSize = 1 << 19;
+  int chunks_seen = 0;
+  pair_->link().set_drop_filter([&](const rte_mbuf* m) { return IsStagedChunk(m) && ++chunks_seen == 3; });
+  ASSERT_EQ(Read(kSize, 34), IBV_WC_SUCCESS);
+  EXPECT_TRUE(ArrivedWhole(kSize));
+  EXPECT_GT(pair_->a().engine->counters().retransmits, 0u);
+  EXPECT_EQ(pair_->a().engine->counters().timeouts, 0u);
+}
+
+// A requester that never says it took a chunk (another process: its word)
+// costs its QP's READs the chunks they may hold, and nothing else: the
+// rest goes as packets, and the chunks come back when the QP lets go.
+TEST_P(EngineStagedReadTest, AReaderThatNeverTakesItsChunksGetsPacketsAfterEight) {
+  constexpr uint32_t kSize = 1 << 20;
+  peer_.reader_takes = false;
+  ASSERT_EQ(Read(kSize, 35), IBV_WC_SUCCESS);
+  EXPECT_TRUE(ArrivedWhole(kSize));
+  ASSERT_EQ(Read(kSize, 36), IBV_WC_SUCCESS);
+  EXPECT_TRUE(ArrivedWhole(kSize));
+  EXPECT_EQ(pair_->b().engine->counters().staged_sent, 8u);
+  EXPECT_EQ(__builtin_popcount(peer_.in_use), 8);
+  ASSERT_TRUE(pair_->b().engine->DestroyQp(qb_).ok());
+  EXPECT_EQ(peer_.in_use, 0u);
+  EXPECT_EQ(peer_.unstages, peer_.stages);
+}
+
+// An answer the key does not grant whole is not staged: the packets find
+// where the grant ends and say so (IBTA 9.7.5.1.3), as without an area.
+TEST_P(EngineStagedReadTest, AReadTheKeyDoesNotGrantIsARemoteAccessErrorAndNothingIsStaged) {
+  Buffer local = Register(pair_->a(), 1 << 17, 0xEE);
+  Buffer remote = Register(pair_->b(), 1 << 15, 1);
+  ASSERT_EQ(PostSend(pair_->a(), qa_, IBV_WR_RDMA_READ, local, 1 << 17, 1, remote.addr(), remote.keys.rkey), 0);
+  auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(peer_.stages, 0);
+}
 
 TEST_F(EngineStagedTest, LargeMessagesGoAsChunksAndArriveWhole) {
   StartWithArea();

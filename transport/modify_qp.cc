@@ -119,6 +119,7 @@ Status Device::ModifyQpAs(QueuePair* qp, const ibv_qp_attr& attr, int mask, uint
     qp->ResetWindow();  // at the send queue's position
     core_.ReleaseHeldPackets(qp);
     auto atomics = std::move(qp->resp.atomics);
+    qp->resp.read_staged.ReleaseAll(core_.config.peer_memory);
     qp->resp = ResponderState{};
     qp->resp.atomics = std::move(atomics);
     std::fill(qp->resp.atomics.begin(), qp->resp.atomics.end(), AtomicReplay{});

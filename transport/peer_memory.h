@@ -86,6 +86,16 @@ class PeerMemory {
   // Responder, after copying: the chunk still holds `sequence` (it was not
   // refilled meanwhile, so what was copied is what was staged).
   virtual bool StagedIntact(uint32_t /*link*/, uint32_t /*chunk*/, uint64_t /*sequence*/) { return false; }
+
+  // A chunk that no acknowledgement gives back: a READ response's data,
+  // staged by the responder (transport/responder.h). The reader, done with
+  // it (copied and found intact, or dropped), says so with TakeStaged; the
+  // responder refills it once StageTaken says the reader did. The reader
+  // is the other process: it may say so early (its own data is lost, which
+  // its sequence check catches) or never (the responder keeps the chunk
+  // until its QP lets go, and answers with packets meanwhile).
+  virtual void TakeStaged(uint32_t /*link*/, uint32_t /*chunk*/, uint64_t /*sequence*/) {}
+  virtual bool StageTaken(const StageTicket& /*ticket*/) { return false; }
 };
 
 }  // namespace uroce::transport

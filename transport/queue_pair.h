@@ -222,6 +222,9 @@ struct ResponderState {
   // Recent READs, replayed on duplicates (sized with `reads`).
   std::vector<ReadRecord> read_history;
   uint32_t read_history_next = 0;
+  // READ responses' data staged in a link's payload area
+  // (transport/pull_descriptor.h), until the requester takes it.
+  StagedChunks read_staged;
   // The PD the request being handled is checked in: the QP's, or for an XRC
   // target the PD of the XRC SRQ its XRCETH names (IBTA annex A14, XRC: an XRC
   // target QP has no PD of its own).

@@ -58,12 +58,13 @@ bool Receiver::HandleFrame(rte_mbuf* m, bool from_loopback) {
       return true;
     }
   } else if (link_form != 0) {
-    // A staged chunk only over a link (its data is in that link's file);
-    // both flags at once is neither.
+    // A staged chunk only over a link (its data is in that link's file),
+    // in a request or a READ response; both flags at once is neither.
     view.staged_link = core_.config.peer_memory != nullptr && link_form == kBthStagedChunk
                            ? core_.config.peer_memory->LinkSource(m)
                            : 0;
-    if (view.staged_link == 0 || view.opcode->role != PacketRole::kRequest) {
+    if (view.staged_link == 0 ||
+        (view.opcode->role != PacketRole::kRequest && view.opcode->role != PacketRole::kReadResponse)) {
       core_.counters.staged_refused++;
       return true;
     }

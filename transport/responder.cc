@@ -1282,6 +1282,24 @@ void Responder::RunReadResponses(QueuePair* qp) {
       }
     }
     ReadResponseJob& job = s.reads[s.reads_head];
+    if (!job.atomic && qp->cc == nullptr && core_.config.peer_memory != nullptr && core_.config.pull_min_bytes != 0 &&
+        job.length >= core_.config.pull_min_bytes) {
+      const StagedReadOutcome staged = EmitStagedReadResponse(qp, job);
+      if (staged == StagedReadOutcome::kNoRoom) return;  // no buffer now; next poll
+      if (staged == StagedReadOutcome::kWait) {
+        core_.counters.stage_waits++;
+        return;  // the QP stays busy while it has answers (Engine::Retire)
+      }
+      if (staged == StagedReadOutcome::kSent) {
+        --budget;
+        if (job.offset >= job.length) {
+          if (job.duplicate) --s.duplicate_jobs;
+          s.reads_head = (s.reads_head + 1) % static_cast<uint32_t>(s.reads.size());
+          --s.reads_count;
+        }
+        continue;
+      }
+    }
     PacketFields f;
     f.bth.dest_qp = qp->attr.dest_qp_num;
     f.bth.psn = job.next_psn;
@@ -1358,6 +1376,87 @@ void Responder::RunReadResponses(QueuePair* qp) {
     }
   }
   if (s.reads_count == 0 && s.ack_pending) ListForAck(qp);
+}
+
+// A READ's response between two linked processes, a chunk at a time: the
+// data copied once from the region into our half of the link's payload
+// area, and one frame naming it, instead of a packet per MTU (a 1 MiB
+// READ is 16 frames at a 4096-byte MTU, not 256). The frame is the READ
+// response the packets would have been together (First, Middle, Last or
+// Only; IBTA 9.7.5.1.3): its PSN is the first of the chunk's, and the
+// requester places the chunk where that PSN says.
+//
+// The key is checked for the whole chunk before anything is copied, as
+// each packet would check its MTU, and the copy is made now, so a region
+// deregistered afterwards is never read again (ibv_dereg_mr(3)). Nothing
+// acknowledges a READ response, so the chunk is held until the requester
+// says it took it (PeerMemory::StageTaken), its QP lets go, or it waits
+// kStagedReadHoldNs; a QP holds at most kMaxStagedReadChunks, so one
+// reader that never takes them costs the link's other QPs little.
+Responder::StagedReadOutcome Responder::EmitStagedReadResponse(QueuePair* qp, ReadResponseJob& job) {
+  if (qp->type != IBV_QPT_RC || (qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0) {
+    return StagedReadOutcome::kNotStaged;
+  }
+  PeerMemory* peer = core_.config.peer_memory;
+  StagedChunks& held = qp->resp.read_staged;
+  const uint64_t now = core_.Now();
+  if (!held.empty()) {
+    held.ReleaseWhere(
+        [&](const StagedChunks::Entry& e) { return now - e.staged_ns >= kStagedReadHoldNs || peer->StageTaken(e.ticket); },
+        peer);
+  }
+  // Out of chunks: wait for the reader to take ours, unless it is slow to.
+  const auto out_of_chunks = [&] {
+    return !held.empty() && now - held.Oldest().staged_ns < kStagedReadWaitNs ? StagedReadOutcome::kWait
+                                                                              : StagedReadOutcome::kNotStaged;
+  };
+  if (held.size() >= kMaxStagedReadChunks) return out_of_chunks();
+  const uint32_t mtu = qp->mtu_bytes;
+  const uint32_t length =
+      static_cast<uint32_t>(std::min<uint64_t>(kStagedChunkBytes / mtu * mtu, job.length - job.offset));
+  uint8_t* host = nullptr;
+  // Plain registered memory only (an on-demand region's pages go as
+  // packets, which resolve them one at a time).
+  if (core_.mrs.CheckRemote(job.rkey, job.pd, job.virtual_address + job.offset, length, IBV_ACCESS_REMOTE_READ, &host,
+                            qp->qpn) != MrCheck::kOk) {
+    return StagedReadOutcome::kNotStaged;
+  }
+  const iovec piece{host, length};
+  StageTicket ticket;
+  if (!peer->Stage(qp->attr.dest_qp_num, qp->path.dgid, &piece, 1, &ticket)) return out_of_chunks();
+  const bool first = job.offset == 0;
+  const bool last = job.offset + length >= job.length;
+  const uint32_t packets = (length + mtu - 1) / mtu;
+  PacketFields f;
+  f.bth.dest_qp = qp->attr.dest_qp_num;
+  f.bth.psn = job.next_psn;
+  f.bth.reserved7 = kBthStagedChunk;
+  if (qp->resp.selective) f.bth.reserved7 |= kBthSelectiveRetransmission;
+  f.aeth.syndrome = AethFields::Syndrome(AethKind::kAck, kAethInvalidCredits);
+  f.aeth.msn = AethMsn(qp->resp.msn);
+  const Opcode opcode = first && last ? Opcode::kRcRdmaReadResponseOnly
+                        : first       ? Opcode::kRcRdmaReadResponseFirst
+                        : last        ? Opcode::kRcRdmaReadResponseLast
+                                      : Opcode::kRcRdmaReadResponseMiddle;
+  f.bth.opcode = static_cast<uint8_t>(opcode);
+  f.payload_length = static_cast<uint32_t>(kStagedChunkDescriptorBytes);
+  uint8_t* dest = nullptr;
+  rte_mbuf* m = tx_.StartPacket(qp->path, f, &dest);
+  if (m == nullptr) {
+    peer->Unstage(ticket);  // nothing names it
+    return StagedReadOutcome::kNoRoom;
+  }
+  WriteStagedChunk({.chunk = ticket.chunk, .length = length, .sequence = ticket.sequence}, dest);
+  tx_.FinishPacket(m);
+  // Out now, so that the requester copies this chunk while we fill the next.
+  tx_.FlushTx();
+  held.Push({job.next_psn, job.next_psn + (packets - 1), length, ticket, now});
+  job.offset += length;
+  job.next_psn += packets;
+  qp->counters.tx_packets++;
+  qp->counters.tx_bytes += length;
+  core_.counters.staged_sent++;
+  return StagedReadOutcome::kSent;
 }
 
 }  // namespace uroce::transport

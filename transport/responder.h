@@ -78,6 +78,20 @@ class Responder {
   // descriptor named (true, counted), or the QP fails (false). True for
   // every other request.
   bool StagedCopyIntact(QueuePair* qp, Psn psn);
+  // The next run of a READ's response as one staged chunk
+  // (transport/pull_descriptor.h), between linked processes: kNotStaged
+  // when it goes as packets (too small, paced, no area, a key that does
+  // not grant the whole chunk: the packets say why); kWait when the QP's
+  // chunks are all out and the reader is taking them (the next poll looks
+  // again), until its oldest has waited kStagedReadWaitNs: then packets.
+  enum class StagedReadOutcome : uint8_t { kNotStaged, kSent, kNoRoom, kWait };
+  // What a QP's READ responses may hold of a link's area (a quarter of
+  // it), and for how long a chunk the requester has not taken is kept: a
+  // reader slower than that finds it filled again and asks once more.
+  static constexpr uint32_t kMaxStagedReadChunks = 8;
+  static constexpr uint64_t kStagedReadHoldNs = 100'000'000;
+  static constexpr uint64_t kStagedReadWaitNs = 1'000'000;
+  StagedReadOutcome EmitStagedReadResponse(QueuePair* qp, ReadResponseJob& job);
   ResponderStep RunStep(ResponderStep step, const Request& r);
   // Selective retransmission: keeps the packet being handled in the QP's
   // window, `distance` PSNs after the expected one. False when it cannot.

@@ -1,7 +1,8 @@
 // A QP's staged chunks (transport/pull_descriptor.h) not yet acknowledged:
 // what the requester holds in a link's payload area, so that a chunk can
 // be sent again without copying it again, and given back once the
-// responder has it.
+// responder has it. The responder holds its READ responses' chunks in one
+// too (ResponderState::read_staged), given back as the reader takes them.
 //
 // A chunk is given back (PeerMemory::Unstage) only once the oldest
 // unacknowledged PSN has passed its first one (the responder will never
@@ -31,9 +32,12 @@ class StagedChunks {
     Psn last_psn;
     uint32_t length = 0;
     StageTicket ticket;
+    uint64_t staged_ns = 0;  // when it was filled (a responder's READ chunks age out)
   };
 
   bool empty() const { return count_ == 0; }
+  uint32_t size() const { return count_; }
+  const Entry& Oldest() const { return entries_[head_]; }  // not empty()
   bool full() const { return count_ == kCapacity; }
 
   void Push(const Entry& entry) { entries_[(head_ + count_++) % kCapacity] = entry; }
@@ -69,6 +73,22 @@ class StagedChunks {
     for (uint32_t i = 0; i < count_; ++i) {
       const Entry& e = entries_[(head_ + i) % kCapacity];
       if (e.first_psn.DistanceFrom(unacked) < 0) {
+        if (peer != nullptr) peer->Unstage(e.ticket);
+      } else {
+        entries_[(head_ + kept++) % kCapacity] = e;
+      }
+    }
+    count_ = kept;
+  }
+
+  // Gives back every chunk `done` says may be filled again (a READ
+  // response's chunk: the reader has taken it, or waited too long).
+  template <typename Done>
+  void ReleaseWhere(Done done, PeerMemory* peer) {
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < count_; ++i) {
+      const Entry& e = entries_[(head_ + i) % kCapacity];
+      if (done(e)) {
         if (peer != nullptr) peer->Unstage(e.ticket);
       } else {
         entries_[(head_ + kept++) % kCapacity] = e;
