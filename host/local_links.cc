@@ -9,6 +9,8 @@
 #include <string>
 
 #include "host/frame_inspect.h"
+#include "host/shm_channel.h"
+#include "host/stream_copy.h"
 #include "transport/pull_descriptor.h"
 #include "pmd/log.h"
 
@@ -298,9 +300,10 @@ bool LocalLinks::Stage(uint32_t dest_qpn, const transport::Gid& dest_gid, const 
   stager.in_use |= uint64_t{1} << chunk;
   uint8_t* dest = link->BeginStage(chunk);
   for (uint32_t i = 0; i < count; ++i) {
-    std::memcpy(dest, pieces[i].iov_base, pieces[i].iov_len);
+    StreamCopy(dest, static_cast<const uint8_t*>(pieces[i].iov_base), pieces[i].iov_len);
     dest += pieces[i].iov_len;
   }
+  StreamFence();  // before EndStage publishes the chunk
   *ticket = {Tag(slot, generation), chunk, link->EndStage(chunk)};
   return true;
 }
