@@ -438,6 +438,43 @@ TEST_F(LocalLinksTest, AChunkIsStagedInTheLinksAreaForTheOtherProcessAlone) {
   for (auto& t : fresh) EXPECT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 1, &t)) << "the new area is all free";
 }
 
+// A READ response's chunk, which no acknowledgement gives back: the reader
+// marks it taken in the area, and a full area reuses what was taken. The
+// holder's ticket then names a chunk that is someone else's: its Unstage is
+// ignored and StageTaken says it is gone.
+TEST_F(LocalLinksTest, AChunkTheReaderTookIsFilledAgainWhenTheAreaIsFull) {
+  Link(64, 2);
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);
+  ASSERT_EQ(Receive(b_.get()), 1u);
+  const uint32_t source = b_->LinkSource(received_.back());
+  ASSERT_NE(source, 0u);
+  std::vector<uint8_t> data(100, 0x42);
+  iovec piece{data.data(), data.size()};
+  transport::StageTicket read_chunk, send_chunk, none;
+  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &read_chunk));
+  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &send_chunk));
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &none)) << "both held";
+  EXPECT_FALSE(a_->StageTaken(read_chunk));
+
+  b_->TakeStaged(source, read_chunk.chunk, read_chunk.sequence);
+  EXPECT_TRUE(a_->StageTaken(read_chunk));
+  EXPECT_FALSE(a_->StageTaken(send_chunk));
+  transport::StageTicket reused;
+  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &reused));
+  EXPECT_EQ(reused.chunk, read_chunk.chunk);
+  EXPECT_TRUE(a_->StageTaken(read_chunk)) << "filled again: gone either way";
+  EXPECT_FALSE(a_->StageTaken(reused));
+  a_->Unstage(read_chunk);  // ignored: the chunk is the new fill's now
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &none)) << "the new fill still holds it";
+  // A taken mark for an older fill, or a chunk the area does not have,
+  // frees nothing.
+  b_->TakeStaged(source, reused.chunk, read_chunk.sequence);
+  b_->TakeStaged(source, 9, reused.sequence);
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &none));
+  a_->Unstage(reused);
+  EXPECT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &none));
+}
+
 TEST_F(LocalLinksTest, ALinkWithoutAPayloadAreaStagesNothing) {
   Link(64, 0);
   EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);
