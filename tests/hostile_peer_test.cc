@@ -1852,10 +1852,13 @@ class AreaReader final : public PeerMemory {
   uint32_t PullSource(const rte_mbuf*) override { return 0; }
   bool Pull(uint32_t, const iovec*, uint32_t, const iovec*, uint32_t) override { return false; }
   uint32_t LinkSource(const rte_mbuf*) override { return from_link ? 3 : 0; }
+  int reads = 0, takes = 0;
   const uint8_t* StagedData(uint32_t, uint32_t chunk, uint64_t s, uint32_t length) override {
+    ++reads;
     return chunk == 0 && s == sequence && length <= area.size() ? area.data() : nullptr;
   }
   bool StagedIntact(uint32_t, uint32_t chunk, uint64_t s) override { return chunk == 0 && s == sequence; }
+  void TakeStaged(uint32_t, uint32_t, uint64_t) override { ++takes; }
 };
 
 class StagedChunkHostileTest : public HostilePeerTest {
@@ -1889,6 +1892,14 @@ class StagedChunkHostileTest : public HostilePeerTest {
     }
     ADD_FAILURE() << "no NAK";
     return NakCode::kInvalidRequest;
+  }
+  void PostRead(QueuePair* qp, uint32_t length) {
+    ibv_sge sge{region_->va(), length, keys_.lkey};
+    ibv_send_wr wr = SignaledSendWr(9, IBV_WR_RDMA_READ, &sge);
+    wr.wr.rdma.remote_addr = 0x10000;
+    wr.wr.rdma.rkey = 0x77;
+    const ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(engine_->PostSend(qp, &wr, &bad), 0);
   }
   AreaReader area_;
 };
@@ -1942,12 +1953,12 @@ TEST_F(StagedChunkHostileTest, MalformedOrMisstatedChunksFailTheirQpAndNothingLa
   EXPECT_EQ(engine_->counters().staged_received, 0u);
 }
 
-TEST_F(StagedChunkHostileTest, AChunkNotFromALinkOrNotARequestIsDroppedUnseen) {
+TEST_F(StagedChunkHostileTest, AChunkNotFromALinkOrNotARequestOrReadResponseIsDroppedUnseen) {
   area_.from_link = false;
   InjectChunk(qp_, Opcode::kRcRdmaWriteOnly, {0, 100, 2}, 100);
   EXPECT_TRUE(Transmitted(2).empty());
   area_.from_link = true;
-  InjectChunk(qp_, Opcode::kRcRdmaReadResponseOnly, {0, 100, 2}, 0, kSqPsn);
+  InjectChunk(qp_, Opcode::kRcAcknowledge, {0, 100, 2}, 0, kSqPsn, 0, /*descriptor_bytes=*/0);
   // Both link flags at once is neither form.
   Inject(qp_, Opcode::kRcRdmaWriteOnly, kRqPsn, 16, true, [&](PacketFields& f) {
     f.bth.reserved7 = kBthStagedChunk | kBthPullDescriptor;
@@ -1959,6 +1970,70 @@ TEST_F(StagedChunkHostileTest, AChunkNotFromALinkOrNotARequestIsDroppedUnseen) {
   EXPECT_EQ(engine_->counters().staged_refused, 3u);
   EXPECT_TRUE(RegionUntouched());
   EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+}
+
+// A READ's response as staged chunks: what they hold lands in the READ's
+// buffer, where their PSNs say, and each is given back to its responder.
+TEST_F(StagedChunkHostileTest, StagedReadResponsesLandInTheReadAndAreGivenBack) {
+  PostRead(qp_, 3 * kMtu + 100);
+  ASSERT_EQ(Transmitted().size(), 1u);
+  InjectChunk(qp_, Opcode::kRcRdmaReadResponseFirst, {.chunk = 0, .length = 2 * kMtu, .sequence = 2}, 0, kSqPsn);
+  InjectChunk(qp_, Opcode::kRcRdmaReadResponseLast, {.chunk = 0, .length = kMtu + 100, .sequence = 2}, 0,
+              kSqPsn + 2);
+  Transmitted();
+  auto wc = Completions();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(region_->data()[0], 0x5A);
+  EXPECT_EQ(region_->data()[3 * kMtu + 99], 0x5A);
+  EXPECT_EQ(region_->data()[3 * kMtu + 100], 0) << "nothing past the READ";
+  EXPECT_EQ(area_.takes, 2);
+  EXPECT_EQ(engine_->counters().staged_received, 2u);
+  // A staged response nobody asked for reads nothing, and is given back.
+  const int reads = area_.reads;
+  InjectChunk(qp_, Opcode::kRcRdmaReadResponseOnly, {.chunk = 0, .length = 100, .sequence = 2}, 0, kSqPsn + 4);
+  EXPECT_TRUE(Transmitted().empty());
+  EXPECT_EQ(area_.reads, reads);
+  EXPECT_EQ(area_.takes, 3);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
+}
+
+TEST_F(StagedChunkHostileTest, MisstatedReadResponsesFailTheReadOrAreAskedForAgainAndNothingLands) {
+  struct Case {
+    const char* what;
+    Opcode opcode;
+    StagedChunk chunk;
+    bool fails;  // a bad response (IBTA 9.9.3.1.2), not data that is gone
+    size_t bytes = kStagedChunkDescriptorBytes;
+  };
+  const Case cases[] = {
+      {"a descriptor a byte short", Opcode::kRcRdmaReadResponseOnly, {0, 100, 2}, true, kStagedChunkDescriptorBytes - 1},
+      {"more than the READ asked for", Opcode::kRcRdmaReadResponseFirst, {0, 4 * kMtu, 2}, true},
+      {"a First of part of an MTU", Opcode::kRcRdmaReadResponseFirst, {0, kMtu + 1, 2}, true},
+      {"a chunk the area does not have", Opcode::kRcRdmaReadResponseFirst, {9, kMtu, 2}, false},
+      {"a sequence the area does not hold", Opcode::kRcRdmaReadResponseFirst, {0, kMtu, 4}, false},
+  };
+  for (const Case& c : cases) {
+    QueuePair* qp = MakeConnectedQp();
+    PostRead(qp, 3 * kMtu + 100);
+    ASSERT_EQ(Transmitted().size(), 1u) << c.what;
+    InjectChunk(qp, c.opcode, c.chunk, 0, kSqPsn, 0, c.bytes);
+    auto sent = Transmitted(2);
+    auto wc = Completions();
+    if (c.fails) {
+      ASSERT_EQ(wc.size(), 1u) << c.what;
+      EXPECT_EQ(wc[0].status, IBV_WC_BAD_RESP_ERR) << c.what;
+      EXPECT_EQ(qp->state.load(), IBV_QPS_ERR) << c.what;
+    } else {
+      EXPECT_TRUE(wc.empty()) << c.what;
+      ASSERT_FALSE(sent.empty()) << c.what << ": the READ is asked for again";
+      EXPECT_EQ(sent[0].opcode->operation, Operation::kRdmaReadRequest) << c.what;
+      EXPECT_EQ(sent[0].fields.bth.psn.value(), kSqPsn) << c.what;
+      EXPECT_EQ(qp->state.load(), IBV_QPS_RTS) << c.what;
+    }
+    EXPECT_TRUE(RegionUntouched()) << c.what;
+  }
+  EXPECT_EQ(engine_->counters().staged_received, 0u);
 }
 
 }  // namespace
