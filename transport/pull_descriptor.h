@@ -32,8 +32,8 @@
 // else. The addresses are the sender's own, and read only from the sender's
 // process: what they name is the sender's business, never ours.
 //
-// The staged chunk (kBthStagedChunk): a run of a SEND's or WRITE's packets
-// whose data the sender copied into the link's shared payload area
+// The staged chunk (kBthStagedChunk): a run of a SEND's, WRITE's or READ
+// response's packets whose data the sender copied into the link's shared payload area
 // (host/shm_channel.h), for the receiver to copy out. Both processes copy,
 // but each on its own core and chunk after chunk, so a large message moves
 // at about the speed of one memcpy, where one process_vm_readv(2) of it is
@@ -46,7 +46,11 @@
 // is what its packets would have been, taken together), the PSN of its
 // first packet, the RETH when it starts a WRITE, AckReq set. It spans
 // ceil(length / MTU) PSNs; every chunk but a message's last carries whole
-// MTUs. Payload (little-endian):
+// MTUs. A READ's answer goes the same way from the responder: a READ
+// response (First, Middle, Last or Only, the AETH where those carry one)
+// naming a chunk of the responder's area, which the requester marks taken
+// in the area once handled (nothing acknowledges a response). Payload
+// (little-endian):
 //   u32 chunk        which of the sender's area chunks (0 .. kMaxStageChunks - 1)
 //   u32 length       bytes in it (1 .. kStagedChunkBytes)
 //   u64 sequence     the chunk's sequence when the sender filled it (even,
