@@ -271,7 +271,7 @@ bool LocalLinks::Pull(uint32_t source, const iovec* local, uint32_t local_count,
 }
 
 bool LocalLinks::Stage(uint32_t dest_qpn, const transport::Gid& dest_gid, const iovec* pieces, uint32_t count,
-                       transport::StageTicket* ticket) {
+                       transport::StageTicket* ticket, transport::StageCopy copy) {
   const Table* table = table_.load(std::memory_order_seq_cst);
   const uint32_t slot = SlotOf(dest_qpn);
   if (slot == 0 || slot >= kSlots || slot == options_.own_slot || !IsHost(dest_gid)) return false;
@@ -300,10 +300,14 @@ bool LocalLinks::Stage(uint32_t dest_qpn, const transport::Gid& dest_gid, const 
   stager.in_use |= uint64_t{1} << chunk;
   uint8_t* dest = link->BeginStage(chunk);
   for (uint32_t i = 0; i < count; ++i) {
-    StreamCopy(dest, static_cast<const uint8_t*>(pieces[i].iov_base), pieces[i].iov_len);
+    if (copy == transport::StageCopy::kStreaming) {
+      StreamCopy(dest, static_cast<const uint8_t*>(pieces[i].iov_base), pieces[i].iov_len);
+    } else {
+      std::memcpy(dest, pieces[i].iov_base, pieces[i].iov_len);
+    }
     dest += pieces[i].iov_len;
   }
-  StreamFence();  // before EndStage publishes the chunk
+  if (copy == transport::StageCopy::kStreaming) StreamFence();  // before EndStage publishes the chunk
   *ticket = {Tag(slot, generation), chunk, link->EndStage(chunk)};
   return true;
 }

@@ -125,7 +125,7 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
   bool Pull(uint32_t source, const iovec* local, uint32_t local_count, const iovec* remote,
             uint32_t remote_count) override;
   bool Stage(uint32_t dest_qpn, const transport::Gid& dest_gid, const iovec* pieces, uint32_t count,
-             transport::StageTicket* ticket) override;
+             transport::StageTicket* ticket, transport::StageCopy copy) override;
   void Unstage(const transport::StageTicket& ticket) override;
   uint32_t LinkSource(const rte_mbuf* m) override;
   const uint8_t* StagedData(uint32_t link, uint32_t chunk, uint64_t sequence, uint32_t length) override;

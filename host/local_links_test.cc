@@ -389,33 +389,33 @@ TEST_F(LocalLinksTest, AChunkIsStagedInTheLinksAreaForTheOtherProcessAlone) {
   transport::StageTicket ticket;
   // Only where Route sends the descriptor over the link, which it has not
   // used yet.
-  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 2, &ticket));
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 2, &ticket, transport::StageCopy::kCached));
   EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);
   ASSERT_EQ(Receive(b_.get()), 1u);
   const uint32_t source = b_->LinkSource(received_.back());
   ASSERT_NE(source, 0u);
-  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 2, &ticket));
+  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 2, &ticket, transport::StageCopy::kStreaming));
   const uint8_t* staged = b_->StagedData(source, ticket.chunk, ticket.sequence, 3000);
   ASSERT_NE(staged, nullptr);
   EXPECT_EQ(std::memcmp(staged, data.data(), 3000), 0);
   EXPECT_TRUE(b_->StagedIntact(source, ticket.chunk, ticket.sequence));
   // Not toward another host (Route sends that to the daemon), not more than
   // a chunk, not what names a chunk or length the area does not have.
-  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(9), pieces, 2, &ticket));
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(9), pieces, 2, &ticket, transport::StageCopy::kCached));
   iovec too_long{data.data(), transport::kStagedChunkBytes + 1};
-  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &too_long, 1, &ticket));
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &too_long, 1, &ticket, transport::StageCopy::kCached));
   EXPECT_EQ(b_->StagedData(source, 4, ticket.sequence, 10), nullptr);
   EXPECT_EQ(b_->StagedData(source, ticket.chunk, ticket.sequence, transport::kStagedChunkBytes + 1), nullptr);
   EXPECT_EQ(b_->StagedData(source, ticket.chunk, ticket.sequence + 2, 10), nullptr);
 
   // Four chunks: three more, then none until one comes back.
   transport::StageTicket more[3];
-  for (auto& t : more) ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 1, &t));
+  for (auto& t : more) ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 1, &t, transport::StageCopy::kCached));
   transport::StageTicket none;
-  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 1, &none));
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 1, &none, transport::StageCopy::kCached));
   a_->Unstage(ticket);
   transport::StageTicket again;
-  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 1, &again));
+  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 1, &again, transport::StageCopy::kCached));
   EXPECT_EQ(again.chunk, ticket.chunk);
   EXPECT_NE(again.sequence, ticket.sequence);
   // The reader of the old descriptor sees the chunk was filled again.
@@ -435,7 +435,7 @@ TEST_F(LocalLinksTest, AChunkIsStagedInTheLinksAreaForTheOtherProcessAlone) {
   EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);
   ASSERT_EQ(Receive(b_.get()), 1u);
   transport::StageTicket fresh[4];
-  for (auto& t : fresh) EXPECT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 1, &t)) << "the new area is all free";
+  for (auto& t : fresh) EXPECT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), pieces, 1, &t, transport::StageCopy::kCached)) << "the new area is all free";
 }
 
 // A READ response's chunk, which no acknowledgement gives back: the reader
@@ -451,28 +451,28 @@ TEST_F(LocalLinksTest, AChunkTheReaderTookIsFilledAgainWhenTheAreaIsFull) {
   std::vector<uint8_t> data(100, 0x42);
   iovec piece{data.data(), data.size()};
   transport::StageTicket read_chunk, send_chunk, none;
-  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &read_chunk));
-  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &send_chunk));
-  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &none)) << "both held";
+  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &read_chunk, transport::StageCopy::kStreaming));
+  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &send_chunk, transport::StageCopy::kCached));
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &none, transport::StageCopy::kCached)) << "both held";
   EXPECT_FALSE(a_->StageTaken(read_chunk));
 
   b_->TakeStaged(source, read_chunk.chunk, read_chunk.sequence);
   EXPECT_TRUE(a_->StageTaken(read_chunk));
   EXPECT_FALSE(a_->StageTaken(send_chunk));
   transport::StageTicket reused;
-  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &reused));
+  ASSERT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &reused, transport::StageCopy::kCached));
   EXPECT_EQ(reused.chunk, read_chunk.chunk);
   EXPECT_TRUE(a_->StageTaken(read_chunk)) << "filled again: gone either way";
   EXPECT_FALSE(a_->StageTaken(reused));
   a_->Unstage(read_chunk);  // ignored: the chunk is the new fill's now
-  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &none)) << "the new fill still holds it";
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &none, transport::StageCopy::kCached)) << "the new fill still holds it";
   // A taken mark for an older fill, or a chunk the area does not have,
   // frees nothing.
   b_->TakeStaged(source, reused.chunk, read_chunk.sequence);
   b_->TakeStaged(source, 9, reused.sequence);
-  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &none));
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &none, transport::StageCopy::kCached));
   a_->Unstage(reused);
-  EXPECT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &none));
+  EXPECT_TRUE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &none, transport::StageCopy::kCached));
 }
 
 TEST_F(LocalLinksTest, ALinkWithoutAPayloadAreaStagesNothing) {
@@ -482,7 +482,7 @@ TEST_F(LocalLinksTest, ALinkWithoutAPayloadAreaStagesNothing) {
   uint8_t byte = 1;
   iovec piece{&byte, 1};
   transport::StageTicket ticket;
-  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &ticket));
+  EXPECT_FALSE(a_->Stage(Qpn(7, 5), Ip(1), &piece, 1, &ticket, transport::StageCopy::kCached));
 }
 
 }  // namespace

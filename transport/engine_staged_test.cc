@@ -33,7 +33,7 @@ class AreaPeerMemory final : public PeerMemory {
   uint32_t PullSource(const rte_mbuf*) override { return 0; }
   bool Pull(uint32_t, const iovec*, uint32_t, const iovec*, uint32_t) override { return false; }
 
-  bool Stage(uint32_t, const Gid&, const iovec* pieces, uint32_t count, StageTicket* ticket) override {
+  bool Stage(uint32_t, const Gid&, const iovec* pieces, uint32_t count, StageTicket* ticket, StageCopy) override {
     if (!stage || in_use == (1u << kChunks) - 1) return false;
     const uint32_t chunk = static_cast<uint32_t>(__builtin_ctz(~in_use));
     in_use |= 1u << chunk;

@@ -32,6 +32,14 @@
 
 namespace uroce::transport {
 
+// How a chunk is copied into a link's payload area (host/stream_copy.h):
+// through our cache, or with streaming stores past it. Measured between
+// two processes on the 2-core development VM (performance.md, "The local
+// path"): streaming made a READ's answer twice as fast and WRITE streams
+// faster, and SEND ping-pongs and streams slower; so READ answers stream
+// and requests do not.
+enum class StageCopy : uint8_t { kCached, kStreaming };
+
 // A chunk staged in a link's payload area (transport/pull_descriptor.h,
 // StagedChunk), as its sender holds it until the chunk is acknowledged.
 struct StageTicket {
@@ -66,7 +74,7 @@ class PeerMemory {
   // that link. False (nothing copied) when there is no such area or no
   // chunk is free.
   virtual bool Stage(uint32_t /*dest_qpn*/, const Gid& /*dest_gid*/, const iovec* /*pieces*/, uint32_t /*count*/,
-                     StageTicket* /*ticket*/) {
+                     StageTicket* /*ticket*/, StageCopy /*copy*/) {
     return false;
   }
   // Requester: the chunk may be filled again (the responder is past its

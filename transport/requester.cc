@@ -535,7 +535,8 @@ Requester::StageOutcome Requester::EmitStagedChunk(QueuePair* qp, SendSlot& slot
                                              });
     if (!plain) return StageOutcome::kNotStaged;
     if (r.staged.full() ||
-        !core_.config.peer_memory->Stage(qp->attr.dest_qp_num, qp->path.dgid, pieces, count, &ticket)) {
+        !core_.config.peer_memory->Stage(qp->attr.dest_qp_num, qp->path.dgid, pieces, count, &ticket,
+                                         StageCopy::kCached)) {
       // No chunk free: wait for our own to come back, or, holding none, go on
       // without (another QP's may be held long, by an RNR wait).
       return r.staged.empty() ? StageOutcome::kNotStaged : StageOutcome::kWait;

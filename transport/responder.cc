@@ -1423,7 +1423,9 @@ Responder::StagedReadOutcome Responder::EmitStagedReadResponse(QueuePair* qp, Re
   }
   const iovec piece{host, length};
   StageTicket ticket;
-  if (!peer->Stage(qp->attr.dest_qp_num, qp->path.dgid, &piece, 1, &ticket)) return out_of_chunks();
+  if (!peer->Stage(qp->attr.dest_qp_num, qp->path.dgid, &piece, 1, &ticket, StageCopy::kStreaming)) {
+    return out_of_chunks();
+  }
   const bool first = job.offset == 0;
   const bool last = job.offset + length >= job.length;
   const uint32_t packets = (length + mtu - 1) / mtu;
