@@ -1,6 +1,7 @@
 // Copying a staged chunk into a link's payload area (host/shm_channel.h)
 // with non-temporal stores, which write the lines to memory without taking
-// them into our cache first.
+// them into our cache first: what LocalLinks::Stage does for a READ's
+// answer (transport::StageCopy::kStreaming).
 //
 // Why: the other process read the chunk's lines the last time it was
 // filled, so they sit in the other core's cache. An ordinary store must
@@ -10,7 +11,8 @@
 // chunks and another copying each out, eight chunks in turn: memcpy 330 µs
 // per MiB for the filler, streaming stores 34 µs (48 µs per MiB through
 // both), a plain copy of cold memory 20 µs. The reader then takes the
-// lines from memory, not from our cache.
+// lines from memory, not from our cache. (SEND chunks filled this way went
+// slower end to end, for reasons not known: docs/performance.md.)
 //
 // Threads: any; StreamCopy's stores are weakly ordered (Intel SDM vol. 1,
 // 10.4.6.2), so the caller ends a run of them with StreamFence before it
