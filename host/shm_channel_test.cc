@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "pmd/mempool.h"
@@ -179,13 +181,24 @@ TEST_F(ShmChannelTest, MapRefusesWhatIsNotAPort) {
   EXPECT_FALSE(ShmChannel::Create(8, 100000).ok());
 }
 
-TEST(ShmChannelStageTest, AChunkIsReadOnlyWhileItHoldsWhatTheDescriptorSays) {
-  auto daemon = ShmChannel::Create(8, 1518, 4);
-  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-  auto process = ShmChannel::Map((*daemon)->fd());
-  ASSERT_TRUE(process.ok()) << process.status().ToString();
-  ShmChannel& d = **daemon;
-  ShmChannel& p = **process;
+// A channel with a payload area of four chunks each way, and its other
+// side mapped from its file.
+class ShmChannelStageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto daemon = ShmChannel::Create(8, 1518, 4);
+    ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+    auto process = ShmChannel::Map((*daemon)->fd());
+    ASSERT_TRUE(process.ok()) << process.status().ToString();
+    daemon_ = std::move(*daemon);
+    process_ = std::move(*process);
+  }
+  std::unique_ptr<ShmChannel> daemon_, process_;
+};
+
+TEST_F(ShmChannelStageTest, AChunkIsReadOnlyWhileItHoldsWhatTheDescriptorSays) {
+  ShmChannel& d = *daemon_;
+  ShmChannel& p = *process_;
   EXPECT_EQ(p.stage_chunks(), 4u);
   EXPECT_EQ(p.StagedData(1, 2, 100), nullptr) << "never filled";
 
@@ -223,13 +236,9 @@ TEST(ShmChannelStageTest, AChunkIsReadOnlyWhileItHoldsWhatTheDescriptorSays) {
   EXPECT_EQ(d.StagedData(0, back, 10)[9], 0x33);
 }
 
-TEST(ShmChannelStageTest, TheReaderSaysWhichFillItIsDoneWith) {
-  auto daemon = ShmChannel::Create(8, 1518, 4);
-  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-  auto process = ShmChannel::Map((*daemon)->fd());
-  ASSERT_TRUE(process.ok()) << process.status().ToString();
-  ShmChannel& d = **daemon;
-  ShmChannel& p = **process;
+TEST_F(ShmChannelStageTest, TheReaderSaysWhichFillItIsDoneWith) {
+  ShmChannel& d = *daemon_;
+  ShmChannel& p = *process_;
   d.BeginStage(2);
   const uint64_t first = d.EndStage(2);
   EXPECT_FALSE(d.Taken(2, first)) << "not before the reader says so";
@@ -249,7 +258,7 @@ TEST(ShmChannelStageTest, TheReaderSaysWhichFillItIsDoneWith) {
   EXPECT_TRUE(p.StagedIntact(2, second));
 }
 
-TEST(ShmChannelStageTest, TooManyChunksAreRefused) {
+TEST(ShmChannelStageLimitsTest, TooManyChunksAreRefused) {
   EXPECT_FALSE(ShmChannel::Create(8, 1518, transport::kMaxStageChunks + 1).ok());
   auto plain = ShmChannel::Create(8, 1518);
   ASSERT_TRUE(plain.ok());
