@@ -111,9 +111,10 @@ void Completions::FlushQueues(QueuePair* qp) {
   req.reads_in_flight = 0;
   req.timer.Disarm();
   // Nothing is sent again from an errored QP: its chunks (and its READ
-  // responses') go back to the link's area for the other QPs now, not at its reset or destruction. A
-  // responder still copying one finds it filled again (StagedIntact) if it
-  // is reused meanwhile, and fails that request.
+  // responses') go back to the link's area for the other QPs now, not at
+  // its reset or destruction. A responder still copying one finds it
+  // filled again (StagedIntact) if it is reused meanwhile, and fails that
+  // request.
   req.staged.ReleaseAll(core_.config.peer_memory);
   core_.ReleaseHeldPackets(qp);
   ResponderState& resp = qp->resp;
