@@ -21,7 +21,9 @@ namespace {
 
 class AreaPeerMemory final : public PeerMemory {
  public:
-  static constexpr uint32_t kChunks = 8;
+  // More than a QP's READ answers may hold (Responder::kMaxStagedReadChunks),
+  // so that the cap, not the area, is what a test of it sees.
+  static constexpr uint32_t kChunks = 16;
   bool stage = true;               // a chunk is free
   bool from_link = true;           // frames come over the link
   bool refill_while_copied = false;  // the next chunk read was filled again meanwhile
@@ -229,16 +231,26 @@ TEST_P(EngineStagedReadTest, AReaderThatNeverTakesItsChunksGetsPacketsAfterEight
   EXPECT_EQ(peer_.unstages, peer_.stages);
 }
 
-// An answer the key does not grant whole is not staged: the packets find
-// where the grant ends and say so (IBTA 9.7.5.1.3), as without an area.
-TEST_P(EngineStagedReadTest, AReadTheKeyDoesNotGrantIsARemoteAccessErrorAndNothingIsStaged) {
-  Buffer local = Register(pair_->a(), 1 << 17, 0xEE);
-  Buffer remote = Register(pair_->b(), 1 << 15, 1);
-  ASSERT_EQ(PostSend(pair_->a(), qa_, IBV_WR_RDMA_READ, local, 1 << 17, 1, remote.addr(), remote.keys.rkey), 0);
+// A region deregistered while its READ's answer streams (ibv_dereg_mr(3):
+// no access after it returns): the chunks staged before stay what they
+// were, nothing of the region is copied after, and the READ ends with the
+// remote access error the packets would give (IBTA 9.7.5.1.3).
+TEST_P(EngineStagedReadTest, ARegionDeregisteredWhileItsReadStreamsIsNotReadAgain) {
+  constexpr uint32_t kSize = 1 << 20;
+  Buffer local = Register(pair_->a(), kSize, 0xEE);
+  Buffer remote = Register(pair_->b(), kSize, 0);
+  Pattern(remote, 37);
+  ASSERT_EQ(PostSend(pair_->a(), qa_, IBV_WR_RDMA_READ, local, kSize, 1, remote.addr(), remote.keys.rkey), 0);
+  // Until the responder has staged some of the answer, and not all of it.
+  ASSERT_TRUE(pair_->RunUntil([&] { return peer_.stages > 0; }));
+  const int staged_before = peer_.stages;
+  ASSERT_LT(staged_before, 16);
+  ASSERT_TRUE(pair_->b().engine->DeregMr(remote.keys.lkey).ok());
   auto wc = pair_->WaitCompletions(pair_->a().cq, 1);
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, IBV_WC_REM_ACCESS_ERR);
-  EXPECT_EQ(peer_.stages, 0);
+  EXPECT_EQ(peer_.stages, staged_before) << "a chunk copied from a deregistered region";
+  EXPECT_EQ(qb_->state.load(), IBV_QPS_ERR);
 }
 
 TEST_F(EngineStagedTest, LargeMessagesGoAsChunksAndArriveWhole) {
