@@ -11,6 +11,7 @@
 #include "host/frame_inspect.h"
 #include "host/shm_channel.h"
 #include "host/stream_copy.h"
+#include "transport/link_frame.h"
 #include "transport/pull_descriptor.h"
 #include "pmd/log.h"
 
@@ -127,7 +128,21 @@ uint16_t LocalLinks::Route(const rte_mbuf* m, const Table* table) {
   return static_cast<uint16_t>(slot);
 }
 
+void LocalLinks::WriteLeftOutIcrcs(rte_mbuf** pkts, uint16_t n) {
+  for (uint16_t i = 0; i < n; ++i) {
+    rte_mbuf* m = pkts[i];
+    if (m->hash.usr != transport::kIcrcLeftOut) continue;
+    if (m->nb_segs == 1) transport::WriteIcrc(rte_pktmbuf_mtod(m, uint8_t*), rte_pktmbuf_data_len(m));
+    m->hash.usr = 0;
+  }
+}
+
 uint16_t LocalLinks::SendRun(uint16_t destination, const Table* table, rte_mbuf** pkts, uint16_t n) {
+  if (destination == kToDaemon || destination == kToLoop) {
+    // Built for a link that is not taking them (closed, or not yet in
+    // use): they leave in wire form, which has an ICRC.
+    WriteLeftOutIcrcs(pkts, n);
+  }
   if (destination == kToDaemon) {
     const uint16_t sent = options_.daemon->TxBurst(pkts, n);
     Bump(daemon_tx_frames_, sent);
@@ -140,7 +155,7 @@ uint16_t LocalLinks::SendRun(uint16_t destination, const Table* table, rte_mbuf*
     return room;
   }
   ShmChannel* link = table->by_slot[destination];
-  const uint16_t sent = link->Send(pkts, n);
+  const uint16_t sent = options_.link_frames ? link->SendLinkFrames(pkts, n) : link->Send(pkts, n);
   if (sent != 0) {
     stalled_[destination] = 0;
     Bump(link_tx_frames_, sent);
@@ -174,6 +189,18 @@ uint16_t LocalLinks::TxBurst(rte_mbuf** pkts, uint16_t n) {
 }
 
 bool LocalLinks::Acceptable(uint32_t from_slot, const rte_mbuf* m) const {
+  if (m->hash.usr == kLinkFrameMark) {
+    // The link form (transport/link_frame.h): a connected service's
+    // packet, between two of the host's addresses, to a QP of our lease;
+    // the engine parses the rest (ParseLinkFrame) and refuses a UD opcode.
+    const uint8_t* f = rte_pktmbuf_mtod(m, const uint8_t*);
+    uint32_t dest_qpn = 0;
+    if (m->nb_segs != 1 || !transport::LinkFrameDestQp(f, rte_pktmbuf_data_len(m), &dest_qpn)) return false;
+    transport::Gid src, dst;
+    std::memcpy(src.data(), f + transport::kLinkSrcGidOffset, src.size());
+    std::memcpy(dst.data(), f + transport::kLinkDstGidOffset, dst.size());
+    return IsHost(src) && IsHost(dst) && dest_qpn != 1 && SlotOf(dest_qpn) == options_.own_slot;
+  }
   // The common shapes of a connected service's frame are read at fixed
   // offsets: the engine's parser reads the same bytes as the same fields
   // and refuses the frame if the rest is wrong. UD (its DETH names the
@@ -200,7 +227,8 @@ uint16_t LocalLinks::ReceiveFromLink(uint32_t slot, ShmChannel* link, uint32_t t
   uint16_t kept = 0;
   for (uint16_t i = 0; i < got; ++i) {
     if (Acceptable(slot, pkts[i])) {
-      pkts[i]->hash.usr = tag;  // the link it came by (PullSource)
+      // The link it came by (PullSource), and its form (LinkFrame).
+      pkts[i]->hash.usr = tag | (pkts[i]->hash.usr & kLinkFrameMark);
       pkts[kept++] = pkts[i];
     } else {
       rte_pktmbuf_free(pkts[i]);
@@ -248,14 +276,25 @@ bool LocalLinks::TakesPulls(uint32_t dest_qpn, const transport::Gid& dest_gid) {
 const ShmChannel* LocalLinks::PullLink(const Table* table, uint32_t tag) const {
   const uint32_t slot = tag & 0xFF;
   if (slot == 0 || slot >= kSlots || table->pull_pid[slot] == 0) return nullptr;
-  if ((table->generation[slot] & 0xFFFFFF) != (tag >> 8)) return nullptr;  // a link that was replaced since
+  if (TagGeneration(table->generation[slot]) != (tag >> 8)) return nullptr;  // a link that was replaced since
   // A closed link's process has ended: its pid may soon be another's.
   const ShmChannel* link = table->by_slot[slot];
   return link != nullptr && !link->closed() && link->PeerReadsUs() ? link : nullptr;
 }
 
+bool LocalLinks::LinkFrameTo(uint32_t dest_qpn, const transport::Gid& dest_gid) {
+  if (!options_.link_frames) return false;
+  const Table* table = table_.load(std::memory_order_seq_cst);
+  const uint32_t slot = SlotOf(dest_qpn);
+  if (slot == 0 || slot >= kSlots || slot == options_.own_slot || !IsHost(dest_gid)) return false;
+  // Where Route sends it over the link now (as TakesPulls); if that changes
+  // before it is sent, SendRun writes its ICRC.
+  const ShmChannel* link = table->by_slot[slot];
+  return link != nullptr && !link->closed() && in_use_[slot] == table->generation[slot];
+}
+
 uint32_t LocalLinks::PullSource(const rte_mbuf* m) {
-  const uint32_t tag = m->hash.usr;
+  const uint32_t tag = m->hash.usr & ~kLinkFrameMark;
   return PullLink(table_.load(std::memory_order_seq_cst), tag) != nullptr ? tag : 0;
 }
 
@@ -317,7 +356,7 @@ void LocalLinks::Unstage(const transport::StageTicket& ticket) {
   if (slot == 0 || slot >= kSlots || ticket.chunk >= 64) return;
   Stager& stager = stagers_[slot];
   // A link replaced since: its area went with it.
-  if ((stager.generation & 0xFFFFFF) != (ticket.link >> 8)) return;
+  if (TagGeneration(stager.generation) != (ticket.link >> 8)) return;
   // A chunk filled again since (a READ response's, taken and reused): it is
   // someone else's now.
   const ShmChannel* link = TaggedLink(table_.load(std::memory_order_seq_cst), ticket.link);
@@ -327,12 +366,12 @@ void LocalLinks::Unstage(const transport::StageTicket& ticket) {
 
 const ShmChannel* LocalLinks::TaggedLink(const Table* table, uint32_t tag) const {
   const uint32_t slot = tag & 0xFF;
-  if (slot == 0 || slot >= kSlots || (table->generation[slot] & 0xFFFFFF) != (tag >> 8)) return nullptr;
+  if (slot == 0 || slot >= kSlots || TagGeneration(table->generation[slot]) != (tag >> 8)) return nullptr;
   return table->by_slot[slot];
 }
 
 uint32_t LocalLinks::LinkSource(const rte_mbuf* m) {
-  const uint32_t tag = m->hash.usr;
+  const uint32_t tag = m->hash.usr & ~kLinkFrameMark;
   return TaggedLink(table_.load(std::memory_order_seq_cst), tag) != nullptr ? tag : 0;
 }
 
@@ -420,6 +459,7 @@ Status LocalLinks::Add(uint32_t peer_slot, int fd, int64_t peer_pid, uint32_t pe
   // Our cookie for the other process to read; its memory is read only once
   // VerifyPulls has read its cookie, and only if it is of our own uid.
   (*link)->OfferPullProbe();
+  (*link)->TakeLinkFrames();  // both ends are processes: the link form (transport/link_frame.h)
   peer_pid_[peer_slot] = peer_pid;
   peer_uid_[peer_slot] = peer_uid;
   pull_check_[peer_slot] = peer_pid > 0 && peer_pid <= INT32_MAX && peer_uid == geteuid() ? PullCheck::kPending

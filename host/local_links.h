@@ -109,6 +109,11 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
     uint32_t own_slot = 0;                  // our lease: QPNs own_slot << 16 ..
     transport::MacAddress mac{};            // the uplink's (the host's)
     std::vector<transport::Gid> gids;       // the host's addresses
+    // Connected services' frames cross links in their link form
+    // (transport/link_frame.h): no Ethernet, IP, UDP or ICRC. False: wire
+    // frames, for a port whose frames are corrupted on purpose
+    // ([impair] corrupt), which only an ICRC catches.
+    bool link_frames = true;
   };
 
   explicit LocalLinks(const Options& options);
@@ -121,6 +126,7 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
 
   // transport::PeerMemory, on the polling thread.
   bool TakesPulls(uint32_t dest_qpn, const transport::Gid& dest_gid) override;
+  bool LinkFrameTo(uint32_t dest_qpn, const transport::Gid& dest_gid) override;
   uint32_t PullSource(const rte_mbuf* m) override;
   bool Pull(uint32_t source, const iovec* local, uint32_t local_count, const iovec* remote,
             uint32_t remote_count) override;
@@ -128,6 +134,7 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
              transport::StageTicket* ticket, transport::StageCopy copy) override;
   void Unstage(const transport::StageTicket& ticket) override;
   uint32_t LinkSource(const rte_mbuf* m) override;
+  bool LinkFrame(const rte_mbuf* m) override { return (m->hash.usr & kLinkFrameMark) != 0; }
   const uint8_t* StagedData(uint32_t link, uint32_t chunk, uint64_t sequence, uint32_t length) override;
   bool StagedIntact(uint32_t link, uint32_t chunk, uint64_t sequence) override;
   void TakeStaged(uint32_t link, uint32_t chunk, uint64_t sequence) override;
@@ -155,8 +162,10 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
     std::array<uint32_t, kSlots> generation{};         // slot -> which Add made its link
     std::array<int32_t, kSlots> pull_pid{};            // slot -> its process, once we read its memory; else 0
   };
-  // A received frame's link (mbuf hash.usr): slot | generation << 8.
-  static uint32_t Tag(uint32_t slot, uint32_t generation) { return slot | (generation << 8); }
+  // A received frame's link (mbuf hash.usr): slot | generation << 8, the
+  // generation's low 23 bits (bit 31 is kLinkFrameMark).
+  static uint32_t TagGeneration(uint32_t generation) { return generation & 0x7FFFFF; }
+  static uint32_t Tag(uint32_t slot, uint32_t generation) { return slot | (TagGeneration(generation) << 8); }
   const ShmChannel* PullLink(const Table* table, uint32_t tag) const;
   // The link a tag names, if it is still that link (any link, for staged
   // chunks: its area is the two processes' alone).
@@ -167,6 +176,9 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
 
   uint16_t Route(const rte_mbuf* m, const Table* table);
   uint16_t SendRun(uint16_t destination, const Table* table, rte_mbuf** pkts, uint16_t n);
+  // Frames built without an ICRC for a link (transport::kIcrcLeftOut) that
+  // leave in wire form after all: their ICRC.
+  static void WriteLeftOutIcrcs(rte_mbuf** pkts, uint16_t n);
   uint16_t ReceiveFromLink(uint32_t slot, ShmChannel* link, uint32_t tag, rte_mbuf** pkts, uint16_t n);
   bool Acceptable(uint32_t from_slot, const rte_mbuf* m) const;
   bool IsHost(const transport::Gid& gid) const;

@@ -14,8 +14,10 @@
 
 #include "pmd/frame_test_util.h"
 #include "pmd/mempool.h"
+#include "transport/link_frame.h"
 #include "transport/opcode.h"
 #include "transport/packet_builder.h"
+#include "transport/packet_parser.h"
 #include "transport/pull_descriptor.h"
 
 namespace uroce::host {
@@ -229,6 +231,108 @@ TEST_F(LocalLinksTest, ALinkedProcessMaySendOnlyAsTheHostToOurQps) {
   ASSERT_EQ((*as_b)->Send(hostile.data(), static_cast<uint16_t>(hostile.size())), hostile.size());
   EXPECT_EQ(Receive(a_.get()), 1u);
   EXPECT_EQ(a_->counters().rx_refused, 5u);
+}
+
+TEST_F(LocalLinksTest, ConnectedFramesCrossALinkInLinkForm) {
+  Link();
+  // Not before the link carries frames (it waits for the switch to take
+  // what went before): until then they are built whole.
+  EXPECT_FALSE(a_->LinkFrameTo(Qpn(7, 5), Ip(1)));
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5)), Roce(Qpn(7, 6), Opcode::kUdSendOnly, Qpn(3, 2))}), 2);
+  EXPECT_TRUE(a_->LinkFrameTo(Qpn(7, 5), Ip(1)));
+  EXPECT_TRUE(a_->LinkFrameTo(Qpn(7, 5), kHostV6));
+  EXPECT_FALSE(a_->LinkFrameTo(Qpn(7, 5), Ip(9)));  // slot 7 of another host: through the daemon
+  EXPECT_FALSE(a_->LinkFrameTo(Qpn(3, 5), Ip(1)));  // ours: the loop
+  EXPECT_FALSE(a_->LinkFrameTo(Qpn(9, 5), Ip(1)));  // no link
+  EXPECT_FALSE(a_->LinkFrameTo(1, Ip(1)));
+  ASSERT_EQ(Receive(b_.get()), 2u);
+  // The RC SEND in link form, from the link it came by; UD as a wire frame.
+  EXPECT_TRUE(b_->LinkFrame(received_[0]));
+  EXPECT_NE(b_->LinkSource(received_[0]), 0u);
+  transport::PacketView view;
+  ASSERT_EQ(transport::ParseLinkFrame(received_[0], &view), transport::ParseError::kOk);
+  EXPECT_EQ(view.fields.bth.dest_qp, Qpn(7, 5));
+  EXPECT_EQ(view.fields.src_gid, Ip(1));
+  EXPECT_FALSE(b_->LinkFrame(received_[1]));
+  EXPECT_NE(b_->LinkSource(received_[1]), 0u);
+  EXPECT_EQ(transport::ParsePacket(received_[1], transport::ParseOptions{}, &view), transport::ParseError::kOk);
+  // Frames from the daemon are never in link form.
+  daemon_b_.in.push_back(Roce(Qpn(7, 5)));
+  ASSERT_EQ(Receive(b_.get()), 1u);
+  EXPECT_FALSE(b_->LinkFrame(received_[2]));
+  EXPECT_EQ(b_->LinkSource(received_[2]), 0u);
+  // A closed link takes none.
+  file_->MarkClosed();
+  EXPECT_FALSE(a_->LinkFrameTo(Qpn(7, 5), Ip(1)));
+}
+
+TEST_F(LocalLinksTest, AFrameBuiltWithoutItsIcrcThatLeavesInWireFormGetsIt) {
+  Link();
+  auto without_icrc = [this](uint32_t qpn) {
+    rte_mbuf* m = Roce(qpn);
+    std::memset(rte_pktmbuf_mtod_offset(m, uint8_t*, rte_pktmbuf_data_len(m) - 4), 0, 4);
+    m->hash.usr = transport::kIcrcLeftOut;
+    return m;
+  };
+  // Built for the link, which closed before it was sent: to the daemon,
+  // whole. And one to our own QP (round the loop).
+  rte_mbuf* late = without_icrc(Qpn(7, 5));
+  file_->MarkClosed();
+  EXPECT_EQ(Send(a_.get(), {late, without_icrc(Qpn(3, 5))}), 2);
+  ASSERT_EQ(daemon_a_.out.size(), 1u);
+  transport::PacketView view;
+  EXPECT_EQ(transport::ParsePacket(daemon_a_.out[0], transport::ParseOptions{}, &view), transport::ParseError::kOk);
+  ASSERT_EQ(Receive(a_.get()), 1u);
+  EXPECT_EQ(transport::ParsePacket(received_[0], transport::ParseOptions{}, &view), transport::ParseError::kOk);
+}
+
+TEST_F(LocalLinksTest, WithoutTheLinkFormFramesCrossALinkAsTheyAre) {
+  LocalLinks::Options o;
+  o.daemon = &daemon_a_;
+  o.pool = pool_.get();
+  o.own_slot = 3;
+  o.mac = kHostMac;
+  o.gids = {Ip(1), kHostV6};
+  o.link_frames = false;  // [impair] corrupt: only an ICRC catches the damage
+  a_ = std::make_unique<LocalLinks>(o);
+  Link();
+  EXPECT_FALSE(a_->LinkFrameTo(Qpn(7, 5), Ip(1)));
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);
+  ASSERT_EQ(Receive(b_.get()), 1u);
+  EXPECT_FALSE(b_->LinkFrame(received_[0]));
+  transport::PacketView view;
+  EXPECT_EQ(transport::ParsePacket(received_[0], transport::ParseOptions{}, &view), transport::ParseError::kOk);
+}
+
+TEST_F(LocalLinksTest, ALinkedProcessMaySendInLinkFormOnlyAsTheHostToOurQps) {
+  Link();
+  auto link_form = [this](rte_mbuf* wire) {
+    std::vector<uint8_t> bytes(rte_pktmbuf_data_len(wire));
+    bytes.resize(transport::WriteLinkFrame(rte_pktmbuf_mtod(wire, const uint8_t*), rte_pktmbuf_data_len(wire),
+                                           bytes.data(), bytes.size()));
+    rte_pktmbuf_free(wire);
+    EXPECT_FALSE(bytes.empty());
+    return bytes;
+  };
+  std::vector<std::vector<uint8_t>> hostile = {
+      link_form(Roce(Qpn(3, 1), Opcode::kRcSendOnly, 0, Ip(9))),          // as another host
+      link_form(Roce(Qpn(3, 1), Opcode::kRcSendOnly, 0, Ip(1), Ip(9))),   // to another host
+      link_form(Roce(Qpn(5, 1))),                                         // not our QPN
+      link_form(Roce(Qpn(3, 1))),                                         // fine
+  };
+  hostile.push_back(hostile.back());
+  // QP 1: the daemon's to route.
+  hostile.back()[transport::kLinkHeaderBytes + 5] = hostile.back()[transport::kLinkHeaderBytes + 6] = 0;
+  hostile.back()[transport::kLinkHeaderBytes + 7] = 1;
+  hostile.push_back(std::vector<uint8_t>(transport::kLinkHeaderBytes + 11));  // too short for a BTH
+  auto as_b = ShmChannel::Map(file_->fd(), ShmChannel::Side::kProcess);
+  ASSERT_TRUE(as_b.ok());
+  for (const auto& bytes : hostile) {
+    ASSERT_TRUE((*as_b)->SendBytes(bytes.data(), static_cast<uint32_t>(bytes.size()), true));
+  }
+  EXPECT_EQ(Receive(a_.get()), 1u);
+  EXPECT_EQ(a_->counters().rx_refused, 5u);
+  EXPECT_TRUE(a_->LinkFrame(received_[0]));
 }
 
 TEST_F(LocalLinksTest, AFullLinkHoldsTheRestInOrder) {

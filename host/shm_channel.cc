@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 
+#include "transport/link_frame.h"
 #include "transport/pull_descriptor.h"
 
 namespace uroce::host {
@@ -24,6 +25,8 @@ constexpr uint32_t kVersion = 3;
 constexpr size_t kLine = 64;
 constexpr size_t kHeader = 2 * kLine;  // the geometry, then the pull offers
 constexpr size_t kSlotHeader = 4;  // the frame's length
+// In the length word: the frame is in its link form (transport/link_frame.h).
+constexpr uint32_t kLinkFormBit = 1u << 31;
 
 uint32_t SlotSizeFor(uint32_t max_frame) {
   return static_cast<uint32_t>((kSlotHeader + max_frame + kLine - 1) / kLine * kLine);
@@ -296,15 +299,22 @@ uint16_t ShmChannel::Receive(rte_mbuf** pkts, uint16_t n, rte_mempool* pool) {
   uint16_t got = 0;
   for (uint16_t i = 0; i < want; ++i) {
     const uint8_t* slot = r->slot(consumed_++, slots_, slot_size_);
-    uint32_t length;
-    std::memcpy(&length, slot, sizeof(length));  // read once
+    uint32_t word;
+    std::memcpy(&word, slot, sizeof(word));  // read once
+    const bool link_form = (word & kLinkFormBit) != 0;
+    const uint32_t length = word & ~kLinkFormBit;
     rte_mbuf* m = pkts[got];
-    char* data = length == 0 || length > max_frame_ ? nullptr : rte_pktmbuf_append(m, static_cast<uint16_t>(length));
+    // The link form only where both ends are processes (a local link).
+    char* data = length == 0 || length > max_frame_ || (link_form && !link_frames_)
+                     ? nullptr
+                     : rte_pktmbuf_append(m, static_cast<uint16_t>(length));
     if (data == nullptr) {
       counters_.rx_bad_length++;
       continue;  // the slot is skipped; its mbuf serves the next one
     }
     std::memcpy(data, slot + kSlotHeader, length);
+    m->hash.usr = link_form ? kLinkFrameMark : 0;
+    counters_.rx_link_frames += link_form;
     ++got;
   }
   if (got < want) rte_pktmbuf_free_bulk(pkts + got, want - got);
@@ -317,7 +327,24 @@ bool ShmChannel::SendDrained() const {
   return LoadAcquire(ring(side_ == Side::kDaemon)->consumed()) == produced_;
 }
 
-uint16_t ShmChannel::Send(rte_mbuf** pkts, uint16_t n) {
+uint16_t ShmChannel::Send(rte_mbuf** pkts, uint16_t n) { return SendFrames(pkts, n, false); }
+
+uint16_t ShmChannel::SendLinkFrames(rte_mbuf** pkts, uint16_t n) { return SendFrames(pkts, n, true); }
+
+bool ShmChannel::SendBytes(const uint8_t* frame, uint32_t length, bool link_form) {
+  Ring* r = ring(side_ == Side::kDaemon);
+  peer_consumed_ = LoadAcquire(r->consumed());
+  const uint32_t used = produced_ - peer_consumed_;
+  if (used >= slots_ || length == 0 || length > max_frame_) return false;
+  uint8_t* slot = r->slot(produced_++, slots_, slot_size_);
+  const uint32_t word = length | (link_form ? kLinkFormBit : 0);
+  std::memcpy(slot, &word, sizeof(word));
+  std::memcpy(slot + kSlotHeader, frame, length);
+  StoreRelease(r->produced(), produced_);
+  return true;
+}
+
+uint16_t ShmChannel::SendFrames(rte_mbuf** pkts, uint16_t n, bool link_form) {
   Ring* r = ring(side_ == Side::kDaemon);
   uint32_t used = produced_ - peer_consumed_;
   if (used > slots_ || slots_ - used < n) {
@@ -335,10 +362,28 @@ uint16_t ShmChannel::Send(rte_mbuf** pkts, uint16_t n) {
       continue;
     }
     uint8_t* slot = r->slot(produced_++, slots_, slot_size_);
-    std::memcpy(slot, &length, sizeof(length));
-    // Chained mbufs (large frames from a pool of small buffers) copy whole.
-    const void* data = rte_pktmbuf_read(m, 0, length, slot + kSlotHeader);
-    if (data != slot + kSlotHeader) std::memcpy(slot + kSlotHeader, data, length);
+    // A connected service's packet crosses in its link form
+    // (transport/link_frame.h), never longer than its wire form.
+    const uint32_t shrunk =
+        link_form && m->nb_segs == 1
+            ? static_cast<uint32_t>(transport::WriteLinkFrame(rte_pktmbuf_mtod(m, const uint8_t*), length,
+                                                              slot + kSlotHeader, max_frame_))
+            : 0;
+    if (shrunk != 0) {
+      const uint32_t word = shrunk | kLinkFormBit;
+      std::memcpy(slot, &word, sizeof(word));
+      counters_.tx_link_frames++;
+    } else {
+      // Built for the link form, but not of a shape that has one: its ICRC
+      // (transport::kIcrcLeftOut).
+      if (link_form && m->hash.usr == transport::kIcrcLeftOut && m->nb_segs == 1) {
+        transport::WriteIcrc(rte_pktmbuf_mtod(m, uint8_t*), length);
+      }
+      std::memcpy(slot, &length, sizeof(length));
+      // Chained mbufs (large frames from a pool of small buffers) copy whole.
+      const void* data = rte_pktmbuf_read(m, 0, length, slot + kSlotHeader);
+      if (data != slot + kSlotHeader) std::memcpy(slot + kSlotHeader, data, length);
+    }
     counters_.tx_frames++;
   }
   if (take != 0) StoreRelease(r->produced(), produced_);

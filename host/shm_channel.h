@@ -45,7 +45,12 @@ struct ShmChannelCounters {
   uint64_t rx_bad_index = 0;    // the peer's index claimed more than the ring holds
   uint64_t rx_no_mbuf = 0;      // frames left in the ring: the pool was empty
   uint64_t tx_too_long = 0;     // frames longer than a slot, dropped
+  uint64_t rx_link_frames = 0, tx_link_frames = 0;  // of the frames, in link form (SendLinkFrames)
 };
+
+// Receive sets a frame's mbuf hash.usr to this when it came in its link form
+// (transport/link_frame.h), to 0 otherwise.
+inline constexpr uint32_t kLinkFrameMark = 1u << 31;
 
 // Frames each way so far, as the shared indices say (the creator's view of
 // a file both ends can write: for display, never trusted). They wrap at 2^32.
@@ -92,6 +97,19 @@ class ShmChannel {
   // counted, and counts as taken).
   uint16_t Receive(rte_mbuf** pkts, uint16_t n, rte_mempool* pool);
   uint16_t Send(rte_mbuf** pkts, uint16_t n);
+  // A local link between two processes: as Send, but a connected service's
+  // RoCEv2 frame is written in its link form (transport/link_frame.h), no
+  // Ethernet, IP, UDP or ICRC; other frames as they are. Receive takes
+  // frames in that form (and marks them, kLinkFrameMark) only once
+  // TakeLinkFrames was called (control path, before the first Receive);
+  // elsewhere such a slot is refused as a bad length.
+  uint16_t SendLinkFrames(rte_mbuf** pkts, uint16_t n);
+  void TakeLinkFrames() { link_frames_ = true; }
+  // One frame's bytes as they are, in the form said: what the other
+  // process can write into a slot (tests and fuzz targets play a hostile
+  // one with it). False when the ring is full or the length is not one a
+  // slot holds.
+  bool SendBytes(const uint8_t* frame, uint32_t length, bool link_form);
 
   const ShmChannelCounters& counters() const { return counters_; }
   // The sending side's thread: everything we sent has been taken by the
@@ -152,6 +170,7 @@ class ShmChannel {
 
  private:
   ShmChannel() = default;
+  uint16_t SendFrames(rte_mbuf** pkts, uint16_t n, bool link_form);
   struct Ring;
   Ring* ring(bool to_process) const;
   struct Header;
@@ -172,6 +191,7 @@ class ShmChannel {
   // reads the shared index again only when this leaves too little room, so
   // that a send does not fetch the line the receiver writes at every receive.
   uint32_t peer_consumed_ = 0;
+  bool link_frames_ = false;  // Receive takes the link form
   ShmChannelCounters counters_;
   // What the other process of a local link reads to check it reads us.
   uint64_t pull_cookie_ = 0;

@@ -12,6 +12,10 @@
 #include <vector>
 
 #include "pmd/mempool.h"
+#include "transport/link_frame.h"
+#include "transport/opcode.h"
+#include "transport/packet_builder.h"
+#include "transport/packet_parser.h"
 #include "transport/pull_descriptor.h"
 
 namespace uroce::host {
@@ -155,6 +159,89 @@ TEST_F(ShmChannelTest, NonsenseFromTheProcessIsRefused) {
   rte_mbuf* out = Frame(64, 9);
   EXPECT_EQ(daemon_->Send(&out, 1), 0);
   rte_pktmbuf_free(out);
+}
+
+// A RoCEv2 frame of `opcode` with 64 bytes of payload, as the engine builds
+// it (`icrc_left_out`: as it builds it for a link, without its ICRC).
+rte_mbuf* RoceFrame(rte_mempool* pool, transport::Opcode opcode, bool icrc_left_out = false) {
+  transport::PacketFields f;
+  f.src_gid = f.dst_gid = transport::Ipv4MappedGid(0x0A000001);
+  f.bth.opcode = static_cast<uint8_t>(opcode);
+  f.bth.dest_qp = 0x030011;
+  f.payload_length = 64;
+  const uint8_t payload[64] = {1, 2, 3};
+  rte_mbuf* m = rte_pktmbuf_alloc(pool);
+  EXPECT_EQ(transport::BuildPacket(f, payload, m), transport::BuildError::kOk);
+  m->hash.usr = 0;
+  if (icrc_left_out) {
+    std::memset(rte_pktmbuf_mtod_offset(m, uint8_t*, rte_pktmbuf_data_len(m) - 4), 0, 4);
+    m->hash.usr = transport::kIcrcLeftOut;
+  }
+  return m;
+}
+
+TEST_F(ShmChannelTest, ALinkCarriesConnectedFramesInLinkFormToASideThatTakesIt) {
+  process_->TakeLinkFrames();
+  rte_mbuf* out[3] = {RoceFrame(pool_.get(), transport::Opcode::kRcSendOnly),
+                      RoceFrame(pool_.get(), transport::Opcode::kUdSendOnly), Frame(60, 7)};
+  const uint32_t wire_length = rte_pktmbuf_data_len(out[0]);
+  ASSERT_EQ(daemon_->SendLinkFrames(out, 3), 3);
+  EXPECT_EQ(daemon_->counters().tx_link_frames, 1u);
+  rte_mbuf* in[8];
+  ASSERT_EQ(process_->Receive(in, 8, pool_.get()), 3);
+  // The RC SEND: 40 bytes of link header for Ethernet, IP, UDP and the
+  // ICRC (46 bytes), marked, and read by the link parser.
+  EXPECT_EQ(rte_pktmbuf_data_len(in[0]), wire_length - 46 + transport::kLinkHeaderBytes);
+  EXPECT_EQ(in[0]->hash.usr, kLinkFrameMark);
+  transport::PacketView view;
+  ASSERT_EQ(transport::ParseLinkFrame(in[0], &view), transport::ParseError::kOk);
+  EXPECT_EQ(view.fields.bth.dest_qp, 0x030011u);
+  EXPECT_EQ(view.payload[2], 3);
+  // UD and a frame that is not RoCE: as they were.
+  EXPECT_EQ(in[1]->hash.usr, 0u);
+  EXPECT_EQ(transport::ParsePacket(in[1], transport::ParseOptions{}, &view), transport::ParseError::kOk);
+  EXPECT_EQ(in[2]->hash.usr, 0u);
+  EXPECT_EQ(rte_pktmbuf_data_len(in[2]), 60u);
+  EXPECT_EQ(process_->counters().rx_link_frames, 1u);
+  rte_pktmbuf_free_bulk(in, 3);
+}
+
+TEST_F(ShmChannelTest, TheLinkFormIsRefusedWhereItWasNotAskedFor) {
+  // The daemon's side of a port never takes it (its switch reads Ethernet).
+  rte_mbuf* out = RoceFrame(pool_.get(), transport::Opcode::kRcSendOnly);
+  ASSERT_EQ(process_->SendLinkFrames(&out, 1), 1);
+  rte_mbuf* in[2];
+  EXPECT_EQ(daemon_->Receive(in, 2, pool_.get()), 0);
+  EXPECT_EQ(daemon_->counters().rx_bad_length, 1u);
+  // Nor a slot written by hand.
+  const uint8_t bytes[64] = {4};
+  ASSERT_TRUE(process_->SendBytes(bytes, sizeof(bytes), true));
+  ASSERT_TRUE(process_->SendBytes(bytes, sizeof(bytes), false));
+  ASSERT_EQ(daemon_->Receive(in, 2, pool_.get()), 1);
+  EXPECT_EQ(in[0]->hash.usr, 0u);
+  EXPECT_EQ(daemon_->counters().rx_bad_length, 2u);
+  rte_pktmbuf_free(in[0]);
+}
+
+TEST_F(ShmChannelTest, AFrameBuiltWithoutItsIcrcThatCannotGoInLinkFormGetsOne) {
+  process_->TakeLinkFrames();
+  // UD has no link form: it leaves as a wire frame, with its ICRC written.
+  rte_mbuf* out[2] = {RoceFrame(pool_.get(), transport::Opcode::kUdSendOnly, true),
+                      RoceFrame(pool_.get(), transport::Opcode::kRcSendOnly, true)};
+  ASSERT_EQ(daemon_->SendLinkFrames(out, 2), 2);
+  rte_mbuf* in[2];
+  ASSERT_EQ(process_->Receive(in, 2, pool_.get()), 2);
+  transport::PacketView view;
+  EXPECT_EQ(transport::ParsePacket(in[0], transport::ParseOptions{}, &view), transport::ParseError::kOk);
+  EXPECT_EQ(transport::ParseLinkFrame(in[1], &view), transport::ParseError::kOk);
+  rte_pktmbuf_free_bulk(in, 2);
+  // Sent with Send (the daemon's port), a frame is copied as it is.
+  rte_mbuf* plain = RoceFrame(pool_.get(), transport::Opcode::kRcSendOnly, true);
+  ASSERT_EQ(daemon_->Send(&plain, 1), 1);
+  ASSERT_EQ(process_->Receive(in, 1, pool_.get()), 1);
+  EXPECT_EQ(in[0]->hash.usr, 0u);
+  EXPECT_EQ(transport::ParsePacket(in[0], transport::ParseOptions{}, &view), transport::ParseError::kBadIcrc);
+  rte_pktmbuf_free(in[0]);
 }
 
 TEST_F(ShmChannelTest, MapRefusesWhatIsNotAPort) {

@@ -66,7 +66,9 @@ ImpairedPortIo::ImpairedPortIo(transport::PacketIo* port, rte_mempool* copy_pool
       tx_generator_(DeriveSeed(config.seed, 0)),
       rx_generator_(DeriveSeed(config.seed, 1)),
       tx_(&tx_generator_, &faults_, &tx_counters_, copy_pool, config.hold_frames, CyclesPerMicrosecond()),
-      rx_(&rx_generator_, &faults_, &rx_counters_, copy_pool, config.hold_frames, CyclesPerMicrosecond()) {}
+      rx_(&rx_generator_, &faults_, &rx_counters_, copy_pool, config.hold_frames, CyclesPerMicrosecond()) {
+  rx_.set_link_frames(config.link_frames);
+}
 
 ImpairedPortIo::~ImpairedPortIo() { FreeHeld(); }
 

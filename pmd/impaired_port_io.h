@@ -37,6 +37,9 @@ struct PortImpairment {
   bool rx = true;                 // impair frames the engine receives
   uint64_t seed = 1;              // the port's own seed (DeriveSeed of [impair] seed)
   uint32_t hold_frames = 1024;    // frames each direction holds at most
+  // The port's word on which received frames came in link form, which has
+  // no ICRC (ImpairmentStage::set_link_frames); null: none do.
+  transport::PeerMemory* link_frames = nullptr;
 };
 
 // Seeds of independent streams from one seed (SplitMix64 of seed + stream):

@@ -254,6 +254,8 @@ Status Runtime::StartShmDevice(const EndpointConfig& ec) {
   lo.own_slot = ec.qpn_base >> 16;
   lo.mac = ec.mac;
   lo.gids = ec.gids;
+  // Frames damaged on purpose need the wire form's ICRC to be caught.
+  lo.link_frames = config_.impair.corrupt == 0;
   auto links = std::make_unique<LocalLinks>(lo);
   e->links = links.get();
   e->io = std::move(links);
@@ -345,6 +347,7 @@ Status Runtime::StartEngine(Device* ep, const EndpointConfig& ec) {
   if (im.frame_faults()) {
     PortImpairment pi = PortImpairmentFor(im);
     pi.seed = DeriveSeed(im.seed, 2 * index);
+    pi.link_frames = ep->links;
     ep->impaired = std::make_unique<ImpairedPortIo>(ep->io.get(), ep->pool.get(), pi);
     cfg.io = ep->impaired.get();
   }

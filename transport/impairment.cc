@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "transport/link_frame.h"
 #include "transport/opcode.h"
 #include "transport/packet_parser.h"
 
@@ -10,12 +11,13 @@ namespace {
 
 // A RoCE acknowledgement: ACK or NAK, or an atomic ACK (IBTA 9.7.5.2). The
 // ICRC is not checked: a corrupted acknowledgement is still one.
-bool IsAcknowledgement(const rte_mbuf* m) {
+bool IsAcknowledgement(const rte_mbuf* m, bool link_frame) {
   ParseOptions options;
   options.verify_icrc = false;
   options.verify_ipv4_checksum = false;
   PacketView view;
-  ParsePacket(m, options, &view);
+  if (link_frame) ParseLinkFrame(m, &view);
+  else ParsePacket(m, options, &view);
   return view.opcode != nullptr && view.opcode->role == PacketRole::kAcknowledge;
 }
 
@@ -35,8 +37,10 @@ rte_mbuf* OwnWritable(rte_mbuf* m, rte_mempool* pool) {
 
 // Where an IP header's ECN field is, if the frame has one: Ethernet, then
 // IPv4 (the TOS byte's low two bits) or IPv6 (the traffic class's).
-enum class EcnField { kNone, kIpv4, kIpv6 };
-EcnField FindEcn(const rte_mbuf* m) {
+// A link frame (transport/link_frame.h) has it in its header's byte 1.
+enum class EcnField { kNone, kIpv4, kIpv6, kLink };
+EcnField FindEcn(const rte_mbuf* m, bool link_frame) {
+  if (link_frame) return rte_pktmbuf_data_len(m) >= kLinkHeaderBytes ? EcnField::kLink : EcnField::kNone;
   if (rte_pktmbuf_data_len(m) < kEthernetHeaderBytes + 20) return EcnField::kNone;
   const uint8_t* f = rte_pktmbuf_mtod(m, const uint8_t*);
   const uint16_t ethertype = uint16_t(f[12] << 8 | f[13]);
@@ -49,6 +53,7 @@ EcnField FindEcn(const rte_mbuf* m) {
 
 uint8_t EcnOf(const rte_mbuf* m, EcnField field) {
   const uint8_t* f = rte_pktmbuf_mtod(m, const uint8_t*);
+  if (field == EcnField::kLink) return f[1] & 3;
   return field == EcnField::kIpv4 ? (f[15] & 3) : ((f[15] >> 4) & 3);
 }
 
@@ -57,6 +62,10 @@ uint8_t EcnOf(const rte_mbuf* m, EcnField field) {
 // ones (IBTA annex A17.3.3), so the packet's ICRC still holds.
 void MarkCe(rte_mbuf* m, EcnField field) {
   uint8_t* f = rte_pktmbuf_mtod(m, uint8_t*);
+  if (field == EcnField::kLink) {
+    f[1] |= 3;
+    return;
+  }
   if (field == EcnField::kIpv6) {
     f[15] |= 0x30;
     return;
@@ -116,7 +125,7 @@ uint64_t ImpairmentStage::Queue(rte_mbuf** m, uint64_t now) {
     return 0;
   }
   if (impairments_->ecn_frames > 0 && queued_ > impairments_->ecn_frames) {
-    const EcnField field = FindEcn(*m);
+    const EcnField field = FindEcn(*m, LinkFrame(*m));
     if (field != EcnField::kNone && EcnOf(*m, field) != 0 && EcnOf(*m, field) != 3) {
       rte_mbuf* own = OwnWritable(*m, copy_pool_);
       if (own != nullptr) {
@@ -177,13 +186,23 @@ uint16_t ImpairmentStage::Admit(rte_mbuf** pkts, uint16_t n, uint64_t now) {
     if (held_.size() >= capacity_) return i;
     rte_mbuf* m = pkts[i];
     ++counters_->sent;
-    const bool lost = generator_->Chance(impairments_->loss) && !(impairments_->spare_acks && IsAcknowledgement(m));
+    const bool link_frame = LinkFrame(m);
+    const bool lost =
+        generator_->Chance(impairments_->loss) && !(impairments_->spare_acks && IsAcknowledgement(m, link_frame));
     if (lost || (drop_filter_ != nullptr && *drop_filter_ && (*drop_filter_)(m))) {
       ++counters_->dropped;
       rte_pktmbuf_free(m);
       continue;
     }
     if (generator_->Chance(impairments_->corrupt)) {
+      if (link_frame) {
+        // Nothing would catch the damage: the frame is lost instead, as a
+        // wire's ICRC check would lose it.
+        ++counters_->corrupted;
+        ++counters_->dropped;
+        rte_pktmbuf_free(m);
+        continue;
+      }
       rte_mbuf* own = OwnWritable(m, copy_pool_);
       if (own != nullptr) {
         if (own != m) rte_pktmbuf_free(m);

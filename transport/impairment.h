@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "transport/packet_io.h"
+#include "transport/peer_memory.h"
 
 namespace uroce::transport {
 
@@ -108,6 +109,11 @@ class ImpairmentStage {
   // For targeted tests: frames for which *filter returns true are lost too
   // (asked only of frames the generator did not drop). Null: none.
   void set_drop_filter(const std::function<bool(const rte_mbuf*)>* filter) { drop_filter_ = filter; }
+  // Frames `port` says came in link form (PeerMemory::LinkFrame,
+  // transport/link_frame.h) have no ICRC: corrupting one loses it, as the
+  // ICRC check would have on a wire, instead of handing on damage nothing
+  // can catch. Null: every frame is a wire frame.
+  void set_link_frames(PeerMemory* port) { link_frames_ = port; }
 
   // Takes pkts[0..k) (k returned, k < n only when the hold queue is full:
   // back-pressure, the rest stay the caller's, like a full TX ring), at time
@@ -149,6 +155,8 @@ class ImpairmentStage {
   const uint32_t capacity_;
   const uint64_t cycles_per_unit_;
   const std::function<bool(const rte_mbuf*)>* drop_filter_ = nullptr;
+  PeerMemory* link_frames_ = nullptr;
+  bool LinkFrame(const rte_mbuf* m) const { return link_frames_ != nullptr && link_frames_->LinkFrame(m); }
   std::vector<Held> held_;  // capacity reserved up front: no allocation after
   uint64_t next_order_ = 0;
   // The bottleneck's queue: when each frame in it leaves, oldest first (a

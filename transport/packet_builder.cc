@@ -283,6 +283,8 @@ void FinishPacket(const PendingPacket& p) {
   StoreLe32(icrc, ComputeIcrc(p.frame + p.l3_offset, p.ip_header_bytes, p.ip_version, covered));
 }
 
+void FinishPacketWithoutIcrc(const PendingPacket& p) { std::memset(p.payload + p.payload_length, 0, p.pad_count); }
+
 BuildError BuildPacket(const PacketFields& fields, const uint8_t* payload, uint8_t* buffer, size_t capacity,
                        size_t* frame_length) {
   if (payload == nullptr && fields.payload_length > 0) return BuildError::kBadPayloadLength;

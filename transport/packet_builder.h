@@ -94,6 +94,9 @@ BuildError BeginPacket(const PacketFields& fields, rte_mbuf* mbuf, PendingPacket
 
 // Writes the pad and the ICRC once the payload is in place.
 void FinishPacket(const PendingPacket& pending);
+// The pad alone: for a frame that leaves in a form without an ICRC
+// (transport/link_frame.h); its ICRC bytes are left as they are.
+void FinishPacketWithoutIcrc(const PendingPacket& pending);
 
 // Builds the whole frame, payload (fields.payload_length bytes; may be null
 // when that is 0) included. On success *frame_length is the frame's length.

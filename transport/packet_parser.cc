@@ -3,6 +3,7 @@
 #include <rte_mbuf.h>
 
 #include "transport/icrc.h"
+#include "transport/link_frame.h"
 #include "transport/wire_types.h"
 
 namespace uroce::transport {
@@ -229,6 +230,42 @@ ParseError ParsePacket(const uint8_t* frame, size_t length, const ParseOptions& 
   e = ParseTransport(frame, bth, icrc_at, view);
   if (view->icrc_checked && !view->icrc_ok()) return ParseError::kBadIcrc;
   return e;
+}
+
+ParseError ParseLinkFrame(const uint8_t* frame, size_t length, PacketView* view) {
+  static const PacketView kEmptyView{};
+  *view = kEmptyView;
+  view->frame = frame;
+  view->frame_length = length;
+  if (frame == nullptr || length < kLinkHeaderBytes + sizeof(BthHeader)) return ParseError::kTruncated;
+  PacketFields& f = view->fields;
+  const uint8_t version = frame[0];
+  if ((version != 4 && version != 6) || frame[3] != 0 || frame[6] != 0 || frame[7] != 0) {
+    return ParseError::kNotRoce;
+  }
+  f.ip_version = version == 4 ? IpVersion::kIpv4 : IpVersion::kIpv6;
+  f.traffic_class = frame[1];
+  f.hop_limit = frame[2];
+  f.udp_src_port = LoadBe16(frame + 4);
+  std::memcpy(f.src_gid.data(), frame + kLinkSrcGidOffset, 16);
+  std::memcpy(f.dst_gid.data(), frame + kLinkDstGidOffset, 16);
+  // An IPv4 endpoint's address is only ever ::ffff:a.b.c.d.
+  if (version == 4 && (!IsIpv4MappedGid(f.src_gid) || !IsIpv4MappedGid(f.dst_gid))) return ParseError::kNotRoce;
+  view->is_roce = true;
+  view->bth_offset = static_cast<uint16_t>(kLinkHeaderBytes);
+  view->packet_end = length;
+  // UD keeps the wire form (its GRH is the IP header): a UD opcode here is
+  // one no link speaks.
+  if (frame[kLinkHeaderBytes] >> 5 == 0x3) return ParseError::kUnknownOpcode;
+  return ParseTransport(frame, kLinkHeaderBytes, length, view);
+}
+
+ParseError ParseLinkFrame(const rte_mbuf* mbuf, PacketView* view) {
+  if (mbuf->nb_segs != 1 || mbuf->data_len != mbuf->pkt_len) {
+    *view = PacketView{};
+    return ParseError::kMultiSegmentMbuf;
+  }
+  return ParseLinkFrame(rte_pktmbuf_mtod(mbuf, const uint8_t*), mbuf->data_len, view);
 }
 
 ParseError ParsePacket(const rte_mbuf* mbuf, const ParseOptions& options, PacketView* view) {

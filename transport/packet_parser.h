@@ -106,4 +106,15 @@ ParseError ParsePacket(const uint8_t* frame, size_t length, const ParseOptions& 
 // Parses a single-segment mbuf (kMultiSegmentMbuf otherwise).
 ParseError ParsePacket(const rte_mbuf* mbuf, const ParseOptions& options, PacketView* view);
 
+// Parses a packet in the form it takes over a local link
+// (transport/link_frame.h): the same view, with no Ethernet fields (zero),
+// l3_offset, udp_offset and ip_header_bytes 0, bth_offset the link
+// header's size, and no ICRC (icrc_checked false). kNotRoce: a link header
+// that is not one (an IP version other than 4 or 6, reserved bytes not 0,
+// an IPv4 address that is not ::ffff:a.b.c.d); kUnknownOpcode also for a
+// UD opcode, which never goes in this form. Only for frames the port says
+// came in this form (PeerMemory::LinkFrame).
+ParseError ParseLinkFrame(const uint8_t* frame, size_t length, PacketView* view);
+ParseError ParseLinkFrame(const rte_mbuf* mbuf, PacketView* view);
+
 }  // namespace uroce::transport

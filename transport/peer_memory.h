@@ -81,6 +81,14 @@ class PeerMemory {
   // first PSN, or its QP was reset or destroyed). A ticket of a link since
   // replaced is ignored.
   virtual void Unstage(const StageTicket& /*ticket*/) {}
+  // Transmitter: a frame to `dest_qpn` at `dest_gid` goes over a local link
+  // in its link form (transport/link_frame.h), which has no ICRC, so the
+  // frame is built without one (kIcrcLeftOut). Per packet: a table lookup.
+  virtual bool LinkFrameTo(uint32_t /*dest_qpn*/, const Gid& /*dest_gid*/) { return false; }
+  // Receiver: the frame came over a local link in its link form
+  // (transport/link_frame.h, ParseLinkFrame), not as a wire frame. Only
+  // the port can say so: the bytes alone cannot.
+  virtual bool LinkFrame(const rte_mbuf* /*m*/) { return false; }
   // Responder: the link a received frame came by (opaque, nonzero), for a
   // staged chunk; 0 for a frame from anywhere else.
   virtual uint32_t LinkSource(const rte_mbuf* /*m*/) { return 0; }

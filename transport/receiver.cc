@@ -23,7 +23,10 @@ bool Receiver::HandleFrame(rte_mbuf* m, bool from_loopback) {
   PacketView view;
   ParseOptions options;
   options.verify_icrc = true;
-  const ParseError error = ParsePacket(m, options, &view);
+  // From another process of this host over a local link: no Ethernet, IP,
+  // UDP or ICRC (transport/link_frame.h); the same checks from the BTH on.
+  const bool link_frame = core_.config.peer_memory != nullptr && core_.config.peer_memory->LinkFrame(m);
+  const ParseError error = link_frame ? ParseLinkFrame(m, &view) : ParsePacket(m, options, &view);
   if (error != ParseError::kOk) {
     if (!view.is_roce && error != ParseError::kMultiSegmentMbuf) {
       core_.counters.rx_non_roce++;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "transport/link_frame.h"
 #include "transport/packet_builder.h"
 
 namespace uroce::transport {
@@ -68,11 +69,22 @@ rte_mbuf* Transmitter::StartPacket(const PathInfo& path, PacketFields& f, uint8_
   *payload = pending.payload;
   pending_tx_ = pending;
   pending_loopback_ = path.loopback;
+  // To another process of this host over a local link, in link form: no
+  // ICRC (transport/link_frame.h). The port writes one if the frame leaves
+  // in wire form after all (kIcrcLeftOut).
+  pending_without_icrc_ = !path.loopback && core_.config.peer_memory != nullptr &&
+                          core_.config.peer_memory->LinkFrameTo(f.bth.dest_qp, path.dgid);
   return m;
 }
 
 void Transmitter::FinishPacket(rte_mbuf* m) {
-  transport::FinishPacket(pending_tx_);
+  if (pending_without_icrc_) {
+    FinishPacketWithoutIcrc(pending_tx_);
+    m->hash.usr = kIcrcLeftOut;
+  } else {
+    transport::FinishPacket(pending_tx_);
+    m->hash.usr = 0;
+  }
   if (!pending_loopback_) {
     Stage(m);
     return;

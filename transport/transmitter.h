@@ -105,6 +105,7 @@ class Transmitter {
   static constexpr size_t kHeaderTemplates = 64;
   HeaderTemplate header_templates_[kHeaderTemplates];
   bool pending_loopback_ = false;
+  bool pending_without_icrc_ = false;  // goes over a local link in link form (PeerMemory::LinkFrameTo)
   rte_mbuf* tx_stage_[kTxStage];
   uint32_t tx_count_ = 0;
   // Frames to ourselves (PathInfo::loopback), received at the next poll.
