@@ -1,10 +1,11 @@
 // libFuzzer target for a process's direct link to another process on the
 // host (host/local_links.h): the input is the frames a hostile process puts
 // into the link. Records of [length: 2 bytes LE][bytes], each a frame sent
-// into the link by the other end, then received by LocalLinks (which must
-// refuse what that process may not send us) and sent back out (routing
-// reads the same headers). Aborts on a leaked mbuf or on a refused frame
-// that was taken anyway.
+// into the link by the other end (in link form, transport/link_frame.h,
+// when the length's top bit is set), then received by LocalLinks (which
+// must refuse what that process may not send us) and sent back out
+// (routing reads the same headers). Aborts on a leaked mbuf or on a
+// refused frame that was taken anyway.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "host/local_links.h"
 #include "pmd/mempool.h"
 #include "host/shm_channel.h"
+#include "transport/link_frame.h"
 #include "transport/packet_parser.h"
 
 namespace {
@@ -73,15 +75,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t at = 0;
   rte_mbuf* burst[32];
   while (at + 2 <= size) {
-    const size_t length = std::min<size_t>(static_cast<size_t>(data[at] | (data[at + 1] << 8)) % 1519, size - at - 2);
+    const bool link_form = (data[at + 1] & 0x80) != 0;
+    const size_t length =
+        std::min<size_t>(static_cast<size_t>(data[at] | ((data[at + 1] & 0x7F) << 8)) % 1519, size - at - 2);
     at += 2;
-    rte_mbuf* m = rte_pktmbuf_alloc(w.pool.get());
-    if (m == nullptr) abort();
-    char* room = length == 0 ? nullptr : rte_pktmbuf_append(m, static_cast<uint16_t>(length));
-    if (length != 0 && room == nullptr) abort();
-    if (length != 0) std::memcpy(room, data + at, length);
+    if (link_form) {
+      (void)(*hostile)->SendBytes(data + at, static_cast<uint32_t>(length), true);
+    } else {
+      rte_mbuf* m = rte_pktmbuf_alloc(w.pool.get());
+      if (m == nullptr) abort();
+      char* room = length == 0 ? nullptr : rte_pktmbuf_append(m, static_cast<uint16_t>(length));
+      if (length != 0 && room == nullptr) abort();
+      if (length != 0) std::memcpy(room, data + at, length);
+      if ((*hostile)->Send(&m, 1) != 1) rte_pktmbuf_free(m);
+    }
     at += length;
-    if ((*hostile)->Send(&m, 1) != 1) rte_pktmbuf_free(m);
     const uint16_t got = links->RxBurst(burst, 32);
     // A taken frame is one slot 7 may send us: RoCEv2 as the host, to a QPN
     // of our lease other than QP 1, UD only from slot 7's. Or one that the
@@ -89,6 +97,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // frame is read at fixed offsets at the link and parsed whole by the
     // engine), whose fields at those offsets say the same.
     for (uint16_t i = 0; i < got; ++i) {
+      if (links->LinkFrame(burst[i])) {
+        // In link form: a connected service's packet (the engine's link
+        // parser refuses a UD opcode) between the host's addresses, to a
+        // QPN of our lease other than QP 1.
+        const uint8_t* f = rte_pktmbuf_mtod(burst[i], const uint8_t*);
+        uint32_t qpn = 0;
+        if (!uroce::transport::LinkFrameDestQp(f, rte_pktmbuf_data_len(burst[i]), &qpn)) abort();
+        uroce::transport::Gid src, dst;
+        std::memcpy(src.data(), f + uroce::transport::kLinkSrcGidOffset, 16);
+        std::memcpy(dst.data(), f + uroce::transport::kLinkDstGidOffset, 16);
+        if (qpn == 1 || (qpn >> 16) != 3 || std::find(o.gids.begin(), o.gids.end(), src) == o.gids.end() ||
+            std::find(o.gids.begin(), o.gids.end(), dst) == o.gids.end()) {
+          abort();
+        }
+        continue;
+      }
       uroce::host::FrameInfo info;
       uroce::transport::PacketView view;
       uroce::transport::ParseOptions strict;

@@ -3,8 +3,10 @@
 // shared memory between the daemon's reads. Records of [offset: 2 bytes LE]
 // [length byte][bytes], written into the process-to-daemon ring (indices and
 // slots) and into the daemon's ring's consumer index, each followed by a
-// Receive and a Send on the daemon's side. Aborts on a leaked mbuf; a read
-// outside the mapping would crash under ASan or SIGSEGV.
+// Receive and a Send on the daemon's side. With the input's first byte odd,
+// the channel is one end of a local link: it takes slots in link form
+// (transport/link_frame.h) and sends with SendLinkFrames. Aborts on a leaked
+// mbuf; a read outside the mapping would crash under ASan or SIGSEGV.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -45,6 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto channel = ShmChannel::Create(kSlots, kMaxFrame);
   if (!channel.ok()) abort();
   ShmChannel& c = **channel;
+  const bool link = size > 0 && (data[0] & 1) != 0;
+  if (link) c.TakeLinkFrames();
   const size_t file = ShmChannel::FileSize(kSlots, (4 + kMaxFrame + 63) / 64 * 64);
   auto* shared = static_cast<uint8_t*>(mmap(nullptr, file, PROT_READ | PROT_WRITE, MAP_SHARED, c.fd(), 0));
   if (shared == MAP_FAILED) abort();
@@ -57,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     at += 3 + length;
     const uint16_t got = c.Receive(burst, 32, w.pool.get());
     // Whatever came in goes back out (the daemon's ring toward the process).
-    const uint16_t sent = c.Send(burst, got);
+    const uint16_t sent = link ? c.SendLinkFrames(burst, got) : c.Send(burst, got);
     rte_pktmbuf_free_bulk(burst + sent, got - sent);
   }
   munmap(shared, file);

@@ -27,7 +27,10 @@ namespace uroce::transport {
 struct HostPorts {
   PacketIo* a = nullptr;
   PacketIo* b = nullptr;
-  PeerMemory* peer_a = nullptr;  // what a may read of b's memory (optional)
+  // What a may read of b's memory (EngineConfig::peer_memory); for ports of
+  // local links, the links themselves (they say which frames came in link
+  // form).
+  PeerMemory* peer_a = nullptr;
   PeerMemory* peer_b = nullptr;
   uint32_t qpn_base_a = 0, qpn_base_b = 0, qpn_count = 0;
   // Destroyed once the engines are, before the pool is checked.

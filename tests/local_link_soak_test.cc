@@ -4,7 +4,7 @@
 // random mix of SEND, WRITE, READ, atomics and immediates checked, large
 // messages in chunks through the link's payload area, or, with no area,
 // read from the other engine's memory (transport/peer_memory.h), or, with
-// both off, carried as frames.
+// both off, carried as frames (in link form, transport/link_frame.h).
 #include <gtest/gtest.h>
 
 #include "host/local_link_pair.h"
@@ -19,15 +19,17 @@ SoakOptions OverALocalLink(uint64_t seed, bool pulls, uint32_t stage_chunks = ho
   o.seed = seed;
   o.messages = 4000;
   o.max_size = 131072;
-  o.pull_min_bytes = 8192;
-  o.host_ports = [pulls, stage_chunks](rte_mempool* pool) -> StatusOr<HostPorts> {
+  // 0: neither descriptors nor chunks; the links still say which frames
+  // came in link form.
+  o.pull_min_bytes = pulls ? 8192 : 0;
+  o.host_ports = [stage_chunks](rte_mempool* pool) -> StatusOr<HostPorts> {
     auto links = host::LocalLinkPair::Create(pool, 1024 + 100 + 18, stage_chunks);
     if (!links.ok()) return links.status();
     HostPorts ports;
     ports.a = &(*links)->a();
     ports.b = &(*links)->b();
-    ports.peer_a = pulls ? &(*links)->a() : nullptr;
-    ports.peer_b = pulls ? &(*links)->b() : nullptr;
+    ports.peer_a = &(*links)->a();
+    ports.peer_b = &(*links)->b();
     ports.qpn_base_a = host::LocalLinkPair::kSlotA << 16;
     ports.qpn_base_b = host::LocalLinkPair::kSlotB << 16;
     ports.qpn_count = 0xFFFF;

@@ -124,15 +124,17 @@ int SoakCommand(int argc, char** argv) {
   }
   if (over_link) {
     const uint32_t max_frame = o.path_mtu_bytes + 100 + 18;
-    const bool pulls = o.pull_min_bytes != 0;
-    o.host_ports = [max_frame, pulls, stage_chunks](rte_mempool* pool) -> StatusOr<transport::HostPorts> {
+    // The links are the engines' peer memory whatever pull_min_bytes says
+    // (0: no descriptors or chunks): they tell which frames came in link
+    // form.
+    o.host_ports = [max_frame, stage_chunks](rte_mempool* pool) -> StatusOr<transport::HostPorts> {
       auto links = host::LocalLinkPair::Create(pool, max_frame, stage_chunks);
       if (!links.ok()) return links.status();
       transport::HostPorts ports;
       ports.a = &(*links)->a();
       ports.b = &(*links)->b();
-      ports.peer_a = pulls ? &(*links)->a() : nullptr;
-      ports.peer_b = pulls ? &(*links)->b() : nullptr;
+      ports.peer_a = &(*links)->a();
+      ports.peer_b = &(*links)->b();
       ports.qpn_base_a = host::LocalLinkPair::kSlotA << 16;
       ports.qpn_base_b = host::LocalLinkPair::kSlotB << 16;
       ports.qpn_count = 0xFFFF;

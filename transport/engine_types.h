@@ -63,7 +63,10 @@ struct EngineConfig {
   // (transport/peer_memory.h, transport/pull_descriptor.h): an RC SEND or
   // WRITE of `pull_min_bytes` or more to such a process leaves as one pull
   // descriptor (0: never), and one from such a process is copied with one
-  // read. Null: every message goes as packets.
+  // read. Null: every message goes as packets. A port of local links
+  // (host/local_links.h) is always given here too, pull_min_bytes 0 or
+  // not: frames from another process come over it in link form
+  // (transport/link_frame.h), which only PeerMemory::LinkFrame tells.
   PeerMemory* peer_memory = nullptr;
   uint32_t pull_min_bytes = 16384;
   uint32_t max_qps = 1024;

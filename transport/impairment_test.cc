@@ -1,7 +1,8 @@
 // The bottleneck of transport/impairment.h: frames leave at the rate, behind
 // those queued; a full queue drops; above K queued, ECN-capable frames leave
 // marked CE with a right IPv4 checksum, and the rest are left alone. And
-// loss that spares acknowledgements when asked, with the seed's meaning kept.
+// loss that spares acknowledgements when asked, with the seed's meaning kept;
+// and frames in link form, which have no ICRC.
 #include "transport/impairment.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 
 #include "pmd/mempool.h"
 #include "transport/headers.h"
+#include "transport/link_frame.h"
 #include "transport/packet_builder.h"
 #include "transport/packet_parser.h"
 
@@ -161,6 +163,70 @@ TEST_F(BottleneckTest, LossSparesAcknowledgementsWhenAskedAndTheSeedKeepsItsMean
   }
   EXPECT_GT(acks_lost, 0) << "without spare_acks some ACKs are lost";
   EXPECT_GT(sends_lost, 0);
+}
+
+// The port's word on which frames came in link form: here, hash.usr 1.
+class LinkFramePort : public PeerMemory {
+ public:
+  bool TakesPulls(uint32_t, const Gid&) override { return false; }
+  uint32_t PullSource(const rte_mbuf*) override { return 0; }
+  bool Pull(uint32_t, const iovec*, uint32_t, const iovec*, uint32_t) override { return false; }
+  bool LinkFrame(const rte_mbuf* m) override { return m->hash.usr == 1; }
+};
+
+TEST_F(BottleneckTest, FramesInLinkFormAreLostWhenCorruptedAndSparedAndMarkedAsTheirHeaderSays) {
+  LinkFramePort port;
+  auto link_form = [this](rte_mbuf* wire) {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+    uint8_t* out = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(rte_pktmbuf_data_len(wire))));
+    const size_t length = WriteLinkFrame(rte_pktmbuf_mtod(wire, const uint8_t*), rte_pktmbuf_data_len(wire), out,
+                                         rte_pktmbuf_data_len(wire));
+    EXPECT_GT(length, 0u);
+    rte_pktmbuf_trim(m, static_cast<uint16_t>(rte_pktmbuf_data_len(wire) - length));
+    rte_pktmbuf_free(wire);
+    m->hash.usr = 1;
+    return m;
+  };
+  // Every frame corrupted: the wire frame damaged and handed on (its ICRC
+  // catches it), the link frame lost.
+  faults_.corrupt = 1.0;
+  stage_ = std::make_unique<ImpairmentStage>(&generator_, &faults_, &counters_, pool_.get(), 64);
+  stage_->set_link_frames(&port);
+  rte_mbuf* frames[2] = {Frame(64, 0), link_form(Frame(64, 0))};
+  ASSERT_EQ(stage_->Admit(frames, 2, 0), 2);
+  EXPECT_EQ(counters_.corrupted, 2u);
+  EXPECT_EQ(counters_.dropped, 1u);
+  rte_mbuf* out[4];
+  ASSERT_EQ(stage_->Release(0, out, 4), 1);
+  EXPECT_EQ(out[0]->hash.usr, 0u) << "the wire frame";
+  PacketView view;
+  EXPECT_NE(ParsePacket(out[0], ParseOptions{}, &view), ParseError::kOk);
+  rte_pktmbuf_free(out[0]);
+  // Every frame lost but acknowledgements, which a link frame's parse finds.
+  faults_ = Impairments{};
+  faults_.loss = 1.0;
+  faults_.spare_acks = true;
+  stage_ = std::make_unique<ImpairmentStage>(&generator_, &faults_, &counters_, pool_.get(), 64);
+  stage_->set_link_frames(&port);
+  rte_mbuf* acks[2] = {link_form(Frame(0, 0, 0x11)), link_form(Frame(64, 0))};
+  ASSERT_EQ(stage_->Admit(acks, 2, 0), 2);
+  ASSERT_EQ(stage_->Release(0, out, 4), 1);
+  EXPECT_EQ(ParseLinkFrame(out[0], &view), ParseError::kOk);
+  EXPECT_EQ(view.fields.bth.opcode, 0x11);
+  rte_pktmbuf_free(out[0]);
+  // Above K queued, an ECN-capable link frame is marked in its header.
+  faults_ = Impairments{};
+  MakeStage(1.0, 0, /*ecn_frames=*/1);
+  stage_->set_link_frames(&port);
+  rte_mbuf* capable[3] = {link_form(Frame(64, 0x02)), link_form(Frame(64, 0x02)), link_form(Frame(64, 0x02))};
+  ASSERT_EQ(stage_->Admit(capable, 3, 0), 3);
+  ASSERT_EQ(stage_->Release(1'000'000, out, 4), 3);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(ParseLinkFrame(out[i], &view), ParseError::kOk);
+    EXPECT_EQ(view.fields.traffic_class, i < 2 ? 0x02 : 0x03) << "frame " << i;
+    EXPECT_EQ(view.fields.src_gid, Ipv4MappedGid(0x0A000001)) << "nothing else changes";
+  }
+  rte_pktmbuf_free_bulk(out, 3);
 }
 
 }  // namespace
