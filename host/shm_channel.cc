@@ -21,7 +21,7 @@ namespace uroce::host {
 namespace {
 
 constexpr uint64_t kMagic = 0x4d485345434f5255ull;  // "UROCESHM", little-endian
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;  // 4: slots in link form (transport/link_frame.h)
 constexpr size_t kLine = 64;
 constexpr size_t kHeader = 2 * kLine;  // the geometry, then the pull offers
 constexpr size_t kSlotHeader = 4;  // the frame's length
