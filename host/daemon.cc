@@ -955,7 +955,7 @@ void SwitchDaemon::ServeLinkRequests(size_t k) {
       continue;
     }
     const uint32_t max_frame = u.config.mtu + 18;
-    auto file = ShmChannel::Create(u.config.mtu > 4096 ? 256 : 1024, max_frame, kLinkStageChunks);
+    auto file = ShmChannel::Create(u.config.mtu > 4096 ? 256 : 1024, max_frame, kLinkStageChunks, kLinkAckEntries);
     if (!file.ok()) {
       Log("no local link for slots %u and %u: %s", a, b, file.status().message().c_str());
       continue;

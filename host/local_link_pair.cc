@@ -9,7 +9,7 @@ namespace uroce::host {
 StatusOr<std::unique_ptr<LocalLinkPair>> LocalLinkPair::Create(rte_mempool* pool, uint32_t max_frame,
                                                                uint32_t stage_chunks) {
   std::unique_ptr<LocalLinkPair> pair(new LocalLinkPair());
-  auto file = ShmChannel::Create(1024, max_frame, stage_chunks);
+  auto file = ShmChannel::Create(1024, max_frame, stage_chunks, kLinkAckEntries);
   if (!file.ok()) return file.status();
   pair->file_ = std::move(*file);
   // The host the two speak as (EnginePair's host 1 when it runs over these).

@@ -282,15 +282,45 @@ const ShmChannel* LocalLinks::PullLink(const Table* table, uint32_t tag) const {
   return link != nullptr && !link->closed() && link->PeerReadsUs() ? link : nullptr;
 }
 
-bool LocalLinks::LinkFrameTo(uint32_t dest_qpn, const transport::Gid& dest_gid) {
-  if (!options_.link_frames) return false;
+ShmChannel* LocalLinks::LinkTo(uint32_t peer_qpn, const transport::Gid& peer_gid) {
+  if (!options_.link_frames) return nullptr;
   const Table* table = table_.load(std::memory_order_seq_cst);
-  const uint32_t slot = SlotOf(dest_qpn);
-  if (slot == 0 || slot >= kSlots || slot == options_.own_slot || !IsHost(dest_gid)) return false;
-  // Where Route sends it over the link now (as TakesPulls); if that changes
-  // before it is sent, SendRun writes its ICRC.
-  const ShmChannel* link = table->by_slot[slot];
-  return link != nullptr && !link->closed() && in_use_[slot] == table->generation[slot];
+  const uint32_t slot = SlotOf(peer_qpn);
+  if (slot == 0 || slot >= kSlots || slot == options_.own_slot || !IsHost(peer_gid)) return nullptr;
+  // Where Route sends it over the link now (as TakesPulls).
+  ShmChannel* link = table->by_slot[slot];
+  return link != nullptr && !link->closed() && in_use_[slot] == table->generation[slot] ? link : nullptr;
+}
+
+// If what LinkFrameTo said changes before the frame is sent, SendRun writes
+// its ICRC.
+bool LocalLinks::LinkFrameTo(uint32_t dest_qpn, const transport::Gid& dest_gid) {
+  return LinkTo(dest_qpn, dest_gid) != nullptr;
+}
+
+// The link is the one frames to the peer go over now, and the words are
+// read and written within this call: a link being removed is unmapped only
+// after the polling side's next burst (Reclaim).
+bool LocalLinks::WriteLinkAck(uint32_t peer_qpn, const transport::Gid& peer_gid, uint32_t index_qpn, uint64_t word) {
+  ShmChannel* link = LinkTo(peer_qpn, peer_gid);
+  if (link == nullptr || link->ack_entries() == 0) return false;
+  link->StoreOwnAck(index_qpn, word);
+  return true;
+}
+
+bool LocalLinks::ReadOwnLinkAck(uint32_t peer_qpn, const transport::Gid& peer_gid, uint32_t index_qpn,
+                                uint64_t* word) {
+  const ShmChannel* link = LinkTo(peer_qpn, peer_gid);
+  if (link == nullptr || link->ack_entries() == 0) return false;
+  *word = link->LoadOwnAck(index_qpn);
+  return true;
+}
+
+bool LocalLinks::ReadLinkAck(uint32_t peer_qpn, const transport::Gid& peer_gid, uint32_t index_qpn, uint64_t* word) {
+  const ShmChannel* link = LinkTo(peer_qpn, peer_gid);
+  if (link == nullptr || link->ack_entries() == 0) return false;
+  *word = link->LoadPeerAck(index_qpn);
+  return true;
 }
 
 uint32_t LocalLinks::PullSource(const rte_mbuf* m) {

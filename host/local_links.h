@@ -127,6 +127,9 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
   // transport::PeerMemory, on the polling thread.
   bool TakesPulls(uint32_t dest_qpn, const transport::Gid& dest_gid) override;
   bool LinkFrameTo(uint32_t dest_qpn, const transport::Gid& dest_gid) override;
+  bool WriteLinkAck(uint32_t peer_qpn, const transport::Gid& peer_gid, uint32_t index_qpn, uint64_t word) override;
+  bool ReadOwnLinkAck(uint32_t peer_qpn, const transport::Gid& peer_gid, uint32_t index_qpn, uint64_t* word) override;
+  bool ReadLinkAck(uint32_t peer_qpn, const transport::Gid& peer_gid, uint32_t index_qpn, uint64_t* word) override;
   uint32_t PullSource(const rte_mbuf* m) override;
   bool Pull(uint32_t source, const iovec* local, uint32_t local_count, const iovec* remote,
             uint32_t remote_count) override;
@@ -176,6 +179,9 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
 
   uint16_t Route(const rte_mbuf* m, const Table* table);
   uint16_t SendRun(uint16_t destination, const Table* table, rte_mbuf** pkts, uint16_t n);
+  // The link frames to `peer_qpn` at `peer_gid` go over now, in link form
+  // (LinkFrameTo); null for any other.
+  ShmChannel* LinkTo(uint32_t peer_qpn, const transport::Gid& peer_gid);
   // Frames built without an ICRC for a link (transport::kIcrcLeftOut) that
   // leave in wire form after all: their ICRC.
   static void WriteLeftOutIcrcs(rte_mbuf** pkts, uint16_t n);

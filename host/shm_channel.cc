@@ -21,7 +21,7 @@ namespace uroce::host {
 namespace {
 
 constexpr uint64_t kMagic = 0x4d485345434f5255ull;  // "UROCESHM", little-endian
-constexpr uint32_t kVersion = 4;  // 4: slots in link form (transport/link_frame.h)
+constexpr uint32_t kVersion = 4;  // 4: slots in link form (transport/link_frame.h), acknowledgement areas
 constexpr size_t kLine = 64;
 constexpr size_t kHeader = 2 * kLine;  // the geometry, then the pull offers
 constexpr size_t kSlotHeader = 4;  // the frame's length
@@ -51,7 +51,9 @@ struct ShmChannel::Header {
   uint32_t closed;
   // Chunks of each side's payload area (0: none).
   uint32_t stage_chunks;
-  uint8_t unused[kLine - 32];
+  // Entries of each side's acknowledgement area (0: none).
+  uint32_t ack_entries;
+  uint8_t unused[kLine - 36];
   // A local link's two processes, each on its side's entry (kDaemon's
   // first): where in its memory a cookie is and what it holds, so that
   // the other can check it reads that process (LocalLinks::VerifyPulls), and
@@ -80,8 +82,27 @@ size_t StageAreaBytes(uint32_t stage_chunks) {
   return static_cast<size_t>(stage_chunks) * (kLine + transport::kStagedChunkBytes);
 }
 
-size_t ShmChannel::FileSize(uint32_t slots, uint32_t slot_size, uint32_t stage_chunks) {
-  return kHeader + 2 * (2 * kLine + static_cast<size_t>(slots) * slot_size) + 2 * StageAreaBytes(stage_chunks);
+size_t ShmChannel::FileSize(uint32_t slots, uint32_t slot_size, uint32_t stage_chunks, uint32_t ack_entries) {
+  return kHeader + 2 * (2 * kLine + static_cast<size_t>(slots) * slot_size) + 2 * StageAreaBytes(stage_chunks) +
+         2 * static_cast<size_t>(ack_entries) * sizeof(uint64_t);
+}
+
+uint64_t* ShmChannel::AckArea(bool to_process) const {
+  const size_t rings = 2 * (2 * kLine + static_cast<size_t>(slots_) * slot_size_);
+  uint8_t* area = static_cast<uint8_t*>(base_) + kHeader + rings + 2 * StageAreaBytes(stage_chunks_);
+  return reinterpret_cast<uint64_t*>(area) + (to_process ? 0 : ack_entries_);
+}
+
+uint64_t ShmChannel::LoadPeerAck(uint32_t index) const {
+  return __atomic_load_n(AckArea(side_ != Side::kDaemon) + (index & (ack_entries_ - 1)), __ATOMIC_ACQUIRE);
+}
+
+uint64_t ShmChannel::LoadOwnAck(uint32_t index) const {
+  return __atomic_load_n(AckArea(side_ == Side::kDaemon) + (index & (ack_entries_ - 1)), __ATOMIC_RELAXED);
+}
+
+void ShmChannel::StoreOwnAck(uint32_t index, uint64_t word) {
+  __atomic_store_n(AckArea(side_ == Side::kDaemon) + (index & (ack_entries_ - 1)), word, __ATOMIC_RELEASE);
 }
 
 uint8_t* ShmChannel::StageArea(bool to_process) const {
@@ -94,18 +115,23 @@ ShmChannel::Ring* ShmChannel::ring(bool to_process) const {
   return reinterpret_cast<Ring*>(static_cast<uint8_t*>(base_) + kHeader + (to_process ? 0 : ring_bytes));
 }
 
-StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(uint32_t slots, uint32_t max_frame, uint32_t stage_chunks) {
+StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(uint32_t slots, uint32_t max_frame, uint32_t stage_chunks,
+                                                        uint32_t ack_entries) {
   if (!PowerOfTwo(slots) || slots > 65536) return InvalidArgument("shm channel: slots must be a power of two, 2..65536");
   if (max_frame < 64 || max_frame > 16384) return InvalidArgument("shm channel: frames of 64..16384 bytes");
   if (stage_chunks > transport::kMaxStageChunks) return InvalidArgument("shm channel: too many payload chunks");
+  if (ack_entries != 0 && (!PowerOfTwo(ack_entries) || ack_entries > kMaxAckEntries)) {
+    return InvalidArgument("shm channel: acknowledgement entries must be 0 or a power of two up to 65536");
+  }
   std::unique_ptr<ShmChannel> c(new ShmChannel());
   c->side_ = Side::kDaemon;
   c->slots_ = slots;
   c->max_frame_ = max_frame;
   c->slot_size_ = SlotSizeFor(max_frame);
   c->stage_chunks_ = stage_chunks;
+  c->ack_entries_ = ack_entries;
   c->stage_sequence_.assign(stage_chunks, 0);
-  c->size_ = FileSize(slots, c->slot_size_, stage_chunks);
+  c->size_ = FileSize(slots, c->slot_size_, stage_chunks, ack_entries);
   c->fd_ = memfd_create("uroce-port", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (c->fd_ < 0) return IoError(std::string("memfd_create: ") + std::strerror(errno));
   // Sealed at its size: a process that truncated the file would make the
@@ -126,6 +152,7 @@ StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(uint32_t slots, uint32_
   h.slot_size = c->slot_size_;
   h.max_frame = max_frame;
   h.stage_chunks = stage_chunks;
+  h.ack_entries = ack_entries;
   std::memcpy(c->base_, &h, sizeof(h));
   return c;
 }
@@ -145,7 +172,8 @@ StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Map(int fd, Side side) {
   if (h.magic != kMagic || h.version != kVersion) return InvalidArgument("shm channel: not a uroce port (version?)");
   if (!PowerOfTwo(h.slots) || h.slots > 65536 || h.max_frame < 64 || h.max_frame > 16384 ||
       h.slot_size != SlotSizeFor(h.max_frame) || h.stage_chunks > transport::kMaxStageChunks ||
-      FileSize(h.slots, h.slot_size, h.stage_chunks) != size) {
+      (h.ack_entries != 0 && (!PowerOfTwo(h.ack_entries) || h.ack_entries > kMaxAckEntries)) ||
+      FileSize(h.slots, h.slot_size, h.stage_chunks, h.ack_entries) != size) {
     return InvalidArgument("shm channel: inconsistent geometry");
   }
   std::unique_ptr<ShmChannel> c(new ShmChannel());
@@ -154,6 +182,7 @@ StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Map(int fd, Side side) {
   c->slot_size_ = h.slot_size;
   c->max_frame_ = h.max_frame;
   c->stage_chunks_ = h.stage_chunks;
+  c->ack_entries_ = h.ack_entries;
   c->stage_sequence_.assign(h.stage_chunks, 0);
   c->size_ = size;
   c->base_ = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -64,6 +64,11 @@ struct ShmChannelTraffic {
 // before one waits; memory a process never stages into is never touched.
 inline constexpr uint32_t kLinkStageChunks = 32;
 
+// A local link's acknowledgement area each way (transport/link_ack.h): a
+// word per requester QP, indexed by its QPN's low bits; 32 KiB.
+inline constexpr uint32_t kLinkAckEntries = 4096;
+inline constexpr uint32_t kMaxAckEntries = 65536;
+
 class ShmChannel {
  public:
   enum class Side { kDaemon, kProcess };
@@ -72,8 +77,10 @@ class ShmChannel {
   // slots of room for frames of up to `max_frame` bytes, each way, and, for
   // a local link, a payload area of `stage_chunks` chunks
   // (transport::kStagedChunkBytes each, at most kMaxStageChunks) each way.
+  // And, for a local link, an acknowledgement area of `ack_entries` words
+  // (0, or a power of two up to kMaxAckEntries) each way.
   static StatusOr<std::unique_ptr<ShmChannel>> Create(uint32_t slots, uint32_t max_frame,
-                                                      uint32_t stage_chunks = 0);
+                                                      uint32_t stage_chunks = 0, uint32_t ack_entries = 0);
   // A process's side, from the descriptor the daemon sent (not taken over:
   // the caller closes it). kInvalidArgument for a file that is not one.
   // A local link between two processes (host/local_links.h) is mapped by
@@ -165,8 +172,18 @@ class ShmChannel {
   }
   bool TookLastFill(uint32_t chunk) const { return chunk < stage_chunks_ && Taken(chunk, stage_sequence_[chunk]); }
 
+  // A local link's acknowledgement areas (transport/link_ack.h), fast path:
+  // each side writes words into its own area only (StoreOwnAck, a release
+  // store) and reads the other's (LoadPeerAck, an acquire load), which that
+  // process may write at any moment: the reader checks every word. An
+  // index is taken modulo ack_entries(); 0 entries: none (do not call).
+  uint32_t ack_entries() const { return ack_entries_; }
+  uint64_t LoadPeerAck(uint32_t index) const;
+  uint64_t LoadOwnAck(uint32_t index) const;
+  void StoreOwnAck(uint32_t index, uint64_t word);
+
   // The file's size for this geometry (the process checks it).
-  static size_t FileSize(uint32_t slots, uint32_t slot_size, uint32_t stage_chunks = 0);
+  static size_t FileSize(uint32_t slots, uint32_t slot_size, uint32_t stage_chunks = 0, uint32_t ack_entries = 0);
 
  private:
   ShmChannel() = default;
@@ -178,12 +195,13 @@ class ShmChannel {
   uint8_t* StageArea(bool to_process) const;
   uint64_t* StageSequence(bool to_process, uint32_t chunk) const;
   uint8_t* StageChunk(bool to_process, uint32_t chunk) const;
+  uint64_t* AckArea(bool to_process) const;
 
   Side side_ = Side::kDaemon;
   int fd_ = -1;
   void* base_ = nullptr;
   size_t size_ = 0;
-  uint32_t slots_ = 0, slot_size_ = 0, max_frame_ = 0, stage_chunks_ = 0;
+  uint32_t slots_ = 0, slot_size_ = 0, max_frame_ = 0, stage_chunks_ = 0, ack_entries_ = 0;
   std::vector<uint64_t> stage_sequence_;  // our area's chunks' sequences (ours, not the shared words)
   // Our own copies of our side's indices: the shared ones are only told.
   uint32_t produced_ = 0, consumed_ = 0;

@@ -151,6 +151,8 @@ int Port(const char*, const char* params, rte_tel_data* d) {
       {"staged_refused", c.staged_refused},
       {"staged_failures", c.staged_failures},
       {"stage_waits", c.stage_waits},
+      {"link_acks_sent", c.link_acks_sent},
+      {"link_acks_received", c.link_acks_received},
   };
   for (const auto& [name, value] : counters) rte_tel_data_add_dict_u64(d, name, value);
   if (e->impaired != nullptr) {

@@ -360,6 +360,8 @@ StatusOr<SoakResult> RunSoak(const SoakOptions& o, const std::function<void(cons
   result.icrc_drops = ca.rx_icrc_errors + cb.rx_icrc_errors;
   result.pulls = ca.pulls_received + cb.pulls_received;
   result.staged = ca.staged_received + cb.staged_received;
+  result.link_acks_sent = ca.link_acks_sent + cb.link_acks_sent;
+  result.link_acks_received = ca.link_acks_received + cb.link_acks_received;
   if (pair->has_link()) {
     result.link_dropped = pair->link().counters().dropped;
     result.link_duplicated = pair->link().counters().duplicated;

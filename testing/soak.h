@@ -56,6 +56,8 @@ struct SoakResult {
   uint64_t icrc_drops = 0;
   uint64_t pulls = 0;  // messages read from the other engine's memory (host_ports with peer memory)
   uint64_t staged = 0;  // chunks copied through a link's payload area (likewise)
+  // ACKs as words in a local link (transport/link_ack.h): stored, and taken.
+  uint64_t link_acks_sent = 0, link_acks_received = 0;
   uint64_t link_overflowed = 0, tx_alloc_failures = 0, timeouts = 0;
   uint64_t rto_expiries = 0, tail_probes = 0, held_packets = 0, placed_ahead = 0, selective_resends = 0;
   bool mbufs_all_returned = false;

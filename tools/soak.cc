@@ -170,6 +170,8 @@ int SoakCommand(int argc, char** argv) {
   if (over_link) {
     std::printf("soak: messages read from the other engine's memory %llu, chunks through the payload area %llu\n",
                 (unsigned long long)r.pulls, (unsigned long long)r.staged);
+    std::printf("soak: ACKs as words in the link: stored %llu, taken %llu\n", (unsigned long long)r.link_acks_sent,
+                (unsigned long long)r.link_acks_received);
   }
   if (!r.first_error.empty()) std::printf("soak: first error: %s\n", r.first_error.c_str());
   std::printf("soak: %llu/%llu verified, %llu errors, %llu retransmits, seed %llu\n", (unsigned long long)r.verified,

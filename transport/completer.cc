@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "transport/link_ack.h"
 #include "transport/opcode.h"
 #include "transport/pull_descriptor.h"
 
@@ -192,6 +193,46 @@ const char* CompleterStepName(CompleterStep step) {
       "match_request", "atomic_write_done", "atomic_result", "read_data", "complete",     "done"};
   const auto i = static_cast<size_t>(step);
   return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
+}
+
+void Completer::SnapshotLinkAcks() {
+  PeerMemory* peer = core_.config.peer_memory;
+  if (peer == nullptr) return;
+  for (QueuePair* qp : core_.busy_qps) {
+    RequesterState& r = qp->req;
+    if (!r.link_ack_watched) continue;
+    r.link_ack_snapshot_taken = peer->ReadLinkAck(qp->attr.dest_qp_num, qp->path.dgid, qp->qpn, &r.link_ack_snapshot);
+  }
+}
+
+void Completer::TakeLinkAcks(bool drained) {
+  if (core_.config.peer_memory == nullptr) return;
+  for (QueuePair* qp : core_.busy_qps) {
+    RequesterState& r = qp->req;
+    if (!r.link_ack_watched) continue;
+    const ibv_qp_state state = qp->state.load(std::memory_order_relaxed);
+    if (state != IBV_QPS_RTS && state != IBV_QPS_SQD) {
+      r.link_ack_watched = false;
+      continue;
+    }
+    const uint64_t word = r.link_ack_snapshot;
+    if (drained && r.link_ack_snapshot_taken && word != r.link_ack_seen && LinkAckValid(word) &&
+        LinkAckPair(word) == LinkAckPair(qp->qpn, qp->attr.dest_qp_num)) {
+      r.link_ack_seen = word;
+      // As the AETH ACK the responder would have sent (IBTA 9.7.5.1.1):
+      // taken through the same steps, its PSN checked against the window.
+      PacketView ack;
+      ack.fields.bth.psn = LinkAckPsn(word);
+      ack.fields.bth.reserved7 = LinkAckSelective(word) ? kBthSelectiveRetransmission : 0;
+      ack.fields.aeth.syndrome = AethFields::Syndrome(AethKind::kAck, kAethInvalidCredits);
+      qp->counters.rx_packets++;
+      core_.counters.link_acks_received++;
+      HandleAcknowledge(qp, ack);
+    }
+    r.link_ack_snapshot_taken = false;
+    // Everything acknowledged: the next request starts a new run.
+    if (r.unacked.value() == r.sent_limit.value()) r.link_ack_watched = false;
+  }
 }
 
 void Completer::HandleAcknowledge(QueuePair* qp, const PacketView& p) {

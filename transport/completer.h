@@ -57,6 +57,14 @@ class Completer {
   void HandleCongestionNotification(QueuePair* qp);
   // The local ACK timer of `qp`, against the poll's time.
   void RunTimers(QueuePair* qp);
+  // ACKs as words in a local link (transport/link_ack.h), around a poll's
+  // receive: the words of the QPs waiting for one are read first, then the
+  // frames; a word is taken only when the frames left no more to read
+  // (`drained`), so that it never passes a READ or atomic response the
+  // responder sent before it (a word says "executed through", and would
+  // declare the response lost).
+  void SnapshotLinkAcks();
+  void TakeLinkAcks(bool drained);
 
  private:
   // One packet as every step sees it.

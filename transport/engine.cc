@@ -288,6 +288,8 @@ bool Engine::Retire(QueuePair* qp) {
     return false;
   }
   qp->busy = false;
+  // Nothing in flight: its next request starts a new run (WatchLinkAcks).
+  qp->req.link_ack_watched = false;
   return true;
 }
 
@@ -357,7 +359,9 @@ unsigned Engine::Poll() {
   tx_.BeginPoll();
   tx_.FlushTx();  // what a full queue left last time goes first
   rx_.ReceiveLoopback();
-  rx_.ReceiveBurst();
+  completer_.SnapshotLinkAcks();
+  const bool drained = rx_.ReceiveBurst();
+  completer_.TakeLinkAcks(drained);
   responder_.SendPendingAcks();
   TakeDoorbells();
   for (size_t i = 0; i < core_.busy_qps.size();) {

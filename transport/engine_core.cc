@@ -33,6 +33,16 @@ EngineCore::EngineCore(const EngineConfig& engine_config)
   busy_qps.reserve(config.max_qps);
 }
 
+void EngineCore::WatchLinkAcks(QueuePair* qp) {
+  RequesterState& r = qp->req;
+  if (r.link_ack_watched || qp->type != IBV_QPT_RC || config.peer_memory == nullptr) return;
+  uint64_t word = 0;
+  if (!config.peer_memory->ReadLinkAck(qp->attr.dest_qp_num, qp->path.dgid, qp->qpn, &word)) return;
+  r.link_ack_watched = true;
+  r.link_ack_seen = word;
+  r.link_ack_snapshot_taken = false;
+}
+
 void EngineCore::ReadClock() {
   if (config.virtual_now_ns != nullptr) {
     now_ns = *config.virtual_now_ns;

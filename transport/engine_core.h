@@ -107,6 +107,11 @@ struct EngineCore {
   }
   // `gid` is one of ours and loopback is on.
   bool IsLoopbackGid(const Gid& gid) const;
+  // Before `qp`'s first request of a run leaves, toward a process over a
+  // local link: its ACKs may come as words in the link
+  // (transport/link_ack.h), and what the word says now is not one of them
+  // (an earlier QP of the same numbers may have left it).
+  void WatchLinkAcks(QueuePair* qp);
   // Ready list (busy_qps): engine thread, or the control path holding the
   // progress token.
   void MarkBusy(QueuePair* qp) {

@@ -171,6 +171,9 @@ struct EngineCounters {
   // descriptor said: the QP fails), and waits for a free chunk.
   uint64_t staged_sent = 0, staged_received = 0, staged_bytes = 0, staged_refused = 0, staged_failures = 0;
   uint64_t stage_waits = 0;
+  // ACKs as words in a local link (transport/link_ack.h): stored by our
+  // responder instead of an ACK packet, and taken by our requester.
+  uint64_t link_acks_sent = 0, link_acks_received = 0;
 };
 
 // One QP as the counters see it (Engine::QpStatsSnapshot).

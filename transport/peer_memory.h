@@ -85,6 +85,25 @@ class PeerMemory {
   // in its link form (transport/link_frame.h), which has no ICRC, so the
   // frame is built without one (kIcrcLeftOut). Per packet: a table lookup.
   virtual bool LinkFrameTo(uint32_t /*dest_qpn*/, const Gid& /*dest_gid*/) { return false; }
+  // Acknowledgements as words in the link (transport/link_ack.h), on the
+  // engine's thread, each a table lookup and one access to the shared file.
+  // `peer_qpn` at `peer_gid` is the other process's QP; the entry is the
+  // one of the requester's QPN `index_qpn`. Responder: stores `word` into
+  // our area (WriteLinkAck) or reads what we stored there (ReadOwnLinkAck);
+  // requester: reads the other process's area (ReadLinkAck). False when
+  // the QP is not over a link that carries them: ACKs go as packets.
+  virtual bool WriteLinkAck(uint32_t /*peer_qpn*/, const Gid& /*peer_gid*/, uint32_t /*index_qpn*/,
+                            uint64_t /*word*/) {
+    return false;
+  }
+  virtual bool ReadOwnLinkAck(uint32_t /*peer_qpn*/, const Gid& /*peer_gid*/, uint32_t /*index_qpn*/,
+                              uint64_t* /*word*/) {
+    return false;
+  }
+  virtual bool ReadLinkAck(uint32_t /*peer_qpn*/, const Gid& /*peer_gid*/, uint32_t /*index_qpn*/,
+                           uint64_t* /*word*/) {
+    return false;
+  }
   // Receiver: the frame came over a local link in its link form
   // (transport/link_frame.h, ParseLinkFrame), not as a wire frame. Only
   // the port can say so: the bytes alone cannot.

@@ -122,6 +122,15 @@ struct RequesterState {
   // once it completes (Completer::ConsumePlacedReads).
   bool executed_known = false;
   Psn executed_through;
+  // ACKs as words in a local link (transport/link_ack.h), while the QP has
+  // requests in flight over one: the word last taken (or found when the
+  // first request of a run left, so that a word left by an earlier QP of
+  // the same numbers is never taken), and the one read before this poll's
+  // frames.
+  bool link_ack_watched = false;
+  uint64_t link_ack_seen = 0;
+  uint64_t link_ack_snapshot = 0;
+  bool link_ack_snapshot_taken = false;
   // Chunks of this QP's messages staged in a link's payload area and not
   // yet acknowledged (transport/pull_descriptor.h).
   StagedChunks staged;
@@ -178,6 +187,11 @@ struct ResponderState {
   // ReorderPool, while the QP holds any) and handled once the gap fills.
   bool selective = false;
   ReorderWindow* reorder = nullptr;
+  // ACKs as words in a local link (transport/link_ack.h): the next ACK goes
+  // as a packet instead, because it answers a duplicate; and whether this
+  // QP holds its entry in the link's area.
+  bool ack_as_packet = false;
+  bool link_ack_owned = false;
   // SEND in progress.
   bool have_recv = false;
   bool recv_offset_valid = false;  // the receive belongs to a SEND in progress

@@ -161,7 +161,7 @@ void Receiver::ReceiveLoopback() {
   tx_.ReleaseLoopback(n);
 }
 
-void Receiver::ReceiveBurst() {
+bool Receiver::ReceiveBurst() {
   UROCE_DCHECK_ENGINE_THREAD(core_);
   // Up to kRxBurstsPerPoll bursts, so that receiving keeps pace with what the
   // QPs may send in one poll.
@@ -175,8 +175,9 @@ void Receiver::ReceiveBurst() {
     }
     // Handled frames go back to the pool in one bulk call.
     rte_pktmbuf_free_bulk(rx_done_.data(), done);
-    if (n < rx_burst_.size()) break;
+    if (n < rx_burst_.size()) return true;
   }
+  return false;
 }
 
 }  // namespace uroce::transport

@@ -236,6 +236,8 @@ bool Requester::RunLocalOperation(QueuePair* qp, const SendWqeHeader& w) {
 bool Requester::EmitRequestPacket(QueuePair* qp, SendSlot& slot) {
   RequesterState& r = qp->req;
   const SendWqeHeader& w = slot.wqe.header();
+  // Before anything leaves: its ACK may come as a word in a local link.
+  core_.WatchLinkAcks(qp);
   if (!slot.read_or_atomic && core_.config.peer_memory != nullptr && core_.config.pull_min_bytes != 0 &&
       w.total_length >= core_.config.pull_min_bytes) {
     switch (EmitStagedChunk(qp, slot)) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "transport/link_ack.h"
 #include "transport/on_demand_memory.h"
 #include "transport/opcode.h"
 #include "transport/pull_descriptor.h"
@@ -127,6 +128,7 @@ void Responder::QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome) {
 // An acknowledgement packet (ACK, NAK or RNR NAK) for `psn`, staged now.
 // False when no buffer or no room: the caller keeps it pending.
 bool Responder::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
+  if (AethFields{syndrome, 0}.kind() == AethKind::kAck && AckInLink(qp, psn)) return true;
   PacketFields f;
   f.bth.opcode = static_cast<uint8_t>(ResponseBase(qp) + static_cast<uint8_t>(Opcode::kRcAcknowledge));
   f.bth.dest_qp = qp->attr.dest_qp_num;
@@ -138,6 +140,39 @@ bool Responder::EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome) {
   rte_mbuf* m = tx_.StartPacket(qp->path, f, &unused);
   if (m == nullptr) return false;
   tx_.FinishPacket(m);
+  qp->resp.ack_as_packet = false;  // it follows whatever went before it
+  return true;
+}
+
+// A plain ACK as a word in the local link to the requester's process
+// (transport/link_ack.h), when there is one and nothing sent before it
+// could be overtaken by it: the store is seen at once, frames only once
+// the stage goes to the port, so a word waits for an empty stage (the
+// requester reads a word before the frames, and takes it once it has read
+// every frame: what went to the port before the word is taken first).
+bool Responder::AckInLink(QueuePair* qp, Psn psn) {
+  ResponderState& s = qp->resp;
+  PeerMemory* peer = core_.config.peer_memory;
+  if (peer == nullptr || qp->type != IBV_QPT_RC || s.ack_as_packet || !tx_.StageEmpty()) return false;
+  const uint32_t requester = qp->attr.dest_qp_num;
+  if (!s.link_ack_owned) {
+    // The entry is the requester QPN's, shared by every QP of ours whose
+    // requester's QPN has the same low bits: taken only when free, already
+    // this pair's, or left by a QP of ours that is gone or talks to
+    // another requester now.
+    uint64_t current = 0;
+    if (!peer->ReadOwnLinkAck(requester, qp->path.dgid, requester, &current)) return false;
+    const uint32_t pair = LinkAckPair(current);
+    if (LinkAckValid(current) && pair != LinkAckPair(requester, qp->qpn)) {
+      const QueuePair* holder = core_.LookupQp((qp->qpn & ~0xFFFFu) | (pair >> 16));
+      if (holder != nullptr && holder != qp && (holder->attr.dest_qp_num & 0xFFFF) == (pair & 0xFFFF)) return false;
+    }
+  }
+  if (!peer->WriteLinkAck(requester, qp->path.dgid, requester, LinkAckWord(requester, qp->qpn, psn, s.selective))) {
+    return false;
+  }
+  s.link_ack_owned = true;
+  core_.counters.link_acks_sent++;
   return true;
 }
 
@@ -389,7 +424,10 @@ void Responder::HandleDuplicate(QueuePair* qp, const PacketView& p) {
     EnqueueResponse(qp, ReadJob(p.fields.bth.psn, RethFields{reth.virtual_address, reth.rkey, 0}, /*duplicate=*/true));
     return;
   }
-  // SEND / WRITE: acknowledge again, with the newest PSN (IBTA o9-20).
+  // SEND / WRITE: acknowledge again, with the newest PSN (IBTA o9-20). As a
+  // packet: the requester may not take a word equal to one it saw before
+  // (transport/link_ack.h), and a duplicate is what it sends when it did not.
+  s.ack_as_packet = true;
   QueueAck(qp, s.expected_psn - 1);
 }
 

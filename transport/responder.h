@@ -125,6 +125,7 @@ class Responder {
   void QueueAck(QueuePair* qp, Psn psn);
   void QueueNak(QueuePair* qp, Psn psn, uint8_t syndrome);
   bool EmitAcknowledge(QueuePair* qp, Psn psn, uint8_t syndrome);
+  bool AckInLink(QueuePair* qp, Psn psn);
   void SendNak(QueuePair* qp, Psn psn, NakCode code);
   void SendRnrNak(QueuePair* qp, Psn psn);
   void ResponderFatal(QueuePair* qp, Psn psn, NakCode code, ibv_wc_status recv_status);

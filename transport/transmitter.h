@@ -55,6 +55,8 @@ class Transmitter {
   void Stage(rte_mbuf* m);
   void StageRawFrames();
   void FlushTx();
+  // No frame waits in the transmit stage (all went to the port).
+  bool StageEmpty() const { return tx_count_ == 0; }
   // Any thread: see Engine::QueueRawFrame.
   bool QueueRawFrame(rte_mbuf* m) { return raw_tx_.TryPush(m); }
 
