@@ -316,11 +316,28 @@ bool LocalLinks::ReadOwnLinkAck(uint32_t peer_qpn, const transport::Gid& peer_gi
   return true;
 }
 
-bool LocalLinks::ReadLinkAck(uint32_t peer_qpn, const transport::Gid& peer_gid, uint32_t index_qpn, uint64_t* word) {
+// The word first, then the frames' index (both acquire loads): every frame
+// the other process put into the link before it stored the word is below
+// that index. read_to: the link's generation and the index.
+bool LocalLinks::ReadLinkAck(uint32_t peer_qpn, const transport::Gid& peer_gid, uint32_t index_qpn, uint64_t* word,
+                             uint64_t* read_to) {
   const ShmChannel* link = LinkTo(peer_qpn, peer_gid);
   if (link == nullptr || link->ack_entries() == 0) return false;
   *word = link->LoadPeerAck(index_qpn);
+  const uint32_t generation = table_.load(std::memory_order_seq_cst)->generation[SlotOf(peer_qpn)];
+  *read_to = uint64_t{generation} << 32 | link->PeerProduced();
   return true;
+}
+
+bool LocalLinks::LinkReadPast(uint32_t peer_qpn, const transport::Gid& /*peer_gid*/, uint64_t read_to) {
+  const Table* table = table_.load(std::memory_order_seq_cst);
+  const uint32_t slot = SlotOf(peer_qpn);
+  if (slot == 0 || slot >= kSlots) return true;
+  const ShmChannel* link = table->by_slot[slot];
+  // A link removed or replaced since: nothing more comes from it, and what
+  // its ring still held is lost (the requester recovers it as a loss).
+  if (link == nullptr || table->generation[slot] != (read_to >> 32)) return true;
+  return static_cast<int32_t>(link->consumed() - static_cast<uint32_t>(read_to)) >= 0;
 }
 
 uint32_t LocalLinks::PullSource(const rte_mbuf* m) {

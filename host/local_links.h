@@ -129,7 +129,9 @@ class LocalLinks final : public transport::PacketIo, public transport::PeerMemor
   bool LinkFrameTo(uint32_t dest_qpn, const transport::Gid& dest_gid) override;
   bool WriteLinkAck(uint32_t peer_qpn, const transport::Gid& peer_gid, uint32_t index_qpn, uint64_t word) override;
   bool ReadOwnLinkAck(uint32_t peer_qpn, const transport::Gid& peer_gid, uint32_t index_qpn, uint64_t* word) override;
-  bool ReadLinkAck(uint32_t peer_qpn, const transport::Gid& peer_gid, uint32_t index_qpn, uint64_t* word) override;
+  bool ReadLinkAck(uint32_t peer_qpn, const transport::Gid& peer_gid, uint32_t index_qpn, uint64_t* word,
+                   uint64_t* read_to) override;
+  bool LinkReadPast(uint32_t peer_qpn, const transport::Gid& peer_gid, uint64_t read_to) override;
   uint32_t PullSource(const rte_mbuf* m) override;
   bool Pull(uint32_t source, const iovec* local, uint32_t local_count, const iovec* remote,
             uint32_t remote_count) override;

@@ -71,7 +71,7 @@ class LocalLinksTest : public ::testing::Test {
   }
   // Links a (slot 3) and b (slot 7) as the daemon does: one file, both ends.
   void Link(uint32_t slots = 64, uint32_t stage_chunks = 0) {
-    auto file = ShmChannel::Create(slots, 1518, stage_chunks);
+    auto file = ShmChannel::Create(slots, 1518, stage_chunks, kLinkAckEntries);
     ASSERT_TRUE(file.ok());
     ASSERT_TRUE(a_->Add(7, (*file)->fd()).ok());
     ASSERT_TRUE(b_->Add(3, (*file)->fd()).ok());
@@ -333,6 +333,41 @@ TEST_F(LocalLinksTest, ALinkedProcessMaySendInLinkFormOnlyAsTheHostToOurQps) {
   EXPECT_EQ(Receive(a_.get()), 1u);
   EXPECT_EQ(a_->counters().rx_refused, 5u);
   EXPECT_TRUE(a_->LinkFrame(received_[0]));
+}
+
+TEST_F(LocalLinksTest, AnAckWordIsTakenOnlyAfterTheFramesSentBeforeIt) {
+  Link(64, 0);
+  // The links are in use both ways once each sent a frame over them.
+  EXPECT_EQ(Send(a_.get(), {Roce(Qpn(7, 5))}), 1);
+  EXPECT_EQ(Send(b_.get(), {Roce(Qpn(3, 5))}), 1);
+  ASSERT_EQ(Receive(a_.get()), 1u);
+  ASSERT_EQ(Receive(b_.get()), 1u);
+  // b (the responder of a's QP 3:5) sends two frames, then stores a word.
+  EXPECT_EQ(Send(b_.get(), {Roce(Qpn(3, 5)), Roce(Qpn(3, 5))}), 2);
+  ASSERT_TRUE(b_->WriteLinkAck(Qpn(3, 5), Ip(1), Qpn(3, 5), 0x1234));
+  uint64_t own = 0;
+  ASSERT_TRUE(b_->ReadOwnLinkAck(Qpn(3, 5), Ip(1), Qpn(3, 5), &own));
+  EXPECT_EQ(own, 0x1234u);
+  uint64_t word = 0, read_to = 0;
+  ASSERT_TRUE(a_->ReadLinkAck(Qpn(7, 9), Ip(1), Qpn(3, 5), &word, &read_to));
+  EXPECT_EQ(word, 0x1234u);
+  EXPECT_FALSE(a_->LinkReadPast(Qpn(7, 9), Ip(1), read_to)) << "two frames before it not read yet";
+  ASSERT_EQ(Receive(a_.get()), 2u);
+  EXPECT_TRUE(a_->LinkReadPast(Qpn(7, 9), Ip(1), read_to));
+  // Nothing for a QPN of no link, or of another host.
+  EXPECT_FALSE(a_->ReadLinkAck(Qpn(9, 1), Ip(1), Qpn(3, 5), &word, &read_to));
+  EXPECT_FALSE(a_->ReadLinkAck(Qpn(7, 9), Ip(9), Qpn(3, 5), &word, &read_to));
+  EXPECT_FALSE(b_->WriteLinkAck(Qpn(3, 5), Ip(9), Qpn(3, 5), 1));
+  // A link replaced since the word was read: nothing more comes from the
+  // old one.
+  EXPECT_EQ(Send(b_.get(), {Roce(Qpn(3, 5))}), 1);
+  ASSERT_TRUE(a_->ReadLinkAck(Qpn(7, 9), Ip(1), Qpn(3, 5), &word, &read_to));
+  EXPECT_FALSE(a_->LinkReadPast(Qpn(7, 9), Ip(1), read_to));
+  Link(64, 0);
+  EXPECT_TRUE(a_->LinkReadPast(Qpn(7, 9), Ip(1), read_to));
+  Receive(a_.get());
+  a_->Reclaim();
+  b_->Reclaim();
 }
 
 TEST_F(LocalLinksTest, AFullLinkHoldsTheRestInOrder) {

@@ -97,6 +97,8 @@ uint64_t ShmChannel::LoadPeerAck(uint32_t index) const {
   return __atomic_load_n(AckArea(side_ != Side::kDaemon) + (index & (ack_entries_ - 1)), __ATOMIC_ACQUIRE);
 }
 
+uint32_t ShmChannel::PeerProduced() const { return LoadAcquire(ring(side_ == Side::kProcess)->produced()); }
+
 uint64_t ShmChannel::LoadOwnAck(uint32_t index) const {
   return __atomic_load_n(AckArea(side_ == Side::kDaemon) + (index & (ack_entries_ - 1)), __ATOMIC_RELAXED);
 }

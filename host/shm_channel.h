@@ -179,6 +179,10 @@ class ShmChannel {
   // index is taken modulo ack_entries(); 0 entries: none (do not call).
   uint32_t ack_entries() const { return ack_entries_; }
   uint64_t LoadPeerAck(uint32_t index) const;
+  // Receive's side: the other side's producer index now (an acquire load),
+  // and how far we have read; an index is "read" once consumed() passed it.
+  uint32_t PeerProduced() const;
+  uint32_t consumed() const { return consumed_; }
   uint64_t LoadOwnAck(uint32_t index) const;
   void StoreOwnAck(uint32_t index, uint64_t word);
 

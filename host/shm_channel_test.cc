@@ -244,6 +244,32 @@ TEST_F(ShmChannelTest, AFrameBuiltWithoutItsIcrcThatCannotGoInLinkFormGetsOne) {
   rte_pktmbuf_free(in[0]);
 }
 
+TEST(ShmChannelAckTest, EachSideWritesItsOwnAreaAndReadsTheOther) {
+  auto daemon = ShmChannel::Create(8, 1518, 0, 16);
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  auto process = ShmChannel::Map((*daemon)->fd());
+  ASSERT_TRUE(process.ok()) << process.status().ToString();
+  EXPECT_EQ((*process)->ack_entries(), 16u);
+  (*daemon)->StoreOwnAck(3, 0xABCD);
+  (*process)->StoreOwnAck(3, 0x1111);
+  EXPECT_EQ((*process)->LoadPeerAck(3), 0xABCDu);
+  EXPECT_EQ((*process)->LoadPeerAck(19), 0xABCDu) << "the index wraps";
+  EXPECT_EQ((*daemon)->LoadPeerAck(3), 0x1111u);
+  EXPECT_EQ((*daemon)->LoadOwnAck(3), 0xABCDu);
+  EXPECT_EQ((*daemon)->LoadPeerAck(4), 0u);
+  EXPECT_FALSE(ShmChannel::Create(8, 1518, 0, 12).ok());
+  EXPECT_FALSE(ShmChannel::Create(8, 1518, 0, 2 * kMaxAckEntries).ok());
+  // A header that says another number of entries than the file holds.
+  const size_t size = ShmChannel::FileSize(8, 1536, 0, 16);
+  uint8_t* mem = static_cast<uint8_t*>(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, (*daemon)->fd(), 0));
+  ASSERT_NE(mem, MAP_FAILED);
+  mem[32] = 32;  // ack_entries: 16 -> 32
+  EXPECT_NE(ShmChannel::Map((*daemon)->fd()).status().message().find("geometry"), std::string::npos);
+  mem[32] = 16;
+  EXPECT_TRUE(ShmChannel::Map((*daemon)->fd()).ok());
+  munmap(mem, size);
+}
+
 TEST_F(ShmChannelTest, MapRefusesWhatIsNotAPort) {
   EXPECT_FALSE(ShmChannel::Map(-1).ok());
   // Not sealed.

@@ -200,13 +200,17 @@ void Completer::SnapshotLinkAcks() {
   if (peer == nullptr) return;
   for (QueuePair* qp : core_.busy_qps) {
     RequesterState& r = qp->req;
-    if (!r.link_ack_watched) continue;
-    r.link_ack_snapshot_taken = peer->ReadLinkAck(qp->attr.dest_qp_num, qp->path.dgid, qp->qpn, &r.link_ack_snapshot);
+    // One waiting to be taken is kept: a newer one would wait for newer
+    // frames, and under a steady stream might never be taken.
+    if (!r.link_ack_watched || r.link_ack_snapshot_taken) continue;
+    r.link_ack_snapshot_taken =
+        peer->ReadLinkAck(qp->attr.dest_qp_num, qp->path.dgid, qp->qpn, &r.link_ack_snapshot, &r.link_ack_read_to);
   }
 }
 
-void Completer::TakeLinkAcks(bool drained) {
-  if (core_.config.peer_memory == nullptr) return;
+void Completer::TakeLinkAcks() {
+  PeerMemory* peer = core_.config.peer_memory;
+  if (peer == nullptr) return;
   for (QueuePair* qp : core_.busy_qps) {
     RequesterState& r = qp->req;
     if (!r.link_ack_watched) continue;
@@ -216,8 +220,10 @@ void Completer::TakeLinkAcks(bool drained) {
       continue;
     }
     const uint64_t word = r.link_ack_snapshot;
-    if (drained && r.link_ack_snapshot_taken && word != r.link_ack_seen && LinkAckValid(word) &&
-        LinkAckPair(word) == LinkAckPair(qp->qpn, qp->attr.dest_qp_num)) {
+    if (!r.link_ack_snapshot_taken) continue;
+    if (word != r.link_ack_seen && LinkAckValid(word) && LinkAckPair(word) == LinkAckPair(qp->qpn, qp->attr.dest_qp_num)) {
+      // Not before the frames the responder sent before it.
+      if (!peer->LinkReadPast(qp->attr.dest_qp_num, qp->path.dgid, r.link_ack_read_to)) continue;
       r.link_ack_seen = word;
       // As the AETH ACK the responder would have sent (IBTA 9.7.5.1.1):
       // taken through the same steps, its PSN checked against the window.

@@ -58,13 +58,13 @@ class Completer {
   // The local ACK timer of `qp`, against the poll's time.
   void RunTimers(QueuePair* qp);
   // ACKs as words in a local link (transport/link_ack.h), around a poll's
-  // receive: the words of the QPs waiting for one are read first, then the
-  // frames; a word is taken only when the frames left no more to read
-  // (`drained`), so that it never passes a READ or atomic response the
-  // responder sent before it (a word says "executed through", and would
-  // declare the response lost).
+  // receive: the words of the QPs waiting for one are read first, with how
+  // far the link's frames went then; a word is taken once the receive has
+  // read that far (PeerMemory::LinkReadPast), so that it never passes a
+  // READ or atomic response the responder sent before it (a word says
+  // "executed through", and would declare the response lost).
   void SnapshotLinkAcks();
-  void TakeLinkAcks(bool drained);
+  void TakeLinkAcks();
 
  private:
   // One packet as every step sees it.

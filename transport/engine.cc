@@ -360,8 +360,8 @@ unsigned Engine::Poll() {
   tx_.FlushTx();  // what a full queue left last time goes first
   rx_.ReceiveLoopback();
   completer_.SnapshotLinkAcks();
-  const bool drained = rx_.ReceiveBurst();
-  completer_.TakeLinkAcks(drained);
+  rx_.ReceiveBurst();
+  completer_.TakeLinkAcks();
   responder_.SendPendingAcks();
   TakeDoorbells();
   for (size_t i = 0; i < core_.busy_qps.size();) {

@@ -36,8 +36,8 @@ EngineCore::EngineCore(const EngineConfig& engine_config)
 void EngineCore::WatchLinkAcks(QueuePair* qp) {
   RequesterState& r = qp->req;
   if (r.link_ack_watched || qp->type != IBV_QPT_RC || config.peer_memory == nullptr) return;
-  uint64_t word = 0;
-  if (!config.peer_memory->ReadLinkAck(qp->attr.dest_qp_num, qp->path.dgid, qp->qpn, &word)) return;
+  uint64_t word = 0, read_to = 0;
+  if (!config.peer_memory->ReadLinkAck(qp->attr.dest_qp_num, qp->path.dgid, qp->qpn, &word, &read_to)) return;
   r.link_ack_watched = true;
   r.link_ack_seen = word;
   r.link_ack_snapshot_taken = false;

@@ -23,8 +23,9 @@
 // Order: a word must not overtake a READ or atomic response sent before it
 // (it says "executed through", and would declare the response lost). The
 // responder stores one only while its transmit stage is empty (what it sent
-// before is in the link's ring), and the requester reads the words before
-// the ring and takes them only once it has read the ring to its end.
+// before is in the link's ring), and the requester reads each word before
+// the ring, with the ring's producer index then, and takes the word once it
+// has received up to that index.
 //
 // Trust: the word is the other process's; the requester takes it as it
 // takes an AETH (a PSN in its window, else ignored), and only a word whose

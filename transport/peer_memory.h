@@ -90,8 +90,12 @@ class PeerMemory {
   // `peer_qpn` at `peer_gid` is the other process's QP; the entry is the
   // one of the requester's QPN `index_qpn`. Responder: stores `word` into
   // our area (WriteLinkAck) or reads what we stored there (ReadOwnLinkAck);
-  // requester: reads the other process's area (ReadLinkAck). False when
-  // the QP is not over a link that carries them: ACKs go as packets.
+  // requester: reads the other process's area (ReadLinkAck), and with it
+  // `*read_to`, how far the link's frames from that process went when the
+  // word was read; LinkReadPast says once we have received all of those
+  // (or the link is gone: nothing more will come).
+  // False when the QP is not over a link that carries them: ACKs go as
+  // packets.
   virtual bool WriteLinkAck(uint32_t /*peer_qpn*/, const Gid& /*peer_gid*/, uint32_t /*index_qpn*/,
                             uint64_t /*word*/) {
     return false;
@@ -101,9 +105,10 @@ class PeerMemory {
     return false;
   }
   virtual bool ReadLinkAck(uint32_t /*peer_qpn*/, const Gid& /*peer_gid*/, uint32_t /*index_qpn*/,
-                           uint64_t* /*word*/) {
+                           uint64_t* /*word*/, uint64_t* /*read_to*/) {
     return false;
   }
+  virtual bool LinkReadPast(uint32_t /*peer_qpn*/, const Gid& /*peer_gid*/, uint64_t /*read_to*/) { return false; }
   // Receiver: the frame came over a local link in its link form
   // (transport/link_frame.h, ParseLinkFrame), not as a wire frame. Only
   // the port can say so: the bytes alone cannot.

@@ -130,6 +130,7 @@ struct RequesterState {
   bool link_ack_watched = false;
   uint64_t link_ack_seen = 0;
   uint64_t link_ack_snapshot = 0;
+  uint64_t link_ack_read_to = 0;  // PeerMemory::ReadLinkAck
   bool link_ack_snapshot_taken = false;
   // Chunks of this QP's messages staged in a link's payload area and not
   // yet acknowledged (transport/pull_descriptor.h).

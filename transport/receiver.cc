@@ -161,7 +161,7 @@ void Receiver::ReceiveLoopback() {
   tx_.ReleaseLoopback(n);
 }
 
-bool Receiver::ReceiveBurst() {
+void Receiver::ReceiveBurst() {
   UROCE_DCHECK_ENGINE_THREAD(core_);
   // Up to kRxBurstsPerPoll bursts, so that receiving keeps pace with what the
   // QPs may send in one poll.
@@ -175,9 +175,8 @@ bool Receiver::ReceiveBurst() {
     }
     // Handled frames go back to the pool in one bulk call.
     rte_pktmbuf_free_bulk(rx_done_.data(), done);
-    if (n < rx_burst_.size()) return true;
+    if (n < rx_burst_.size()) break;
   }
-  return false;
 }
 
 }  // namespace uroce::transport

@@ -27,9 +27,7 @@ class Receiver {
 
   // Takes the frames that loopback staged last poll into the receive path.
   void ReceiveLoopback();
-  // The port's frames, up to kRxBurstsPerPoll bursts; true when the port had
-  // no more (the last burst was not full).
-  bool ReceiveBurst();
+  void ReceiveBurst();
 
  private:
   // from_loopback: taken from our own loopback stage, not from the port.
