@@ -28,6 +28,7 @@
 
 #include "pmd/mempool.h"
 #include "transport/engine.h"
+#include "transport/link_frame.h"
 #include "transport/packet_builder.h"
 #include "transport/packet_parser.h"
 #include "transport/pull_descriptor.h"
@@ -2034,6 +2035,78 @@ TEST_F(StagedChunkHostileTest, MisstatedReadResponsesFailTheReadOrAreAskedForAga
     EXPECT_TRUE(RegionUntouched()) << c.what;
   }
   EXPECT_EQ(engine_->counters().staged_received, 0u);
+}
+
+// Frames in link form (transport/link_frame.h) from a linked process: a
+// good one lands as its wire twin would; a bad link header, a UD opcode or
+// a frame too short for a BTH is a parse error, never handed to the
+// neighbour handler as if it were ARP or ND, and nothing lands.
+class LinkFramePort final : public PeerMemory {
+ public:
+  bool TakesPulls(uint32_t, const Gid&) override { return false; }
+  uint32_t PullSource(const rte_mbuf*) override { return 0; }
+  bool Pull(uint32_t, const iovec*, uint32_t, const iovec*, uint32_t) override { return false; }
+  bool LinkFrame(const rte_mbuf* m) override { return m->hash.usr == 1; }
+};
+
+class LinkFrameHostileTest : public HostilePeerTest {
+ protected:
+  void SetUp() override {
+    StartEngine([this](EngineConfig& c) {
+      c.peer_memory = &port_form_;
+      c.non_roce_handler = [this](rte_mbuf* m) {
+        ++handed_to_neighbours_;
+        rte_pktmbuf_free(m);
+      };
+    });
+  }
+  // A WRITE Only of 64 bytes into the region, in link form, its bytes then
+  // changed by `spoil`; `keep` bytes of it.
+  void InjectLinkWrite(const std::function<void(std::vector<uint8_t>&)>& spoil, size_t keep = SIZE_MAX) {
+    PacketFields f;
+    f.dst_mac = our_mac_;
+    f.src_mac = peer_mac_;
+    f.src_gid = peer_gid_;
+    f.dst_gid = our_gid_;
+    f.bth.opcode = static_cast<uint8_t>(Opcode::kRcRdmaWriteOnly);
+    f.bth.dest_qp = qp_->qpn;
+    f.bth.psn = Psn(kRqPsn);
+    f.reth = {region_->va(), keys_.rkey, 64};
+    f.payload_length = 64;
+    std::vector<uint8_t> payload(64, 0x6C), wire(FrameLength(f)), link(FrameLength(f));
+    size_t length = 0;
+    ASSERT_EQ(BuildPacket(f, payload.data(), wire.data(), wire.size(), &length), BuildError::kOk);
+    link.resize(WriteLinkFrame(wire.data(), length, link.data(), link.size()));
+    ASSERT_FALSE(link.empty());
+    if (spoil) spoil(link);
+    link.resize(std::min(keep, link.size()));
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+    ASSERT_NE(m, nullptr);
+    std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(link.size())), link.data(), link.size());
+    m->hash.usr = 1;  // the port's word: it came in link form
+    port_.inbound.push_back(m);
+  }
+  LinkFramePort port_form_;
+  int handed_to_neighbours_ = 0;
+};
+
+TEST_F(LinkFrameHostileTest, BadLinkFramesAreParseErrorsAndAGoodOneLands) {
+  const auto arp_type = [](std::vector<uint8_t>& b) { b[12] = 0x08, b[13] = 0x06; };
+  InjectLinkWrite([&](std::vector<uint8_t>& b) { arp_type(b), b[0] = 5; });  // no such IP version
+  InjectLinkWrite([&](std::vector<uint8_t>& b) { arp_type(b), b[3] = 1; });  // a reserved byte
+  InjectLinkWrite([](std::vector<uint8_t>& b) { b[kLinkSrcGidOffset] = 0xfd; });  // "IPv4", not ::ffff:a.b.c.d
+  InjectLinkWrite([](std::vector<uint8_t>& b) { b[kLinkHeaderBytes] = uint8_t(Opcode::kUdSendOnly); });
+  InjectLinkWrite(nullptr, kLinkHeaderBytes + 11);  // too short for a BTH
+  Transmitted(2);
+  EXPECT_EQ(handed_to_neighbours_, 0);
+  EXPECT_EQ(engine_->counters().rx_parse_errors, 5u);
+  for (size_t i = 0; i < 64; ++i) ASSERT_EQ(region_->data()[i], 0) << "byte " << i;
+  InjectLinkWrite(nullptr);
+  Transmitted(2);
+  EXPECT_EQ(region_->data()[0], 0x6C);
+  EXPECT_EQ(region_->data()[63], 0x6C);
+  EXPECT_EQ(region_->data()[64], 0);
+  EXPECT_EQ(qp_->state.load(), IBV_QPS_RTS);
 }
 
 }  // namespace

@@ -28,7 +28,9 @@ bool Receiver::HandleFrame(rte_mbuf* m, bool from_loopback) {
   const bool link_frame = core_.config.peer_memory != nullptr && core_.config.peer_memory->LinkFrame(m);
   const ParseError error = link_frame ? ParseLinkFrame(m, &view) : ParsePacket(m, options, &view);
   if (error != ParseError::kOk) {
-    if (!view.is_roce && error != ParseError::kMultiSegmentMbuf) {
+    // A link frame is never ARP or ND, whatever its bytes say: a bad one is
+    // a parse error, not the neighbour handler's.
+    if (!view.is_roce && !link_frame && error != ParseError::kMultiSegmentMbuf) {
       core_.counters.rx_non_roce++;
       if (core_.config.non_roce_handler) {
         core_.config.non_roce_handler(m);  // ARP, ND, ...: the handler owns the mbuf now
