@@ -15,6 +15,7 @@ int FloorCommand(int argc, char** argv);  // tools/floor.cc
 int StatsCommand(int argc, char** argv); // tools/stats.cc
 int ExecCommand(int argc, char** argv);  // tools/exec.cc
 int DaemonCommand(int argc, char** argv);  // tools/daemon.cc
+int CdiCommand(int argc, char** argv);  // tools/cdi.cc
 
 // Each command's usage and options, to `out`: returns 0 for stdout (asked
 // for: uroce help COMMAND), 2 otherwise (a bad command line).
@@ -26,5 +27,6 @@ int FloorUsage(FILE* out);
 int StatsUsage(FILE* out);
 int ExecUsage(FILE* out);
 int DaemonUsage(FILE* out);
+int CdiUsage(FILE* out);
 
 }  // namespace uroce::tools

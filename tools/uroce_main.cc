@@ -40,6 +40,13 @@ constexpr Subcommand kSubcommands[] = {
      "uroce daemon --config configs/daemon-kernel.ini &\n"
      "uroce exec -- ibv_devinfo\n"
      "uroce stats --daemon\n"},
+    {"cdi", uroce::tools::CdiCommand, uroce::tools::CdiUsage,
+     "hand the host's daemon to containers: a CDI spec, device uroce.dev/rdma=uroce0",
+     "# as root, with the daemon running; then any container may be given the device:\n"
+     "uroce cdi\n"
+     "podman run --rm --cap-drop=all --device uroce.dev/rdma=uroce0 IMAGE ibv_devices\n"
+     "# the spec to stdout, for a daemon on another socket:\n"
+     "uroce cdi --output - --socket /run/uroce-ci/uroce.sock\n"},
     {"perf", uroce::tools::PerfCommand, uroce::tools::PerfUsage,
      "latency, bandwidth and message rate per RDMA operation (like perftest)",
      "uroce perf --port ring --test all --size 64,65536 --verify\n"

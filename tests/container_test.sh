@@ -1,0 +1,323 @@
+#!/usr/bin/env bash
+# uroce0 handed into unprivileged containers through CDI (`uroce cdi`), with
+# Debian's podman and runc, as a user of the README would:
+#   1. an image built offline from this host's packages
+#      (tools/container/image.py: ibv_rc_pingpong, rping, fi_pingpong,
+#      mpirun; nothing of uroce's) and imported into a podman store of this
+#      test's own;
+#   2. `uroce daemon` on the host (uplink net_null: no frame leaves the
+#      machine) and `uroce cdi` writing the spec into /var/run/cdi;
+#   3. a container without the device sees no uroce device, no socket and
+#      none of uroce's libraries; one with it sees uroce0, and has no
+#      capability, no device node and no network but its own loopback;
+#   4. ibv_rc_pingpong, fi_pingpong -e msg and rping between two containers
+#      (each started with --cap-drop=all --security-opt no-new-privileges
+#      and the device), every byte checked (-c, -c, -V), through the host's
+#      daemon;
+#   5. isolation: a container sees none of another's processes (so none of
+#      their memory: /proc/PID/fd and /proc/PID/mem do not exist for it), cannot
+#      write into the socket's directory, and each attached program has a
+#      slot and QPN range of its own in the daemon;
+#   6. a container killed (SIGKILL) in the middle of a transfer is released by
+#      the daemon, its peer's program ends instead of hanging, and two new
+#      containers then run a pair as before;
+#   7. (PART mpi) mpirun with two ranks in each of two containers over
+#      "uroce;ofi_rxm" (Open MPI's OFI MTL), tests/mpi_two_hosts.c: layout,
+#      ping-pong on one "host" and across, MPI_Allreduce checked on every
+#      rank. mpirun runs on the host and starts each container's orted by
+#      `podman run` (its rsh agent, tests/container_mpi_rsh.sh).
+# The containers share one network namespace made by this test (their own
+# loopback only: the side channels of the programs, Open MPI's TCP); RoCE
+# never touches it: it goes through the daemon's socket and shared memory.
+#
+# Needs root (podman as root with runc: Debian's crun refuses this kernel's
+# cgroup layout). The podman store, its configuration and the CDI spec are
+# this test's own and removed on exit.
+#   args: UROCE MPI_PROGRAM IMAGE_PY MPI_AGENT [PARTS] (PARTS: comma list of
+#   base,mpi; default both)
+set -uo pipefail
+abs() {
+  [[ -e $1 ]] || { echo "FAIL: $1 does not exist" >&2; exit 1; }
+  readlink -f "$1"
+}
+UROCE=$(abs "$1") && MPI_PROGRAM=$(abs "$2") && IMAGE_PY=$(abs "$3") && AGENT=$(abs "$4") || exit 1
+PARTS=${5:-base,mpi}
+id=$$
+TMP=$(mktemp -d /tmp/uctr.XXXXXX)
+chmod 0755 "$TMP"
+NETNS=uctr-$id
+CDI_SPEC=/var/run/cdi/uroce-test-$id.json
+DEVICE=uroce.dev/rdma=test-$id
+IMAGE=localhost/uroce-test:$id
+FAILS=0
+pids=()
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+has_part() { [[ ,$PARTS, == *,$1,* ]]; }
+
+# podman with this test's own store and configuration (containers.conf(5):
+# default_ulimits = [] because the defaults cannot be raised here; the file
+# event log because there may be no journald).
+cat > "$TMP/containers.conf" <<EOF
+[containers]
+default_ulimits = []
+[engine]
+events_logger = "file"
+EOF
+export CONTAINERS_CONF=$TMP/containers.conf
+PODMAN=(podman --runtime /usr/sbin/runc --cgroup-manager=cgroupfs --root "$TMP/store" --runroot "$TMP/runroot"
+  --tmpdir "$TMP/podman-tmp")
+# Podman's complaints about this machine's cgroups, on every run.
+quiet() { grep -vE 'pids limit|conmon to cgroupfs sandbox' || true; }
+RUN=("${PODMAN[@]}" run --rm --cap-drop=all --security-opt no-new-privileges --network "ns:/run/netns/$NETNS")
+
+# shellcheck disable=SC2317  # run by the EXIT trap
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  "${PODMAN[@]}" rm -f -t 0 --all > /dev/null 2>&1 || true
+  "${PODMAN[@]}" system reset --force > /dev/null 2>&1 || true
+  rm -f "$CDI_SPEC"
+  ip netns del "$NETNS" 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "FAIL: container_test needs root (podman with runc, a network namespace)"
+  exit 1
+fi
+for tool in podman /usr/sbin/runc nsenter mpirun; do
+  command -v "$tool" > /dev/null || { echo "FAIL: $tool is not installed (tools/packages.txt; tools/setup)"; exit 1; }
+done
+
+echo "== 1. an image from this host's packages, offline"
+if ! python3 "$IMAGE_PY" --podman "${PODMAN[*]}" "$IMAGE" > "$TMP/image.log" 2>&1; then
+  cat "$TMP/image.log"
+  echo "FAIL: cannot build the image"
+  exit 1
+fi
+tail -2 "$TMP/image.log"
+
+echo "== 2. the host's daemon, and its CDI spec"
+mkdir -p "$TMP/run" && chmod 0755 "$TMP/run"
+cat > "$TMP/daemon.ini" <<EOF
+[eal]
+hugepages = no
+log_level = *:error
+telemetry = no
+file_prefix = uctr-$id
+[daemon]
+socket = $TMP/run/uroce.sock
+[endpoint.up]
+port = net_null0,no-rx=1
+ipv4 = 10.88.0.1
+EOF
+timeout -k 5 900 "$UROCE" daemon --config "$TMP/daemon.ini" > "$TMP/daemon.log" 2>&1 &
+dpid=$!
+pids+=("$dpid")
+for _ in $(seq 100); do [[ -S $TMP/run/uroce.sock ]] && break; sleep 0.1; done
+[[ -S $TMP/run/uroce.sock ]] || { cat "$TMP/daemon.log"; echo "FAIL: the daemon did not start"; exit 1; }
+if ! "$UROCE" cdi --socket "$TMP/run/uroce.sock" --libraries "$TMP/cdi" --output "$CDI_SPEC" --name "test-$id" \
+  > "$TMP/cdi.log" 2>&1; then
+  cat "$TMP/cdi.log"
+  echo "FAIL: uroce cdi"
+  exit 1
+fi
+cat "$TMP/cdi.log"
+if ! ip netns add "$NETNS" || ! ip -n "$NETNS" link set lo up; then
+  echo "FAIL: cannot make a network namespace"
+  exit 1
+fi
+
+if has_part base; then
+  echo "== 3. without the device, and with it"
+  out=$("${RUN[@]}" "$IMAGE" sh -c 'ibv_devices; echo "socket: $(ls /run/uroce 2>&1)"; echo "libs: $(ls /opt/uroce 2>&1)"
+    echo "env: $(env | grep -cE "^(UROCE_|FI_PROVIDER_PATH)")"' 2>&1 | quiet)
+  echo "$out" | sed 's/^/  /'
+  grep -q uroce0 <<<"$out" && fail "a container without the device sees uroce0"
+  grep -q "^socket: ls: cannot access" <<<"$out" || fail "a container without the device sees /run/uroce"
+  grep -q "^libs: ls: cannot access" <<<"$out" || fail "a container without the device sees /opt/uroce"
+  grep -q "^env: 0" <<<"$out" || fail "a container without the device has uroce's environment"
+
+  # shellcheck disable=SC2016  # expanded in the container
+  out=$("${RUN[@]}" --device "$DEVICE" "$IMAGE" sh -c 'ibv_devinfo -d uroce0 | head -3
+    grep -E "^Cap(Inh|Prm|Eff|Bnd|Amb):" /proc/self/status; echo "devices: $(ls /dev/infiniband 2>&1)"
+    echo "interfaces: $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " " | tr "\n" " ")"
+    touch /run/uroce/x 2>/dev/null && echo "socket dir: writable" || echo "socket dir: read-only"' 2>&1 | quiet)
+  echo "$out" | sed 's/^/  /'
+  grep -q "hca_id:.*uroce0" <<<"$out" || fail "a container with the device does not open uroce0"
+  [[ $(grep -cE '^Cap(Inh|Prm|Eff|Bnd|Amb):[[:space:]]+0000000000000000$' <<<"$out") -eq 5 ]] ||
+    fail "the container kept a capability"
+  grep -q "^devices: ls: cannot access" <<<"$out" || fail "the device gave the container a device node"
+  grep -q "^interfaces: lo $" <<<"$out" || fail "the container has an interface other than its loopback"
+  grep -q "^socket dir: read-only" <<<"$out" || fail "the container can write into the daemon socket's directory"
+
+  # pair NAME EXPECT "SERVER COMMAND" "CLIENT COMMAND": two containers, the
+  # client's once the server's program has attached to the daemon; both must
+  # exit 0 and print EXPECT. A client that found no server yet (nothing
+  # connected: "Couldn't connect", a REJ before any ESTABLISHED) is started
+  # again, at most twice; every attempt's output is kept.
+  pair() {
+    local name=$1 expect=$2 server=$3 client=$4
+    local prog=${server%% *}
+    local before
+    before=$(grep -c "attached pid .*($prog)" "$TMP/daemon.log")
+    # shellcheck disable=SC2086  # the commands split into words
+    timeout -k 5 120 "${RUN[@]}" --name "uctr-$id-$name-s" --device "$DEVICE" "$IMAGE" $server \
+      > "$TMP/$name.server" 2>&1 &
+    local spid=$!
+    pids+=("$spid")
+    for _ in $(seq 300); do
+      [[ $(grep -c "attached pid .*($prog)" "$TMP/daemon.log") -gt $before ]] && break
+      kill -0 "$spid" 2>/dev/null || break
+      sleep 0.1
+    done
+    sleep 0.5  # from attached to listening
+    local crc=1 attempt
+    for attempt in 1 2 3; do
+      # shellcheck disable=SC2086
+      timeout -k 5 120 "${RUN[@]}" --name "uctr-$id-$name-c$attempt" --device "$DEVICE" "$IMAGE" $client \
+        > "$TMP/$name.client.$attempt" 2>&1
+      crc=$?
+      cp "$TMP/$name.client.$attempt" "$TMP/$name.client"
+      [[ $crc -ne 0 ]] || break
+      grep -q "Couldn't connect to" "$TMP/$name.client" && { sleep 1; continue; }
+      grep -q "REJECTED" "$TMP/$name.client" && ! grep -q "ESTABLISHED" "$TMP/$name.client" && { sleep 1; continue; }
+      break
+    done
+    wait "$spid"
+    local src=$?
+    if [[ $crc -ne 0 || $src -ne 0 ]] || ! grep -qE -- "$expect" "$TMP/$name.client" ||
+      ! grep -qE -- "$expect" "$TMP/$name.server"; then
+      fail "$name: server rc=$src client rc=$crc after $attempt attempt(s)"
+      echo "--- server:"; quiet < "$TMP/$name.server" | tail -30
+      local f
+      for f in "$TMP/$name.client".[0-9]; do echo "--- client ($f):"; quiet < "$f" | tail -30; done
+      return 1
+    fi
+    echo "ok: $name: $(grep -E -- "$expect" "$TMP/$name.client" | tail -1 | cut -c1-100)"
+  }
+  echo "== 4. pairs of containers through the host's daemon"
+  pair rc_pingpong "iters in" "ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p 21001" \
+    "ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p 21001 127.0.0.1"
+  pair fi_pingpong "^4k +200 +=200 " "fi_pingpong -p uroce -e msg -c -S 4096 -I 200 -B 21002" \
+    "fi_pingpong -p uroce -e msg -c -S 4096 -I 200 -P 21002 127.0.0.1"
+  pair rping "ping data: rdma-ping-19: " \
+    "rping -s -a 10.88.0.1 -p 21003 -C 20 -S 100 -V -v" "rping -c -a 10.88.0.1 -p 21003 -C 20 -S 100 -V -v"
+  links=$(timeout 20 "$UROCE" stats --daemon "$TMP/run/uroce.sock" 2>&1 | grep -E '^links')
+  echo "  daemon: $links"
+  grep -qE 'made=[1-9]' <<<"$links" || fail "no local link was made between the containers' programs"
+
+  echo "== 5. isolation between containers"
+  before=$(grep -c "attached pid .*(ibv_rc_pingpong)" "$TMP/daemon.log")
+  timeout -k 5 120 "${RUN[@]}" --name "uctr-$id-victim" --device "$DEVICE" "$IMAGE" \
+    ibv_rc_pingpong -g 0 -p 21004 > "$TMP/victim.log" 2>&1 &
+  vpid=$!
+  pids+=("$vpid")
+  for _ in $(seq 300); do
+    [[ $(grep -c "attached pid .*(ibv_rc_pingpong)" "$TMP/daemon.log") -gt $before ]] && break
+    sleep 0.1
+  done
+  victim_host_pid=$(sed -n 's/.*attached pid \([0-9]*\) uid .*(ibv_rc_pingpong).*/\1/p' "$TMP/daemon.log" | tail -1)
+  # shellcheck disable=SC2016  # expanded in the container
+  out=$("${RUN[@]}" --device "$DEVICE" "$IMAGE" sh -c '
+    echo "processes: $(ls -d /proc/[0-9]* | wc -l)"
+    echo "victim: $(ls /proc/'"$victim_host_pid"'/fd 2>&1 | head -1)"
+    echo "programs: $(cat /proc/[0-9]*/comm 2>/dev/null | sort -u | tr "\n" " ")"
+    ibv_devinfo -d uroce0 > /dev/null && echo "attached: yes"' 2>&1 | quiet)
+  echo "$out" | sed 's/^/  /'
+  grep -q "ibv_rc_pingpong" <<<"$out" && fail "a container sees another container's program"
+  grep -q "^victim: ls: cannot access" <<<"$out" || fail "a container reaches /proc/$victim_host_pid of another"
+  grep -q "^attached: yes" <<<"$out" || fail "the second container could not open its own device"
+  # Every attached program its own slot and QPN range; never two at once in one.
+  sessions=$(grep -c "attached pid" "$TMP/daemon.log")
+  overlaps=$(awk '/attached pid/ { for (i = 1; i <= NF; i++) if ($i == "slot") s = $(i + 1); sub(/,/, "", s)
+      if (s in live) dup++; live[s] = 1 }
+    /released pid/ { for (i = 1; i <= NF; i++) if ($i == "slot") s = $(i + 1); sub(/;/, "", s); delete live[s] }
+    END { print dup + 0 }' "$TMP/daemon.log")
+  echo "  daemon: $sessions programs attached so far, $overlaps slots given twice at once"
+  [[ $overlaps -eq 0 ]] || fail "the daemon gave one slot to two live programs"
+  "${PODMAN[@]}" kill "uctr-$id-victim" > /dev/null 2>&1
+  wait "$vpid" 2>/dev/null
+
+  echo "== 6. a container killed in the middle of a transfer"
+  before=$(grep -c "attached pid .*(ibv_rc_pingpong)" "$TMP/daemon.log")
+  timeout -k 5 120 "${RUN[@]}" --name "uctr-$id-kill-s" --device "$DEVICE" "$IMAGE" \
+    ibv_rc_pingpong -g 0 -s 65536 -n 1000000 -p 21005 > "$TMP/kill.server" 2>&1 &
+  kspid=$!
+  pids+=("$kspid")
+  sleep 2
+  timeout -k 5 120 "${RUN[@]}" --name "uctr-$id-kill-c" --device "$DEVICE" "$IMAGE" \
+    ibv_rc_pingpong -g 0 -s 65536 -n 1000000 -p 21005 127.0.0.1 > "$TMP/kill.client" 2>&1 &
+  kcpid=$!
+  pids+=("$kcpid")
+  # Mid-transfer: both attached, and two seconds into a million 64 KiB
+  # round trips (minutes of work), both still running.
+  for _ in $(seq 300); do
+    [[ $(grep -c "attached pid .*(ibv_rc_pingpong)" "$TMP/daemon.log") -ge $((before + 2)) ]] && break
+    sleep 0.1
+  done
+  sleep 2
+  kill -0 "$kspid" 2>/dev/null && kill -0 "$kcpid" 2>/dev/null || fail "the transfer to interrupt is not running"
+  released_before=$(grep -c "released pid" "$TMP/daemon.log")
+  start=$SECONDS
+  "${PODMAN[@]}" kill --signal KILL "uctr-$id-kill-c" > /dev/null 2>&1 || fail "podman kill"
+  wait "$kcpid" 2>/dev/null
+  # The server's program notices (an error completion or its peer's end) and exits, in bounded time.
+  wait "$kspid"
+  src=$?
+  took=$((SECONDS - start))
+  echo "  the killed container's peer ended after ${took}s (exit $src):"
+  quiet < "$TMP/kill.server" | sed 's/^/    /'
+  [[ $src -eq 124 || $src -eq 137 ]] && fail "the peer of the killed container hung"
+  [[ $src -eq 0 ]] && fail "the peer of the killed container ended successfully: nothing was interrupted"
+  released_after=$(grep -c "released pid" "$TMP/daemon.log")
+  echo "  daemon: $((released_after - released_before)) programs released"
+  [[ $((released_after - released_before)) -ge 2 ]] || fail "the daemon did not release both programs"
+  kill -0 "$dpid" 2>/dev/null || fail "the daemon died"
+  pair after_kill "iters in" "ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p 21006" \
+    "ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p 21006 127.0.0.1"
+fi
+
+if has_part mpi; then
+  echo "== 7. mpirun: two ranks in each of two containers, over uroce;ofi_rxm"
+  printf 'uc-a slots=2\nuc-b slots=2\n' > "$TMP/hostfile"
+  export UCTR_HOST_NET=/proc/$$/ns/net
+  export UCTR_PODMAN="${PODMAN[*]}"
+  export UCTR_RUN_ARGS="--cap-drop=all --security-opt no-new-privileges --network ns:/run/netns/$NETNS --device $DEVICE
+    -v $MPI_PROGRAM:/opt/test/mpi_two_hosts:ro $IMAGE"
+  export UCTR_NAME_PREFIX=uctr-$id-
+  # --leave-session-attached: the orted must not daemonize (its container
+  # would end with it). plm_rsh_no_tree_spawn: only mpirun starts orteds.
+  # The agent is given as "bash AGENT" because each orted looks for it too.
+  timeout -k 10 300 nsenter --net="/run/netns/$NETNS" mpirun --allow-run-as-root --oversubscribe --bind-to none \
+    -np 4 --hostfile "$TMP/hostfile" --leave-session-attached \
+    --mca plm rsh --mca plm_rsh_agent "bash $AGENT" --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include lo \
+    --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include uroce --mca mtl_ofi_verbose 1 \
+    --mca btl self,vader --mca osc ^ucx /opt/test/mpi_two_hosts > "$TMP/mpirun.log" 2>&1 < /dev/null
+  rc=$?
+  grep -v 'mtl:ofi: ".*" not in include list' "$TMP/mpirun.log" | quiet | head -n 120
+  echo "mpirun: exit $rc"
+  [[ $rc -eq 0 ]] || fail "mpirun exit $rc"
+  provs=$(grep -c 'mtl:ofi:prov: uroce;ofi_rxm$' "$TMP/mpirun.log")
+  [[ $provs -eq 4 ]] || fail "expected all four ranks on 'uroce;ofi_rxm', found $provs"
+  for rank in 0 1; do grep -q "^layout: rank $rank on uc-a\$" "$TMP/mpirun.log" || fail "rank $rank not in uc-a"; done
+  for rank in 2 3; do grep -q "^layout: rank $rank on uc-b\$" "$TMP/mpirun.log" || fail "rank $rank not in uc-b"; done
+  for rank in 0 1 2 3; do
+    grep -q "^rank $rank: allreduce verified: sum 10, 262144 elements\$" "$TMP/mpirun.log" ||
+      fail "rank $rank: no verified MPI_Allreduce"
+  done
+  grep -q '^mpi_two_hosts: PASS' "$TMP/mpirun.log" || fail "no PASS line from mpi_two_hosts"
+fi
+
+kill -TERM "$dpid" 2>/dev/null
+wait "$dpid" || fail "the daemon did not stop cleanly"
+echo "--- daemon log (first and last lines)"
+head -n 3 "$TMP/daemon.log"
+tail -n 5 "$TMP/daemon.log"
+if [[ $FAILS -ne 0 ]]; then
+  echo "$FAILS failure(s)"
+  exit 1
+fi
+echo PASS
