@@ -49,6 +49,14 @@ uint64_t NowNs() {
 
 static_assert(kDaemonCommIdShift == kSwitchCommIdShift, "the switch routes by the IDs the daemon leases");
 
+// The inode of /proc/WHO/ns/pid (namespaces(7)): which pid namespace the
+// process is in; 0 if it cannot be read (a process gone, or one this daemon
+// may not look at).
+uint64_t PidNamespaceOf(const std::string& who) {
+  struct stat st{};
+  if (stat(("/proc/" + who + "/ns/pid").c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_ino);
+}
 
 // One attached process.
 struct Session {
@@ -58,6 +66,12 @@ struct Session {
   int64_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  // Its pid namespace (the inode of /proc/PID/ns/pid; 0 if it could not be
+  // read). Quotas and STATS go by uid and pid namespace together: a
+  // container's processes (root in it, without a user namespace, is uid 0
+  // here) are one owner apart from the host's and from every other
+  // container's, and root in a container is not the host's root.
+  uint64_t pid_ns = 0;
   uint64_t accepted_ns = 0;  // when it connected (attach_timeout_ms)
   std::string program;
   uint32_t slot = 0;  // 0: not attached yet
@@ -117,16 +131,26 @@ class SwitchDaemon final : public Daemon {
   // another uid sees only its own uid's processes.
   std::string StatsText(const Session& viewer) const;
   // Root and the daemon's own uid: no per-uid quota, never locked out.
-  static bool Exempt(uid_t uid) { return uid == 0 || uid == geteuid(); }
-  // CM ports the processes of `uid` listen on (the first switch's table:
+  // Root's and the daemon's own uid's processes in the daemon's own pid
+  // namespace (a container's root is not exempt).
+  bool Exempt(const Session& s) const {
+    return (s.uid == 0 || s.uid == geteuid()) && own_pid_ns_ != 0 && s.pid_ns == own_pid_ns_;
+  }
+  // Quotas are per owner: a uid in one pid namespace.
+  using Owner = std::pair<uid_t, uint64_t>;
+  static Owner OwnerOf(const Session& s) { return {s.uid, s.pid_ns}; }
+  // "uid U", and its pid namespace when that is not the daemon's (for refusals).
+  std::string OwnerText(const Session& s) const;
+  // CM ports the processes of `owner` listen on (the first switch's table:
   // every switch has the same).
-  uint32_t ListensOfUid(uid_t uid) const;
+  uint32_t ListensOf(const Owner& owner) const;
   // PEER records: every uid other than root's and the daemon's may keep at
   // most [daemon] max_peers_per_uid of them over all its processes.
   void SetPeer(Session& s, uint32_t qpn, uint32_t peer_qpn);
   void ErasePeer(Session& s, uint32_t qpn);
   void ClearPeers(Session& s);
-  std::map<uid_t, size_t> peers_of_uid_;
+  std::map<Owner, size_t> peers_of_owner_;
+  const uint64_t own_pid_ns_ = PidNamespaceOf("self");
   static constexpr size_t kMaxPending = 16;       // sessions not attached, in all
   static constexpr size_t kMaxPendingPerUid = 4;  // ... of one uid (not exempt)
   uint64_t sessions_refused_ = 0;  // turned away (or closed for an exempt one)
@@ -179,7 +203,7 @@ class SwitchDaemon final : public Daemon {
   // And per uid other than root's and the daemon's (a link counts for the
   // uids of both ends), so that one user's processes leave links for others.
   static constexpr size_t kMaxLinksPerUid = kMaxLinks / 2;
-  size_t LinksOfUid(uid_t uid) const;
+  size_t LinksOfOwner(const Owner& owner) const;
 
   const DaemonConfig config_;
   const std::vector<EndpointPortConfig> uplink_configs_;
@@ -549,6 +573,7 @@ void SwitchDaemon::Accept() {
     s->pid = cred.pid;
     s->uid = cred.uid;
     s->gid = cred.gid;
+    s->pid_ns = PidNamespaceOf(std::to_string(cred.pid));
     s->accepted_ns = NowNs();
     // Sessions not attached (yet) of uids other than root's and the
     // daemon's are bounded apart from attached ones: at most kMaxPending in
@@ -562,13 +587,13 @@ void SwitchDaemon::Accept() {
     for (const auto& other : sessions_) {
       if (other->slot != 0 || other->fd < 0) continue;
       ++pending;
-      if (other->uid == s->uid) ++pending_of_uid;
-      if (!Exempt(other->uid) && (oldest_other == nullptr || other->accepted_ns < oldest_other->accepted_ns)) {
+      if (OwnerOf(*other) == OwnerOf(*s)) ++pending_of_uid;
+      if (!Exempt(*other) && (oldest_other == nullptr || other->accepted_ns < oldest_other->accepted_ns)) {
         oldest_other = other.get();
       }
     }
     const char* refusal = nullptr;
-    if (!Exempt(s->uid)) {
+    if (!Exempt(*s)) {
       if (pending_of_uid >= kMaxPendingPerUid) {
         refusal = "ERROR too many sessions waiting to attach for this uid";
       } else if (pending >= kMaxPending) {
@@ -671,11 +696,11 @@ void SwitchDaemon::HandleMessage(Session& s) {
         status = InvalidArgument("PEER: " + transport::GidToString(record.dest) + " is not one of this host's addresses");
       } else if (s.peers.size() >= (size_t{1} << kDaemonQpnShift) && s.peers.count(qpn) == 0) {
         status = ResourceExhausted("PEER: 65536 records already");  // cannot happen: keys are its lease
-      } else if (!Exempt(s.uid) && s.peers.count(qpn) == 0 &&
-                 peers_of_uid_[s.uid] >= config_.max_peers_per_uid) {
+      } else if (!Exempt(s) && s.peers.count(qpn) == 0 &&
+                 peers_of_owner_[OwnerOf(s)] >= config_.max_peers_per_uid) {
         // Its QP still works; only a peer's end is not told to it (the QP
         // then ends by retry exhaustion, as with a peer on another host).
-        status = ResourceExhausted("PEER: its uid has " + std::to_string(config_.max_peers_per_uid) +
+        status = ResourceExhausted("PEER: its " + OwnerText(s) + " has " + std::to_string(config_.max_peers_per_uid) +
                                    " records already ([daemon] max_peers_per_uid)");
       } else {
         const uint32_t dest_slot = FrameSwitch::SlotOfQpn(record.dest_qpn);
@@ -717,8 +742,8 @@ void SwitchDaemon::HandleMessage(Session& s) {
       auto claim = ParsePortClaim(message);
       // A port is claimed on every uplink's switch, or on none.
       Status status = !claim.ok() ? claim.status() : s.slot == 0 ? FailedPrecondition("not attached") : Status::Ok();
-      if (status.ok() && claim->listen && !Exempt(s.uid) && ListensOfUid(s.uid) >= config_.max_listens_per_uid) {
-        status = ResourceExhausted("uid " + std::to_string(s.uid) + " listens on " +
+      if (status.ok() && claim->listen && !Exempt(s) && ListensOf(OwnerOf(s)) >= config_.max_listens_per_uid) {
+        status = ResourceExhausted(OwnerText(s) + " listens on " +
                                    std::to_string(config_.max_listens_per_uid) +
                                    " ports already ([daemon] max_listens_per_uid)");
       }
@@ -786,11 +811,11 @@ Status SwitchDaemon::AttachSession(Session& s, const AttachRequest& request) {
   if (attached >= config_.max_processes) {
     return ResourceExhausted("the daemon serves " + std::to_string(attached) + " processes already ([daemon] max_processes)");
   }
-  if (!Exempt(s.uid)) {
+  if (!Exempt(s)) {
     uint32_t of_uid = 0;
-    for (const auto& other : sessions_) of_uid += other->slot != 0 && other->uid == s.uid;
+    for (const auto& other : sessions_) of_uid += other->slot != 0 && OwnerOf(*other) == OwnerOf(s);
     if (of_uid >= config_.max_processes_per_uid) {
-      return ResourceExhausted("uid " + std::to_string(s.uid) + " has " + std::to_string(of_uid) +
+      return ResourceExhausted(OwnerText(s) + " has " + std::to_string(of_uid) +
                                " processes attached already ([daemon] max_processes_per_uid)");
     }
   }
@@ -947,8 +972,8 @@ void SwitchDaemon::ServeLinkRequests(size_t k) {
       }
       continue;
     }
-    if ((!Exempt(sa->uid) && LinksOfUid(sa->uid) >= kMaxLinksPerUid) ||
-        (!Exempt(sb->uid) && LinksOfUid(sb->uid) >= kMaxLinksPerUid)) {
+    if ((!Exempt(*sa) && LinksOfOwner(OwnerOf(*sa)) >= kMaxLinksPerUid) ||
+        (!Exempt(*sb) && LinksOfOwner(OwnerOf(*sb)) >= kMaxLinksPerUid)) {
       if (links_refused_++ == 0) {
         Log("a uid's processes have %zu local links: their further peers go through the switch", kMaxLinksPerUid);
       }
@@ -980,10 +1005,10 @@ size_t SwitchDaemon::LinksOf(uint32_t slot) const {
       std::count_if(links_.begin(), links_.end(), [slot](const LocalLink& l) { return l.a == slot || l.b == slot; }));
 }
 
-size_t SwitchDaemon::LinksOfUid(uid_t uid) const {
+size_t SwitchDaemon::LinksOfOwner(const Owner& owner) const {
   std::array<bool, kSwitchLastSlot + 1> of_uid{};
   for (const auto& s : sessions_) {
-    if (s->slot != 0 && s->uid == uid) of_uid[s->slot] = true;
+    if (s->slot != 0 && OwnerOf(*s) == owner) of_uid[s->slot] = true;
   }
   return static_cast<size_t>(
       std::count_if(links_.begin(), links_.end(), [&](const LocalLink& l) { return of_uid[l.a] || of_uid[l.b]; }));
@@ -1053,7 +1078,7 @@ void SwitchDaemon::SetPeer(Session& s, uint32_t qpn, uint32_t peer_qpn) {
     s.peers_by_slot.erase({FrameSwitch::SlotOfQpn(it->second), qpn});
     it->second = peer_qpn;
   } else {
-    peers_of_uid_[s.uid]++;
+    peers_of_owner_[OwnerOf(s)]++;
   }
   s.peers_by_slot.insert({FrameSwitch::SlotOfQpn(peer_qpn), qpn});
 }
@@ -1063,23 +1088,29 @@ void SwitchDaemon::ErasePeer(Session& s, uint32_t qpn) {
   if (it == s.peers.end()) return;
   s.peers_by_slot.erase({FrameSwitch::SlotOfQpn(it->second), qpn});
   s.peers.erase(it);
-  if (--peers_of_uid_[s.uid] == 0) peers_of_uid_.erase(s.uid);
+  if (--peers_of_owner_[OwnerOf(s)] == 0) peers_of_owner_.erase(OwnerOf(s));
 }
 
 void SwitchDaemon::ClearPeers(Session& s) {
-  auto count = peers_of_uid_.find(s.uid);
-  if (count != peers_of_uid_.end()) {
+  auto count = peers_of_owner_.find(OwnerOf(s));
+  if (count != peers_of_owner_.end()) {
     count->second -= std::min(count->second, s.peers.size());
-    if (count->second == 0) peers_of_uid_.erase(count);
+    if (count->second == 0) peers_of_owner_.erase(count);
   }
   s.peers.clear();
   s.peers_by_slot.clear();
 }
 
-uint32_t SwitchDaemon::ListensOfUid(uid_t uid) const {
+std::string SwitchDaemon::OwnerText(const Session& s) const {
+  std::string text = "uid " + std::to_string(s.uid);
+  if (s.pid_ns != own_pid_ns_) text += " in pid namespace " + std::to_string(s.pid_ns);
+  return text;
+}
+
+uint32_t SwitchDaemon::ListensOf(const Owner& owner) const {
   std::array<bool, kSwitchLastSlot + 1> of_uid{};
   for (const auto& s : sessions_) {
-    if (s->slot != 0 && s->uid == uid) of_uid[s->slot] = true;
+    if (s->slot != 0 && OwnerOf(*s) == owner) of_uid[s->slot] = true;
   }
   uint32_t count = 0;
   for (uint32_t port = 1; port <= 65535; ++port) {
@@ -1100,7 +1131,8 @@ std::string SwitchDaemon::StatsText(const Session& viewer) const {
   out += line;
   for (const auto& s : sessions_) {
     if (s->slot == 0) continue;
-    if (!Exempt(viewer.uid) && s->uid != viewer.uid) continue;  // another user's: not theirs to see
+    // Another user's, or another container's: not theirs to see.
+    if (!Exempt(viewer) && OwnerOf(*s) != OwnerOf(viewer)) continue;
     const SwitchPortCounters c = SlotCounters(s->slot);
     std::snprintf(line, sizeof(line),
                   "process pid=%lld program=%s slot=%u qpns=0x%06x-0x%06x rx_frames=%llu rx_bytes=%llu "

@@ -101,6 +101,8 @@ tail -2 "$TMP/image.log"
 
 echo "== 2. the host's daemon, and its CDI spec"
 mkdir -p "$TMP/run" && chmod 0755 "$TMP/run"
+# max_processes_per_uid counts per uid and pid namespace: each container
+# has its own 3 (section 5).
 cat > "$TMP/daemon.ini" <<EOF
 [eal]
 hugepages = no
@@ -109,6 +111,7 @@ telemetry = no
 file_prefix = uctr-$id
 [daemon]
 socket = $TMP/run/uroce.sock
+max_processes_per_uid = 3
 [endpoint.up]
 port = net_null0,no-rx=1
 ipv4 = 10.88.0.1
@@ -220,16 +223,30 @@ if has_part base; then
     sleep 0.1
   done
   victim_host_pid=$(sed -n 's/.*attached pid \([0-9]*\) uid .*(ibv_rc_pingpong).*/\1/p' "$TMP/daemon.log" | tail -1)
+  # In a second container: three programs of its own attached (the daemon's
+  # max_processes_per_uid below), then what it can see and do.
   # shellcheck disable=SC2016  # expanded in the container
   out=$("${RUN[@]}" --device "$DEVICE" "$IMAGE" sh -c '
+    for p in 21101 21102 21103; do ibv_rc_pingpong -g 0 -p $p > /dev/null 2>&1 & done
+    sleep 3
     echo "processes: $(ls -d /proc/[0-9]* | wc -l)"
     echo "victim: $(ls /proc/'"$victim_host_pid"'/fd 2>&1 | head -1)"
-    echo "programs: $(cat /proc/[0-9]*/comm 2>/dev/null | sort -u | tr "\n" " ")"
-    ibv_devinfo -d uroce0 > /dev/null && echo "attached: yes"' 2>&1 | quiet)
+    echo "programs: $(cat /proc/[0-9]*/comm 2>/dev/null | sort | uniq -c | tr -s " \n" " ")"
+    python3 -c "
+import socket
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect(\"/run/uroce/uroce.sock\")
+s.send(b\"STATS\")
+print(s.recv(65536).decode())" | grep "^process" | sed "s/^/stats: /"
+    ibv_devinfo -d uroce0 > /tmp/devinfo.out 2>&1; echo "fourth: exit $? $(grep -o "has [0-9]* processes attached already" /tmp/devinfo.out)"
+    kill $(jobs -p) 2>/dev/null' 2>&1 | quiet)
   echo "$out" | sed 's/^/  /'
-  grep -q "ibv_rc_pingpong" <<<"$out" && fail "a container sees another container's program"
   grep -q "^victim: ls: cannot access" <<<"$out" || fail "a container reaches /proc/$victim_host_pid of another"
-  grep -q "^attached: yes" <<<"$out" || fail "the second container could not open its own device"
+  grep -qE "^programs:.* 3 ibv_rc_pingpong " <<<"$out" || fail "a container sees other programs than its own three"
+  [[ $(grep -c "^stats: process " <<<"$out") -eq 3 ]] || fail "STATS from a container does not show exactly its own 3 programs"
+  grep -q "^stats: process pid=$victim_host_pid " <<<"$out" && fail "STATS shows a container another container's program"
+  grep -q "^fourth: exit [1-9][0-9]* has 3 processes attached already" <<<"$out" ||
+    fail "a container's fourth program was not refused ([daemon] max_processes_per_uid = 3 per container)"
   # Every attached program its own slot and QPN range; never two at once in one.
   sessions=$(grep -c "attached pid" "$TMP/daemon.log")
   overlaps=$(awk '/attached pid/ { for (i = 1; i <= NF; i++) if ($i == "slot") s = $(i + 1); sub(/,/, "", s)

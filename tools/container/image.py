@@ -26,6 +26,8 @@ import tempfile
 DEFAULT_PACKAGES = [
     "base-files", "dash", "bash", "coreutils", "grep", "sed", "findutils", "procps",
     "ibverbs-utils", "rdmacm-utils", "libfabric-bin", "openmpi-bin",
+    # the container test's own hostile client of the daemon's socket
+    "python3-minimal",
 ]
 # Never into the image: what an image needs no copy of (documentation,
 # translations), and what dpkg lists but belongs to the host (the merged-/usr
