@@ -21,7 +21,7 @@
 #   6. a container killed (SIGKILL) in the middle of a transfer is released by
 #      the daemon, its peer's program ends instead of hanging, and two new
 #      containers then run a pair as before;
-#   7. (PART mpi) mpirun with two ranks in each of two containers over
+#   7. (PARTS mpi) mpirun with two ranks in each of two containers over
 #      "uroce;ofi_rxm" (Open MPI's OFI MTL), tests/mpi_two_hosts.c: layout,
 #      ping-pong on one "host" and across, MPI_Allreduce checked on every
 #      rank. mpirun runs on the host and starts each container's orted by
