@@ -21,7 +21,10 @@
 #   6. a container killed (SIGKILL) in the middle of a transfer is released by
 #      the daemon, its peer's program ends instead of hanging, and two new
 #      containers then run a pair as before;
-#   7. (PARTS mpi) mpirun with two ranks in each of two containers over
+#   7. (PARTS rootless) rootless podman: a user made for the test runs its
+#      own `uroce daemon`, `uroce cdi` and podman with no privilege; a
+#      container in its user namespace opens uroce0 and a pair runs;
+#   8. (PARTS mpi) mpirun with two ranks in each of two containers over
 #      "uroce;ofi_rxm" (Open MPI's OFI MTL), tests/mpi_two_hosts.c: layout,
 #      ping-pong on one "host" and across, MPI_Allreduce checked on every
 #      rank. mpirun runs on the host and starts each container's orted by
@@ -34,19 +37,21 @@
 # cgroup layout). The podman store, its configuration and the CDI spec are
 # this test's own and removed on exit.
 #   args: UROCE MPI_PROGRAM IMAGE_PY MPI_AGENT [PARTS] (PARTS: comma list of
-#   base,mpi; default both)
+#   base, rootless, mpi; default all)
 set -uo pipefail
 abs() {
   [[ -e $1 ]] || { echo "FAIL: $1 does not exist" >&2; exit 1; }
   readlink -f "$1"
 }
 UROCE=$(abs "$1") && MPI_PROGRAM=$(abs "$2") && IMAGE_PY=$(abs "$3") && AGENT=$(abs "$4") || exit 1
-PARTS=${5:-base,mpi}
+PARTS=${5:-base,rootless,mpi}
 id=$$
 TMP=$(mktemp -d /tmp/uctr.XXXXXX)
 chmod 0755 "$TMP"
 NETNS=uctr-$id
 CDI_SPEC=/var/run/cdi/uroce-test-$id.json
+RL_SPEC=/var/run/cdi/uroce-test-rl-$id.json
+RL_MADE=""
 DEVICE=uroce.dev/rdma=test-$id
 IMAGE=localhost/uroce-test:$id
 FAILS=0
@@ -76,7 +81,12 @@ cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   "${PODMAN[@]}" rm -f -t 0 --all > /dev/null 2>&1 || true
   "${PODMAN[@]}" system reset --force > /dev/null 2>&1 || true
-  rm -f "$CDI_SPEC"
+  if [[ -n $RL_MADE ]]; then
+    pkill -KILL -u "$RL_USER" 2>/dev/null
+    sleep 0.5
+    userdel -r "$RL_USER" > /dev/null 2>&1 || true
+  fi
+  rm -f "$CDI_SPEC" "$RL_SPEC"
   ip netns del "$NETNS" 2>/dev/null || true
   rm -rf "$TMP"
 }
@@ -92,12 +102,14 @@ for tool in podman /usr/sbin/runc nsenter mpirun; do
 done
 
 echo "== 1. an image from this host's packages, offline"
-if ! python3 "$IMAGE_PY" --podman "${PODMAN[*]}" "$IMAGE" > "$TMP/image.log" 2>&1; then
+IMAGE_TAR=$TMP/image.tar
+if ! python3 "$IMAGE_PY" --tar "$IMAGE_TAR" "$IMAGE" > "$TMP/image.log" 2>&1 ||
+  ! "${PODMAN[@]}" import --quiet "$IMAGE_TAR" "$IMAGE" >> "$TMP/image.log" 2>&1; then
   cat "$TMP/image.log"
   echo "FAIL: cannot build the image"
   exit 1
 fi
-tail -2 "$TMP/image.log"
+head -1 "$TMP/image.log"
 
 echo "== 2. the host's daemon, and its CDI spec"
 mkdir -p "$TMP/run" && chmod 0755 "$TMP/run"
@@ -297,8 +309,94 @@ print(s.recv(65536).decode())" | grep "^process" | sed "s/^/stats: /"
     "ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p 21006 127.0.0.1"
 fi
 
+if has_part rootless; then
+  echo "== 7. rootless podman: an ordinary user's own daemon and containers"
+  # A user made for this test (removed on exit) with subordinate ids
+  # (/etc/subuid, /etc/subgid: useradd gives them where newuidmap is
+  # installed), running its own `uroce daemon` and its own podman with no
+  # privilege at all. Bazel's tree is not the user's to read: the binary and
+  # libraries are copied.
+  RL_USER=uroce-rl-$id
+  if ! useradd -m -s /bin/sh "$RL_USER" 2>"$TMP/useradd.log"; then
+    cat "$TMP/useradd.log"
+    fail "cannot add the user $RL_USER"
+  else
+    RL_MADE=yes
+    grep -q "^$RL_USER:" /etc/subuid || usermod --add-subuids 200000-265535 --add-subgids 200000-265535 "$RL_USER"
+    RL=$TMP/rl
+    mkdir -p "$RL/bin" "$RL/lib/verbs" "$RL/lib/rdmacm" "$RL/lib/fabric" "$RL/run" "$RL/xdg" "$RL/home"
+    install -m 0755 "$UROCE" "$RL/bin/uroce"
+    install -m 0644 "$IMAGE_TAR" "$RL/image.tar"
+    for pair in verbs:libibverbs.so.1 rdmacm:librdmacm.so.1 fabric:liburoce-fi.so; do
+      install -m 0755 "$(dirname "$UROCE")/../api/${pair%%:*}/${pair#*:}" "$RL/lib/${pair%%:*}/" ||
+        fail "no ${pair#*:} beside uroce"
+    done
+    sed -e "s|^socket = .*|socket = $RL/run/uroce.sock|" -e "s|^file_prefix = .*|file_prefix = uctr-rl-$id|" \
+      "$TMP/daemon.ini" > "$RL/daemon.ini"
+    printf '[containers]\ndefault_ulimits = []\n[engine]\nevents_logger = "file"\n' > "$RL/containers.conf"
+    chown -R "$RL_USER:" "$RL"
+    chmod 0755 "$RL" "$RL/run"
+    chmod 0700 "$RL/xdg"
+    # setpriv execs (no process in between: signals reach the program). The
+    # working directory must be the user's to enter (podman goes back to it).
+    cd "$RL" || fail "cd $RL"
+    RL_AS=(setpriv --reuid="$RL_USER" --regid="$RL_USER" --init-groups -- env -i PATH=/usr/bin:/bin
+      HOME="$RL/home" XDG_RUNTIME_DIR="$RL/xdg" CONTAINERS_CONF="$RL/containers.conf"
+      UROCE_VERBS_LIB_DIR="$RL/lib/verbs" UROCE_RDMACM_LIB_DIR="$RL/lib/rdmacm" UROCE_FABRIC_LIB_DIR="$RL/lib/fabric")
+    as_user() { "${RL_AS[@]}" "$@"; }
+    RL_PODMAN=(podman --runtime /usr/sbin/runc --cgroup-manager=cgroupfs --root "$RL/store" --runroot "$RL/runroot")
+    # (not through as_user: a function in the background is a subshell, and
+    # the signal below would stop that instead of the daemon)
+    "${RL_AS[@]}" timeout -k 5 600 "$RL/bin/uroce" daemon --config "$RL/daemon.ini" > "$TMP/rl-daemon.log" 2>&1 &
+    rl_dpid=$!
+    pids+=("$rl_dpid")
+    for _ in $(seq 100); do [[ -S $RL/run/uroce.sock ]] && break; sleep 0.1; done
+    [[ -S $RL/run/uroce.sock ]] || { cat "$TMP/rl-daemon.log"; fail "the user's daemon did not start"; }
+    # The user writes the spec; installing it in /var/run/cdi is root's.
+    as_user "$RL/bin/uroce" cdi --socket "$RL/run/uroce.sock" --libraries "$RL/cdi" --output "$RL/spec.json" \
+      --name "rl-$id" > "$TMP/rl-cdi.log" 2>&1 || { cat "$TMP/rl-cdi.log"; fail "uroce cdi as $RL_USER"; }
+    install -m 0644 "$RL/spec.json" "$RL_SPEC"
+    if ! as_user "${RL_PODMAN[@]}" import --quiet "$RL/image.tar" "$IMAGE" > "$TMP/rl-import.log" 2>&1; then
+      quiet < "$TMP/rl-import.log"
+      fail "rootless podman import"
+    fi
+    rl_run=("${RL_PODMAN[@]}" run --rm --cap-drop=all --security-opt no-new-privileges --device "uroce.dev/rdma=rl-$id")
+    # shellcheck disable=SC2016  # expanded in the container
+    out=$(as_user "${rl_run[@]}" --network none "$IMAGE" sh -c 'ibv_devinfo -d uroce0 | head -1
+      echo "uid_map: $(tr -s " " < /proc/self/uid_map | tr "\n" ";")"' 2>&1 | quiet)
+    echo "$out" | sed 's/^/  /'
+    grep -q "hca_id:.*uroce0" <<<"$out" || fail "a rootless container does not open uroce0"
+    grep -qE "uid_map: +0 $(id -u "$RL_USER") 1;" <<<"$out" || fail "the container is not in the user's user namespace"
+    # A pair: the client joins the server's network namespace (its loopback).
+    as_user "${RL_PODMAN[@]}" run -d --cap-drop=all --security-opt no-new-privileges --device "uroce.dev/rdma=rl-$id" \
+      --name "rl-$id-s" --network none "$IMAGE" timeout 60 ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p 21201 \
+      > /dev/null 2>&1
+    sleep 2
+    as_user timeout -k 5 90 "${rl_run[@]}" --network "container:rl-$id-s" "$IMAGE" \
+      ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p 21201 127.0.0.1 > "$TMP/rl-pair.client" 2>&1
+    crc=$?
+    src=$(as_user "${RL_PODMAN[@]}" wait "rl-$id-s" 2>/dev/null | tail -1)
+    as_user "${RL_PODMAN[@]}" logs "rl-$id-s" > "$TMP/rl-pair.server" 2>&1
+    if [[ $crc -ne 0 || ${src:-1} != 0 ]] || ! grep -q "iters in" "$TMP/rl-pair.client" ||
+      ! grep -q "iters in" "$TMP/rl-pair.server"; then
+      fail "rootless pair: server ${src:-?} client $crc"
+      quiet < "$TMP/rl-pair.server" | tail -5
+      quiet < "$TMP/rl-pair.client" | tail -5
+    else
+      echo "ok: rootless rc_pingpong: $(grep "iters in" "$TMP/rl-pair.client")"
+    fi
+    grep -q "attached pid .* uid $(id -u "$RL_USER") (ibv_rc_pingpong)" "$TMP/rl-daemon.log" ||
+      fail "the user's daemon did not see the user's programs attach"
+    kill -TERM "$rl_dpid" 2>/dev/null
+    wait "$rl_dpid"
+    rc=$?
+    [[ $rc -eq 0 ]] || { tail -n 5 "$TMP/rl-daemon.log"; fail "the user's daemon did not stop cleanly (exit $rc)"; }
+    cd / || true
+  fi
+fi
+
 if has_part mpi; then
-  echo "== 7. mpirun: two ranks in each of two containers, over uroce;ofi_rxm"
+  echo "== 8. mpirun: two ranks in each of two containers, over uroce;ofi_rxm"
   printf 'uc-a slots=2\nuc-b slots=2\n' > "$TMP/hostfile"
   export UCTR_HOST_NET=/proc/$$/ns/net
   export UCTR_PODMAN="${PODMAN[*]}"
