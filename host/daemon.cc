@@ -127,12 +127,12 @@ class SwitchDaemon final : public Daemon {
   void HandleMessage(Session& s);
   Status AttachSession(Session& s, const AttachRequest& request);
   void Release(Session& s);
-  // Every process's line for root and the daemon's own uid; a viewer of
-  // another uid sees only its own uid's processes.
+  // Every process's line for an exempt viewer (below); any other viewer
+  // sees only its own owner's processes.
   std::string StatsText(const Session& viewer) const;
-  // Root and the daemon's own uid: no per-uid quota, never locked out.
-  // Root's and the daemon's own uid's processes in the daemon's own pid
-  // namespace (a container's root is not exempt).
+  // No per-uid quota, never locked out: root's and the daemon's own uid's
+  // processes in the daemon's own pid namespace (a container's root is not
+  // exempt).
   bool Exempt(const Session& s) const {
     return (s.uid == 0 || s.uid == geteuid()) && own_pid_ns_ != 0 && s.pid_ns == own_pid_ns_;
   }

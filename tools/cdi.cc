@@ -98,7 +98,11 @@ bool LeftToImage(const std::string& soname) {
 // The shared libraries `library` needs, transitively, as soname -> path,
 // from ldd(1) (the dynamic loader's own resolution, LD_TRACE_LOADED_OBJECTS).
 StatusOr<std::map<std::string, std::string>> Dependencies(const std::string& library) {
-  const std::string command = "ldd '" + library + "' 2>&1";
+  // The path in single quotes for sh(1), each ' in it as '\''.
+  std::string quoted = "'";
+  for (const char ch : library) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  quoted += "'";
+  const std::string command = "ldd " + quoted + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return IoError(std::string("cannot run ldd: ") + std::strerror(errno));
   std::map<std::string, std::string> found;
