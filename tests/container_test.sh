@@ -355,7 +355,7 @@ if has_part rootless; then
     # The user writes the spec; installing it in /var/run/cdi is root's.
     as_user "$RL/bin/uroce" cdi --socket "$RL/run/uroce.sock" --libraries "$RL/cdi" --output "$RL/spec.json" \
       --name "rl-$id" > "$TMP/rl-cdi.log" 2>&1 || { cat "$TMP/rl-cdi.log"; fail "uroce cdi as $RL_USER"; }
-    install -m 0644 "$RL/spec.json" "$RL_SPEC"
+    install -D -m 0644 "$RL/spec.json" "$RL_SPEC"
     if ! as_user "${RL_PODMAN[@]}" import --quiet "$RL/image.tar" "$IMAGE" > "$TMP/rl-import.log" 2>&1; then
       quiet < "$TMP/rl-import.log"
       fail "rootless podman import"
