@@ -223,13 +223,17 @@ Status ConnectionManager::Accept(CmConnectionId request, const CmAcceptParams& p
   // The REP is both what we wait an RTU for and the answer to a duplicate REQ.
   // The caller said how long its CM may take to answer (the REQ's Local CM
   // Response Timeout, 4.096 us * 2^t, IBTA 12.7.24; the kernel's rdma_cm
-  // sends 20, ~4.3 s) and how often to try (Max CM Retries): wait that long
-  // for the RTU, resending the REP at least every second, rather than our
-  // own 50 ms * max_retries, which a slow peer (rxe under qemu) outlasts.
+  // and uroce send 20, ~4.3 s) and how often to try (Max CM Retries): the
+  // REP is resent after response_timeout_ns, each wait twice the last up to
+  // that (and to our own max_response_timeout_ns), so that a lost REP costs
+  // 50 ms and a caller that does not run for seconds (rxe under qemu, a
+  // starved process) is still waited for.
   const uint64_t peer_ns = uint64_t{4096} << std::min<uint8_t>(c->req.local_cm_response_timeout, 31);
-  const uint64_t resend_ns = std::clamp<uint64_t>(peer_ns, m.options.response_timeout_ns, 1'000'000'000);
+  const uint64_t max_resend_ns = std::clamp<uint64_t>(peer_ns, m.options.response_timeout_ns,
+                                                      std::max(m.options.response_timeout_ns,
+                                                               m.options.max_response_timeout_ns));
   const int retries = std::max<int>(static_cast<int>(m.options.max_retries), c->req.max_cm_retries);
-  m.SendAndWait(*c, mad, resend_ns, retries);
+  m.SendAndWait(*c, mad, m.options.response_timeout_ns, retries, max_resend_ns);
   c->answer = c->outstanding;
   c->have_answer = true;
   return Status::Ok();
@@ -314,7 +318,11 @@ StatusOr<CmConnectionId> ConnectionManager::Connect(const CmConnectParams& param
   req.local_qpn = params.qp->qpn;
   req.responder_resources = std::min(params.responder_resources, limits.max_dest_rd_atomic);
   req.initiator_depth = std::min(params.initiator_depth, limits.max_rd_atomic);
-  req.remote_cm_response_timeout = TimeoutExponent(m.options.response_timeout_ns);
+  // The longest we wait for an answer (IBTA 12.7.24): the passive side keeps
+  // the request for that times 1 + Max CM Retries, and waits as long for our
+  // RTU.
+  req.remote_cm_response_timeout =
+      TimeoutExponent(std::max(m.options.response_timeout_ns, m.options.max_response_timeout_ns));
   req.local_cm_response_timeout = req.remote_cm_response_timeout;
   req.transport_service_type = 0;  // RC
   req.starting_psn = m.NewPsn();
@@ -344,7 +352,7 @@ StatusOr<CmConnectionId> ConnectionManager::Connect(const CmConnectParams& param
   auto& stored = m.connections[c.local_id] = c;
   CmMad mad = m.MadFor(stored);
   mad.message = req;
-  m.SendAndWait(stored, mad);
+  m.SendAndWait(stored, mad, m.options.response_timeout_ns, -1, m.options.max_response_timeout_ns);
   return stored.local_id;
 }
 

@@ -77,7 +77,8 @@ struct ConnectionManager::Impl {
     bool waiting = false;
     uint64_t deadline_ns = 0;
     unsigned retries_left = 0;
-    uint64_t resend_ns = 0;  // between resends of `outstanding`
+    uint64_t resend_ns = 0;  // until the next resend of `outstanding`
+    uint64_t max_resend_ns = 0;  // resend_ns doubles after each resend up to this
     // The last answer, repeated when the peer's message comes again.
     std::array<uint8_t, kMadBytes> answer{};
     bool have_answer = false;
@@ -173,9 +174,11 @@ struct ConnectionManager::Impl {
   // Passive side, while the user decides on a request: MRA for the REQ, and
   // the request lives as long as the caller now waits (bounded).
   void SendMra(Connection& c);
-  // Sends `mad` and resends it every resend_ns (0: response_timeout_ns) up
-  // to `retries` times (-1: max_retries) until answered.
-  void SendAndWait(Connection& c, const CmMad& mad, uint64_t resend_ns = 0, int retries = -1);
+  // Sends `mad` and resends it after resend_ns (0: response_timeout_ns), each
+  // later wait twice the last up to max_resend_ns (0: resend_ns, a flat
+  // schedule), up to `retries` times (-1: max_retries) until answered.
+  void SendAndWait(Connection& c, const CmMad& mad, uint64_t resend_ns = 0, int retries = -1,
+                   uint64_t max_resend_ns = 0);
   void SendAnswer(Connection& c, const CmMad& mad);
   void SendRej(const Gid& to, const MacAddress& mac, uint64_t tid, uint32_t local_id, uint32_t remote_id, CmMessageKind kind,
                uint16_t reason, const uint8_t* data, size_t length);

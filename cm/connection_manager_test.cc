@@ -72,6 +72,7 @@ class ConnectionManagerTest : public ::testing::Test {
       o.local_gid = sides[i]->gid;
       o.response_timeout_ns = kResponseTimeoutNs;
       o.max_retries = kMaxRetries;
+      o.max_response_timeout_ns = kResponseTimeoutNs;  // flat, unless a test backs off
       o.clock_ns = [p = pair_.get()] { return p->now_ns(); };
       o.random_seed = 100 + i;
       if (tweak_) tweak_(o);
@@ -686,6 +687,80 @@ TEST_F(ConnectionManagerTest, PeerThatNeverAnswersIsUnreachableAfterEveryRetry) 
   EXPECT_EQ(StateOf(0, qa), IBV_QPS_ERR);
   EXPECT_TRUE(events_[1].empty());
   EXPECT_EQ(cm(0).Disconnect(*id).code(), StatusCode::kFailedPrecondition);
+}
+
+// Resends back off: each wait twice the last, up to max_response_timeout_ns
+// (8 ms here), and the REQ tells the passive side that longest wait.
+TEST_F(ConnectionManagerTest, ResendsBackOffUpToTheLongestWait) {
+  tweak_ = [](ConnectionManager::Options& o) { o.max_response_timeout_ns = 8 * kResponseTimeoutNs; };
+  Start();
+  ASSERT_TRUE(cm(1).Listen(5000, 1).ok());
+  std::vector<uint64_t> req_times;
+  CmReq first_req;
+  pair_->link().set_drop_filter([&](const rte_mbuf* m) {
+    if (CmAttributeOf(m) == static_cast<uint16_t>(CmAttribute::kReq)) {
+      if (req_times.empty()) {
+        PacketView view;
+        CmMad mad;
+        if (ParsePacket(m, ParseOptions{}, &view) == ParseError::kOk &&
+            DecodeCmMad(view.payload, view.fields.payload_length, &mad) == CmMadError::kOk) {
+          first_req = std::get<CmReq>(mad.message);
+        }
+      }
+      req_times.push_back(pair_->now_ns());
+    }
+    return CmAttributeOf(m) != 0;  // every MAD lost
+  });
+  QueuePair* qa = NewRcQp(0);
+  CmConnectParams params;
+  params.qp = qa;
+  params.remote = {side(1).gid, 5000};
+  ASSERT_TRUE(cm(0).Connect(params, 5).ok());
+  CmEvent e;
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kUnreachable, &e, 1'000'000));
+  ASSERT_EQ(req_times.size(), 1u + kMaxRetries);
+  uint64_t want = kResponseTimeoutNs;
+  for (size_t i = 1; i < req_times.size(); ++i) {
+    const uint64_t gap = req_times[i] - req_times[i - 1];
+    EXPECT_GE(gap, want) << "resend " << i;
+    EXPECT_LE(gap, want + 20'000) << "resend " << i;  // a poll's granularity
+    want = std::min(want * 2, 8 * kResponseTimeoutNs);
+  }
+  // 4.096 us * 2^11 = 8.4 ms: the first exponent that covers 8 ms.
+  EXPECT_EQ(first_req.remote_cm_response_timeout, 11);
+  EXPECT_EQ(first_req.local_cm_response_timeout, 11);
+}
+
+// The peer's CM hears nothing for 40 ms, longer than a flat schedule's whole
+// patience (16 tries of 1 ms): with resends backing off to 8 ms, the
+// caller is still trying when the path comes back, and the connection is
+// made.
+TEST_F(ConnectionManagerTest, ABackedOffCallerOutlastsAStall) {
+  tweak_ = [](ConnectionManager::Options& o) { o.max_response_timeout_ns = 8 * kResponseTimeoutNs; };
+  Start();
+  ASSERT_TRUE(cm(1).Listen(5000, 1).ok());
+  const uint64_t stall_end = pair_->now_ns() + 40 * kResponseTimeoutNs;
+  pair_->link().set_drop_filter(
+      [&](const rte_mbuf* m) { return CmAttributeOf(m) != 0 && pair_->now_ns() < stall_end; });
+  QueuePair* qa = NewRcQp(0);
+  CmConnectParams params;
+  params.qp = qa;
+  params.remote = {side(1).gid, 5000};
+  auto id = cm(0).Connect(params, 5);
+  ASSERT_TRUE(id.ok());
+  CmEvent request;
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, &request, 1'000'000));
+  EXPECT_GE(pair_->now_ns(), stall_end);
+  CmAcceptParams accept;
+  accept.qp = NewRcQp(1);
+  ASSERT_TRUE(cm(1).Accept(request.id, accept, 2).ok());
+  CmEvent e;
+  ASSERT_TRUE(WaitEvent(0, CmEventType::kEstablished, &e));
+  EXPECT_EQ(e.id, *id);
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kEstablished, &e));
+  EXPECT_EQ(StateOf(0, qa), IBV_QPS_RTS);
+  EXPECT_GE(cm(0).counters().retransmits, 5u);
+  for (const CmEvent& ev : events_[0]) EXPECT_NE(ev.type, CmEventType::kUnreachable);
 }
 
 // Each CM MAD of a connection's life lost once: still connects, still

@@ -18,11 +18,13 @@ std::vector<uint8_t> ToVector(const std::array<uint8_t, N>& a, size_t from = 0) 
 
 }  // namespace
 
-void ConnectionManager::Impl::SendAndWait(Connection& c, const CmMad& mad, uint64_t resend_ns, int retries) {
+void ConnectionManager::Impl::SendAndWait(Connection& c, const CmMad& mad, uint64_t resend_ns, int retries,
+                                          uint64_t max_resend_ns) {
   EncodeCmMad(mad, c.outstanding.data());
   c.waiting = true;
   c.retries_left = retries < 0 ? options.max_retries : static_cast<unsigned>(retries);
   c.resend_ns = resend_ns != 0 ? resend_ns : options.response_timeout_ns;
+  c.max_resend_ns = std::max(c.resend_ns, max_resend_ns);
   c.deadline_ns = Now() + c.resend_ns;
   c.mras = 0;
   c.mra_extension_ns = 0;
@@ -477,6 +479,7 @@ void ConnectionManager::Impl::RunTimers() {
     if (!c.waiting || now < c.deadline_ns) continue;
     if (c.retries_left > 0) {
       c.retries_left--;
+      c.resend_ns = std::min(c.resend_ns * 2, c.max_resend_ns);
       c.deadline_ns = now + c.resend_ns;
       counters.retransmits++;
       SendToPeer(c, c.outstanding.data());
