@@ -58,6 +58,9 @@ void FrameSwitch::Detach(uint32_t slot) {
   for (uint8_t& owner : listeners_) {
     if (owner == slot) owner = 0;
   }
+  for (RoutedRequest& r : routed_requests_) {
+    if (r.slot == slot) r = {};  // its requests died with it
+  }
   Port& p = ports_[slot];
   rte_pktmbuf_free_bulk(p.stage, p.staged);
   p.staged = 0;
@@ -275,6 +278,12 @@ void FrameSwitch::ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m, F
       RejectRequest(from, info, mad.header.transaction_id, req->local_comm_id, m, origin);
       return origin->Drop(from, m, &counters_.cm_no_listener);
     }
+    NoteRoutedRequest(info.src_ip, req->local_comm_id, slot);
+  } else if (const auto* rej = std::get_if<cm::CmRej>(&mad.message);
+             rej != nullptr && rej->remote_comm_id == 0 && rej->message_rejected == cm::CmMessageKind::kReq) {
+    // The caller's REJ of its own REQ (it gave up, or closed its endpoint,
+    // before any answer): to whoever that REQ went to.
+    slot = SlotOfRequest(info.src_ip, rej->local_comm_id);
   } else {
     // Every other CM message names the receiver's communication ID as its
     // remote one.
@@ -293,6 +302,26 @@ void FrameSwitch::ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m, F
   }
   counters_.cm_routed++;
   StageTo(slot, m);
+}
+
+void FrameSwitch::NoteRoutedRequest(const transport::Gid& caller, uint32_t caller_id, uint32_t slot) {
+  if (caller_id == 0) return;
+  for (RoutedRequest& r : routed_requests_) {
+    if (r.caller_id == caller_id && r.caller == caller) {
+      r.slot = slot;  // a resend
+      return;
+    }
+  }
+  routed_requests_[next_routed_request_] = {caller, caller_id, slot};
+  next_routed_request_ = (next_routed_request_ + 1) % kRoutedRequests;
+}
+
+uint32_t FrameSwitch::SlotOfRequest(const transport::Gid& caller, uint32_t caller_id) const {
+  if (caller_id == 0) return 0;
+  for (const RoutedRequest& r : routed_requests_) {
+    if (r.caller_id == caller_id && r.caller == caller) return r.slot;
+  }
+  return 0;
 }
 
 // REJ "invalid service ID" (IBTA 12.6.7, table 112) for a REQ nobody on the

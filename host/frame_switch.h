@@ -221,6 +221,22 @@ class FrameSwitch {
   std::array<Port, kPorts> ports_{};
   std::vector<uint32_t> attached_;  // slots in use, for Poll
   std::array<uint8_t, 65536> listeners_{};  // CM port -> slot (0: none)
+  // The latest REQs handed to a listener, by their caller's address and
+  // communication ID (a ring; one entry per request, however often it is
+  // resent). A caller that gives up, or abandons its connect, before any
+  // answer came sends REJ naming only its own ID (remote ID 0, IBTA
+  // 12.6.7); it goes to the listener its REQ went to, which withdraws the
+  // request instead of accepting it later for nobody.
+  struct RoutedRequest {
+    transport::Gid caller{};
+    uint32_t caller_id = 0;
+    uint32_t slot = 0;
+  };
+  static constexpr size_t kRoutedRequests = 256;
+  std::array<RoutedRequest, kRoutedRequests> routed_requests_{};
+  size_t next_routed_request_ = 0;
+  void NoteRoutedRequest(const transport::Gid& caller, uint32_t caller_id, uint32_t slot);
+  uint32_t SlotOfRequest(const transport::Gid& caller, uint32_t caller_id) const;
   std::vector<rte_mbuf*> burst_;
   std::vector<FrameSwitch*> siblings_;
   void NoteLocalPair(uint32_t from, uint32_t to);

@@ -483,6 +483,28 @@ TEST_F(FrameSwitchTest, CmRequestsGoToTheListenerAndAnswersToTheirCommunicationI
   proc_[1].in.push_back(Mad(kHostMac, Ip(1), rej_mad));
   switch_->Poll();
   EXPECT_EQ(proc_[0].out.size(), caller_had + 1);
+  // A caller that gives up on its REQ before any answer names only its own
+  // ID (remote ID 0): the REJ goes where that REQ went, the listener on slot
+  // 2, whether the caller is a process here (slot 1) or another host; a
+  // REJ of a REQ the switch never routed goes nowhere.
+  cm::CmMad abandon_mad;
+  cm::CmRej abandon;
+  abandon.local_comm_id = 0x01345678;  // the REQs above
+  abandon.remote_comm_id = 0;
+  abandon.message_rejected = cm::CmMessageKind::kReq;
+  abandon.reason = cm::kRejTimeout;
+  abandon_mad.message = abandon;
+  proc_[0].in.push_back(Mad(kHostMac, Ip(1), abandon_mad));
+  uplink_.in.push_back(Mad(kPeerMac, Ip(2), abandon_mad));
+  abandon.local_comm_id = 0x01345679;  // never sent a REQ
+  abandon_mad.message = abandon;
+  proc_[0].in.push_back(Mad(kHostMac, Ip(1), abandon_mad));
+  uplink_.in.push_back(Mad(kPeerMac, Ip(4), abandon_mad));
+  const size_t listener_had = proc_[1].out.size();
+  const uint64_t unrouted = switch_->counters().cm_unrouted;
+  switch_->Poll();
+  EXPECT_EQ(proc_[1].out.size(), listener_had + 2) << "both callers' REJs reach the listener";
+  EXPECT_EQ(switch_->counters().cm_unrouted, unrouted + 2);
   // A process that goes takes its ports with it.
   switch_->Detach(2);
   EXPECT_EQ(switch_->listener(7174), 0u);
