@@ -121,6 +121,19 @@ class ConnectionManagerTest : public ::testing::Test {
     for (uint64_t n = 0; n < polls; ++n) PollOnce();
   }
 
+  // Side 1 accepts `request` (with a QP of its own); both sides must then be
+  // established, the caller's QP (`caller_qp`, connection `caller_id`) in RTS.
+  void AcceptAndExpectEstablished(const CmEvent& request, CmConnectionId caller_id, QueuePair* caller_qp) {
+    CmAcceptParams accept;
+    accept.qp = NewRcQp(1);
+    ASSERT_TRUE(cm(1).Accept(request.id, accept, 2).ok());
+    CmEvent e;
+    ASSERT_TRUE(WaitEvent(0, CmEventType::kEstablished, &e));
+    EXPECT_EQ(e.id, caller_id);
+    ASSERT_TRUE(WaitEvent(1, CmEventType::kEstablished, &e));
+    EXPECT_EQ(StateOf(0, caller_qp), IBV_QPS_RTS);
+  }
+
   QueuePair* NewRcQp(int i) {
     QpInitAttr init = OneCqQpInit(IBV_QPT_RC, side(i).pd, side(i).cq, 64, 2);
     auto qp = side(i).engine->CreateQp(init);
@@ -651,14 +664,7 @@ TEST_F(ConnectionManagerTest, SlowAcceptIsCoveredByAnMra) {
   Settle(3 * (kMaxRetries + 1) * kResponseTimeoutNs / 1000);  // three times the caller's patience
   EXPECT_GE(cm(1).counters().mras_sent, 1u);
   for (const CmEvent& e : events_[0]) EXPECT_NE(e.type, CmEventType::kUnreachable) << "the caller gave up";
-  CmAcceptParams accept;
-  accept.qp = NewRcQp(1);
-  ASSERT_TRUE(cm(1).Accept(request.id, accept, 2).ok());
-  CmEvent e;
-  ASSERT_TRUE(WaitEvent(0, CmEventType::kEstablished, &e));
-  EXPECT_EQ(e.id, *id);
-  ASSERT_TRUE(WaitEvent(1, CmEventType::kEstablished, &e));
-  EXPECT_EQ(StateOf(0, qa), IBV_QPS_RTS);
+  AcceptAndExpectEstablished(request, *id, qa);
 }
 
 TEST_F(ConnectionManagerTest, PeerThatNeverAnswersIsUnreachableAfterEveryRetry) {
@@ -751,14 +757,7 @@ TEST_F(ConnectionManagerTest, ABackedOffCallerOutlastsAStall) {
   CmEvent request;
   ASSERT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, &request, 1'000'000));
   EXPECT_GE(pair_->now_ns(), stall_end);
-  CmAcceptParams accept;
-  accept.qp = NewRcQp(1);
-  ASSERT_TRUE(cm(1).Accept(request.id, accept, 2).ok());
-  CmEvent e;
-  ASSERT_TRUE(WaitEvent(0, CmEventType::kEstablished, &e));
-  EXPECT_EQ(e.id, *id);
-  ASSERT_TRUE(WaitEvent(1, CmEventType::kEstablished, &e));
-  EXPECT_EQ(StateOf(0, qa), IBV_QPS_RTS);
+  AcceptAndExpectEstablished(request, *id, qa);
   EXPECT_GE(cm(0).counters().retransmits, 5u);
   for (const CmEvent& ev : events_[0]) EXPECT_NE(ev.type, CmEventType::kUnreachable);
 }
