@@ -147,21 +147,27 @@ size_t FabricCq::PushCompletions(const ibv_wc* wcs, size_t count) {
 size_t FabricCq::PushCompletionsFrom(const ibv_wc* wcs,
                                             const fi_addr_t* sources,
                                             size_t count) {
-  const size_t taken = ring_.Writable(count);
-  if (taken == 0) return 0;
-  for (size_t i = 0; i < taken; ++i) {
-    CompletionRecord& record = ring_.WriteSlot(i);
-    record.wc = wcs[i];
-    record.source = sources != nullptr ? sources[i] : FI_ADDR_NOTAVAIL;
+  const size_t writable = ring_.Writable(count);
+  size_t consumed = 0;
+  size_t written = 0;
+  for (; consumed < count; ++consumed) {
+    // An operation that asked for no completion (see kNoCompletionWrId):
+    // taken, and not written.
+    if (wcs[consumed].wr_id == kNoCompletionWrId) continue;
+    if (written == writable) break;
+    CompletionRecord& record = ring_.WriteSlot(written++);
+    record.wc = wcs[consumed];
+    record.source = sources != nullptr ? sources[consumed] : FI_ADDR_NOTAVAIL;
   }
+  if (written == 0) return consumed;
   if (wait_ == nullptr) {
-    ring_.Publish(taken);
+    ring_.Publish(written);
   } else {
     // seq_cst: step P1 of the protocol in wait_object.h.
-    ring_.Publish(taken, std::memory_order_seq_cst);
+    ring_.Publish(written, std::memory_order_seq_cst);
     wait_->NotifyAfterPublish();
   }
-  return taken;
+  return consumed;
 }
 
 template <typename Entry>

@@ -93,6 +93,8 @@ class FabricCq final : public CompletionSink {
 
   // Engine thread only. Takes up to `count` completions, in order; returns
   // how many (fewer when the ring is full). Sources are FI_ADDR_NOTAVAIL.
+  // A completion whose wr_id is kNoCompletionWrId (wc_mapping.h) is taken
+  // and not queued.
   size_t PushCompletions(const ibv_wc* wcs, size_t count) override;
   // The same with each completion's source address for fi_cq_readfrom
   // (`sources` has `count` entries).

@@ -1,4 +1,5 @@
 #include "cq/fabric_cq.h"
+#include "cq/wc_mapping.h"
 
 #include <rdma/fi_errno.h>
 
@@ -138,6 +139,33 @@ TEST(FabricCq, IsACompletionSink) {
   ibv_wc wcs[3] = {Wc(1), Wc(2, IBV_WC_WR_FLUSH_ERR), Wc(3)};
   EXPECT_EQ(sink->PushCompletions(wcs, 3), 2u);  // back-pressure
   EXPECT_EQ(cq->Available(), 2u);
+}
+
+// An operation that asked for no completion (fi_inject) still completes in
+// verbs when it fails or is flushed; the CQ takes such a completion and keeps
+// nothing of it, on a full ring too, so the engine does not hold it back.
+TEST(FabricCq, TakesAndDropsCompletionsNobodyAskedFor) {
+  auto cq = Open(Attr(2));
+  ibv_wc wcs[5] = {Wc(1), Wc(kNoCompletionWrId, IBV_WC_REM_ACCESS_ERR), Wc(2, IBV_WC_WR_FLUSH_ERR),
+                   Wc(kNoCompletionWrId, IBV_WC_WR_FLUSH_ERR), Wc(3)};
+  // Two slots: 1 and 2 are queued, both unasked ones are taken, 3 waits.
+  ASSERT_EQ(cq->PushCompletions(wcs, 5), 4u);
+  EXPECT_EQ(cq->Available(), 2u);
+  fi_cq_data_entry entry;
+  ASSERT_EQ(cq->ReadFrom(&entry, 1, nullptr), 1);
+  EXPECT_EQ(entry.op_context, reinterpret_cast<void*>(1));
+  EXPECT_EQ(cq->ReadFrom(&entry, 1, nullptr), -FI_EAVAIL);
+  fi_cq_err_entry err;
+  std::memset(&err, 0, sizeof(err));
+  ASSERT_EQ(cq->ReadErr(&err, 0), 1);
+  EXPECT_EQ(err.op_context, reinterpret_cast<void*>(2));
+  EXPECT_EQ(err.err, FI_ECANCELED);
+  // Only unasked completions: all taken, nothing queued, nothing published.
+  ASSERT_EQ(cq->PushCompletions(wcs + 1, 1), 1u);
+  EXPECT_EQ(cq->Available(), 0u);
+  ASSERT_EQ(cq->PushCompletions(wcs + 4, 1), 1u);
+  ASSERT_EQ(cq->ReadFrom(&entry, 1, nullptr), 1);
+  EXPECT_EQ(entry.op_context, reinterpret_cast<void*>(3));
 }
 
 TEST(FabricCq, ProducerThreadAgainstBlockedReader) {

@@ -35,6 +35,18 @@
 
 namespace uroce::cq {
 
+// The wr_id of an operation that asked for no completion: the fi_inject
+// family, and FI_SELECTIVE_COMPLETION without FI_COMPLETION. Verbs still
+// completes such a request when it fails or is flushed (ibv_post_send(3)),
+// and a libfabric CQ takes nothing with this wr_id (FabricCq::PushCompletions),
+// as libfabric's own verbs provider does (VERBS_NO_COMP_FLAG): ofi_rxm reads
+// the op_context of every error entry on its endpoints' CQ as one of its own
+// buffers. fi_endpoint(3) would report it with the endpoint's context
+// instead, and rxm's endpoint context is no buffer either. The failure still
+// shows: the QP is in error, so every receive and every requested completion
+// after it comes back flushed (FI_ECANCELED) with its own context.
+constexpr uint64_t kNoCompletionWrId = ~uint64_t{0};
+
 // True for completions of a posted receive: plain receives and RDMA writes
 // with immediate (which consume a receive in RoCE).
 inline bool IsReceiveCompletion(const ibv_wc& wc) {

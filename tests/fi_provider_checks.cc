@@ -539,6 +539,32 @@ TEST_F(FabricTest, RmaAndAtomics) {
   EXPECT_EQ(*word, 1000u);
 }
 
+// An fi_inject that fails asks for no completion, and gets none: ofi_rxm
+// would take an error entry's op_context for one of its own buffers. The
+// failure shows as libfabric's verbs provider shows it: the QP is in error,
+// and the receive posted before comes back flushed with its own context.
+TEST_F(FabricTest, AFailedInjectLeavesNoEntryWithoutAContext) {
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  FI_OK(fi_recv(client_.ep, client_.buffer.data(), 64, fi_mr_desc(client_.mr), 0, &client_));
+  const uint64_t remote = reinterpret_cast<uintptr_t>(server_.buffer.data());
+  const uint64_t wrong_key = fi_mr_key(server_.mr) ^ 0x5a5a;
+  const char small[16] = "nowhere";
+  FI_OK(fi_inject_write(client_.ep, small, sizeof(small), 0, remote, wrong_key));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
+  fi_cq_data_entry entry{};
+  ssize_t n = -FI_EAGAIN;
+  while (n == -FI_EAGAIN && std::chrono::steady_clock::now() < deadline) n = fi_cq_read(client_.cq, &entry, 1);
+  ASSERT_EQ(n, -FI_EAVAIL) << (n > 0 ? "a completion nobody asked for" : fi_strerror(static_cast<int>(-n)));
+  fi_cq_err_entry err{};
+  ASSERT_EQ(fi_cq_readerr(client_.cq, &err, 0), 1);
+  EXPECT_EQ(err.op_context, &client_);
+  EXPECT_EQ(err.err, FI_ECANCELED) << fi_strerror(err.err);
+  EXPECT_TRUE(err.flags & FI_RECV);
+  // Nothing else comes.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(fi_cq_read(client_.cq, &entry, 1), -FI_EAGAIN);
+}
+
 TEST_F(FabricTest, ShutdownReachesBothSides) {
   ASSERT_NO_FATAL_FAILURE(Connect());
   FI_OK(fi_shutdown(client_.ep, 0));

@@ -22,6 +22,7 @@
 #include "api/fabric/objects.h"
 #include "api/fabric/provider.h"
 #include "api/fabric/unsupported.h"
+#include "cq/wc_mapping.h"
 #include "pmd/log.h"
 #include "runtime/process.h"
 #include "transport/work_request.h"
@@ -76,6 +77,12 @@ bool Signaled(const Endpoint* ep, uint64_t flags) {
   return !ep->tx_selective || (flags & FI_COMPLETION) != 0;
 }
 
+// An operation that asked for no completion is not reported when it fails
+// either (cq::kNoCompletionWrId says why).
+uint64_t SendWrId(bool signaled, void* context) {
+  return signaled ? reinterpret_cast<uintptr_t>(context) : cq::kNoCompletionWrId;
+}
+
 // One fi_send / fi_write / fi_read family call as the engine's own request
 // (transport::SendWqe), built from the iovecs with no ibv_send_wr between;
 // the engine checks it against the QP as it checks a verbs request
@@ -101,13 +108,14 @@ ssize_t PostSend(Endpoint* ep, ibv_wr_opcode opcode, const iovec* iov, void* con
     inject = true;
   }
   if (inject && (is_read || total > kInjectSize)) return -FI_EINVAL;
+  const bool signaled = Signaled(ep, flags);
   transport::SendWqe wqe;
-  wqe.wr_id = reinterpret_cast<uintptr_t>(context);
+  wqe.wr_id = SendWrId(signaled, context);
   wqe.opcode = opcode;
   wqe.total_length = total;
   wqe.send_flags = 0;
   if (inject) wqe.send_flags |= IBV_SEND_INLINE;
-  if (Signaled(ep, flags)) wqe.send_flags |= IBV_SEND_SIGNALED;
+  if (signaled) wqe.send_flags |= IBV_SEND_SIGNALED;
   if (flags & FI_FENCE) wqe.send_flags |= IBV_SEND_FENCE;
   if (inject) {
     // The bytes are taken now (fi_inject: the buffer may be reused on
@@ -257,10 +265,11 @@ ssize_t PostAtomic(Endpoint* ep, ibv_wr_opcode opcode, uint64_t operand, uint64_
   if (ep->qp == nullptr) return -FI_EOPBADSTATE;
   const auto* mr = static_cast<const MemoryRegion*>(result_desc);
   if (result == nullptr || mr == nullptr) return -FI_EINVAL;
+  const bool signaled = Signaled(ep, flags);
   transport::SendWqe wqe;
-  wqe.wr_id = reinterpret_cast<uintptr_t>(context);
+  wqe.wr_id = SendWrId(signaled, context);
   wqe.opcode = opcode;
-  wqe.send_flags = Signaled(ep, flags) ? IBV_SEND_SIGNALED : 0;
+  wqe.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
   wqe.sge[0] = transport::Sge{reinterpret_cast<uintptr_t>(result), sizeof(uint64_t), mr->lkey};
   wqe.num_sge = 1;
   wqe.total_length = sizeof(uint64_t);
