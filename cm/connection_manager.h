@@ -107,6 +107,20 @@ struct CmQpParams {
   ibv_mtu max_mtu = IBV_MTU_4096;    // also capped by the port's MTU
 };
 
+// The local ACK timeout that uroce's connection libraries (librdmacm, the
+// libfabric provider) give a QP the application sets none for: 4.096 us *
+// 2^20 = 4.3 s per try, 34 s in all with retry_count 7. The kernel's rdma_cm
+// gives a RoCE connection 17 (0.54 s, 4.3 s in all), sized for a NIC. Here the
+// responder is a process, and a host's scheduler can leave a whole container
+// without CPU for longer: on a 2-core VM (Linux 6.18, cgroup v1) the ranks of
+// one of two podman containers got no CPU for 7 s while the other's ran, and
+// their peers' QPs ran out of retries (docs/containers.md). Only the time to
+// give up changes: a lost packet is still resent after the measured RTO
+// (transport/retransmit_timer.h), and a QP whose peer process on the same host
+// ends fails at once (runtime/peer_watch.h). A remote peer that vanishes
+// without a word is given up on after 34 s instead of 4.3 s.
+inline constexpr uint8_t kLibraryLocalAckTimeout = 20;
+
 // Who decides what (IBTA 12.6.5 / 12.6.8): the path MTU is the REQ's (the
 // caller's min(max_mtu, port MTU)); the REP has no MTU field, so Accept
 // refuses (REJ reason 26, "invalid path MTU", and an error) a REQ whose MTU is

@@ -641,13 +641,9 @@ cm::CmQpParams QpParams(Endpoint* ep) {
   cm::CmQpParams p;
   p.qp = ep->qp;
   p.access_flags = kQpAccess;
-  // What libfabric's verbs provider gets on RoCE, through the kernel's
-  // rdma_cm: the path's packet lifetime (CMA_IBOE_PACKET_LIFETIME, 16) plus
-  // one, 4.096 us * 2^17 = 0.54 s per try (uroce's librdmacm does the same,
-  // api/rdmacm/objects.h). The transport's 67 ms gave up after 0.5 s without
-  // an ACK: Open MPI across two TCG guests (tests/uroce_vm_test.sh, kernel
-  // mode) ended in "transport retry counter exceeded" with no frame lost.
-  p.local_ack_timeout = 17;
+  // Longer than the 17 libfabric's verbs provider gets from the kernel's
+  // rdma_cm on RoCE: cm::kLibraryLocalAckTimeout says why.
+  p.local_ack_timeout = cm::kLibraryLocalAckTimeout;
   return p;
 }
 

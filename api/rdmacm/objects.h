@@ -79,11 +79,12 @@ struct CmId {
   bool has_connection = false;
   uint8_t peer_responder_resources = 0;  // what a connect request offered
   uint8_t peer_initiator_depth = 0;
-  // RDMA_OPTION_ID_ACK_TIMEOUT. By default what the kernel's rdma_cm gives a
-  // RoCE connection: the path's packet lifetime (CMA_IBOE_PACKET_LIFETIME,
-  // 16) plus one, 4.096 us * 2^17 = 0.54 s per try; 14 (67 ms) gave up on a
-  // slow peer (rxe under qemu) the kernel would have waited for.
-  uint8_t ack_timeout = 17;
+  // RDMA_OPTION_ID_ACK_TIMEOUT. By default 4.3 s per try, longer than the
+  // kernel's rdma_cm gives a RoCE connection (the path's packet lifetime,
+  // CMA_IBOE_PACKET_LIFETIME 16, plus one: 0.54 s): cm::kLibraryLocalAckTimeout
+  // says why. 14 (67 ms) gave up on a slow peer (rxe under qemu) the kernel
+  // would have waited for.
+  uint8_t ack_timeout = cm::kLibraryLocalAckTimeout;
   bool af_only = false;      // RDMA_OPTION_ID_AFONLY
   ibv_sa_path_rec path{};    // route.path_rec points here once resolved
   unsigned events_unacked = 0;  // handed to the application, not acked yet
