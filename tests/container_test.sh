@@ -28,7 +28,9 @@
 #      "uroce;ofi_rxm" (Open MPI's OFI MTL), tests/mpi_two_hosts.c: layout,
 #      ping-pong on one "host" and across, MPI_Allreduce checked on every
 #      rank. mpirun runs on the host and starts each container's orted by
-#      `podman run` (its rsh agent, tests/container_mpi_rsh.sh).
+#      `podman run` (its rsh agent, tests/container_mpi_rsh.sh). Then the
+#      same job with one container frozen for 8 s (podman pause) once its
+#      ranks talk across the containers: it still passes.
 # The containers share one network namespace made by this test (their own
 # loopback only: the side channels of the programs, Open MPI's TCP); RoCE
 # never touches it: it goes through the daemon's socket and shared memory.
@@ -396,34 +398,67 @@ if has_part rootless; then
 fi
 
 if has_part mpi; then
-  echo "== 8. mpirun: two ranks in each of two containers, over uroce;ofi_rxm"
   printf 'uc-a slots=2\nuc-b slots=2\n' > "$TMP/hostfile"
   export UCTR_HOST_NET=/proc/$$/ns/net
   export UCTR_PODMAN="${PODMAN[*]}"
   export UCTR_RUN_ARGS="--cap-drop=all --security-opt no-new-privileges --network ns:/run/netns/$NETNS --device $DEVICE
     -v $MPI_PROGRAM:/opt/test/mpi_two_hosts:ro $IMAGE"
-  export UCTR_NAME_PREFIX=uctr-$id-
+  # run_mpi NAME: the job, its containers named uctr-ID-NAME-HOST, its output
+  # in $TMP/NAME.log; returns mpirun's exit status.
   # --leave-session-attached: the orted must not daemonize (its container
   # would end with it). plm_rsh_no_tree_spawn: only mpirun starts orteds.
   # The agent is given as "bash AGENT" because each orted looks for it too.
-  timeout -k 10 300 nsenter --net="/run/netns/$NETNS" mpirun --allow-run-as-root --oversubscribe --bind-to none \
-    -np 4 --hostfile "$TMP/hostfile" --leave-session-attached \
-    --mca plm rsh --mca plm_rsh_agent "bash $AGENT" --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include lo \
-    --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include uroce --mca mtl_ofi_verbose 1 \
-    --mca btl self,vader --mca osc ^ucx /opt/test/mpi_two_hosts > "$TMP/mpirun.log" 2>&1 < /dev/null
+  run_mpi() {
+    UCTR_NAME_PREFIX=uctr-$id-$1- timeout -k 10 300 nsenter --net="/run/netns/$NETNS" mpirun --allow-run-as-root \
+      --oversubscribe --bind-to none -np 4 --hostfile "$TMP/hostfile" --leave-session-attached \
+      --mca plm rsh --mca plm_rsh_agent "bash $AGENT" --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include lo \
+      --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include uroce --mca mtl_ofi_verbose 1 \
+      --mca btl self,vader --mca osc ^ucx /opt/test/mpi_two_hosts > "$TMP/$1.log" 2>&1 < /dev/null
+  }
+  # check_mpi NAME RC: what every rank of the job must have done.
+  check_mpi() {
+    grep -v 'mtl:ofi: ".*" not in include list' "$TMP/$1.log" | quiet | head -n 120
+    echo "mpirun: exit $2"
+    [[ $2 -eq 0 ]] || fail "$1: mpirun exit $2"
+    local provs rank
+    provs=$(grep -c 'mtl:ofi:prov: uroce;ofi_rxm$' "$TMP/$1.log")
+    [[ $provs -eq 4 ]] || fail "$1: expected all four ranks on 'uroce;ofi_rxm', found $provs"
+    for rank in 0 1; do grep -q "^layout: rank $rank on uc-a\$" "$TMP/$1.log" || fail "$1: rank $rank not in uc-a"; done
+    for rank in 2 3; do grep -q "^layout: rank $rank on uc-b\$" "$TMP/$1.log" || fail "$1: rank $rank not in uc-b"; done
+    for rank in 0 1 2 3; do
+      grep -q "^rank $rank: allreduce verified: sum 10, 262144 elements\$" "$TMP/$1.log" ||
+        fail "$1: rank $rank: no verified MPI_Allreduce"
+    done
+    grep -q '^mpi_two_hosts: PASS' "$TMP/$1.log" || fail "$1: no PASS line from mpi_two_hosts"
+  }
+
+  echo "== 8. mpirun: two ranks in each of two containers, over uroce;ofi_rxm"
+  run_mpi mpi
+  check_mpi mpi $?
+
+  # A container that gets no CPU for seconds, as a busy host's scheduler
+  # can leave one (docs/containers.md): uc-b is frozen (podman pause, the
+  # kernel's cgroup freezer) for 8 s once the ranks talk across the
+  # containers. Its peers' QPs must wait for it (local ACK timeout 20, 34 s
+  # in all); with the kernel rdma_cm's 17 (4.3 s) this job fails.
+  echo "== 8b. the same job with container uc-b frozen for 8 s while the ranks talk across"
+  (
+    for _ in $(seq 1200); do grep -q "^cross-host" "$TMP/frozen.log" 2>/dev/null && break; sleep 0.1; done
+    "${PODMAN[@]}" pause "uctr-$id-frozen-uc-b" > "$TMP/pause.log" 2>&1 || exit 1
+    sleep 8
+    date +%s.%N > "$TMP/thawed-at"
+    "${PODMAN[@]}" unpause "uctr-$id-frozen-uc-b" >> "$TMP/pause.log" 2>&1
+  ) &
+  pauser=$!
+  run_mpi frozen
   rc=$?
-  grep -v 'mtl:ofi: ".*" not in include list' "$TMP/mpirun.log" | quiet | head -n 120
-  echo "mpirun: exit $rc"
-  [[ $rc -eq 0 ]] || fail "mpirun exit $rc"
-  provs=$(grep -c 'mtl:ofi:prov: uroce;ofi_rxm$' "$TMP/mpirun.log")
-  [[ $provs -eq 4 ]] || fail "expected all four ranks on 'uroce;ofi_rxm', found $provs"
-  for rank in 0 1; do grep -q "^layout: rank $rank on uc-a\$" "$TMP/mpirun.log" || fail "rank $rank not in uc-a"; done
-  for rank in 2 3; do grep -q "^layout: rank $rank on uc-b\$" "$TMP/mpirun.log" || fail "rank $rank not in uc-b"; done
-  for rank in 0 1 2 3; do
-    grep -q "^rank $rank: allreduce verified: sum 10, 262144 elements\$" "$TMP/mpirun.log" ||
-      fail "rank $rank: no verified MPI_Allreduce"
-  done
-  grep -q '^mpi_two_hosts: PASS' "$TMP/mpirun.log" || fail "no PASS line from mpi_two_hosts"
+  ended=$(date +%s.%N)
+  wait "$pauser" || fail "podman pause or unpause failed: $(cat "$TMP/pause.log")"
+  check_mpi frozen $rc
+  if [[ -s $TMP/thawed-at ]]; then
+    awk "BEGIN { exit !($ended > $(cat "$TMP/thawed-at")) }" ||
+      fail "the job ended before uc-b was thawed: the pause came too late to hold it"
+  fi
 fi
 
 kill -TERM "$dpid" 2>/dev/null
