@@ -12,13 +12,14 @@
 // state event).
 //
 // The guard takes the unmap's side. Once installed, memif's own calls to
-// munmap go through a wrapper (its import of munmap is pointed there). On the
-// interrupt thread, the wrapper first waits for every burst that is under
-// way on a memif port of the process to end (it cannot tell which port a
-// region belongs to; bursts last microseconds); a burst that begins after
-// that reads the flag cleared and returns at once. Pollers mark their
-// bursts with BurstFence. A teardown run elsewhere (rte_eth_dev_stop on the
-// port's own thread) is not waited for: nothing polls the port then.
+// munmap go through a wrapper (its import of munmap is pointed there,
+// pmd/memif_import.h). On the interrupt thread, the wrapper first waits for
+// every burst that is under way on a memif port of the process to end (it
+// cannot tell which port a region belongs to; bursts last microseconds); a
+// burst that begins after that reads the flag cleared and returns at once.
+// Pollers mark their bursts with BurstFence. A teardown run elsewhere
+// (rte_eth_dev_stop on the port's own thread) is not waited for: nothing
+// polls the port then.
 //
 // Threads: BurstFence::Enter/Leave on the port's one polling thread at a
 // time; the rest on the control path.

@@ -20,6 +20,7 @@
 #include <mutex>
 
 #include "pmd/log.h"
+#include "pmd/memif_hangup_guard.h"
 
 namespace uroce::pmd {
 namespace {
@@ -163,6 +164,11 @@ Status StartPort(uint16_t port_id, const PortConfig& config) {
     return InvalidArgument("port " + std::to_string(port_id) + " (" + info.driver_name + ") offers " +
                            std::to_string(info.max_rx_queues) + " rx / " + std::to_string(info.max_tx_queues) +
                            " tx queues");
+  }
+
+  // Before the port starts: its peer may come and go from then on.
+  if (info.driver_name != nullptr && std::strcmp(info.driver_name, "net_memif") == 0) {
+    (void)InstallMemifHangupGuard();  // on failure memif runs as before, and a warning says so
   }
 
   rte_eth_conf conf;
