@@ -408,17 +408,50 @@ if has_part mpi; then
   # --leave-session-attached: the orted must not daemonize (its container
   # would end with it). plm_rsh_no_tree_spawn: only mpirun starts orteds.
   # The agent is given as "bash AGENT" because each orted looks for it too.
+  # A job that has not passed after 90 s (it takes 10-30 s) is stalled:
+  # what the daemon and every rank's threads were doing then goes into
+  # $TMP/NAME.stall, which check_mpi prints.
+  stall_report() {
+    local name=$1 waited=0 p t
+    while [[ $waited -lt 900 ]]; do
+      [[ -e $TMP/$name.ended ]] && return 0
+      sleep 0.1
+      waited=$((waited + 1))
+    done
+    grep -q '^mpi_two_hosts: PASS' "$TMP/$name.log" && return 0
+    {
+      echo "--- stalled after 90 s; the daemon:"
+      timeout 20 "$UROCE" stats --daemon "$TMP/run/uroce.sock" 2>&1
+      for p in $(pgrep -x mpi_two_hosts); do
+        echo "--- pid $p in $(cat "/proc/$p/root/etc/hostname" 2>/dev/null): thread state wchan syscall"
+        for t in /proc/"$p"/task/*; do
+          echo "$(cat "$t/comm" 2>/dev/null) $(cut -d' ' -f3 "$t/stat" 2>/dev/null) $(cat "$t/wchan" 2>/dev/null)" \
+            "$(cut -d' ' -f1-3 "$t/syscall" 2>/dev/null)"
+        done
+        if command -v gdb > /dev/null; then
+          timeout 30 gdb -p "$p" -batch -ex "thread apply all bt 15" 2>/dev/null | grep -E '^(#|Thread)'
+        fi
+      done
+    } > "$TMP/$name.stall" 2>&1
+  }
   run_mpi() {
+    stall_report "$1" &
+    local reporter=$! rc
     UCTR_NAME_PREFIX=uctr-$id-$1- timeout -k 10 300 nsenter --net="/run/netns/$NETNS" mpirun --allow-run-as-root \
       --oversubscribe --bind-to none -np 4 --hostfile "$TMP/hostfile" --leave-session-attached \
       --mca plm rsh --mca plm_rsh_agent "bash $AGENT" --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include lo \
       --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include uroce --mca mtl_ofi_verbose 1 \
       --mca btl self,vader --mca osc ^ucx /opt/test/mpi_two_hosts > "$TMP/$1.log" 2>&1 < /dev/null
+    rc=$?
+    touch "$TMP/$1.ended"
+    wait "$reporter"
+    return $rc
   }
   # check_mpi NAME RC: what every rank of the job must have done.
   check_mpi() {
     grep -v 'mtl:ofi: ".*" not in include list' "$TMP/$1.log" | quiet | head -n 120
     echo "mpirun: exit $2"
+    [[ -s $TMP/$1.stall ]] && cat "$TMP/$1.stall"
     [[ $2 -eq 0 ]] || fail "$1: mpirun exit $2"
     local provs rank
     provs=$(grep -c 'mtl:ofi:prov: uroce;ofi_rxm$' "$TMP/$1.log")
@@ -456,7 +489,6 @@ if has_part mpi; then
   run_mpi frozen
   rc=$?
   ended=$(date +%s.%N)
-  touch "$TMP/frozen.ended"
   wait "$pauser" || fail "podman pause or unpause failed: $(cat "$TMP/pause.log")"
   check_mpi frozen $rc
   if [[ ! -s $TMP/thawed-at ]]; then
