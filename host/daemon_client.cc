@@ -1,6 +1,7 @@
 #include "host/daemon_client.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -8,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -29,6 +31,17 @@ constexpr size_t kMaxQueued = 2 * (size_t{1} << kDaemonQpnShift);
 constexpr int kMaxReadsPerCheck = 64;
 
 bool WouldBlock(int e) { return e == EAGAIN || e == EWOULDBLOCK || e == EINTR; }
+
+// send(2) of one whole message (SOCK_SEQPACKET sends all or nothing),
+// again after a signal: the socket's send timeout makes an interrupted
+// send fail with EINTR even under SA_RESTART (signal(7)).
+ssize_t SendMessage(int fd, const std::string& message) {
+  ssize_t n;
+  do {
+    n = send(fd, message.data(), message.size(), MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
 
 std::string ProgramName() {
   std::ifstream comm("/proc/self/comm");
@@ -95,14 +108,32 @@ StatusOr<int> ConnectToDaemon(const std::string& socket_path) {
     close(fd);
     return who;
   }
-  // The daemon answers at once (it only starts a port): bound the wait.
-  timeval limit{10, 0};
+  // The daemon answers at once (it only starts a port): bound the waits.
+  // Replies are awaited with WaitReadable, which keeps its own deadline.
+  timeval limit{kDaemonReplyTimeoutMs / 1000, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
   return fd;
 }
 
 }  // namespace
+
+bool WaitReadable(int fd, int timeout_ms) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd p{fd, POLLIN, 0};
+    // Rounded up, so that a wait with less than 1 ms left still polls once.
+    const int ready = poll(&p, 1, left > 0 ? static_cast<int>(left) + 1 : 0);
+    if (ready > 0) return true;  // readable, or hung up or failed: the read says which
+    if (ready < 0 && errno != EINTR) return false;
+    if (Clock::now() >= deadline) {
+      errno = ETIMEDOUT;
+      return false;
+    }
+  }
+}
 
 Status CheckDaemonPeer(uid_t peer_uid, pid_t peer_pid, uid_t self, const char* daemon_uid_env,
                        const std::string& socket_path) {
@@ -150,8 +181,9 @@ StatusOr<std::string> QueryDaemon(const std::string& socket_path, const std::str
   if (!fd.ok()) return fd.status();
   std::vector<char> reply(kMaxControlMessage + 1);
   ssize_t n = -1;
-  if (send(*fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
-    n = recv(*fd, reply.data(), reply.size(), 0);
+  if (SendMessage(*fd, request) == static_cast<ssize_t>(request.size()) &&
+      WaitReadable(*fd, kDaemonReplyTimeoutMs)) {
+    n = recv(*fd, reply.data(), reply.size(), MSG_DONTWAIT);
   }
   close(*fd);
   const std::string text(reply.data(), n > 0 ? static_cast<size_t>(n) : 0);
@@ -186,13 +218,13 @@ StatusOr<std::unique_ptr<DaemonSession>> DaemonSession::Attach(const std::string
   request.pid = getpid();
   request.program = ProgramName();
   const std::string message = FormatAttachRequest(request);
-  if (send(session->fd_, message.data(), message.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(message.size())) {
+  if (SendMessage(session->fd_, message) != static_cast<ssize_t>(message.size())) {
     return IoError("uroce daemon at " + socket_path + ": cannot send: " + std::strerror(errno));
   }
   // The reply, and the ports' shared-memory files as SCM_RIGHTS (unix(7)),
   // closed with the session, even when refused below.
   bool truncated = false;
-  const ssize_t n = session->ReadMessage(0, &session->shm_fds_, &truncated);
+  const ssize_t n = session->ReadReply(&session->shm_fds_, &truncated);
   if (n <= 0) {
     return IoError("uroce daemon at " + socket_path + " did not answer" +
                    (n < 0 ? std::string(": ") + std::strerror(errno) : std::string(" (it closed the session)")));
@@ -244,14 +276,14 @@ Status DaemonSession::ClaimPort(uint16_t port, bool listen) {
   std::lock_guard<std::mutex> lock(request_mutex_);
   if (gone_) return Unavailable("the uroce daemon is gone");
   const std::string message = FormatPortClaim({port, listen});
-  if (send(fd_, message.data(), message.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(message.size())) {
+  if (SendMessage(fd_, message) != static_cast<ssize_t>(message.size())) {
     return Unavailable(std::string("uroce daemon: cannot send: ") + std::strerror(errno));
   }
   read_buffer_.resize(kMaxControlMessage + 1);
   for (;;) {
-    // Bounded by the socket's receive timeout (10 s) per message.
+    // Bounded by kDaemonReplyTimeoutMs per message.
     std::vector<int> files;
-    const ssize_t n = ReadMessage(0, &files);
+    const ssize_t n = ReadReply(&files);
     if (n == 0) gone_ = true;
     if (n <= 0) return Unavailable("uroce daemon did not answer");
     const std::string_view text(read_buffer_.data(), static_cast<size_t>(n));
@@ -261,6 +293,11 @@ Status DaemonSession::ClaimPort(uint16_t port, bool listen) {
     if (text.rfind("ERROR ", 0) == 0) return AlreadyExists(std::string(text.substr(6)));
     return Internal("uroce daemon: unexpected answer");
   }
+}
+
+ssize_t DaemonSession::ReadReply(std::vector<int>* files, bool* truncated) {
+  if (!WaitReadable(fd_, kDaemonReplyTimeoutMs)) return -1;
+  return ReadMessage(MSG_DONTWAIT, files, truncated);
 }
 
 ssize_t DaemonSession::ReadMessage(int flags, std::vector<int>* files, bool* truncated) {

@@ -48,6 +48,19 @@ StatusOr<std::string> QueryDaemonStats(const std::string& socket_path);
 // presents as the devices' files, tools/device_files.h).
 StatusOr<std::string> QueryDaemonDevices(const std::string& socket_path);
 
+// How long a process waits for the daemon's reply to one request; it
+// answers at once (it only starts a port or claims one).
+constexpr int kDaemonReplyTimeoutMs = 10000;
+
+// Waits until `fd` has something to read, for at most `timeout_ms` in all:
+// true if it has, false on timeout (errno ETIMEDOUT) or error. A signal
+// does not cut the wait short. signal(7): whatever SA_RESTART says, poll(2)
+// fails with EINTR when a handler runs, and recv(2) on a socket with a
+// receive timeout also when the process is stopped and continued (a
+// debugger attaching, job control); an unmodified program may take signals
+// at any time, and such a failure cost it its device.
+bool WaitReadable(int fd, int timeout_ms);
+
 class DaemonSession {
  public:
   // Connects to the daemon at `socket_path`, attaches as this process and
@@ -114,6 +127,9 @@ class DaemonSession {
   // One message into read_buffer_ (request_mutex_), with the files that
   // came with it (truncated: some did not fit); recvmsg(2)'s result.
   ssize_t ReadMessage(int flags, std::vector<int>* files, bool* truncated = nullptr);
+  // The next message, waiting for it up to kDaemonReplyTimeoutMs
+  // (WaitReadable); ReadMessage's result, or -1 with errno ETIMEDOUT.
+  ssize_t ReadReply(std::vector<int>* files, bool* truncated = nullptr);
   static void CloseAll(std::vector<int>* files);
   // A message the daemon sent: a notification is queued (true; its files
   // taken); anything else is a reply (false; its files left).

@@ -1,14 +1,19 @@
 #include "host/daemon_client.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 
 namespace uroce::host {
 namespace {
@@ -81,6 +86,81 @@ TEST_F(SocketPathTest, TheSocketMustBeASocketOfAnAllowedUser) {
   fclose(f);
   EXPECT_EQ(CheckDaemonSocketPath(file, geteuid(), nullptr).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(CheckDaemonSocketPath(dir_ + "/none", geteuid(), nullptr).code(), StatusCode::kNotFound);
+}
+
+// A handler installed without SA_RESTART, as many programs do: a blocking
+// call it interrupts fails with EINTR instead of going on.
+class SignalDuringWaitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    struct sigaction action{};
+    action.sa_handler = [](int) {};
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = 0;
+    ASSERT_EQ(sigaction(SIGUSR1, &action, &previous_), 0);
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds_), 0);
+  }
+  void TearDown() override {
+    close(fds_[0]);
+    close(fds_[1]);
+    sigaction(SIGUSR1, &previous_, nullptr);
+  }
+  // Signals `thread` every 20 ms until `done`.
+  static void Pester(pthread_t thread, const std::atomic<bool>& done) {
+    while (!done.load()) {
+      pthread_kill(thread, SIGUSR1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  struct sigaction previous_{};
+  int fds_[2] = {-1, -1};
+};
+
+TEST_F(SignalDuringWaitTest, ASignalDoesNotEndTheWaitForAReply) {
+  std::atomic<bool> waiting{false}, done{false};
+  bool readable = false;
+  std::chrono::steady_clock::duration waited{};
+  std::thread waiter([&] {
+    waiting = true;
+    const auto begin = std::chrono::steady_clock::now();
+    readable = WaitReadable(fds_[0], 5000);
+    waited = std::chrono::steady_clock::now() - begin;
+    done = true;
+  });
+  while (!waiting.load()) std::this_thread::yield();
+  std::thread pester([&] { Pester(waiter.native_handle(), done); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // some 15 signals
+  ASSERT_EQ(send(fds_[1], "OK", 2, 0), 2);
+  waiter.join();
+  done = true;
+  pester.join();
+  EXPECT_TRUE(readable);
+  EXPECT_LT(waited, std::chrono::seconds(4));
+  char reply[8];
+  EXPECT_EQ(recv(fds_[0], reply, sizeof(reply), MSG_DONTWAIT), 2);
+}
+
+TEST_F(SignalDuringWaitTest, TheWaitEndsAtItsTimeoutWhateverTheSignals) {
+  std::atomic<bool> waiting{false}, done{false};
+  bool readable = true;
+  int error = 0;
+  std::chrono::steady_clock::duration waited{};
+  std::thread waiter([&] {
+    waiting = true;
+    const auto begin = std::chrono::steady_clock::now();
+    readable = WaitReadable(fds_[0], 300);
+    error = errno;
+    waited = std::chrono::steady_clock::now() - begin;
+    done = true;
+  });
+  while (!waiting.load()) std::this_thread::yield();
+  std::thread pester([&] { Pester(waiter.native_handle(), done); });
+  waiter.join();
+  pester.join();
+  EXPECT_FALSE(readable);
+  EXPECT_EQ(error, ETIMEDOUT);
+  EXPECT_GE(waited, std::chrono::milliseconds(300));
+  EXPECT_LT(waited, std::chrono::seconds(3));
 }
 
 }  // namespace

@@ -176,6 +176,47 @@ grep -q "^0000:0000:0000:0000:0000:ffff:0a4c:0001$" <<<"$out" || fail "no IPv4 G
 grep -q "^RoCE v2$" <<<"$out" || fail "no GID type in the presented sysfs: $out"
 grep -q "^uverbs0$" <<<"$out" || fail "no /dev/infiniband/uverbs0: $out"
 
+echo "== a program stopped and continued while it waits for the daemon's answer still attaches"
+# signal(7): after a stop and SIGCONT (job control, a debugger attaching),
+# a wait on a socket with a receive timeout fails with EINTR; the daemon's
+# answer must still be waited for. The daemon is stopped so that the
+# program is certainly waiting when it is stopped and continued.
+daemon_process=""
+for p in $(pgrep -f -- "daemon --config $TMP/daemon.ini"); do
+  [[ $(cat "/proc/$p/comm" 2>/dev/null) == uroce ]] && daemon_process=$p
+done
+[[ -n $daemon_process ]] || fail "cannot find the daemon's process"
+rm -f "$TMP/attach.pid" "$TMP/attach.go"
+"${IN_NS[@]}" timeout 60 "$UROCE" exec -- sh -c 'echo $$ > "$1"; while [ ! -e "$2" ]; do sleep 0.05; done; exec ibv_devinfo' \
+  sh "$TMP/attach.pid" "$TMP/attach.go" > "$TMP/attach.log" 2>&1 &
+attacher=$!
+for _ in $(seq 100); do [[ -s $TMP/attach.pid ]] && break; sleep 0.1; done
+client=$(cat "$TMP/attach.pid" 2>/dev/null)
+if [[ -n $client && -n $daemon_process ]]; then
+  kill -STOP "$daemon_process"
+  touch "$TMP/attach.go"
+  # Until it waits for the answer: poll(2) (7) or recvmsg(2) (47), x86-64.
+  waiting=no
+  for _ in $(seq 200); do
+    read -r call _ < "/proc/$client/syscall" 2>/dev/null
+    if [[ $call == 7 || $call == 47 ]]; then waiting=yes; break; fi
+    sleep 0.05
+  done
+  kill -STOP "$client"
+  sleep 0.2
+  kill -CONT "$client"
+  sleep 0.2
+  kill -CONT "$daemon_process"
+  wait "$attacher"
+  rc=$?
+  [[ $waiting == yes ]] || fail "the program never waited for the daemon's answer (test set-up)"
+  [[ $rc -eq 0 ]] && grep -q "hca_id:.*uroce0" "$TMP/attach.log" ||
+    fail "a program stopped and continued while attaching lost the device (exit $rc): $(head -c 600 "$TMP/attach.log")"
+else
+  fail "the attaching program did not start: $(head -c 600 "$TMP/attach.log")"
+  kill -CONT "$daemon_process" 2>/dev/null
+fi
+
 echo "== two processes through the host's own address"
 run_pair rc_pingpong_v4 60 "iters in" ibv_rc_pingpong -g 0 -n 500
 run_pair rc_pingpong_v6 60 "iters in" ibv_rc_pingpong -g 1 -n 500 -s 8000
