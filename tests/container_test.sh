@@ -422,16 +422,47 @@ if has_part mpi; then
     {
       echo "--- stalled after 90 s; the daemon:"
       timeout 20 "$UROCE" stats --daemon "$TMP/run/uroce.sock" 2>&1
-      for p in $(pgrep -x mpi_two_hosts); do
-        echo "--- pid $p in $(cat "/proc/$p/root/etc/hostname" 2>/dev/null): thread state wchan syscall"
+      # Each thread's schedstat (sched-stats.rst: ns on a CPU, ns waiting
+      # on a run queue, the wait added when the thread is picked) twice,
+      # about 2 s apart: a spinning thread gains CPU time, one that waits
+      # for CPU gains wait, a blocked one (S) gains neither, and so does a
+      # starved one (R). Read with builtins only (a loaded host forks
+      # slowly).
+      local ranks t cpu wait rest begin_ns end_ns cpu0 wait0
+      ranks=$(pgrep -x mpi_two_hosts)
+      declare -A before=() after=()
+      begin_ns=$(date +%s%N)
+      for p in $ranks; do
         for t in /proc/"$p"/task/*; do
-          echo "$(cat "$t/comm" 2>/dev/null) $(cut -d' ' -f3 "$t/stat" 2>/dev/null) $(cat "$t/wchan" 2>/dev/null)" \
-            "$(cut -d' ' -f1-3 "$t/syscall" 2>/dev/null)"
+          read -r cpu wait rest 2>/dev/null < "$t/schedstat" && before[$t]="$cpu $wait"
         done
-        if command -v gdb > /dev/null; then
-          timeout 30 gdb -p "$p" -batch -ex "thread apply all bt 15" 2>/dev/null | grep -E '^(#|Thread)'
-        fi
       done
+      sleep 2
+      for p in $ranks; do
+        for t in /proc/"$p"/task/*; do
+          read -r cpu wait rest 2>/dev/null < "$t/schedstat" && after[$t]="$cpu $wait"
+        done
+      done
+      end_ns=$(date +%s%N)
+      for p in $ranks; do
+        echo "--- pid $p in $(cat "/proc/$p/root/etc/hostname" 2>/dev/null): thread state wchan syscall;" \
+          "ms on a CPU, ms runnable but waiting, in the last $(((end_ns - begin_ns) / 1000000)) ms"
+        for t in /proc/"$p"/task/*; do
+          [[ -n ${before[$t]:-} && -n ${after[$t]:-} ]] || continue  # began or ended meanwhile
+          read -r cpu0 wait0 <<< "${before[$t]}"
+          read -r cpu wait <<< "${after[$t]}"
+          echo "$(cat "$t/comm" 2>/dev/null) $(cut -d' ' -f3 "$t/stat" 2>/dev/null) $(cat "$t/wchan" 2>/dev/null)" \
+            "$(cut -d' ' -f1-3 "$t/syscall" 2>/dev/null);" \
+            "$(((cpu - cpu0) / 1000000)) $(((wait - wait0) / 1000000))"
+        done
+      done
+      if command -v gdb > /dev/null; then
+        for p in $ranks; do
+          echo "--- pid $p: backtraces"
+          timeout 30 gdb -p "$p" -batch -ex "thread apply all bt 15" 2>/dev/null | grep -E '^(#|Thread)'
+          kill -CONT "$p" 2>/dev/null  # a gdb cut off by its timeout leaves the rank stopped
+        done
+      fi
     } > "$TMP/$name.stall" 2>&1
   }
   run_mpi() {
