@@ -781,6 +781,10 @@ SwitchPortCounters SwitchDaemon::SlotCounters(uint32_t slot) const {
     sum.tx_bytes += c.tx_bytes;
     sum.rx_dropped += c.rx_dropped;
     sum.tx_full += c.tx_full;
+    for (size_t k = 0; k < kSwitchCmKinds; ++k) {
+      sum.cm_sent[k] += c.cm_sent[k];
+      sum.cm_received[k] += c.cm_received[k];
+    }
   }
   return sum;
 }
@@ -1145,6 +1149,18 @@ std::string SwitchDaemon::StatsText(const Session& viewer) const {
                   static_cast<unsigned long long>(s->peers_gone_told), static_cast<unsigned>(s->uid),
                   static_cast<unsigned>(s->gid));
     out += line;
+    // Its CM messages by kind (IBTA 12.6), sent and received through the
+    // switch: a connection made cleanly costs a REQ, a REP and an RTU;
+    // resent REQs, MRAs and REJs show a set-up's trouble.
+    const auto kinds = [](const std::array<uint64_t, kSwitchCmKinds>& counts) {
+      std::string text;
+      for (size_t k = 0; k < kSwitchCmKinds; ++k) {
+        text += std::string(k == 0 ? "" : ",") + SwitchCmKindName(k) + ":" + std::to_string(counts[k]);
+      }
+      return text;
+    };
+    out += "cm pid=" + std::to_string(s->pid) + " sent=" + kinds(c.cm_sent) + " received=" + kinds(c.cm_received) +
+           "\n";
   }
   // Per uplink (device uroceK): its port's counters and its switch's.
   for (const auto& up : uplinks_) {

@@ -175,11 +175,18 @@ Status CheckDaemonSocketPath(const std::string& socket_path, uid_t self, const c
 
 namespace {
 
+// STATS has two lines per attached process (up to 254) and one per local
+// link: far more than a request's kMaxControlMessage. A SOCK_SEQPACKET
+// message longer than the reader's buffer is cut short without a word
+// (unix(7)); the daemon's socket sends up to its send buffer (208 KiB by
+// default) in one.
+constexpr size_t kMaxQueryReply = size_t{1} << 20;
+
 // One request that needs no session (STATS, DEVICES) and its answer.
 StatusOr<std::string> QueryDaemon(const std::string& socket_path, const std::string& request) {
   auto fd = ConnectToDaemon(socket_path);
   if (!fd.ok()) return fd.status();
-  std::vector<char> reply(kMaxControlMessage + 1);
+  std::vector<char> reply(kMaxQueryReply);
   ssize_t n = -1;
   if (SendMessage(*fd, request) == static_cast<ssize_t>(request.size()) &&
       WaitReadable(*fd, kDaemonReplyTimeoutMs)) {

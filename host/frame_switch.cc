@@ -30,6 +30,13 @@ FrameSwitch::~FrameSwitch() {
   }
 }
 
+static_assert(kSwitchCmKinds == std::variant_size_v<cm::CmMessage>, "one counter per CM message kind");
+
+const char* SwitchCmKindName(size_t kind) {
+  static constexpr const char* kNames[kSwitchCmKinds] = {"req", "mra", "rej", "rep", "rtu", "dreq", "drep"};
+  return kind < kSwitchCmKinds ? kNames[kind] : "?";
+}
+
 Status FrameSwitch::Attach(uint32_t slot, transport::PacketIo* io) {
   if (slot < kSwitchFirstSlot || slot > kSwitchLastSlot) return InvalidArgument("switch slot out of range");
   if (io == nullptr) return InvalidArgument("switch port without I/O");
@@ -170,9 +177,10 @@ void FrameSwitch::FromProcess(uint32_t slot, rte_mbuf* m) {
       // come from it (a CM MAD from a leased QPN would otherwise pass the
       // check above), and whatever comes from it must be a CM MAD that
       // speaks for the process's own connections.
-      if (info.ud && (info.src_qpn == 1 || info.dest_qpn == 1) &&
-          (info.src_qpn != 1 || !SpeaksForSlot(slot, info, m))) {
-        return Drop(slot, m, &counters_.spoofed);
+      if (info.ud && (info.src_qpn == 1 || info.dest_qpn == 1)) {
+        size_t kind = 0;
+        if (info.src_qpn != 1 || !SpeaksForSlot(slot, info, m, &kind)) return Drop(slot, m, &counters_.spoofed);
+        port.counters.cm_sent[kind]++;
       }
       if (IsOurs(info.dst_ip)) {
         counters_.local_frames++;
@@ -245,12 +253,13 @@ size_t FrameSwitch::TakeLinkRequests(LinkRequest* out, size_t max) {
 // REQ it keeps no state for (IBTA 12.6.7 asks for the sender's ID), so a
 // REJ with ID 0 is nobody's. Only the switch's own REJ (RejectRequest) has
 // none, and it does not pass here.
-bool FrameSwitch::SpeaksForSlot(uint32_t slot, const FrameInfo& info, const rte_mbuf* m) const {
+bool FrameSwitch::SpeaksForSlot(uint32_t slot, const FrameInfo& info, const rte_mbuf* m, size_t* kind) const {
   cm::CmMad mad;
   if (cm::DecodeCmMad(rte_pktmbuf_mtod_offset(m, const uint8_t*, info.payload), info.payload_length, &mad) !=
       cm::CmMadError::kOk) {
     return false;
   }
+  *kind = mad.message.index();
   const uint32_t local_comm_id = std::visit([](const auto& message) { return message.local_comm_id; }, mad.message);
   return local_comm_id != 0 && local_comm_id >> kSwitchCommIdShift == slot;
 }
@@ -301,6 +310,7 @@ void FrameSwitch::ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m, F
     return origin->Drop(from, m, &counters_.cm_unrouted);
   }
   counters_.cm_routed++;
+  ports_[slot].counters.cm_received[mad.message.index()]++;
   StageTo(slot, m);
 }
 

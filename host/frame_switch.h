@@ -62,11 +62,22 @@ constexpr uint32_t kSwitchFirstSlot = 1;
 constexpr uint32_t kSwitchLastSlot = 254;
 constexpr uint32_t kSwitchCommIdShift = 24;  // a slot's CM communication IDs
 
+// CM messages by kind, in cm::CmMessage's order: REQ, MRA, REJ, REP, RTU,
+// DREQ, DREP (IBTA 12.6).
+constexpr size_t kSwitchCmKinds = 7;
+// "req", "mra", ...: the name of kind `kind` (< kSwitchCmKinds).
+const char* SwitchCmKindName(size_t kind);
+
 struct SwitchPortCounters {
   uint64_t rx_frames = 0, rx_bytes = 0;  // frames the port gave the switch
   uint64_t tx_frames = 0, tx_bytes = 0;  // frames the switch gave the port
   uint64_t rx_dropped = 0;               // its frames the switch refused
   uint64_t tx_full = 0;                  // frames for it dropped: its queue was full
+  // A process's CM messages: those it sent that the switch passed (to the
+  // host's processes or to the wire), and those the switch routed to it.
+  // What a connection's set-up cost shows here: resent REQs, MRAs, REJs.
+  std::array<uint64_t, kSwitchCmKinds> cm_sent{};
+  std::array<uint64_t, kSwitchCmKinds> cm_received{};
 };
 
 struct SwitchCounters {
@@ -205,7 +216,8 @@ class FrameSwitch {
   // through it, to the process's port there.
   void ToRoceOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m, FrameSwitch* origin);
   void ToCmOwner(uint32_t from, const FrameInfo& info, rte_mbuf* m, FrameSwitch* origin);
-  bool SpeaksForSlot(uint32_t slot, const FrameInfo& info, const rte_mbuf* m) const;
+  // `kind`: the message's kind when it does (SwitchCmKindName).
+  bool SpeaksForSlot(uint32_t slot, const FrameInfo& info, const rte_mbuf* m, size_t* kind) const;
   void RejectRequest(uint32_t from, const FrameInfo& info, uint64_t transaction_id, uint32_t caller_id,
                      const rte_mbuf* request, FrameSwitch* origin);
   void AnswerNeighbor(rte_mbuf* m);

@@ -447,6 +447,17 @@ TEST_F(FrameSwitchTest, CmRequestsGoToTheListenerAndAnswersToTheirCommunicationI
   }
   EXPECT_EQ(switch_->counters().cm_rejects, 1u);
   EXPECT_EQ(switch_->counters().cm_routed, 3u);
+  // Each process's CM messages by kind (REQ 0, REP 3): what it sent that
+  // passed, what was routed to it.
+  const std::array<uint64_t, kSwitchCmKinds> one_req = {1, 0, 0, 0, 0, 0, 0};
+  const std::array<uint64_t, kSwitchCmKinds> two_reqs = {2, 0, 0, 0, 0, 0, 0};
+  const std::array<uint64_t, kSwitchCmKinds> one_rep = {0, 0, 0, 1, 0, 0, 0};
+  EXPECT_EQ(switch_->port_counters(1).cm_sent, one_req);
+  EXPECT_EQ(switch_->port_counters(1).cm_received, one_rep);
+  EXPECT_EQ(switch_->port_counters(2).cm_sent, one_rep);
+  EXPECT_EQ(switch_->port_counters(2).cm_received, two_reqs);
+  EXPECT_STREQ(SwitchCmKindName(3), "rep");
+  EXPECT_STREQ(SwitchCmKindName(6), "drep");
   EXPECT_EQ(switch_->counters().cm_no_listener, 1u);
   EXPECT_EQ(switch_->counters().cm_unrouted, 1u);
   // A process may not speak for another's connection: slot 2 sending a DREQ
@@ -461,6 +472,7 @@ TEST_F(FrameSwitchTest, CmRequestsGoToTheListenerAndAnswersToTheirCommunicationI
   switch_->Poll();
   EXPECT_EQ(switch_->counters().spoofed, spoofed + 1);
   EXPECT_EQ(proc_[1].out.size(), 2u) << "the forged DREQ reached nobody";
+  EXPECT_EQ(switch_->port_counters(2).cm_sent, one_rep) << "nor counts as sent";
   // Nor reject it: a REJ with no sender ID is nobody's (uroce's CM puts its
   // own in every REJ), and a CM MAD from a leased QPN, or from any QP but
   // QP 1 on the wire, is no CM message.

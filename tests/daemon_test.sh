@@ -453,6 +453,11 @@ rserver_pid=$(prog_pid "rping -s -a 10.76.0.1 -p $rport -C 10000000")
 if [[ -z $rserver_pid ]] || ! kill -0 "$rclient" 2>/dev/null; then
   fail "the rping pair did not get going: $(tail -3 "$TMP/rkill.client")"
 else
+  # The server's connection through the switch: a REQ (and the RTU) in, a
+  # REP out, never a REQ of its own.
+  out=$(timeout 30 "$UROCE" stats --daemon "$SOCK" 2>&1) || fail "uroce stats --daemon: $out"
+  grep -qE "^cm pid=$rserver_pid sent=req:0,mra:[0-9]+,rej:[0-9]+,rep:[1-9][0-9]*,rtu:0,.* received=req:[1-9][0-9]*,.*rtu:[1-9]" \
+    <<<"$out" || fail "no cm line with rping's server's REQ, REP and RTU: $(grep "^cm pid=$rserver_pid " <<<"$out")"
   kill_server_expect_client_end rping "$rserver_pid" "$rclient" "$TMP/rkill.client"
   grep -q "DISCONNECT EVENT" "$TMP/rkill.client" || fail "rping's client saw no DISCONNECTED: $(tail -3 "$TMP/rkill.client")"
 fi
