@@ -511,7 +511,16 @@ if has_part mpi; then
       [[ -e $TMP/frozen.ended ]] && exit 0  # the job ended first: nothing to freeze
       sleep 0.1
     done
-    "${PODMAN[@]}" pause "uctr-$id-frozen-uc-b" > "$TMP/pause.log" 2>&1 || exit 1
+    # runc gives up ("unable to freeze") when the freezer has not stopped
+    # every task within its retries, which a loaded 2-core host can make it
+    # miss; it thaws what it froze, so the pause is simply asked again.
+    : > "$TMP/pause.log"
+    for attempt in 1 2 3 4 5 6; do
+      [[ -e $TMP/frozen.ended ]] && exit 0
+      "${PODMAN[@]}" pause "uctr-$id-frozen-uc-b" >> "$TMP/pause.log" 2>&1 && break
+      [[ $attempt -eq 6 ]] && exit 1
+      sleep 0.2
+    done
     sleep 8
     date +%s.%N > "$TMP/thawed-at"
     "${PODMAN[@]}" unpause "uctr-$id-frozen-uc-b" >> "$TMP/pause.log" 2>&1
