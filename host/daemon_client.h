@@ -58,7 +58,7 @@ constexpr int kDaemonReplyTimeoutMs = 10000;
 // fails with EINTR when a handler runs, and recv(2) on a socket with a
 // receive timeout also when the process is stopped and continued (a
 // debugger attaching, job control); an unmodified program may take signals
-// at any time, and such a failure cost it its device.
+// at any time, and a wait cut short would cost it its device.
 bool WaitReadable(int fd, int timeout_ms);
 
 class DaemonSession {
