@@ -340,7 +340,11 @@ SideChannel::SideChannel(SideChannel&& other) noexcept
 
 SideChannel& SideChannel::operator=(SideChannel&& other) noexcept {
   if (this != &other) {
-    this->~SideChannel();
+    // Release, not ~SideChannel(): assigning to members whose lifetime a
+    // destructor call ended is undefined, and a std::string freed that way
+    // is freed again later (heap corruption when Accept erases a refused
+    // client from the middle of its waiting list).
+    Release();
     fd_ = std::exchange(other.fd_, -1);
     unlink_path_ = std::move(other.unlink_path_);
     other.unlink_path_.clear();
@@ -352,7 +356,9 @@ SideChannel& SideChannel::operator=(SideChannel&& other) noexcept {
   return *this;
 }
 
-SideChannel::~SideChannel() {
+SideChannel::~SideChannel() { Release(); }
+
+void SideChannel::Release() {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
   if (!unlink_path_.empty()) unlink(unlink_path_.c_str());

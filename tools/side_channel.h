@@ -117,6 +117,9 @@ class SideChannel {
  private:
   explicit SideChannel(int fd, std::string unlink_path = "") : fd_(fd), unlink_path_(std::move(unlink_path)) {}
   bool TakeLine(std::string* line, Status* error);
+  // Closes the socket and removes the listener's file; the members stay
+  // alive (the destructor and move assignment share it).
+  void Release();
   int fd_ = -1;
   std::string unlink_path_;  // the listener's socket file
   std::string buffer_;

@@ -432,6 +432,77 @@ TEST(SideChannelTokenTest, WrongClientsAreRefusedThenTheRightOneGetsIn) {
   close(silent);
 }
 
+// A wrong hello queued ahead of the right client: both wait in Accept at
+// once, and refusing the first moves the second into its place. The right
+// client still gets in, and the heap stays whole (ASan; a plain build once
+// aborted here with "unaligned tcache chunk detected").
+TEST(SideChannelTokenTest, WrongHelloQueuedAheadOfTheRightClient) {
+  Watchdog dog("token: wrong hello ahead of the right client");
+  auto token = SideChannel::NewToken();
+  ASSERT_TRUE(token.ok()) << token.status().ToString();
+  auto listener = Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  const std::string address = listener->LocalAddress();
+  // Both connect (the kernel queues them) before Accept runs.
+  const int wrong = RawConnect(address);
+  ASSERT_GE(wrong, 0);
+  const std::string hello = "HELLO token=0123456789abcdef0123456789abcdef\n";
+  ASSERT_EQ(send(wrong, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
+  StatusOr<SideChannel> client = Unavailable("not run");
+  std::thread connecting([&] { client = SideChannel::Connect(address, 5000, nullptr, *token); });
+  // The right client's hello is in the socket when Accept looks at it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto accepted = listener->Accept(5000, nullptr, *token);
+  connecting.join();
+  ASSERT_TRUE(accepted.ok()) << accepted.status().ToString();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_EQ(listener->refused(), 1u);
+  EXPECT_TRUE(ClosedByPeer(wrong, 3000));
+  close(wrong);
+  ASSERT_TRUE(client->Send("RUN after the wrong one").ok());
+  auto line = accepted->Receive(2000, nullptr);
+  ASSERT_TRUE(line.ok()) << line.status().ToString();
+  EXPECT_EQ(*line, "RUN after the wrong one");
+}
+
+// Move assignment over a channel that holds a partial line: the target
+// takes the source's socket and buffered bytes, the source is left without
+// a socket, and the target's old socket is closed.
+TEST(SideChannelTest, MoveAssignmentTakesSocketAndBufferedBytes) {
+  Watchdog dog("move assignment");
+  auto listener = Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  const int raw_a = RawConnect(listener->LocalAddress());
+  ASSERT_GE(raw_a, 0);
+  auto a = listener->Accept(2000, nullptr);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const int raw_b = RawConnect(listener->LocalAddress());
+  ASSERT_GE(raw_b, 0);
+  auto b = listener->Accept(2000, nullptr);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  // Partial lines longer than a short string's inline room, so that each
+  // buffer lives on the heap.
+  const std::string head_a = "a line that client a is still in the middle of";
+  const std::string head_b = "a line that client b is still in the middle of";
+  ASSERT_EQ(send(raw_a, head_a.data(), head_a.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head_a.size()));
+  ASSERT_EQ(send(raw_b, head_b.data(), head_b.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head_b.size()));
+  for (SideChannel* server : {&*a, &*b}) {
+    auto none = server->Receive(200, nullptr);  // takes the partial line into the buffer
+    ASSERT_EQ(none.status().code(), StatusCode::kUnavailable) << none.status().ToString();
+  }
+  *a = std::move(*b);
+  EXPECT_TRUE(ClosedByPeer(raw_a, 2000)) << "the target's old socket was not closed";
+  auto moved_from = b->Receive(0, nullptr);
+  EXPECT_FALSE(moved_from.ok()) << "the moved-from channel still reads: " << *moved_from;
+  const std::string tail = ", now ended\n";
+  ASSERT_EQ(send(raw_b, tail.data(), tail.size(), MSG_NOSIGNAL), static_cast<ssize_t>(tail.size()));
+  auto line = a->Receive(2000, nullptr);
+  ASSERT_TRUE(line.ok()) << line.status().ToString();
+  EXPECT_EQ(*line, head_b + ", now ended");
+  close(raw_a);
+  close(raw_b);
+}
+
 // Only wrong clients: the server gives up at its deadline and says how many
 // it refused.
 TEST(SideChannelTokenTest, ServerGivesUpAtItsDeadline) {
