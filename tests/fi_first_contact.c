@@ -39,41 +39,35 @@ static double Now(void) {
 }
 
 static void Die(int code, const char *what, long rc) {
-  fprintf(stderr, "fi_first_contact rank %d: %s: %s\n", rank, what,
-          rc < 0 ? fi_strerror((int)-rc) : "failed");
+  fprintf(stderr, "fi_first_contact rank %d: %s: %s\n", rank, what, rc < 0 ? fi_strerror((int)-rc) : "failed");
   exit(code);
 }
 
-#define CHECK(call)                                                            \
-  do {                                                                         \
-    long rc_ = (long)(call);                                                   \
-    if (rc_ < 0)                                                               \
-      Die(2, #call, rc_);                                                      \
+#define CHECK(call)                  \
+  do {                               \
+    long rc_ = (long)(call);         \
+    if (rc_ < 0) Die(2, #call, rc_); \
   } while (0)
 
 // DIR/WHAT.ROUND.RANK, written whole (a rename) so that readers never see
 // half of it.
-static void Publish(const char *dir, const char *what, int round,
-                    const void *data, size_t length) {
+static void Publish(const char *dir, const char *what, int round, const void *data, size_t length) {
   char tmp[4096], path[4096];
   snprintf(tmp, sizeof tmp, "%s/.%s.%d.%d", dir, what, round, rank);
   snprintf(path, sizeof path, "%s/%s.%d.%d", dir, what, round, rank);
   FILE *f = fopen(tmp, "w");
-  if (f == NULL || fwrite(data, 1, length, f) != length || fclose(f) != 0 ||
-      rename(tmp, path) != 0) {
+  if (f == NULL || fwrite(data, 1, length, f) != length || fclose(f) != 0 || rename(tmp, path) != 0) {
     perror("fi_first_contact: publish");
     exit(2);
   }
 }
 
 // Reads DIR/WHAT.ROUND.WHO once it exists; 0 if it does not yet.
-static size_t TryFetch(const char *dir, const char *what, int round, int who,
-                       void *data, size_t capacity) {
+static size_t TryFetch(const char *dir, const char *what, int round, int who, void *data, size_t capacity) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s.%d.%d", dir, what, round, who);
   FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return 0;
+  if (f == NULL) return 0;
   const size_t n = fread(data, 1, capacity, f);
   fclose(f);
   return n;
@@ -94,19 +88,16 @@ int main(int argc, char **argv) {
   const int n = atoi(argv[3]);
   const int rounds = atoi(argv[4]);
   const double limit = atof(argv[5]);
-  if (n < 2 || n > kMaxRanks || rank < 0 || rank >= n || rounds < 1 ||
-      rounds > 1000 || limit <= 0) {
+  if (n < 2 || n > kMaxRanks || rank < 0 || rank >= n || rounds < 1 || rounds > 1000 || limit <= 0) {
     fprintf(stderr, "fi_first_contact: bad arguments\n");
     return 2;
   }
   struct fi_info *hints = fi_allocinfo();
-  if (hints == NULL)
-    Die(2, "fi_allocinfo", -FI_ENOMEM);
+  if (hints == NULL) Die(2, "fi_allocinfo", -FI_ENOMEM);
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_TAGGED;
   hints->mode = FI_CONTEXT;
-  hints->domain_attr->mr_mode =
-      FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   hints->fabric_attr->prov_name = strdup("uroce;ofi_rxm");
   struct fi_info *info = NULL;
@@ -150,8 +141,7 @@ int main(int argc, char **argv) {
         }
         usleep(1000);
       }
-      if (got != length || fi_av_insert(av, peer, 1, &address[i], 0, NULL) != 1)
-        Die(2, "fi_av_insert", 0);
+      if (got != length || fi_av_insert(av, peer, 1, &address[i], 0, NULL) != 1) Die(2, "fi_av_insert", 0);
     }
 
     // The tag names the round and the sender, so that each receive takes
@@ -161,30 +151,24 @@ int main(int argc, char **argv) {
     int done_at[2 * kMaxRanks];
     int posted = 0;
     for (int i = 0; i < n; ++i) {
-      if (i == rank)
-        continue;
+      if (i == rank) continue;
       in[i] = 0;
       done_at[posted] = -1;
-      CHECK(fi_trecv(ep, &in[i], sizeof in[i], NULL, address[i],
-                     ((uint64_t)round << 16) | (uint64_t)i, 0,
+      CHECK(fi_trecv(ep, &in[i], sizeof in[i], NULL, address[i], ((uint64_t)round << 16) | (uint64_t)i, 0,
                      &context[posted]));
       ++posted;
     }
     for (int i = 0; i < n; ++i) {
-      if (i == rank)
-        continue;
+      if (i == rank) continue;
       out[i] = ((uint64_t)rank << 32) | (uint64_t)round;
       done_at[posted] = -1;
       for (;;) {
-        const ssize_t rc = fi_tsend(
-            ep, &out[i], sizeof out[i], NULL, address[i],
-            ((uint64_t)round << 16) | (uint64_t)rank, &context[posted]);
-        if (rc == 0)
-          break;
-        if (rc != -FI_EAGAIN)
-          Die(4, "fi_tsend", rc);
+        const ssize_t rc = fi_tsend(ep, &out[i], sizeof out[i], NULL, address[i],
+                                    ((uint64_t)round << 16) | (uint64_t)rank, &context[posted]);
+        if (rc == 0) break;
+        if (rc != -FI_EAGAIN) Die(4, "fi_tsend", rc);
         struct fi_cq_tagged_entry entry;
-        (void)fi_cq_read(cq, &entry, 0); // progress: the connection forms
+        (void)fi_cq_read(cq, &entry, 0);  // progress: the connection forms
         if (Now() > deadline) {
           fprintf(stderr,
                   "fi_first_contact rank %d round %d: the send to rank %d "
@@ -201,19 +185,16 @@ int main(int argc, char **argv) {
       const ssize_t got = fi_cq_read(cq, entries, 8);
       if (got > 0) {
         for (ssize_t k = 0; k < got; ++k) {
-          const long which =
-              (struct fi_context *)entries[k].op_context - context;
-          if (which >= 0 && which < posted)
-            done_at[which] = 1;
+          const long which = (struct fi_context *)entries[k].op_context - context;
+          if (which >= 0 && which < posted) done_at[which] = 1;
         }
         completed += (int)got;
       } else if (got == -FI_EAVAIL) {
         struct fi_cq_err_entry error;
         memset(&error, 0, sizeof error);
         (void)fi_cq_readerr(cq, &error, 0);
-        fprintf(stderr,
-                "fi_first_contact rank %d round %d: completion error: %s\n",
-                rank, round, fi_strerror(error.err));
+        fprintf(stderr, "fi_first_contact rank %d round %d: completion error: %s\n", rank, round,
+                fi_strerror(error.err));
         return 5;
       } else if (got != -FI_EAGAIN) {
         Die(5, "fi_cq_read", got);
@@ -225,12 +206,10 @@ int main(int argc, char **argv) {
                 rank, round, completed, posted, limit);
         int k = 0;
         for (int i = 0; i < n; ++i) {
-          if (i != rank && done_at[k++] < 0)
-            fprintf(stderr, " the message from rank %d", i);
+          if (i != rank && done_at[k++] < 0) fprintf(stderr, " the message from rank %d", i);
         }
         for (int i = 0; i < n; ++i) {
-          if (i != rank && done_at[k++] < 0)
-            fprintf(stderr, " the send to rank %d", i);
+          if (i != rank && done_at[k++] < 0) fprintf(stderr, " the send to rank %d", i);
         }
         fprintf(stderr, "\n");
         return 6;
@@ -238,10 +217,7 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < n; ++i) {
       if (i != rank && in[i] != (((uint64_t)i << 32) | (uint64_t)round)) {
-        fprintf(
-            stderr,
-            "fi_first_contact rank %d round %d: a wrong message from rank %d\n",
-            rank, round, i);
+        fprintf(stderr, "fi_first_contact rank %d round %d: a wrong message from rank %d\n", rank, round, i);
         return 7;
       }
     }
@@ -272,10 +248,11 @@ int main(int argc, char **argv) {
     CHECK(fi_close(&fabric->fid));
   }
   qsort(took, (size_t)rounds, sizeof took[0], CompareDoubles);
-  printf("fi_first_contact rank %d: %d rounds of %d-way first contact, every "
-         "message checked; round time median %.3f s, "
-         "worst %.3f s\n",
-         rank, rounds, n, took[rounds / 2], took[rounds - 1]);
+  printf(
+      "fi_first_contact rank %d: %d rounds of %d-way first contact, every "
+      "message checked; round time median %.3f s, "
+      "worst %.3f s\n",
+      rank, rounds, n, took[rounds / 2], took[rounds - 1]);
   fi_freeinfo(info);
   fi_freeinfo(hints);
   return 0;
