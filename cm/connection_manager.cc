@@ -74,38 +74,53 @@ ConnectionManager::~ConnectionManager() {
 
 StatusOr<uint16_t> ConnectionManager::Listen(uint16_t port, uint64_t tag, unsigned backlog) {
   const ActivityNotice notice(impl_->options.activity_hook);
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  // The claim (listen_hook: a request to the host's daemon) can wait
+  // seconds for a daemon that gets no CPU: it is made without the CM's
+  // mutex, so that the CM thread goes on answering peers meanwhile. The port
+  // is held by an unclaimed listener until then: taken for NewPort and
+  // Listen, refused to requests (kRejInvalidServiceId).
+  std::lock_guard<std::mutex> listening(impl_->listen_mutex);
   const bool any_port = port == 0;
   // A port taken by another process on the host (listen_hook) is taken:
   // with port 0, try a few others.
   for (int tries = 0; tries < (any_port ? 16 : 1); ++tries) {
-    if (any_port) port = impl_->NewPort();
-    if (port == 0) return ResourceExhausted("no free port");
-    if (impl_->listeners.count(port) != 0) {
-      return AlreadyExists("port " + std::to_string(port) + " is already listened on");
-    }
-    if (impl_->options.listen_hook) {
-      Status claimed = impl_->options.listen_hook(port, true);
-      if (!claimed.ok()) {
-        if (any_port && claimed.code() == StatusCode::kAlreadyExists) continue;
-        return claimed;
+    {
+      std::lock_guard<std::mutex> lock(impl_->mutex);
+      if (any_port) port = impl_->NewPort();
+      if (port == 0) return ResourceExhausted("no free port");
+      if (impl_->listeners.count(port) != 0) {
+        return AlreadyExists("port " + std::to_string(port) + " is already listened on");
       }
+      Impl::Listener listener;
+      listener.tag = tag;
+      listener.backlog = backlog == 0 ? kCmDefaultBacklog : std::min(backlog, kCmMaxBacklog);
+      listener.claimed = !impl_->options.listen_hook;
+      impl_->listeners.emplace(port, listener);
+      if (listener.claimed) return port;
     }
-    Impl::Listener listener;
-    listener.tag = tag;
-    listener.backlog = backlog == 0 ? kCmDefaultBacklog : std::min(backlog, kCmMaxBacklog);
-    impl_->listeners.emplace(port, listener);
-    return port;
+    const Status claimed = impl_->options.listen_hook(port, true);
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    auto it = impl_->listeners.find(port);  // still there: listen_mutex
+    if (claimed.ok()) {
+      it->second.claimed = true;
+      return port;
+    }
+    impl_->listeners.erase(it);
+    if (any_port && claimed.code() == StatusCode::kAlreadyExists) continue;
+    return claimed;
   }
   return ResourceExhausted("no free port on the host");
 }
 
 Status ConnectionManager::StopListening(uint16_t port) {
   const ActivityNotice notice(impl_->options.activity_hook);
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  if (impl_->listeners.erase(port) == 0) return NotFound("nobody listens on port " + std::to_string(port));
+  std::lock_guard<std::mutex> listening(impl_->listen_mutex);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->listeners.erase(port) == 0) return NotFound("nobody listens on port " + std::to_string(port));
+  }
   if (impl_->options.listen_hook) {
-    Status released = impl_->options.listen_hook(port, false);
+    Status released = impl_->options.listen_hook(port, false);  // as Listen's claim: without the CM's mutex
     (void)released;  // the daemon forgets it with the process anyway
   }
   return Status::Ok();

@@ -97,6 +97,7 @@ struct ConnectionManager::Impl {
   struct Listener {
     uint64_t tag = 0;
     unsigned backlog = kCmDefaultBacklog;
+    bool claimed = false;  // the host's daemon gave us the port (listen_hook), or there is none
   };
   struct CachedAh {
     uint32_t handle = 0;
@@ -116,6 +117,9 @@ struct ConnectionManager::Impl {
   uint64_t ca_guid = 0;
   ibv_mtu port_mtu = IBV_MTU_1024;
 
+  // Orders Listen and StopListening, whose daemon requests are made
+  // without `mutex`; taken before it, never under it.
+  std::mutex listen_mutex;
   mutable std::mutex mutex;
   CompletionQueue* cq = nullptr;
   QueuePair* gsi = nullptr;

@@ -6,9 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "cm/cm_mad.h"
@@ -621,6 +625,82 @@ TEST_F(ConnectionManagerTest, ConnectToAPortNobodyListensOnIsInvalidServiceId) {
   ASSERT_TRUE(WaitEvent(0, CmEventType::kRejected, &rejected));
   EXPECT_EQ(rejected.reject_reason, 8);
   EXPECT_EQ(rejected.tag, 6u);
+}
+
+// Claiming a port from the host's daemon (listen_hook) can take seconds when
+// the daemon gets no CPU. Meanwhile the CM goes on: a request to another
+// listener is answered and connects, and the port being claimed refuses
+// requests until its claim is granted. (With the CM's mutex held across the
+// claim, side 1 would answer nothing until the hook gave up waiting, 5 s.)
+TEST_F(ConnectionManagerTest, ASlowPortClaimDoesNotHoldUpTheConnectionManager) {
+  std::mutex claim_mutex;
+  std::condition_variable claim_changed;
+  bool claim_waiting = false, claim_released = false;
+  tweak_ = [&](ConnectionManager::Options& o) {
+    o.listen_hook = [&](uint16_t port, bool listen) {
+      if (port != 5200 || !listen) return Status::Ok();
+      std::unique_lock<std::mutex> lock(claim_mutex);
+      claim_waiting = true;
+      claim_changed.notify_all();
+      claim_changed.wait_for(lock, std::chrono::seconds(5), [&] { return claim_released; });
+      return Status::Ok();
+    };
+  };
+  Start();
+  ASSERT_TRUE(cm(1).Listen(5000, 1).ok());
+  const auto release = [&] {
+    std::lock_guard<std::mutex> lock(claim_mutex);
+    claim_released = true;
+    claim_changed.notify_all();
+  };
+  StatusOr<uint16_t> slow_listen = InvalidArgument("not run");
+  std::thread listener([&] { slow_listen = cm(1).Listen(5200, 2); });
+  struct ReleaseAndJoin {  // on every way out, failed assertions too
+    const std::function<void()> release;
+    std::thread& thread;
+    ~ReleaseAndJoin() {
+      release();
+      if (thread.joinable()) thread.join();
+    }
+  } release_and_join{release, listener};
+  {
+    std::unique_lock<std::mutex> lock(claim_mutex);
+    ASSERT_TRUE(claim_changed.wait_for(lock, std::chrono::seconds(5), [&] { return claim_waiting; }));
+  }
+
+  // While the claim waits, port 5200 is not listened on yet.
+  CmConnectParams params;
+  params.qp = NewRcQp(0);
+  params.remote = {side(1).gid, 5200};
+  ASSERT_TRUE(cm(0).Connect(params, 5).ok());
+  CmEvent rejected;
+  EXPECT_TRUE(WaitEvent(0, CmEventType::kRejected, &rejected));
+  EXPECT_EQ(rejected.reject_reason, kRejInvalidServiceId);
+  // A connection to the listener on 5000 is made meanwhile.
+  QueuePair* qa = NewRcQp(0);
+  params.qp = qa;
+  params.remote.port = 5000;
+  auto id = cm(0).Connect(params, 6);
+  ASSERT_TRUE(id.ok());
+  CmEvent request;
+  EXPECT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, &request));
+  EXPECT_EQ(request.listen_tag, 1u);
+  {
+    std::lock_guard<std::mutex> lock(claim_mutex);
+    EXPECT_FALSE(claim_released) << "the CM waited for the claim";
+  }
+  if (request.type == CmEventType::kConnectRequest) AcceptAndExpectEstablished(request, *id, qa);
+
+  release();
+  listener.join();
+  ASSERT_TRUE(slow_listen.ok()) << slow_listen.status().ToString();
+  EXPECT_EQ(*slow_listen, 5200);
+  // Granted: 5200 is listened on now.
+  params.qp = NewRcQp(0);
+  params.remote.port = 5200;
+  ASSERT_TRUE(cm(0).Connect(params, 7).ok());
+  ASSERT_TRUE(WaitEvent(1, CmEventType::kConnectRequest, &request));
+  EXPECT_EQ(request.listen_tag, 2u);
 }
 
 TEST_F(ConnectionManagerTest, CallerGivingUpWithdrawsTheRequest) {

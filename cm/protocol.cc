@@ -157,7 +157,8 @@ void ConnectionManager::Impl::HandleReq(const Gid& source, const MacAddress& sou
   if ((req.service_id & ~uint64_t{0xFFFF}) != kRdmaIpServiceIdBase) return reject(kRejInvalidServiceId);
   const uint16_t port = static_cast<uint16_t>(req.service_id & 0xFFFF);
   auto listener = listeners.find(port);
-  if (listener == listeners.end()) return reject(kRejInvalidServiceId);
+  // A port still being claimed (Listen) is not listened on yet.
+  if (listener == listeners.end() || !listener->second.claimed) return reject(kRejInvalidServiceId);
   // The backlog (rdma_listen's, fi_listen's): a full one refuses with "no
   // resources" (IBTA 12.6.7 table 112, reason 3) and keeps nothing, so a
   // storm of REQs costs at most `backlog` entries.

@@ -292,10 +292,21 @@ Status DaemonSession::ClaimPort(uint16_t port, bool listen) {
     std::vector<int> files;
     const ssize_t n = ReadReply(&files);
     if (n == 0) gone_ = true;
-    if (n <= 0) return Unavailable("uroce daemon did not answer");
+    if (n < 0) {
+      // The daemon answers every request, in order: this answer may still
+      // come (a daemon that gets no CPU for seconds), and must not be taken
+      // for the next request's.
+      ++replies_owed_;
+      return Unavailable("uroce daemon did not answer within " + std::to_string(reply_timeout_ms_) + " ms");
+    }
+    if (n == 0) return Unavailable("uroce daemon is gone");
     const std::string_view text(read_buffer_.data(), static_cast<size_t>(n));
     if (QueueIfNotification(text, &files)) continue;  // not ours to answer: kept, and read on
     CloseAll(&files);
+    if (replies_owed_ > 0) {  // the late answer to a request that gave up waiting
+      --replies_owed_;
+      continue;
+    }
     if (text == "OK") return Status::Ok();
     if (text.rfind("ERROR ", 0) == 0) return AlreadyExists(std::string(text.substr(6)));
     return Internal("uroce daemon: unexpected answer");
@@ -303,7 +314,7 @@ Status DaemonSession::ClaimPort(uint16_t port, bool listen) {
 }
 
 ssize_t DaemonSession::ReadReply(std::vector<int>* files, bool* truncated) {
-  if (!WaitReadable(fd_, kDaemonReplyTimeoutMs)) return -1;
+  if (!WaitReadable(fd_, reply_timeout_ms_)) return -1;
   return ReadMessage(MSG_DONTWAIT, files, truncated);
 }
 
@@ -451,7 +462,10 @@ bool DaemonSession::DaemonGone() {
     if (n < 0) break;
     // Anything but a notification is a late reply to a request that gave up
     // waiting: nobody wants it.
-    if (!QueueIfNotification(std::string_view(read_buffer_.data(), static_cast<size_t>(n)), &files)) CloseAll(&files);
+    if (!QueueIfNotification(std::string_view(read_buffer_.data(), static_cast<size_t>(n)), &files)) {
+      CloseAll(&files);
+      if (replies_owed_ > 0) --replies_owed_;
+    }
   }
   return gone_;
 }

@@ -84,8 +84,13 @@ class DaemonSession {
   // non-blocking system calls: for a progress thread, never the fast path.
   bool DaemonGone();
   // Claims (listen) or releases a CM port host-wide: kAlreadyExists when
-  // another process on the host listens on it. Control path; any thread.
+  // another process on the host listens on it; kUnavailable when the daemon
+  // is gone or did not answer in time (its late answer is then skipped,
+  // never taken for a later request's). Control path; any thread.
   Status ClaimPort(uint16_t port, bool listen);
+  // How long a request waits for each message of its answer (default
+  // kDaemonReplyTimeoutMs).
+  void set_reply_timeout_ms(int timeout_ms) { reply_timeout_ms_ = timeout_ms; }
 
   // Our QP `record.qpn` is connected to a QP at one of the host's addresses
   // (PEER), or no longer (UNPEER). Fire and forget, never blocks: a message
@@ -127,7 +132,7 @@ class DaemonSession {
   // One message into read_buffer_ (request_mutex_), with the files that
   // came with it (truncated: some did not fit); recvmsg(2)'s result.
   ssize_t ReadMessage(int flags, std::vector<int>* files, bool* truncated = nullptr);
-  // The next message, waiting for it up to kDaemonReplyTimeoutMs
+  // The next message, waiting for it up to reply_timeout_ms_
   // (WaitReadable); ReadMessage's result, or -1 with errno ETIMEDOUT.
   ssize_t ReadReply(std::vector<int>* files, bool* truncated = nullptr);
   static void CloseAll(std::vector<int>* files);
@@ -144,6 +149,10 @@ class DaemonSession {
   std::atomic<bool> gone_{false};
   std::mutex request_mutex_;  // one request and its reply at a time; whoever reads the socket
   std::vector<char> read_buffer_;  // request_mutex_
+  // Answers still to come to requests that stopped waiting for them, in
+  // order, before the answer to the next request (request_mutex_).
+  unsigned replies_owed_ = 0;
+  std::atomic<int> reply_timeout_ms_{kDaemonReplyTimeoutMs};
 
   std::mutex outbox_mutex_;  // PEER/UNPEER not sent yet, in order (bounded)
   std::deque<std::string> outbox_;

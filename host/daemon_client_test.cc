@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -14,6 +15,10 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include "host/daemon_protocol.h"
+#include "transport/address_text.h"
 
 namespace uroce::host {
 namespace {
@@ -161,6 +166,107 @@ TEST_F(SignalDuringWaitTest, TheWaitEndsAtItsTimeoutWhateverTheSignals) {
   EXPECT_EQ(error, ETIMEDOUT);
   EXPECT_GE(waited, std::chrono::milliseconds(300));
   EXPECT_LT(waited, std::chrono::seconds(3));
+}
+
+// A daemon played by the test: it grants an attach with one uplink and then
+// answers (or does not) as each test says.
+class FakeDaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/uroce-daemon-client-test.XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    path_ = dir_ + "/uroce.sock";
+    listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    ASSERT_GE(listen_fd_, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path_.data(), path_.size());
+    ASSERT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
+    ASSERT_EQ(listen(listen_fd_, 1), 0);
+    // The daemon's side of the attach, while Attach waits for it.
+    std::thread daemon([this] { GrantOneAttach(); });
+    auto session = DaemonSession::Attach(path_);
+    daemon.join();
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    session_ = std::move(*session);
+    session_->set_reply_timeout_ms(200);
+  }
+  void TearDown() override {
+    session_.reset();
+    if (fd_ >= 0) close(fd_);
+    close(listen_fd_);
+    unlink(path_.c_str());
+    rmdir(dir_.c_str());
+  }
+  void GrantOneAttach() {
+    fd_ = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd_ < 0) return;
+    char request[kMaxControlMessage];
+    if (recv(fd_, request, sizeof(request), 0) <= 0) return;
+    AttachGrant grant;
+    grant.slot = 3;
+    GrantEndpoint up;
+    up.name = "up";
+    up.mac = {0x02, 0, 0, 0, 0, 1};
+    transport::ParseIpAddress("192.0.2.1", &up.gids.emplace_back());
+    grant.endpoints.push_back(up);
+    const std::string reply = FormatAttachReply(grant);
+    const int port_file = memfd_create("uroce-test-port", MFD_CLOEXEC);  // the uplink's port, as the daemon sends
+    iovec iov{const_cast<char*>(reply.data()), reply.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &port_file, sizeof(int));
+    sendmsg(fd_, &mh, 0);
+    close(port_file);
+  }
+  // The next request the session sent ("" when none came).
+  std::string Request() {
+    char text[kMaxControlMessage];
+    const ssize_t n = recv(fd_, text, sizeof(text), MSG_DONTWAIT);
+    return n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string();
+  }
+  void Answer(const std::string& text) { ASSERT_EQ(send(fd_, text.data(), text.size(), 0), ssize_t(text.size())); }
+
+  std::string dir_, path_;
+  int listen_fd_ = -1;
+  int fd_ = -1;  // the daemon's end of the session
+  std::unique_ptr<DaemonSession> session_;
+};
+
+// The daemon answers every request in order. A claim that gave up waiting
+// leaves its answer to come: the next claim must skip it and take its own,
+// whether that answer comes before the next claim or is read by the
+// progress thread's DaemonGone first.
+TEST_F(FakeDaemonTest, ALateAnswerIsNeverTakenForTheNextClaims) {
+  const Status gave_up = session_->ClaimPort(6000, true);
+  EXPECT_EQ(gave_up.code(), StatusCode::kUnavailable) << gave_up.ToString();
+  EXPECT_EQ(Request(), FormatPortClaim({6000, true}));
+  // The daemon comes back: port 6000 was granted; 6001 is someone else's.
+  Answer("OK");
+  Answer("ERROR port 6001 is taken");
+  const Status taken = session_->ClaimPort(6001, true);
+  EXPECT_EQ(taken.code(), StatusCode::kAlreadyExists) << taken.ToString();
+  EXPECT_EQ(Request(), FormatPortClaim({6001, true}));
+
+  // A late answer with a notification ahead of it, both read by DaemonGone.
+  EXPECT_EQ(session_->ClaimPort(6002, true).code(), StatusCode::kUnavailable);
+  Answer(FormatPeersGone({PeerGone{(3u << kDaemonQpnShift) | 5, 99}})[0]);
+  Answer("ERROR port 6002 is taken");
+  EXPECT_FALSE(session_->DaemonGone());
+  Answer("OK");
+  EXPECT_TRUE(session_->ClaimPort(6003, true).ok());
+  const std::vector<PeerGone> gone = session_->TakePeersGone();
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].qpn, (3u << kDaemonQpnShift) | 5);
 }
 
 }  // namespace
