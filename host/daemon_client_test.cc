@@ -40,20 +40,24 @@ TEST(DaemonClientTest, OnlyRootThisUserOrTheNamedUidIsADaemon) {
   EXPECT_EQ(CheckDaemonPeer(65534, 10, 1000, "-1", "/x").code(), StatusCode::kInvalidArgument);
 }
 
+// A SOCK_SEQPACKET socket bound at DIR/uroce.sock in a new private
+// directory (Bazel's TEST_TMPDIR is too long for a socket's path).
+void BindSocketInNewDir(std::string* dir, std::string* path, int* fd) {
+  char name[] = "/tmp/uroce-daemon-client-test.XXXXXX";
+  ASSERT_NE(mkdtemp(name), nullptr);
+  *dir = name;
+  *path = *dir + "/uroce.sock";
+  *fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  ASSERT_GE(*fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path->data(), path->size());
+  ASSERT_EQ(bind(*fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
+}
+
 class SocketPathTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char dir[] = "/tmp/uroce-daemon-client-test.XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-    path_ = dir_ + "/uroce.sock";
-    fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    ASSERT_GE(fd_, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path_.data(), path_.size());
-    ASSERT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
-  }
+  void SetUp() override { BindSocketInNewDir(&dir_, &path_, &fd_); }
   void TearDown() override {
     close(fd_);
     unlink(path_.c_str());
@@ -173,16 +177,8 @@ TEST_F(SignalDuringWaitTest, TheWaitEndsAtItsTimeoutWhateverTheSignals) {
 class FakeDaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char dir[] = "/tmp/uroce-daemon-client-test.XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-    path_ = dir_ + "/uroce.sock";
-    listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    ASSERT_GE(listen_fd_, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path_.data(), path_.size());
-    ASSERT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
+    BindSocketInNewDir(&dir_, &path_, &listen_fd_);
+    if (HasFatalFailure()) return;
     ASSERT_EQ(listen(listen_fd_, 1), 0);
     // The daemon's side of the attach, while Attach waits for it.
     std::thread daemon([this] { GrantOneAttach(); });
