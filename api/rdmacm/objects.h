@@ -79,7 +79,7 @@ struct CmId {
   bool has_connection = false;
   uint8_t peer_responder_resources = 0;  // what a connect request offered
   uint8_t peer_initiator_depth = 0;
-  // RDMA_OPTION_ID_ACK_TIMEOUT. By default 4.3 s per try, longer than the
+  // RDMA_OPTION_ID_ACK_TIMEOUT. By default 17.2 s per try, longer than the
   // kernel's rdma_cm gives a RoCE connection (the path's packet lifetime,
   // CMA_IBOE_PACKET_LIFETIME 16, plus one: 0.54 s): cm::kLibraryLocalAckTimeout
   // says why. 14 (67 ms) gave up on a slow peer (rxe under qemu) the kernel
