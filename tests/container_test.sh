@@ -23,7 +23,9 @@
 #      containers then run a pair as before;
 #   7. (PARTS rootless) rootless podman: a user made for the test runs its
 #      own `uroce daemon`, `uroce cdi` and podman with no privilege; a
-#      container in its user namespace opens uroce0 and a pair runs;
+#      container in its user namespace opens uroce0 and a pair runs; then
+#      the host's daemon (root's) serves the user's containers through a
+#      spec from `uroce cdi --rootless`, which the plain spec does not;
 #   8. (PARTS mpi) mpirun with two ranks in each of two containers over
 #      "uroce;ofi_rxm" (Open MPI's OFI MTL), tests/mpi_two_hosts.c: layout,
 #      ping-pong on one "host" and across, MPI_Allreduce checked on every
@@ -54,6 +56,7 @@ chmod 0755 "$TMP"
 NETNS=uctr-$id
 CDI_SPEC=/var/run/cdi/uroce-test-$id.json
 RL_SPEC=/var/run/cdi/uroce-test-rl-$id.json
+RL_ROOT_SPEC=/var/run/cdi/uroce-test-rl-root-$id.json
 RL_MADE=""
 DEVICE=uroce.dev/rdma=test-$id
 IMAGE=localhost/uroce-test:$id
@@ -89,7 +92,7 @@ cleanup() {
     sleep 0.5
     userdel -r "$RL_USER" > /dev/null 2>&1 || true
   fi
-  rm -f "$CDI_SPEC" "$RL_SPEC"
+  rm -f "$CDI_SPEC" "$RL_SPEC" "$RL_ROOT_SPEC"
   ip netns del "$NETNS" 2>/dev/null || true
   rm -rf "$TMP"
 }
@@ -100,7 +103,7 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "FAIL: container_test needs root (podman with runc, a network namespace)"
   exit 1
 fi
-for tool in podman /usr/sbin/runc nsenter mpirun; do
+for tool in podman /usr/sbin/runc nsenter mpirun setfacl; do
   command -v "$tool" > /dev/null || { echo "FAIL: $tool is not installed (tools/packages.txt; tools/setup)"; exit 1; }
 done
 
@@ -394,6 +397,50 @@ if has_part rootless; then
     wait "$rl_dpid"
     rc=$?
     [[ $rc -eq 0 ]] || { tail -n 5 "$TMP/rl-daemon.log"; fail "the user's daemon did not stop cleanly (exit $rc)"; }
+
+    echo "== 7b. the host's daemon, run by root, serves the user's rootless containers (uroce cdi --rootless)"
+    # In the user's namespace root is the overflow uid: the programs refuse
+    # root's daemon under the plain spec, and trust it under --rootless.
+    # The user gets write access to the socket through an entry of its own
+    # in the socket's ACL (acl(5); a group would not do: rootless podman
+    # keeps no supplementary group); the user's podman can reach its
+    # directory ($TMP and $TMP/run are 0755).
+    overflow_uid=$(cat /proc/sys/kernel/overflowuid)
+    "$UROCE" cdi --socket "$TMP/run/uroce.sock" --libraries "$TMP/cdi-rl" --output "$RL_ROOT_SPEC" \
+      --name "rl-root-$id" --rootless > "$TMP/rl-root-cdi.log" 2>&1 ||
+      { cat "$TMP/rl-root-cdi.log"; fail "uroce cdi --rootless"; }
+    setfacl -m "u:$RL_USER:rw" "$TMP/run/uroce.sock" || fail "setfacl on the daemon's socket"
+    # shellcheck disable=SC2016  # expanded in the container
+    out=$(as_user "${RL_PODMAN[@]}" run --rm --cap-drop=all --security-opt no-new-privileges --device "$DEVICE" \
+      --network none "$IMAGE" sh -c 'ibv_devinfo -d uroce0 2>&1 | head -3' 2>&1 | quiet)
+    echo "$out" | sed 's/^/  plain spec: /'
+    if grep -q "hca_id:.*uroce0" <<<"$out"; then
+      fail "a rootless container took root's daemon without --rootless"
+    elif ! grep -q "uid $overflow_uid" <<<"$out"; then
+      fail "a rootless container with the plain spec: no word of the daemon's uid $overflow_uid"
+    fi
+    rl_root_run=("${RL_PODMAN[@]}" run --rm --cap-drop=all --security-opt no-new-privileges
+      --device "uroce.dev/rdma=rl-root-$id")
+    as_user "${RL_PODMAN[@]}" run -d --cap-drop=all --security-opt no-new-privileges \
+      --device "uroce.dev/rdma=rl-root-$id" --name "rl-root-$id-s" --network none "$IMAGE" \
+      timeout 60 ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p 21202 > /dev/null 2>&1
+    sleep 2
+    as_user timeout -k 5 90 "${rl_root_run[@]}" --network "container:rl-root-$id-s" "$IMAGE" \
+      ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p 21202 127.0.0.1 > "$TMP/rl-root-pair.client" 2>&1
+    crc=$?
+    src=$(as_user "${RL_PODMAN[@]}" wait "rl-root-$id-s" 2>/dev/null | tail -1)
+    as_user "${RL_PODMAN[@]}" logs "rl-root-$id-s" > "$TMP/rl-root-pair.server" 2>&1
+    if [[ $crc -ne 0 || ${src:-1} != 0 ]] || ! grep -q "iters in" "$TMP/rl-root-pair.client" ||
+      ! grep -q "iters in" "$TMP/rl-root-pair.server"; then
+      fail "rootless pair on root's daemon: server ${src:-?} client $crc"
+      quiet < "$TMP/rl-root-pair.server" | tail -5
+      quiet < "$TMP/rl-root-pair.client" | tail -5
+    else
+      echo "ok: rootless rc_pingpong on root's daemon: $(grep "iters in" "$TMP/rl-root-pair.client")"
+    fi
+    grep -q "attached pid .* uid $(id -u "$RL_USER") (ibv_rc_pingpong)" "$TMP/daemon.log" ||
+      fail "root's daemon did not see the user's programs attach"
+    setfacl -x "u:$RL_USER" "$TMP/run/uroce.sock"
     cd / || true
   fi
 fi

@@ -16,7 +16,15 @@
 //     itself sees no other driver of its own there);
 //   - LD_LIBRARY_PATH, FI_PROVIDER_PATH and UROCE_DAEMON, which make the
 //     image's own verbs, rdma_cm and libfabric programs load uroce's
-//     libraries and attach to the daemon, as `uroce exec` does on the host.
+//     libraries and attach to the daemon, as `uroce exec` does on the host;
+//   - with --rootless, UROCE_DAEMON_UID too: in a rootless container's user
+//     namespace a daemon of a uid the namespace does not map (root, or a
+//     service user) shows as the kernel's overflow uid
+//     (/proc/sys/kernel/overflowuid, user_namespaces(7)), and the programs
+//     take a configuration only from a daemon of root, their own uid or
+//     that one (host/daemon_client.h). The socket's directory is the
+//     daemon's, checked below and mounted read-only, so no other process
+//     of that uid can put a socket there.
 // Nothing else: no device node, no capability, no host network. Memory comes
 // from the daemon over the socket (memfds as SCM_RIGHTS), so the container
 // needs no /dev/shm of the host either.
@@ -57,7 +65,7 @@ constexpr const char* kMempoolDriver = "librte_mempool_ring.so";
 
 int CdiUsageText(FILE* out) {
   std::fprintf(out,
-               "usage: uroce cdi [--output FILE] [--libraries DIR] [--socket PATH] [--name NAME]\n"
+               "usage: uroce cdi [--output FILE] [--libraries DIR] [--socket PATH] [--name NAME] [--rootless]\n"
                "  writes a CDI spec (Container Device Interface 0.5.0) that hands the host's `uroce daemon` to\n"
                "  containers as the device uroce.dev/rdma=NAME: podman run --device uroce.dev/rdma=uroce0 ...\n"
                "  The container gets uroce's libraries (read-only, at %s), the daemon socket's\n"
@@ -68,7 +76,12 @@ int CdiUsageText(FILE* out) {
                "  --libraries DIR: the host directory the libraries are copied into (default\n"
                "  /var/lib/uroce/cdi); run uroce cdi again after an upgrade\n"
                "  --socket PATH: the daemon's control socket ($UROCE_DAEMON, default /run/uroce/uroce.sock)\n"
-               "  --name NAME: the device's name (default uroce0)\n",
+               "  --name NAME: the device's name (default uroce0)\n"
+               "  --rootless: for rootless containers (podman run by a user) of a daemon run by root or by\n"
+               "  another user: their programs are told to trust the uid that daemon shows as there, the\n"
+               "  kernel's overflow uid (/proc/sys/kernel/overflowuid). The user must be able to connect to\n"
+               "  the socket in the container: make its group the user's own (rootless podman keeps no\n"
+               "  supplementary group), and let the user reach its directory and DIR\n",
                kContainerLibraries, kContainerSocketDir);
   return out == stdout ? 0 : 2;
 }
@@ -192,7 +205,20 @@ std::string JsonString(const std::string& s) {
 }
 
 // The spec (CDI SPEC.md 0.5.0: cdiVersion, kind, devices[].containerEdits).
-std::string Spec(const std::string& name, const std::string& libraries, const std::string& socket_path) {
+// The uid a user namespace shows for a host uid it does not map
+// (user_namespaces(7)).
+unsigned OverflowUid() {
+  unsigned uid = 65534;
+  if (FILE* f = std::fopen("/proc/sys/kernel/overflowuid", "r")) {
+    if (std::fscanf(f, "%u", &uid) != 1) uid = 65534;
+    std::fclose(f);
+  }
+  return uid;
+}
+
+// `trusted_daemon_uid`: empty, or the UROCE_DAEMON_UID the programs get.
+std::string Spec(const std::string& name, const std::string& libraries, const std::string& socket_path,
+                 const std::string& trusted_daemon_uid) {
   const std::string socket_dir = Directory(socket_path);
   const std::string container_socket = std::string(kContainerSocketDir) + "/" + Base(socket_path);
   std::string s;
@@ -206,7 +232,8 @@ std::string Spec(const std::string& name, const std::string& libraries, const st
   s += "        \"env\": [\n";
   s += "          " + JsonString(std::string("LD_LIBRARY_PATH=") + kContainerLibraries) + ",\n";
   s += "          " + JsonString(std::string("FI_PROVIDER_PATH=") + kContainerLibraries) + ",\n";
-  s += "          " + JsonString("UROCE_DAEMON=" + container_socket) + "\n";
+  s += "          " + JsonString("UROCE_DAEMON=" + container_socket) + (trusted_daemon_uid.empty() ? "\n" : ",\n");
+  if (!trusted_daemon_uid.empty()) s += "          " + JsonString("UROCE_DAEMON_UID=" + trusted_daemon_uid) + "\n";
   s += "        ],\n";
   s += "        \"mounts\": [\n";
   s += "          {\"hostPath\": " + JsonString(libraries) + ", \"containerPath\": " + JsonString(kContainerLibraries) +
@@ -250,6 +277,7 @@ int CdiCommand(int argc, char** argv) {
   std::string libraries = "/var/lib/uroce/cdi";
   std::string socket_path = host::DaemonSocketPath();
   std::string name = "uroce0";
+  bool rootless = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* option, std::string* into) {
@@ -266,6 +294,10 @@ int CdiCommand(int argc, char** argv) {
     };
     if (value("--output", &output) || value("--libraries", &libraries) || value("--socket", &socket_path) ||
         value("--name", &name)) {
+      continue;
+    }
+    if (a == "--rootless") {
+      rootless = true;
       continue;
     }
     if (a == "-h" || a == "--help") return CdiUsageText(stdout);
@@ -356,15 +388,16 @@ int CdiCommand(int argc, char** argv) {
     std::fprintf(stderr, "uroce cdi: %s\n", s.message().c_str());
     return 1;
   }
-  const std::string spec = Spec(name, Absolute(libraries), socket_path);
+  const std::string spec = Spec(name, Absolute(libraries), socket_path, rootless ? std::to_string(OverflowUid()) : "");
   if (output == "-") {
     std::fputs(spec.c_str(), stdout);
   } else if (Status s = WriteFileAtomically(output, spec); !s.ok()) {
     std::fprintf(stderr, "uroce cdi: %s\n", s.message().c_str());
     return 1;
   }
-  std::fprintf(stderr, "uroce cdi: %zu libraries in %s; device uroce.dev/rdma=%s (daemon socket %s)%s%s\n",
-               files.size(), libraries.c_str(), name.c_str(), socket_path.c_str(), output == "-" ? "" : "; spec ",
+  std::fprintf(stderr, "uroce cdi: %zu libraries in %s; device uroce.dev/rdma=%s (daemon socket %s%s)%s%s\n",
+               files.size(), libraries.c_str(), name.c_str(), socket_path.c_str(),
+               rootless ? ", for rootless containers" : "", output == "-" ? "" : "; spec ",
                output == "-" ? "" : output.c_str());
   return 0;
 }

@@ -2,7 +2,8 @@
 # `uroce cdi` without a container runtime: the spec it writes (CDI 0.5.0:
 # kind, device, environment, mounts, each mount's source present), the
 # library directory (uroce's three libraries, DPDK's, the ring mempool
-# driver; never the C library, libstdc++ or libfabric), and its refusals (a
+# driver; never the C library, libstdc++ or libfabric), --rootless (one more
+# variable: the daemon uid to trust), and its refusals (a
 # bad device name, a missing socket directory, one others may write to).
 # tests:container_test hands the device to real containers.
 #   args: UROCE
@@ -51,6 +52,18 @@ PY
 "$U" cdi --socket "$TMP/run/uroce.sock" --libraries "$TMP/lib" --output - > "$TMP/again.json" 2> /dev/null ||
   fail "a second run"
 cmp -s <(sed 's/ci0/uroce0/' "$TMP/uroce.json") "$TMP/again.json" || fail "a second run wrote another spec"
+# --rootless: the same, and the programs trust the uid a daemon of an
+# unmapped uid shows as in a user namespace (the kernel's overflow uid).
+"$U" cdi --socket "$TMP/run/uroce.sock" --libraries "$TMP/lib" --output - --rootless > "$TMP/rootless.json" \
+  2> "$TMP/rootless.out" || { cat "$TMP/rootless.out"; fail "uroce cdi --rootless"; }
+python3 - "$TMP/again.json" "$TMP/rootless.json" "$(cat /proc/sys/kernel/overflowuid)" <<'PY' || fail "the --rootless spec"
+import json, sys
+plain, rootless = (json.load(open(p))["devices"][0]["containerEdits"] for p in sys.argv[1:3])
+env = rootless["env"]
+assert env == plain["env"] + ["UROCE_DAEMON_UID=" + sys.argv[3]], env
+assert rootless["mounts"] == plain["mounts"], rootless
+print("rootless spec ok: " + env[-1])
+PY
 
 expect_refusal() {
   local what=$1 code=$2 text=$3

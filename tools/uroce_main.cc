@@ -46,7 +46,10 @@ constexpr Subcommand kSubcommands[] = {
      "uroce cdi\n"
      "podman run --rm --cap-drop=all --device uroce.dev/rdma=uroce0 IMAGE ibv_devices\n"
      "# the spec to stdout, for a daemon on another socket:\n"
-     "uroce cdi --output - --socket /run/uroce-ci/uroce.sock\n"},
+     "uroce cdi --output - --socket /run/uroce-ci/uroce.sock\n"
+     "# for the rootless containers of user alice (root's daemon):\n"
+     "uroce cdi --rootless --name uroce0-rootless --output /etc/cdi/uroce-rootless.json\n"
+     "setfacl -m u:alice:rw /run/uroce/uroce.sock\n"},
     {"perf", uroce::tools::PerfCommand, uroce::tools::PerfUsage,
      "latency, bandwidth and message rate per RDMA operation (like perftest)",
      "uroce perf --port ring --test all --size 64,65536 --verify\n"
