@@ -373,24 +373,32 @@ if has_part rootless; then
     echo "$out" | sed 's/^/  /'
     grep -q "hca_id:.*uroce0" <<<"$out" || fail "a rootless container does not open uroce0"
     grep -qE "uid_map: +0 $(id -u "$RL_USER") 1;" <<<"$out" || fail "the container is not in the user's user namespace"
-    # A pair: the client joins the server's network namespace (its loopback).
-    as_user "${RL_PODMAN[@]}" run -d --cap-drop=all --security-opt no-new-privileges --device "uroce.dev/rdma=rl-$id" \
-      --name "rl-$id-s" --network none "$IMAGE" timeout 60 ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p 21201 \
-      > /dev/null 2>&1
-    sleep 2
-    as_user timeout -k 5 90 "${rl_run[@]}" --network "container:rl-$id-s" "$IMAGE" \
-      ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p 21201 127.0.0.1 > "$TMP/rl-pair.client" 2>&1
-    crc=$?
-    src=$(as_user "${RL_PODMAN[@]}" wait "rl-$id-s" 2>/dev/null | tail -1)
-    as_user "${RL_PODMAN[@]}" logs "rl-$id-s" > "$TMP/rl-pair.server" 2>&1
-    if [[ $crc -ne 0 || ${src:-1} != 0 ]] || ! grep -q "iters in" "$TMP/rl-pair.client" ||
-      ! grep -q "iters in" "$TMP/rl-pair.server"; then
-      fail "rootless pair: server ${src:-?} client $crc"
-      quiet < "$TMP/rl-pair.server" | tail -5
-      quiet < "$TMP/rl-pair.client" | tail -5
-    else
-      echo "ok: rootless rc_pingpong: $(grep "iters in" "$TMP/rl-pair.client")"
-    fi
+    # rootless_pair DEVICE NAME PORT WHAT: ibv_rc_pingpong between two of the
+    # user's containers given DEVICE, the server named NAME-s; the client
+    # joins the server's network namespace (its loopback). Their output is
+    # in $TMP/NAME.server and $TMP/NAME.client.
+    rootless_pair() {
+      local device=$1 name=$2 port=$3 what=$4 crc src
+      as_user "${RL_PODMAN[@]}" run -d --cap-drop=all --security-opt no-new-privileges --device "$device" \
+        --name "$name-s" --network none "$IMAGE" timeout 60 ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p "$port" \
+        > /dev/null 2>&1
+      sleep 2
+      as_user timeout -k 5 90 "${RL_PODMAN[@]}" run --rm --cap-drop=all --security-opt no-new-privileges \
+        --device "$device" --network "container:$name-s" "$IMAGE" \
+        ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p "$port" 127.0.0.1 > "$TMP/$name.client" 2>&1
+      crc=$?
+      src=$(as_user "${RL_PODMAN[@]}" wait "$name-s" 2>/dev/null | tail -1)
+      as_user "${RL_PODMAN[@]}" logs "$name-s" > "$TMP/$name.server" 2>&1
+      if [[ $crc -ne 0 || ${src:-1} != 0 ]] || ! grep -q "iters in" "$TMP/$name.client" ||
+        ! grep -q "iters in" "$TMP/$name.server"; then
+        fail "$what: server ${src:-?} client $crc"
+        quiet < "$TMP/$name.server" | tail -5
+        quiet < "$TMP/$name.client" | tail -5
+      else
+        echo "ok: $what: $(grep "iters in" "$TMP/$name.client")"
+      fi
+    }
+    rootless_pair "uroce.dev/rdma=rl-$id" "rl-$id" 21201 "rootless rc_pingpong"
     grep -q "attached pid .* uid $(id -u "$RL_USER") (ibv_rc_pingpong)" "$TMP/rl-daemon.log" ||
       fail "the user's daemon did not see the user's programs attach"
     kill -TERM "$rl_dpid" 2>/dev/null
@@ -419,25 +427,7 @@ if has_part rootless; then
     elif ! grep -q "uid $overflow_uid" <<<"$out"; then
       fail "a rootless container with the plain spec: no word of the daemon's uid $overflow_uid"
     fi
-    rl_root_run=("${RL_PODMAN[@]}" run --rm --cap-drop=all --security-opt no-new-privileges
-      --device "uroce.dev/rdma=rl-root-$id")
-    as_user "${RL_PODMAN[@]}" run -d --cap-drop=all --security-opt no-new-privileges \
-      --device "uroce.dev/rdma=rl-root-$id" --name "rl-root-$id-s" --network none "$IMAGE" \
-      timeout 60 ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p 21202 > /dev/null 2>&1
-    sleep 2
-    as_user timeout -k 5 90 "${rl_root_run[@]}" --network "container:rl-root-$id-s" "$IMAGE" \
-      ibv_rc_pingpong -g 0 -c -s 4096 -n 200 -p 21202 127.0.0.1 > "$TMP/rl-root-pair.client" 2>&1
-    crc=$?
-    src=$(as_user "${RL_PODMAN[@]}" wait "rl-root-$id-s" 2>/dev/null | tail -1)
-    as_user "${RL_PODMAN[@]}" logs "rl-root-$id-s" > "$TMP/rl-root-pair.server" 2>&1
-    if [[ $crc -ne 0 || ${src:-1} != 0 ]] || ! grep -q "iters in" "$TMP/rl-root-pair.client" ||
-      ! grep -q "iters in" "$TMP/rl-root-pair.server"; then
-      fail "rootless pair on root's daemon: server ${src:-?} client $crc"
-      quiet < "$TMP/rl-root-pair.server" | tail -5
-      quiet < "$TMP/rl-root-pair.client" | tail -5
-    else
-      echo "ok: rootless rc_pingpong on root's daemon: $(grep "iters in" "$TMP/rl-root-pair.client")"
-    fi
+    rootless_pair "uroce.dev/rdma=rl-root-$id" "rl-root-$id" 21202 "rootless rc_pingpong on root's daemon"
     grep -q "attached pid .* uid $(id -u "$RL_USER") (ibv_rc_pingpong)" "$TMP/daemon.log" ||
       fail "root's daemon did not see the user's programs attach"
     setfacl -x "u:$RL_USER" "$TMP/run/uroce.sock"
