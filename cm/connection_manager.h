@@ -109,16 +109,16 @@ struct CmQpParams {
 
 // The local ACK timeout that uroce's connection libraries (librdmacm, the
 // libfabric provider) give a QP the application sets none for: 4.096 us *
-// 2^22 = 17.2 s per try, 137 s in all with retry_count 7 (IBTA 9.7.6.1.3,
-// 11.2.4.2 on the encoding). The kernel's rdma_cm gives a RoCE connection 17
-// (0.54 s, 4.3 s in all), sized for a NIC. Here the responder is a process,
-// and a host can leave it without CPU for far longer: on a 2-core VM (Linux
-// 6.18, cgroup v1) the ranks of one of two podman containers got no CPU for
-// 7 s while the other's ran, and the VM's own kernel has reported stalls of
-// the whole machine of 31 to 88 s (docs/containers.md). A QP that gives up
-// during such a stall loses what it sends after it, and ofi_rxm's
-// fi_inject()s have no completion to say so: the job waits for ever. So the
-// budget outlasts the longest stall seen. Only the time to give up changes:
+// 2^22 = 17.2 s per try, 137 s in all with retry_count 7 (IBTA 9.7.6.1.3).
+// The kernel's rdma_cm gives a RoCE connection 17 (0.54 s, 4.3 s in all),
+// sized for a NIC. Here the responder is a process, and a host can leave it
+// without CPU for far longer: on a 2-core VM (Linux 6.18, cgroup v1) the
+// ranks of one of two podman containers got no CPU for 7 s while the
+// other's ran, and the VM's own kernel has reported stalls of the whole
+// machine of 31 to 88 s (docs/containers.md). A QP that gives up during
+// such a stall loses what it sends after it, and ofi_rxm's fi_inject()s
+// have no completion to say so: the job waits for ever. So the budget
+// outlasts the longest stall seen. Only the time to give up changes:
 // a lost packet is still resent after the measured RTO
 // (transport/retransmit_timer.h), and a QP whose peer process on the same
 // host ends fails at once (runtime/peer_watch.h). A remote peer that

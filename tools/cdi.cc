@@ -80,8 +80,9 @@ int CdiUsageText(FILE* out) {
                "  --rootless: for rootless containers (podman run by a user) of a daemon run by root or by\n"
                "  another user: their programs are told to trust the uid that daemon shows as there, the\n"
                "  kernel's overflow uid (/proc/sys/kernel/overflowuid). The user must be able to connect to\n"
-               "  the socket in the container: make its group the user's own (rootless podman keeps no\n"
-               "  supplementary group), and let the user reach its directory and DIR\n",
+               "  the socket in the container, where it has no supplementary group: give it an ACL entry\n"
+               "  (setfacl -m u:USER:rw SOCKET, after each start of the daemon), and let it reach the\n"
+               "  socket's directory and DIR\n",
                kContainerLibraries, kContainerSocketDir);
   return out == stdout ? 0 : 2;
 }
@@ -204,7 +205,6 @@ std::string JsonString(const std::string& s) {
   return out + "\"";
 }
 
-// The spec (CDI SPEC.md 0.5.0: cdiVersion, kind, devices[].containerEdits).
 // The uid a user namespace shows for a host uid it does not map
 // (user_namespaces(7)).
 unsigned OverflowUid() {
@@ -216,6 +216,7 @@ unsigned OverflowUid() {
   return uid;
 }
 
+// The spec (CDI SPEC.md 0.5.0: cdiVersion, kind, devices[].containerEdits).
 // `trusted_daemon_uid`: empty, or the UROCE_DAEMON_UID the programs get.
 std::string Spec(const std::string& name, const std::string& libraries, const std::string& socket_path,
                  const std::string& trusted_daemon_uid) {
