@@ -554,7 +554,8 @@ if has_part mpi; then
   # (docs/containers.md): uc-b is frozen (podman pause, the kernel's cgroup
   # freezer) for FROZEN_S once the ranks talk across the containers. Its
   # peers' QPs must wait for it (local ACK timeout 22, 137 s in all). With
-  # 20 (34 s) the job stopped for good; with the kernel rdma_cm's 17 (4.3 s)
+  # 20 (34 s) this job failed (MPI_ERR_INTERN here; by hand, jobs frozen
+  # as long also stopped for good); with the kernel rdma_cm's 17 (4.3 s)
   # even an 8 s freeze failed it.
   FROZEN_S=${UCTR_FROZEN_S:-50}
   echo "== 8b. the same job with container uc-b frozen for $FROZEN_S s while the ranks talk across"
