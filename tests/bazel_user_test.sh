@@ -4,7 +4,10 @@
 # uroce_test), built and tested here as its owner would: `bazel test //...`
 # in that directory, with a Bazel server and output tree of its own. Then
 # the same workspace with uroce as an archive of its sources (http_archive
-# of a file:// URL: a release's source tarball, nothing downloaded).
+# of a file:// URL: a release's source tarball, nothing downloaded). The two
+# share a disk cache (--disk_cache): the archive holds the same sources under
+# the same repository name, so its build reuses the first one's actions, and
+# its tests run again (--nocache_test_results).
 # Argument: README.md of the source tree (its real path leads to the tree).
 set -uo pipefail
 src=$(dirname "$(readlink -f "$1")")
@@ -21,7 +24,7 @@ cd "$example" || exit 1
 env -u TEST_TMPDIR -u TEST_SRCDIR -u TEST_WORKSPACE -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE \
   -u XML_OUTPUT_FILE -u TEST_TARGET -u TEST_BINARY -u TEST_SHARD_INDEX -u TEST_TOTAL_SHARDS \
   bazel --output_user_root="$root" --max_idle_secs=60 test //... \
-  --symlink_prefix=/ --test_output=all --noshow_progress 2>&1 | tee "$root/log" | sed "s/^/  /"
+  --disk_cache="$root/disk_cache" --symlink_prefix=/ --test_output=all --noshow_progress 2>&1 | tee "$root/log" | sed "s/^/  /"
 rc=${PIPESTATUS[0]}
 passed=$(grep -cE '^//:[a-z_]+ +PASSED' "$root/log")
 echo "bazel_user: exit $rc, $passed tests passed"
@@ -52,7 +55,7 @@ cd "$user" || exit 1
 env -u TEST_TMPDIR -u TEST_SRCDIR -u TEST_WORKSPACE -u RUNFILES_DIR -u RUNFILES_MANIFEST_FILE \
   -u XML_OUTPUT_FILE -u TEST_TARGET -u TEST_BINARY -u TEST_SHARD_INDEX -u TEST_TOTAL_SHARDS \
   bazel --output_user_root="$root/archive" --max_idle_secs=60 test //:hello_verbs_test //:fi_pingpong_test \
-  --symlink_prefix=/ --test_output=errors --noshow_progress 2>&1 | tee "$root/archive.log" | sed "s/^/  /"
+  --disk_cache="$root/disk_cache" --nocache_test_results --symlink_prefix=/ --test_output=errors --noshow_progress 2>&1 | tee "$root/archive.log" | sed "s/^/  /"
 rc=${PIPESTATUS[0]}
 (cd "$user" && bazel --output_user_root="$root/archive" shutdown >/dev/null 2>&1)
 passed=$(grep -cE '^//:[a-z_]+ +PASSED' "$root/archive.log")
