@@ -16,16 +16,17 @@
 #   rxe     guest A uroce (pci), guest B the kernel's Soft-RoCE (rxe0 on its
 #           eth0): the mixed cloud case.
 # Cases (uroce-uroce modes): ibv_rc_pingpong -c (every byte checked),
-# ib_write_bw, ib_read_bw and rping -V, each with the server in either guest
-# (both directions), over the IPv4 and the IPv6 GID / address;
-# fi_pingpong -c -e msg (uroce) and -e rdm ("uroce;ofi_rxm"), server in
-# either guest; Open MPI across the two
+# ib_write_bw, ib_read_bw and rping -V, each twice: over the IPv4 GID /
+# address with the server in guest A, over IPv6 with the server in guest B;
+# fi_pingpong -c -e msg (uroce, server in A) and -e rdm ("uroce;ofi_rxm",
+# server in B); Open MPI across the two
 # guests, mpirun in guest A starting guest B's orted through a remote shell
 # (ssh's place, tools/rxe_vm/guest_rsh.sh): one rank per guest
-# (mpi_pingpong, every byte checked) and two per guest (mpi_two_hosts:
-# layout, ping-pong on a host and across, checked MPI_Allreduce), OFI MTL on
-# "uroce;ofi_rxm". Mixed mode: ibv_rc_pingpong -c and ib_send_bw, both ways,
-# IPv4 and IPv6.
+# (mpi_pingpong, every byte checked; pci mode) and two per guest
+# (mpi_two_hosts: layout, ping-pong on a host and across, checked
+# MPI_Allreduce), OFI MTL on "uroce;ofi_rxm". Mixed mode: ibv_rc_pingpong -c
+# and ib_send_bw, the same two ways. UROCE_VM_ALL_WAYS=1 (by hand) runs every
+# program both ways over both families, and every MPI job in both modes.
 # Every RoCE frame the guests exchanged (tcpdump on the host side of the tap
 # that carries them) is decoded with `uroce dump`: no bad ICRC, no malformed
 # frame, and at least one RoCE frame. A guest that cannot start uroce's
@@ -157,37 +158,42 @@ pair() {
   port=$((port + 1))
 }
 
-# Both directions, IPv4 and IPv6, of one verbs program.
+# Each program runs twice: over IPv4 with the server in guest a, and over
+# IPv6 with the server in guest b. So each program crosses both families and
+# both directions; the two guests are alike, and the other two of the four
+# combinations would repeat them (UROCE_VM_ALL_WAYS=1 runs all four, by hand).
+ways() {
+  if [[ -n ${UROCE_VM_ALL_WAYS:-} ]]; then
+    echo 4:a:b 4:b:a 6:a:b 6:b:a
+  else
+    echo 4:a:b 6:b:a
+  fi
+}
+
 # verbs_case NAME EXPECT PROGRAM GIDFLAG "ARGS"
 verbs_case() {
-  local name=$1 expect=$2 prog=$3 flag=$4 args=$5 v s c g
-  for v in 4 6; do
-    for s in "${vms[@]}"; do
-      for c in "${vms[@]}"; do
-        [[ $s == "$c" ]] && continue
-        if [[ $v == 4 ]]; then g=gid4; else g=gid6; fi
-        local sg cg
-        eval "sg=\${$g[$s]} cg=\${$g[$c]}"
-        pair "${name}_v${v}_$s" "$expect" "$s" "$c" \
-          "$prog -d $(dev_of "$s") $args -p $port $flag $sg" \
-          "$prog -d $(dev_of "$c") $args -p $port $flag $cg ${ip4[$s]}"
-      done
-    done
+  local name=$1 expect=$2 prog=$3 flag=$4 args=$5 way v s c sg cg
+  for way in $(ways); do
+    IFS=: read -r v s c <<<"$way"
+    if [[ $v == 4 ]]; then
+      sg=${gid4[$s]} cg=${gid4[$c]}
+    else
+      sg=${gid6[$s]} cg=${gid6[$c]}
+    fi
+    pair "${name}_v${v}_$s" "$expect" "$s" "$c" \
+      "$prog -d $(dev_of "$s") $args -p $port $flag $sg" \
+      "$prog -d $(dev_of "$c") $args -p $port $flag $cg ${ip4[$s]}"
   done
 }
 
 # rping: rdma_cm on both sides, addresses are the RoCE addresses.
 rping_case() {
-  local v s c a
-  for v in 4 6; do
-    for s in "${vms[@]}"; do
-      for c in "${vms[@]}"; do
-        [[ $s == "$c" ]] && continue
-        if [[ $v == 4 ]]; then a=${roce4[$s]}; else a=${roce6[$s]}; fi
-        pair "rping_v${v}_$s" "ping data" "$s" "$c" "rping -s -a $a -p $port -C 10 -S 4000 -V -v -d" \
-          "rping -c -a $a -p $port -C 10 -S 4000 -V -v" rdma_cm
-      done
-    done
+  local way v s c a
+  for way in $(ways); do
+    IFS=: read -r v s c <<<"$way"
+    if [[ $v == 4 ]]; then a=${roce4[$s]}; else a=${roce6[$s]}; fi
+    pair "rping_v${v}_$s" "ping data" "$s" "$c" "rping -s -a $a -p $port -C 10 -S 4000 -V -v -d" \
+      "rping -c -a $a -p $port -C 10 -S 4000 -V -v" rdma_cm
   done
 }
 
@@ -251,10 +257,12 @@ else
   fi_provider() { [[ $1 == msg ]] && echo uroce || echo "uroce;ofi_rxm"; }
   # fi_pingpong swaps its fabric addresses over TCP (-B/-P, to the
   # server's kernel address); -c checks every byte.
+  # One direction each (msg: server a; rdm: server b), both with UROCE_VM_ALL_WAYS.
   for ep in msg rdm; do
     for s in a b; do
       c=b
       [[ $s == b ]] && c=a
+      [[ -z ${UROCE_VM_ALL_WAYS:-} && $ep:$s != msg:a && $ep:$s != rdm:b ]] && continue
       pair "fi_pingpong_${ep}_$s" "[0-9]+ +[0-9.]+[kMG]? +[0-9]+" "$s" "$c" \
         "fi_pingpong -p '$(fi_provider $ep)' -e $ep -c -S 4096 -I 100 -B $port" \
         "fi_pingpong -p '$(fi_provider $ep)' -e $ep -c -S 4096 -I 100 -P $port ${ip4[$s]}"
@@ -264,7 +272,12 @@ else
     gx "$vm" 30 "printf '127.0.0.1 localhost\n10.77.0.2 a\n10.77.0.3 b\n' >/etc/hosts
       printf 'a slots=2\nb slots=2\n' >/tmp/hostfile" || fail "$vm: hosts file"
   done
-  mpi_case mpi_one_rank_per_guest 2 mpi_pingpong "mpi_pingpong: PASS"
+  # One rank per guest (no shared-memory path, every byte of 8 sizes checked)
+  # on the PCI NIC; the four-rank job, which also crosses the guests at every
+  # size, on both.
+  if [[ $mode == pci || -n ${UROCE_VM_ALL_WAYS:-} ]]; then
+    mpi_case mpi_one_rank_per_guest 2 mpi_pingpong "mpi_pingpong: PASS"
+  fi
   mpi_case mpi_two_ranks_per_guest 4 mpi_two_hosts "mpi_two_hosts: PASS"
 fi
 
